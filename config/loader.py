@@ -1,0 +1,220 @@
+"""Load and validate the per-user YAML file (SPEC §3).
+
+Every problem is collected, not just the first, and reported as one line:
+`config.yaml: agents.alice.command: must be a non-empty list of strings`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .model import AgentConfig, Config
+from .paths import data_dir
+
+USER_ID = re.compile(r"^@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-]+(:\d+)?$")
+LOCALPART = re.compile(r"^[a-z0-9._=\-]+$")
+AGENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
+DOMAIN = re.compile(r"^[A-Za-z0-9.\-]+(:\d+)?$")
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Checker:
+    def __init__(self, label: str):
+        self.label = label
+        self.problems: list[str] = []
+
+    def problem(self, key: str, text: str) -> None:
+        self.problems.append(f"{self.label}: {key}: {text}" if key else f"{self.label}: {text}")
+
+    def section(self, data: dict, key: str) -> dict:
+        value = data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.problem(key, "must be a mapping")
+            return {}
+        return value
+
+    def string(self, data: dict, key: str, path: str, default: str | None = None,
+               pattern: re.Pattern | None = None, what: str = "") -> str | None:
+        value = data.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            self.problem(path, "must be a non-empty string")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.problem(path, f"must be {what}, got {value!r}")
+            return None
+        return value
+
+    def integer(self, data: dict, key: str, path: str, default: int, low: int, high: int) -> int:
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.problem(path, f"must be a whole number from {low} to {high}, got {value!r}")
+            return default
+        return value
+
+    def number(self, data: dict, key: str, path: str, default: float, low: float) -> float:
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+            self.problem(path, f"must be a number of at least {low}, got {value!r}")
+            return default
+        return float(value)
+
+
+def load(path: str | os.PathLike, label: str | None = None) -> Config:
+    """Read and validate `path`; raise ConfigError with every problem found."""
+    path = Path(path)
+    label = label or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{label}: file not found"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{label}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise ConfigError([f"{label}: {where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([f"{label}: must be a YAML mapping of keys (owner, homeserver, agents, ...)"])
+    return parse(data, path, label)
+
+
+def parse(data: dict[str, Any], path: Path, label: str) -> Config:
+    c = _Checker(label)
+
+    owners_raw = data.get("owner")
+    owners: list[str] = []
+    if owners_raw is None:
+        c.problem("owner", "is required: the Matrix user id allowed to talk to agents, e.g. \"@me:localhost\"")
+    else:
+        items = owners_raw if isinstance(owners_raw, list) else [owners_raw]
+        for i, item in enumerate(items):
+            key = f"owner[{i}]" if isinstance(owners_raw, list) else "owner"
+            if not isinstance(item, str) or not USER_ID.match(item):
+                c.problem(key, f"must be a Matrix user id like \"@me:localhost\", got {item!r}")
+            else:
+                owners.append(item)
+        if isinstance(owners_raw, list) and not owners_raw:
+            c.problem("owner", "must name at least one Matrix user id")
+
+    hs = c.section(data, "homeserver")
+    embedded = hs.get("embedded", "url" not in hs)
+    if not isinstance(embedded, bool):
+        c.problem("homeserver.embedded", f"must be true or false, got {embedded!r}")
+        embedded = False
+    hs_port = c.integer(hs, "port", "homeserver.port", 8008, 1, 65535)
+    url = c.string(hs, "url", "homeserver.url")
+    if url is not None and not re.match(r"^https?://[^/\s]+", url):
+        c.problem("homeserver.url", f"must be an http(s) URL like http://127.0.0.1:8008, got {url!r}")
+    if url is None:
+        url = f"http://127.0.0.1:{hs_port}"
+    domain = c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
+
+    aps = c.section(data, "appservice")
+    listen = c.string(aps, "listen", "appservice.listen", "127.0.0.1:29333")
+    host, port = "127.0.0.1", 29333
+    if listen is not None:
+        m = re.match(r"^([^:\s]+):(\d{1,5})$", listen)
+        if not m or not 0 < int(m.group(2)) < 65536:
+            c.problem("appservice.listen", f"must be HOST:PORT like 127.0.0.1:29333, got {listen!r}")
+        else:
+            host, port = m.group(1), int(m.group(2))
+    prefix = c.string(aps, "puppet_prefix", "appservice.puppet_prefix", "sk_", LOCALPART,
+                      "lowercase letters, digits or ._=- ") or "sk_"
+    bot = c.string(aps, "bot", "appservice.bot", "sidekicks", LOCALPART,
+                   "a user name of lowercase letters, digits or ._=-") or "sidekicks"
+    as_id = c.string(aps, "id", "appservice.id", "sidekicks", LOCALPART,
+                     "lowercase letters, digits or ._=-") or "sidekicks"
+    reg = c.string(aps, "registration", "appservice.registration", "registration.yaml") or "registration.yaml"
+    if bot.startswith(prefix):
+        c.problem("appservice.bot", f"must not start with the puppet prefix {prefix!r}")
+    permission_timeout = c.number(aps, "permission_timeout", "appservice.permission_timeout", 600.0, 1.0)
+
+    agents = _agents(c, data, path)
+
+    limits = c.section(data, "limits")
+    in_memory = c.integer(limits, "agents_in_memory", "limits.agents_in_memory", 2, 1, 64)
+    ctx_messages = c.integer(limits, "context_messages", "limits.context_messages", 20, 0, 10_000)
+    ctx_chars = c.integer(limits, "context_chars", "limits.context_chars", 1500, 1, 1_000_000)
+
+    database = data.get("database", "sqlite")
+    if not isinstance(database, str) or not (
+        database in ("sqlite", ":memory:") or re.match(r"^postgres(ql)?://", database)
+    ):
+        c.problem("database", f"must be \"sqlite\" or a postgresql://user:password@host/db URL, got {database!r}")
+        database = "sqlite"
+
+    if c.problems:
+        raise ConfigError(c.problems)
+    base = path.resolve().parent
+    return Config(
+        path=path.resolve(), owners=tuple(owners), domain=domain, homeserver_url=url.rstrip("/"),
+        homeserver_embedded=embedded, homeserver_port=hs_port, listen_host=host, listen_port=port,
+        appservice_id=as_id, puppet_prefix=prefix, bot=bot,
+        registration_path=(base / os.path.expanduser(reg)).resolve(), agents=agents,
+        agents_in_memory=in_memory, context_messages=ctx_messages, context_chars=ctx_chars,
+        database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
+    )
+
+
+def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
+    raw = data.get("agents")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        c.problem("agents", "must be a mapping of agent name to its settings")
+        return {}
+    agents: dict[str, AgentConfig] = {}
+    for name, spec in raw.items():
+        key = f"agents.{name}"
+        if not isinstance(name, str) or not AGENT_NAME.match(name):
+            c.problem(key, "the name must be lowercase letters, digits, - or _, starting with a letter or digit")
+            continue
+        if not isinstance(spec, dict):
+            c.problem(key, "must be a mapping with at least `command`")
+            continue
+        command = spec.get("command")
+        if isinstance(command, str) and command.strip():
+            command = command.split()
+        if (not isinstance(command, list) or not command
+                or not all(isinstance(part, str) and part for part in command)):
+            c.problem(f"{key}.command", "must be a non-empty list of strings")
+            command = None
+        title = spec.get("title", name)
+        if not isinstance(title, str) or not title.strip():
+            c.problem(f"{key}.title", "must be a non-empty string")
+        cwd = spec.get("cwd")
+        if cwd is not None:
+            if not isinstance(cwd, str) or not cwd:
+                c.problem(f"{key}.cwd", "must be a folder path")
+                cwd = None
+            else:
+                cwd = str((path.resolve().parent / os.path.expanduser(cwd)).resolve())
+                if not os.path.isdir(cwd):
+                    c.problem(f"{key}.cwd", f"folder does not exist: {cwd}")
+        env = spec.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
+            c.problem(f"{key}.env", "must be a mapping of NAME: value")
+            env = {}
+        env = {k: str(v) for k, v in env.items()}
+        timeout = c.number(spec, "timeout", f"{key}.timeout", 300.0, 1.0)
+        if command is not None and isinstance(title, str):
+            agents[name] = AgentConfig(name=name, title=title.strip(), command=tuple(command),
+                                       cwd=cwd, env=env, timeout=timeout)
+    return agents

@@ -1,0 +1,57 @@
+"""The validated configuration, as plain dataclasses the rest of the program reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    name: str
+    title: str
+    command: tuple[str, ...]
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    owners: tuple[str, ...]
+    domain: str
+    homeserver_url: str
+    homeserver_embedded: bool
+    homeserver_port: int
+    listen_host: str
+    listen_port: int
+    appservice_id: str
+    puppet_prefix: str
+    bot: str
+    registration_path: Path
+    agents: dict[str, AgentConfig]
+    agents_in_memory: int
+    context_messages: int
+    context_chars: int
+    database: str
+    data_dir: Path
+    permission_timeout: float = 600.0
+
+    @property
+    def bot_user_id(self) -> str:
+        return f"@{self.bot}:{self.domain}"
+
+    def puppet_user_id(self, agent: str) -> str:
+        return f"@{self.puppet_prefix}{agent}:{self.domain}"
+
+    def agent_for_user_id(self, user_id: str) -> str | None:
+        """The agent a puppet user id stands for, or None (also for agents no longer configured)."""
+        prefix, suffix = f"@{self.puppet_prefix}", f":{self.domain}"
+        if not (user_id.startswith(prefix) and user_id.endswith(suffix)):
+            return None
+        name = user_id[len(prefix):-len(suffix)]
+        return name if name in self.agents else None
+
+    @property
+    def appservice_url(self) -> str:
+        return f"http://{self.listen_host}:{self.listen_port}"

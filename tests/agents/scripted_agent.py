@@ -1,0 +1,260 @@
+"""A scripted ACP agent for tests: `python tests/agents/scripted_agent.py [options]`.
+
+A real ACP agent over stdio (built on acp.agent_kit) whose behaviour is chosen
+by command-line options and, per prompt, by directives inside the prompt text.
+
+Options
+  --log FILE            append every JSON-RPC message received, one JSON per line
+  --name N, --version V, --title T     agentInfo (default scripted / 1.0)
+  --answer TEXT         the answer (default: "echo: " + prompt text)
+  --answer-size N       answer with N generated characters (lines of text)
+  --chunks N            split the answer into N agent_message_chunk updates (default 1)
+  --delay S             seconds between chunks (default 0)
+  --thoughts            an agent_thought_chunk before the answer
+  --tool-call           a tool_call, then tool_call_updates (in_progress, completed)
+  --tool-update-only    a tool_call_update for a tool call never announced
+  --plan                a plan update
+  --commands SPEC       "name:description[:hint],name2:desc2": available_commands_update
+                        right after session/new, BEFORE its reply
+  --commands-later SPEC another available_commands_update 0.3 s after session/new
+                        was answered (outside any prompt)
+  --load-session        announce loadSession; session/load replays the session's
+                        history (user_message_chunk / agent_message_chunk) before
+                        replying; an unknown session id gets error -32002
+  --state DIR           keep session histories in DIR so session/load works across
+                        processes (default: in memory, this process only)
+  --permission          ask session/request_permission (allow_once / reject_once)
+                        before answering; answer "allowed" or "rejected", or stop
+                        with stopReason "cancelled" if the outcome is cancelled
+  --auth                announce an auth method and refuse session/new with -32000
+  --crash-at-start      write to stderr and exit 3 before reading anything
+  --crash-mid-answer    after the first chunk: write to stderr, exit with code 3
+  --hang                after the first chunk: block forever (ignores cancel too)
+  --big-line MIB        one chunk of MIB MiB of text (a single huge JSON line)
+  --stderr-flood MIB    write MIB MiB to stderr before answering
+  --garbage             write a non-JSON line on stdout before answering
+
+Directives inside the prompt text (apply to that prompt only)
+  [[slow]]          20 chunks, 0.2 s apart (time to cancel)
+  [[crash]]         crash mid-answer (exit 3)         [[hang]]   hang mid-answer
+  [[permission]]    ask permission first              [[thoughts]] [[tool]] [[plan]]
+  [[size:N]]        answer with N characters          [[chunks:N]] [[delay:S]]
+  [[garbage]]       a garbage line first              [[big:MIB]]  [[stderr:MIB]]
+  [[env:NAME]]      answer with the value of environment variable NAME
+  [[cwd]]           answer with the working directory
+  [[answer:TEXT]]   answer with TEXT
+  [[commands:SPEC]] send available_commands_update during the prompt
+
+session/cancel stops the answer at once; the prompt returns stopReason "cancelled".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `acp`
+
+from acp.agent_kit import AgentBase, RpcFailure, Turn, run  # noqa: E402
+from acp.framing import AUTH_REQUIRED  # noqa: E402
+
+DIRECTIVE = re.compile(r"\[\[([a-z-]+)(?::([^\]]*))?\]\]")
+
+
+def parse_commands(spec: str) -> list[dict]:
+    commands = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, rest = item.partition(":")
+        description, _, hint = rest.partition(":")
+        commands.append({"name": name, "description": description,
+                         "input": {"hint": hint} if hint else None})
+    return commands
+
+
+def generated_text(size: int) -> str:
+    line = "The quick brown fox jumps over the lazy dog. 0123456789\n"
+    return (line * (size // len(line) + 1))[:size]
+
+
+def split(text: str, parts: int) -> list[str]:
+    parts = max(1, min(parts, len(text) or 1))
+    step = -(-len(text) // parts) if text else 0
+    return [text[i:i + step] for i in range(0, len(text), step)] if text else [""]
+
+
+class Scripted(AgentBase):
+    def __init__(self, opts: argparse.Namespace):
+        super().__init__()
+        self.opts = opts
+        self.name, self.version, self.title = opts.name, opts.version, opts.title
+        self.load_session = opts.load_session
+        if opts.auth:
+            self.auth_methods = [{"id": "scripted-login", "name": "Scripted login",
+                                  "description": "Run `scripted login` first"}]
+        self.history: dict[str, list[list[str]]] = {}
+
+    # -- persistence of histories, for session/load across processes --------
+    def _path(self, session_id: str) -> Path | None:
+        return Path(self.opts.state) / f"{session_id}.json" if self.opts.state else None
+
+    def _history(self, session_id: str) -> list[list[str]] | None:
+        if session_id not in self.history and (path := self._path(session_id)) and path.exists():
+            self.history[session_id] = json.loads(path.read_text())
+        return self.history.get(session_id)
+
+    def _remember(self, session_id: str, role: str, text: str) -> None:
+        entries = self.history.setdefault(session_id, [])
+        entries.append([role, text])
+        if path := self._path(session_id):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(entries))
+
+    # -- protocol hooks -------------------------------------------------------
+    def received(self, message: dict) -> None:
+        if self.opts.log:
+            with open(self.opts.log, "a", encoding="utf-8") as log:
+                log.write(json.dumps(message) + "\n")
+
+    async def new_session(self, cwd: str, params: dict) -> str:
+        if self.opts.auth:
+            raise RpcFailure(AUTH_REQUIRED, "Authentication required")
+        session_id = await super().new_session(cwd, params)
+        self.history[session_id] = []
+        if path := self._path(session_id):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("[]")
+        if self.opts.commands:
+            self.send_commands(session_id, parse_commands(self.opts.commands))
+        if self.opts.commands_later:
+            asyncio.get_running_loop().call_later(
+                0.3, self.send_commands, session_id, parse_commands(self.opts.commands_later))
+        return session_id
+
+    async def load(self, session_id: str, cwd: str, params: dict) -> None:
+        if not self.load_session:
+            raise RpcFailure(-32601, "session/load not supported")
+        entries = self._history(session_id)
+        if entries is None:
+            raise RpcFailure(-32002, f"session not found: {session_id}")
+        for role, text in entries:
+            kind = "user_message_chunk" if role == "user" else "agent_message_chunk"
+            self.send_update(session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": text}})
+        if self.opts.commands:
+            self.send_commands(session_id, parse_commands(self.opts.commands))
+
+    async def prompt(self, turn: Turn) -> str:
+        o = self.opts
+        d = {name: value for name, value in DIRECTIVE.findall(turn.text)}
+        self._history(turn.session_id)
+        self._remember(turn.session_id, "user", turn.text)
+
+        if "stderr" in d or o.stderr_flood:
+            flood(float(d.get("stderr") or o.stderr_flood))
+        if "garbage" in d or o.garbage:
+            self.conn.send_raw(b"this is not JSON {\n")
+        if "commands" in d:
+            self.send_commands(turn.session_id, parse_commands(d["commands"]))
+        if "thoughts" in d or o.thoughts:
+            await turn.thought("Let me think about that.")
+        if "plan" in d or o.plan:
+            await turn.plan([{"content": "Read the question", "priority": "high", "status": "completed"},
+                             {"content": "Write the answer", "priority": "medium", "status": "in_progress"}])
+        if "tool" in d or o.tool_call:
+            await turn.tool_call("call_1", "Read notes.txt", kind="read", status="pending")
+            await turn.tool_call_update("call_1", status="in_progress")
+            await turn.tool_call_update("call_1", status="completed", content=[
+                {"type": "content", "content": {"type": "text", "text": "notes"}}])
+        if o.tool_update_only:
+            await turn.tool_call_update("call_ghost", status="completed", title="Ghost tool")
+
+        if "permission" in d or o.permission:
+            choice = await turn.request_permission(
+                {"toolCallId": "call_perm", "title": "Write notes.txt", "kind": "edit", "status": "pending"},
+                [{"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+                 {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"}])
+            if choice is None:
+                return "cancelled"
+            answer = "allowed" if choice == "allow_once" else "rejected"
+            await turn.say(answer)
+            self._remember(turn.session_id, "agent", answer)
+            return "end_turn"
+
+        answer = self._answer(turn.text, d)
+        chunks, delay = int(d.get("chunks") or o.chunks), float(d.get("delay") or o.delay)
+        if "slow" in d:
+            chunks, delay = 20, 0.2
+        big = float(d.get("big") or o.big_line or 0)
+        pieces = [generated_text(int(big * 1024 * 1024))] if big else split(answer, chunks)
+        for index, piece in enumerate(pieces):
+            if index and delay:
+                await asyncio.sleep(delay)
+            await turn.say(piece)
+            if index == 0 and ("crash" in d or o.crash_mid_answer):
+                os.write(2, b"scripted_agent: crashing mid-answer on purpose\n")
+                os._exit(3)
+            if index == 0 and ("hang" in d or o.hang):
+                time.sleep(3600)  # blocks the whole process: a real hang
+        self._remember(turn.session_id, "agent", "".join(pieces))
+        return "end_turn"
+
+    def _answer(self, text: str, d: dict[str, str]) -> str:
+        if "env" in d:
+            return os.environ.get(d["env"], "<unset>")
+        if "cwd" in d:
+            return os.getcwd()
+        if "answer" in d:
+            return d["answer"]
+        if "size" in d or self.opts.answer_size:
+            return generated_text(int(d.get("size") or self.opts.answer_size))
+        if self.opts.answer is not None:
+            return self.opts.answer
+        return "echo: " + text
+
+
+def flood(mib: float) -> None:
+    block = b"E" * 1023 + b"\n"
+    for _ in range(int(mib * 1024)):
+        os.write(2, block)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--log")
+    p.add_argument("--name", default="scripted")
+    p.add_argument("--version", default="1.0")
+    p.add_argument("--title", default=None)
+    p.add_argument("--answer")
+    p.add_argument("--answer-size", type=int, default=0)
+    p.add_argument("--chunks", type=int, default=1)
+    p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--thoughts", action="store_true")
+    p.add_argument("--tool-call", action="store_true")
+    p.add_argument("--tool-update-only", action="store_true")
+    p.add_argument("--plan", action="store_true")
+    p.add_argument("--commands")
+    p.add_argument("--commands-later")
+    p.add_argument("--load-session", action="store_true")
+    p.add_argument("--state")
+    p.add_argument("--permission", action="store_true")
+    p.add_argument("--auth", action="store_true")
+    p.add_argument("--crash-at-start", action="store_true")
+    p.add_argument("--crash-mid-answer", action="store_true")
+    p.add_argument("--hang", action="store_true")
+    p.add_argument("--big-line", type=float, default=0)
+    p.add_argument("--stderr-flood", type=float, default=0)
+    p.add_argument("--garbage", action="store_true")
+    opts = p.parse_args()
+    if opts.crash_at_start:
+        os.write(2, b"scripted_agent: crashing at start on purpose\n")
+        sys.exit(3)
+    run(Scripted(opts))
+
+
+if __name__ == "__main__":
+    main()

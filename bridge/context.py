@@ -1,0 +1,39 @@
+"""What an agent reads before its turn (SPEC §7, ADR §3). Pure: no I/O, tested on its own.
+
+The header and closing lines are the ADR's, byte for byte: the last sentence stops a model from
+imitating the transcript ("Bob: 4217").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEADER = "[Messages in #{channel} you have not seen yet]"
+FOOTER = "[End of the messages]"
+CLOSING = "The user now writes to you (answer directly, without your name in front):"
+
+
+@dataclass(frozen=True)
+class Line:
+    sender: str   # "user" for the owner, else the agent's name
+    text: str
+
+
+def build_prompt(channel: str, unseen: list[Line], text: str, max_messages: int = 20,
+                 max_chars: int = 1500) -> str:
+    """The prompt for one turn: the unseen messages (the last `max_messages`, each cut at
+    `max_chars`), then the user's text. With nothing unseen the text goes alone."""
+    recent = unseen[-max_messages:] if max_messages > 0 else []
+    if not recent:
+        return text
+    lines = [HEADER.format(channel=channel.lstrip("#"))]
+    lines.extend(f"{line.sender}: {cut(line.text, max_chars)}" for line in recent)
+    lines.append(FOOTER)
+    lines.append(CLOSING)
+    lines.append(text)
+    return "\n".join(lines)
+
+
+def cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"

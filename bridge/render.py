@@ -1,0 +1,55 @@
+"""Agent Markdown → sanitised Matrix HTML.
+
+markdown-it-py renders CommonMark (+ tables, strikethrough); nh3 (ammonia) then keeps only the
+tags and attributes the Matrix spec lists for `org.matrix.custom.html`, so an agent can never
+put a script, an iframe, an event handler or a javascript: link in front of the owner.
+"""
+from __future__ import annotations
+
+import nh3
+from markdown_it import MarkdownIt
+
+# The HTML subset of the Matrix client-server spec (m.room.message, org.matrix.custom.html).
+ALLOWED_TAGS = {
+    "font", "del", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "p", "a", "ul", "ol", "sup",
+    "sub", "li", "b", "i", "u", "strong", "em", "s", "code", "hr", "br", "div", "table", "thead",
+    "tbody", "tr", "th", "td", "caption", "pre", "span", "img", "details", "summary",
+}
+ALLOWED_ATTRIBUTES = {
+    "font": {"data-mx-bg-color", "data-mx-color", "color"},
+    "span": {"data-mx-bg-color", "data-mx-color", "data-mx-spoiler"},
+    "a": {"href", "target"},
+    "img": {"width", "height", "alt", "title", "src"},
+    "ol": {"start"},
+    "code": {"class"},
+}
+URL_SCHEMES = {"http", "https", "ftp", "mailto", "magnet", "mxc"}
+
+_markdown = MarkdownIt("commonmark", {"html": True, "linkify": False, "breaks": True}).enable(
+    ["table", "strikethrough"]
+)
+
+
+def sanitise(html: str) -> str:
+    return nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes=URL_SCHEMES,
+        link_rel="noopener",
+        strip_comments=True,
+    )
+
+
+def markdown_to_html(text: str) -> str:
+    """Render an agent's Markdown to HTML safe to send as `formatted_body`."""
+    return sanitise(_markdown.render(text)).strip()
+
+
+def needs_html(text: str, html: str) -> bool:
+    """Plain text renders as one bare paragraph: then sending HTML adds nothing."""
+    return html != f"<p>{_escape(text)}</p>"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>\n")

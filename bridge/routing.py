@@ -1,0 +1,52 @@
+"""Who answers a message (SPEC §6, ADR §2). Pure: no I/O, tested on its own.
+
+1. `/agent:command args` (or `@agent /command args`) → that agent, `/command args`, alone.
+2. Else the mentioned agents, one after the other, in the order of the mentions; a mentioned
+   agent that is not a member is invited first.
+3. Else the last agent who spoke in the channel; with a single member, that member.
+4. Else nobody.
+A direct channel's agent always answers; mentions there are plain text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .mentions import Parsed
+
+
+@dataclass(frozen=True)
+class Turn:
+    agent: str
+    text: str            # what the agent is told now (the user's text, or `/command args`)
+    alone: bool = False  # a slash command goes without the channel context
+
+
+@dataclass(frozen=True)
+class Route:
+    turns: tuple[Turn, ...]
+    invite: tuple[str, ...] = ()   # mentioned agents that must become members first
+    unknown_agent: str | None = None  # `/x:cmd` naming an agent that is not configured
+
+    @property
+    def nobody(self) -> bool:
+        return not self.turns
+
+
+def route(text: str, parsed: Parsed, members: list[str], last_speaker: str | None,
+          direct_agent: str | None = None) -> Route:
+    if direct_agent is not None:
+        if parsed.slash is not None and parsed.slash.agent == direct_agent:
+            return Route((Turn(direct_agent, parsed.slash.text, alone=True),))
+        return Route((Turn(direct_agent, text),))
+    if parsed.slash is not None:
+        agent = parsed.slash.agent
+        invite = () if agent in members else (agent,)
+        return Route((Turn(agent, parsed.slash.text, alone=True),), invite=invite)
+    if parsed.mentions:
+        invite = tuple(agent for agent in parsed.mentions if agent not in members)
+        return Route(tuple(Turn(agent, text) for agent in parsed.mentions), invite=invite)
+    if last_speaker is not None and last_speaker in members:
+        return Route((Turn(last_speaker, text),))
+    if len(members) == 1:
+        return Route((Turn(members[0], text),))
+    return Route(())

@@ -1,0 +1,176 @@
+"""One streamed answer: a puppet message posted at once and edited (`m.replace`) as parts arrive.
+
+Edits are throttled: the first part shows at once, later ones at most about twice a second and
+less often as the message grows, never more than MAX_EDITS per message. Past SPLIT_BYTES the
+answer continues in a new message: an event is at most 64 KiB and an edit carries its text
+several times (fallback body, new body, HTML).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from .matrix import check
+from .render import markdown_to_html, needs_html
+
+log = logging.getLogger(__name__)
+
+SPLIT_BYTES = 15_000
+MAX_EDITS = 99           # intermediate edits + the final one stay within 100 per message
+BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
+MAX_EVENT_BYTES = 60_000
+
+
+def edit_interval(edits: int) -> float:
+    """Longer waits as a message gets more edits: 0.5 s, then 1 s after 25 edits, 1.5 s after 50..."""
+    return BASE_INTERVAL * (1 + edits / 25)
+
+
+def split_point(text: str, limit: int = SPLIT_BYTES) -> int:
+    """Where to cut `text` so the head stays under `limit` UTF-8 bytes, at a paragraph, line or
+    word boundary when one is near."""
+    encoded = text.encode("utf-8")
+    if len(encoded) <= limit:
+        return len(text)
+    head = encoded[:limit].decode("utf-8", errors="ignore")
+    for sep in ("\n\n", "\n", " "):
+        at = head.rfind(sep)
+        if at > len(head) * 0.8:
+            return at + len(sep)
+    return len(head)
+
+
+def message_content(text: str, status: str | None) -> dict:
+    body = f"{status}\n\n{text}" if status and text else (status or text or "…")
+    html = markdown_to_html(text) if text else ""
+    content = {"msgtype": "m.text", "body": body}
+    if status:
+        html = f"<p><em>{_escape(status)}</em></p>{html}"
+    if html and (status or needs_html(text, html)):
+        content.update({"format": "org.matrix.custom.html", "formatted_body": html})
+    return content
+
+
+def edit_content(original_event_id: str, new: dict) -> dict:
+    content = {"msgtype": new["msgtype"], "body": "* " + new["body"], "m.new_content": new,
+               "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
+    if len(str(content).encode("utf-8")) > MAX_EVENT_BYTES:
+        # keep under the 64 KiB event limit: drop the HTML rather than the text
+        plain = {"msgtype": new["msgtype"], "body": new["body"]}
+        content["m.new_content"] = plain
+    return content
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class Answer:
+    """The Matrix side of one turn's answer. Not stored: the caller stores the finished text."""
+
+    def __init__(self, client, room_id: str, title: str):
+        self.client = client
+        self.room_id = room_id
+        self.title = title
+        self.event_ids: list[str] = []        # one per message of this answer
+        self.done_text: list[str] = []        # text of messages already closed (split)
+        self.text = ""                        # text of the current message
+        self.status: str | None = None
+        self.edits = 0
+        self.edit_count_total = 0
+        self._dirty = asyncio.Event()
+        self._last_edit = 0.0
+        self._first_part = True
+        self._pump: asyncio.Task | None = None
+        self._send_lock = asyncio.Lock()
+
+    @property
+    def full_text(self) -> str:
+        return "".join(self.done_text) + self.text
+
+    async def start(self, note: str = "") -> str:
+        """Post the placeholder at once; returns its event id."""
+        status = f"⏳ {self.title} is getting ready…" + (f" ({note})" if note else "")
+        event_id = await self._send(message_content("", status))
+        self.event_ids.append(event_id)
+        self.status = status
+        self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
+        return event_id
+
+    async def waiting(self, note: str) -> None:
+        """Say why the answer has not started (turn or slot), without waiting for the throttle."""
+        self.status = f"⏳ {self.title} is getting ready… ({note})"
+        self._dirty.set()
+
+    def set_status(self, status: str | None) -> None:
+        if status != self.status:
+            self.status = status
+            self._dirty.set()
+
+    def append(self, chunk: str) -> None:
+        if not chunk:
+            return
+        self.text += chunk
+        self._dirty.set()
+
+    async def finish(self, footer: str | None = None) -> list[str]:
+        """Final edit(s) without status line; returns the event ids of the answer's messages."""
+        await self._stop_pump()
+        if footer:
+            self.text = f"{self.text}\n\n{footer}" if self.text else footer
+        self.status = None
+        async with self._send_lock:
+            await self._split_if_needed(final=True)
+            await self._edit(message_content(self.text or "(no answer)", None))
+        return list(self.event_ids)
+
+    async def _stop_pump(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel()
+            try:
+                await self._pump
+            except asyncio.CancelledError:
+                pass
+            self._pump = None
+
+    async def _edit_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            if not self._first_part:
+                wait = self._last_edit + edit_interval(self.edits) - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            self._dirty.clear()
+            if self.edits >= MAX_EDITS - 1:
+                continue  # keep the last edit for the final text
+            async with self._send_lock:
+                await self._split_if_needed(final=False)
+                await self._edit(message_content(self.text, self.status))
+            if self.text:
+                self._first_part = False
+
+    async def _split_if_needed(self, final: bool) -> None:
+        while len(self.text.encode("utf-8")) > SPLIT_BYTES:
+            at = split_point(self.text)
+            head, self.text = self.text[:at], self.text[at:]
+            await self._edit(message_content(head, None))
+            self.done_text.append(head)
+            event_id = await self._send(message_content("", "…" if final else (self.status or "…")))
+            self.event_ids.append(event_id)
+            self.edits = 0
+
+    async def _send(self, content: dict) -> str:
+        response = await self.client.room_send(self.room_id, "m.room.message", content,
+                                               tx_id=uuid.uuid4().hex)
+        return check(response, "sending an answer").event_id
+
+    async def _edit(self, new: dict) -> None:
+        try:
+            await self._send(edit_content(self.event_ids[-1], new))
+        except Exception:  # one failed edit must not end the turn; the next one carries it all
+            log.exception("edit failed in %s", self.room_id)
+        self.edits += 1
+        self.edit_count_total += 1
+        self._last_edit = time.monotonic()

@@ -1,1 +1,20 @@
-"""store"""
+"""Persistent state of the bridge: channels, members, finished messages.
+
+Knows nothing of Matrix: room and event ids are opaque strings.
+"""
+
+from .errors import StoreClosed, StoreError, StoreLocked
+from .ids import new_id
+from .records import Channel, Member, Message
+from .store import Store
+
+__all__ = [
+    "Channel",
+    "Member",
+    "Message",
+    "Store",
+    "StoreClosed",
+    "StoreError",
+    "StoreLocked",
+    "new_id",
+]

@@ -1,0 +1,70 @@
+"""Opening a database: which engine, its settings, and the one-bridge lock."""
+
+from pathlib import Path
+
+import peewee as pw
+
+from .errors import StoreError
+from .locks import FileLock, PgAdvisoryLock
+
+DB_FILE = "sidekicks.db"
+LOCK_FILE = "sidekicks.lock"
+
+# WAL: readers never block the writer and a commit is one append.
+# synchronous=NORMAL is durable across process crashes (WAL), which is what a
+# bridge needs; foreign keys are off by default in SQLite.
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "synchronous": "normal",
+    "foreign_keys": 1,
+    "busy_timeout": 5000,
+    "cache_size": -8000,  # KiB: memory stays small whatever the history size
+    "temp_store": "memory",
+}
+
+Lock = FileLock | PgAdvisoryLock
+
+
+def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock | None]:
+    """Connect and lock; the caller owns both. Raises StoreLocked if held."""
+    # One connection shared by all threads (callers serialise): a PostgreSQL
+    # advisory lock belongs to the connection, and ':memory:' is per connection.
+    common = {"thread_safe": False, "autoconnect": False}
+    if database == ":memory:":
+        db = pw.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS, check_same_thread=False, **common)
+        db.connect()
+        return db, None
+    if database == "sqlite":
+        if folder is None:
+            raise ValueError("a SQLite store needs a folder")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(folder / LOCK_FILE)
+        lock.acquire()  # before touching the database: it may be in use
+        try:
+            db = pw.SqliteDatabase(
+                str(folder / DB_FILE), pragmas=SQLITE_PRAGMAS, check_same_thread=False, **common
+            )
+            db.connect()
+        except BaseException as exc:
+            lock.release()
+            if isinstance(exc, pw.PeeweeException):
+                raise StoreError(f"cannot open {folder / DB_FILE}: {exc}") from exc
+            raise
+        return db, lock
+    if database.startswith(("postgresql://", "postgres://")):
+        # peewee hands a postgresql:// name to libpq as a URL.
+        url = "postgresql://" + database.split("://", 1)[1]
+        db = pw.PostgresqlDatabase(url, **common)
+        try:
+            db.connect()
+        except pw.PeeweeException as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from exc
+        try:
+            lock = PgAdvisoryLock(db)
+            lock.acquire()
+        except BaseException:
+            db.close()
+            raise
+        return db, lock
+    raise ValueError(f"unknown database {database!r}: use 'sqlite', ':memory:' or a postgresql:// URL")

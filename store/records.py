@@ -1,0 +1,32 @@
+"""What the store returns: plain frozen values, never database rows."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Channel:
+    id: str
+    room_id: str
+    name: str
+    direct_agent: str | None  # set for a direct conversation with one agent
+    created: int  # milliseconds since the epoch
+
+
+@dataclass(frozen=True)
+class Member:
+    channel_id: str
+    agent: str
+    session_id: str | None  # the agent's ACP session for this channel
+    fresh: bool  # a new session that has not yet been told the channel's past
+    last_seen: str | None  # id of the last channel message this agent has seen
+
+
+@dataclass(frozen=True)
+class Message:
+    id: str
+    channel_id: str
+    sender: str  # the agent's name, or the user's display name / id
+    role: str  # 'user' | 'agent'
+    text: str
+    event_ids: tuple[str, ...]  # the Matrix events that carry it, in order
+    created: int  # milliseconds since the epoch

@@ -1,0 +1,319 @@
+"""The Store: channels, members, finished messages and a few values.
+
+Every method is synchronous, runs under one lock (a single connection is
+shared by all threads) and returns frozen records, never database rows.
+"""
+
+import functools
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import peewee as pw
+
+from . import schema
+from .connect import connect
+from .errors import StoreClosed, StoreError
+from .ids import new_id, now_ms
+from .locks import PgAdvisoryLock
+from .records import Channel, Member, Message
+
+ROLES = ("user", "agent")
+
+
+def _operation(method):
+    """Serialise, refuse once closed, and turn driver errors into StoreError."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._mutex:
+            if self._db is None:
+                raise StoreClosed()
+            try:
+                return method(self, *args, **kwargs)
+            except pw.PeeweeException as exc:
+                raise StoreError(f"{method.__name__} failed: {exc}") from exc
+
+    return wrapper
+
+
+class Store:
+    """Use Store.open(); the constructor takes an open, locked database."""
+
+    def __init__(self, db: pw.Database, lock, in_memory: bool) -> None:
+        self._db: pw.Database | None = db
+        self._lock = lock
+        self._mutex = threading.RLock()
+        self._m = schema.build(db)
+        self.in_memory = in_memory
+
+    @classmethod
+    def open(cls, database: str, folder: str | Path | None = None) -> "Store":
+        db, lock = connect(database, folder)
+        store = cls(db, lock, in_memory=database == ":memory:")
+        try:
+            schema.create_tables(db, store._m)
+        except BaseException as exc:
+            store.close()
+            if isinstance(exc, pw.PeeweeException):
+                raise StoreError(f"cannot create the tables: {exc}") from exc
+            raise
+        return store
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._db is None:
+                return
+            db, self._db = self._db, None
+            try:
+                if isinstance(self._lock, PgAdvisoryLock):
+                    self._lock.release()  # unlock while still connected
+                db.close()
+            finally:
+                if self._lock is not None:
+                    self._lock.release()  # a file lock: only once the database is closed
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- processed appservice transactions -------------------------------
+
+    @_operation
+    def txn_seen(self, txn_id: str) -> bool:
+        Txn = self._m.Txn
+        return Txn.select(Txn.id).where(Txn.id == txn_id).exists()
+
+    @_operation
+    def mark_txn(self, txn_id: str) -> None:
+        self._m.Txn.insert(id=txn_id).on_conflict_ignore().execute()
+
+    # --- channels ----------------------------------------------------------
+
+    def _channels(self, where=None) -> list[Channel]:
+        C = self._m.Channel
+        query = C.select(C.id, C.room_id, C.name, C.direct_agent, C.created)
+        if where is not None:
+            query = query.where(where)
+        return [Channel(*row) for row in query.order_by(C.id).tuples()]
+
+    @_operation
+    def create_channel(self, room_id: str, name: str, direct_agent: str | None = None) -> Channel:
+        C = self._m.Channel
+        if self._channels(C.room_id == room_id):
+            raise ValueError(f"room {room_id} already has a channel")
+        channel = Channel(new_id(), room_id, name, direct_agent, now_ms())
+        C.insert(
+            id=channel.id, room_id=room_id, name=name, direct_agent=direct_agent, created=channel.created
+        ).execute()
+        return channel
+
+    @_operation
+    def channel_by_room(self, room_id: str) -> Channel | None:
+        found = self._channels(self._m.Channel.room_id == room_id)
+        return found[0] if found else None
+
+    @_operation
+    def channel(self, channel_id: str) -> Channel | None:
+        found = self._channels(self._m.Channel.id == channel_id)
+        return found[0] if found else None
+
+    @_operation
+    def channels(self) -> list[Channel]:
+        return self._channels()
+
+    @_operation
+    def rename_channel(self, channel_id: str, name: str) -> None:
+        C = self._m.Channel
+        C.update(name=name).where(C.id == channel_id).execute()
+
+    @_operation
+    def delete_channel(self, channel_id: str) -> None:
+        m = self._m
+        with self._db.atomic():
+            in_channel = m.Message.select(m.Message.id).where(m.Message.channel_id == channel_id)
+            m.MessageEvent.delete().where(m.MessageEvent.message_id.in_(in_channel)).execute()
+            m.Message.delete().where(m.Message.channel_id == channel_id).execute()
+            m.Member.delete().where(m.Member.channel_id == channel_id).execute()
+            m.Channel.delete().where(m.Channel.id == channel_id).execute()
+
+    def _require_channel(self, channel_id: str) -> None:
+        C = self._m.Channel
+        if not C.select(C.id).where(C.id == channel_id).exists():
+            raise LookupError(f"no channel {channel_id}")
+
+    # --- members -----------------------------------------------------------
+
+    def _members(self, where) -> list[Member]:
+        M = self._m.Member
+        query = M.select(M.channel_id, M.agent, M.session_id, M.fresh, M.last_seen).where(where)
+        return [
+            Member(channel_id, agent, session_id, bool(fresh), last_seen)
+            for channel_id, agent, session_id, fresh, last_seen in query.order_by(M.joined).tuples()
+        ]
+
+    def _one_member(self, channel_id: str, agent: str) -> Member | None:
+        M = self._m.Member
+        found = self._members((M.channel_id == channel_id) & (M.agent == agent))
+        return found[0] if found else None
+
+    def _update_member(self, channel_id: str, agent: str, **values) -> None:
+        # A member removed meanwhile (an answer ending late) is not an error.
+        M = self._m.Member
+        M.update(**values).where((M.channel_id == channel_id) & (M.agent == agent)).execute()
+
+    @_operation
+    def add_member(self, channel_id: str, agent: str) -> Member:
+        with self._db.atomic():
+            self._require_channel(channel_id)
+            M = self._m.Member
+            M.insert(channel_id=channel_id, agent=agent, fresh=False, joined=new_id()).on_conflict_ignore().execute()
+            return self._one_member(channel_id, agent)
+
+    @_operation
+    def remove_member(self, channel_id: str, agent: str) -> None:
+        M = self._m.Member
+        M.delete().where((M.channel_id == channel_id) & (M.agent == agent)).execute()
+
+    @_operation
+    def members(self, channel_id: str) -> list[Member]:
+        return self._members(self._m.Member.channel_id == channel_id)
+
+    @_operation
+    def member(self, channel_id: str, agent: str) -> Member | None:
+        return self._one_member(channel_id, agent)
+
+    @_operation
+    def set_session(self, channel_id: str, agent: str, session_id: str | None, fresh: bool) -> None:
+        self._update_member(channel_id, agent, session_id=session_id, fresh=bool(fresh))
+
+    @_operation
+    def set_fresh(self, channel_id: str, agent: str, fresh: bool) -> None:
+        self._update_member(channel_id, agent, fresh=bool(fresh))
+
+    @_operation
+    def set_last_seen(self, channel_id: str, agent: str, message_id: str) -> None:
+        self._update_member(channel_id, agent, last_seen=message_id)
+
+    @_operation
+    def members_of_agent(self, agent: str) -> list[Member]:
+        return self._members(self._m.Member.agent == agent)
+
+    # --- messages ------------------------------------------------------------
+
+    def _messages(self, where, limit: int) -> list[Message]:
+        # Newest first through the (channel_id, id) index, so the cost depends
+        # on `limit`, not on the history's length; then back to chronological.
+        M = self._m.Message
+        query = (
+            M.select(M.id, M.channel_id, M.sender, M.role, M.text, M.event_ids, M.created)
+            .where(where)
+            .order_by(M.id.desc())
+            .limit(limit)
+        )
+        found = [
+            Message(id, channel_id, sender, role, text, tuple(json.loads(event_ids)), created)
+            for id, channel_id, sender, role, text, event_ids, created in query.tuples()
+        ]
+        found.reverse()
+        return found
+
+    @_operation
+    def add_message(
+        self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str] = ()
+    ) -> Message:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, not {role!r}")
+        if isinstance(event_ids, str):
+            raise TypeError("event_ids must be a sequence of event ids, not one string")
+        message = Message(new_id(), channel_id, sender, role, text, tuple(event_ids), now_ms())
+        m = self._m
+        with self._db.atomic():
+            self._require_channel(channel_id)
+            m.Message.insert(
+                id=message.id,
+                channel_id=channel_id,
+                sender=sender,
+                role=role,
+                text=text,
+                event_ids=json.dumps(message.event_ids),
+                created=message.created,
+            ).execute()
+            if message.event_ids:
+                rows = [(event_id, message.id) for event_id in message.event_ids]
+                m.MessageEvent.insert_many(
+                    rows, fields=[m.MessageEvent.event_id, m.MessageEvent.message_id]
+                ).execute()
+        return message
+
+    @_operation
+    def messages_after(self, channel_id: str, after_id: str | None, limit: int) -> list[Message]:
+        if limit <= 0:
+            return []
+        M = self._m.Message
+        where = M.channel_id == channel_id
+        if after_id is not None:
+            where &= M.id > after_id
+        return self._messages(where, limit)
+
+    @_operation
+    def last_messages(self, channel_id: str, limit: int) -> list[Message]:
+        if limit <= 0:
+            return []
+        return self._messages(self._m.Message.channel_id == channel_id, limit)
+
+    @_operation
+    def message_by_event(self, event_id: str) -> Message | None:
+        E = self._m.MessageEvent
+        ids = E.select(E.message_id).where(E.event_id == event_id)
+        found = self._messages(self._m.Message.id.in_(ids), 1)
+        return found[0] if found else None
+
+    @_operation
+    def last_agent_sender(self, channel_id: str) -> str | None:
+        M = self._m.Message
+        query = (
+            M.select(M.sender)
+            .where((M.channel_id == channel_id) & (M.role == "agent"))
+            .order_by(M.id.desc())
+            .limit(1)
+        )
+        row = query.tuples().first()
+        return row[0] if row else None
+
+    @_operation
+    def count_messages(self, channel_id: str | None = None) -> int:
+        M = self._m.Message
+        query = M.select()
+        if channel_id is not None:
+            query = query.where(M.channel_id == channel_id)
+        return query.count()
+
+    # --- agent commands and values ------------------------------------------
+
+    @_operation
+    def set_agent_commands(self, agent: str, commands: list[dict]) -> None:
+        A = self._m.AgentCommand
+        A.insert(agent=agent, commands=json.dumps(list(commands))).on_conflict(
+            conflict_target=[A.agent], preserve=[A.commands]
+        ).execute()
+
+    @_operation
+    def agent_commands(self, agent: str) -> list[dict] | None:
+        A = self._m.AgentCommand
+        row = A.select(A.commands).where(A.agent == agent).tuples().first()
+        return json.loads(row[0]) if row else None
+
+    @_operation
+    def set_value(self, key: str, value: str) -> None:
+        V = self._m.Value
+        V.insert(key=key, value=value).on_conflict(conflict_target=[V.key], preserve=[V.value]).execute()
+
+    @_operation
+    def get_value(self, key: str) -> str | None:
+        V = self._m.Value
+        row = V.select(V.value).where(V.key == key).tuples().first()
+        return row[0] if row else None

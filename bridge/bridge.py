@@ -1,0 +1,335 @@
+"""The bridge: receives the homeserver's events and hands them to portals, puppets and the bot.
+
+Flow is one way: bridge → acp (agents), store (history), config. Events of one transaction are
+handled in order; answering happens in each portal's own task so a transaction is acknowledged
+quickly.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+
+from acp import AgentCrashed, AgentSpec, Pool, PermissionRequest
+from config import Config
+from config.registration import Registration
+from store import Store, StoreClosed
+
+from .appservice import AppserviceServer
+from .matrix import MatrixError
+from .portal import Incoming, Portal
+from .puppet import Puppet
+
+log = logging.getLogger(__name__)
+
+STDERR_LINES = 12
+
+
+class Bridge:
+    def __init__(self, config: Config, registration: Registration, store: Store,
+                 history_unavailable: bool = False):
+        self.config = config
+        self.registration = registration
+        self.store = store
+        self.history_unavailable = history_unavailable
+        self.pool = Pool({name: AgentSpec(name=name, command=list(a.command), cwd=a.cwd,
+                                          env=dict(a.env), title=a.title, timeout=a.timeout)
+                          for name, a in config.agents.items()},
+                         agents_in_memory=config.agents_in_memory,
+                         on_commands=self._on_commands, on_stopped=self._on_stopped)
+        self.aliases = {}
+        for name in config.agents:
+            self.aliases[name] = name
+            self.aliases[f"{config.puppet_prefix}{name}"] = name
+        self.server = AppserviceServer(registration.hs_token, self.handle_transaction,
+                                       self.handle_user_query, self._txn_seen, self._mark_txn)
+        self.session: aiohttp.ClientSession | None = None
+        self.bot: Puppet | None = None
+        self.puppets: dict[str, Puppet] = {}
+        self.portals: dict[str, Portal] = {}
+        self.active_turns: dict[str, Portal] = {}
+        self._encryption_noted: set[str] = set()
+
+    # ---- life cycle -------------------------------------------------------------------------
+
+    async def start(self, progress=lambda text: None) -> None:
+        self.session = aiohttp.ClientSession()
+        hs = self.config.homeserver_url
+        self.bot = Puppet(self.config.bot_user_id, "Sidekicks", hs, self.registration.as_token,
+                          self.session)
+        await self.server.start(self.config.listen_host, self.config.listen_port)
+        progress(f"appservice listening on {self.config.appservice_url}")
+        await self._wait_for_homeserver(progress)
+        await self.bot.ensure_registered()
+        for name in self.config.agents:
+            await self.puppet(name)
+        await self._ping()
+        progress("bridge ready")
+
+    async def stop(self) -> None:
+        for portal in list(self.portals.values()):
+            if portal.worker is not None and not portal.worker.done():
+                portal.worker.cancel()
+        workers = [p.worker for p in self.portals.values() if p.worker is not None]
+        if workers:
+            await asyncio.gather(*workers, return_exceptions=True)
+        await self.pool.close()
+        await self.server.stop()
+        if self.session is not None:
+            await self.session.close()
+        self.store.close()
+
+    async def _wait_for_homeserver(self, progress) -> None:
+        delay, said = 0.5, False
+        url = f"{self.config.homeserver_url}/_matrix/client/versions"
+        while True:
+            try:
+                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+                    if response.status == 200:
+                        return
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass
+            if not said:
+                progress(f"waiting for the homeserver at {self.config.homeserver_url} …")
+                said = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10)
+
+    async def _ping(self) -> None:
+        """Ask the homeserver to call us now: a backlog of transactions is retried at once."""
+        path = f"/_matrix/client/v1/appservice/{self.registration.id}/ping"
+        try:
+            status, body = await self.bot.client.raw(
+                "POST", path, {"transaction_id": f"sidekicks-{int(time.time() * 1000)}"}, masquerade=False)
+            if status != 200:
+                log.warning("homeserver ping failed: %s %s", status, body.get("error", body))
+        except aiohttp.ClientError as exc:
+            log.warning("homeserver ping failed: %s", exc)
+
+    # ---- helpers used by portals and turns ----------------------------------------------------
+
+    async def puppet(self, agent: str) -> Puppet:
+        puppet = self.puppets.get(agent)
+        if puppet is None:
+            title = self.config.agents[agent].title
+            puppet = Puppet(self.config.puppet_user_id(agent), title, self.config.homeserver_url,
+                            self.registration.as_token, self.session, agent=agent)
+            self.puppets[agent] = puppet
+        await puppet.ensure_registered()
+        return puppet
+
+    def is_owner(self, user_id: str) -> bool:
+        return user_id in self.config.owners
+
+    def waiting_note(self, agent: str) -> str:
+        busy_in = self.active_turns.get(agent)
+        if busy_in is not None:
+            return f"{agent} is answering in #{busy_in.channel.name}; its turn here comes next"
+        state = self.pool.state(agent)
+        if state == "stopped":
+            return "starting"
+        return ""
+
+    async def session_for(self, portal: Portal, agent_name: str, agent) -> tuple[str, bool]:
+        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4)."""
+        member = self.store.member(portal.channel.id, agent_name)
+        if member is None:
+            member = self.store.add_member(portal.channel.id, agent_name)
+        cwd = self.config.agents[agent_name].cwd
+        if member.session_id and member.session_id in agent.sessions:
+            return member.session_id, member.fresh
+        if member.session_id and agent.load_session:
+            try:
+                await agent.load_session(member.session_id, cwd)
+                return member.session_id, member.fresh
+            except Exception as exc:  # the agent lost it: fall back to a fresh session
+                log.info("session/load of %s failed (%s); opening a new session", agent_name, exc)
+        session_id = await agent.new_session(cwd)
+        self.store.set_session(portal.channel.id, agent_name, session_id, fresh=True)
+        return session_id, True
+
+    def seen(self, portal: Portal, agent: str, message_id: str) -> None:
+        """The agent has now seen everything up to `message_id` (its own answer, usually)."""
+        try:
+            if self.store.member(portal.channel.id, agent) is None:
+                return
+            self.store.set_last_seen(portal.channel.id, agent, message_id)
+            self.store.set_fresh(portal.channel.id, agent, False)
+        except StoreClosed:
+            pass  # the bridge is quitting; the next run sees the message again, which is harmless
+
+    def permission_handler(self, portal: Portal, puppet: Puppet):
+        async def decide(request: PermissionRequest) -> str | None:
+            return None  # permissions arrive with the channels issue; until then: cancelled
+        return decide
+
+    async def notice(self, portal: Portal, text: str, puppet: Puppet | None = None) -> None:
+        sender = puppet
+        if sender is None:
+            members = portal.member_names()
+            sender = await self.puppet(members[0]) if members else self.bot
+        await self.send_notice(sender, portal.room_id, text)
+
+    async def send_notice(self, sender: Puppet, room_id: str, text: str, html: str | None = None) -> None:
+        content: dict[str, Any] = {"msgtype": "m.notice", "body": text}
+        if html:
+            content.update({"format": "org.matrix.custom.html", "formatted_body": html})
+        try:
+            await sender.client.room_send(room_id, "m.room.message", content)
+        except Exception:
+            log.exception("could not send a notice to %s", room_id)
+
+    async def crash_notice(self, portal: Portal, puppet: Puppet, agent: str, exc: AgentCrashed) -> None:
+        tail = "\n".join((exc.stderr_tail or "").strip().splitlines()[-STDERR_LINES:])
+        text = f"⚠️ {agent} stopped unexpectedly (exit code {exc.exit_code})."
+        html = f"<p>{text}</p>"
+        if tail:
+            text += f" The end of its error output:\n{tail}"
+            html += f"<p>The end of its error output:</p><pre><code>{_escape(tail)}</code></pre>"
+        text += "\nThe next message starts it again."
+        html += "<p>The next message starts it again.</p>"
+        await self.send_notice(puppet, portal.room_id, text, html)
+
+    async def add_agent(self, portal: Portal, agent: str, announce: bool = False) -> None:
+        """Make `agent` a member: invite its puppet, which joins at once."""
+        puppet = await self.puppet(agent)
+        self.store.add_member(portal.channel.id, agent)
+        if announce:
+            await self.notice(portal, f"Inviting {self.config.agents[agent].title} (@{agent}) to #{portal.channel.name}.")
+        inviter = next((await self.puppet(m) for m in portal.member_names() if m != agent), self.bot)
+        await inviter.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(portal.room_id)}/invite",
+                                 {"user_id": puppet.user_id})
+        await puppet.join(portal.room_id)
+
+    def portal_for(self, room_id: str) -> Portal | None:
+        portal = self.portals.get(room_id)
+        if portal is None:
+            channel = self.store.channel_by_room(room_id)
+            if channel is None:
+                return None
+            portal = self.portals[room_id] = Portal(self, channel)
+        return portal
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def _txn_seen(self, txn_id: str) -> bool:
+        return self.store.txn_seen(txn_id)
+
+    def _mark_txn(self, txn_id: str) -> None:
+        self.store.mark_txn(txn_id)
+
+    async def handle_user_query(self, user_id: str) -> bool:
+        agent = self.config.agent_for_user_id(user_id)
+        if agent is None:
+            return False
+        await self.puppet(agent)
+        return True
+
+    async def handle_transaction(self, events: list[dict], ephemeral: list[dict]) -> None:
+        for event in events:
+            try:
+                await self.handle_event(event)
+            except (MatrixError, aiohttp.ClientError) as exc:
+                log.warning("event %s: %s", event.get("event_id"), exc)
+            except Exception:
+                log.exception("event %s could not be handled", event.get("event_id"))
+
+    async def handle_event(self, event: dict) -> None:
+        kind, room_id, sender = event.get("type"), event.get("room_id"), event.get("sender")
+        if not isinstance(kind, str) or not isinstance(room_id, str) or not isinstance(sender, str):
+            return
+        content = event.get("content")
+        if not isinstance(content, dict):
+            return
+        if kind == "m.room.member":
+            await self.on_member(event, room_id, sender, content)
+        elif kind == "m.room.message":
+            await self.on_message(event, room_id, sender, content)
+        elif kind == "m.room.name" and self.is_owner(sender):
+            portal = self.portal_for(room_id)
+            name = content.get("name")
+            if portal is not None and isinstance(name, str) and name.strip():
+                self.store.rename_channel(portal.channel.id, name.strip())
+                portal.channel = self.store.channel(portal.channel.id)
+
+    async def on_member(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        target = event.get("state_key")
+        membership = content.get("membership")
+        if not isinstance(target, str):
+            return
+        agent = self.config.agent_for_user_id(target)
+        if agent is None:
+            return
+        puppet = await self.puppet(agent)
+        if membership == "invite":
+            if not self.is_owner(sender):
+                log.info("%s invited %s: declined (not an owner)", sender, target)
+                await puppet.leave(room_id)
+                return
+            channel = self.store.channel_by_room(room_id)
+            if channel is None:
+                direct = bool(content.get("is_direct"))
+                name = _room_name(event) or (agent if direct else room_id)
+                channel = self.store.create_channel(room_id, name, agent if direct else None)
+            self.store.add_member(channel.id, agent)
+            self.portal_for(room_id)
+            await puppet.join(room_id)
+        elif membership in ("leave", "ban") and sender != target:
+            channel = self.store.channel_by_room(room_id)
+            if channel is not None:
+                self.store.remove_member(channel.id, agent)
+
+    async def on_message(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        if sender == self.config.bot_user_id or self.config.agent_for_user_id(sender):
+            return  # our own puppets' messages are stored by their turns
+        if not self.is_owner(sender):
+            return  # strangers never reach an agent (SPEC §5)
+        if "m.new_content" in content or (content.get("m.relates_to") or {}).get("rel_type") == "m.replace":
+            return  # edits of earlier messages are not new prompts
+        body = content.get("body")
+        if not isinstance(body, str) or not body.strip():
+            return
+        portal = self.portal_for(room_id)
+        if portal is None:
+            return
+        event_id = event.get("event_id", "")
+        if self.store.message_by_event(event_id) is not None:
+            return  # already taken (a transaction delivered again after a crash)
+        message = self.store.add_message(portal.channel.id, sender, "user", body, [event_id])
+        formatted = content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else None
+        mentions = (content.get("m.mentions") or {}).get("user_ids") or []
+        portal.submit(Incoming(message.id, event_id, body,
+                               formatted if isinstance(formatted, str) else None,
+                               [m for m in mentions if isinstance(m, str)]))
+
+    # ---- acp callbacks -------------------------------------------------------------------------
+
+    def _on_commands(self, agent: str, commands: list[dict]) -> None:
+        try:
+            self.store.set_agent_commands(agent, commands)
+        except StoreClosed:
+            pass
+
+    def _on_stopped(self, agent: str) -> None:
+        log.info("agent %s stopped", agent)
+
+
+def _room_name(event: dict) -> str | None:
+    for state in (event.get("unsigned") or {}).get("invite_room_state") or []:
+        if isinstance(state, dict) and state.get("type") == "m.room.name":
+            name = (state.get("content") or {}).get("name")
+            if isinstance(name, str) and name.strip():
+                return name.strip()
+    return None
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _q(value: str) -> str:
+    from urllib.parse import quote
+    return quote(value, safe="")

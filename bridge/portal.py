@@ -1,0 +1,83 @@
+"""A portal: one Matrix room that is a Sidekicks channel (mautrix's word for a bridged room).
+
+It owns the channel's queue: messages are answered one at a time, each by the agents routing
+picks, one after the other — never two agents in one channel at once (ADR §2).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from store import Channel
+
+from .mentions import parse
+from .routing import route
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Incoming:
+    """An owner's message, already stored."""
+    message_id: str
+    event_id: str
+    body: str
+    formatted_body: str | None = None
+    mention_ids: list[str] = field(default_factory=list)
+
+
+class Portal:
+    def __init__(self, bridge: "Bridge", channel: Channel):
+        self.bridge = bridge
+        self.channel = channel
+        self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
+        self.worker: asyncio.Task | None = None
+        self.current = None  # the running turns.TurnRun, for !stop and redactions
+
+    @property
+    def room_id(self) -> str:
+        return self.channel.room_id
+
+    def member_names(self) -> list[str]:
+        return [m.agent for m in self.bridge.store.members(self.channel.id)
+                if m.agent in self.bridge.config.agents]
+
+    def submit(self, incoming: Incoming) -> None:
+        self.queue.put_nowait(incoming)
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.create_task(self._work(), name=f"portal-{self.room_id}")
+
+    async def _work(self) -> None:
+        while not self.queue.empty():
+            incoming = self.queue.get_nowait()
+            try:
+                await self.answer(incoming)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("answering %s in %s failed", incoming.event_id, self.room_id)
+
+    async def answer(self, incoming: Incoming) -> None:
+        from .turns import run_turn  # turns imports portal types
+
+        config = self.bridge.config
+        members = self.member_names()
+        parsed = parse(incoming.body, incoming.formatted_body, incoming.mention_ids,
+                       config.agent_for_user_id, self.bridge.aliases)
+        decision = route(incoming.body, parsed, members,
+                         self.bridge.store.last_agent_sender(self.channel.id),
+                         self.channel.direct_agent)
+        for agent in decision.invite:
+            await self.bridge.add_agent(self, agent, announce=True)
+        if decision.nobody:
+            await self.bridge.notice(self, "Nobody answers this one: mention an agent, like "
+                                     + ", ".join(f"@{name}" for name in members[:3] or config.agents)
+                                     + ", to get an answer.")
+            return
+        for turn in decision.turns:
+            await run_turn(self, turn, incoming)

@@ -1,0 +1,142 @@
+"""One turn: one agent answering one message in one channel (SPEC §7–9).
+
+Picks up the agent's session (kept, loaded or fresh), tells it what it has not seen, streams its
+answer into an `Answer`, and stores the answer once it is finished — never while it streams.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from acp import AcpError, AgentCrashed, AgentTimeout, Update
+
+from .context import Line, build_prompt
+from .routing import Turn
+from .stream import Answer
+
+if TYPE_CHECKING:
+    from .portal import Incoming, Portal
+
+log = logging.getLogger(__name__)
+
+STATUS_THINKING = "💭 thinking…"
+STATUS_WRITING = "✍️ writing…"
+
+
+def tool_status(title: str | None) -> str:
+    return f"🔧 using a tool: {title or 'a tool'}"
+
+
+class TurnRun:
+    """A turn in progress, so `!stop`, a redaction or 🛑 can cancel it."""
+
+    def __init__(self, portal: "Portal", agent_name: str, answer: Answer):
+        self.portal = portal
+        self.agent_name = agent_name
+        self.answer = answer
+        self.agent = None
+        self.session_id: str | None = None
+        self.prompt_event_id: str | None = None
+        self.cancelled = False
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+        if self.agent is not None and self.session_id is not None:
+            try:
+                await self.agent.cancel(self.session_id)
+            except AcpError:
+                log.warning("cancel of %s failed", self.agent_name)
+
+
+def unseen_lines(portal: "Portal", agent: str, current_message_id: str, fresh: bool) -> list[Line]:
+    store, limit = portal.bridge.store, portal.bridge.config.context_messages
+    member = store.member(portal.channel.id, agent)
+    after = None if fresh or member is None else member.last_seen
+    messages = store.messages_after(portal.channel.id, after, limit + 1)
+    return [Line("user" if m.role == "user" else m.sender, m.text)
+            for m in messages if m.id != current_message_id][-limit:] if limit else []
+
+
+async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
+    bridge = portal.bridge
+    config = bridge.config
+    agent_config = config.agents.get(turn.agent)
+    if agent_config is None:
+        await bridge.notice(portal, f"There is no agent called {turn.agent}.")
+        return
+    puppet = await bridge.puppet(turn.agent)
+    answer = Answer(puppet.client, portal.room_id, agent_config.title)
+    run = TurnRun(portal, turn.agent, answer)
+    run.prompt_event_id = incoming.event_id
+    await answer.start(bridge.waiting_note(turn.agent))
+    portal.current = run
+    bridge.active_turns[turn.agent] = portal
+    typing = asyncio.create_task(_keep_typing(puppet, portal.room_id))
+    stored_upto = incoming.message_id
+    try:
+        async with bridge.pool.turn(turn.agent) as agent:
+            run.agent = agent
+            session_id, fresh = await bridge.session_for(portal, turn.agent, agent)
+            run.session_id = session_id
+            if run.cancelled:
+                await answer.finish("⏹ stopped")
+                return
+            text = turn.text if turn.alone else build_prompt(
+                portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
+                turn.text, config.context_messages, config.context_chars)
+            await puppet.read_up_to(portal.room_id, incoming.event_id)
+            answer.set_status(STATUS_THINKING)
+
+            def on_update(update: Update) -> None:
+                if update.kind == "text":
+                    answer.set_status(STATUS_WRITING)
+                    answer.append(update.text)
+                elif update.kind == "thought":
+                    answer.set_status(STATUS_THINKING)
+                elif update.kind in ("tool_call", "tool_call_update"):
+                    if update.status in ("completed", "failed"):
+                        answer.set_status(STATUS_THINKING)
+                    else:
+                        answer.set_status(tool_status(update.title))
+
+            stop_reason = await agent.prompt(session_id, text, on_update,
+                                             bridge.permission_handler(portal, puppet))
+        footer = {"cancelled": "⏹ stopped", "max_tokens": "(cut: the agent reached its token limit)",
+                  "refusal": "(the agent refused to answer)",
+                  "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
+        event_ids = await answer.finish(footer)
+        message = bridge.store.add_message(portal.channel.id, turn.agent, "agent",
+                                           answer.full_text, event_ids)
+        stored_upto = message.id
+    except AgentCrashed as exc:
+        await answer.finish(f"⚠️ interrupted: {turn.agent} stopped unexpectedly")
+        await bridge.crash_notice(portal, puppet, turn.agent, exc)
+    except AgentTimeout as exc:
+        await answer.finish(f"⚠️ interrupted: {exc}")
+    except AcpError as exc:
+        await answer.finish(f"⚠️ {exc}")
+    except asyncio.CancelledError:
+        # the bridge is quitting: the answer was never finished, so it is not stored (ADR §5)
+        await asyncio.shield(_interrupted(answer, "the bridge stopped"))
+        raise
+    finally:
+        typing.cancel()
+        portal.current = None
+        if bridge.active_turns.get(turn.agent) is portal:
+            del bridge.active_turns[turn.agent]
+        bridge.seen(portal, turn.agent, stored_upto)
+        await puppet.typing(portal.room_id, False)
+
+
+async def _interrupted(answer: Answer, why: str) -> None:
+    try:
+        await asyncio.wait_for(answer.finish(f"⚠️ interrupted: {why}"), timeout=5)
+    except Exception:
+        log.warning("could not mark an answer as interrupted")
+
+
+async def _keep_typing(puppet, room_id: str) -> None:
+    while True:
+        await puppet.typing(room_id, True)
+        await asyncio.sleep(25)

@@ -1,0 +1,168 @@
+"""The spine: a Matrix message reaches an ACP agent and its answer streams back (issue 2)."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import aiohttp
+import nio
+
+from bridge_harness import agent, answers_in
+from matrix_helpers import events_in, login, sync_until
+
+ANSWER = "Hello **there**, owner. Here is a longer answer in parts."
+
+
+def received(log_path) -> list[dict]:
+    if not log_path.exists():
+        return []
+    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+
+
+def prompts(log_path) -> list[str]:
+    texts = []
+    for message in received(log_path):
+        if message.get("method") == "session/prompt":
+            texts.append("".join(block.get("text", "") for block in message["params"]["prompt"]))
+    return texts
+
+
+async def open_dm(owner: nio.AsyncClient, puppet_id: str) -> str:
+    response = await owner.room_create(is_direct=True, invite=[puppet_id],
+                                       preset=nio.RoomPreset.trusted_private_chat)
+    assert isinstance(response, nio.RoomCreateResponse), response
+    room_id = response.room_id
+    await sync_until(owner, lambda: any(
+        e.get("type") == "m.room.member" and e.get("state_key") == puppet_id
+        and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+    return room_id
+
+
+async def say(owner: nio.AsyncClient, room_id: str, text: str) -> str:
+    response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+    assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
+
+
+async def final_answer(owner, room_id, puppet_id, count=1, timeout=20, done=lambda a: True):
+    """Wait until `puppet_id` has `count` answers whose last edit has no status line."""
+    def finished():
+        answers = answers_in(events_in(owner, room_id), puppet_id)
+        return len(answers) >= count and all(
+            "getting ready" not in a["body"] and not a["body"].startswith(("💭", "✍️", "🔧"))
+            and done(a) for a in answers[:count])
+    await sync_until(owner, finished, timeout=timeout)
+    return answers_in(events_in(owner, room_id), puppet_id)
+
+
+async def test_dm_answer_streams_as_edits_and_is_stored(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--answer", ANSWER, "--chunks", "5", "--delay", "0.3",
+                                                   "--log", str(log), title="Alice (scripted)")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        puppet_id = "@sk_alice:localhost"
+        room_id = await open_dm(owner, puppet_id)
+        prompt_event = await say(owner, room_id, "hello")
+        answers = await final_answer(owner, room_id, puppet_id, done=lambda a: a["body"] == ANSWER)
+        answer = answers[0]
+        # posted at once as a placeholder, then edited part by part, then the final text
+        assert "Alice (scripted) is getting ready" in answer["history"][0]
+        partial = [body for body in answer["history"][1:-1] if "Hello" in body]
+        assert partial and any(ANSWER not in body for body in partial), answer["history"]
+        assert answer["edits"] >= 3
+        assert answer["body"] == ANSWER
+        assert "<strong>there</strong>" in answer["html"]
+        assert prompts(log) == ["hello"]
+        # the store holds both messages, finished, with their Matrix event ids
+        channel = running.store.channel_by_room(room_id)
+        assert channel is not None and channel.direct_agent == "alice"
+        stored = running.store.last_messages(channel.id, 10)
+        assert [(m.role, m.text) for m in stored] == [("user", "hello"), ("agent", ANSWER)]
+        assert stored[0].event_ids == (prompt_event,)
+        assert stored[1].event_ids == (answer["event_id"],)
+        # the puppet's display name is the agent's title
+        profile = await owner.get_displayname(puppet_id)
+        assert profile.displayname == "Alice (scripted)"
+    finally:
+        await owner.close()
+
+
+async def test_stranger_never_reaches_the_agent(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
+    try:
+        puppet_id = "@sk_alice:localhost"
+        room_id = await open_dm(owner, puppet_id)
+        await owner.room_invite(room_id, homeserver.stranger_id)
+        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+        await say(stranger, room_id, "stranger here: tell me secrets")
+        await say(owner, room_id, "owner here")
+        answers = await final_answer(owner, room_id, puppet_id, done=lambda a: "owner here" in a["body"])
+        assert len(answers) == 1 and answers[0]["body"] == "echo: owner here"
+        assert prompts(log) == ["owner here"]
+        channel = running.store.channel_by_room(room_id)
+        assert [m.text for m in running.store.last_messages(channel.id, 10)] == ["owner here", "echo: owner here"]
+    finally:
+        await owner.close()
+        await stranger.close()
+
+
+async def test_hs_token_is_checked_on_every_endpoint(homeserver, bridge_factory):
+    await bridge_factory({"alice": agent()})
+    base = f"http://127.0.0.1:{homeserver.as_port}"
+    calls = [("PUT", "/_matrix/app/v1/transactions/x1", {"events": []}),
+             ("GET", "/_matrix/app/v1/users/%40sk_alice%3Alocalhost", None),
+             ("POST", "/_matrix/app/v1/ping", {}),
+             ("PUT", "/transactions/x2", {"events": []})]
+    async with aiohttp.ClientSession() as http:
+        for method, path, body in calls:
+            for headers in ({}, {"Authorization": "Bearer wrong-token"}):
+                async with http.request(method, base + path, json=body, headers=headers) as response:
+                    assert response.status == 403, (method, path, headers)
+                    assert (await response.json())["errcode"] == "M_FORBIDDEN"
+            async with http.request(method, base + path + "?access_token=wrong", json=body) as response:
+                assert response.status == 403
+
+
+async def test_same_transaction_is_processed_once_also_after_restart(homeserver, bridge_factory, tmp_path):
+    from config import registration as registrations
+    token = registrations.read(homeserver.registration_path).hs_token
+    folder = tmp_path / "bridge"
+    running = await bridge_factory({"alice": agent()}, folder=folder)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_dm(owner, "@sk_alice:localhost")
+        channel = running.store.channel_by_room(room_id)
+        txn_id = f"replayed-{uuid.uuid4().hex}"
+
+        def transaction(event_id: str, body: str) -> dict:
+            return {"events": [{"type": "m.room.message", "room_id": room_id, "sender": homeserver.owner_id,
+                                "event_id": event_id, "origin_server_ts": 1,
+                                "content": {"msgtype": "m.text", "body": body}}]}
+
+        url = f"http://127.0.0.1:{homeserver.as_port}/_matrix/app/v1/transactions/{txn_id}"
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession() as http:
+            for attempt in range(2):
+                async with http.put(url, json=transaction(f"$first{attempt}", "once"), headers=headers) as r:
+                    assert r.status == 200
+            await final_answer(owner, room_id, "@sk_alice:localhost", done=lambda a: a["body"] == "echo: once")
+            texts = [m.text for m in running.store.last_messages(channel.id, 10)]
+            assert texts == ["once", "echo: once"]
+
+            await running.stop()
+            running = await bridge_factory({"alice": agent()}, folder=folder)
+            async with http.put(url, json=transaction("$after-restart", "again"), headers=headers) as r:
+                assert r.status == 200
+            # a new transaction still works, and the replayed one added nothing
+            async with http.put(url + "-new", json=transaction("$new", "new one"), headers=headers) as r:
+                assert r.status == 200
+            await final_answer(owner, room_id, "@sk_alice:localhost", count=2,
+                               done=lambda a: a["body"].startswith("echo: "))
+        texts = [m.text for m in running.store.last_messages(channel.id, 10)]
+        assert texts == ["once", "echo: once", "new one", "echo: new one"]
+    finally:
+        await owner.close()

@@ -86,7 +86,8 @@ def _port_answers(port: int) -> bool:
 def _die_with_parent() -> None:
     # Runs in the child before exec (Linux only): if the bridge dies without stopping Synapse
     # (SIGKILL, crash), the kernel sends Synapse SIGTERM instead of leaving an orphan that
-    # holds the port and the database.
+    # holds the port and the database. The kernel ties this to the *thread* that spawned the
+    # child, so start() must run on the event loop's thread, not in a worker thread.
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -187,6 +188,9 @@ class Homeserver:
             "app_service_config_files": [str(p) for p in self.appservice_files],
         }
         if self.relaxed_limits:
+            # Tests log in and register dozens of times; cost 4 instead of 12 makes each
+            # password check milliseconds instead of a quarter second. Never for real use.
+            body["bcrypt_rounds"] = 4
             for dotted in _RATE_LIMIT_KEYS:
                 first, _, second = dotted.partition(".")
                 if second:
@@ -219,12 +223,13 @@ class Homeserver:
         if self._proc is not None and self._proc.poll() is None:
             return
         say = progress or (lambda _text: None)
-        self.ensure_config()
+        # Before ensure_config: that would overwrite the port the other server is using.
         other = self._pid_elsewhere()
         if other is not None:
             raise HomeserverError(
                 f"another homeserver (pid {other}) already serves {self.folder}; "
                 f"stop it first or use it at {self._recorded_url()}")
+        self.ensure_config()
         if not _port_free(self.port):
             raise HomeserverError(
                 f"cannot start the homeserver: port {self.port} on 127.0.0.1 is already in use "

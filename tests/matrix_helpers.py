@@ -1,0 +1,181 @@
+"""Helpers for tests that talk to the real Synapse of the `homeserver` fixture (tests/conftest.py).
+
+Import them as `from matrix_helpers import login, sync_until, events_in, texts_in` (pytest puts
+tests/ on sys.path because tests/ is not a package).
+
+A typical end-to-end test:
+
+    async def test_owner_talks_to_alice(homeserver):
+        owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+        try:
+            room = (await owner.room_create(name="t")).room_id
+            await owner.room_send(room, "m.room.message", {"msgtype": "m.text", "body": "hi"})
+            await sync_until(owner, lambda: any(e["sender"] == "@sk_alice:localhost"
+                                                for e in events_in(owner, room)))
+        finally:
+            await owner.close()
+
+Every client made by `login` records every timeline event it receives through `sync`, so
+`events_in` sees everything since the client's first sync, whichever helper ran the sync.
+The fixture's Synapse lives for the whole session: use fresh rooms in each test rather than
+counting on a clean server.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import nio
+
+from bridge.homeserver import Homeserver
+
+
+@dataclass
+class TestHomeserver:
+    """What the session fixture `homeserver` yields."""
+    __test__ = False  # a dataclass named Test*, not a test class: pytest must not collect it
+
+    url: str                  # http://127.0.0.1:<port> of Synapse
+    domain: str               # "localhost" (the server name)
+    as_port: int              # where Synapse expects the bridge's appservice listener
+    registration_path: Path   # appservice registration Synapse loaded (as_token, hs_token)
+    owner_id: str             # "@owner:localhost", the owner in base.yaml
+    owner_password: str
+    stranger_id: str          # "@stranger:localhost", a user who is not the owner
+    stranger_password: str
+    folder: Path              # the session's temp folder: base.yaml, registration.yaml, synapse/
+    server: Homeserver        # the running server (register more users with server.register_user)
+
+    @property
+    def base_config_path(self) -> Path:
+        """The bridge config the registration was made from (owner, domain, listener, no agents)."""
+        return self.folder / "base.yaml"
+
+
+# Per-client record of timeline events: client -> room id -> raw events, in arrival order.
+_events: "weakref.WeakKeyDictionary[nio.AsyncClient, dict[str, list[dict]]]" = (
+    weakref.WeakKeyDictionary())
+_store_numbers = itertools.count()
+
+
+def _record(client: nio.AsyncClient) -> dict[str, list[dict]]:
+    """Start recording `client`'s timeline events (once per client) and return the record."""
+    if client in _events:
+        return _events[client]
+    rooms: dict[str, list[dict]] = {}
+    seen: set[str] = set()
+
+    def on_event(room: nio.MatrixRoom, event: Any) -> None:
+        # nio calls this for each timeline event of a joined room, including events it could
+        # not parse (BadEvent): the raw dict is in `source` either way.
+        source = getattr(event, "source", None)
+        if not isinstance(source, dict):
+            return
+        event_id = source.get("event_id")
+        if event_id in seen:
+            return  # a later sync may repeat an event
+        seen.add(event_id)
+        rooms.setdefault(room.room_id, []).append(source)
+
+    client.add_event_callback(on_event, (nio.Event, nio.BadEvent, nio.UnknownBadEvent))
+    _events[client] = rooms
+    return rooms
+
+
+async def login(hs: TestHomeserver, user_id: str, password: str,
+                device_name: str = "tests") -> nio.AsyncClient:
+    """A matrix-nio client logged in as `user_id`, already recording events. Close it yourself.
+
+    Raises AssertionError (with the server's answer) when the login is refused.
+    """
+    store = hs.folder / "nio" / f"{user_id.strip('@').replace(':', '_')}-{next(_store_numbers)}"
+    store.mkdir(parents=True, exist_ok=True)
+    client = nio.AsyncClient(
+        hs.url, user_id, store_path=str(store),
+        # No end-to-end encryption: the bridge only reads unencrypted rooms, and a test that
+        # needs an encrypted room can send an m.room.encryption state event by hand.
+        config=nio.AsyncClientConfig(encryption_enabled=False, request_timeout=30,
+                                     max_timeouts=3))
+    response = await client.login(password, device_name=device_name)
+    if not isinstance(response, nio.LoginResponse):
+        await client.close()
+        raise AssertionError(f"login of {user_id} refused: {response}")
+    _record(client)
+    return client
+
+
+async def sync_until(client: nio.AsyncClient,
+                     predicate: Callable[[], bool | Awaitable[bool]],
+                     timeout: float = 15) -> None:
+    """Sync `client` again and again until `predicate()` is true.
+
+    `predicate` takes no arguments and may be async; it is checked before the first sync and
+    after each one, so it can look at `events_in(...)`, `client.rooms`, `client.invited_rooms`
+    or anything else (a store, a fake agent's log). Each sync waits at most 1 s for news, so a
+    predicate about something outside Matrix is rechecked at least once a second.
+
+    Raises AssertionError after `timeout` seconds, naming the predicate and showing the last
+    events the client saw in each room.
+    """
+    async def holds() -> bool:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        return bool(result)
+
+    _record(client)
+    deadline = time.monotonic() + timeout
+    while True:
+        if await holds():
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        response = await client.sync(timeout=int(min(remaining, 1.0) * 1000))
+        if not isinstance(response, nio.SyncResponse):
+            await asyncio.sleep(0.2)  # a transient error (server busy): try again until the deadline
+    name = getattr(predicate, "__qualname__", repr(predicate))
+    raise AssertionError(
+        f"sync_until: {name} still false after {timeout:g} s for {client.user_id}\n"
+        + _describe(client))
+
+
+def events_in(client: nio.AsyncClient, room_id: str) -> list[dict[str, Any]]:
+    """Timeline events `client` has received in `room_id` so far, oldest first.
+
+    Only rooms the client is joined to have a timeline; an invite shows up in
+    `client.invited_rooms` instead (join with `client.join(room_id)`).
+
+    Each item is the raw event dict from the homeserver: `event_id`, `sender`, `type`,
+    `content`, `origin_server_ts`, plus `state_key` for state events and `unsigned`. The list
+    is live (it grows as the client syncs); copy it to keep a snapshot.
+    """
+    return _record(client).setdefault(room_id, [])
+
+
+def texts_in(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[str]:
+    """Bodies of the m.room.message events in `room_id` (optionally only from `sender`)."""
+    return [event["content"].get("body", "") for event in events_in(client, room_id)
+            if event.get("type") == "m.room.message"
+            and isinstance(event.get("content"), dict)
+            and (sender is None or event.get("sender") == sender)]
+
+
+def _describe(client: nio.AsyncClient, last: int = 6) -> str:
+    rooms = _events.get(client) or {}
+    if not rooms:
+        return "  (no timeline events seen)"
+    lines = []
+    for room_id, events in rooms.items():
+        lines.append(f"  {room_id}: {len(events)} events, last:")
+        for event in events[-last:]:
+            content = event.get("content") or {}
+            detail = content.get("body") or content.get("membership") or ""
+            lines.append(f"    {event.get('sender')} {event.get('type')} {str(detail)[:120]!r}")
+    return "\n".join(lines)

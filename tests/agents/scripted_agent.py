@@ -29,7 +29,8 @@ Options
   --auth                announce an auth method and refuse session/new with -32000
   --crash-at-start      write to stderr and exit 3 before reading anything
   --crash-mid-answer    after the first chunk: write to stderr, exit with code 3
-  --hang                after the first chunk: block forever (ignores cancel too)
+  --hang                after the first chunk: never answer (ignores cancel and
+                        stdin closing; only a signal ends it)
   --big-line MIB        one chunk of MIB MiB of text (a single huge JSON line)
   --stderr-flood MIB    write MIB MiB to stderr before answering
   --garbage             write a non-JSON line on stdout before answering
@@ -56,7 +57,6 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `acp`
@@ -199,7 +199,7 @@ class Scripted(AgentBase):
                 os.write(2, b"scripted_agent: crashing mid-answer on purpose\n")
                 os._exit(3)
             if index == 0 and ("hang" in d or o.hang):
-                time.sleep(3600)  # blocks the whole process: a real hang
+                await hang()
         self._remember(turn.session_id, "agent", "".join(pieces))
         return "end_turn"
 
@@ -215,6 +215,19 @@ class Scripted(AgentBase):
         if self.opts.answer is not None:
             return self.opts.answer
         return "echo: " + text
+
+
+async def hang() -> None:
+    """Never answer, and ignore session/cancel (the kit cancels the task).
+
+    The event loop keeps running, so --log still records what arrives; only
+    SIGTERM/SIGKILL ends the process.
+    """
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
 
 
 def flood(mib: float) -> None:

@@ -1,0 +1,343 @@
+"""The ACP client: one running agent process and its sessions.
+
+`start_agent()` spawns the process and runs `initialize`; the returned Agent
+opens/loads sessions and runs prompts, turning session/update notifications
+into `Update` objects and session/request_permission into a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Awaitable, Callable
+
+from . import framing
+from .errors import (AcpError, AgentCrashed, AgentStartError, AgentStopped, AgentTimeout,
+                     AuthRequired, ConnectionLost, RpcError, last_line)
+from .process import AgentProcess
+from .rpc import Peer
+from .updates import Update, normalise_commands, normalise_update
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+try:
+    CLIENT_VERSION = metadata.version("sidekicks-matrix")
+except metadata.PackageNotFoundError:  # running from a plain checkout
+    CLIENT_VERSION = "0.1.0"
+
+DEFAULT_CLIENT_CAPABILITIES = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
+
+
+@dataclass
+class AgentSpec:
+    name: str
+    command: list[str]
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    title: str = ""
+    timeout: float = 300.0  # silence limit during a call, seconds
+
+
+@dataclass
+class PermissionRequest:
+    session_id: str
+    tool_call: dict[str, Any]
+    options: list[dict[str, Any]]  # as sent: {optionId, name, kind}
+
+
+OnUpdate = Callable[[Update], Any]
+OnPermission = Callable[[PermissionRequest], Awaitable[str | None]]
+OnCommands = Callable[[str, list[dict[str, Any]]], Any]
+
+
+async def _call(callback: Callable[..., Any] | None, *args: Any) -> Any:
+    """Call a callback that may be sync or async."""
+    if callback is None:
+        return None
+    outcome = callback(*args)
+    return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+class _LoadSession:
+    """`agent.load_session` is both the capability and the method.
+
+    The public API names both the loadSession capability (a bool) and the
+    session/load call `load_session`, so this object is truthy exactly when
+    the agent announced loadSession and calling it loads a session.
+    """
+
+    def __init__(self, agent: "Agent"):
+        self._agent = agent
+
+    def __bool__(self) -> bool:
+        return self._agent.supports_load_session
+
+    def __call__(self, session_id: str, cwd: str | None = None) -> Awaitable[None]:
+        return self._agent._load_session(session_id, cwd)
+
+    def __repr__(self) -> str:
+        return repr(bool(self))
+
+
+@dataclass
+class _Prompt:
+    on_update: OnUpdate
+    on_permission: OnPermission | None
+
+
+class Agent:
+    def __init__(self, spec: AgentSpec, process: AgentProcess, on_commands: OnCommands | None = None):
+        self.spec = spec
+        self.process = process
+        self.on_commands = on_commands
+        self.on_exit: Callable[["Agent"], Any] | None = None  # set by the Pool
+        self.info: dict[str, Any] = {}
+        self.protocol_version = 0
+        self.supports_load_session = False
+        self.load_session = _LoadSession(self)
+        self.prompt_capabilities: dict[str, Any] = {}
+        self.auth_methods: list[dict[str, Any]] = []
+        self.commands: list[dict[str, Any]] | None = None
+        self.sessions: set[str] = set()
+        self._prompts: dict[str, _Prompt] = {}
+        self._loading: set[str] = set()
+        self._permissions: dict[str, dict[asyncio.Future, asyncio.Task]] = {}
+        self._asking = 0  # permission requests waiting for a person: not silence
+        self._stopping = False
+        self.peer = Peer(process.stdout, process.stdin, on_request=self._on_request,
+                         on_notification=self._on_notification, label=spec.name)
+        self._watch = asyncio.create_task(self._watch_exit(), name=f"acp-watch-{spec.name}")
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def stderr_tail(self) -> str:
+        return self.process.stderr_tail()
+
+    # -- lifecycle ---------------------------------------------------------------
+    async def _watch_exit(self) -> None:
+        await self.process.wait()
+        # Let the reader drain what the agent wrote before exiting; a grandchild
+        # still holding stdout open must not keep calls hanging, hence the bound.
+        await asyncio.wait({asyncio.ensure_future(self.peer.closed.wait())}, timeout=1.0)
+        await self.peer.close()
+        if self.on_exit is not None:
+            try:
+                await _call(self.on_exit, self)
+            except Exception:
+                log.exception("%s: on_exit callback failed", self.name)
+
+    async def stop(self, stdin_grace: float = 1.0) -> None:
+        """Close stdin, SIGTERM, SIGKILL after a grace (see AgentProcess.stop)."""
+        self._stopping = True
+        await self.process.stop(stdin_grace=stdin_grace)
+        await self.peer.close()
+        await asyncio.wait({self._watch}, timeout=2.0)
+
+    async def _lost(self) -> AcpError:
+        """The error for a call cut short because the process went away."""
+        code = await self.process.wait(2.0)
+        if code is None:  # stdout closed but still alive: unusable, end it
+            await self.process.stop(stdin_grace=0.1)
+            code = self.process.returncode
+        tail = await self.process.stderr_settled()
+        cls = AgentStopped if self._stopping else AgentCrashed
+        return cls(self.name, code, tail)
+
+    async def _call(self, method: str, params: dict[str, Any], session_id: str | None = None) -> Any:
+        """A request bounded by the silence limit; crash/timeout mapped to our errors."""
+        call = asyncio.ensure_future(self.peer.request(method, params))
+        try:
+            await self._wait_alive(call, session_id)
+            return call.result()
+        except ConnectionLost:
+            raise await self._lost() from None
+        finally:
+            if not call.done():
+                call.cancel()
+            elif not call.cancelled():
+                call.exception()  # mark as retrieved: no "never retrieved" noise
+
+    async def _wait_alive(self, call: asyncio.Future, session_id: str | None) -> None:
+        limit = self.spec.timeout
+        while True:
+            idle = time.monotonic() - self.peer.last_activity
+            if self._asking:
+                idle = 0.0  # a person is deciding; the agent is rightly quiet
+            if idle >= limit:
+                break
+            done, _ = await asyncio.wait({call}, timeout=limit - idle)
+            if done:
+                call.result()  # raises the RpcError / ConnectionLost
+                return
+        # Silent too long: ask politely, then end the process.
+        if session_id is not None:
+            await self.cancel(session_id)
+            done, _ = await asyncio.wait({call}, timeout=min(CANCEL_GRACE, limit))
+            if done and not isinstance(call.exception(), ConnectionLost):
+                raise AgentTimeout(self.name, limit, killed=False)
+        await self.stop(stdin_grace=0.2)  # it ignored the cancel: no point waiting long
+        raise AgentTimeout(self.name, limit, killed=True)
+
+    # -- protocol calls -------------------------------------------------------------
+    async def _initialize(self, client_capabilities: dict[str, Any] | None) -> None:
+        result = await self._call("initialize", {
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": client_capabilities if client_capabilities is not None
+            else DEFAULT_CLIENT_CAPABILITIES,
+            "clientInfo": {"name": "sidekicks-matrix", "version": CLIENT_VERSION},
+        }) or {}
+        self.protocol_version = int(result.get("protocolVersion") or 0)
+        caps = result.get("agentCapabilities") or {}
+        self.supports_load_session = bool(caps.get("loadSession"))
+        self.prompt_capabilities = dict(caps.get("promptCapabilities") or {})
+        self.auth_methods = list(result.get("authMethods") or [])
+        self.info = dict(result.get("agentInfo") or {})
+
+    def _cwd(self, cwd: str | None) -> str:
+        return os.path.abspath(os.path.expanduser(cwd or self.spec.cwd or os.getcwd()))
+
+    def _auth_error(self, exc: RpcError) -> AcpError:
+        if exc.code == framing.AUTH_REQUIRED or (self.auth_methods and "auth" in exc.message.lower()):
+            return AuthRequired(self.name, self.auth_methods)
+        return exc
+
+    async def new_session(self, cwd: str | None = None) -> str:
+        try:
+            result = await self._call("session/new", {"cwd": self._cwd(cwd), "mcpServers": []})
+        except RpcError as exc:
+            raise self._auth_error(exc) from None
+        session_id = (result or {}).get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            raise AcpError(f"{self.name}: session/new returned no session id")
+        self.sessions.add(session_id)
+        return session_id
+
+    async def _load_session(self, session_id: str, cwd: str | None = None) -> None:
+        if not self.supports_load_session:
+            raise AcpError(f"{self.name} cannot load sessions (no loadSession capability)")
+        self._loading.add(session_id)  # its replayed history is not for us
+        try:
+            await self._call("session/load", {"sessionId": session_id, "cwd": self._cwd(cwd), "mcpServers": []})
+        except RpcError as exc:
+            raise self._auth_error(exc) from None
+        finally:
+            self._loading.discard(session_id)
+        self.sessions.add(session_id)
+
+    async def prompt(self, session_id: str, text: str, on_update: OnUpdate,
+                     on_permission: OnPermission | None = None) -> str:
+        """Send one prompt; returns the stopReason once the agent is done."""
+        if session_id in self._prompts:
+            raise AcpError(f"{self.name}: a prompt is already running in session {session_id}")
+        self._prompts[session_id] = _Prompt(on_update, on_permission)
+        try:
+            result = await self._call("session/prompt", {
+                "sessionId": session_id, "prompt": [{"type": "text", "text": text}]}, session_id)
+        finally:
+            self._prompts.pop(session_id, None)
+        return str((result or {}).get("stopReason") or "end_turn")
+
+    async def cancel(self, session_id: str) -> None:
+        """session/cancel; its pending permission questions are answered 'cancelled'."""
+        asking = self._permissions.pop(session_id, {})
+        for waiter in asking:
+            waiter.cancel()
+        if asking:  # ACP: those replies go out before the cancel notification
+            await asyncio.wait(set(asking.values()), timeout=1.0)
+        try:
+            await self.peer.notify("session/cancel", {"sessionId": session_id})
+        except ConnectionLost:
+            pass  # already gone: nothing left to cancel
+
+    # -- incoming -------------------------------------------------------------------
+    async def _on_notification(self, method: str, params: Any) -> None:
+        if method != "session/update" or not isinstance(params, dict):
+            log.debug("%s: ignoring notification %s", self.name, method)
+            return
+        raw = params.get("update")
+        if not isinstance(raw, dict):
+            return
+        session_id = params.get("sessionId")
+        update = normalise_update(raw)
+        if update.kind == "commands":
+            self.commands = normalise_commands(raw.get("availableCommands"))
+            try:
+                await _call(self.on_commands, self.name, self.commands)
+            except Exception:
+                log.exception("%s: on_commands callback failed", self.name)
+        if session_id in self._loading:
+            return
+        running = self._prompts.get(session_id)
+        if running is not None:
+            await _call(running.on_update, update)
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        if method == "session/request_permission" and isinstance(params, dict):
+            return await self._ask_permission(params)
+        raise RpcError(framing.METHOD_NOT_FOUND, f"method not found: {method}")
+
+    async def _ask_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        cancelled = {"outcome": {"outcome": "cancelled"}}
+        session_id = params.get("sessionId")
+        running = self._prompts.get(session_id)
+        if running is None or running.on_permission is None:
+            return cancelled
+        options = [o for o in params.get("options") or [] if isinstance(o, dict)]
+        request = PermissionRequest(session_id, params.get("toolCall") or {}, options)
+        waiter = asyncio.ensure_future(_call(running.on_permission, request))
+        # The current task is the peer's reply task: cancel() waits for it.
+        self._permissions.setdefault(session_id, {})[waiter] = asyncio.current_task()
+        self._asking += 1
+        try:
+            option_id = await waiter
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # the connection is going away
+                waiter.cancel()
+                raise
+            option_id = None  # cancel() answered for the person
+        finally:
+            self._asking -= 1
+            self._permissions.get(session_id, {}).pop(waiter, None)
+            self.peer.last_activity = time.monotonic()  # the silence clock restarts now
+        if option_id is None or option_id not in {o.get("optionId") for o in options}:
+            return cancelled
+        return {"outcome": {"outcome": "selected", "optionId": option_id}}
+
+
+async def start_agent(spec: AgentSpec, on_commands: OnCommands | None = None,
+                      client_capabilities: dict[str, Any] | None = None) -> Agent:
+    """Spawn the agent and run initialize. Raises AgentStartError."""
+    process = AgentProcess(spec.name, spec.command, spec.cwd, spec.env)
+    await process.start()
+    agent = Agent(spec, process, on_commands)
+    agent.peer.start()
+    try:
+        await agent._initialize(client_capabilities)
+    except AgentCrashed as exc:
+        raise AgentStartError(
+            f"{spec.name}: exited during initialize (exit code {exc.exit_code})"
+            + (f": {last_line(exc.stderr_tail)}" if last_line(exc.stderr_tail) else ""),
+            exc.exit_code, exc.stderr_tail) from None
+    except AgentTimeout:
+        raise AgentStartError(f"{spec.name}: no answer to initialize within {spec.timeout:g} s",
+                              None, agent.stderr_tail()) from None
+    except RpcError as exc:
+        await agent.stop()
+        raise AgentStartError(f"{spec.name}: initialize failed: {exc}", None, agent.stderr_tail()) from None
+    except BaseException:
+        await agent.stop()
+        raise
+    return agent

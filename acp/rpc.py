@@ -1,0 +1,172 @@
+"""A JSON-RPC 2.0 peer over asyncio streams, using acp.framing for the wire.
+
+One reader task reads chunks (never readline: ACP lines can be many MiB),
+splits them into messages and handles them strictly in arrival order:
+
+* responses resolve the matching `request()`;
+* notifications are awaited inline, so their handlers see them in order and
+  a prompt's response is only seen after every update sent before it;
+* requests run as separate tasks, because a handler such as
+  session/request_permission may wait minutes for a person, and meanwhile
+  later notifications must keep flowing.
+
+A malformed line is logged and skipped. When the stream ends every pending
+request fails with ConnectionLost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from . import framing
+from .errors import ConnectionLost, RpcError
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+NotificationHandler = Callable[[str, Any], Any]
+
+READ_SIZE = 1 << 16
+
+
+class Peer:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 on_request: RequestHandler | None = None,
+                 on_notification: NotificationHandler | None = None,
+                 label: str = "peer"):
+        self._reader, self._writer = reader, writer
+        self._on_request, self._on_notification = on_request, on_notification
+        self.label = label
+        self._ids = itertools.count(1)
+        self._pending: dict[Any, asyncio.Future] = {}
+        self._handlers: set[asyncio.Task] = set()
+        self._task: asyncio.Task | None = None
+        self.closed = asyncio.Event()
+        self.close_reason = ""
+        # Any byte from the peer counts as a sign of life (also part of a big line).
+        self.last_activity = time.monotonic()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._read_loop(), name=f"acp-read-{self.label}")
+
+    # -- outgoing --------------------------------------------------------------
+    async def _send(self, message: dict[str, Any]) -> None:
+        if self.closed.is_set():
+            raise ConnectionLost(f"{self.label}: connection closed ({self.close_reason})")
+        try:
+            self._writer.write(framing.encode(message))
+            await self._writer.drain()
+        except (ConnectionError, RuntimeError) as exc:  # broken pipe, closed transport
+            raise ConnectionLost(f"{self.label}: cannot write ({exc})") from exc
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        request_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self._send(framing.request(request_id, method, params))
+            return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        await self._send(framing.notification(method, params))
+
+    # -- incoming --------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        buffer = framing.LineBuffer()
+        reason = "end of stream"
+        try:
+            while True:
+                data = await self._reader.read(READ_SIZE)
+                if not data:
+                    tail = buffer.close()
+                    if tail and tail.strip():
+                        await self._handle(framing.decode(tail))
+                    break
+                self.last_activity = time.monotonic()
+                for message in framing.iter_messages(buffer, data):
+                    await self._handle(message)
+        except asyncio.CancelledError:
+            reason = "closed"
+            raise
+        except Exception as exc:  # a bug here must not leave requests hanging
+            log.exception("%s: reader failed", self.label)
+            reason = f"reader failed: {exc}"
+        finally:
+            self._shutdown(reason)
+
+    async def _handle(self, message: dict[str, Any] | framing.ParseError) -> None:
+        if isinstance(message, framing.ParseError):
+            log.warning("%s: ignoring a line that is not JSON-RPC: %s", self.label, message)
+            return
+        kind = framing.classify(message)
+        if kind == framing.RESPONSE:
+            future = self._pending.get(message["id"])
+            if future is None or future.done():
+                log.debug("%s: response to unknown id %r", self.label, message["id"])
+            elif "error" in message:
+                err = message["error"] if isinstance(message["error"], dict) else {}
+                future.set_exception(RpcError(err.get("code", framing.INTERNAL_ERROR),
+                                              str(err.get("message", "unknown error")), err.get("data")))
+            else:
+                future.set_result(message.get("result"))
+        elif kind == framing.NOTIFICATION:
+            if self._on_notification is None:
+                return
+            try:
+                outcome = self._on_notification(message["method"], message.get("params"))
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception:
+                log.exception("%s: notification handler failed for %s", self.label, message["method"])
+        elif kind == framing.REQUEST:
+            task = asyncio.create_task(self._answer(message))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        else:
+            log.warning("%s: ignoring an invalid message: %.200s", self.label, message)
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        request_id, method = message["id"], message["method"]
+        try:
+            if self._on_request is None:
+                raise RpcError(framing.METHOD_NOT_FOUND, f"method not found: {method}")
+            reply = framing.result(request_id, await self._on_request(method, message.get("params")))
+        except RpcError as exc:
+            reply = framing.error(request_id, exc.code, exc.message, exc.data)
+        except Exception as exc:
+            log.exception("%s: request handler failed for %s", self.label, method)
+            reply = framing.error(request_id, framing.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        try:
+            await self._send(reply)
+        except ConnectionLost:
+            pass  # the peer is gone; nobody waits for this reply
+
+    # -- closing ---------------------------------------------------------------
+    def _shutdown(self, reason: str) -> None:
+        if self.closed.is_set():
+            return
+        self.close_reason = reason
+        self.closed.set()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionLost(f"{self.label}: connection closed ({reason})"))
+        for task in list(self._handlers):
+            task.cancel()
+
+    async def close(self) -> None:
+        """Stop reading; pending requests fail with ConnectionLost."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.wait({self._task})  # unlike `await`, never re-raises
+        self._shutdown("closed")
+        try:
+            self._writer.close()
+        except Exception:
+            pass

@@ -260,7 +260,6 @@ class Homeserver:
                 while time.monotonic() - started < timeout:
                     code = self._proc.poll()
                     if code is not None:
-                        self._forget_process()
                         raise HomeserverError(self._failure(
                             f"the homeserver stopped while starting (exit code {code})",
                             log_offset))

@@ -1,0 +1,109 @@
+"""acp.rpc.Peer: two peers joined by a socket pair, no processes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from acp.errors import ConnectionLost, RpcError
+from acp.rpc import Peer
+
+
+async def pair(a_kw=None, b_kw=None):
+    s1, s2 = socket.socketpair()
+    r1, w1 = await asyncio.open_connection(sock=s1)
+    r2, w2 = await asyncio.open_connection(sock=s2)
+    a, b = Peer(r1, w1, label="a", **(a_kw or {})), Peer(r2, w2, label="b", **(b_kw or {}))
+    a.start(), b.start()
+    return a, b, w1
+
+
+async def test_a_waiting_request_handler_does_not_hold_back_notifications():
+    gate, seen = asyncio.Event(), []
+
+    async def slow(method, params):
+        await gate.wait()  # e.g. a person deciding on a permission
+        return {"answered": method}
+
+    a, b, _ = await pair(b_kw={"on_request": slow, "on_notification": lambda m, p: seen.append(p["n"])})
+    try:
+        call = asyncio.create_task(a.request("session/request_permission", {}))
+        for n in range(5):
+            await a.notify("session/update", {"n": n})
+        for _ in range(100):
+            if len(seen) == 5:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == [0, 1, 2, 3, 4] and not call.done()
+        gate.set()
+        assert await asyncio.wait_for(call, 2) == {"answered": "session/request_permission"}
+    finally:
+        await a.close(), await b.close()
+
+
+async def test_response_is_seen_after_the_notifications_sent_before_it():
+    seen = []
+
+    async def slow_notification(method, params):
+        await asyncio.sleep(0.02)
+        seen.append(params["n"])
+
+    b_holder = {}
+
+    async def handler(method, params):
+        for n in range(3):
+            await b_holder["b"].notify("session/update", {"n": n})
+        return "done"
+
+    a, b, _ = await pair(a_kw={"on_notification": slow_notification}, b_kw={"on_request": handler})
+    b_holder["b"] = b
+    try:
+        assert await a.request("session/prompt", {}) == "done"
+        assert seen == [0, 1, 2]
+    finally:
+        await a.close(), await b.close()
+
+
+async def test_errors_come_back_as_rpc_error():
+    async def handler(method, params):
+        if method == "bad":
+            raise RpcError(-32602, "bad params", {"field": "x"})
+        raise ValueError("boom")
+
+    a, b, _ = await pair(b_kw={"on_request": handler})
+    try:
+        with pytest.raises(RpcError) as err:
+            await a.request("bad", {})
+        assert (err.value.code, err.value.message, err.value.data) == (-32602, "bad params", {"field": "x"})
+        with pytest.raises(RpcError) as err:
+            await a.request("other", {})
+        assert err.value.code == -32603 and "boom" in err.value.message
+        with pytest.raises(RpcError) as err:  # a has no request handler at all
+            await b.request("anything", {})
+        assert err.value.code == -32601
+    finally:
+        await a.close(), await b.close()
+
+
+async def test_malformed_lines_are_logged_and_the_connection_survives(caplog):
+    a, b, a_writer = await pair(b_kw={"on_request": lambda m, p: asyncio.sleep(0, "fine")})
+    try:
+        a_writer.write(b"{not json\n[1,2]\n{\"jsonrpc\":\"2.0\"}\n\n")
+        assert await a.request("ping", {}) == "fine"
+        assert "not JSON-RPC" in caplog.text and "invalid message" in caplog.text
+    finally:
+        await a.close(), await b.close()
+
+
+async def test_pending_requests_fail_when_the_other_side_goes_away():
+    a, b, _ = await pair(b_kw={"on_request": lambda m, p: asyncio.Event().wait()})
+    call = asyncio.create_task(a.request("session/prompt", {}))
+    await asyncio.sleep(0.05)
+    await b.close()
+    with pytest.raises(ConnectionLost, match="connection closed"):
+        await asyncio.wait_for(call, 2)
+    with pytest.raises(ConnectionLost):
+        await a.request("again", {})
+    await a.close()

@@ -172,8 +172,9 @@ class Agent:
 
     async def _wait_alive(self, call: asyncio.Future, session_id: str | None) -> None:
         limit = self.spec.timeout
+        started = time.monotonic()  # an agent idle before the call is not silent
         while True:
-            idle = time.monotonic() - self.peer.last_activity
+            idle = time.monotonic() - max(self.peer.last_activity, started)
             if self._asking:
                 idle = 0.0  # a person is deciding; the agent is rightly quiet
             if idle >= limit:

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
 from .client import Agent, AgentSpec, OnCommands, start_agent
+from .errors import AcpError
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class Pool:
             if e.agent is not None:  # died since; its exit hook may not have run yet
                 self._forget(e, e.agent)
             if self._closed:
-                raise RuntimeError("the agent pool is closed")
+                raise AcpError("the agent pool is closed")
             await self._take_slot(e)
             try:
                 agent = await start_agent(e.spec, self.on_commands, self.client_capabilities)
@@ -161,7 +162,7 @@ class Pool:
         """Reserve a slot for `e` (sets e.starting), evicting or waiting as needed."""
         while True:
             if self._closed:
-                raise RuntimeError("the agent pool is closed")
+                raise AcpError("the agent pool is closed")
             used = sum(1 for other in self._entries.values() if other.holds_slot)
             if used < self.capacity:
                 e.starting, e.waiting_slot = True, False

@@ -294,3 +294,76 @@ async def test_env_is_merged_and_cwd_used(spawn, tmp_path):
     assert texts((await ask(agent, "[[env:SK_ACP_VAR]]", session_id=session_id))[1]) == ["from-spec"]
     assert texts((await ask(agent, "[[env:SK_ACP_PARENT_VAR]]", session_id=session_id))[1]) == ["from-parent"]
     assert texts((await ask(agent, "[[cwd]]", session_id=session_id))[1]) == [str(tmp_path)]
+
+
+async def test_waiting_for_a_person_is_not_silence(spawn):
+    agent = await spawn("--permission", timeout=0.5)
+
+    async def slow_person(request):
+        await asyncio.sleep(1.2)  # longer than the agent's silence limit
+        return "allow_once"
+
+    assert await ask(agent, "may I?", slow_person) == ("end_turn", [await _text_update("allowed")])
+
+
+async def _text_update(text):
+    from acp import Update
+    return Update(kind="text", text=text, raw={"sessionUpdate": "agent_message_chunk",
+                                               "content": {"type": "text", "text": text}})
+
+
+async def test_silent_agent_that_obeys_cancel_keeps_running(spawn, log_path):
+    agent = await spawn("--chunks", "3", "--delay", "3", "--log", str(log_path), timeout=0.5)
+    with pytest.raises(AgentTimeout) as err:
+        await ask(agent, "slow thinker")
+    assert not err.value.killed and "the answer was cancelled" in str(err.value)
+    assert agent.returncode is None
+    assert any(m.get("method") == "session/cancel" for m in read_log(log_path))
+    assert await ask(agent, "[[answer:quick]][[chunks:1]]") == ("end_turn", [await _text_update("quick")])
+
+
+async def test_stopping_during_an_answer(spawn):
+    from acp import AgentStopped
+    agent = await spawn()
+    session_id = await agent.new_session()
+    first = asyncio.Event()
+    prompt = asyncio.create_task(agent.prompt(session_id, "[[slow]]", lambda u: first.set()))
+    await asyncio.wait_for(first.wait(), 5)
+    await agent.stop()
+    with pytest.raises(AgentStopped) as err:
+        await prompt
+    assert str(err.value) == "alice was stopped while answering" and isinstance(err.value, AgentCrashed)
+
+
+async def test_stop_leaves_no_process_behind(tmp_path):
+    import sys
+    from acp import AgentSpec
+    from acp_helpers import SCRIPTED
+    pidfile = tmp_path / "child.pid"
+    # The agent starts a helper of its own, as real agents do (node, shells).
+    script = f"sleep 300 & echo $! > {pidfile}; exec {sys.executable} {SCRIPTED}"
+    agent = await start_agent(AgentSpec(name="alice", command=["sh", "-c", script]))
+    child = int(pidfile.read_text())
+    assert _alive(child)
+    await agent.stop()
+    assert agent.returncode is not None
+    for _ in range(100):
+        if not _alive(child):
+            break
+        await asyncio.sleep(0.02)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return False
+
+
+async def test_time_idle_before_a_prompt_is_not_silence(spawn):
+    agent = await spawn(timeout=0.5)
+    session_id = await agent.new_session()
+    await asyncio.sleep(0.8)  # idle between turns, longer than the limit
+    assert (await ask(agent, "still fine", session_id=session_id))[0] == "end_turn"

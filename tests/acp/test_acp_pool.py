@@ -144,3 +144,12 @@ async def test_unknown_agent():
     pool = Pool({})
     with pytest.raises(KeyError, match="unknown agent: zed"):
         pool.state("zed")
+
+
+async def test_a_closed_pool_refuses_turns():
+    from acp import AcpError
+    pool = Pool({"alice": scripted_spec("alice")})
+    await pool.close()
+    with pytest.raises(AcpError, match="closed"):
+        async with pool.turn("alice"):
+            pass

@@ -26,7 +26,7 @@ class AgentProcess:
         self.name = name
         self.command = list(command)
         self.cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else None
-        self.env = dict(env or {})
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}  # YAML may give numbers
         self.proc: asyncio.subprocess.Process | None = None
         self._tail = bytearray()
         self._stderr_task: asyncio.Task | None = None

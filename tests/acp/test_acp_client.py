@@ -196,7 +196,24 @@ async def test_load_session_replay_is_not_delivered(tmp_path, log_path, spawn):
 
     second = await spawn("--load-session", "--state", state, "--log", str(log_path))
     assert session_id not in second.sessions
+    wire = []  # what really arrived, to prove the replay happened
+    handler = second.peer._on_notification
+
+    async def spy(method, params):
+        wire.append(params["update"])
+        await handler(method, params)
+
+    second.peer._on_notification = spy
+    other = await second.new_session()  # a prompt elsewhere must not get the replay either
+    other_updates = []
+    other_prompt = asyncio.create_task(second.prompt(other, "[[slow]]", other_updates.append))
     await second.load_session(session_id)
+    assert [(u["sessionUpdate"], u["content"]["text"]) for u in wire if "content" in u][-2:] == [
+        ("user_message_chunk", "remember me"), ("agent_message_chunk", "echo: remember me")]
+    await second.cancel(other)
+    assert await other_prompt == "cancelled"
+    assert {u.kind for u in other_updates} == {"text"}
+    assert "remember me" not in "".join(u.text for u in other_updates)
     assert session_id in second.sessions
     load = [m for m in read_log(log_path) if m.get("method") == "session/load"]
     assert load[0]["params"]["sessionId"] == session_id and os.path.isabs(load[0]["params"]["cwd"])
@@ -367,3 +384,12 @@ async def test_time_idle_before_a_prompt_is_not_silence(spawn):
     session_id = await agent.new_session()
     await asyncio.sleep(0.8)  # idle between turns, longer than the limit
     assert (await ask(agent, "still fine", session_id=session_id))[0] == "end_turn"
+
+
+async def test_scripted_answer_sizes(spawn):
+    agent = await spawn("--answer-size", "1000", "--chunks", "4")
+    _, updates = await ask(agent, "default size")
+    assert len(texts(updates)) == 4 and len("".join(texts(updates))) == 1000
+    _, updates = await ask(agent, "[[size:40000]]")
+    answer = "".join(texts(updates))
+    assert len(answer) == 40000 and answer.count("\n") > 100

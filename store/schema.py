@@ -38,6 +38,9 @@ def build(db: pw.Database) -> SimpleNamespace:
         name = pw.TextField()
         direct_agent = pw.TextField(null=True)
         created = pw.BigIntegerField()
+        # Sender of the newest agent message, kept by add_message: a lookup
+        # that no query planner can turn into a scan of the history.
+        last_agent = pw.TextField(null=True)
 
         class Meta:
             table_name = "sk_channel"
@@ -55,8 +58,8 @@ def build(db: pw.Database) -> SimpleNamespace:
             primary_key = pw.CompositeKey("channel_id", "agent")
 
     class Message(Base):
-        id = pw.TextField(primary_key=True)  # a new_id(): chronological
         channel_id = pw.TextField(constraints=_references("sk_channel"))
+        id = pw.TextField()  # a new_id(): chronological, unique by construction
         sender = pw.TextField()
         role = pw.TextField()
         text = pw.TextField()
@@ -67,23 +70,27 @@ def build(db: pw.Database) -> SimpleNamespace:
 
         class Meta:
             table_name = "sk_message"
-            indexes = (
-                # The last n messages of a channel, and those after an id:
-                # an index range read whatever the table's size.
-                (("channel_id", "id"), False),
-                # last_agent_sender without scanning the user's messages.
-                (("channel_id", "role", "id"), False),
-            )
+            # (channel_id, id) and deliberately no index on id alone: given one,
+            # PostgreSQL may read "the last n of a channel" by walking all
+            # messages backwards, a full scan for a quiet channel. This way the
+            # only ordered path is the channel's own range, whatever the size.
+            primary_key = pw.CompositeKey("channel_id", "id")
 
     class MessageEvent(Base):
         # Not unique: a duplicate event id must not lose a finished message;
         # message_by_event then returns the newest.
         event_id = pw.TextField(index=True)
-        message_id = pw.TextField(index=True, constraints=_references("sk_message"))
+        channel_id = pw.TextField()
+        message_id = pw.TextField()
 
         class Meta:
             table_name = "sk_message_event"
             primary_key = False
+            # Also serves the foreign key check when a channel's messages go.
+            indexes = ((("channel_id", "message_id"), False),)
+            constraints = [
+                pw.SQL("FOREIGN KEY (channel_id, message_id) REFERENCES sk_message (channel_id, id)")
+            ]
 
     class Txn(Base):
         id = pw.TextField(primary_key=True)

@@ -17,6 +17,7 @@ from .connect import connect
 from .errors import StoreClosed, StoreError
 from .ids import new_id, now_ms
 from .locks import PgAdvisoryLock
+from .queries import hot_queries
 from .records import Channel, Member, Message
 
 ROLES = ("user", "agent")
@@ -46,6 +47,7 @@ class Store:
         self._lock = lock
         self._mutex = threading.RLock()
         self._m = schema.build(db)
+        self._hot = hot_queries(db, self._m)
         self.in_memory = in_memory
 
     @classmethod
@@ -134,15 +136,13 @@ class Store:
     def delete_channel(self, channel_id: str) -> None:
         m = self._m
         with self._db.atomic():
-            in_channel = m.Message.select(m.Message.id).where(m.Message.channel_id == channel_id)
-            m.MessageEvent.delete().where(m.MessageEvent.message_id.in_(in_channel)).execute()
+            m.MessageEvent.delete().where(m.MessageEvent.channel_id == channel_id).execute()
             m.Message.delete().where(m.Message.channel_id == channel_id).execute()
             m.Member.delete().where(m.Member.channel_id == channel_id).execute()
             m.Channel.delete().where(m.Channel.id == channel_id).execute()
 
     def _require_channel(self, channel_id: str) -> None:
-        C = self._m.Channel
-        if not C.select(C.id).where(C.id == channel_id).exists():
+        if not self._hot.channel_exists.rows(id=channel_id):
             raise LookupError(f"no channel {channel_id}")
 
     # --- members -----------------------------------------------------------
@@ -204,19 +204,12 @@ class Store:
 
     # --- messages ------------------------------------------------------------
 
-    def _messages(self, where, limit: int) -> list[Message]:
-        # Newest first through the (channel_id, id) index, so the cost depends
-        # on `limit`, not on the history's length; then back to chronological.
-        M = self._m.Message
-        query = (
-            M.select(M.id, M.channel_id, M.sender, M.role, M.text, M.event_ids, M.created)
-            .where(where)
-            .order_by(M.id.desc())
-            .limit(limit)
-        )
+    @staticmethod
+    def _to_messages(rows: list[tuple]) -> list[Message]:
+        # Rows come newest first; callers want chronological order.
         found = [
             Message(id, channel_id, sender, role, text, tuple(json.loads(event_ids)), created)
-            for id, channel_id, sender, role, text, event_ids, created in query.tuples()
+            for id, channel_id, sender, role, text, event_ids, created in rows
         ]
         found.reverse()
         return found
@@ -230,10 +223,10 @@ class Store:
         if isinstance(event_ids, str):
             raise TypeError("event_ids must be a sequence of event ids, not one string")
         message = Message(new_id(), channel_id, sender, role, text, tuple(event_ids), now_ms())
-        m = self._m
+        hot = self._hot
         with self._db.atomic():
             self._require_channel(channel_id)
-            m.Message.insert(
+            hot.insert_message.run(
                 id=message.id,
                 channel_id=channel_id,
                 sender=sender,
@@ -241,48 +234,36 @@ class Store:
                 text=text,
                 event_ids=json.dumps(message.event_ids),
                 created=message.created,
-            ).execute()
-            if message.event_ids:
-                rows = [(event_id, message.id) for event_id in message.event_ids]
-                m.MessageEvent.insert_many(
-                    rows, fields=[m.MessageEvent.event_id, m.MessageEvent.message_id]
-                ).execute()
+            )
+            for event_id in message.event_ids:
+                hot.insert_event.run(event_id=event_id, channel_id=channel_id, message_id=message.id)
+            if role == "agent":
+                hot.set_last_agent.run(id=channel_id, agent=sender)
         return message
 
     @_operation
     def messages_after(self, channel_id: str, after_id: str | None, limit: int) -> list[Message]:
         if limit <= 0:
             return []
-        M = self._m.Message
-        where = M.channel_id == channel_id
-        if after_id is not None:
-            where &= M.id > after_id
-        return self._messages(where, limit)
+        if after_id is None:
+            return self._to_messages(self._hot.last.rows(channel_id=channel_id, limit=limit))
+        return self._to_messages(self._hot.after.rows(channel_id=channel_id, after=after_id, limit=limit))
 
     @_operation
     def last_messages(self, channel_id: str, limit: int) -> list[Message]:
         if limit <= 0:
             return []
-        return self._messages(self._m.Message.channel_id == channel_id, limit)
+        return self._to_messages(self._hot.last.rows(channel_id=channel_id, limit=limit))
 
     @_operation
     def message_by_event(self, event_id: str) -> Message | None:
-        E = self._m.MessageEvent
-        ids = E.select(E.message_id).where(E.event_id == event_id)
-        found = self._messages(self._m.Message.id.in_(ids), 1)
+        found = self._to_messages(self._hot.by_event.rows(event_id=event_id))
         return found[0] if found else None
 
     @_operation
     def last_agent_sender(self, channel_id: str) -> str | None:
-        M = self._m.Message
-        query = (
-            M.select(M.sender)
-            .where((M.channel_id == channel_id) & (M.role == "agent"))
-            .order_by(M.id.desc())
-            .limit(1)
-        )
-        row = query.tuples().first()
-        return row[0] if row else None
+        rows = self._hot.last_agent_sender.rows(id=channel_id)
+        return rows[0][0] if rows else None
 
     @_operation
     def count_messages(self, channel_id: str | None = None) -> int:

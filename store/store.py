@@ -46,8 +46,6 @@ class Store:
         self._db: pw.Database | None = db
         self._lock = lock
         self._mutex = threading.RLock()
-        self._m = schema.build(db)
-        self._hot = hot_queries(db, self._m)
         self.in_memory = in_memory
 
     @classmethod
@@ -55,9 +53,11 @@ class Store:
         db, lock = connect(database, folder)
         store = cls(db, lock, in_memory=database == ":memory:")
         try:
+            store._m = schema.build(db)
             schema.create_tables(db, store._m)
+            store._hot = hot_queries(db, store._m)
         except BaseException as exc:
-            store.close()
+            store.close()  # releases the lock: a failed open must not hold it
             if isinstance(exc, pw.PeeweeException):
                 raise StoreError(f"cannot create the tables: {exc}") from exc
             raise

@@ -137,7 +137,13 @@ def _drop_tables(url: str) -> None:
     conn = psycopg2.connect(url)
     conn.autocommit = True
     with conn.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {', '.join(TABLES)} CASCADE")
+        # Tables, and whatever else a test left under their names (a view).
+        cursor.execute(
+            "SELECT relname, relkind FROM pg_class WHERE relname = ANY(%s) AND pg_table_is_visible(oid)",
+            (list(TABLES),),
+        )
+        for name, kind in cursor.fetchall():
+            cursor.execute(f"DROP {'VIEW' if kind == 'v' else 'TABLE'} IF EXISTS {name} CASCADE")
     conn.close()
 
 

@@ -3,12 +3,14 @@
 import inspect
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from store import Store, StoreClosed, StoreError, StoreLocked
@@ -259,6 +261,23 @@ def test_a_failed_open_releases_the_lock(tmp_path):
     for _ in range(2):  # the second time is not StoreLocked
         with pytest.raises(StoreError) as raised:
             Store.open("sqlite", tmp_path)
+        assert not isinstance(raised.value, StoreLocked)
+
+
+def test_failing_to_create_the_tables_releases_the_lock(durable_backend, open_durable):
+    # Something else under a table's name: a view cannot be indexed.
+    bad = "CREATE VIEW sk_message_event AS SELECT 1 AS one"
+    if durable_backend.name == "sqlite":
+        durable_backend.folder.mkdir(parents=True)
+        with sqlite3.connect(durable_backend.folder / "sidekicks.db") as conn:
+            conn.execute(bad)
+    else:
+        with psycopg2.connect(durable_backend.database) as conn, conn.cursor() as cursor:
+            cursor.execute(bad)
+        conn.close()
+    for _ in range(2):  # the second time is not StoreLocked
+        with pytest.raises(StoreError, match="cannot create the tables") as raised:
+            open_durable()
         assert not isinstance(raised.value, StoreLocked)
 
 

@@ -164,12 +164,16 @@ def _backend(name: str, request, tmp_path: Path) -> Backend:
     return Backend(name, ":memory:", None)
 
 
-@pytest.fixture(params=["sqlite", "memory", "postgresql"])
+# Marked so that `-m "not postgres"` can leave them out where no server exists.
+POSTGRESQL = pytest.param("postgresql", marks=pytest.mark.postgres)
+
+
+@pytest.fixture(params=["sqlite", "memory", POSTGRESQL])
 def backend(request, tmp_path) -> Backend:
     return _backend(request.param, request, tmp_path)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", POSTGRESQL])
 def durable_backend(request, tmp_path) -> Backend:
     """Only the backends that outlive a Store: reopening, locking."""
     return _backend(request.param, request, tmp_path)

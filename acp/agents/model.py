@@ -78,6 +78,22 @@ def human_size(n_bytes: int) -> str:
     raise AssertionError("unreachable")
 
 
+def default_threads() -> int:
+    """CPU threads for llama.cpp: 2, but always one core left for the rest.
+
+    Measured with SmolLM2-135M on a 2-core machine: 1 thread gives ~49
+    tokens/s whether or not something else is busy; 2 threads give ~84 on an
+    idle machine but 5-24 as soon as another process wants a core (OpenMP
+    threads spin waiting for each other), and the homeserver and bridge run
+    next to the agent.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores - 1))
+
+
 def cpu_has_amx() -> bool:
     """True if the CPU announces Intel AMX (Linux only; False elsewhere)."""
     try:
@@ -199,7 +215,7 @@ class ChatModel:
         else:
             lines.append("Loaded: not yet (it loads with the first message).")
         lines.append(f"Context: {self.n_ctx} tokens; answers up to {self.max_tokens} tokens; "
-                     f"{self.n_threads} threads.")
+                     f"{self.n_threads} thread{'s' if self.n_threads != 1 else ''}.")
         return "\n".join(lines)
 
     # -- loading --------------------------------------------------------------
@@ -216,13 +232,6 @@ class ChatModel:
         return self._llm
 
     def _open(self) -> Any:
-        # OpenMP worker threads that sleep instead of spinning between the
-        # many small matrix operations of a small model. Spinning is faster
-        # on an idle machine (~100 vs ~40 tokens/s for SmolLM2-135M on 2
-        # cores) but collapses to ~5 tokens/s as soon as anything else wants
-        # a core, e.g. the homeserver and bridge next to the agent. Read when
-        # libgomp loads, i.e. at the import below; an explicit setting wins.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import llama_cpp
             import llama_cpp.llama_cpp as low_level

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from acp.agents.local_model import parse_command, prompt_text
-from acp.agents.model import PER_MESSAGE_TOKENS, ChatModel, default_model_path, fit_messages
+from acp.agents.model import (PER_MESSAGE_TOKENS, ChatModel, default_model_path, default_threads,
+                              fit_messages)
 from acp.agents.sessions import SessionError, SessionStore, default_sessions_dir
 
 pytestmark = pytest.mark.model
@@ -112,3 +113,10 @@ def test_commands_and_prompt_text():
     assert prompt_text([{"type": "text", "text": "a"}, {"type": "image", "data": "…"},
                         {"type": "resource_link", "uri": "file:///x.py", "name": "x.py"}]) \
         == "a\n[x.py](file:///x.py)"
+
+
+def test_default_threads_leave_a_core_free():
+    import os
+
+    assert 1 <= default_threads() <= 2
+    assert default_threads() < max(len(os.sched_getaffinity(0)), 2)

@@ -1,12 +1,15 @@
 """The application-service HTTP API the homeserver calls (Matrix AS API v1).
 
 Every endpoint checks the hs_token in constant time and answers M_FORBIDDEN otherwise.
-Transactions are idempotent: an id is recorded once its events are handled, and a repeated id
-(also after a restart — the ids are in the store) is acknowledged without handling it again.
+Transactions are idempotent: a transaction is recorded once its events are handled, and the same
+transaction sent again (also after a restart — the keys are in the store) is acknowledged
+without handling it again. The key is the id *and* the event ids it carries: Synapse on SQLite
+numbers transactions from 1 again after a restart, so an id alone would drop new events.
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -22,6 +25,11 @@ UserQuery = Callable[[str], Awaitable[bool]]
 
 def _forbidden() -> web.Response:
     return web.json_response({"errcode": "M_FORBIDDEN", "error": "Bad or missing hs_token"}, status=403)
+
+
+def transaction_key(txn_id: str, events: list[dict]) -> str:
+    ids = "\n".join(str(event.get("event_id", "")) for event in events)
+    return f"{txn_id}:{hashlib.sha256(ids.encode('utf-8')).hexdigest()[:16]}"
 
 
 class AppserviceServer:
@@ -60,12 +68,13 @@ class AppserviceServer:
         except (ValueError, json.JSONDecodeError, AttributeError):
             return web.json_response({"errcode": "M_NOT_JSON", "error": "Body is not a transaction"},
                                      status=400)
+        events = [e for e in events if isinstance(e, dict)]
+        key = transaction_key(txn_id, events)
         async with self._txn_lock:
-            if self._txn_seen(txn_id):
+            if self._txn_seen(key):
                 return web.json_response({})
-            await self._on_transaction([e for e in events if isinstance(e, dict)],
-                                       [e for e in ephemeral if isinstance(e, dict)])
-            self._mark_txn(txn_id)
+            await self._on_transaction(events, [e for e in ephemeral if isinstance(e, dict)])
+            self._mark_txn(key)
         return web.json_response({})
 
     async def user(self, request: web.Request) -> web.Response:

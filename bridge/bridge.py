@@ -229,6 +229,7 @@ class Bridge:
         return True
 
     async def handle_transaction(self, events: list[dict], ephemeral: list[dict]) -> None:
+        log.debug("transaction: %d events, %d ephemeral", len(events), len(ephemeral))
         for event in events:
             try:
                 await self.handle_event(event)
@@ -276,11 +277,32 @@ class Bridge:
                 channel = self.store.create_channel(room_id, name, agent if direct else None)
             self.store.add_member(channel.id, agent)
             self.portal_for(room_id)
-            await puppet.join(room_id)
+            if await puppet.join(room_id):
+                await self.catch_up(puppet, room_id, event.get("event_id"))
         elif membership in ("leave", "ban") and sender != target:
             channel = self.store.channel_by_room(room_id)
             if channel is not None:
                 self.store.remove_member(channel.id, agent)
+
+    async def catch_up(self, puppet: Puppet, room_id: str, since_event_id: str | None) -> None:
+        """Handle the owner's messages sent between the invite and the puppet's join.
+
+        The homeserver only sends an appservice the events of rooms where one of its users has
+        joined, so a message typed right after opening a DM would otherwise never arrive.
+        """
+        status, body = await puppet.client.raw(
+            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit=50")
+        if status != 200:
+            return
+        missed = []
+        for event in body.get("chunk") or []:
+            if event.get("event_id") == since_event_id:
+                break
+            if event.get("type") == "m.room.message":
+                missed.append(event)
+        for event in reversed(missed):
+            event.setdefault("room_id", room_id)
+            await self.on_message(event, room_id, event.get("sender", ""), event.get("content") or {})
 
     async def on_message(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         if sender == self.config.bot_user_id or self.config.agent_for_user_id(sender):

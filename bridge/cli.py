@@ -57,7 +57,7 @@ def open_store(cfg: configuration.Config):
         return Store.open(":memory:"), True
 
 
-async def run_bridge(cfg: configuration.Config, stop: asyncio.Event) -> None:
+async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=None) -> None:
     from .bridge import Bridge
 
     registration = registrations.read(cfg.registration_path)
@@ -69,6 +69,8 @@ async def run_bridge(cfg: configuration.Config, stop: asyncio.Event) -> None:
     bridge = Bridge(cfg, registration, store, history_unavailable=unavailable)
     try:
         await bridge.start(progress=lambda text: say(f"• {text}"))
+        if on_ready is not None:
+            on_ready()
         await stop.wait()
     finally:
         say("• stopping the bridge …")

@@ -117,11 +117,13 @@ class Answer:
 
     async def finish(self, footer: str | None = None) -> list[str]:
         """Final edit(s) without status line; returns the event ids of the answer's messages."""
-        await self._stop_pump()
-        if footer:
-            self.text = f"{self.text}\n\n{footer}" if self.text else footer
-        self.status = None
         async with self._send_lock:
+            # an edit in flight is never cancelled: a cancelled request may still land on the
+            # homeserver after the final edit and leave a status line showing
+            await self._stop_pump()
+            if footer:
+                self.text = f"{self.text}\n\n{footer}" if self.text else footer
+            self.status = None
             await self._split_if_needed(final=True)
             await self._edit(message_content(self.text or "(no answer)", None))
         return list(self.event_ids)

@@ -1,0 +1,135 @@
+"""`sidekicks up` as a person runs it: embedded Synapse, the owner account, the real local model."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nio
+import pytest
+
+from bridge.homeserver import free_port
+from bridge_harness import answers_in
+from matrix_helpers import TestHomeserver, events_in, login, sync_until
+
+pytestmark = pytest.mark.model
+
+
+def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
+    """Start `sidekicks up`; its output goes to a file (a pipe nobody reads would fill up)."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(xdg), "PYTHONUNBUFFERED": "1"}
+    output = config.parent / f"up-{time.monotonic_ns()}.out"
+    with output.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "bridge", "up", "-c", str(config)], env=env,
+                                stdout=sink, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        text = output.read_text()
+        if "Ctrl-C stops everything" in text:
+            return proc, output
+        if proc.poll() is not None:
+            raise AssertionError("sidekicks up ended early:\n" + text)
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("sidekicks up not ready in 120 s:\n" + output.read_text())
+
+
+def stop_up(proc: subprocess.Popen, output: Path) -> None:
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode == 0, output.read_text()
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="ignore"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def ask(client: nio.AsyncClient, room_id: str, text: str, count: int) -> dict:
+    await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+    puppet = "@sk_local:localhost"
+
+    def done():
+        answers = answers_in(events_in(client, room_id), puppet)
+        return len(answers) >= count and answers[count - 1]["body"].strip() and not any(
+            mark in answers[count - 1]["body"] for mark in ("getting ready", "💭", "✍️"))
+    await sync_until(client, done, timeout=180)
+    return answers_in(events_in(client, room_id), puppet)[count - 1]
+
+
+async def test_up_runs_the_whole_stack_and_the_local_model_answers(tmp_path):
+    xdg, sessions = tmp_path / "xdg", tmp_path / "agent-sessions"
+    hs_port, as_port = free_port(), free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""owner: "@me:localhost"
+homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
+appservice: {{listen: "127.0.0.1:{as_port}"}}
+agents:
+  local:
+    title: Local model
+    command: [{sys.executable}, -m, acp.agents.local_model, --sessions, {sessions}, --max-tokens, "48"]
+""")
+    proc, out = start_up(config, xdg)
+    output = out.read_text()
+    try:
+        assert "created your account @me:localhost" in output
+        data_dirs = list((xdg / "sidekicks" / "data").iterdir())
+        assert len(data_dirs) == 1
+        password_file = data_dirs[0] / "owner-password"
+        assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+        password = password_file.read_text().strip()
+        assert f"password: {password}" in output
+        hs = TestHomeserver(url=f"http://127.0.0.1:{hs_port}", domain="localhost", as_port=as_port,
+                            registration_path=tmp_path / "registration.yaml", owner_id="@me:localhost",
+                            owner_password=password, stranger_id="", stranger_password="",
+                            folder=tmp_path, server=None)
+        owner = await login(hs, "@me:localhost", password)
+        try:
+            created = await owner.room_create(is_direct=True, invite=["@sk_local:localhost"],
+                                              preset=nio.RoomPreset.trusted_private_chat)
+            room_id = created.room_id
+            answer = await ask(owner, room_id, "Say hello in one short sentence.", 1)
+            assert len(answer["body"].strip()) > 0
+            assert answer["edits"] >= 1  # streamed: the placeholder was edited into the answer
+        finally:
+            await owner.close()
+    finally:
+        stop_up(proc, out)
+    # nothing left running: the homeserver, the bridge and the agent are gone
+    await asyncio.sleep(0.5)
+    assert processes_mentioning(str(data_dirs[0])) == []
+    assert processes_mentioning(str(sessions)) == []
+
+    # a second `up` reuses the account and the history
+    proc, out = start_up(config, xdg)
+    try:
+        assert "created your account" not in out.read_text()
+        owner = await login(hs, "@me:localhost", password)
+        try:
+            answer = await ask(owner, room_id, "And now say goodbye.", 2)
+            assert answer["body"].strip()
+        finally:
+            await owner.close()
+    finally:
+        stop_up(proc, out)
+    from store import Store
+    store = Store.open("sqlite", data_dirs[0])
+    try:
+        channel = store.channel_by_room(room_id)
+        texts = [m.text for m in store.last_messages(channel.id, 10)]
+        assert texts[0] == "Say hello in one short sentence." and texts[2] == "And now say goodbye."
+        assert len(texts) == 4
+    finally:
+        store.close()

@@ -16,8 +16,11 @@ from urllib.parse import unquote
 PILL = re.compile(r"""<a\s[^>]*href=["']https://matrix\.to/#/([^"'?]+)[^"']*["'][^>]*>(.*?)</a>""",
                   re.IGNORECASE | re.DOTALL)
 PLAIN = re.compile(r"(?<![\w@/])@([A-Za-z0-9._=\-]+(?::[A-Za-z0-9.\-]+(?::\d+)?)?)")
-SLASH = re.compile(r"^/{1,2}([A-Za-z0-9][A-Za-z0-9_\-]*):(\S+)(?:[ \t]+(.*))?$", re.DOTALL)
-COMMAND = re.compile(r"^/{1,2}(\S+)(?:[ \t]+(.*))?$", re.DOTALL)
+# a command name, then whitespace (any: arguments may start on the next line) or the end; a path
+# like `/tmp/x.log` is not a command
+NAME = r"([A-Za-z0-9_][\w.:\-]*)(?:\s+(.*))?$"
+SLASH = re.compile(r"^/{1,2}([A-Za-z0-9][A-Za-z0-9_\-]*):" + NAME, re.DOTALL)
+COMMAND = re.compile(r"^/{1,2}" + NAME, re.DOTALL)
 TAG = re.compile(r"<[^>]+>")
 
 

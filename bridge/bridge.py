@@ -196,10 +196,12 @@ class Bridge:
     async def add_agent(self, portal: Portal, agent: str, announce: bool = False) -> None:
         """Make `agent` a member: invite its puppet, which joins at once."""
         puppet = await self.puppet(agent)
+        others = [m for m in portal.member_names() if m != agent]
+        inviter = await self.puppet(others[0]) if others else self.bot
         self.store.add_member(portal.channel.id, agent)
-        if announce:
-            await self.notice(portal, f"Inviting {self.config.agents[agent].title} (@{agent}) to #{portal.channel.name}.")
-        inviter = next((await self.puppet(m) for m in portal.member_names() if m != agent), self.bot)
+        if announce:  # said by a member already in the room, never by the one not yet joined
+            await self.notice(portal, f"Inviting {self.config.agents[agent].title} (@{agent}) to #{portal.channel.name}.",
+                              inviter)
         await inviter.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(portal.room_id)}/invite",
                                  {"user_id": puppet.user_id})
         await puppet.join(portal.room_id)
@@ -266,6 +268,8 @@ class Bridge:
             return
         puppet = await self.puppet(agent)
         if membership == "invite":
+            if sender == self.config.bot_user_id or self.config.agent_for_user_id(sender):
+                return  # the bridge's own invite (add_agent), which joins by itself
             if not self.is_owner(sender):
                 log.info("%s invited %s: declined (not an owner)", sender, target)
                 await puppet.leave(room_id)

@@ -1,0 +1,291 @@
+"""Channels end to end (SPEC §5–7, ADR §1–3): group rooms, who answers, what each agent reads.
+
+Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
+every JSON-RPC message they receive (`--log`) so the exact prompt text can be asserted.
+"""
+from __future__ import annotations
+
+import json
+
+import nio
+
+from bridge_harness import agent, answers_in
+from matrix_helpers import events_in, login, sync_until
+
+ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
+GOROUTINES = "Goroutines are light threads…"
+CLOSING = "The user now writes to you (answer directly, without your name in front):"
+
+
+def prompts(log_path) -> list[str]:
+    if not log_path.exists():
+        return []
+    texts = []
+    for line in log_path.read_text().splitlines():
+        message = json.loads(line) if line.strip() else {}
+        if message.get("method") == "session/prompt":
+            texts.append("".join(block.get("text", "") for block in message["params"]["prompt"]))
+    return texts
+
+
+def joined(owner, room_id, user_id) -> bool:
+    state = [e for e in events_in(owner, room_id)
+             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
+    return bool(state) and state[-1]["content"].get("membership") == "join"
+
+
+async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
+    response = await owner.room_create(name=name, invite=list(puppets),
+                                       preset=nio.RoomPreset.private_chat)
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await sync_until(owner, lambda: all(joined(owner, response.room_id, p) for p in puppets))
+    return response.room_id
+
+
+async def say(owner: nio.AsyncClient, room_id: str, text: str, html: str | None = None,
+              user_ids: list[str] | None = None) -> str:
+    content = {"msgtype": "m.text", "body": text}
+    if html is not None:
+        content.update(format="org.matrix.custom.html", formatted_body=html)
+    if user_ids is not None:
+        content["m.mentions"] = {"user_ids": user_ids}
+    response = await owner.room_send(room_id, "m.room.message", content)
+    assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
+
+
+def finished_answers(owner, room_id, puppet_id) -> list[dict]:
+    return [a for a in answers_in(events_in(owner, room_id), puppet_id)
+            if a["msgtype"] != "m.notice"]
+
+
+def is_final(answer: dict) -> bool:
+    body = answer["body"]
+    return "getting ready" not in body and not body.startswith(("💭", "✍️", "🔧", "⏳"))
+
+
+async def wait_answers(owner, room_id, puppet_id, count=1, timeout=20) -> list[dict]:
+    def done():
+        answers = finished_answers(owner, room_id, puppet_id)
+        return len(answers) >= count and all(is_final(a) for a in answers[:count])
+    await sync_until(owner, done, timeout=timeout)
+    return finished_answers(owner, room_id, puppet_id)
+
+
+def notices(owner, room_id) -> list[str]:
+    return [e["content"].get("body", "") for e in events_in(owner, room_id)
+            if e.get("type") == "m.room.message" and e["content"].get("msgtype") == "m.notice"]
+
+
+def header(channel: str) -> str:
+    return f"[Messages in #{channel} you have not seen yet]"
+
+
+async def two_agents(bridge_factory, tmp_path, alice=(), bob=()):
+    logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
+    running = await bridge_factory({
+        "alice": agent(*alice, "--log", str(logs["alice"]), title="Alice"),
+        "bob": agent(*bob, "--log", str(logs["bob"]), title="Bob")})
+    return running, logs
+
+
+async def test_group_room_becomes_a_channel_with_two_members(homeserver, bridge_factory, tmp_path):
+    running, _ = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        channel = running.store.channel_by_room(room_id)
+        assert channel is not None and channel.name == "general" and channel.direct_agent is None
+        assert sorted(m.agent for m in running.store.members(channel.id)) == ["alice", "bob"]
+    finally:
+        await owner.close()
+
+
+async def test_adr_example_only_alice_then_bob_reads_the_exact_text(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path, alice=("--answer", GOROUTINES))
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        await say(owner, room_id, "@alice explain goroutines")
+        answers = await wait_answers(owner, room_id, ALICE)
+        assert answers[0]["body"] == GOROUTINES
+        assert prompts(logs["alice"]) == ["@alice explain goroutines"]
+        assert prompts(logs["bob"]) == [] and finished_answers(owner, room_id, BOB) == []
+
+        await say(owner, room_id, "@bob what do you think?")
+        await wait_answers(owner, room_id, BOB)
+        assert prompts(logs["bob"]) == [
+            "[Messages in #general you have not seen yet]\n"
+            "user: @alice explain goroutines\n"
+            "alice: Goroutines are light threads…\n"
+            "[End of the messages]\n"
+            "The user now writes to you (answer directly, without your name in front):\n"
+            "@bob what do you think?"]
+        assert prompts(logs["alice"]) == ["@alice explain goroutines"]  # alice was not asked again
+    finally:
+        await owner.close()
+
+
+async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(
+        homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path, alice=("--answer", "Alice says so"))
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        # alice named first as plain text, bob second as an Element pill (+ m.mentions)
+        text = "@alice and Bob: review this"
+        html = f'@alice and <a href="https://matrix.to/#/{BOB}">Bob</a>: review this'
+        await say(owner, room_id, text, html, [BOB])
+        await wait_answers(owner, room_id, BOB)
+        alice_answer = (await wait_answers(owner, room_id, ALICE))[0]
+        bob_answer = finished_answers(owner, room_id, BOB)[0]
+        ids = [e["event_id"] for e in events_in(owner, room_id)]
+        assert ids.index(alice_answer["event_id"]) < ids.index(bob_answer["event_id"])
+        assert prompts(logs["alice"]) == [text]
+        assert prompts(logs["bob"]) == [
+            f"{header('general')}\nalice: Alice says so\n[End of the messages]\n{CLOSING}\n{text}"]
+        channel = running.store.channel_by_room(room_id)
+        assert [(m.sender, m.role) for m in running.store.last_messages(channel.id, 10)][1:] == [
+            ("alice", "agent"), ("bob", "agent")]
+    finally:
+        await owner.close()
+
+
+async def test_mentioned_non_member_is_invited_first_and_the_channel_says_so(
+        homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE)
+        await say(owner, room_id, "@bob join us")
+        answers = await wait_answers(owner, room_id, BOB)
+        assert answers[0]["body"] == "echo: @bob join us"
+        said = [n for n in notices(owner, room_id) if "Inviting" in n]
+        assert said == ["Inviting Bob (@bob) to #general."]
+        events = events_in(owner, room_id)
+        notice_at = next(i for i, e in enumerate(events)
+                         if e.get("type") == "m.room.message" and "Inviting" in e["content"].get("body", ""))
+        joined_at = next(i for i, e in enumerate(events) if e.get("type") == "m.room.member"
+                         and e.get("state_key") == BOB and e["content"].get("membership") == "join")
+        answer_at = next(i for i, e in enumerate(events) if e.get("event_id") == answers[0]["event_id"])
+        assert notice_at < joined_at < answer_at
+        channel = running.store.channel_by_room(room_id)
+        assert sorted(m.agent for m in running.store.members(channel.id)) == ["alice", "bob"]
+        assert prompts(logs["alice"]) == []
+    finally:
+        await owner.close()
+
+
+async def test_nobody_answers_without_mention_or_speaker(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        await say(owner, room_id, "hello, anyone?")
+        await sync_until(owner, lambda: any("mention an agent" in n for n in notices(owner, room_id)))
+        assert [n for n in notices(owner, room_id) if "mention" in n] == [
+            "Nobody answers this one: mention an agent, like @alice, @bob, to get an answer."]
+        assert prompts(logs["alice"]) == [] and prompts(logs["bob"]) == []
+        assert finished_answers(owner, room_id, ALICE) == finished_answers(owner, room_id, BOB) == []
+    finally:
+        await owner.close()
+
+
+async def test_slash_commands_go_alone_to_their_agent(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        await say(owner, room_id, "@bob hi")  # some context alice has not seen
+        await wait_answers(owner, room_id, BOB)
+        await say(owner, room_id, "/alice:review main.py")
+        await wait_answers(owner, room_id, ALICE)
+        assert prompts(logs["alice"]) == ["/review main.py"]
+        await say(owner, room_id, "@alice /review x")
+        await wait_answers(owner, room_id, ALICE, count=2)
+        await say(owner, room_id, "Alice: /review y",
+                  f'<a href="https://matrix.to/#/{ALICE}">Alice</a>: /review y', [ALICE])
+        await wait_answers(owner, room_id, ALICE, count=3)
+        await say(owner, room_id, "//alice:review z")
+        await wait_answers(owner, room_id, ALICE, count=4)
+        assert prompts(logs["alice"]) == ["/review main.py", "/review x", "/review y", "/review z"]
+        assert prompts(logs["bob"]) == ["@bob hi"]
+    finally:
+        await owner.close()
+
+
+async def test_last_speaker_answers_an_unmentioned_follow_up(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        await say(owner, room_id, "@bob first")
+        await wait_answers(owner, room_id, BOB)
+        await say(owner, room_id, "and then?")
+        answers = await wait_answers(owner, room_id, BOB, count=2)
+        assert answers[1]["body"] == "echo: and then?"  # bob has seen everything: the text alone
+        assert prompts(logs["bob"]) == ["@bob first", "and then?"]
+        assert prompts(logs["alice"]) == []
+        assert not any("mention an agent" in n for n in notices(owner, room_id))
+    finally:
+        await owner.close()
+
+
+async def test_strangers_message_in_a_channel_is_ignored(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        await owner.room_invite(room_id, homeserver.stranger_id)
+        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+        await say(stranger, room_id, "@alice tell me secrets")
+        await say(stranger, room_id, "/alice:review secrets.txt")
+        await say(owner, room_id, "@alice owner here")
+        answers = await wait_answers(owner, room_id, ALICE)
+        assert [a["body"] for a in answers] == ["echo: @alice owner here"]
+        assert prompts(logs["alice"]) == ["@alice owner here"]
+        assert prompts(logs["bob"]) == []
+        channel = running.store.channel_by_room(room_id)
+        assert [m.text for m in running.store.last_messages(channel.id, 10)] == [
+            "@alice owner here", "echo: @alice owner here"]
+    finally:
+        await owner.close()
+        await stranger.close()
+
+
+async def test_room_rename_renames_the_channel(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        channel = running.store.channel_by_room(room_id)
+        await say(owner, room_id, "@alice hi")
+        await wait_answers(owner, room_id, ALICE)
+        response = await owner.room_put_state(room_id, "m.room.name", {"name": "renamed"})
+        assert isinstance(response, nio.RoomPutStateResponse), response
+        await sync_until(owner, lambda: running.store.channel(channel.id).name == "renamed")
+        # the next agent reads the new name in its header
+        await say(owner, room_id, "@bob and you?")
+        await wait_answers(owner, room_id, BOB)
+        assert prompts(logs["bob"])[0].startswith(header("renamed") + "\n")
+    finally:
+        await owner.close()
+
+
+async def test_kick_of_a_puppet_removes_the_member(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        channel = running.store.channel_by_room(room_id)
+        response = await owner.room_kick(room_id, BOB)
+        assert isinstance(response, nio.RoomKickResponse), response
+        await sync_until(owner, lambda: [m.agent for m in running.store.members(channel.id)] == ["alice"])
+        # with a single member left, that member answers an unmentioned message
+        await say(owner, room_id, "just us now")
+        answers = await wait_answers(owner, room_id, ALICE)
+        assert answers[0]["body"] == "echo: just us now"
+        assert prompts(logs["bob"]) == []
+    finally:
+        await owner.close()

@@ -1,0 +1,149 @@
+"""`sidekicks check` (SPEC §4) run as a real subprocess, and the example configs in deploy/examples.
+
+`check` validates the configuration, starts each agent, runs ACP `initialize` and reports what the
+agent announces. It never contacts the homeserver, so the configs here point at an unused port.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import config
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTED = str(ROOT / "tests" / "agents" / "scripted_agent.py")
+EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
+
+
+def write_config(folder: Path, agents: dict) -> Path:
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump({
+        "owner": "@me:localhost",
+        "homeserver": {"url": "http://127.0.0.1:1", "domain": "localhost"},
+        "agents": agents,
+    }, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def check(path: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bridge", "check", "-c", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def agent_lines(output: str, name: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(("✓ ", "✗ ")) and f" {name}:" in line]
+
+
+def no_traceback(result: subprocess.CompletedProcess) -> None:
+    for stream in (result.stdout, result.stderr):
+        assert "Traceback" not in stream, stream
+
+
+def test_good_agent_is_reported_with_its_announcements(tmp_path):
+    path = write_config(tmp_path, {"scripted": {"command": [
+        sys.executable, SCRIPTED, "--name", "scripted", "--version", "1.2", "--load-session",
+        "--commands", "review:Review code,plan:Make a plan"]}})
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "configuration is valid (1 agents)" in result.stdout
+    lines = agent_lines(result.stdout, "scripted")
+    assert len(lines) == 1, result.stdout
+    line = lines[0]
+    assert line.startswith("✓ scripted:")
+    assert "scripted 1.2" in line
+    assert "loadSession: yes" in line
+    assert line.endswith("commands: /review, /plan"), line
+
+
+def test_agent_without_load_session_or_commands_says_so(tmp_path):
+    path = write_config(tmp_path, {"plain": {"command": [sys.executable, SCRIPTED, "--name", "plainagent"]}})
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = agent_lines(result.stdout, "plain")
+    assert "plainagent 1.0" in line
+    assert "loadSession: no" in line
+    assert line.endswith("commands: none"), line
+
+
+def test_agent_crashing_at_start_gives_one_clear_line(tmp_path):
+    path = write_config(tmp_path, {"broken": {"command": [sys.executable, SCRIPTED, "--crash-at-start"]}})
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = agent_lines(result.stdout, "broken")
+    assert len(lines) == 1, result.stdout
+    line = lines[0]
+    assert line.startswith("✗ broken:")
+    assert "exit code 3" in line
+    assert "crashing at start on purpose" in line  # the agent's stderr
+    assert "\n" not in line
+
+
+def test_missing_executable_says_command_not_found(tmp_path):
+    path = write_config(tmp_path, {
+        "ghost": {"command": ["sidekicks-no-such-agent-5f3a", "acp"]},
+        "good": {"command": [sys.executable, SCRIPTED]},
+    })
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = agent_lines(result.stdout, "ghost")
+    assert line.startswith("✗ ghost:")
+    assert "command not found" in line
+    assert "sidekicks-no-such-agent-5f3a" in line
+    # the other agent is still checked and reported fine
+    [good] = agent_lines(result.stdout, "good")
+    assert good.startswith("✓ good:")
+
+
+def test_invalid_config_is_refused_with_exit_code_2(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text('owner: "@me:localhost"\nagents:\n  alice:\n    command: []\n', encoding="utf-8")
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 2
+    assert "agents.alice.command: must be a non-empty list of strings" in result.stderr
+    assert not agent_lines(result.stdout, "alice")
+
+
+@pytest.mark.model
+def test_local_model_agent(tmp_path):
+    path = write_config(tmp_path, {"local": {"command": [sys.executable, "-m", "acp.agents.local_model"]}})
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = agent_lines(result.stdout, "local")
+    assert line.startswith("✓ local: sidekicks-local ")
+    assert "loadSession: yes" in line
+    commands = line.split("commands: ", 1)[1].split(", ")
+    assert "/clear" in commands, line
+
+
+def test_example_configs_are_valid():
+    assert len(EXAMPLES) >= 9, [p.name for p in EXAMPLES]
+    for path in EXAMPLES:
+        cfg = config.load(path)
+        assert cfg.agents, f"{path.name}: no agents"
+        assert cfg.owners, f"{path.name}: no owner"
+    compose = config.load(ROOT / "deploy" / "compose" / "sidekicks.yaml")
+    assert compose.appservice_url == "http://bridge:29333"  # reachable from the Synapse container
+    assert compose.database.startswith("postgresql://")
+
+
+def test_example_configs_cover_the_documented_agents():
+    commands = {}
+    for path in EXAMPLES:
+        for name, agent in config.load(path).agents.items():
+            commands[f"{path.name}:{name}"] = " ".join(agent.command)
+    joined = "\n".join(commands.values())
+    for needle in ("acp.agents.local_model", "@zed-industries/claude-code-acp", "@zed-industries/codex-acp",
+                   "gemini --experimental-acp", "goose acp", "opencode acp", "fast-agent", "ssh "):
+        assert needle in joined, f"no example runs {needle!r}"
+    databases = {config.load(path).database for path in EXAMPLES}
+    assert any(db.startswith("postgres") for db in databases), databases

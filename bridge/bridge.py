@@ -251,6 +251,10 @@ class Bridge:
             await self.on_member(event, room_id, sender, content)
         elif kind == "m.room.message":
             await self.on_message(event, room_id, sender, content)
+        elif kind in ("m.room.encryption", "m.room.encrypted"):
+            portal = self.portal_for(room_id)
+            if portal is not None:
+                await self.say_encrypted(portal)
         elif kind == "m.room.name" and self.is_owner(sender):
             portal = self.portal_for(room_id)
             name = content.get("name")
@@ -282,11 +286,22 @@ class Bridge:
             self.store.add_member(channel.id, agent)
             self.portal_for(room_id)
             if await puppet.join(room_id):
+                if _invite_state(event, "m.room.encryption") is not None:
+                    await self.say_encrypted(self.portal_for(room_id))
                 await self.catch_up(puppet, room_id, event.get("event_id"))
         elif membership in ("leave", "ban") and sender != target:
             channel = self.store.channel_by_room(room_id)
             if channel is not None:
                 self.store.remove_member(channel.id, agent)
+
+    async def say_encrypted(self, portal: Portal) -> None:
+        """Once per room and run: the bridge cannot read end-to-end encrypted rooms."""
+        if portal.room_id in self._encryption_noted:
+            return
+        self._encryption_noted.add(portal.room_id)
+        await self.notice(portal, "This room is end-to-end encrypted, and agents cannot read encrypted "
+                                  "messages. Make a new room without encryption (or start a new direct "
+                                  "message) to talk to agents.")
 
     async def catch_up(self, puppet: Puppet, room_id: str, since_event_id: str | None) -> None:
         """Handle the owner's messages sent between the invite and the puppet's join.
@@ -343,13 +358,18 @@ class Bridge:
         log.info("agent %s stopped", agent)
 
 
-def _room_name(event: dict) -> str | None:
+def _invite_state(event: dict, kind: str) -> dict | None:
+    """Content of a state event of `kind` in an invite's stripped room state."""
     for state in (event.get("unsigned") or {}).get("invite_room_state") or []:
-        if isinstance(state, dict) and state.get("type") == "m.room.name":
-            name = (state.get("content") or {}).get("name")
-            if isinstance(name, str) and name.strip():
-                return name.strip()
+        if isinstance(state, dict) and state.get("type") == kind:
+            content = state.get("content")
+            return content if isinstance(content, dict) else {}
     return None
+
+
+def _room_name(event: dict) -> str | None:
+    name = (_invite_state(event, "m.room.name") or {}).get("name")
+    return name.strip() if isinstance(name, str) and name.strip() else None
 
 
 def _escape(text: str) -> str:

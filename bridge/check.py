@@ -7,7 +7,8 @@ from acp import AcpError, AgentSpec, start_agent
 
 
 async def check_agents(cfg, say) -> int:
-    say(f"{cfg.path}: configuration is valid ({len(cfg.agents)} agents)")
+    count = len(cfg.agents)
+    say(f"{cfg.path}: configuration is valid ({count} agent{'s' if count != 1 else ''})")
     failures = 0
     for name, agent in cfg.agents.items():
         spec = AgentSpec(name=name, command=list(agent.command), cwd=agent.cwd, env=dict(agent.env),
@@ -28,9 +29,12 @@ async def check_agents(cfg, say) -> int:
             names = ", ".join("/" + c.get("name", "?") for c in (commands or running.commands or [])) or "none"
             say(f"✓ {name}: {info.get('name', '?')} {info.get('version', '')}".rstrip()
                 + f"; loadSession: {'yes' if running.load_session else 'no'}; commands: {names}")
-        except (AcpError, asyncio.TimeoutError, OSError) as exc:
+        except (AcpError, asyncio.TimeoutError, OSError, ValueError) as exc:
             failures += 1
-            say(f"✗ {name}: {exc or 'no answer within 60 s'}")
+            reason = str(exc) or "no answer within 60 s"
+            if reason.startswith(f"{name}: "):  # ACP errors already name their agent
+                reason = reason[len(name) + 2:]
+            say(f"✗ {name}: {reason}")
         finally:
             if running is not None:
                 await running.stop()

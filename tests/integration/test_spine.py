@@ -170,3 +170,31 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
                             "(answer directly, without your name in front):\nnew one")
     finally:
         await owner.close()
+
+
+async def test_encrypted_room_gets_one_plain_notice(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        puppet_id = "@sk_alice:localhost"
+        created = await owner.room_create(
+            invite=[puppet_id], initial_state=[{"type": "m.room.encryption", "state_key": "",
+                                                "content": {"algorithm": "m.megolm.v1.aes-sha2"}}])
+        room_id = created.room_id
+
+        def notices():
+            return [e for e in events_in(owner, room_id) if e.get("sender") == puppet_id
+                    and e.get("type") == "m.room.message" and "encrypted" in e["content"].get("body", "")]
+        await sync_until(owner, lambda: notices())
+        # an encrypted message (what a client sends there) gets no second notice and no answer
+        await owner.room_send(room_id, "m.room.encrypted", {"algorithm": "m.megolm.v1.aes-sha2",
+                                                            "ciphertext": "xx", "sender_key": "k",
+                                                            "session_id": "s", "device_id": "D"})
+        marker = await say(owner, room_id, "plain marker")  # the server accepts it; nothing answers it
+        await sync_until(owner, lambda: any(e.get("event_id") == marker for e in events_in(owner, room_id)))
+        await owner.sync(timeout=2000)
+        assert len(notices()) == 1
+        assert "agents cannot read encrypted messages" in notices()[0]["content"]["body"]
+    finally:
+        await owner.close()

@@ -50,7 +50,7 @@ def test_good_agent_is_reported_with_its_announcements(tmp_path):
     result = check(path)
     no_traceback(result)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "configuration is valid (1 agents)" in result.stdout
+    assert "configuration is valid (1 agent)" in result.stdout
     lines = agent_lines(result.stdout, "scripted")
     assert len(lines) == 1, result.stdout
     line = lines[0]

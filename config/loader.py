@@ -145,6 +145,9 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     if bot.startswith(prefix):
         c.problem("appservice.bot", f"must not start with the puppet prefix {prefix!r}")
     permission_timeout = c.number(aps, "permission_timeout", "appservice.permission_timeout", 600.0, 1.0)
+    public_url = c.string(aps, "url", "appservice.url")
+    if public_url is not None and not re.match(r"^https?://[^/\s]+", public_url):
+        c.problem("appservice.url", f"must be an http(s) URL the homeserver can reach, got {public_url!r}")
 
     agents = _agents(c, data, path)
 
@@ -170,6 +173,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         registration_path=(base / os.path.expanduser(reg)).resolve(), agents=agents,
         agents_in_memory=in_memory, context_messages=ctx_messages, context_chars=ctx_chars,
         database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
+        public_url=public_url.rstrip("/") if public_url else None,
     )
 
 

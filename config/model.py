@@ -36,6 +36,7 @@ class Config:
     database: str
     data_dir: Path
     permission_timeout: float = 600.0
+    public_url: str | None = None   # how the homeserver reaches the appservice, if not `listen`
 
     @property
     def bot_user_id(self) -> str:
@@ -54,4 +55,7 @@ class Config:
 
     @property
     def appservice_url(self) -> str:
-        return f"http://{self.listen_host}:{self.listen_port}"
+        if self.public_url:
+            return self.public_url
+        host = "127.0.0.1" if self.listen_host in ("0.0.0.0", "::") else self.listen_host
+        return f"http://{host}:{self.listen_port}"

@@ -128,3 +128,15 @@ def test_registration_is_0600_with_random_tokens_and_exclusive_namespace(tmp_pat
     other = config.load(write(tmp_path / "x", GOOD) if (tmp_path / "x").mkdir() is None else None)
     fresh = registration.build(other)
     assert fresh.as_token != data["as_token"] and fresh.hs_token != data["hs_token"]
+
+
+def test_appservice_url_defaults_to_listen_and_can_be_set(tmp_path):
+    cfg = config.load(write(tmp_path, {**GOOD, "appservice": {"listen": "0.0.0.0:29333"}}))
+    assert cfg.appservice_url == "http://127.0.0.1:29333"
+    cfg = config.load(write(tmp_path, {**GOOD, "appservice": {"listen": "0.0.0.0:29333",
+                                                               "url": "http://bridge:29333/"}}))
+    assert cfg.appservice_url == "http://bridge:29333"
+    assert registration.build(cfg).url == "http://bridge:29333"
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(write(tmp_path, {**GOOD, "appservice": {"url": "bridge"}}))
+    assert "appservice.url: must be an http(s) URL" in caught.value.problems[0]

@@ -53,9 +53,12 @@ def unseen_lines(portal: "Portal", agent: str, current_message_id: str, fresh: b
     store, limit = portal.bridge.store, portal.bridge.config.context_messages
     member = store.member(portal.channel.id, agent)
     after = None if fresh or member is None else member.last_seen
-    messages = store.messages_after(portal.channel.id, after, limit + 1)
+    # user messages after the current one are queued: each is told in its own turn, not before
+    messages = store.messages_after(portal.channel.id, after, limit + 1 + portal.queue.qsize())
     return [Line("user" if m.role == "user" else m.sender, m.text)
-            for m in messages if m.id != current_message_id][-limit:] if limit else []
+            for m in messages if m.id != current_message_id
+            and not (m.role == "user" and m.id > current_message_id)
+            and (fresh or m.role != "agent" or m.sender != agent)][-limit:] if limit else []
 
 
 async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
@@ -73,6 +76,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     portal.current = run
     bridge.active_turns[turn.agent] = portal
     typing = asyncio.create_task(_keep_typing(puppet, portal.room_id))
+    # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
+    # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
     try:
         async with bridge.pool.turn(turn.agent) as agent:
@@ -106,9 +111,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                   "refusal": "(the agent refused to answer)",
                   "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
         event_ids = await answer.finish(footer)
-        message = bridge.store.add_message(portal.channel.id, turn.agent, "agent",
-                                           answer.full_text, event_ids)
-        stored_upto = message.id
+        bridge.store.add_message(portal.channel.id, turn.agent, "agent",
+                                 answer.full_text, event_ids)
     except AgentCrashed as exc:
         await answer.finish(f"⚠️ interrupted: {turn.agent} stopped unexpectedly")
         await bridge.crash_notice(portal, puppet, turn.agent, exc)
@@ -125,7 +129,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         portal.current = None
         if bridge.active_turns.get(turn.agent) is portal:
             del bridge.active_turns[turn.agent]
-        bridge.seen(portal, turn.agent, stored_upto)
+        if not turn.alone:  # a command went without the context: it is still unseen (ADR §3)
+            bridge.seen(portal, turn.agent, stored_upto)
         await puppet.typing(portal.room_id, False)
 
 

@@ -210,6 +210,12 @@ async def test_slash_commands_go_alone_to_their_agent(homeserver, bridge_factory
         await wait_answers(owner, room_id, ALICE, count=4)
         assert prompts(logs["alice"]) == ["/review main.py", "/review x", "/review y", "/review z"]
         assert prompts(logs["bob"]) == ["@bob hi"]
+        # the commands went alone, so alice's next ordinary turn is still told what it missed
+        await say(owner, room_id, "@alice and now?")
+        await wait_answers(owner, room_id, ALICE, count=5)
+        told = prompts(logs["alice"])[4]
+        assert told.startswith(f"{header('general')}\nuser: @bob hi\nbob: echo: @bob hi\n"), told
+        assert told.endswith(f"[End of the messages]\n{CLOSING}\n@alice and now?"), told
     finally:
         await owner.close()
 
@@ -287,5 +293,28 @@ async def test_kick_of_a_puppet_removes_the_member(homeserver, bridge_factory, t
         answers = await wait_answers(owner, room_id, ALICE)
         assert answers[0]["body"] == "echo: just us now"
         assert prompts(logs["bob"]) == []
+    finally:
+        await owner.close()
+
+
+async def test_a_queued_message_is_not_shown_early_nor_lost(homeserver, bridge_factory, tmp_path):
+    """Two messages sent at once: the first turn must not show the second as already written,
+    and the agent who answered the first still reads the second later (ADR §3)."""
+    running, logs = await two_agents(bridge_factory, tmp_path)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        await say(owner, room_id, "@alice one")
+        await say(owner, room_id, "@bob two")
+        bob_answer = (await wait_answers(owner, room_id, BOB))[0]["body"]
+        assert prompts(logs["alice"]) == ["@alice one"]
+        assert prompts(logs["bob"]) == [
+            f"{header('general')}\nuser: @alice one\nalice: echo: @alice one\n[End of the messages]\n"
+            f"{CLOSING}\n@bob two"]
+        await say(owner, room_id, "@alice three")
+        await wait_answers(owner, room_id, ALICE, count=2)
+        assert prompts(logs["alice"])[1] == (
+            f"{header('general')}\nuser: @bob two\nbob: {bob_answer}\n[End of the messages]\n"
+            f"{CLOSING}\n@alice three")
     finally:
         await owner.close()

@@ -11,6 +11,8 @@ import logging
 import time
 from typing import Any
 
+from urllib.parse import quote
+
 import aiohttp
 
 from acp import AgentCrashed, AgentSpec, Pool, PermissionRequest
@@ -22,6 +24,7 @@ from .appservice import AppserviceServer
 from .matrix import MatrixError
 from .portal import Incoming, Portal
 from .puppet import Puppet
+from .render import escape_html
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +191,7 @@ class Bridge:
         html = f"<p>{text}</p>"
         if tail:
             text += f" The end of its error output:\n{tail}"
-            html += f"<p>The end of its error output:</p><pre><code>{_escape(tail)}</code></pre>"
+            html += f"<p>The end of its error output:</p><pre><code>{escape_html(tail)}</code></pre>"
         text += "\nThe next message starts it again."
         html += "<p>The next message starts it again.</p>"
         await self.send_notice(puppet, portal.room_id, text, html)
@@ -372,10 +375,5 @@ def _room_name(event: dict) -> str | None:
     return name.strip() if isinstance(name, str) and name.strip() else None
 
 
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _q(value: str) -> str:
-    from urllib.parse import quote
     return quote(value, safe="")

@@ -48,8 +48,8 @@ def markdown_to_html(text: str) -> str:
 
 def needs_html(text: str, html: str) -> bool:
     """Plain text renders as one bare paragraph: then sending HTML adds nothing."""
-    return html != f"<p>{_escape(text)}</p>"
+    return html != f"<p>{escape_html(text).replace(chr(10), '<br>' + chr(10))}</p>"
 
 
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>\n")
+def escape_html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -13,7 +13,7 @@ import time
 import uuid
 
 from .matrix import check
-from .render import markdown_to_html, needs_html
+from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def message_content(text: str, status: str | None) -> dict:
     html = markdown_to_html(text) if text else ""
     content = {"msgtype": "m.text", "body": body}
     if status:
-        html = f"<p><em>{_escape(status)}</em></p>{html}"
+        html = f"<p><em>{escape_html(status)}</em></p>{html}"
     if html and (status or needs_html(text, html)):
         content.update({"format": "org.matrix.custom.html", "formatted_body": html})
     return content
@@ -61,10 +61,6 @@ def edit_content(original_event_id: str, new: dict) -> dict:
         plain = {"msgtype": new["msgtype"], "body": new["body"]}
         content["m.new_content"] = plain
     return content
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class Answer:

@@ -1,0 +1,55 @@
+"""Agent Markdown becomes sanitised Matrix HTML; streamed edits stay under the event size limit."""
+from __future__ import annotations
+
+import json
+
+from bridge.render import markdown_to_html, needs_html
+from bridge.stream import SPLIT_BYTES, edit_content, edit_interval, message_content, split_point
+
+
+def test_markdown_is_rendered():
+    html = markdown_to_html("**bold** and `code`\n\n- one\n- two\n\n| a | b |\n|---|---|\n| 1 | 2 |")
+    assert "<strong>bold</strong>" in html and "<code>code</code>" in html
+    assert "<li>one</li>" in html and "<table>" in html
+
+
+def test_dangerous_html_is_removed():
+    html = markdown_to_html('<script>alert(1)</script><iframe src="http://x"></iframe>'
+                            '<img src="x" onerror="alert(1)"><a href="javascript:alert(1)">x</a>'
+                            '<b onclick="evil()">b</b> [y](javascript:alert(2))')
+    for bad in ("<script", "alert(1)</script", "<iframe", "onerror", "onclick", 'href="javascript:'):
+        assert bad not in html, (bad, html)
+    assert "javascript:" not in "".join(part for part in html.split('"') if part.startswith("java"))
+    assert "<b>b</b>" in html
+
+
+def test_plain_text_needs_no_html():
+    assert not needs_html("just words", markdown_to_html("just words"))
+    assert needs_html("*some* words", markdown_to_html("*some* words"))
+
+
+def test_status_line_shows_above_the_text_and_goes_in_the_final():
+    streaming = message_content("partial **text**", "✍️ writing…")
+    assert streaming["body"].startswith("✍️ writing…\n\npartial")
+    assert "<em>✍️ writing…</em>" in streaming["formatted_body"]
+    final = message_content("partial **text**", None)
+    assert final["body"] == "partial **text**" and "writing" not in final["formatted_body"]
+
+
+def test_split_point_keeps_messages_under_the_limit_at_a_boundary():
+    text = ("word " * 2000 + "\n\n") * 4
+    at = split_point(text)
+    assert len(text[:at].encode()) <= SPLIT_BYTES and text[:at].endswith(("\n", " "))
+    wide = "é" * 20000  # two bytes each: the limit is in bytes, not characters
+    assert len(wide[: split_point(wide)].encode()) <= SPLIT_BYTES
+
+
+def test_an_edit_of_a_full_message_fits_in_an_event():
+    text = "<b>&</b> " * (SPLIT_BYTES // 9)
+    content = edit_content("$orig", message_content(text, None))
+    assert len(json.dumps(content, ensure_ascii=False).encode()) < 64 * 1024
+
+
+def test_edits_slow_down_as_a_message_grows():
+    assert edit_interval(0) == 0.5
+    assert edit_interval(50) > edit_interval(10) > edit_interval(0)

@@ -198,3 +198,17 @@ async def test_encrypted_room_gets_one_plain_notice(homeserver, bridge_factory, 
         assert "agents cannot read encrypted messages" in notices()[0]["content"]["body"]
     finally:
         await owner.close()
+
+
+async def test_announced_commands_are_stored_per_agent(homeserver, bridge_factory, tmp_path):
+    running = await bridge_factory({"alice": agent("--commands", "review:Review code,plan:Make a plan")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_dm(owner, "@sk_alice:localhost")
+        await say(owner, room_id, "hi")
+        await final_answer(owner, room_id, "@sk_alice:localhost", done=lambda a: a["body"] == "echo: hi")
+        commands = running.store.agent_commands("alice")
+        assert [c["name"] for c in commands] == ["review", "plan"]
+        assert commands[0]["description"] == "Review code"
+    finally:
+        await owner.close()

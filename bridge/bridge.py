@@ -21,8 +21,10 @@ from config.registration import Registration
 from store import Store, StoreClosed
 
 from .appservice import AppserviceServer
+from .commands import BotCommands
 from .matrix import MatrixError
 from .portal import Incoming, Portal
+from .permissions import Permissions
 from .puppet import Puppet
 from .render import escape_html
 
@@ -55,6 +57,8 @@ class Bridge:
         self.portals: dict[str, Portal] = {}
         self.active_turns: dict[str, Portal] = {}
         self._encryption_noted: set[str] = set()
+        self.commands = BotCommands(self)
+        self.permissions = Permissions(self)
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -166,7 +170,7 @@ class Bridge:
 
     def permission_handler(self, portal: Portal, puppet: Puppet):
         async def decide(request: PermissionRequest) -> str | None:
-            return None  # permissions arrive with the channels issue; until then: cancelled
+            return await self.permissions.ask(portal, puppet, request)
         return decide
 
     async def notice(self, portal: Portal, text: str, puppet: Puppet | None = None) -> None:
@@ -254,6 +258,10 @@ class Bridge:
             await self.on_member(event, room_id, sender, content)
         elif kind == "m.room.message":
             await self.on_message(event, room_id, sender, content)
+        elif kind == "m.reaction":
+            await self.on_reaction(event, room_id, sender, content)
+        elif kind == "m.room.redaction":
+            await self.on_redaction(event, room_id, sender, content)
         elif kind in ("m.room.encryption", "m.room.encrypted"):
             portal = self.portal_for(room_id)
             if portal is not None:
@@ -269,6 +277,9 @@ class Bridge:
         target = event.get("state_key")
         membership = content.get("membership")
         if not isinstance(target, str):
+            return
+        if target == self.config.bot_user_id:
+            await self.commands.on_bot_member(event, room_id, sender, content)
             return
         agent = self.config.agent_for_user_id(target)
         if agent is None:
@@ -336,6 +347,10 @@ class Bridge:
         body = content.get("body")
         if not isinstance(body, str) or not body.strip():
             return
+        if body.lstrip().startswith("!") and await self.commands.handle(event, room_id, sender, body):
+            return
+        if await self.permissions.on_reply(event, room_id, sender, body):
+            return
         portal = self.portal_for(room_id)
         if portal is None:
             return
@@ -348,6 +363,15 @@ class Bridge:
         portal.submit(Incoming(message.id, event_id, body,
                                formatted if isinstance(formatted, str) else None,
                                [m for m in mentions if isinstance(m, str)]))
+
+    async def on_reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        relates = content.get("m.relates_to")
+        if not self.is_owner(sender) or not isinstance(relates, dict):
+            return
+        await self.permissions.on_reaction(event, room_id, sender, relates)
+
+    async def on_redaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        """Redacting a prompt that is being answered cancels the answer (SPEC §9): to come."""
 
     # ---- acp callbacks -------------------------------------------------------------------------
 

@@ -75,7 +75,6 @@ class Answer:
         self.text = ""                        # text of the current message
         self.status: str | None = None
         self.edits = 0
-        self.edit_count_total = 0
         self._dirty = asyncio.Event()
         self._last_edit = 0.0
         self._first_part = True
@@ -170,5 +169,4 @@ class Answer:
         except Exception:  # one failed edit must not end the turn; the next one carries it all
             log.exception("edit failed in %s", self.room_id)
         self.edits += 1
-        self.edit_count_total += 1
         self._last_edit = time.monotonic()

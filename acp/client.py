@@ -271,7 +271,7 @@ class Agent:
         raw = params.get("update")
         if not isinstance(raw, dict):
             return
-        session_id = params.get("sessionId")
+        session_id = _session_id(params)
         update = normalise_update(raw)
         if update.kind == "commands":
             self.commands = normalise_commands(raw.get("availableCommands"))
@@ -292,12 +292,14 @@ class Agent:
 
     async def _ask_permission(self, params: dict[str, Any]) -> dict[str, Any]:
         cancelled = {"outcome": {"outcome": "cancelled"}}
-        session_id = params.get("sessionId")
+        session_id = _session_id(params)
         running = self._prompts.get(session_id)
         if running is None or running.on_permission is None:
             return cancelled
-        options = [o for o in params.get("options") or [] if isinstance(o, dict)]
-        request = PermissionRequest(session_id, params.get("toolCall") or {}, options)
+        options = params.get("options")
+        options = [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []
+        tool_call = params.get("toolCall")
+        request = PermissionRequest(session_id, tool_call if isinstance(tool_call, dict) else {}, options)
         waiter = asyncio.ensure_future(_call(running.on_permission, request))
         # The current task is the peer's reply task: cancel() waits for it.
         self._permissions.setdefault(session_id, {})[waiter] = asyncio.current_task()
@@ -316,6 +318,12 @@ class Agent:
         if option_id is None or option_id not in {o.get("optionId") for o in options}:
             return cancelled
         return {"outcome": {"outcome": "selected", "optionId": option_id}}
+
+
+def _session_id(params: dict[str, Any]) -> str | None:
+    """The sessionId of an incoming message, if it is one (agents may send anything)."""
+    value = params.get("sessionId")
+    return value if isinstance(value, str) else None
 
 
 async def start_agent(spec: AgentSpec, on_commands: OnCommands | None = None,

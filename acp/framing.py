@@ -107,10 +107,14 @@ def decode(line: bytes | str) -> dict[str, Any] | ParseError:
 def classify(message: dict[str, Any]) -> str:
     """'request' | 'notification' | 'response' | 'invalid'."""
     method = message.get("method")
+    ident = message.get("id")
+    # JSON-RPC ids are strings, numbers or null; anything else could not even be looked up
+    if ident is not None and (isinstance(ident, bool) or not isinstance(ident, (str, int, float))):
+        return INVALID
     if method is not None:
         if not isinstance(method, str):
             return INVALID
-        return REQUEST if "id" in message and message["id"] is not None else NOTIFICATION
+        return REQUEST if ident is not None else NOTIFICATION
     if "id" in message and ("result" in message or "error" in message):
         return RESPONSE
     return INVALID

@@ -58,7 +58,8 @@ def _str(value: Any) -> str | None:
 
 
 def normalise_update(raw: dict[str, Any]) -> Update:
-    kind = KINDS.get(raw.get("sessionUpdate"), "unknown")
+    name = raw.get("sessionUpdate")
+    kind = KINDS.get(name, "unknown") if isinstance(name, str) else "unknown"
     update = Update(kind=kind, raw=raw)
     if kind in ("text", "thought", "user_text"):
         update.text = content_text(raw.get("content"))

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import secrets
+from contextlib import asynccontextmanager
 import itertools
 import time
 import weakref
@@ -32,8 +34,44 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import nio
+import yaml
 
-from bridge.homeserver import Homeserver
+import config
+import config.registration
+from bridge.homeserver import Homeserver, free_port
+
+
+@asynccontextmanager
+async def private_homeserver(folder: Path):
+    """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):
+    base.yaml + registration.yaml for a bridge on a free port, users owner and stranger."""
+    hs_port, as_port = free_port(), free_port()
+    while as_port == hs_port:
+        as_port = free_port()
+    base = folder / "base.yaml"
+    base.write_text(yaml.safe_dump({
+        "owner": "@owner:localhost",
+        "homeserver": {"url": f"http://127.0.0.1:{hs_port}", "domain": "localhost"},
+        "appservice": {"listen": f"127.0.0.1:{as_port}", "puppet_prefix": "sk_",
+                       "bot": "sidekicks", "registration": "registration.yaml"},
+    }, sort_keys=False), encoding="utf-8")
+    cfg = config.load(base)
+    config.registration.ensure(cfg)
+    server = Homeserver(folder / "synapse", server_name="localhost", port=hs_port,
+                        appservice_files=[cfg.registration_path], relaxed_limits=True)
+    await server.start()
+    try:
+        owner_password = secrets.token_urlsafe(16)
+        stranger_password = secrets.token_urlsafe(16)
+        owner_id = await server.register_user("owner", owner_password)
+        stranger_id = await server.register_user("stranger", stranger_password)
+        yield TestHomeserver(
+            url=server.url, domain="localhost", as_port=as_port,
+            registration_path=cfg.registration_path, owner_id=owner_id,
+            owner_password=owner_password, stranger_id=stranger_id,
+            stranger_password=stranger_password, folder=folder, server=server)
+    finally:
+        await server.stop()
 
 
 @dataclass

@@ -124,6 +124,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         c.problem("homeserver.url", f"must be an http(s) URL like http://127.0.0.1:8008, got {url!r}")
     if url is None:
         url = f"http://127.0.0.1:{hs_port}"
+    hs_config = c.string(hs, "config", "homeserver.config")
     domain = c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
 
     aps = c.section(data, "appservice")
@@ -174,6 +175,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         agents_in_memory=in_memory, context_messages=ctx_messages, context_chars=ctx_chars,
         database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
         public_url=public_url.rstrip("/") if public_url else None,
+        homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
     )
 
 

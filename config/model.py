@@ -37,6 +37,9 @@ class Config:
     data_dir: Path
     permission_timeout: float = 600.0
     public_url: str | None = None   # how the homeserver reaches the appservice, if not `listen`
+    # The homeserver's own homeserver.yaml when it is readable on this machine (homeserver.config):
+    # its app_service_config_files are checked for registrations that claim the same users.
+    homeserver_config: Path | None = None
 
     @property
     def bot_user_id(self) -> str:

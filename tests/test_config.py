@@ -140,3 +140,84 @@ def test_appservice_url_defaults_to_listen_and_can_be_set(tmp_path):
     with pytest.raises(config.ConfigError) as caught:
         config.load(write(tmp_path, {**GOOD, "appservice": {"url": "bridge"}}))
     assert "appservice.url: must be an http(s) URL" in caught.value.problems[0]
+
+
+# -- several people on one homeserver (SPEC §13) ------------------------------------------------
+
+def person(tmp_path, name, prefix, bot, as_id, **homeserver):
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    data = {**GOOD, "owner": f"@{name}:localhost",
+            "homeserver": {"url": "http://127.0.0.1:8008", "domain": "localhost", **homeserver},
+            "appservice": {**GOOD["appservice"], "puppet_prefix": prefix, "bot": bot, "id": as_id}}
+    return config.load(write(folder, data))
+
+
+def test_literal_prefix_of_namespace_regexes():
+    assert registration.literal_prefix("@sk_.*:localhost") == ("@sk_", False)
+    assert registration.literal_prefix(r"@sk\-ben_.*:localhost") == ("@sk-ben_", False)
+    assert registration.literal_prefix(r"@telegram_\d+:x") == ("@telegram_", False)
+    assert registration.literal_prefix("@ab?c") == ("@a", False)
+    assert registration.literal_prefix("@bot:localhost") == ("@bot:localhost", True)
+
+
+def test_distinct_registrations_do_not_clash_and_overlapping_ones_do(tmp_path):
+    ana = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks")
+    ana_file = tmp_path / "ana" / "registration.yaml"
+    registration.ensure(ana, others=[])
+    ben = person(tmp_path, "ben", "sk-ben_", "sidekicks_ben", "sidekicks_ben")
+    registration.ensure(ben, others=[ana_file])          # no clash: written
+    assert registration.read(ben.registration_path).puppet_regex == r"@sk\-ben_.*:localhost"
+
+    cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy")
+    with pytest.raises(config.ConfigError) as caught:
+        registration.ensure(cy, others=[ana_file, ben.registration_path])
+    [line] = caught.value.problems
+    assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line and str(ana_file) in line
+    assert "'sk-cy_'" in line                             # what to use instead
+    assert not cy.registration_path.exists()              # refused before anything was written
+
+    same = person(tmp_path, "dee", "dee_", "sidekicks", "sidekicks")
+    with pytest.raises(config.ConfigError) as caught:
+        registration.ensure(same, others=[ana_file])
+    text = "\n".join(caught.value.problems)
+    assert "appservice.id: 'sidekicks' is already used by" in text
+    assert "appservice.bot: @sidekicks:localhost is already claimed by" in text
+
+    wide = person(tmp_path, "eve", "s", "eve_bot", "eve")   # `@s.*` would swallow @sidekicks
+    with pytest.raises(config.ConfigError) as caught:
+        registration.ensure(wide, others=[ben.registration_path])
+    assert any("would claim the bot @sidekicks_ben:localhost" in p for p in caught.value.problems)
+
+
+def test_registration_command_refuses_a_clash_listed_in_homeserver_config(tmp_path):
+    ana = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks")
+    registration.ensure(ana, others=[])
+    hs_yaml = tmp_path / "homeserver.yaml"
+    hs_yaml.write_text(yaml.safe_dump({"server_name": "localhost",
+                                       "app_service_config_files": [str(ana.registration_path)]}))
+    cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy", config=str(hs_yaml))
+    assert cy.homeserver_config == hs_yaml
+    result = subprocess.run([sys.executable, "-m", "bridge", "registration", "-c", str(cy.path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    [line] = result.stderr.strip().splitlines()
+    assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line
+    # its own registration listed there is no clash: writing it again is fine
+    ana_again = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks", config=str(hs_yaml))
+    registration.ensure(ana_again)
+
+
+def test_default_config_for_a_second_person_gets_names_of_its_own(tmp_path):
+    from bridge.up import write_default_config
+    first, second = tmp_path / "ana" / "config.yaml", tmp_path / "ben" / "config.yaml"
+    write_default_config(first, user="ana")
+    write_default_config(second, shared=True, user="ben")
+    one, two = config.load(first), config.load(second)
+    assert (one.puppet_prefix, one.bot, one.appservice_id, one.listen_port) == (
+        "sk_", "sidekicks", "sidekicks", 29333)
+    assert (two.puppet_prefix, two.bot, two.appservice_id) == ("sk-ben_", "sidekicks_ben", "sidekicks_ben")
+    assert two.listen_port != 29333 and two.owners == ("@ben:localhost",)
+    assert one.registration_path != two.registration_path
+    registration.ensure(one, others=[])
+    registration.ensure(two, others=[one.registration_path])   # no clash

@@ -45,6 +45,7 @@ from bridge.homeserver import Homeserver, free_port
 async def private_homeserver(folder: Path):
     """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):
     base.yaml + registration.yaml for a bridge on a free port, users owner and stranger."""
+    folder.mkdir(parents=True, exist_ok=True)
     hs_port, as_port = free_port(), free_port()
     while as_port == hs_port:
         as_port = free_port()

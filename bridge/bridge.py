@@ -293,6 +293,7 @@ class Bridge:
                 await puppet.leave(room_id)
                 return
             channel = self.store.channel_by_room(room_id)
+            made = channel is None
             if channel is None:
                 direct = bool(content.get("is_direct"))
                 name = _room_name(event) or (agent if direct else room_id)
@@ -303,6 +304,8 @@ class Bridge:
                 if _invite_state(event, "m.room.encryption") is not None:
                     await self.say_encrypted(self.portal_for(room_id))
                 await self.catch_up(puppet, room_id, event.get("event_id"))
+            if made:  # channels sit in the "Sidekicks" space (SPEC §5)
+                await self.commands.channel_created(room_id)
         elif membership in ("leave", "ban") and sender != target:
             channel = self.store.channel_by_room(room_id)
             if channel is not None:

@@ -1,26 +1,319 @@
 """Bridge commands: `!help`, `!agents`, ... in the bridge bot's DM, `!stop`, `!commands`,
 `!delete` in a channel (SPEC §5). `!` is the bridge's; `/` belongs to agents (ADR §6).
 
-Placeholder: the dispatch is wired in bridge.py; the commands themselves are still to come.
+Parsing and wording are in command_parse.py (pure); rooms and the space in space.py. Replies
+come from the bot in its DM and from a member puppet in a channel. Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .bridge import Bridge
+import aiohttp
 
+from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
+                            find_channels, format_commands, parse, resolve_agent, split_delete)
+from .matrix import MatrixError
+from .space import Space, create_room, give_power, membership, room_link
+
+if TYPE_CHECKING:
+    from store import Channel
+
+    from .bridge import Bridge
+    from .portal import Portal
+
+log = logging.getLogger(__name__)
+
+COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
 
 class BotCommands:
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
+        self.space = Space(bridge)
+
+    # -- entry points wired in bridge.py --
 
     async def handle(self, event: dict, room_id: str, sender: str, body: str) -> bool:
         """An owner's `!…` message. True when it was a bridge command (then no agent sees it)."""
+        if not self.bridge.is_owner(sender):
+            return False
+        command = parse(body)
+        if command is None:
+            return False
+        try:
+            portal = self.bridge.portal_for(room_id)
+            if portal is not None:
+                await self._in_channel(portal, command)
+                return True
+            if self._is_bot_room(room_id, sender):
+                await self._in_bot_room(room_id, sender, command)
+                return True
+        except (MatrixError, aiohttp.ClientError) as exc:
+            log.warning("!%s in %s: %s", command.name, room_id, exc)
+            await self._reply_anywhere(room_id, f"!{command.name} failed: {exc}")
+            return True
         return False
 
     async def on_bot_member(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        """A membership event about the bridge bot (e.g. the owner opening a DM with it)."""
+        """A membership event about the bridge bot: an owner's invite is its DM, others are declined."""
+        bot = self.bridge.bot
+        if content.get("membership") != "invite" or sender == bot.user_id:
+            return
+        if not self.bridge.is_owner(sender):
+            log.info("%s invited the bridge bot: declined (not an owner)", sender)
+            await bot.leave(room_id)
+            return
+        if not await bot.join(room_id):
+            return
+        store = self.bridge.store
+        store.set_value(f"bot_room:{room_id}", sender)
+        if store.channel_by_room(room_id) is None:
+            store.set_value(f"bot_dm:{sender}", room_id)
+            await self.bridge.send_notice(bot, room_id, GREETING)
 
     async def tell_owners(self, text: str) -> None:
-        """Say something to every owner in their DM with the bridge bot."""
+        """Say something to every owner in their DM with the bridge bot (made if there is none)."""
+        for owner in self.bridge.config.owners:
+            try:
+                room_id = await self.bot_dm(owner)
+            except (MatrixError, aiohttp.ClientError) as exc:
+                log.warning("no DM with %s: %s", owner, exc)
+                continue
+            await self.bridge.send_notice(self.bridge.bot, room_id, text)
+
+    async def bot_dm(self, owner: str) -> str:
+        store, bot = self.bridge.store, self.bridge.bot
+        room_id = store.get_value(f"bot_dm:{owner}")
+        if room_id:
+            return room_id
+        room_id = await create_room(bot, {"is_direct": True, "preset": "trusted_private_chat",
+                                          "invite": [owner]})
+        store.set_value(f"bot_dm:{owner}", room_id)
+        store.set_value(f"bot_room:{room_id}", owner)
+        return room_id
+
+    async def channel_created(self, room_id: str) -> None:
+        """A room became a channel because the owner invited a puppet: it joins the space."""
+        await self.space.add(room_id)
+
+    # -- helpers --
+
+    def _is_bot_room(self, room_id: str, sender: str) -> bool:
+        store = self.bridge.store
+        return (store.get_value(f"bot_room:{room_id}") is not None
+                or store.get_value(f"bot_dm:{sender}") == room_id)
+
+    async def _say(self, room_id: str, text: str) -> None:
+        await self.bridge.send_notice(self.bridge.bot, room_id, text)
+
+    async def _reply_anywhere(self, room_id: str, text: str) -> None:
+        portal = self.bridge.portal_for(room_id)
+        if portal is not None:
+            await self.bridge.notice(portal, text)
+        else:
+            await self._say(room_id, text)
+
+    def _link(self, room_id: str) -> str:
+        return room_link(room_id, self.bridge.config.domain)
+
+    def _agent_list(self) -> str:
+        return ", ".join(self.bridge.config.agents) or "(none configured)"
+
+    # -- the bot's DM --
+
+    async def _in_bot_room(self, room_id: str, sender: str, command: Command) -> None:
+        handler = {"help": self._help, "agents": self._agents, "channels": self._channels,
+                   "new": self._new, "dm": self._dm, "delete": self._delete_named}.get(command.name)
+        if handler is None:
+            await self._say(room_id, f"There is no !{command.name}. !help lists the commands.")
+            return
+        await handler(room_id, sender, command.args)
+
+    async def _help(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        await self._say(room_id, HELP)
+
+    async def _agents(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        bridge = self.bridge
+        if not bridge.config.agents:
+            await self._say(room_id, "No agents are configured.")
+            return
+        lines = ["Agents:"]
+        for name, agent in bridge.config.agents.items():
+            portal = bridge.active_turns.get(name)
+            state = describe_state(bridge.pool.state(name), portal.channel.name if portal else None)
+            lines.append(f"  {name} — {agent.title} — {state}")
+        await self._say(room_id, "\n".join(lines))
+
+    async def _channels(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        store = self.bridge.store
+        channels = store.channels()
+        if not channels:
+            await self._say(room_id, "No channels yet. !new NAME AGENT... makes one, !dm AGENT a direct one, "
+                                     "or invite an agent into any room.")
+            return
+        lines = ["Channels:"]
+        for channel in channels:
+            members = ", ".join(m.agent for m in store.members(channel.id)) or "no agents"
+            kind = f"direct with {channel.direct_agent}" if channel.direct_agent else members
+            lines.append(f"  #{channel.name} — {kind} — {self._link(channel.room_id)}")
+        await self._say(room_id, "\n".join(lines))
+
+    async def _new(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        bridge = self.bridge
+        if len(args) < 2:
+            await self._say(room_id, f"Usage: !new NAME AGENT... (agents: {self._agent_list()})")
+            return
+        name, tokens = args[0].lstrip("#").strip(), args[1:]
+        agents, unknown = [], []
+        for token in tokens:
+            agent = resolve_agent(token, bridge.aliases)
+            if agent is None:
+                unknown.append(token)
+            elif agent not in agents:
+                agents.append(agent)
+        if unknown or not name:
+            await self._say(room_id, f"No agent called {', '.join(unknown)}. Agents: {self._agent_list()}"
+                            if unknown else "The channel needs a name: !new NAME AGENT...")
+            return
+        bot = bridge.bot
+        puppets = [await bridge.puppet(agent) for agent in agents]
+        space = await self.space.ensure()
+        new_room = await create_room(bot, {
+            "name": name, "preset": "private_chat",
+            "invite": [sender] + [p.user_id for p in puppets],
+            "initial_state": [{"type": "m.space.parent", "state_key": space,
+                               "content": {"via": [bridge.config.domain], "canonical": True}}],
+        })
+        await give_power(bot, new_room, [sender])  # the owner may rename, invite, kick
+        channel = bridge.store.create_channel(new_room, name)
+        for agent in agents:
+            bridge.store.add_member(channel.id, agent)
+        bridge.portal_for(new_room)
+        for puppet in puppets:
+            await puppet.join(new_room)
+        await self.space.add(new_room)
+        await self._say(room_id, f"Made #{name} with {', '.join(agents)}: {self._link(new_room)}")
+
+    async def _dm(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        bridge = self.bridge
+        agent = resolve_agent(args[0], bridge.aliases) if len(args) == 1 else None
+        if agent is None:
+            await self._say(room_id, f"Usage: !dm AGENT (agents: {self._agent_list()})")
+            return
+        puppet = await bridge.puppet(agent)
+        for channel in bridge.store.channels():  # one that is still open is enough
+            if channel.direct_agent == agent and await membership(puppet, channel.room_id, sender) in (
+                    "join", "invite"):
+                await self._say(room_id, f"Your direct channel with {agent}: {self._link(channel.room_id)}")
+                return
+        new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat",
+                                              "invite": [sender]})
+        channel = bridge.store.create_channel(new_room, agent, agent)
+        bridge.store.add_member(channel.id, agent)
+        bridge.portal_for(new_room)
+        await self.space.add(new_room, puppet)
+        await self._say(room_id, f"{bridge.config.agents[agent].title} invited you to a direct channel: "
+                                 f"{self._link(new_room)}")
+
+    async def _delete_named(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        name, confirmed = split_delete(args)
+        if not name:
+            await self._say(room_id, "Usage: !delete CHANNEL (!channels lists them)")
+            return
+        found = find_channels(self.bridge.store.channels(), name)
+        if not found:
+            await self._say(room_id, f"There is no channel #{name.lstrip('#')}. !channels lists them.")
+            return
+        if len(found) > 1:
+            await self._say(room_id, f"{len(found)} channels are called #{name.lstrip('#')}: name one "
+                                     "by its room id (!channels shows the links).")
+            return
+        channel = found[0]
+        if not confirmed:
+            count = self.bridge.store.count_messages(channel.id)
+            await self._say(room_id, f"This deletes #{channel.name} and its history ({count} messages); "
+                                     f"its agents leave the room. To do it, type: !delete {name} {CONFIRM}")
+            return
+        await self._delete(channel)
+        await self._say(room_id, f"Deleted #{channel.name} and its history; its agents left the room.")
+
+    # -- in a channel --
+
+    async def _in_channel(self, portal: "Portal", command: Command) -> None:
+        if command.name == "stop":
+            await self._stop(portal)
+        elif command.name == "commands":
+            await self._commands(portal)
+        elif command.name == "delete":
+            await self._delete_here(portal, command.args)
+        elif command.name == "help":
+            await self.bridge.notice(portal, CHANNEL_HELP + "\n\n" + HELP)
+        else:
+            await self.bridge.notice(portal, f"There is no !{command.name} here. {CHANNEL_HELP}")
+
+    async def _stop(self, portal: "Portal") -> None:
+        run = portal.current
+        if run is None:
+            await self.bridge.notice(portal, "Nothing is being answered here.")
+            return
+        await run.cancel()
+
+    async def _commands(self, portal: "Portal") -> None:
+        bridge = self.bridge
+        members = portal.member_names()
+        if not members:
+            await bridge.notice(portal, "This channel has no agents.")
+            return
+        listed: list[str] = [f"Commands in #{portal.channel.name}:"]
+        for agent in members:
+            commands = bridge.store.agent_commands(agent)
+            if commands is None:  # never announced: start it and open its session (ADR "Prepare")
+                commands = await self._prepare(portal, agent)
+            listed += format_commands(agent, commands, several=len(members) > 1)
+        if len(members) > 1:
+            listed.append("Send one as /agent:command, or @agent /command.")
+        await bridge.notice(portal, "\n".join(listed))
+
+    async def _prepare(self, portal: "Portal", agent_name: str) -> list[dict] | None:
+        bridge = self.bridge
+        try:
+            agent = await bridge.pool.get(agent_name)
+            await bridge.session_for(portal, agent_name, agent)
+        except Exception as exc:  # a crash at start is the turns' to report in full
+            log.warning("starting %s for !commands: %s", agent_name, exc)
+            return None
+        waited = 0.0
+        while (commands := bridge.store.agent_commands(agent_name)) is None and waited < COMMANDS_WAIT:
+            await asyncio.sleep(0.1)
+            waited += 0.1
+        return commands
+
+    async def _delete_here(self, portal: "Portal", args: tuple[str, ...]) -> None:
+        channel = portal.channel
+        _, confirmed = split_delete(args)
+        if not confirmed:
+            count = self.bridge.store.count_messages(channel.id)
+            await self.bridge.notice(portal, f"This deletes the history of #{channel.name} ({count} messages) "
+                                             "and its agents leave; the room stays. To do it, type: "
+                                             f"!delete {CONFIRM}")
+            return
+        await self.bridge.notice(portal, f"Deleted the history of #{channel.name}. The agents leave; "
+                                         "the room stays yours.")
+        await self._delete(channel)
+
+    async def _delete(self, channel: "Channel") -> None:
+        """Forget the channel and its history (ADR consequences); its puppets leave the room."""
+        bridge = self.bridge
+        members = [m.agent for m in bridge.store.members(channel.id)]
+        portal = bridge.portals.pop(channel.room_id, None)
+        if portal is not None:
+            while not portal.queue.empty():
+                portal.queue.get_nowait()
+            if portal.current is not None:
+                await portal.current.cancel()
+        bridge.store.delete_channel(channel.id)
+        for agent in members:
+            if agent in bridge.config.agents:
+                await (await bridge.puppet(agent)).leave(channel.room_id)
+        await self.space.remove(channel.room_id)

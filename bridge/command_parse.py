@@ -1,0 +1,117 @@
+"""Bridge commands as text: parsing `!name args`, and the words of help, states and command lists.
+
+Pure functions, no Matrix and no store (tests/test_commands_parse.py).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from store import Channel
+
+CONFIRM = "confirm"
+
+GREETING = ("Hi! I am the Sidekicks bridge. Here: !agents, !channels, !new NAME AGENT..., "
+            "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !delete. "
+            "!help tells more.")
+
+HELP = """Sidekicks bridge commands (they start with "!"; "/" belongs to the agents)
+
+Here, in my DM:
+  !agents                the agents and what each is doing
+  !channels              the channels and their members
+  !new NAME AGENT...     a new channel with these agents (quote a name with spaces: !new "code review" alice bob)
+  !dm AGENT              a direct channel with one agent
+  !delete CHANNEL        delete a channel and its history (asks you to confirm)
+
+In a channel:
+  !stop                  stop the answer being written
+  !commands              the slash commands of the channel's agents
+  !delete                delete the channel's history (asks you to confirm)
+
+Talking to agents in a channel:
+  @alice how are you?    alice answers; several mentions answer one after the other
+  /alice:review main.py  sends "/review main.py" to alice alone
+  @alice /review main.py the same, for clients that swallow unknown slash commands
+  //alice:review main.py the same again (Element asks "Send as message" otherwise)
+With no mention, the agent who spoke last answers."""
+
+CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the agents' slash "
+                "commands), !delete (delete this channel's history). Everything else is in my DM: !help.")
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str               # lower case, without the "!"
+    args: tuple[str, ...]   # shell-like words: "a b" in quotes is one word
+
+
+_COMMAND = re.compile(r"!([A-Za-z][\w-]*)(?:\s+(.*))?\Z", re.DOTALL)
+
+
+def parse(body: str) -> Command | None:
+    """`!name args...` → Command; anything else (`! hi`, `!!`, plain text) → None."""
+    match = _COMMAND.match(body.strip())
+    if match is None:
+        return None
+    rest = (match.group(2) or "").strip()
+    try:
+        args = shlex.split(rest)
+    except ValueError:  # an unbalanced quote: plain words
+        args = rest.split()
+    return Command(match.group(1).lower(), tuple(args))
+
+
+def resolve_agent(token: str, aliases: dict[str, str]) -> str | None:
+    """`alice`, `@alice`, `Alice`, `@sk_alice:localhost` → "alice" (None if no such agent)."""
+    name = token.strip().lstrip("@").split(":", 1)[0].lower()
+    return aliases.get(name)
+
+
+def split_delete(args: Iterable[str]) -> tuple[str, bool]:
+    """`!delete` arguments → (channel name, confirmed): the word `confirm` last confirms."""
+    words = list(args)
+    confirmed = bool(words) and words[-1].lower() == CONFIRM
+    if confirmed:
+        words = words[:-1]
+    return " ".join(words).strip(), confirmed
+
+
+def find_channels(channels: Iterable["Channel"], query: str) -> list["Channel"]:
+    """Channels named `query` (case-insensitive, `#` optional), or the one in room `query`."""
+    query = query.strip()
+    channels = list(channels)
+    by_room = [c for c in channels if c.room_id == query]
+    if by_room:
+        return by_room
+    wanted = query.lstrip("#").casefold()
+    return [c for c in channels if c.name.casefold() == wanted]
+
+
+def describe_state(state: str, answering_in: str | None = None) -> str:
+    """Pool.state() in words (SPEC §5: stopped / ready / answering where / waiting)."""
+    if state == "busy" or (answering_in and state != "waiting"):
+        return f"answering in #{answering_in}" if answering_in else "answering"
+    return {"stopped": "stopped", "starting": "starting", "ready": "ready",
+            "waiting": "waiting for a free slot"}.get(state, state)
+
+
+def format_commands(agent: str, commands: list[dict] | None, several: bool) -> list[str]:
+    """Lines for one agent's commands: `/agent:name hint — description` with several members."""
+    if not commands:
+        return [f"{agent}: no commands"]
+    lines = [f"{agent}:"]
+    for command in commands:
+        name = str(command.get("name", "")).lstrip("/")
+        if not name:
+            continue
+        hint = (command.get("input") or {}).get("hint") if isinstance(command.get("input"), dict) else None
+        typed = f"/{agent}:{name}" if several else f"/{name}"
+        if hint:
+            typed += f" <{hint}>"
+        description = command.get("description")
+        lines.append(f"  {typed} — {description}" if description else f"  {typed}")
+    return lines

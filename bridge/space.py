@@ -1,0 +1,113 @@
+"""Rooms the bridge makes itself: the "Sidekicks" space, channel rooms, direct rooms, bot DMs.
+
+The space belongs to the bridge bot (created once, its id kept as the store value "space"), so
+the bot may always add or remove an `m.space.child`; an `m.space.parent` goes into a channel room
+only when the room's creator (the bot, or the puppet of a direct channel) is at hand.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import aiohttp
+
+from .matrix import MatrixError
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+    from .puppet import Puppet
+
+log = logging.getLogger(__name__)
+
+SPACE_KEY = "space"
+SPACE_NAME = "Sidekicks"
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+def room_link(room_id: str, domain: str) -> str:
+    return f"https://matrix.to/#/{room_id}?via={domain}"
+
+
+async def create_room(creator: "Puppet", body: dict[str, Any]) -> str:
+    """POST /createRoom as `creator`; the new room id, or MatrixError with the server's words."""
+    status, answer = await creator.client.raw("POST", "/_matrix/client/v3/createRoom", body)
+    room_id = answer.get("room_id")
+    if status != 200 or not isinstance(room_id, str):
+        raise MatrixError(f"creating a room: {status} {answer.get('error', answer)}")
+    return room_id
+
+
+async def put_state(sender: "Puppet", room_id: str, kind: str, state_key: str, content: dict) -> bool:
+    path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/{_q(kind)}/{_q(state_key)}"
+    try:
+        status, answer = await sender.client.raw("PUT", path, content)
+    except aiohttp.ClientError as exc:
+        log.warning("%s in %s: %s", kind, room_id, exc)
+        return False
+    if status != 200:
+        log.warning("%s in %s: %s %s", kind, room_id, status, answer.get("error", answer))
+    return status == 200
+
+
+async def give_power(sender: "Puppet", room_id: str, users: list[str], level: int = 100) -> None:
+    """Raise `users` to `level` in a room `sender` created (done after creation: room versions
+    differ on whether the creator may appear in the power levels at all)."""
+    path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.power_levels/"
+    status, levels = await sender.client.raw("GET", path)
+    if status != 200:
+        log.warning("power levels of %s: %s %s", room_id, status, levels.get("error", levels))
+        return
+    levels.setdefault("users", {}).update({user: level for user in users})
+    await put_state(sender, room_id, "m.room.power_levels", "", levels)
+
+
+async def membership(asker: "Puppet", room_id: str, user_id: str) -> str | None:
+    """`user_id`'s membership in `room_id`, as `asker` (a member) sees it."""
+    path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.member/{_q(user_id)}"
+    try:
+        status, answer = await asker.client.raw("GET", path)
+    except aiohttp.ClientError:
+        return None
+    return answer.get("membership") if status == 200 else None
+
+
+class Space:
+    def __init__(self, bridge: "Bridge"):
+        self.bridge = bridge
+
+    async def ensure(self) -> str:
+        """The space's room id; created (owners invited) the first time."""
+        store, config, bot = self.bridge.store, self.bridge.config, self.bridge.bot
+        space = store.get_value(SPACE_KEY)
+        if space:
+            return space
+        space = await create_room(bot, {
+            "name": SPACE_NAME, "topic": "Channels with your agents",
+            "preset": "private_chat", "creation_content": {"type": "m.space"},
+            "invite": list(config.owners),
+            "power_level_content_override": {"events_default": 100, "invite": 100},
+        })
+        await give_power(bot, space, list(config.owners))
+        store.set_value(SPACE_KEY, space)
+        return space
+
+    async def add(self, room_id: str, parent_setter: "Puppet | None" = None) -> None:
+        """Put `room_id` in the space; `parent_setter` (the room's creator) also marks the parent."""
+        domain = self.bridge.config.domain
+        try:
+            space = await self.ensure()
+            await put_state(self.bridge.bot, space, "m.space.child", room_id, {"via": [domain]})
+            if parent_setter is not None:
+                await put_state(parent_setter, room_id, "m.space.parent", space,
+                                {"via": [domain], "canonical": True})
+        except (MatrixError, aiohttp.ClientError) as exc:
+            log.warning("could not add %s to the space: %s", room_id, exc)
+
+    async def remove(self, room_id: str) -> None:
+        space = self.bridge.store.get_value(SPACE_KEY)
+        if space:
+            await put_state(self.bridge.bot, space, "m.space.child", room_id, {})

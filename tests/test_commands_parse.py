@@ -1,0 +1,81 @@
+"""Bridge commands as text (bridge/command_parse.py): no Matrix, no store."""
+from __future__ import annotations
+
+from bridge.command_parse import (HELP, Command, describe_state, find_channels, format_commands,
+                                  parse, resolve_agent, split_delete)
+from store import Channel
+
+ALIASES = {"alice": "alice", "sk_alice": "alice", "bob": "bob", "sk_bob": "bob"}
+
+
+def test_parse_name_and_words():
+    assert parse("!help") == Command("help", ())
+    assert parse("  !NEW general alice bob ") == Command("new", ("general", "alice", "bob"))
+    assert parse('!new "code review" alice') == Command("new", ("code review", "alice"))
+    assert parse("!delete general\nconfirm") == Command("delete", ("general", "confirm"))
+
+
+def test_parse_unbalanced_quote_falls_back_to_words():
+    assert parse('!new "code review alice') == Command("new", ('"code', "review", "alice"))
+
+
+def test_parse_refuses_what_is_not_a_command():
+    for body in ("hello", "! help", "!!", "!", "!1abc", "/alice:review", "hi !help"):
+        assert parse(body) is None, body
+
+
+def test_resolve_agent_accepts_the_ways_people_name_an_agent():
+    for token in ("alice", "@alice", "Alice", "@sk_alice:localhost", "sk_alice"):
+        assert resolve_agent(token, ALIASES) == "alice", token
+    assert resolve_agent("carol", ALIASES) is None
+    assert resolve_agent("@", ALIASES) is None
+
+
+def test_split_delete_needs_the_word_confirm_last():
+    assert split_delete(()) == ("", False)
+    assert split_delete(("general",)) == ("general", False)
+    assert split_delete(("general", "confirm")) == ("general", True)
+    assert split_delete(("general", "CONFIRM")) == ("general", True)
+    assert split_delete(("my", "room", "confirm")) == ("my room", True)
+    assert split_delete(("confirm",)) == ("", True)
+    assert split_delete(("confirm", "general")) == ("confirm general", False)
+
+
+def test_find_channels_by_name_or_room():
+    general = Channel("1", "!a:localhost", "General", None, 0)
+    other = Channel("2", "!b:localhost", "other", None, 0)
+    twin = Channel("3", "!c:localhost", "other", None, 0)
+    channels = [general, other, twin]
+    assert find_channels(channels, "general") == [general]
+    assert find_channels(channels, "#GENERAL") == [general]
+    assert find_channels(channels, "!b:localhost") == [other]
+    assert find_channels(channels, "other") == [other, twin]
+    assert find_channels(channels, "nowhere") == []
+
+
+def test_describe_state_in_words():
+    assert describe_state("stopped") == "stopped"
+    assert describe_state("ready") == "ready"
+    assert describe_state("starting") == "starting"
+    assert describe_state("waiting") == "waiting for a free slot"
+    assert describe_state("busy", "general") == "answering in #general"
+    assert describe_state("busy") == "answering"
+    assert describe_state("starting", "general") == "answering in #general"
+    assert describe_state("waiting", "general") == "waiting for a free slot"
+
+
+def test_format_commands_alone_and_with_several_members():
+    commands = [{"name": "review", "description": "Review", "input": {"hint": "file"}},
+                {"name": "/clear", "description": ""}, {"name": ""}]
+    assert format_commands("alice", commands, several=False) == [
+        "alice:", "  /review <file> — Review", "  /clear"]
+    assert format_commands("alice", commands, several=True) == [
+        "alice:", "  /alice:review <file> — Review", "  /alice:clear"]
+    assert format_commands("bob", None, several=True) == ["bob: no commands"]
+    assert format_commands("bob", [], several=True) == ["bob: no commands"]
+
+
+def test_help_teaches_every_way_to_send_an_agent_command():
+    for text in ("/alice:review", "@alice /review", "//alice:review", "!agents", "!channels",
+                 "!new NAME AGENT", "!dm AGENT", "!delete CHANNEL", "!stop", "!commands"):
+        assert text in HELP, text

@@ -132,13 +132,9 @@ class Bridge:
         return user_id in self.config.owners
 
     def waiting_note(self, agent: str) -> str:
-        busy_in = self.active_turns.get(agent)
-        if busy_in is not None:
-            return f"{agent} is answering in #{busy_in.channel.name}; its turn here comes next"
-        state = self.pool.state(agent)
-        if state == "stopped":
-            return "starting"
-        return ""
+        """Why a new answer of `agent` cannot start at once: whose turn it is, or starting."""
+        from .turns import waiting_note
+        return waiting_note(self, agent)
 
     async def session_for(self, portal: Portal, agent_name: str, agent) -> tuple[str, bool]:
         """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4)."""
@@ -371,10 +367,26 @@ class Bridge:
         relates = content.get("m.relates_to")
         if not self.is_owner(sender) or not isinstance(relates, dict):
             return
-        await self.permissions.on_reaction(event, room_id, sender, relates)
+        if await self.permissions.on_reaction(event, room_id, sender, relates):
+            return
+        key = relates.get("key")
+        if relates.get("rel_type") == "m.annotation" and isinstance(key, str) and key.replace("\ufe0f", "") == "🛑":
+            portal = self.portals.get(room_id)
+            run = portal.current if portal is not None else None
+            if run is not None and relates.get("event_id") in run.answer.event_ids:
+                log.info("🛑 on the answer in %s: cancelling", room_id)
+                await run.cancel()
 
     async def on_redaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        """Redacting a prompt that is being answered cancels the answer (SPEC §9): to come."""
+        """Redacting a prompt that is being answered cancels the answer (SPEC §9)."""
+        if not self.is_owner(sender):
+            return
+        redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions
+        portal = self.portals.get(room_id)
+        run = portal.current if portal is not None else None
+        if isinstance(redacts, str) and run is not None and run.prompt_event_id == redacts:
+            log.info("the prompt answered in %s was redacted: cancelling", room_id)
+            await run.cancel()
 
     # ---- acp callbacks -------------------------------------------------------------------------
 

@@ -85,8 +85,8 @@ class BotCommands:
     async def bot_dm(self, owner: str) -> str:
         store, bot = self.bridge.store, self.bridge.bot
         room_id = store.get_value(f"bot_dm:{owner}")
-        if room_id:
-            return room_id
+        if room_id and await membership(bot, room_id, owner) in ("join", "invite"):
+            return room_id  # a DM the owner left is not one: a new one is made
         room_id = await create_room(bot, {"is_direct": True, "preset": "trusted_private_chat",
                                           "invite": [owner]})
         store.set_value(f"bot_dm:{owner}", room_id)

@@ -1,11 +1,24 @@
 """Permission requests in Matrix (SPEC §9): the puppet shows the tool call and numbered options,
 the owner answers by reaction or by replying with the number.
 
-Placeholder: wired in bridge.py; until it is built every request is answered `cancelled`.
+The puppet posts one message per request — the tool call (title, kind, a short rendering of its
+input and locations) and the options numbered 1., 2., … — and pre-adds a keycap reaction per
+option (1️⃣ 2️⃣ …). The owner's reaction with one of them, or an owner's message in that room
+that is only the number, decides; anyone else is ignored (bridge.py only passes owners on).
+After `config.permission_timeout` seconds the outcome is `cancelled`. The message is then edited
+to show the decision. While it waits, the answer's status line says so.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .render import escape_html
 
 if TYPE_CHECKING:
     from acp import PermissionRequest
@@ -14,19 +27,200 @@ if TYPE_CHECKING:
     from .portal import Portal
     from .puppet import Puppet
 
+log = logging.getLogger(__name__)
+
+KEYCAPS = [f"{n}\ufe0f\u20e3" for n in range(1, 10)] + ["🔟"]
+INPUT_CHARS = 300          # the tool call's input is shown cut at this length
+LOCATIONS_SHOWN = 5
+NUMBER = re.compile(r"^\s*(\d{1,3})\s*[.)]?\s*$")
+
+DECISIONS = {
+    "allow_once": "✅ Allowed once",
+    "allow_always": "✅ Always allowed",
+    "reject_once": "❌ Rejected",
+    "reject_always": "❌ Always rejected",
+}
+TIMED_OUT = "⏱ No answer: cancelled"
+STOPPED = "⏹ Cancelled: the answer was stopped"
+
+
+def normalise_key(key: str) -> str:
+    """A reaction key without variation selectors: clients send keycaps with or without U+FE0F."""
+    return key.replace("\ufe0f", "")
+
+
+_KEY_INDEX = {normalise_key(key): index for index, key in enumerate(KEYCAPS)}
+
+
+def waiting_status(title: str | None) -> str:
+    return f"🔧 waiting for your permission: {title or 'a tool call'}"
+
+
+def decision_text(option: dict[str, Any]) -> str:
+    kind = option.get("kind")
+    if kind in DECISIONS:
+        return DECISIONS[kind]
+    name = option.get("name") or option.get("optionId") or "?"
+    return f"☑️ Chose: {name}"
+
+
+def _short(value: Any, limit: int = INPUT_CHARS) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=False)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def render_request(agent_title: str, request: "PermissionRequest") -> tuple[str, str]:
+    """The prompt message (plain body, HTML) for a request."""
+    call = request.tool_call if isinstance(request.tool_call, dict) else {}
+    title = str(call.get("title") or "a tool call")
+    kind = call.get("kind")
+    head = f"🔐 {agent_title} asks permission: {title}" + (f" ({kind})" if kind else "")
+    lines, html = [head], [f"<p>🔐 <strong>{escape_html(agent_title)}</strong> asks permission: "
+                           f"<strong>{escape_html(title)}</strong>"
+                           + (f" ({escape_html(str(kind))})" if kind else "") + "</p>"]
+    raw = call.get("rawInput")
+    if raw not in (None, "", {}, []):
+        shown = _short(raw)
+        lines.append(f"Input: {shown}")
+        html.append(f"<p>Input:</p><pre><code>{escape_html(shown)}</code></pre>")
+    locations = [loc for loc in call.get("locations") or [] if isinstance(loc, dict) and loc.get("path")]
+    if locations:
+        names = [f"{loc['path']}:{loc['line']}" if loc.get("line") is not None else str(loc["path"])
+                 for loc in locations[:LOCATIONS_SHOWN]]
+        more = len(locations) - len(names)
+        text = ", ".join(names) + (f" (and {more} more)" if more > 0 else "")
+        lines.append(f"Where: {text}")
+        html.append(f"<p>Where: <code>{escape_html(text)}</code></p>")
+    options = [f"{i}. {o.get('name') or o.get('optionId')}" for i, o in enumerate(request.options, 1)]
+    lines.append("")
+    lines.extend(options)
+    lines.append("")
+    lines.append("React with the number, or reply with it.")
+    html.append("<ol>" + "".join(f"<li>{escape_html(str(o.get('name') or o.get('optionId')))}</li>"
+                                 for o in request.options) + "</ol>")
+    html.append("<p>React with the number, or reply with it.</p>")
+    return "\n".join(lines), "".join(html)
+
+
+@dataclass
+class Pending:
+    room_id: str
+    event_id: str                       # the prompt message
+    options: list[dict[str, Any]]
+    future: asyncio.Future
+    body: str = ""
+    html: str = ""
+
+    def choose(self, index: int) -> bool:
+        if not 0 <= index < len(self.options) or self.future.done():
+            return False
+        self.future.set_result(index)
+        return True
+
 
 class Permissions:
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
+        self.pending: list[Pending] = []   # oldest first
 
     async def ask(self, portal: "Portal", puppet: "Puppet", request: "PermissionRequest") -> str | None:
         """Ask the owner; the chosen optionId, or None for cancelled."""
-        return None
+        options = [o for o in request.options if isinstance(o, dict) and o.get("optionId")]
+        if not options:
+            return None
+        request.options = options
+        title = puppet.displayname
+        body, html = render_request(title, request)
+        content = {"msgtype": "m.text", "body": body, "format": "org.matrix.custom.html",
+                   "formatted_body": html}
+        event_id = await self._send(puppet, portal.room_id, "m.room.message", content)
+        if event_id is None:
+            return None  # the owner cannot be asked: cancelled rather than allowed
+        pending = Pending(portal.room_id, event_id, options,
+                          asyncio.get_running_loop().create_future(), body, html)
+        self.pending.append(pending)
+        answer = getattr(portal.current, "answer", None)
+        previous = answer.status if answer is not None else None
+        call_title = (request.tool_call or {}).get("title") if isinstance(request.tool_call, dict) else None
+        if answer is not None:
+            answer.set_status(waiting_status(call_title))
+        outcome: str = TIMED_OUT
+        try:
+            for key in KEYCAPS[:len(options)]:
+                await self._send(puppet, portal.room_id, "m.reaction", {"m.relates_to": {
+                    "rel_type": "m.annotation", "event_id": event_id, "key": key}})
+            try:
+                index = await asyncio.wait_for(asyncio.shield(pending.future),
+                                               self.bridge.config.permission_timeout)
+            except asyncio.TimeoutError:
+                return None
+            option = options[index]
+            outcome = decision_text(option)
+            return option["optionId"]
+        except asyncio.CancelledError:
+            outcome = STOPPED  # session/cancel (!stop, a redaction, 🛑) answered for the owner
+            raise
+        finally:
+            if pending in self.pending:
+                self.pending.remove(pending)
+            if not pending.future.done():
+                pending.future.cancel()
+            if answer is not None and answer.status == waiting_status(call_title):
+                answer.set_status(previous)
+            await asyncio.shield(self._show_decision(puppet, pending, outcome))
 
     async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
-        """A reaction; True when it answered a pending permission request."""
+        """An owner's reaction; True when it answered a pending permission request."""
+        if relates_to.get("rel_type") != "m.annotation":
+            return False
+        key = relates_to.get("key")
+        index = _KEY_INDEX.get(normalise_key(key)) if isinstance(key, str) else None
+        if index is None:
+            return False
+        for pending in self.pending:
+            if pending.room_id == room_id and pending.event_id == relates_to.get("event_id"):
+                return pending.choose(index)
         return False
 
     async def on_reply(self, event: dict, room_id: str, sender: str, body: str) -> bool:
         """An owner's message; True when it answered a pending request by number."""
-        return False
+        match = NUMBER.match(body)
+        if match is None:
+            return False
+        waiting = [p for p in self.pending if p.room_id == room_id and not p.future.done()]
+        if not waiting:
+            return False
+        pending = waiting[0]
+        number = int(match.group(1))
+        if pending.choose(number - 1):
+            return True
+        sender_puppet = None
+        portal = self.bridge.portal_for(room_id)
+        if portal is not None and portal.current is not None:
+            sender_puppet = await self.bridge.puppet(portal.current.agent_name)
+        if sender_puppet is not None:
+            await self.bridge.send_notice(
+                sender_puppet, room_id, f"There is no option {number}: answer with a number from 1 "
+                                        f"to {len(pending.options)}.")
+        return True
+
+    # ---- Matrix -------------------------------------------------------------------------------
+
+    async def _send(self, puppet: "Puppet", room_id: str, kind: str, content: dict) -> str | None:
+        try:
+            response = await puppet.client.room_send(room_id, kind, content, tx_id=uuid.uuid4().hex)
+        except Exception:
+            log.exception("could not send %s to %s", kind, room_id)
+            return None
+        event_id = getattr(response, "event_id", None)
+        if event_id is None:
+            log.warning("could not send %s to %s: %s", kind, room_id, response)
+        return event_id
+
+    async def _show_decision(self, puppet: "Puppet", pending: Pending, outcome: str) -> None:
+        new = {"msgtype": "m.text", "body": f"{pending.body}\n\n{outcome}",
+               "format": "org.matrix.custom.html",
+               "formatted_body": f"{pending.html}<p><strong>{escape_html(outcome)}</strong></p>"}
+        await self._send(puppet, pending.room_id, "m.room.message", {
+            "msgtype": "m.text", "body": f"* {new['body']}", "m.new_content": new,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": pending.event_id}})

@@ -8,6 +8,7 @@ several times (fallback body, new body, HTML).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -53,13 +54,19 @@ def message_content(text: str, status: str | None) -> dict:
     return content
 
 
+def _size(content: dict) -> int:
+    return len(json.dumps(content, separators=(",", ":")).encode("utf-8"))  # as nio sends it
+
+
 def edit_content(original_event_id: str, new: dict) -> dict:
     content = {"msgtype": new["msgtype"], "body": "* " + new["body"], "m.new_content": new,
                "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
-    if len(str(content).encode("utf-8")) > MAX_EVENT_BYTES:
+    if _size(content) > MAX_EVENT_BYTES:
         # keep under the 64 KiB event limit: drop the HTML rather than the text
-        plain = {"msgtype": new["msgtype"], "body": new["body"]}
-        content["m.new_content"] = plain
+        content["m.new_content"] = {"msgtype": new["msgtype"], "body": new["body"]}
+    if _size(content) > MAX_EVENT_BYTES:
+        # text escaped as \uXXXX weighs more: shorten the fallback for clients without edits
+        content["body"] = "* " + new["body"][:2000] + "…"
     return content
 
 

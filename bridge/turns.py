@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from typing import TYPE_CHECKING
 
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 
 STATUS_THINKING = "💭 thinking…"
 STATUS_WRITING = "✍️ writing…"
+
+
+_WAITING: "weakref.WeakKeyDictionary[object, dict[str, list[TurnRun]]]" = weakref.WeakKeyDictionary()
 
 
 def tool_status(title: str | None) -> str:
@@ -61,6 +65,41 @@ def unseen_lines(portal: "Portal", agent: str, current_message_id: str, fresh: b
             and (fresh or m.role != "agent" or m.sender != agent)][-limit:] if limit else []
 
 
+def _queues(bridge) -> dict[str, list[TurnRun]]:
+    """Turns waiting for each agent (busy in another channel), oldest first."""
+    queues = _WAITING.get(bridge)
+    if queues is None:
+        queues = _WAITING[bridge] = {}
+    return queues
+
+
+def waiting_note(bridge, agent: str, ahead: int | None = None) -> str:
+    """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts."""
+    busy_in = bridge.active_turns.get(agent)
+    if busy_in is not None:
+        if ahead is None:
+            ahead = len(_queues(bridge).get(agent, []))
+        where = f"answering in #{busy_in.channel.name}"
+        if ahead == 0:
+            return f"{where}; this channel is next"
+        return f"{where}; {ahead} channel{'s' if ahead > 1 else ''} before this one"
+    if ahead:
+        return f"{ahead} channel{'s' if ahead > 1 else ''} before this one"
+    if bridge.pool.state(agent) == "stopped":
+        return "starting"
+    return ""
+
+
+async def _leave_queue(bridge, run: TurnRun) -> None:
+    """`run` got its turn (or ended): the turns still waiting for that agent move up."""
+    queue = _queues(bridge).get(run.agent_name, [])
+    if run not in queue:
+        return
+    queue.remove(run)
+    for ahead, other in enumerate(queue):
+        await other.answer.waiting(waiting_note(bridge, run.agent_name, ahead))
+
+
 async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     bridge = portal.bridge
     config = bridge.config
@@ -72,16 +111,23 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     answer = Answer(puppet.client, portal.room_id, agent_config.title)
     run = TurnRun(portal, turn.agent, answer)
     run.prompt_event_id = incoming.event_id
-    await answer.start(bridge.waiting_note(turn.agent))
+    # the note and the place in the queue are taken together (no await between)
+    note = bridge.waiting_note(turn.agent)
+    _queues(bridge).setdefault(turn.agent, []).append(run)
     portal.current = run
-    bridge.active_turns[turn.agent] = portal
-    typing = asyncio.create_task(_keep_typing(puppet, portal.room_id))
+    typing: asyncio.Task | None = None
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
     try:
+        await answer.start(note)
         async with bridge.pool.turn(turn.agent) as agent:
+            bridge.active_turns[turn.agent] = portal
+            await _leave_queue(bridge, run)
             run.agent = agent
+            if note:  # it was waiting: the channel now shows its turn has come
+                answer.set_status(f"⏳ {agent_config.title} is getting ready…")
+            typing = asyncio.create_task(_keep_typing(puppet, portal.room_id))
             session_id, fresh = await bridge.session_for(portal, turn.agent, agent)
             run.session_id = session_id
             if run.cancelled:
@@ -114,7 +160,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         bridge.store.add_message(portal.channel.id, turn.agent, "agent",
                                  answer.full_text, event_ids)
     except AgentCrashed as exc:
-        await answer.finish(f"⚠️ interrupted: {turn.agent} stopped unexpectedly")
+        await answer.finish(f"⚠️ interrupted: {turn.agent} stopped unexpectedly "
+                            f"(exit code {exc.exit_code})")
         await bridge.crash_notice(portal, puppet, turn.agent, exc)
     except AgentTimeout as exc:
         await answer.finish(f"⚠️ interrupted: {exc}")
@@ -125,13 +172,20 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         await asyncio.shield(_interrupted(answer, "the bridge stopped"))
         raise
     finally:
-        typing.cancel()
-        portal.current = None
+        await _leave_queue(bridge, run)
+        if portal.current is run:
+            portal.current = None
         if bridge.active_turns.get(turn.agent) is portal:
             del bridge.active_turns[turn.agent]
         if not turn.alone:  # a command went without the context: it is still unseen (ADR §3)
             bridge.seen(portal, turn.agent, stored_upto)
-        await puppet.typing(portal.room_id, False)
+        if typing is not None:
+            typing.cancel()
+            try:
+                await typing  # a typing request in flight lands before the one that ends it
+            except (asyncio.CancelledError, Exception):
+                pass
+            await puppet.typing(portal.room_id, False)
 
 
 async def _interrupted(answer: Answer, why: str) -> None:

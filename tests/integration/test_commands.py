@@ -113,6 +113,34 @@ async def test_bot_dm_greets_and_help_teaches_both_ways(homeserver, bridge_facto
         await owner.close()
 
 
+async def test_tell_owners_makes_a_bot_dm_when_there_is_none(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": agent(title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        await owner.sync(timeout=0)
+        await running.bridge.commands.tell_owners("history is unavailable")
+        dm = running.store.get_value(f"bot_dm:{homeserver.owner_id}")
+        assert dm is not None
+        await join_invited(owner, dm)
+        await sync_until(owner, lambda: notices(owner, dm, BOT) == ["history is unavailable"])
+        state = await state_of(owner, dm)
+        assert [e["sender"] for e in state if e["type"] == "m.room.create"] == [BOT]
+        assert not [e for e in state if e["type"] == "m.room.encryption"]
+        # the DM is kept: the next word goes there, and commands work in it
+        await running.bridge.commands.tell_owners("again")
+        await sync_until(owner, lambda: notices(owner, dm, BOT) == ["history is unavailable", "again"])
+        assert "alice — Alice — stopped" in await command(owner, dm, "!agents")
+        # once the owner leaves it, a new DM is made
+        assert isinstance(await owner.room_leave(dm), nio.RoomLeaveResponse)
+        await running.bridge.commands.tell_owners("third")
+        fresh = running.store.get_value(f"bot_dm:{homeserver.owner_id}")
+        assert fresh not in (None, dm)
+        await join_invited(owner, fresh)
+        await sync_until(owner, lambda: notices(owner, fresh, BOT) == ["third"])
+    finally:
+        await owner.close()
+
+
 async def test_agents_shows_stopped_then_ready(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent(title="Alice"), "bob": agent(title="Bob")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)

@@ -1,0 +1,375 @@
+"""Answers end to end (SPEC §6, §9, §11): permissions, cancelling, whose turn it is, long answers,
+typing, a crash mid-answer.
+
+Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
+every JSON-RPC message they receive (`--log`).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+
+import nio
+import yaml
+
+from bridge_harness import SCRIPTED, agent, answers_in
+from matrix_helpers import events_in, login, sync_until
+
+ALICE = "@sk_alice:localhost"
+STATUS = ("⏳", "💭", "✍️", "🔧")
+
+
+def received(log_path) -> list[dict]:
+    if not log_path.exists():
+        return []
+    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+
+
+def methods(log_path) -> list[str]:
+    return [m.get("method") for m in received(log_path) if m.get("method")]
+
+
+def prompt_count(log_path) -> int:
+    return methods(log_path).count("session/prompt")
+
+
+def joined(owner, room_id, user_id) -> bool:
+    state = [e for e in events_in(owner, room_id)
+             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
+    return bool(state) and state[-1]["content"].get("membership") == "join"
+
+
+async def room_with(owner: nio.AsyncClient, puppet_id: str = ALICE, name: str = "general") -> str:
+    response = await owner.room_create(name=name, invite=[puppet_id], preset=nio.RoomPreset.private_chat)
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
+    return response.room_id
+
+
+async def say(client: nio.AsyncClient, room_id: str, text: str) -> str:
+    response = await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+    assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
+
+
+async def react(client: nio.AsyncClient, room_id: str, event_id: str, key: str) -> None:
+    response = await client.room_send(room_id, "m.reaction", {"m.relates_to": {
+        "rel_type": "m.annotation", "event_id": event_id, "key": key}})
+    assert isinstance(response, nio.RoomSendResponse), response
+
+
+def messages(owner, room_id, sender=ALICE) -> list[dict]:
+    """`sender`'s messages with edits applied (notices included)."""
+    return answers_in(events_in(owner, room_id), sender)
+
+
+def answers(owner, room_id, sender=ALICE) -> list[dict]:
+    """The agent's answers: not notices, not permission prompts."""
+    return [m for m in messages(owner, room_id, sender)
+            if m["msgtype"] != "m.notice" and "asks permission" not in m["history"][0]]
+
+
+def prompts_for_permission(owner, room_id) -> list[dict]:
+    return [m for m in messages(owner, room_id) if "asks permission" in m["history"][0]]
+
+
+def is_final(answer: dict) -> bool:
+    return not answer["body"].startswith(STATUS) and "getting ready" not in answer["body"]
+
+
+async def wait_final(owner, room_id, count=1, timeout=20) -> list[dict]:
+    def done():
+        found = answers(owner, room_id)
+        return len(found) >= count and all(is_final(a) for a in found[:count])
+    await sync_until(owner, done, timeout=timeout)
+    return answers(owner, room_id)
+
+
+def reactions_on(owner, room_id, event_id, sender=ALICE) -> list[str]:
+    return [e["content"]["m.relates_to"]["key"] for e in events_in(owner, room_id)
+            if e.get("type") == "m.reaction" and e.get("sender") == sender
+            and (e["content"].get("m.relates_to") or {}).get("event_id") == event_id]
+
+
+def appservice_with(homeserver, **settings) -> dict:
+    """The base config's appservice section plus `settings` (e.g. permission_timeout)."""
+    base = yaml.safe_load(homeserver.base_config_path.read_text())["appservice"]
+    return {**base, "registration": str(homeserver.registration_path), **settings}
+
+
+async def permission_prompt(owner, room_id) -> dict:
+    """Wait for the puppet's permission prompt with its two reactions; return it."""
+    def shown():
+        found = prompts_for_permission(owner, room_id)
+        return found and len(reactions_on(owner, room_id, found[0]["event_id"])) == 2
+    await sync_until(owner, shown)
+    return prompts_for_permission(owner, room_id)[0]
+
+
+# ---- permissions -----------------------------------------------------------------------------
+
+async def test_permission_allowed_by_the_owners_reaction(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    await bridge_factory({"alice": agent("--log", str(log), title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        await say(owner, room_id, "[[permission]] please write notes")
+        prompt = await permission_prompt(owner, room_id)
+        body = prompt["body"]
+        assert "Alice asks permission: Write notes.txt (edit)" in body
+        assert "1. Allow once" in body and "2. Reject" in body
+        assert reactions_on(owner, room_id, prompt["event_id"]) == ["1\ufe0f\u20e3", "2\ufe0f\u20e3"]
+        # while it waits, the answer's status line says so
+        await sync_until(owner, lambda: any("waiting for your permission: Write notes.txt" in b
+                                            for a in answers(owner, room_id) for b in a["history"]))
+        assert not is_final(answers(owner, room_id)[0])
+
+        await react(owner, room_id, prompt["event_id"], "1\ufe0f\u20e3")
+        found = await wait_final(owner, room_id)
+        assert found[0]["body"] == "allowed"
+        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
+            "✅ Allowed once"))
+        replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+        assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "allow_once"}]
+    finally:
+        await owner.close()
+
+
+async def test_permission_rejected_by_a_numbered_reply(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        await say(owner, room_id, "[[permission]] write notes")
+        await permission_prompt(owner, room_id)
+        await say(owner, room_id, "2")
+        found = await wait_final(owner, room_id)
+        assert found[0]["body"] == "rejected"
+        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
+        # the "2" answered the question: it is neither a prompt nor stored as a message
+        assert prompt_count(log) == 1
+        channel = running.store.channel_by_room(room_id)
+        assert [m.text for m in running.store.last_messages(channel.id, 10)] == [
+            "[[permission]] write notes", "rejected"]
+    finally:
+        await owner.close()
+
+
+async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
+    try:
+        room_id = await room_with(owner)
+        await owner.room_invite(room_id, homeserver.stranger_id)
+        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+        await say(owner, room_id, "[[permission]] write notes")
+        prompt = await permission_prompt(owner, room_id)
+        await react(stranger, room_id, prompt["event_id"], "1\ufe0f\u20e3")
+        marker = await say(stranger, room_id, "1")
+        await sync_until(owner, lambda: any(e.get("event_id") == marker for e in events_in(owner, room_id)))
+        await owner.sync(timeout=1500)
+        # still waiting: no decision, no answer, the agent got no reply
+        assert "✅" not in prompts_for_permission(owner, room_id)[0]["body"]
+        assert not is_final(answers(owner, room_id)[0])
+        assert not [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+
+        await react(owner, room_id, prompt["event_id"], "2\ufe0f\u20e3")
+        found = await wait_final(owner, room_id)
+        assert found[0]["body"] == "rejected"
+        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
+    finally:
+        await owner.close()
+        await stranger.close()
+
+
+async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    await bridge_factory({"alice": agent("--log", str(log))},
+                         appservice=appservice_with(homeserver, permission_timeout=1))
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        await say(owner, room_id, "[[permission]] write notes")
+        await permission_prompt(owner, room_id)
+        found = await wait_final(owner, room_id, timeout=10)
+        assert found[0]["body"] == "⏹ stopped"
+        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
+            "⏱ No answer: cancelled"))
+        replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+        assert [r["result"]["outcome"] for r in replies] == [{"outcome": "cancelled"}]
+    finally:
+        await owner.close()
+
+
+# ---- cancel ------------------------------------------------------------------------------------
+
+async def _slow_answer_started(owner, room_id) -> str:
+    prompt_id = await say(owner, room_id, "[[slow]] tell me a long story")
+    await sync_until(owner, lambda: any("echo" in a["body"] for a in answers(owner, room_id)))
+    return prompt_id
+
+
+async def test_redacting_the_prompt_cancels_its_answer(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        started = time.monotonic()
+        prompt_id = await _slow_answer_started(owner, room_id)
+        assert isinstance(await owner.room_redact(room_id, prompt_id), nio.RoomRedactResponse)
+        found = await wait_final(owner, room_id)
+        assert found[0]["body"].endswith("\n\n⏹ stopped")
+        assert time.monotonic() - started < 3.5  # the 20 chunks would take 4 s
+        assert "session/cancel" in methods(log)
+    finally:
+        await owner.close()
+
+
+async def test_a_stop_reaction_on_the_answer_cancels_it(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        started = time.monotonic()
+        await _slow_answer_started(owner, room_id)
+        await react(owner, room_id, answers(owner, room_id)[0]["event_id"], "🛑")
+        found = await wait_final(owner, room_id)
+        assert found[0]["body"].endswith("\n\n⏹ stopped")
+        assert time.monotonic() - started < 3.5
+        assert "session/cancel" in methods(log)
+        # the next message is answered as usual
+        await say(owner, room_id, "still there?")
+        found = await wait_final(owner, room_id, count=2)
+        assert found[1]["body"] == "echo: still there?"
+    finally:
+        await owner.close()
+
+
+# ---- whose turn it is ----------------------------------------------------------------------------
+
+async def test_a_message_for_an_agent_busy_elsewhere_waits_and_says_whose_turn(homeserver, bridge_factory, tmp_path):
+    await bridge_factory({"alice": agent(title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        first = await room_with(owner, name="first")
+        second = await room_with(owner, name="second")
+        await say(owner, first, "[[chunks:8]] [[delay:0.25]] a long one")
+        await sync_until(owner, lambda: any("echo" in a["body"] for a in answers(owner, first)))
+        await say(owner, second, "short one")
+        done_second = await wait_final(owner, second)
+        done_first = await wait_final(owner, first)
+        history = done_second[0]["history"]
+        assert history[0] == "⏳ Alice is getting ready… (answering in #first; this channel is next)"
+        # when its turn came the channel said so, before the answer itself
+        assert any(b.startswith("⏳ Alice is getting ready…") and "answering in" not in b for b in history[1:])
+        assert done_second[0]["body"] == "echo: short one"
+        assert done_first[0]["body"].startswith("echo: ") and done_first[0]["body"].endswith("a long one")
+
+        def timestamps(room_id, answer_id):
+            return [e["origin_server_ts"] for e in events_in(owner, room_id)
+                    if e.get("event_id") == answer_id
+                    or (e["content"].get("m.relates_to") or {}).get("event_id") == answer_id]
+        # the second answer got its text only after the first was finished
+        first_end = max(timestamps(first, done_first[0]["event_id"]))
+        second_text = [e["origin_server_ts"] for e in events_in(owner, second)
+                       if (e["content"].get("m.relates_to") or {}).get("event_id") == done_second[0]["event_id"]
+                       and "echo" in e["content"].get("m.new_content", {}).get("body", "")]
+        assert second_text and min(second_text) >= first_end
+    finally:
+        await owner.close()
+
+
+# ---- long answers ---------------------------------------------------------------------------------
+
+def scripted_text(size: int) -> str:
+    """The scripted agent's generated answer of `size` characters."""
+    spec = importlib.util.spec_from_file_location("scripted_agent", SCRIPTED)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.generated_text(size)
+
+
+async def test_a_40000_character_answer_arrives_in_three_messages(homeserver, bridge_factory, tmp_path):
+    running = await bridge_factory({"alice": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        await say(owner, room_id, "[[size:40000]]")
+        expected = scripted_text(40000)
+        await sync_until(owner, lambda: len(answers(owner, room_id)) == 3
+                         and "".join(a["body"] for a in answers(owner, room_id)) == expected, timeout=30)
+        found = answers(owner, room_id)
+        assert all(len(a["body"].encode("utf-8")) <= 15_000 for a in found)
+        assert all(a["edits"] <= 100 for a in found)
+        ids = {a["event_id"] for a in found}
+        edits = [e for e in events_in(owner, room_id)
+                 if (e["content"].get("m.relates_to") or {}).get("event_id") in ids]
+        assert edits and max(len(json.dumps(e).encode("utf-8")) for e in edits) < 64 * 1024
+        channel = running.store.channel_by_room(room_id)
+        stored = [m for m in running.store.last_messages(channel.id, 10) if m.role == "agent"]
+        assert len(stored) == 1 and stored[0].text == expected
+        assert stored[0].event_ids == tuple(a["event_id"] for a in found)
+    finally:
+        await owner.close()
+
+
+# ---- typing -----------------------------------------------------------------------------------------
+
+async def test_the_puppet_types_while_it_works_and_stops_after(homeserver, bridge_factory, tmp_path):
+    await bridge_factory({"alice": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+
+        def typing() -> list[str]:
+            room = owner.rooms.get(room_id)
+            return list(room.typing_users) if room is not None else []
+        assert ALICE not in typing()
+        await say(owner, room_id, "[[chunks:8]] [[delay:0.25]] take your time")
+        await sync_until(owner, lambda: ALICE in typing())
+        assert not any(is_final(a) for a in answers(owner, room_id))  # typing while working
+        await wait_final(owner, room_id)
+        await sync_until(owner, lambda: ALICE not in typing(), timeout=5)
+    finally:
+        await owner.close()
+
+
+# ---- crash ----------------------------------------------------------------------------------------
+
+async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agent(
+        homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    # the restarted agent's fresh session is told the past (ADR §4): cut short there, the crash
+    # directive is not repeated
+    running = await bridge_factory({"alice": agent("--log", str(log))}, limits={"context_chars": 10})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+
+        def crash_notices() -> list[str]:
+            return [m["body"] for m in messages(owner, room_id) if m["msgtype"] == "m.notice"]
+        await say(owner, room_id, "go on then [[crash]]")
+        await sync_until(owner, lambda: any("echo" in a["body"] for a in answers(owner, room_id)))
+        crashed_seen = time.monotonic()
+        await sync_until(owner, lambda: crash_notices(), timeout=5)
+        assert time.monotonic() - crashed_seen < 2
+        notice = crash_notices()[0]
+        assert "exit code 3" in notice and "crashing mid-answer on purpose" in notice
+        found = await wait_final(owner, room_id)
+        assert "interrupted" in found[0]["body"] and "exit code 3" in found[0]["body"]
+        channel = running.store.channel_by_room(room_id)
+        assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user"]  # cut: not stored
+
+        await say(owner, room_id, "are you back?")
+        found = await wait_final(owner, room_id, count=2)
+        assert found[1]["body"].endswith("are you back?") and found[1]["body"].startswith("echo: ")
+        assert prompt_count(log) == 2 and methods(log).count("initialize") == 2
+    finally:
+        await owner.close()

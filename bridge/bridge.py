@@ -26,6 +26,7 @@ from .matrix import MatrixError
 from .portal import Incoming, Portal
 from .permissions import Permissions
 from .puppet import Puppet
+from .recovery import Recovery
 from .render import escape_html
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class Bridge:
         self._encryption_noted: set[str] = set()
         self.commands = BotCommands(self)
         self.permissions = Permissions(self)
+        self.recovery = Recovery(self)
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -73,21 +75,40 @@ class Bridge:
         await self.bot.ensure_registered()
         for name in self.config.agents:
             await self.puppet(name)
+        if self.history_unavailable:
+            await self._say_history_unavailable(progress)
+        repaired = await self.recovery.repair()
+        if repaired:
+            progress(f"{repaired} answer(s) cut by the last stop marked as interrupted")
         await self._ping()
         progress("bridge ready")
+
+    async def _say_history_unavailable(self, progress) -> None:
+        """Another bridge holds the database: this run keeps its history in memory (ADR §5)."""
+        text = ("⚠️ History is unavailable: the database of this config is used by another running "
+                "bridge, so this bridge keeps channels and messages in memory only, and forgets them "
+                "when it stops. Stop the other bridge, then restart this one to get the history back.")
+        log.warning("the database is used by another running bridge: history is unavailable this time")
+        progress("history unavailable: the database is used by another running bridge")
+        try:
+            await self.commands.tell_owners(text)
+        except Exception:
+            log.exception("could not tell the owners that history is unavailable")
 
     async def stop(self) -> None:
         for portal in list(self.portals.values()):
             if portal.worker is not None and not portal.worker.done():
                 portal.worker.cancel()
         workers = [p.worker for p in self.portals.values() if p.worker is not None]
-        if workers:
-            await asyncio.gather(*workers, return_exceptions=True)
-        await self.pool.close()
-        await self.server.stop()
-        if self.session is not None:
-            await self.session.close()
-        self.store.close()
+        try:
+            if workers:  # each cut answer is edited to say so and stays unstored (turns.py)
+                await asyncio.gather(*workers, return_exceptions=True)
+            await self.pool.close()
+            await self.server.stop()
+            if self.session is not None:
+                await self.session.close()
+        finally:
+            self.store.close()  # from now on every store call raises StoreClosed
 
     async def _wait_for_homeserver(self, progress) -> None:
         delay, said = 0.5, False

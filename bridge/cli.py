@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import signal
 import sys
@@ -51,9 +52,33 @@ def open_store(cfg: configuration.Config):
     from store import Store, StoreLocked
     try:
         return Store.open(cfg.database, cfg.data_dir), False
-    except StoreLocked:
-        log.warning("the database is used by another running bridge: history is unavailable this time")
+    except StoreLocked:  # the bridge says so when it starts (Bridge.start)
         return Store.open(":memory:"), True
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on host:port (what the appservice is about to bind)."""
+    import socket
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def _check_port(cfg: configuration.Config, store_locked: bool) -> None:
+    """Two bridges on one config: the second stops here with one line, not a traceback."""
+    if not _port_in_use(cfg.listen_host, cfg.listen_port):
+        return
+    where = f"{cfg.listen_host}:{cfg.listen_port}"
+    if store_locked:
+        raise UserError(f"another bridge is already running for this config (its database is in use and "
+                        f"{where} is taken): stop it first")
+    raise UserError(f"another bridge is already running for this config, or another program uses "
+                    f"{where} (appservice.listen): stop it or choose another port")
 
 
 async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=None) -> None:
@@ -65,6 +90,11 @@ async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=No
         raise UserError(f"wrote a new appservice registration to {cfg.registration_path}: add it to the "
                         "homeserver's app_service_config_files, restart the homeserver, then run again")
     store, unavailable = open_store(cfg)
+    try:
+        _check_port(cfg, unavailable)
+    except BaseException:
+        store.close()
+        raise
     bridge = Bridge(cfg, registration, store, history_unavailable=unavailable)
     try:
         await bridge.start(progress=lambda text: say(f"• {text}"))

@@ -121,6 +121,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     stored_upto = incoming.message_id
     try:
         await answer.start(note)
+        bridge.recovery.begin(run)  # until it ends, the next start marks it interrupted
         async with bridge.pool.turn(turn.agent) as agent:
             bridge.active_turns[turn.agent] = portal
             await _leave_queue(bridge, run)
@@ -172,6 +173,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         await asyncio.shield(_interrupted(answer, "the bridge stopped"))
         raise
     finally:
+        bridge.recovery.end(run)
         await _leave_queue(bridge, run)
         if portal.current is run:
             portal.current = None

@@ -1,0 +1,153 @@
+"""Answers that were never finished, repaired even after a crash (SPEC §9, ADR §5).
+
+A streaming answer is not stored: only its Matrix message exists. So when an answer starts, its
+message is written down in the store (`value/answers/in-progress`, a JSON map event id → room and
+agent), and crossed out when the turn ends. A turn cut by quitting keeps its entry (its last edit
+may not have landed); a `kill -9` keeps it too. At the next start every entry left is edited to
+say the answer was interrupted — unless it already says so, or the answer was stored after all —
+then forgotten. The edit carries a transaction id derived from the event id, so repeating it after
+another crash never posts it twice.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from store import StoreError
+
+from .stream import edit_content, message_content
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+    from .turns import TurnRun
+
+log = logging.getLogger(__name__)
+
+KEY = "answers/in-progress"
+INTERRUPTED = "⚠️ interrupted: the bridge stopped before this answer was finished"
+MARK = "⚠️ interrupted"
+STATUS_PREFIXES = ("⏳", "💭", "✍️", "🔧")
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+def shown_text(body: str) -> str:
+    """The answer text of a streamed message body, without its status line."""
+    head, sep, rest = body.partition("\n\n")
+    if head.startswith(STATUS_PREFIXES):
+        return rest if sep else ""
+    return "" if body == "…" else body
+
+
+def interrupted_text(body: str) -> str:
+    text = shown_text(body).rstrip()
+    return f"{text}\n\n{INTERRUPTED}" if text else INTERRUPTED
+
+
+class Recovery:
+    def __init__(self, bridge: "Bridge"):
+        self.bridge = bridge
+
+    # ---- bookkeeping, called by turns.run_turn ----------------------------------------------
+
+    def _load(self) -> dict[str, dict]:
+        raw = self.bridge.store.get_value(KEY)
+        try:
+            found = json.loads(raw) if raw else {}
+        except ValueError:
+            log.warning("%s is not JSON; starting again", KEY)
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def _save(self, entries: dict[str, dict]) -> None:
+        self.bridge.store.set_value(KEY, json.dumps(entries, sort_keys=True))
+
+    def begin(self, run: "TurnRun") -> None:
+        """An answer's first message is posted: write it down until the turn ends."""
+        try:
+            entries = self._load()
+            for event_id in run.answer.event_ids:
+                entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name}
+            self._save(entries)
+        except StoreError:
+            log.warning("could not record the answer in progress in %s", run.portal.room_id)
+
+    def end(self, run: "TurnRun") -> None:
+        """The turn is over. Cut by quitting (the task is being cancelled): keep the entry, with
+        every message of the answer, for the next start to check."""
+        try:
+            entries = self._load()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                for event_id in run.answer.event_ids:
+                    entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name}
+            else:
+                for event_id in run.answer.event_ids:
+                    entries.pop(event_id, None)
+            self._save(entries)
+        except StoreError:  # closed while quitting: the entry stays, the next start repairs it
+            log.info("answer in %s left for the next start to check", run.portal.room_id)
+
+    # ---- at start -----------------------------------------------------------------------------
+
+    async def repair(self) -> int:
+        """Mark every answer a previous run left unfinished as interrupted; returns how many."""
+        entries = self._load()
+        repaired = 0
+        for event_id, where in list(entries.items()):
+            try:
+                done = await self._repair_one(event_id, where)
+            except Exception:
+                log.exception("could not mark %s as interrupted; trying again at the next start", event_id)
+                continue
+            repaired += done
+            entries.pop(event_id, None)
+            self._save(entries)
+        return repaired
+
+    async def _repair_one(self, event_id: str, where: dict) -> bool:
+        room_id, agent = where.get("room"), where.get("agent")
+        if not isinstance(room_id, str) or agent not in self.bridge.config.agents:
+            return False
+        if self.bridge.store.message_by_event(event_id) is not None:
+            return False  # it was finished and stored after all
+        puppet = await self.bridge.puppet(agent)
+        body = await self._latest_body(puppet.client, room_id, event_id)
+        if body is None or MARK in body:
+            return False  # gone, or the graceful stop already said so
+        content = edit_content(event_id, message_content(interrupted_text(body), None))
+        txn = "sk-interrupted-" + hashlib.sha256(event_id.encode()).hexdigest()[:32]
+        status, reply = await puppet.client.raw(
+            "PUT", f"/_matrix/client/v3/rooms/{_q(room_id)}/send/m.room.message/{txn}", content)
+        if status != 200:
+            raise RuntimeError(f"edit refused: {status} {reply.get('error', reply)}")
+        log.info("marked answer %s in %s as interrupted", event_id, room_id)
+        return True
+
+    @staticmethod
+    async def _latest_body(client, room_id: str, event_id: str) -> str | None:
+        """The body shown now: the newest edit's, else the original's. None if the event is gone."""
+        status, reply = await client.raw(
+            "GET", f"/_matrix/client/v1/rooms/{_q(room_id)}/relations/{_q(event_id)}/m.replace"
+                   f"?dir=b&limit=50")
+        if status == 200:
+            # dir=b: newest first
+            edits = [e for e in reply.get("chunk") or [] if e.get("sender") == client.user_id]
+            if edits:
+                new = (edits[0].get("content") or {}).get("m.new_content") or {}
+                if isinstance(new.get("body"), str):
+                    return new["body"]
+        status, reply = await client.raw(
+            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/event/{_q(event_id)}")
+        if status in (403, 404):
+            return None
+        if status != 200:
+            raise RuntimeError(f"reading {event_id}: {status} {reply.get('error', reply)}")
+        body = (reply.get("content") or {}).get("body")
+        return body if isinstance(body, str) else ""

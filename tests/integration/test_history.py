@@ -7,6 +7,7 @@ process has to die), scripted agents that log every JSON-RPC message they receiv
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -168,6 +169,32 @@ class Subprocess:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+def _store_conftest():
+    """tests/store/conftest.py, for its throwaway PostgreSQL cluster (not a conftest here)."""
+    path = Path(__file__).resolve().parents[1] / "store" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("sidekicks_store_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def postgres_database():
+    """A postgresql:// URL with no sk_* tables: $SIDEKICKS_TEST_POSTGRES, else a new cluster."""
+    helpers = _store_conftest()
+    if os.environ.get(helpers.PG_ENV):
+        url, cluster = os.environ[helpers.PG_ENV], None
+    else:
+        cluster = helpers._Cluster()
+        url = cluster.start()
+    try:
+        helpers._drop_tables(url)
+        yield url
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
 # ---- restarts ------------------------------------------------------------------------------------
 
 async def test_restart_agent_with_load_session_gets_its_stored_session(homeserver, bridge_factory, tmp_path):
@@ -203,10 +230,14 @@ async def test_restart_agent_with_load_session_gets_its_stored_session(homeserve
         await owner.close()
 
 
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def test_restart_agent_without_load_session_gets_a_fresh_session_told_the_past(
-        homeserver, bridge_factory, tmp_path):
+        homeserver, bridge_factory, tmp_path, request, database):
     log, folder = tmp_path / "alice.log", tmp_path / "bridge"
-    running = await bridge_factory({"alice": agent("--log", str(log))}, folder=folder)
+    if database == "postgresql":  # the same store code, chosen by `database: postgresql://…`
+        database = request.getfixturevalue("postgres_database")
+    running = await bridge_factory({"alice": agent("--log", str(log))}, folder=folder, database=database)
+    assert running.config.database == database and running.store.in_memory is False
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room_id = await open_dm(owner, ALICE)
@@ -218,7 +249,7 @@ async def test_restart_agent_without_load_session_gets_a_fresh_session_told_the_
         ids_before = [m.id for m in running.store.last_messages(channel.id, 10)]
 
         await running.stop()
-        running = await bridge_factory({"alice": agent("--log", str(log))}, folder=folder)
+        running = await bridge_factory({"alice": agent("--log", str(log))}, folder=folder, database=database)
         await say(owner, room_id, "two")
         await wait_answers(owner, room_id, ALICE, count=2, done=lambda a: a["body"].startswith("echo: "))
         assert not calls(log, "session/load")

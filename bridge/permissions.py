@@ -129,6 +129,9 @@ class Permissions:
         if not options:
             return None
         request.options = options
+        sent = request.tool_call if isinstance(request.tool_call, dict) else {}
+        known = getattr(portal.current, "tool_calls", {}).get(sent.get("toolCallId") or "", {})
+        request.tool_call = {**known, **{k: v for k, v in sent.items() if v not in (None, "", [], {})}}
         title = puppet.displayname
         body, html = render_request(title, request)
         content = {"msgtype": "m.text", "body": body, "format": "org.matrix.custom.html",

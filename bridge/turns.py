@@ -43,6 +43,15 @@ class TurnRun:
         self.session_id: str | None = None
         self.prompt_event_id: str | None = None
         self.cancelled = False
+        self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
+
+    def note_tool_call(self, update: Update) -> dict:
+        """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
+        known = self.tool_calls.setdefault(update.tool_call_id or "", {})
+        for key in ("title", "kind", "rawInput", "locations"):
+            if update.raw.get(key) not in (None, "", [], {}):
+                known[key] = update.raw[key]
+        return known
 
     async def cancel(self) -> None:
         self.cancelled = True
@@ -147,10 +156,11 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                 elif update.kind == "thought":
                     answer.set_status(STATUS_THINKING)
                 elif update.kind in ("tool_call", "tool_call_update"):
+                    known = run.note_tool_call(update)
                     if update.status in ("completed", "failed"):
                         answer.set_status(STATUS_THINKING)
                     else:
-                        answer.set_status(tool_status(update.title))
+                        answer.set_status(tool_status(update.title or known.get("title")))
 
             stop_reason = await agent.prompt(session_id, text, on_update,
                                              bridge.permission_handler(portal, puppet))

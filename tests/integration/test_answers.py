@@ -152,6 +152,8 @@ async def test_permission_rejected_by_a_numbered_reply(homeserver, bridge_factor
         # the "2" answered the question: it is neither a prompt nor stored as a message
         assert prompt_count(log) == 1
         channel = running.store.channel_by_room(room_id)
+        # stored right after its final edit
+        await sync_until(owner, lambda: len(running.store.last_messages(channel.id, 10)) == 2, timeout=5)
         assert [m.text for m in running.store.last_messages(channel.id, 10)] == [
             "[[permission]] write notes", "rejected"]
     finally:
@@ -313,6 +315,8 @@ async def test_a_40000_character_answer_arrives_in_three_messages(homeserver, br
                  if (e["content"].get("m.relates_to") or {}).get("event_id") in ids]
         assert edits and max(len(json.dumps(e).encode("utf-8")) for e in edits) < 64 * 1024
         channel = running.store.channel_by_room(room_id)
+        await sync_until(owner, lambda: any(m.role == "agent" for m in running.store.last_messages(channel.id, 10)),
+                         timeout=5)
         stored = [m for m in running.store.last_messages(channel.id, 10) if m.role == "agent"]
         assert len(stored) == 1 and stored[0].text == expected
         assert stored[0].event_ids == tuple(a["event_id"] for a in found)
@@ -373,3 +377,32 @@ async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agen
         assert prompt_count(log) == 2 and methods(log).count("initialize") == 2
     finally:
         await owner.close()
+
+
+# ---- the permission prompt's text (no homeserver needed) -----------------------------------------
+
+def test_permission_prompt_shows_input_locations_and_numbered_options():
+    from acp import PermissionRequest, Update
+    from bridge.permissions import INPUT_CHARS, render_request
+    from bridge.turns import TurnRun
+
+    run = TurnRun(None, "alice", None)
+    run.note_tool_call(Update("tool_call", tool_call_id="c1", title="Edit main.py", raw={
+        "toolCallId": "c1", "title": "Edit main.py", "kind": "edit",
+        "rawInput": {"path": "main.py", "text": "x" * 1000},
+        "locations": [{"path": "main.py", "line": 3}, {"path": "b.py"}]}))
+    run.note_tool_call(Update("tool_call_update", tool_call_id="c1", status="in_progress",
+                              raw={"toolCallId": "c1", "status": "in_progress"}))
+    assert run.tool_calls["c1"]["title"] == "Edit main.py"  # an update without title keeps it
+    request = PermissionRequest("s", {**run.tool_calls["c1"], "toolCallId": "c1"}, [
+        {"optionId": "a", "name": "Allow once", "kind": "allow_once"},
+        {"optionId": "aa", "name": "Always allow", "kind": "allow_always"},
+        {"optionId": "r", "name": "Reject <now>", "kind": "reject_once"}])
+    body, html = render_request("Alice", request)
+    lines = body.splitlines()
+    assert lines[0] == "🔐 Alice asks permission: Edit main.py (edit)"
+    assert lines[1].startswith('Input: {"path": "main.py", "text": "xxx') and lines[1].endswith("…")
+    assert len(lines[1]) == len("Input: ") + INPUT_CHARS
+    assert lines[2] == "Where: main.py:3, b.py"
+    assert lines[4:7] == ["1. Allow once", "2. Always allow", "3. Reject <now>"]
+    assert "<li>Reject &lt;now&gt;</li>" in html and "<now>" not in html

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import weakref
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
@@ -44,6 +46,7 @@ class TurnRun:
         self.prompt_event_id: str | None = None
         self.cancelled = False
         self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
+        self.entering: asyncio.Future | None = None  # waiting for the agent (busy elsewhere)
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -55,11 +58,43 @@ class TurnRun:
 
     async def cancel(self) -> None:
         self.cancelled = True
+        busy_in = self.portal.bridge.active_turns.get(self.agent_name)
+        if self.entering is not None and not self.entering.done() and busy_in not in (None, self.portal):
+            # still waiting for the agent's turn elsewhere: stop waiting (it never started here)
+            self.entering.cancel()
+            return
         if self.agent is not None and self.session_id is not None:
             try:
                 await self.agent.cancel(self.session_id)
             except AcpError:
                 log.warning("cancel of %s failed", self.agent_name)
+
+
+class _StoppedWaiting(Exception):
+    """The turn was cancelled while it waited for the agent to finish elsewhere."""
+
+
+@asynccontextmanager
+async def _agent_turn(pool, run: TurnRun):
+    """`pool.turn(agent)`, whose waiting `run.cancel()` can end."""
+    turn = pool.turn(run.agent_name)
+    run.entering = asyncio.ensure_future(turn.__aenter__())
+    try:
+        agent = await run.entering
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if run.cancelled and run.entering.cancelled() and not (current and current.cancelling()):
+            raise _StoppedWaiting() from None
+        raise
+    finally:
+        run.entering = None
+    try:
+        yield agent
+    except BaseException:
+        if not await turn.__aexit__(*sys.exc_info()):
+            raise
+    else:
+        await turn.__aexit__(None, None, None)
 
 
 def unseen_lines(portal: "Portal", agent: str, current_message_id: str, fresh: bool) -> list[Line]:
@@ -131,7 +166,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     try:
         await answer.start(note)
         bridge.recovery.begin(run)  # until it ends, the next start marks it interrupted
-        async with bridge.pool.turn(turn.agent) as agent:
+        async with _agent_turn(bridge.pool, run) as agent:
             bridge.active_turns[turn.agent] = portal
             await _leave_queue(bridge, run)
             run.agent = agent
@@ -170,6 +205,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         event_ids = await answer.finish(footer)
         bridge.store.add_message(portal.channel.id, turn.agent, "agent",
                                  answer.full_text, event_ids)
+    except _StoppedWaiting:
+        await answer.finish("⏹ stopped")
     except AgentCrashed as exc:
         await answer.finish(f"⚠️ interrupted: {turn.agent} stopped unexpectedly "
                             f"(exit code {exc.exit_code})")

@@ -288,6 +288,32 @@ async def test_a_message_for_an_agent_busy_elsewhere_waits_and_says_whose_turn(h
         await owner.close()
 
 
+async def test_a_waiting_answer_cancelled_by_redaction_stops_at_once(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    await bridge_factory({"alice": agent("--log", str(log), title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        first = await room_with(owner, name="first")
+        second = await room_with(owner, name="second")
+        await say(owner, first, "[[chunks:10]] [[delay:0.3]] a long one")
+        await sync_until(owner, lambda: any("echo" in a["body"] for a in answers(owner, first)))
+        waiting = await say(owner, second, "never mind")
+        await sync_until(owner, lambda: any("this channel is next" in a["body"] for a in answers(owner, second)))
+        await owner.room_redact(second, waiting)
+        stopped = await wait_final(owner, second, timeout=5)
+        assert stopped[0]["body"] == "⏹ stopped"
+        assert not is_final(answers(owner, first)[0])  # the first is still being written
+        done = await wait_final(owner, first)
+        assert done[0]["body"].endswith("a long one")
+        assert prompt_count(log) == 1  # "never mind" never reached the agent
+        # the agent is free again for the second channel
+        await say(owner, second, "now then")
+        found = await wait_final(owner, second, count=2)
+        assert found[1]["body"].startswith("echo: ") and found[1]["body"].endswith("now then")
+    finally:
+        await owner.close()
+
+
 # ---- long answers ---------------------------------------------------------------------------------
 
 def scripted_text(size: int) -> str:

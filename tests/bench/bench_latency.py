@@ -1,0 +1,180 @@
+"""Echo floor vs bridge (end to end), the bridge's own latencies, and streaming.
+
+One bridge (in process, probes installed) with two scripted agents: `echo` answers at once,
+`stream` answers 2,000 tokens (4 characters each) at 100 tokens/s. Floor and bridge prompts
+alternate, one at a time, so both see the same machine and the same Synapse at the same moment.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+import aiohttp
+
+import probes
+from bridge_harness import agent, start_bridge
+from common import Bench, Owner, body_of, is_final, now, p50, p99
+from floor import EchoFloor
+
+ECHO = "@sk_echo:localhost"
+STREAM = "@sk_stream:localhost"
+TOKENS, TOKEN_RATE, TOKEN_CHARS = 2000, 100, 4
+
+
+async def _dm(owner: Owner, puppet: str) -> str:
+    room = await owner.create_room(invite=[puppet], direct=True)
+    await owner.wait_joined(room, puppet)
+    return room
+
+
+def _first_from(owner: Owner, room: str, sender: str, start: int, test=lambda body: True):
+    def find():
+        for seen, event in owner.events.get(room, [])[start:]:
+            if event.get("sender") == sender and event.get("type") == "m.room.message" \
+                    and test(body_of(event)):
+                return seen
+        return None
+    return find
+
+
+async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dict:
+    probes.install()
+    rounds = 40 if bench.quick else 200
+    floor = EchoFloor(bench.url, bench.floor_registration, bench.floor_port)
+    await floor.start()
+    running = await start_bridge(bench, bench.folder / "bridge-latency", {
+        "echo": agent(title="Echo"),
+        "stream": agent("--answer-size", str(TOKENS * TOKEN_CHARS), "--chunks", str(TOKENS),
+                        "--delay", str(1 / TOKEN_RATE), title="Streamer"),
+    })
+    out: dict = {}
+    try:
+        floor_room = await owner.create_room(invite=[floor.bot])
+        await floor.join(floor_room)
+        await owner.wait_joined(floor_room, floor.bot)
+        bridge_room = await _dm(owner, ECHO)
+
+        async def floor_once(token: str) -> float:
+            start = len(owner.events.get(floor_room, []))
+            t0 = now()
+            await owner.send_text(floor_room, token)
+            seen = await owner.wait_for(_first_from(owner, floor_room, floor.bot, start))
+            return seen - t0
+
+        async def bridge_once(token: str) -> tuple[float, float, float]:
+            start = len(owner.events.get(bridge_room, []))
+            t0 = now()
+            await owner.send_text(bridge_room, token)
+            first = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start))
+            text = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start,
+                                                    lambda b: token in b))
+            final = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start,
+                                                     lambda b: token in b and is_final(b)))
+            return first - t0, text - t0, final - t0
+
+        for i in range(5):  # warm up: agent start, session/new, connection pools, caches
+            await floor_once(f"bench-wf{i}")
+            await bridge_once(f"bench-wb{i}")
+        probes.reset()
+        floor_t, first_t, text_t, final_t = [], [], [], []
+        for i in range(rounds):
+            if i % 2:  # alternate who goes first
+                first, text, final = await bridge_once(f"bench-b{i}")
+                floor_t.append(await floor_once(f"bench-f{i}"))
+            else:
+                floor_t.append(await floor_once(f"bench-f{i}"))
+                first, text, final = await bridge_once(f"bench-b{i}")
+            first_t.append(first)
+            text_t.append(text)
+            final_t.append(final)
+            await asyncio.sleep(0.02)  # let the turn's tail (typing off, store) settle
+        out["rounds"] = rounds
+        out["floor"] = floor_t
+        out["bridge_first"] = first_t
+        out["bridge_text"] = text_t
+        out["bridge_final"] = final_t
+        tokens = [f"bench-b{i}" for i in range(rounds)]
+        out["txn_to_prompt"] = [probes.prompt_written[t] - probes.txn_entry[t] for t in tokens
+                                if t in probes.prompt_written and t in probes.txn_entry]
+        out["phases"] = {k: list(v) for k, v in probes.phases.items()}
+        # was an edit (the "thinking" status) in flight when the first part arrived?
+        out["part_waited_for_edit"] = sum(
+            1 for a in probes.answers if a["first_part"] is not None
+            and any(s[0] < a["first_part"] < s[1] for s in a["sends"]))
+        out["part_to_send"] = [a["first_part_send"] - a["first_part"] for a in probes.answers
+                               if a["first_part"] is not None and a["first_part_send"] is not None]
+
+        # ---- streaming ---------------------------------------------------------------------
+        stream_room = await _dm(owner, STREAM)
+        await owner.send_text(stream_room, "bench-warm")  # agent start and session outside the figure
+        await owner.wait_for(_first_from(owner, stream_room, STREAM, 0,
+                                          lambda b: is_final(b) and len(b) >= TOKENS * TOKEN_CHARS), 120)
+        probes.reset()
+        start = len(owner.events.get(stream_room, []))
+        await owner.send_text(stream_room, "bench-stream")
+        client_final = await owner.wait_for(_first_from(
+            owner, stream_room, STREAM, start,
+            lambda b: is_final(b) and len(b) >= TOKENS * TOKEN_CHARS), 120)
+        record = probes.answers[-1]
+        streaming = record["stop"] - record["first_part"]
+        edits = [s for s in record["sends"] if s[2]]
+        during = [s for s in edits if record["first_part"] <= s[0] <= record["stop"]]
+        per_message: dict[int, int] = {}
+        for s in edits:
+            per_message[s[3]] = per_message.get(s[3], 0) + 1
+        out["stream"] = {
+            "seconds": streaming, "token_rate": TOKENS / streaming,
+            "edits_per_s": len(during) / streaming,
+            "edits_per_message": max(per_message.values()), "messages": len(per_message),
+            "final_after_stop": record["finish_end"] - record["stop"],
+            "client_final_after_stop": client_final - record["stop"],
+        }
+    finally:
+        await running.stop()
+        await floor.stop()
+    return out
+
+
+def notes(r: dict) -> list[str]:
+    lines = ["in-bridge phases awaited between a transaction and its session/prompt (p50 / p99): "
+             + "; ".join(f"{name} {p50(v) * 1000:.1f} / {p99(v) * 1000:.1f} ms"
+                         for name, v in r["phases"].items())]
+    lines.append(f"first agent part: in {r['part_waited_for_edit']} of {len(r['part_to_send'])} answers an "
+                 "edit (the status line) was already in flight, and the text waited for it")
+    return lines
+
+
+def rows(r: dict) -> list[tuple]:
+    ms = 1000
+    f50, f99 = p50(r["floor"]) * ms, p99(r["floor"]) * ms
+    b50, b99 = p50(r["bridge_first"]) * ms, p99(r["bridge_first"]) * ms
+    s = r["stream"]
+    n = r["rounds"]
+    return [
+        ("Echo floor", f"first answer event p50 (n={n})", f"{b50:.1f} ms", f"{f50:.1f} ms",
+         f"{b50 / f50:.2f}×", "≤ 1.10×", b50 / f50 <= 1.10),
+        ("Echo floor", f"first answer event p99 (n={n})", f"{b99:.1f} ms", f"{f99:.1f} ms",
+         f"{b99 / f99:.2f}×", "≤ 1.10×", b99 / f99 <= 1.10),
+        ("Echo floor", "bridge: first answer text p50 / p99",
+         f"{p50(r['bridge_text']) * ms:.1f} / {p99(r['bridge_text']) * ms:.1f} ms", f"{f50:.1f} / {f99:.1f} ms",
+         f"{p50(r['bridge_text']) / p50(r['floor']):.2f}×", "(info)", None),
+        ("Echo floor", "bridge: final text p50 / p99",
+         f"{p50(r['bridge_final']) * ms:.1f} / {p99(r['bridge_final']) * ms:.1f} ms", f"{f50:.1f} / {f99:.1f} ms",
+         f"{p50(r['bridge_final']) / p50(r['floor']):.2f}×", "(info)", None),
+        ("In bridge", "transaction in → session/prompt written p50",
+         f"{p50(r['txn_to_prompt']) * ms:.2f} ms", "", "", "≤ 5 ms", p50(r["txn_to_prompt"]) * ms <= 5),
+        ("In bridge", "transaction in → session/prompt written p99",
+         f"{p99(r['txn_to_prompt']) * ms:.2f} ms", "", "", "≤ 20 ms", p99(r["txn_to_prompt"]) * ms <= 20),
+        ("In bridge", "first agent part → Matrix send started p50",
+         f"{p50(r['part_to_send']) * ms:.2f} ms", "", "", "≤ 5 ms", p50(r["part_to_send"]) * ms <= 5),
+        ("In bridge", "first agent part → Matrix send started p99",
+         f"{p99(r['part_to_send']) * ms:.2f} ms", "", "", "(info)", None),
+        ("Streaming", f"edits per second ({TOKENS} tokens at {s['token_rate']:.0f}/s)",
+         f"{s['edits_per_s']:.2f}/s", "", "", "≤ 2/s", s["edits_per_s"] <= 2),
+        ("Streaming", f"edits per message ({s['messages']} message(s))",
+         f"{s['edits_per_message']}", "", "", "≤ 100", s["edits_per_message"] <= 100),
+        ("Streaming", "final text after stop reason (bridge: final edit accepted)",
+         f"{s['final_after_stop'] * ms:.0f} ms", "", "", "≤ 1 s", s["final_after_stop"] <= 1),
+        ("Streaming", "final text after stop reason (seen by the client)",
+         f"{s['client_final_after_stop'] * ms:.0f} ms", "", "", "≤ 1 s", s["client_final_after_stop"] <= 1),
+    ]

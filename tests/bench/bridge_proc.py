@@ -1,0 +1,59 @@
+"""A bridge in a process of its own, for start time and RSS: `python bridge_proc.py CONFIG DATA_DIR`.
+
+Prints one JSON line once ready ({"start_s": open_store + Bridge() + start(), "import_s": …}),
+then answers each "rss" line on stdin with {"rss_kb": VmRSS of this process only (agents, its
+children, are not counted)}; stdin closing stops the bridge.
+"""
+from __future__ import annotations
+
+import time
+
+T_PROCESS = time.perf_counter()
+
+import asyncio  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import config as configuration  # noqa: E402
+from bridge.bridge import Bridge  # noqa: E402
+from bridge.cli import open_store  # noqa: E402
+from config import registration as registrations  # noqa: E402
+
+
+def rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return -1
+
+
+async def main(config_path: str, data_dir: str) -> None:
+    logging.basicConfig(level=logging.ERROR)
+    import_s = time.perf_counter() - T_PROCESS
+    cfg = dataclasses.replace(configuration.load(Path(config_path)), data_dir=Path(data_dir))
+    registration = registrations.read(cfg.registration_path)
+    t0 = time.perf_counter()
+    store, unavailable = open_store(cfg)
+    bridge = Bridge(cfg, registration, store, history_unavailable=unavailable)
+    await bridge.start()
+    start_s = time.perf_counter() - t0
+    print(json.dumps({"start_s": start_s, "import_s": import_s, "rss_kb": rss_kb()}), flush=True)
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            if line.strip() == "rss":
+                print(json.dumps({"rss_kb": rss_kb(), "portals": len(bridge.portals)}), flush=True)
+    finally:
+        await bridge.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))

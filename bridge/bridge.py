@@ -129,13 +129,23 @@ class Bridge:
     async def _ping(self) -> None:
         """Ask the homeserver to call us now: a backlog of transactions is retried at once."""
         path = f"/_matrix/client/v1/appservice/{self.registration.id}/ping"
-        try:
-            status, body = await self.bot.client.raw(
-                "POST", path, {"transaction_id": f"sidekicks-{int(time.time() * 1000)}"}, masquerade=False)
-            if status != 200:
-                log.warning("homeserver ping failed: %s %s", status, body.get("error", body))
-        except aiohttp.ClientError as exc:
-            log.warning("homeserver ping failed: %s", exc)
+        for attempt in range(5):
+            try:
+                status, body = await self.bot.client.raw(
+                    "POST", path, {"transaction_id": f"sidekicks-{int(time.time() * 1000)}"},
+                    masquerade=False)
+            except aiohttp.ClientError as exc:
+                status, body = 0, {"error": str(exc)}
+            if status == 200:
+                return
+            if 400 <= status < 500:  # no ping on this homeserver (older than Matrix 1.7)
+                log.info("the homeserver has no appservice ping (%s): a backlog waits for its retry", status)
+                return
+            # Synapse answers 502 when its own scheduled retry fired at that very moment
+            # ("AlreadyCalled"); a moment later the ping goes through
+            log.info("homeserver ping failed (%s %s); trying again", status, body.get("error", body))
+            await asyncio.sleep(0.5 * (attempt + 1))
+        log.warning("homeserver ping failed: a backlog of messages may arrive late")
 
     # ---- helpers used by portals and turns ----------------------------------------------------
 

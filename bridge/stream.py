@@ -86,18 +86,26 @@ class Answer:
         self._last_edit = 0.0
         self._first_part = True
         self._pump: asyncio.Task | None = None
+        self._posting: asyncio.Task | None = None
         self._send_lock = asyncio.Lock()
 
     @property
     def full_text(self) -> str:
         return "".join(self.done_text) + self.text
 
+    def post(self, note: str = "") -> asyncio.Task:
+        """Post the placeholder in the background: the prompt does not wait for the homeserver.
+        Parts that arrive meanwhile are shown by the first edit once it is posted."""
+        self._posting = asyncio.create_task(self.start(note), name=f"answer-post-{self.room_id}")
+        return self._posting
+
     async def start(self, note: str = "") -> str:
         """Post the placeholder at once; returns its event id."""
         status = f"⏳ {self.title} is getting ready…" + (f" ({note})" if note else "")
-        event_id = await self._send(message_content("", status))
+        if self.status is None:
+            self.status = status
+        event_id = await self._send(message_content(self.text, self.status))
         self.event_ids.append(event_id)
-        self.status = status
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
         return event_id
 
@@ -117,8 +125,16 @@ class Answer:
         self.text += chunk
         self._dirty.set()
 
+    async def _posted(self) -> None:
+        if self._posting is not None:
+            try:
+                await self._posting
+            except Exception:  # not posted: the final text goes out as a new message
+                log.warning("the placeholder in %s was not posted", self.room_id)
+
     async def finish(self, footer: str | None = None) -> list[str]:
         """Final edit(s) without status line; returns the event ids of the answer's messages."""
+        await self._posted()
         async with self._send_lock:
             # an edit in flight is never cancelled: a cancelled request may still land on the
             # homeserver after the final edit and leave a status line showing
@@ -172,6 +188,9 @@ class Answer:
 
     async def _edit(self, new: dict) -> None:
         try:
+            if not self.event_ids:  # the placeholder never got out: this becomes the message
+                self.event_ids.append(await self._send(new))
+                return
             await self._send(edit_content(self.event_ids[-1], new))
         except Exception:  # one failed edit must not end the turn; the next one carries it all
             log.exception("edit failed in %s", self.room_id)

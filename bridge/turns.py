@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 STATUS_THINKING = "💭 thinking…"
 STATUS_WRITING = "✍️ writing…"
+THINKING_AFTER = 0.4  # seconds without a part before the status says "thinking"
 
 
 _WAITING: "weakref.WeakKeyDictionary[object, dict[str, list[TurnRun]]]" = weakref.WeakKeyDictionary()
@@ -164,8 +165,9 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
     try:
-        await answer.start(note)
-        bridge.recovery.begin(run)  # until it ends, the next start marks it interrupted
+        posting = answer.post(note)  # the prompt does not wait for the placeholder
+        # once it is posted and until the turn ends, the next start marks it interrupted
+        posting.add_done_callback(lambda done: _begin(bridge, run, done))
         async with _agent_turn(bridge.pool, run) as agent:
             bridge.active_turns[turn.agent] = portal
             await _leave_queue(bridge, run)
@@ -181,10 +183,14 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             text = turn.text if turn.alone else build_prompt(
                 portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
                 turn.text, config.context_messages, config.context_chars)
-            await puppet.read_up_to(portal.room_id, incoming.event_id)
-            answer.set_status(STATUS_THINKING)
+            _background(puppet.read_up_to(portal.room_id, incoming.event_id))
+            # "thinking" only when the agent is slow to start: an edit in flight would hold
+            # back its first part
+            think = asyncio.get_running_loop().call_later(
+                THINKING_AFTER, lambda: answer.set_status(STATUS_THINKING) if not answer.text else None)
 
             def on_update(update: Update) -> None:
+                think.cancel()
                 if update.kind == "text":
                     answer.set_status(STATUS_WRITING)
                     answer.append(update.text)
@@ -197,8 +203,11 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                     else:
                         answer.set_status(tool_status(update.title or known.get("title")))
 
-            stop_reason = await agent.prompt(session_id, text, on_update,
-                                             bridge.permission_handler(portal, puppet))
+            try:
+                stop_reason = await agent.prompt(session_id, text, on_update,
+                                                 bridge.permission_handler(portal, puppet))
+            finally:
+                think.cancel()
         footer = {"cancelled": "⏹ stopped", "max_tokens": "(cut: the agent reached its token limit)",
                   "refusal": "(the agent refused to answer)",
                   "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
@@ -235,6 +244,21 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             except (asyncio.CancelledError, Exception):
                 pass
             await puppet.typing(portal.room_id, False)
+
+
+_tasks: set[asyncio.Task] = set()
+
+
+def _background(coroutine) -> None:
+    """Run a courtesy request (a read receipt) without waiting for it."""
+    task = asyncio.create_task(coroutine)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+def _begin(bridge, run: TurnRun, posting: asyncio.Task) -> None:
+    if not posting.cancelled() and posting.exception() is None:
+        bridge.recovery.begin(run)
 
 
 async def _interrupted(answer: Answer, why: str) -> None:

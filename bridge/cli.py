@@ -89,6 +89,7 @@ async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=No
         registration = registrations.ensure(cfg)
         raise UserError(f"wrote a new appservice registration to {cfg.registration_path}: add it to the "
                         "homeserver's app_service_config_files, restart the homeserver, then run again")
+    registrations.check(cfg, registration)  # another bridge on this homeserver claims our users?
     store, unavailable = open_store(cfg)
     try:
         _check_port(cfg, unavailable)

@@ -208,6 +208,21 @@ def test_registration_command_refuses_a_clash_listed_in_homeserver_config(tmp_pa
     registration.ensure(ana_again)
 
 
+def test_run_refuses_to_start_on_a_clash(tmp_path):
+    ana = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks")
+    registration.ensure(ana, others=[])
+    hs_yaml = tmp_path / "homeserver.yaml"
+    hs_yaml.write_text(yaml.safe_dump({"server_name": "localhost",
+                                       "app_service_config_files": [str(ana.registration_path)]}))
+    cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy", config=str(hs_yaml))
+    registration.ensure(cy, others=[])  # written before the other bridge appeared
+    result = subprocess.run([sys.executable, "-m", "bridge", "run", "-c", str(cy.path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    [line] = result.stderr.strip().splitlines()
+    assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line
+
+
 def test_default_config_for_a_second_person_gets_names_of_its_own(tmp_path):
     from bridge.up import write_default_config
     first, second = tmp_path / "ana" / "config.yaml", tmp_path / "ben" / "config.yaml"

@@ -80,6 +80,9 @@ class Bridge:
         repaired = await self.recovery.repair()
         if repaired:
             progress(f"{repaired} answer(s) cut by the last stop marked as interrupted")
+        resumed = self.recovery.resume()  # before the ping: older messages first
+        if resumed:
+            progress(f"{resumed} message(s) the last run did not finish answering: answering now")
         await self._ping()
         progress("bridge ready")
 
@@ -387,6 +390,7 @@ class Bridge:
         event_id = event.get("event_id", "")
         if self.store.message_by_event(event_id) is not None:
             return  # already taken (a transaction delivered again after a crash)
+        self.recovery.prompt_taken(event_id, room_id)
         message = self.store.add_message(portal.channel.id, sender, "user", body, [event_id])
         formatted = content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else None
         mentions = (content.get("m.mentions") or {}).get("user_ids") or []

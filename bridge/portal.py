@@ -29,6 +29,8 @@ class Incoming:
     body: str
     formatted_body: str | None = None
     mention_ids: list[str] = field(default_factory=list)
+    resumed: bool = False  # taken by an earlier run that stopped before answering it all
+    skip_agents: frozenset = frozenset()  # whose answer that run had begun or finished
 
 
 class Portal:
@@ -58,9 +60,10 @@ class Portal:
             try:
                 await self.answer(incoming)
             except asyncio.CancelledError:
-                raise
+                raise  # quitting: the next start answers it (recovery)
             except Exception:
                 log.exception("answering %s in %s failed", incoming.event_id, self.room_id)
+            self.bridge.recovery.prompt_done(incoming.event_id)
 
     async def answer(self, incoming: Incoming) -> None:
         from .turns import run_turn  # turns imports portal types
@@ -79,5 +82,8 @@ class Portal:
                                      + ", ".join(f"@{name}" for name in members[:3] or config.agents)
                                      + ", to get an answer.")
             return
-        for turn in decision.turns:
+        turns = decision.turns
+        if incoming.resumed:  # after a crash: only the agents whose answer had not begun
+            turns = tuple(turn for turn in turns if turn.agent not in incoming.skip_agents)
+        for turn in turns:
             await run_turn(self, turn, incoming)

@@ -7,6 +7,11 @@ may not have landed); a `kill -9` keeps it too. At the next start every entry le
 say the answer was interrupted — unless it already says so, or the answer was stored after all —
 then forgotten. The edit carries a transaction id derived from the event id, so repeating it after
 another crash never posts it twice.
+
+Owner messages are written down the same way (`value/prompts/pending`) from the moment they are
+taken until every turn they asked for is over. At the next start each one left is answered by
+the agents whose answer had not begun: a `kill -9` loses no message, an answer that had begun is
+shown as interrupted (not begun again), and one that was stored is not given twice.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEY = "answers/in-progress"
+PENDING = "prompts/pending"
 INTERRUPTED = "⚠️ interrupted: the bridge stopped before this answer was finished"
 MARK = "⚠️ interrupted"
 STATUS_PREFIXES = ("⏳", "💭", "✍️", "🔧")
@@ -53,6 +59,9 @@ def interrupted_text(body: str) -> str:
 class Recovery:
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
+        # (prompt event id, agent) whose answer a previous run began: shown as interrupted or
+        # stored, never begun again (ADR §5: an interrupted answer is lost, not redone)
+        self.started: set[tuple[str, str]] = set()
 
     # ---- bookkeeping, called by turns.run_turn ----------------------------------------------
 
@@ -73,7 +82,8 @@ class Recovery:
         try:
             entries = self._load()
             for event_id in run.answer.event_ids:
-                entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name}
+                entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name,
+                                     "prompt": run.prompt_event_id}
             self._save(entries)
         except StoreError:
             log.warning("could not record the answer in progress in %s", run.portal.room_id)
@@ -86,13 +96,73 @@ class Recovery:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 for event_id in run.answer.event_ids:
-                    entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name}
+                    entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name,
+                                         "prompt": run.prompt_event_id}
             else:
+                self._answered(run.prompt_event_id, run.agent_name)
                 for event_id in run.answer.event_ids:
                     entries.pop(event_id, None)
             self._save(entries)
         except StoreError:  # closed while quitting: the entry stays, the next start repairs it
             log.info("answer in %s left for the next start to check", run.portal.room_id)
+
+    # ---- owner messages not answered yet ------------------------------------------------------
+
+    def _load_pending(self) -> dict[str, dict]:
+        raw = self.bridge.store.get_value(PENDING)
+        try:
+            found = json.loads(raw) if raw else {}
+        except ValueError:
+            return {}
+        if not isinstance(found, dict):
+            return {}
+        return {k: v for k, v in found.items() if isinstance(v, dict) and isinstance(v.get("room"), str)}
+
+    def _save_pending(self, entries: dict[str, dict]) -> None:
+        self.bridge.store.set_value(PENDING, json.dumps(entries, sort_keys=True))
+
+    def prompt_taken(self, event_id: str, room_id: str) -> None:
+        """Before the message is stored: a crash from here on leaves a trace."""
+        entries = self._load_pending()
+        entries[event_id] = {"room": room_id, "done": []}
+        self._save_pending(entries)
+
+    def _answered(self, prompt_event_id: str | None, agent: str) -> None:
+        """`agent` is done with this message; written before its in-progress entry goes, so
+        that a crash between the two never makes the next start answer it again."""
+        entries = self._load_pending()
+        entry = entries.get(prompt_event_id or "")
+        if entry is not None and agent not in entry["done"]:
+            entry["done"] = [*entry.get("done", []), agent]
+            self._save_pending(entries)
+
+    def prompt_done(self, event_id: str) -> None:
+        try:
+            entries = self._load_pending()
+            if entries.pop(event_id, None) is not None:
+                self._save_pending(entries)
+        except StoreError:
+            log.info("message %s left for the next start to answer", event_id)
+
+    def resume(self) -> int:
+        """Queue again every owner message a previous run took but did not finish answering."""
+        from .portal import Incoming
+
+        resumed = []
+        for event_id, entry in self._load_pending().items():
+            message = self.bridge.store.message_by_event(event_id)
+            portal = self.bridge.portal_for(entry["room"])
+            if message is None or portal is None:
+                # not stored (the homeserver delivers it again) or the channel is gone
+                self.prompt_done(event_id)
+                continue
+            begun = frozenset(agent for prompt, agent in self.started if prompt == event_id)
+            begun |= frozenset(a for a in entry.get("done", []) if isinstance(a, str))
+            resumed.append((message.id, portal, Incoming(message.id, event_id, message.text,
+                                                         resumed=True, skip_agents=begun)))
+        for _, portal, incoming in sorted(resumed, key=lambda item: item[0]):
+            portal.submit(incoming)
+        return len(resumed)
 
     # ---- at start -----------------------------------------------------------------------------
 
@@ -100,6 +170,9 @@ class Recovery:
         """Mark every answer a previous run left unfinished as interrupted; returns how many."""
         entries = self._load()
         repaired = 0
+        for where in entries.values():
+            if isinstance(where, dict) and isinstance(where.get("prompt"), str):
+                self.started.add((where["prompt"], where.get("agent")))
         for event_id, where in list(entries.items()):
             try:
                 done = await self._repair_one(event_id, where)

@@ -1,0 +1,172 @@
+"""`kill -9` of the bridge, again and again, under traffic (issue 8, SPEC §11).
+
+The bridge runs as `sidekicks run` in a subprocess against a private Synapse; the owner keeps
+writing; the bridge is killed with SIGKILL at random moments and started again. At the end:
+every owner message has exactly one finished answer, no finished answer is stored twice or
+missing from the store, and nothing else was answered. The figures are printed.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import nio
+import pytest
+
+from bridge_harness import agent, answers_in, write_config
+from matrix_helpers import events_in, login, private_homeserver, sync_until
+
+KILLS = int(os.environ.get("SIDEKICKS_KILLS", "100"))
+STATUS = ("⏳", "💭", "✍️", "🔧")
+
+
+@pytest.fixture
+async def private_hs(tmp_path):
+    async with private_homeserver(tmp_path / "hs") as hs:
+        yield hs
+
+
+class BridgeProcess:
+    def __init__(self, config: Path, xdg: Path, log: Path):
+        self.config, self.xdg, self.log = config, xdg, log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "XDG_CONFIG_HOME": str(self.xdg), "PYTHONUNBUFFERED": "1"}
+        with self.log.open("a") as sink:
+            sink.write("---- start\n")
+            sink.flush()
+            self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "run", "-c", str(self.config)],
+                                         env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+    async def ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text()
+            if text.rsplit("---- start", 1)[-1].count("bridge ready"):
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError("the bridge exited:\n" + text[-3000:])
+            await asyncio.sleep(0.05)
+        raise AssertionError("the bridge did not get ready:\n" + self.log.read_text()[-3000:])
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=60)
+
+
+async def full_history(hs, token: str, room_id: str) -> list[dict]:
+    """Every event of the room, oldest first (paginating /messages forwards)."""
+    events, since = [], None
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
+        while True:
+            url = f"{hs.url}/_matrix/client/v3/rooms/{room_id}/messages?dir=f&limit=500"
+            if since:
+                url += f"&from={since}"
+            async with http.get(url) as response:
+                body = await response.json()
+            events.extend(body.get("chunk") or [])
+            if not body.get("chunk") or not body.get("end"):
+                return events
+            since = body["end"]
+
+
+async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs, tmp_path):
+    hs, rng = private_hs, random.Random(20261202)
+    folder = tmp_path / "bridge"
+    config = write_config(hs, folder, {"alice": agent("--chunks", "4", "--delay", "0.05")})
+    bridge = BridgeProcess(config, tmp_path / "xdg", tmp_path / "bridge.log")
+    owner = await login(hs, hs.owner_id, hs.owner_password)
+    puppet_id = "@sk_alice:localhost"
+    sent: list[str] = []
+    started = time.monotonic()
+    try:
+        bridge.start()
+        await bridge.ready()
+        room_id = (await owner.room_create(is_direct=True, invite=[puppet_id],
+                                           preset=nio.RoomPreset.trusted_private_chat)).room_id
+        await sync_until(owner, lambda: any(
+            e.get("type") == "m.room.member" and e.get("state_key") == puppet_id
+            and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+        for kill in range(KILLS):
+            for _ in range(rng.choice((1, 1, 2))):
+                text = f"msg {len(sent)}"
+                await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+                sent.append(text)
+            await asyncio.sleep(rng.uniform(0, 0.8))
+            bridge.kill()
+            if rng.random() < 0.3:  # sometimes the owner writes while the bridge is down
+                text = f"msg {len(sent)}"
+                await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+                sent.append(text)
+            bridge.start()
+            await bridge.ready()
+
+        async def settled() -> bool:
+            # every message has its answer, finished or marked interrupted, and none is streaming
+            answers = answers_in(await full_history(hs, owner.access_token, room_id), puppet_id)
+            done = [a for a in answers if not a["body"].startswith(STATUS)]
+            state["last"] = (len(sent), len(done), [a["body"][:60] for a in answers if a["body"].startswith(STATUS)])
+            return len(done) >= len(sent) and not any(
+                a["body"].startswith(STATUS) and a["edits"] for a in answers)
+        state = {}
+        try:
+            await sync_until(owner, settled, timeout=120)
+        except AssertionError:
+            raise AssertionError(f"not settled: {state} \n" + bridge.log.read_text()[-4000:]) from None
+        await asyncio.sleep(1)
+        assert bridge.stop() == 0
+    finally:
+        if bridge.proc is not None and bridge.proc.poll() is None:
+            bridge.kill()
+
+    history = await full_history(hs, owner.access_token, room_id)
+    await owner.close()
+    answers = answers_in(history, puppet_id)
+    # a placeholder whose run was killed before it could record it stays "getting ready"; its
+    # message is answered again by the next run, so it is not an answer
+    stale = [a for a in answers if a["body"].startswith(STATUS)]
+    real = [a for a in answers if not a["body"].startswith(STATUS)]
+    finished = [a for a in real if "interrupted" not in a["body"]]
+    interrupted = [a for a in real if "interrupted" in a["body"]]
+    # answers come in the order of the messages (one portal, one turn at a time), so the n-th
+    # answer belongs to the n-th message; a finished one must echo exactly that message
+    mismatched = sum(1 for text, answer in zip(sent, real)
+                     if answer in finished and answer["body"].splitlines()[-1].removeprefix("echo: ") != text)
+    from store import Store
+    data = next((tmp_path / "xdg" / "sidekicks" / "data").iterdir())
+    store = Store.open("sqlite", data)
+    try:
+        channel = store.channel_by_room(room_id)
+        stored = store.last_messages(channel.id, 100_000)
+    finally:
+        store.close()
+    stored_users = [m for m in stored if m.role == "user"]
+    stored_agent_events = [e for m in stored if m.role == "agent" for e in m.event_ids]
+    figures = {
+        "kills": KILLS, "messages": len(sent), "finished answers": len(finished),
+        "interrupted (marked)": len(interrupted), "placeholders left": len(stale),
+        "lost": max(len(sent) - len(real), 0),
+        "answered twice": max(len(real) - len(sent), 0) + mismatched,
+        "user messages stored twice": len(stored_users) - len({m.event_ids for m in stored_users}),
+        "finished answers not stored": sum(1 for a in finished if a["event_id"] not in stored_agent_events),
+        "answers stored twice": len(stored_agent_events) - len(set(stored_agent_events)),
+        "stored answers shown as interrupted": sum(1 for a in interrupted if a["event_id"] in stored_agent_events),
+        "seconds": round(time.monotonic() - started),
+    }
+    print("\nkill -9 figures:", figures)
+    assert figures["lost"] == 0 and figures["answered twice"] == 0, figures
+    assert figures["user messages stored twice"] == 0 and len(stored_users) == len(sent), figures
+    assert figures["finished answers not stored"] == 0 and figures["answers stored twice"] == 0, figures
+    assert figures["stored answers shown as interrupted"] == 0, figures

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 KEY = "answers/in-progress"
 PENDING = "prompts/pending"
+TXN = "txn:"  # an entry for a placeholder whose send had not answered yet
 INTERRUPTED = "⚠️ interrupted: the bridge stopped before this answer was finished"
 MARK = "⚠️ interrupted"
 STATUS_PREFIXES = ("⏳", "💭", "✍️", "🔧")
@@ -77,10 +78,22 @@ class Recovery:
     def _save(self, entries: dict[str, dict]) -> None:
         self.bridge.store.set_value(KEY, json.dumps(entries, sort_keys=True))
 
+    def posting(self, run: "TurnRun") -> None:
+        """The placeholder is about to be sent: its transaction id stands in for its event id."""
+        try:
+            entries = self._load()
+            entries[TXN + run.answer.placeholder_txn] = {
+                "room": run.portal.room_id, "agent": run.agent_name, "prompt": run.prompt_event_id,
+                "body": f"⏳ {run.answer.title} is getting ready…"}
+            self._save(entries)
+        except StoreError:
+            log.warning("could not record the answer in progress in %s", run.portal.room_id)
+
     def begin(self, run: "TurnRun") -> None:
         """An answer's first message is posted: write it down until the turn ends."""
         try:
             entries = self._load()
+            entries.pop(TXN + run.answer.placeholder_txn, None)
             for event_id in run.answer.event_ids:
                 entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name,
                                      "prompt": run.prompt_event_id}
@@ -100,6 +113,7 @@ class Recovery:
                                          "prompt": run.prompt_event_id}
             else:
                 self._answered(run.prompt_event_id, run.agent_name)
+                entries.pop(TXN + run.answer.placeholder_txn, None)
                 for event_id in run.answer.event_ids:
                     entries.pop(event_id, None)
             self._save(entries)
@@ -175,14 +189,32 @@ class Recovery:
                 self.started.add((where["prompt"], where.get("agent")))
         for event_id, where in list(entries.items()):
             try:
-                done = await self._repair_one(event_id, where)
+                if event_id.startswith(TXN):
+                    event_id = await self._event_of(event_id[len(TXN):], where)
+                done = await self._repair_one(event_id, where) if event_id else False
             except Exception:
                 log.exception("could not mark %s as interrupted; trying again at the next start", event_id)
                 continue
             repaired += done
-            entries.pop(event_id, None)
+            for key in [k for k, v in entries.items() if v is where]:
+                entries.pop(key, None)
             self._save(entries)
         return repaired
+
+    async def _event_of(self, txn: str, where: dict) -> str | None:
+        """The event a placeholder send with `txn` made. Sending it again with the same
+        transaction id returns the first one's event id (or, if the first never got there,
+        posts it now — then it is marked interrupted like the others)."""
+        room_id, agent = where.get("room"), where.get("agent")
+        if not isinstance(room_id, str) or agent not in self.bridge.config.agents:
+            return None
+        puppet = await self.bridge.puppet(agent)
+        status, reply = await puppet.client.raw(
+            "PUT", f"/_matrix/client/v3/rooms/{_q(room_id)}/send/m.room.message/{_q(txn)}",
+            {"msgtype": "m.text", "body": str(where.get("body") or "⏳")})
+        if status != 200:
+            raise RuntimeError(f"placeholder lookup refused: {status} {reply.get('error', reply)}")
+        return reply.get("event_id")
 
     async def _repair_one(self, event_id: str, where: dict) -> bool:
         room_id, agent = where.get("room"), where.get("agent")

@@ -87,6 +87,7 @@ class Answer:
         self._first_part = True
         self._pump: asyncio.Task | None = None
         self._posting: asyncio.Task | None = None
+        self.placeholder_txn = uuid.uuid4().hex
         self._send_lock = asyncio.Lock()
 
     @property
@@ -104,7 +105,9 @@ class Answer:
         status = f"⏳ {self.title} is getting ready…" + (f" ({note})" if note else "")
         if self.status is None:
             self.status = status
-        event_id = await self._send(message_content(self.text, self.status))
+        # a transaction id known in advance: after a crash mid-request the next start asks the
+        # homeserver again with it and learns the event id without posting a second message
+        event_id = await self._send(message_content(self.text, self.status), self.placeholder_txn)
         self.event_ids.append(event_id)
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
         return event_id
@@ -181,9 +184,9 @@ class Answer:
             self.event_ids.append(event_id)
             self.edits = 0
 
-    async def _send(self, content: dict) -> str:
+    async def _send(self, content: dict, tx_id: str | None = None) -> str:
         response = await self.client.room_send(self.room_id, "m.room.message", content,
-                                               tx_id=uuid.uuid4().hex)
+                                               tx_id=tx_id or uuid.uuid4().hex)
         return check(response, "sending an answer").event_id
 
     async def _edit(self, new: dict) -> None:

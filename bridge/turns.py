@@ -165,6 +165,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
     try:
+        bridge.recovery.posting(run)
         posting = answer.post(note)  # the prompt does not wait for the placeholder
         # once it is posted and until the turn ends, the next start marks it interrupted
         posting.add_done_callback(lambda done: _begin(bridge, run, done))

@@ -213,8 +213,11 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                   "refusal": "(the agent refused to answer)",
                   "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
         event_ids = await answer.finish(footer)
-        bridge.store.add_message(portal.channel.id, turn.agent, "agent",
-                                 answer.full_text, event_ids)
+        try:
+            bridge.store.add_message(portal.channel.id, turn.agent, "agent",
+                                     answer.full_text, event_ids)
+        except LookupError:  # the channel was deleted (!delete) while the answer was written
+            log.info("answer in %s not stored: the channel is gone", portal.room_id)
     except _StoppedWaiting:
         await answer.finish("⏹ stopped")
     except AgentCrashed as exc:

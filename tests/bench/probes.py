@@ -144,13 +144,13 @@ def install() -> None:
 
     original_answer_send = Answer._send
 
-    async def answer_send(self, content):
+    async def answer_send(self, content, *args, **kwargs):
         record = self._bench
         t = now()
         if record["first_part"] is not None and record["first_part_send"] is None:
             record["first_part_send"] = t
         edit = (content.get("m.relates_to") or {}).get("rel_type") == "m.replace"
-        result = await original_answer_send(self, content)
+        result = await original_answer_send(self, content, *args, **kwargs)
         record["sends"].append((t, now(), edit, len(self.event_ids)))
         return result
 

@@ -88,16 +88,26 @@ class Answer:
         self._pump: asyncio.Task | None = None
         self._posting: asyncio.Task | None = None
         self.placeholder_txn = uuid.uuid4().hex
+        self._got_part = asyncio.Event()
         self._send_lock = asyncio.Lock()
 
     @property
     def full_text(self) -> str:
         return "".join(self.done_text) + self.text
 
-    def post(self, note: str = "") -> asyncio.Task:
+    def post(self, note: str = "", grace: float = 0.0) -> asyncio.Task:
         """Post the placeholder in the background: the prompt does not wait for the homeserver.
-        Parts that arrive meanwhile are shown by the first edit once it is posted."""
-        self._posting = asyncio.create_task(self.start(note), name=f"answer-post-{self.room_id}")
+        With a `grace`, an agent that is already running gets that long to send its first part,
+        which then makes the first message itself (the placeholder covers a start or a wait,
+        ADR §6); parts that arrive while it is posted go out in the first edit."""
+        async def post_it() -> str:
+            if grace > 0:
+                try:
+                    await asyncio.wait_for(self._got_part.wait(), grace)
+                except asyncio.TimeoutError:
+                    pass
+            return await self.start(note)
+        self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
         return self._posting
 
     async def start(self, note: str = "") -> str:
@@ -125,6 +135,7 @@ class Answer:
     def append(self, chunk: str) -> None:
         if not chunk:
             return
+        self._got_part.set()
         self.text += chunk
         self._dirty.set()
 

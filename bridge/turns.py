@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 STATUS_THINKING = "💭 thinking…"
 STATUS_WRITING = "✍️ writing…"
 THINKING_AFTER = 0.4  # seconds without a part before the status says "thinking"
+TYPING_AFTER = 0.5    # seconds of work before the puppet shows typing
+PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
 
 
 _WAITING: "weakref.WeakKeyDictionary[object, dict[str, list[TurnRun]]]" = weakref.WeakKeyDictionary()
@@ -161,12 +163,16 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     _queues(bridge).setdefault(turn.agent, []).append(run)
     portal.current = run
     typing: asyncio.Task | None = None
+    typed: list = []  # non-empty once typing was switched on
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
     try:
         bridge.recovery.posting(run)
-        posting = answer.post(note)  # the prompt does not wait for the placeholder
+        # the prompt does not wait for the placeholder; a running idle agent gets a moment to
+        # answer first, so a quick answer is one message with its text from the start
+        running = bridge.pool.state(turn.agent) in ("ready", "busy")
+        posting = answer.post(note, grace=PLACEHOLDER_GRACE if running and not note else 0.0)
         # once it is posted and until the turn ends, the next start marks it interrupted
         posting.add_done_callback(lambda done: _begin(bridge, run, done))
         async with _agent_turn(bridge.pool, run) as agent:
@@ -175,7 +181,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             run.agent = agent
             if note:  # it was waiting: the channel now shows its turn has come
                 answer.set_status(f"⏳ {agent_config.title} is getting ready…")
-            typing = asyncio.create_task(_keep_typing(puppet, portal.room_id))
+            typing = asyncio.create_task(_keep_typing(puppet, portal.room_id, posting, typed))
             session_id, fresh = await bridge.session_for(portal, turn.agent, agent)
             run.session_id = session_id
             if run.cancelled:
@@ -184,7 +190,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             text = turn.text if turn.alone else build_prompt(
                 portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
                 turn.text, config.context_messages, config.context_chars)
-            _background(puppet.read_up_to(portal.room_id, incoming.event_id))
+            _background(_after(posting, puppet.read_up_to(portal.room_id, incoming.event_id)))
             # "thinking" only when the agent is slow to start: an edit in flight would hold
             # back its first part
             think = asyncio.get_running_loop().call_later(
@@ -247,7 +253,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                 await typing  # a typing request in flight lands before the one that ends it
             except (asyncio.CancelledError, Exception):
                 pass
-            await puppet.typing(portal.room_id, False)
+            if typed:
+                await puppet.typing(portal.room_id, False)
 
 
 _tasks: set[asyncio.Task] = set()
@@ -258,6 +265,12 @@ def _background(coroutine) -> None:
     task = asyncio.create_task(coroutine)
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+
+
+async def _after(first: asyncio.Task, then) -> None:
+    """`then` once `first` is done: the placeholder is not kept waiting by courtesy requests."""
+    await asyncio.wait({first})
+    await then
 
 
 def _begin(bridge, run: TurnRun, posting: asyncio.Task) -> None:
@@ -272,7 +285,12 @@ async def _interrupted(answer: Answer, why: str) -> None:
         log.warning("could not mark an answer as interrupted")
 
 
-async def _keep_typing(puppet, room_id: str) -> None:
+async def _keep_typing(puppet, room_id: str, posting: asyncio.Task, started: list) -> None:
+    """Typing, for answers that take a while: a quick answer needs no typing notice, and the
+    placeholder goes out first so that nothing competes with it at the homeserver."""
+    await asyncio.wait({posting})
+    await asyncio.sleep(TYPING_AFTER)
+    started.append(True)
     while True:
         await puppet.typing(room_id, True)
         await asyncio.sleep(25)

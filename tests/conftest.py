@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest_asyncio
 
-from matrix_helpers import TestHomeserver, private_homeserver
+from matrix_helpers import FIGURES, TestHomeserver, private_homeserver
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
@@ -23,3 +23,12 @@ async def homeserver(tmp_path_factory) -> TestHomeserver:
     """
     async with private_homeserver(tmp_path_factory.mktemp("homeserver")) as hs:
         yield hs
+
+
+# ---- figures: suites that measure (kill -9, strangers) print them at the end of the run ----------
+
+def pytest_terminal_summary(terminalreporter):
+    if FIGURES:
+        terminalreporter.section("figures")
+        for name, figures in FIGURES:
+            terminalreporter.write_line(f"{name}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))

@@ -41,6 +41,14 @@ import config.registration
 from bridge.homeserver import Homeserver, free_port
 
 
+FIGURES: list[tuple[str, dict]] = []
+
+
+def record_figures(name: str, figures: dict) -> None:
+    """Show `figures` in the run's summary (tests/conftest.py prints them, also with -q)."""
+    FIGURES.append((name, figures))
+
+
 @asynccontextmanager
 async def private_homeserver(folder: Path):
     """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):

@@ -21,7 +21,7 @@ import nio
 import pytest
 
 from bridge_harness import agent, answers_in, write_config
-from matrix_helpers import events_in, login, private_homeserver, sync_until
+from matrix_helpers import events_in, login, record_figures, private_homeserver, sync_until
 
 KILLS = int(os.environ.get("SIDEKICKS_KILLS", "100"))
 STATUS = ("⏳", "💭", "✍️", "🔧")
@@ -164,7 +164,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
         "stored answers shown as interrupted": sum(1 for a in interrupted if a["event_id"] in stored_agent_events),
         "seconds": round(time.monotonic() - started),
     }
-    print("\nkill -9 figures:", figures)
+    record_figures("kill -9", figures)
     assert figures["lost"] == 0 and figures["answered twice"] == 0, figures
     assert figures["user messages stored twice"] == 0 and len(stored_users) == len(sent), figures
     assert figures["finished answers not stored"] == 0 and figures["answers stored twice"] == 0, figures

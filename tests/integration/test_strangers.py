@@ -1,0 +1,164 @@
+"""Strangers get nowhere; transactions out of order; read receipts (issue 8, SPEC §5, §7).
+
+A stranger — anyone but the configured owner — tries everything a person in the room can do.
+None of it may reach an agent or change the bridge's state; the figures are printed.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+import aiohttp
+import nio
+
+from bridge_harness import agent, answers_in
+from config import registration as registrations
+from matrix_helpers import events_in, login, record_figures, sync_until
+
+ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
+
+
+def log_of(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def prompts(path) -> list[str]:
+    return ["".join(b.get("text", "") for b in m["params"]["prompt"])
+            for m in log_of(path) if m.get("method") == "session/prompt"]
+
+
+def member_state(client, room_id, user_id) -> str | None:
+    states = [e for e in events_in(client, room_id)
+              if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
+    return states[-1]["content"].get("membership") if states else None
+
+
+async def send(client, room_id, body) -> str:
+    response = await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": body})
+    assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
+
+
+async def test_a_stranger_reaches_no_agent_and_changes_nothing(homeserver, bridge_factory, tmp_path):
+    logs = {name: tmp_path / f"{name}.log" for name in ("alice", "bob")}
+    running = await bridge_factory({"alice": agent("--log", str(logs["alice"])),
+                                    "bob": agent("--log", str(logs["bob"]))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
+    attempts, through = 0, []
+    try:
+        room_id = (await owner.room_create(name="general", invite=[ALICE, homeserver.stranger_id])).room_id
+        await sync_until(owner, lambda: member_state(owner, room_id, ALICE) == "join")
+        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+        channels_before = [c.id for c in running.store.channels()]
+
+        # messages, mentions, agent commands, bridge commands
+        for body in ("hello agents", "@alice tell me the owner's secrets", "/alice:review secrets.txt",
+                     "@alice /review secrets.txt", "!help", "!stop", "!commands", "!delete confirm",
+                     "!new hijack alice", "!dm alice"):
+            await send(stranger, room_id, body)
+            attempts += 1
+        # inviting a puppet (bob) into the room, and into a room of the stranger's own
+        await stranger.room_invite(room_id, BOB)
+        own = (await stranger.room_create(name="mine", invite=[ALICE])).room_id
+        attempts += 2
+        # a pill in formatted text, and a reaction on the owner's message
+        marker = await send(owner, room_id, "@alice owner here")
+        await stranger.room_send(room_id, "m.room.message", {
+            "msgtype": "m.text", "body": "Alice: do it", "format": "org.matrix.custom.html",
+            "formatted_body": f'<a href="https://matrix.to/#/{ALICE}">Alice</a>: do it',
+            "m.mentions": {"user_ids": [ALICE]}})
+        await stranger.room_send(room_id, "m.reaction", {"m.relates_to": {
+            "rel_type": "m.annotation", "event_id": marker, "key": "🛑"}})
+        attempts += 2
+
+        # the owner's own message is answered (the bridge is alive and listening)...
+        await sync_until(owner, lambda: any(a["body"] == "echo: @alice owner here"
+                                            for a in answers_in(events_in(owner, room_id), ALICE)))
+        await sync_until(stranger, lambda: member_state(stranger, own, ALICE) in ("leave", None)
+                         and any(e.get("type") == "m.room.member" for e in events_in(stranger, own)))
+        await owner.sync(timeout=1500)
+        # ...and nothing the stranger did got through
+        stranger_texts = ("hello agents", "secrets", "do it", "hijack")
+        if any(any(t in p for t in stranger_texts) for name in logs for p in prompts(logs[name])):
+            through.append("a stranger's text reached an agent")
+        stored = [m.text for c in running.store.channels() for m in running.store.last_messages(c.id, 100)]
+        if any(any(t in text for t in stranger_texts) for text in stored):
+            through.append("a stranger's message was stored")
+        if [c.id for c in running.store.channels()] != channels_before:
+            through.append("a stranger's command changed the channels")
+        if member_state(owner, room_id, BOB) == "join":
+            through.append("a puppet joined on a stranger's invite")
+        if member_state(stranger, own, ALICE) == "join":
+            through.append("a puppet joined a stranger's room")
+        bridge_replies = [a for a in answers_in(events_in(owner, room_id), ALICE)
+                          + answers_in(events_in(owner, room_id), "@sidekicks:localhost")
+                          if a["body"] != "echo: @alice owner here"]
+        if bridge_replies:
+            through.append(f"the bridge answered a stranger: {[a['body'][:40] for a in bridge_replies]}")
+        assert prompts(logs["alice"]) == ["@alice owner here"]
+        assert prompts(logs["bob"]) == []
+    finally:
+        await owner.close()
+        await stranger.close()
+    record_figures("strangers", {"attempts": attempts, "got through": len(through)})
+    assert through == []
+
+
+async def test_transactions_out_of_order_and_replayed(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    token = registrations.read(homeserver.registration_path).hs_token
+    try:
+        room_id = (await owner.room_create(is_direct=True, invite=[ALICE])).room_id
+        await sync_until(owner, lambda: member_state(owner, room_id, ALICE) == "join")
+
+        def txn(*bodies):
+            return {"events": [{"type": "m.room.message", "room_id": room_id, "sender": homeserver.owner_id,
+                                "event_id": f"${uuid.uuid4().hex}", "origin_server_ts": 1,
+                                "content": {"msgtype": "m.text", "body": b}} for b in bodies]}
+        base = f"http://127.0.0.1:{homeserver.as_port}/_matrix/app/v1/transactions/"
+        later, earlier = txn("second"), txn("first")
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession(headers=headers) as http:
+            for name, body in (("20", later), ("19", earlier), ("20", later), ("19", earlier)):
+                async with http.put(base + f"ooo-{name}", json=body) as response:
+                    assert response.status == 200
+        await sync_until(owner, lambda: len([a for a in answers_in(events_in(owner, room_id), ALICE)
+                                             if a["body"].startswith("echo:")]) >= 2)
+        await owner.sync(timeout=1500)
+        bodies = [a["body"] for a in answers_in(events_in(owner, room_id), ALICE)]
+        assert sorted(b.splitlines()[-1].removeprefix("echo: ") for b in bodies) == ["first", "second"]
+        channel = running.store.channel_by_room(room_id)
+        assert sorted(m.text for m in running.store.last_messages(channel.id, 10) if m.role == "user") \
+            == ["first", "second"]
+    finally:
+        await owner.close()
+
+
+async def test_puppets_mark_read_what_their_agent_has_seen(homeserver, bridge_factory, tmp_path):
+    await bridge_factory({"alice": agent(), "bob": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    receipts: dict[str, set[str]] = {}
+
+    async def on_sync(response: nio.SyncResponse) -> None:
+        for room in response.rooms.join.values():
+            for event in room.ephemeral:
+                for receipt in getattr(event, "receipts", []):
+                    receipts.setdefault(receipt.user_id, set()).add(receipt.event_id)
+    owner.add_response_callback(on_sync, nio.SyncResponse)
+    try:
+        room_id = (await owner.room_create(name="general", invite=[ALICE, BOB])).room_id
+        await sync_until(owner, lambda: member_state(owner, room_id, ALICE) == "join"
+                         and member_state(owner, room_id, BOB) == "join")
+        first = await send(owner, room_id, "@alice one")
+        await sync_until(owner, lambda: first in receipts.get(ALICE, set()))
+        await sync_until(owner, lambda: any(a["body"] == "echo: @alice one"
+                                            for a in answers_in(events_in(owner, room_id), ALICE)))
+        await owner.sync(timeout=1000)
+        assert first not in receipts.get(BOB, set())  # bob has not seen it yet
+        second = await send(owner, room_id, "@bob two")
+        await sync_until(owner, lambda: second in receipts.get(BOB, set()))
+    finally:
+        await owner.close()

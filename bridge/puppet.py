@@ -71,6 +71,8 @@ class Puppet:
         path = (f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/receipt/m.read/"
                 f"{quote(event_id, safe='')}")
         try:
-            await self.client.raw("POST", path, {})
+            status, body = await self.client.raw("POST", path, {})
+            if status != 200:
+                log.info("%s: read receipt refused: %s %s", self.user_id, status, body.get("error", body))
         except aiohttp.ClientError:
             pass

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bridge.bridge import Bridge
@@ -125,8 +125,14 @@ def test_random_events_never_raise(tmp_path, caplog):
     caplog.set_level(logging.ERROR)
     handled = []
     try:
+        # well-formed owner messages too, so the answering path is surely among the examples
         @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
         @given(st.lists(events, min_size=1, max_size=5))
+        @example([{"type": "m.room.message", "room_id": "!dm:localhost", "sender": OWNER,
+                   "event_id": "$plain", "content": {"msgtype": "m.text", "body": "hello"}},
+                  {"type": "m.room.message", "room_id": "!group:localhost", "sender": OWNER,
+                   "event_id": "$mention", "content": {"msgtype": "m.text", "body": "@alice hi",
+                                                       "m.mentions": {"user_ids": ["@sk_alice:localhost"]}}}])
         def check(batch):
             caplog.clear()
             fixture.handle(batch)

@@ -49,14 +49,8 @@ def record_figures(name: str, figures: dict) -> None:
     FIGURES.append((name, figures))
 
 
-@asynccontextmanager
-async def private_homeserver(folder: Path):
-    """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):
-    base.yaml + registration.yaml for a bridge on a free port, users owner and stranger."""
-    folder.mkdir(parents=True, exist_ok=True)
-    hs_port, as_port = free_port(), free_port()
-    while as_port == hs_port:
-        as_port = free_port()
+def write_base_config(folder: Path, hs_port: int, as_port: int) -> "config.Config":
+    """`folder/base.yaml` (owner @owner:localhost, bridge on `as_port`) and its registration."""
     base = folder / "base.yaml"
     base.write_text(yaml.safe_dump({
         "owner": "@owner:localhost",
@@ -66,6 +60,18 @@ async def private_homeserver(folder: Path):
     }, sort_keys=False), encoding="utf-8")
     cfg = config.load(base)
     config.registration.ensure(cfg)
+    return cfg
+
+
+@asynccontextmanager
+async def private_homeserver(folder: Path):
+    """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):
+    base.yaml + registration.yaml for a bridge on a free port, users owner and stranger."""
+    folder.mkdir(parents=True, exist_ok=True)
+    hs_port, as_port = free_port(), free_port()
+    while as_port == hs_port:
+        as_port = free_port()
+    cfg = write_base_config(folder, hs_port, as_port)
     server = Homeserver(folder / "synapse", server_name="localhost", port=hs_port,
                         appservice_files=[cfg.registration_path], relaxed_limits=True)
     await server.start()

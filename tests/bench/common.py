@@ -25,9 +25,8 @@ for extra in (ROOT, ROOT / "tests"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-import config  # noqa: E402
-import config.registration  # noqa: E402
 from bridge.homeserver import Homeserver, free_port  # noqa: E402
+from matrix_helpers import write_base_config  # noqa: E402
 
 now = time.perf_counter
 
@@ -88,15 +87,8 @@ async def start_homeserver(folder: Path, quick: bool) -> Bench:
     hs_port, as_port, floor_port = free_port(), free_port(), free_port()
     while len({hs_port, as_port, floor_port}) < 3:
         as_port, floor_port = free_port(), free_port()
+    cfg = write_base_config(folder, hs_port, as_port)
     base = folder / "base.yaml"
-    base.write_text(yaml.safe_dump({
-        "owner": "@owner:localhost",
-        "homeserver": {"url": f"http://127.0.0.1:{hs_port}", "domain": "localhost"},
-        "appservice": {"listen": f"127.0.0.1:{as_port}", "puppet_prefix": "sk_",
-                       "bot": "sidekicks", "registration": "registration.yaml"},
-    }, sort_keys=False), encoding="utf-8")
-    cfg = config.load(base)
-    config.registration.ensure(cfg)
     floor = {
         "id": "echo-floor", "url": f"http://127.0.0.1:{floor_port}",
         "as_token": secrets.token_urlsafe(32), "hs_token": secrets.token_urlsafe(32),

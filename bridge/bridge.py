@@ -190,11 +190,8 @@ class Bridge:
 
     def seen(self, portal: Portal, agent: str, message_id: str) -> None:
         """The agent has now seen everything up to `message_id` (its own answer, usually)."""
-        try:
-            if self.store.member(portal.channel.id, agent) is None:
-                return
-            self.store.set_last_seen(portal.channel.id, agent, message_id)
-            self.store.set_fresh(portal.channel.id, agent, False)
+        try:  # a member removed meanwhile is left alone (no row to update)
+            self.store.mark_seen(portal.channel.id, agent, message_id)
         except StoreClosed:
             pass  # the bridge is quitting; the next run sees the message again, which is harmless
 

@@ -1,17 +1,20 @@
 """Answers that were never finished, repaired even after a crash (SPEC §9, ADR §5).
 
 A streaming answer is not stored: only its Matrix message exists. So when an answer starts, its
-message is written down in the store (`value/answers/in-progress`, a JSON map event id → room and
-agent), and crossed out when the turn ends. A turn cut by quitting keeps its entry (its last edit
-may not have landed); a `kill -9` keeps it too. At the next start every entry left is edited to
+message is written down in the store (a pending item of kind `answer`: event id → room and
+agent), and crossed out when the turn ends. A turn cut by quitting keeps its item (its last edit
+may not have landed); a `kill -9` keeps it too. At the next start every item left is edited to
 say the answer was interrupted — unless it already says so, or the answer was stored after all —
 then forgotten. The edit carries a transaction id derived from the event id, so repeating it after
 another crash never posts it twice.
 
-Owner messages are written down the same way (`value/prompts/pending`) from the moment they are
-taken until every turn they asked for is over. At the next start each one left is answered by
-the agents whose answer had not begun: a `kill -9` loses no message, an answer that had begun is
-shown as interrupted (not begun again), and one that was stored is not given twice.
+Owner messages are written down the same way (kind `prompt`) from the moment they are taken until
+every turn they asked for is over. At the next start each one left is answered by the agents
+whose answer had not begun: a `kill -9` loses no message, an answer that had begun is shown as
+interrupted (not begun again), and one that was stored is not given twice.
+
+Each item is a row of its own, so writing one down costs the same with one message waiting as
+with thousands (a backlog after a restart).
 """
 from __future__ import annotations
 
@@ -32,8 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KEY = "answers/in-progress"
-PENDING = "prompts/pending"
+ANSWERS = "answer"   # pending items: answer messages in progress, event id (or txn:…) → where
+PROMPTS = "prompt"   # pending items: owner messages taken, event id → room and agents done
+# before pending items, each kind was one JSON value; a store written then is carried over once
+LEGACY = {ANSWERS: "answers/in-progress", PROMPTS: "prompts/pending"}
 TXN = "txn:"  # an entry for a placeholder whose send had not answered yet
 INTERRUPTED = "⚠️ interrupted: the bridge stopped before this answer was finished"
 MARK = "⚠️ interrupted"
@@ -66,104 +71,87 @@ class Recovery:
 
     # ---- bookkeeping, called by turns.run_turn ----------------------------------------------
 
-    def _load(self) -> dict[str, dict]:
-        raw = self.bridge.store.get_value(KEY)
-        try:
-            found = json.loads(raw) if raw else {}
-        except ValueError:
-            log.warning("%s is not JSON; starting again", KEY)
-            return {}
-        return found if isinstance(found, dict) else {}
-
-    def _save(self, entries: dict[str, dict]) -> None:
-        self.bridge.store.set_value(KEY, json.dumps(entries, sort_keys=True))
+    @staticmethod
+    def _where(run: "TurnRun") -> dict:
+        return {"room": run.portal.room_id, "agent": run.agent_name, "prompt": run.prompt_event_id}
 
     def posting(self, run: "TurnRun") -> None:
         """The placeholder is about to be sent: its transaction id stands in for its event id."""
         try:
-            entries = self._load()
-            entries[TXN + run.answer.placeholder_txn] = {
-                "room": run.portal.room_id, "agent": run.agent_name, "prompt": run.prompt_event_id,
-                "body": f"⏳ {run.answer.title} is getting ready…"}
-            self._save(entries)
+            self.bridge.store.update_pending(ANSWERS, put={TXN + run.answer.placeholder_txn: {
+                **self._where(run), "body": f"⏳ {run.answer.title} is getting ready…"}})
         except StoreError:
             log.warning("could not record the answer in progress in %s", run.portal.room_id)
 
     def begin(self, run: "TurnRun") -> None:
         """An answer's first message is posted: write it down until the turn ends."""
         try:
-            entries = self._load()
-            entries.pop(TXN + run.answer.placeholder_txn, None)
-            for event_id in run.answer.event_ids:
-                entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name,
-                                     "prompt": run.prompt_event_id}
-            self._save(entries)
+            self.bridge.store.update_pending(
+                ANSWERS, put={event_id: self._where(run) for event_id in run.answer.event_ids},
+                drop=[TXN + run.answer.placeholder_txn])
         except StoreError:
             log.warning("could not record the answer in progress in %s", run.portal.room_id)
 
     def end(self, run: "TurnRun") -> None:
-        """The turn is over. Cut by quitting (the task is being cancelled): keep the entry, with
+        """The turn is over. Cut by quitting (the task is being cancelled): keep the item, with
         every message of the answer, for the next start to check."""
         try:
-            entries = self._load()
             task = asyncio.current_task()
             if task is not None and task.cancelling():
-                for event_id in run.answer.event_ids:
-                    entries[event_id] = {"room": run.portal.room_id, "agent": run.agent_name,
-                                         "prompt": run.prompt_event_id}
+                self.bridge.store.update_pending(
+                    ANSWERS, put={event_id: self._where(run) for event_id in run.answer.event_ids})
             else:
                 self._answered(run.prompt_event_id, run.agent_name)
-                entries.pop(TXN + run.answer.placeholder_txn, None)
-                for event_id in run.answer.event_ids:
-                    entries.pop(event_id, None)
-            self._save(entries)
-        except StoreError:  # closed while quitting: the entry stays, the next start repairs it
+                self.bridge.store.update_pending(
+                    ANSWERS, drop=[TXN + run.answer.placeholder_txn, *run.answer.event_ids])
+        except StoreError:  # closed while quitting: the item stays, the next start repairs it
             log.info("answer in %s left for the next start to check", run.portal.room_id)
 
     # ---- owner messages not answered yet ------------------------------------------------------
 
-    def _load_pending(self) -> dict[str, dict]:
-        raw = self.bridge.store.get_value(PENDING)
-        try:
-            found = json.loads(raw) if raw else {}
-        except ValueError:
-            return {}
-        if not isinstance(found, dict):
-            return {}
-        return {k: v for k, v in found.items() if isinstance(v, dict) and isinstance(v.get("room"), str)}
-
-    def _save_pending(self, entries: dict[str, dict]) -> None:
-        self.bridge.store.set_value(PENDING, json.dumps(entries, sort_keys=True))
-
     def prompt_taken(self, event_id: str, room_id: str) -> None:
         """Before the message is stored: a crash from here on leaves a trace."""
-        entries = self._load_pending()
-        entries[event_id] = {"room": room_id, "done": []}
-        self._save_pending(entries)
+        self.bridge.store.update_pending(PROMPTS, put={event_id: {"room": room_id, "done": []}})
 
     def _answered(self, prompt_event_id: str | None, agent: str) -> None:
-        """`agent` is done with this message; written before its in-progress entry goes, so
+        """`agent` is done with this message; written before its in-progress item goes, so
         that a crash between the two never makes the next start answer it again."""
-        entries = self._load_pending()
-        entry = entries.get(prompt_event_id or "")
-        if entry is not None and agent not in entry["done"]:
-            entry["done"] = [*entry.get("done", []), agent]
-            self._save_pending(entries)
+        entry = self.bridge.store.pending_item(PROMPTS, prompt_event_id or "")
+        if entry is not None:
+            done = entry.get("done") if isinstance(entry.get("done"), list) else []
+            if agent not in done:
+                self.bridge.store.update_pending(PROMPTS, put={prompt_event_id: {**entry, "done": [*done, agent]}})
 
     def prompt_done(self, event_id: str) -> None:
         try:
-            entries = self._load_pending()
-            if entries.pop(event_id, None) is not None:
-                self._save_pending(entries)
+            self.bridge.store.update_pending(PROMPTS, drop=[event_id])
         except StoreError:
             log.info("message %s left for the next start to answer", event_id)
+
+    def _migrate(self) -> None:
+        """Carry the JSON values of an older store over to pending items, once."""
+        store = self.bridge.store
+        for kind, key in LEGACY.items():
+            raw = store.get_value(key)
+            if raw is None:
+                continue
+            try:
+                found = json.loads(raw)
+            except ValueError:
+                found = {}
+            if isinstance(found, dict):
+                store.update_pending(kind, put={k: v for k, v in found.items() if isinstance(v, dict)})
+            store.delete_value(key)
 
     def resume(self) -> int:
         """Queue again every owner message a previous run took but did not finish answering."""
         from .portal import Incoming
 
         resumed = []
-        for event_id, entry in self._load_pending().items():
+        for event_id, entry in self.bridge.store.pending(PROMPTS).items():
+            if not isinstance(entry.get("room"), str):
+                self.prompt_done(event_id)
+                continue
             message = self.bridge.store.message_by_event(event_id)
             portal = self.bridge.portal_for(entry["room"])
             if message is None or portal is None:
@@ -182,12 +170,14 @@ class Recovery:
 
     async def repair(self) -> int:
         """Mark every answer a previous run left unfinished as interrupted; returns how many."""
-        entries = self._load()
+        self._migrate()
+        entries = self.bridge.store.pending(ANSWERS)
         repaired = 0
         for where in entries.values():
             if isinstance(where, dict) and isinstance(where.get("prompt"), str):
                 self.started.add((where["prompt"], where.get("agent")))
-        for event_id, where in list(entries.items()):
+        for key, where in entries.items():
+            event_id = key
             try:
                 if event_id.startswith(TXN):
                     event_id = await self._event_of(event_id[len(TXN):], where)
@@ -196,9 +186,7 @@ class Recovery:
                 log.exception("could not mark %s as interrupted; trying again at the next start", event_id)
                 continue
             repaired += done
-            for key in [k for k, v in entries.items() if v is where]:
-                entries.pop(key, None)
-            self._save(entries)
+            self.bridge.store.update_pending(ANSWERS, drop=[key])
         return repaired
 
     async def _event_of(self, txn: str, where: dict) -> str | None:

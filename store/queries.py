@@ -7,11 +7,14 @@ import peewee as pw
 from .compiled import Compiled
 
 MESSAGE_FIELDS = ("id", "channel_id", "sender", "role", "text", "event_ids", "created")
+MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen")
 
 
 def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
-    C, M, E = m.Channel, m.Message, m.MessageEvent
+    C, M, E, P, T, V = m.Channel, m.Message, m.MessageEvent, m.Pending, m.Txn, m.Value
+    R = m.Member
     columns = [getattr(M, name) for name in MESSAGE_FIELDS]
+    member_columns = [getattr(R, name) for name in MEMBER_FIELDS]
 
     def newest_first(where):
         # Through the (channel_id, id) key backwards: the cost depends on the
@@ -57,4 +60,45 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
             "event_id",
         ),
         last_agent_sender=Compiled(db, lambda id: C.select(C.last_agent).where(C.id == id), "id"),
+        # every transaction, every message and every turn: SQL building would be most of the cost
+        txn_seen=Compiled(db, lambda id: T.select(T.id).where(T.id == id).limit(1), "id"),
+        mark_txn=Compiled(db, lambda id: T.insert(id=id).on_conflict_ignore(), "id"),
+        members=Compiled(
+            db,
+            lambda channel_id: R.select(*member_columns).where(R.channel_id == channel_id).order_by(R.joined),
+            "channel_id",
+        ),
+        member=Compiled(
+            db,
+            lambda channel_id, agent: R.select(*member_columns).where(
+                (R.channel_id == channel_id) & (R.agent == agent)
+            ),
+            "channel_id",
+            "agent",
+        ),
+        mark_seen=Compiled(
+            db,
+            lambda channel_id, agent, last_seen: R.update(last_seen=last_seen, fresh=False).where(
+                (R.channel_id == channel_id) & (R.agent == agent)
+            ),
+            "channel_id",
+            "agent",
+            "last_seen",
+        ),
+        get_value=Compiled(db, lambda key: V.select(V.value).where(V.key == key), "key"),
+        put_pending=Compiled(
+            db,
+            lambda kind, key, data: P.insert(kind=kind, key=key, data=data).on_conflict(
+                conflict_target=[P.kind, P.key], preserve=[P.data]
+            ),
+            "kind",
+            "key",
+            "data",
+        ),
+        drop_pending=Compiled(
+            db, lambda kind, key: P.delete().where((P.kind == kind) & (P.key == key)), "kind", "key"
+        ),
+        pending_item=Compiled(
+            db, lambda kind, key: P.select(P.data).where((P.kind == kind) & (P.key == key)), "kind", "key"
+        ),
     )

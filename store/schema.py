@@ -18,6 +18,7 @@ TABLES = (
     "sk_txn",
     "sk_agent_command",
     "sk_value",
+    "sk_pending",
 )
 
 
@@ -112,6 +113,18 @@ def build(db: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "sk_value"
 
+    class Pending(Base):
+        # Work in progress that must survive a crash, one row per item: a row
+        # is written or crossed out in constant time however many are open
+        # (a backlog of thousands of messages), unlike one JSON value.
+        kind = pw.TextField()
+        key = pw.TextField()
+        data = pw.TextField()  # JSON object
+
+        class Meta:
+            table_name = "sk_pending"
+            primary_key = pw.CompositeKey("kind", "key")
+
     models = SimpleNamespace(
         Channel=Channel,
         Member=Member,
@@ -120,9 +133,10 @@ def build(db: pw.Database) -> SimpleNamespace:
         Txn=Txn,
         AgentCommand=AgentCommand,
         Value=Value,
+        Pending=Pending,
     )
     # Parents first, so that REFERENCES finds its table.
-    models.all = [Channel, Member, Message, MessageEvent, Txn, AgentCommand, Value]
+    models.all = [Channel, Member, Message, MessageEvent, Txn, AgentCommand, Value, Pending]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 

@@ -7,7 +7,7 @@ shared by all threads) and returns frozen records, never database rows.
 import functools
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import peewee as pw
@@ -86,12 +86,11 @@ class Store:
 
     @_operation
     def txn_seen(self, txn_id: str) -> bool:
-        Txn = self._m.Txn
-        return Txn.select(Txn.id).where(Txn.id == txn_id).exists()
+        return bool(self._hot.txn_seen.rows(id=txn_id))
 
     @_operation
     def mark_txn(self, txn_id: str) -> None:
-        self._m.Txn.insert(id=txn_id).on_conflict_ignore().execute()
+        self._hot.mark_txn.run(id=txn_id)
 
     # --- channels ----------------------------------------------------------
 
@@ -155,9 +154,15 @@ class Store:
             for channel_id, agent, session_id, fresh, last_seen in query.order_by(M.joined).tuples()
         ]
 
+    @staticmethod
+    def _to_members(rows: list[tuple]) -> list[Member]:
+        return [
+            Member(channel_id, agent, session_id, bool(fresh), last_seen)
+            for channel_id, agent, session_id, fresh, last_seen in rows
+        ]
+
     def _one_member(self, channel_id: str, agent: str) -> Member | None:
-        M = self._m.Member
-        found = self._members((M.channel_id == channel_id) & (M.agent == agent))
+        found = self._to_members(self._hot.member.rows(channel_id=channel_id, agent=agent))
         return found[0] if found else None
 
     def _update_member(self, channel_id: str, agent: str, **values) -> None:
@@ -180,7 +185,7 @@ class Store:
 
     @_operation
     def members(self, channel_id: str) -> list[Member]:
-        return self._members(self._m.Member.channel_id == channel_id)
+        return self._to_members(self._hot.members.rows(channel_id=channel_id))
 
     @_operation
     def member(self, channel_id: str, agent: str) -> Member | None:
@@ -197,6 +202,11 @@ class Store:
     @_operation
     def set_last_seen(self, channel_id: str, agent: str, message_id: str) -> None:
         self._update_member(channel_id, agent, last_seen=message_id)
+
+    @_operation
+    def mark_seen(self, channel_id: str, agent: str, message_id: str) -> None:
+        """After a turn: seen up to `message_id`, and the session is no longer fresh."""
+        self._hot.mark_seen.run(channel_id=channel_id, agent=agent, last_seen=message_id)
 
     @_operation
     def members_of_agent(self, agent: str) -> list[Member]:
@@ -295,6 +305,49 @@ class Store:
 
     @_operation
     def get_value(self, key: str) -> str | None:
+        rows = self._hot.get_value.rows(key=key)
+        return rows[0][0] if rows else None
+
+    @_operation
+    def delete_value(self, key: str) -> None:
         V = self._m.Value
-        row = V.select(V.value).where(V.key == key).tuples().first()
-        return row[0] if row else None
+        V.delete().where(V.key == key).execute()
+
+    # --- work in progress that must survive a crash ---------------------------
+    # Items of some `kind`, each a JSON object under a key: written when work
+    # starts, crossed out when it ends, read back at the next start.
+
+    @_operation
+    def update_pending(
+        self, kind: str, put: Mapping[str, dict] | None = None, drop: Iterable[str] = ()
+    ) -> None:
+        """Write the items of `put` and cross out the keys of `drop`, in one transaction."""
+        hot = self._hot
+        with self._db.atomic():
+            for key in drop:
+                hot.drop_pending.run(kind=kind, key=key)
+            for key, data in (put or {}).items():
+                hot.put_pending.run(kind=kind, key=key, data=json.dumps(data, sort_keys=True))
+
+    @_operation
+    def pending(self, kind: str) -> dict[str, dict]:
+        """Every item of `kind`, by key; an item that is not a JSON object is skipped."""
+        P = self._m.Pending
+        found = {}
+        for key, data in P.select(P.key, P.data).where(P.kind == kind).order_by(P.key).tuples():
+            try:
+                value = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                found[key] = value
+        return found
+
+    @_operation
+    def pending_item(self, kind: str, key: str) -> dict | None:
+        rows = self._hot.pending_item.rows(kind=kind, key=key)
+        try:
+            value = json.loads(rows[0][0]) if rows else None
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None

@@ -70,6 +70,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "set_session": (channel_id, "alice", "s1", True),
         "set_fresh": (channel_id, "alice", False),
         "set_last_seen": (channel_id, "alice", "m1"),
+        "mark_seen": (channel_id, "alice", "m1"),
         "members_of_agent": ("alice",),
         "add_message": (channel_id, "alice", "agent", "hi", ["$e"]),
         "messages_after": (channel_id, None, 5),
@@ -81,6 +82,10 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "agent_commands": ("alice",),
         "set_value": ("k", "v"),
         "get_value": ("k",),
+        "delete_value": ("k",),
+        "update_pending": ("prompt", {"$e": {"room": "!room:hs"}}, ["$old"]),
+        "pending": ("prompt",),
+        "pending_item": ("prompt", "$e"),
         "remove_member": (channel_id, "alice"),
         "delete_channel": (channel_id,),
     }

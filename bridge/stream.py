@@ -22,6 +22,10 @@ SPLIT_BYTES = 15_000
 MAX_EDITS = 99           # intermediate edits + the final one stay within 100 per message
 BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
 MAX_EVENT_BYTES = 60_000
+# After a quick first part, how long the first message waits for the answer's end: an answer
+# that ends at once (a short reply, a command's output) is then one message, never edited —
+# half the homeserver writes, and no "(edited)" in the client.
+SETTLE = 0.003
 
 
 def edit_interval(edits: int) -> float:
@@ -89,6 +93,9 @@ class Answer:
         self._posting: asyncio.Task | None = None
         self.placeholder_txn = uuid.uuid4().hex
         self._got_part = asyncio.Event()
+        self._closing = asyncio.Event()       # finish() was called: the text is complete
+        self._news = asyncio.Event()          # a part came or the answer ended
+        self._final_posted = False            # the first message carried the final text
         self._send_lock = asyncio.Lock()
 
     @property
@@ -99,13 +106,15 @@ class Answer:
         """Post the placeholder in the background: the prompt does not wait for the homeserver.
         With a `grace`, an agent that is already running gets that long to send its first part,
         which then makes the first message itself (the placeholder covers a start or a wait,
-        ADR §6); parts that arrive while it is posted go out in the first edit."""
+        ADR §6); parts that arrive while it is posted go out in the first edit. An answer that
+        ends within the grace (and SETTLE after its first part) is posted once, final."""
         async def post_it() -> str:
             if grace > 0:
-                try:
-                    await asyncio.wait_for(self._got_part.wait(), grace)
-                except asyncio.TimeoutError:
-                    pass
+                await _until(self._news, grace)
+                if self._got_part.is_set() and not self._closing.is_set():
+                    await _until(self._closing, SETTLE)
+            if self._closing.is_set() and len(self.text.encode("utf-8")) <= SPLIT_BYTES:
+                return await self._post_final()
             return await self.start(note)
         self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
         return self._posting
@@ -116,10 +125,23 @@ class Answer:
         if self.status is None:
             self.status = status
         # a transaction id known in advance: after a crash mid-request the next start asks the
-        # homeserver again with it and learns the event id without posting a second message
-        event_id = await self._send(message_content(self.text, self.status), self.placeholder_txn)
+        # homeserver again with it and learns the event id without posting a second message.
+        # Text past SPLIT_BYTES (a huge first part) waits for the edit loop, which splits it.
+        head = self.text[:split_point(self.text)]
+        event_id = await self._send(message_content(head, self.status), self.placeholder_txn)
         self.event_ids.append(event_id)
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
+        if head != self.text:
+            self._dirty.set()
+        return event_id
+
+    async def _post_final(self) -> str:
+        """The answer ended before its first message went out: that message is the final one,
+        sent with the placeholder's transaction id (recovery knows the answer by it)."""
+        self._final_posted = True
+        event_id = await self._send(message_content(self.text or "(no answer)", None),
+                                    self.placeholder_txn)
+        self.event_ids.append(event_id)
         return event_id
 
     async def waiting(self, note: str) -> None:
@@ -136,6 +158,7 @@ class Answer:
         if not chunk:
             return
         self._got_part.set()
+        self._news.set()
         self.text += chunk
         self._dirty.set()
 
@@ -148,14 +171,18 @@ class Answer:
 
     async def finish(self, footer: str | None = None) -> list[str]:
         """Final edit(s) without status line; returns the event ids of the answer's messages."""
+        if footer:
+            self.text = f"{self.text}\n\n{footer}" if self.text else footer
+        self.status = None
+        self._closing.set()  # a first message still waiting to go out goes out final
+        self._news.set()
         await self._posted()
+        if self._final_posted and self.event_ids:
+            return list(self.event_ids)
         async with self._send_lock:
             # an edit in flight is never cancelled: a cancelled request may still land on the
             # homeserver after the final edit and leave a status line showing
             await self._stop_pump()
-            if footer:
-                self.text = f"{self.text}\n\n{footer}" if self.text else footer
-            self.status = None
             await self._split_if_needed(final=True)
             await self._edit(message_content(self.text or "(no answer)", None))
         return list(self.event_ids)
@@ -210,3 +237,12 @@ class Answer:
             log.exception("edit failed in %s", self.room_id)
         self.edits += 1
         self._last_edit = time.monotonic()
+
+
+async def _until(event: asyncio.Event, timeout: float) -> None:
+    """Wait for `event`, at most `timeout` seconds."""
+    if not event.is_set():
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass

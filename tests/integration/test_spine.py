@@ -88,6 +88,33 @@ async def test_dm_answer_streams_as_edits_and_is_stored(homeserver, bridge_facto
         await owner.close()
 
 
+async def test_a_quick_answer_is_one_message_never_edited(homeserver, bridge_factory, tmp_path):
+    running = await bridge_factory({"alice": agent(title="Alice (scripted)")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        puppet_id = "@sk_alice:localhost"
+        room_id = await open_dm(owner, puppet_id)
+        await say(owner, room_id, "first")  # starts the agent: this one shows "getting ready"
+        await final_answer(owner, room_id, puppet_id, done=lambda a: a["body"] == "echo: first")
+        prompt_event = await say(owner, room_id, "second")
+        await final_answer(owner, room_id, puppet_id, count=2, done=lambda a: a["body"].startswith("echo: "))
+        channel = running.store.channel_by_room(room_id)
+        # the turn is over once its answer is stored: any edit it made was sent before that
+        await sync_until(owner, lambda: len(running.store.last_messages(channel.id, 10)) == 4)
+        await owner.sync(timeout=300)
+        first, second = answers_in(events_in(owner, room_id), puppet_id)
+        assert first["edits"] >= 1 and "getting ready" in first["history"][0]
+        # the running agent answered at once: its message carries the final text from the start
+        assert second["body"] == "echo: second"
+        assert second["edits"] == 0 and second["history"] == ["echo: second"]
+        stored = running.store.last_messages(channel.id, 10)
+        assert [(m.role, m.text) for m in stored][-2:] == [("user", "second"), ("agent", "echo: second")]
+        assert stored[-2].event_ids == (prompt_event,)
+        assert stored[-1].event_ids == (second["event_id"],)
+    finally:
+        await owner.close()
+
+
 async def test_stranger_never_reaches_the_agent(homeserver, bridge_factory, tmp_path):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log))})

@@ -25,6 +25,8 @@ class Puppet:
         self.client = AppserviceClient(homeserver, user_id, as_token, session)
         self._ready = False
         self._lock = asyncio.Lock()
+        # room → the newest event to mark read once the receipt in flight there has landed
+        self._receipts: dict[str, str | None] = {}
 
     async def ensure_registered(self) -> None:
         """Register the user and set its display name, once per bridge run."""
@@ -68,6 +70,21 @@ class Puppet:
             pass  # typing is a courtesy; never fail a turn over it
 
     async def read_up_to(self, room_id: str, event_id: str) -> None:
+        """Mark the room read up to `event_id`. While a receipt is in flight in that room, a later
+        one only leaves its event, and the newest goes out when the first has landed: a backlog
+        of quick turns costs the homeserver a receipt or two, not one per message."""
+        if room_id in self._receipts:
+            self._receipts[room_id] = event_id
+            return
+        self._receipts[room_id] = None
+        try:
+            while event_id is not None:
+                await self._send_receipt(room_id, event_id)
+                event_id, self._receipts[room_id] = self._receipts[room_id], None
+        finally:
+            del self._receipts[room_id]
+
+    async def _send_receipt(self, room_id: str, event_id: str) -> None:
         path = (f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/receipt/m.read/"
                 f"{quote(event_id, safe='')}")
         try:

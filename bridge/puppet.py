@@ -15,6 +15,8 @@ from .matrix import AppserviceClient, MatrixError, localpart
 
 log = logging.getLogger(__name__)
 
+RECEIPT_DELAY = 0.2  # seconds a read receipt waits for a newer one in the same room
+
 
 class Puppet:
     def __init__(self, user_id: str, displayname: str, homeserver: str, as_token: str,
@@ -70,17 +72,20 @@ class Puppet:
             pass  # typing is a courtesy; never fail a turn over it
 
     async def read_up_to(self, room_id: str, event_id: str) -> None:
-        """Mark the room read up to `event_id`. While a receipt is in flight in that room, a later
-        one only leaves its event, and the newest goes out when the first has landed: a backlog
-        of quick turns costs the homeserver a receipt or two, not one per message."""
+        """Mark the room read up to `event_id`, RECEIPT_DELAY from now. Meanwhile (and while a
+        receipt is in flight) later calls for the room only move the mark: the newest goes out,
+        so a run of quick turns costs the homeserver a receipt or two, not one per message."""
         if room_id in self._receipts:
             self._receipts[room_id] = event_id
             return
-        self._receipts[room_id] = None
+        self._receipts[room_id] = event_id
         try:
-            while event_id is not None:
-                await self._send_receipt(room_id, event_id)
+            while True:
+                await asyncio.sleep(RECEIPT_DELAY)
                 event_id, self._receipts[room_id] = self._receipts[room_id], None
+                if event_id is None:
+                    return
+                await self._send_receipt(room_id, event_id)
         finally:
             del self._receipts[room_id]
 

@@ -1,17 +1,20 @@
-"""Read receipts: one in flight per room; the newest asked for meanwhile goes out after it."""
+"""Read receipts: the newest of a room's receipts asked for close together goes out, once."""
 from __future__ import annotations
 
 import asyncio
 
+from bridge import puppet as puppet_module
 from bridge.puppet import Puppet
 
 
 class SlowHomeserver:
     """Stands in for the client's raw(): records each receipt, answers when released."""
 
-    def __init__(self):
+    def __init__(self, released: bool = False):
         self.sent: list[str] = []
         self.release = asyncio.Event()
+        if released:
+            self.release.set()
 
     async def raw(self, method, path, body=None, **kwargs):
         self.sent.append(path.rsplit("/", 1)[1])
@@ -19,39 +22,50 @@ class SlowHomeserver:
         return 200, {}
 
 
-def puppet_with(homeserver: SlowHomeserver) -> Puppet:
+def puppet_with(homeserver: SlowHomeserver, monkeypatch, delay: float = 0.05) -> Puppet:
+    monkeypatch.setattr(puppet_module, "RECEIPT_DELAY", delay)
     puppet = Puppet("@sk_alice:hs", "Alice", "http://hs", "token", session=None, agent="alice")
     puppet.client.raw = homeserver.raw
     return puppet
 
 
-async def test_receipts_asked_while_one_is_in_flight_collapse_to_the_newest():
-    homeserver = SlowHomeserver()
-    puppet = puppet_with(homeserver)
+async def test_receipts_asked_close_together_send_only_the_newest(monkeypatch):
+    homeserver = SlowHomeserver(released=True)
+    puppet = puppet_with(homeserver, monkeypatch)
     first = asyncio.create_task(puppet.read_up_to("!room:hs", "e1"))
     await asyncio.sleep(0)
-    later = [asyncio.create_task(puppet.read_up_to("!room:hs", f"e{i}")) for i in (2, 3, 4)]
-    await asyncio.gather(*later)  # they only leave their event and return
+    for i in (2, 3):
+        await puppet.read_up_to("!room:hs", f"e{i}")  # they only move the mark and return
+    assert homeserver.sent == []
+    await first
+    assert homeserver.sent == ["e3"]  # e1 and e2 are covered by e3
+    await puppet.read_up_to("!room:hs", "e4")  # later on its own: sent on its own
+    assert homeserver.sent == ["e3", "e4"]
+
+
+async def test_a_receipt_asked_while_one_is_in_flight_follows_it(monkeypatch):
+    homeserver = SlowHomeserver()
+    puppet = puppet_with(homeserver, monkeypatch, delay=0.01)
+    first = asyncio.create_task(puppet.read_up_to("!room:hs", "e1"))
+    while not homeserver.sent:
+        await asyncio.sleep(0.005)
+    await puppet.read_up_to("!room:hs", "e2")
+    await puppet.read_up_to("!room:hs", "e3")
     assert homeserver.sent == ["e1"]
     homeserver.release.set()
     await first
-    assert homeserver.sent == ["e1", "e4"]  # e2 and e3 are covered by e4
-    await puppet.read_up_to("!room:hs", "e5")  # nothing in flight: sent at once
-    assert homeserver.sent[-1] == "e5"
+    assert homeserver.sent == ["e1", "e3"]
 
 
-async def test_rooms_do_not_wait_for_each_other():
-    homeserver = SlowHomeserver()
-    puppet = puppet_with(homeserver)
-    one = asyncio.create_task(puppet.read_up_to("!one:hs", "e1"))
-    two = asyncio.create_task(puppet.read_up_to("!two:hs", "e2"))
-    await asyncio.sleep(0)
+async def test_rooms_do_not_wait_for_each_other(monkeypatch):
+    homeserver = SlowHomeserver(released=True)
+    puppet = puppet_with(homeserver, monkeypatch)
+    await asyncio.gather(puppet.read_up_to("!one:hs", "e1"), puppet.read_up_to("!two:hs", "e2"))
     assert sorted(homeserver.sent) == ["e1", "e2"]
-    homeserver.release.set()
-    await asyncio.gather(one, two)
 
 
-async def test_a_failed_receipt_does_not_block_the_next():
+async def test_a_refused_receipt_does_not_stop_the_next(monkeypatch):
+    monkeypatch.setattr(puppet_module, "RECEIPT_DELAY", 0.01)
     puppet = Puppet("@sk_alice:hs", "Alice", "http://hs", "token", session=None, agent="alice")
     calls = []
 

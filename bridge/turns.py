@@ -169,10 +169,11 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     stored_upto = incoming.message_id
     try:
         bridge.recovery.posting(run)
-        # the prompt does not wait for the placeholder; a running idle agent gets a moment to
-        # answer first, so a quick answer is one message with its text from the start
+        # the prompt does not wait for the placeholder; a running agent (idle, or busy in
+        # another channel for a moment more) gets a moment to answer first, so a quick answer
+        # is one message with its text from the start. A start is slow: it shows at once.
         running = bridge.pool.state(turn.agent) in ("ready", "busy")
-        posting = answer.post(note, grace=PLACEHOLDER_GRACE if running and not note else 0.0)
+        posting = answer.post(note, grace=PLACEHOLDER_GRACE if running else 0.0)
         # once it is posted and until the turn ends, the next start marks it interrupted
         posting.add_done_callback(lambda done: _begin(bridge, run, done))
         async with _agent_turn(bridge.pool, run) as agent:
@@ -181,6 +182,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             run.agent = agent
             if note:  # it was waiting: the channel now shows its turn has come
                 answer.set_status(f"⏳ {agent_config.title} is getting ready…")
+            # typing while the agent works: from TYPING_AFTER into the prompt until it returns
             typing = asyncio.create_task(_keep_typing(puppet, portal.room_id, posting, typed))
             session_id, fresh = await bridge.session_for(portal, turn.agent, agent)
             run.session_id = session_id
@@ -215,6 +217,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                                                  bridge.permission_handler(portal, puppet))
             finally:
                 think.cancel()
+                typing.cancel()  # the agent is done; a busy homeserver is no reason to type
         footer = {"cancelled": "⏹ stopped", "max_tokens": "(cut: the agent reached its token limit)",
                   "refusal": "(the agent refused to answer)",
                   "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
@@ -287,9 +290,9 @@ async def _interrupted(answer: Answer, why: str) -> None:
 
 async def _keep_typing(puppet, room_id: str, posting: asyncio.Task, started: list) -> None:
     """Typing, for answers that take a while: a quick answer needs no typing notice, and the
-    placeholder goes out first so that nothing competes with it at the homeserver."""
-    await asyncio.wait({posting})
+    first message goes out first so that nothing competes with it at the homeserver."""
     await asyncio.sleep(TYPING_AFTER)
+    await asyncio.wait({posting})
     started.append(True)
     while True:
         await puppet.typing(room_id, True)

@@ -100,8 +100,6 @@ def install() -> None:
 
     acp_client.Agent.prompt = prompt
 
-    from bridge import puppet as puppet_module
-
     def timed(owner, name, label):
         original = getattr(owner, name)
 
@@ -114,8 +112,7 @@ def install() -> None:
 
         setattr(owner, name, wrapper)
 
-    timed(stream.Answer, "start", "Answer.start (placeholder sent)")
-    timed(puppet_module.Puppet, "read_up_to", "Puppet.read_up_to (read receipt)")
+    # awaited before the prompt; the first message and the read receipt go out beside it
     timed(bridge_module.Bridge, "session_for", "Bridge.session_for")
     timed(bridge_module.Bridge, "puppet", "Bridge.puppet")
 

@@ -410,15 +410,26 @@ class Bridge:
                 await run.cancel()
 
     async def on_redaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        """Redacting a prompt that is being answered cancels the answer (SPEC §9)."""
+        """The owner redacted a message. A prompt being answered: the answer is cancelled (SPEC
+        §9); one still queued is never answered; and the store forgets it, so that no agent is
+        told it later as context."""
         if not self.is_owner(sender):
             return
         redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions
-        portal = self.portals.get(room_id)
-        run = portal.current if portal is not None else None
-        if isinstance(redacts, str) and run is not None and run.prompt_event_id == redacts:
+        portal = self.portal_for(room_id)
+        if not isinstance(redacts, str) or portal is None:
+            return
+        run = portal.current
+        if portal.withdraw(redacts):
+            log.info("a message in %s was redacted before its answers were done", room_id)
+        if run is not None and run.prompt_event_id == redacts:
             log.info("the prompt answered in %s was redacted: cancelling", room_id)
             await run.cancel()
+        try:
+            if self.store.delete_message_by_event(redacts):
+                log.info("a redacted message in %s is forgotten", room_id)
+        except StoreClosed:
+            pass
 
     # ---- acp callbacks -------------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ class Portal:
         self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
         self.worker: asyncio.Task | None = None
         self.current = None  # the running turns.TurnRun, for !stop and redactions
+        self.waiting: set[str] = set()    # event ids of the messages queued or being answered
+        self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
 
     @property
     def room_id(self) -> str:
@@ -50,19 +52,31 @@ class Portal:
                 if m.agent in self.bridge.config.agents]
 
     def submit(self, incoming: Incoming) -> None:
+        self.waiting.add(incoming.event_id)
         self.queue.put_nowait(incoming)
         if self.worker is None or self.worker.done():
             self.worker = asyncio.create_task(self._work(), name=f"portal-{self.room_id}")
+
+    def withdraw(self, event_id: str) -> bool:
+        """The owner redacted this message: no turn of it starts from now on. True if it was
+        queued or being answered."""
+        if event_id not in self.waiting:
+            return False
+        self.withdrawn.add(event_id)
+        return True
 
     async def _work(self) -> None:
         while not self.queue.empty():
             incoming = self.queue.get_nowait()
             try:
-                await self.answer(incoming)
+                if incoming.event_id not in self.withdrawn:
+                    await self.answer(incoming)
             except asyncio.CancelledError:
                 raise  # quitting: the next start answers it (recovery)
             except Exception:
                 log.exception("answering %s in %s failed", incoming.event_id, self.room_id)
+            self.waiting.discard(incoming.event_id)
+            self.withdrawn.discard(incoming.event_id)
             self.bridge.recovery.prompt_done(incoming.event_id)
 
     async def answer(self, incoming: Incoming) -> None:
@@ -86,4 +100,6 @@ class Portal:
         if incoming.resumed:  # after a crash: only the agents whose answer had not begun
             turns = tuple(turn for turn in turns if turn.agent not in incoming.skip_agents)
         for turn in turns:
+            if incoming.event_id in self.withdrawn:
+                break  # redacted while an earlier agent answered it
             await run_turn(self, turn, incoming)

@@ -271,6 +271,20 @@ class Store:
         return found[0] if found else None
 
     @_operation
+    def delete_message_by_event(self, event_id: str) -> bool:
+        """Forget the message carried by `event_id` (all its events); False if none is."""
+        found = self._to_messages(self._hot.by_event.rows(event_id=event_id))
+        if not found:
+            return False
+        message, m = found[0], self._m
+        with self._db.atomic():
+            E = m.MessageEvent
+            E.delete().where((E.channel_id == message.channel_id) & (E.message_id == message.id)).execute()
+            M = m.Message
+            M.delete().where((M.channel_id == message.channel_id) & (M.id == message.id)).execute()
+        return True
+
+    @_operation
     def last_agent_sender(self, channel_id: str) -> str | None:
         rows = self._hot.last_agent_sender.rows(id=channel_id)
         return rows[0][0] if rows else None

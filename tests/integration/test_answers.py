@@ -233,6 +233,30 @@ async def test_redacting_the_prompt_cancels_its_answer(homeserver, bridge_factor
         await owner.close()
 
 
+async def test_a_queued_message_redacted_is_never_answered(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--log", str(log))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        await _slow_answer_started(owner, room_id)
+        queued = await say(owner, room_id, "forget this one")
+        assert isinstance(await owner.room_redact(room_id, queued), nio.RoomRedactResponse)
+        await say(owner, room_id, "and this one?")
+        found = await wait_final(owner, room_id, count=2, timeout=30)
+        assert not found[0]["body"].endswith("stopped")  # the answer in progress was not cut
+        assert found[1]["body"].startswith("echo: ") and found[1]["body"].endswith("and this one?")
+        sent = ["".join(b.get("text", "") for b in m["params"]["prompt"])
+                for m in received(log) if m.get("method") == "session/prompt"]
+        assert len(sent) == 2 and not any("forget this one" in text for text in sent)
+        await owner.sync(timeout=500)
+        assert len(answers(owner, room_id)) == 2
+        channel = running.store.channel_by_room(room_id)
+        assert "forget this one" not in [m.text for m in running.store.last_messages(channel.id, 10)]
+    finally:
+        await owner.close()
+
+
 async def test_a_stop_reaction_on_the_answer_cancels_it(homeserver, bridge_factory, tmp_path):
     log = tmp_path / "alice.log"
     await bridge_factory({"alice": agent("--log", str(log))})

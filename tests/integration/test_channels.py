@@ -318,3 +318,23 @@ async def test_a_queued_message_is_not_shown_early_nor_lost(homeserver, bridge_f
             f"{CLOSING}\n@alice three")
     finally:
         await owner.close()
+
+
+async def test_a_redacted_message_is_never_told_to_another_agent(homeserver, bridge_factory, tmp_path):
+    running, logs = await two_agents(bridge_factory, tmp_path, alice=("--answer", "Noted."))
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE, BOB)
+        secret = await say(owner, room_id, "@alice my password is hunter2")
+        await wait_answers(owner, room_id, ALICE)
+        assert isinstance(await owner.room_redact(room_id, secret), nio.RoomRedactResponse)
+        channel = running.store.channel_by_room(room_id)
+        await sync_until(owner, lambda: running.store.message_by_event(secret) is None)
+        assert [m.text for m in running.store.last_messages(channel.id, 10)] == ["Noted."]
+
+        await say(owner, room_id, "@bob hello")
+        await wait_answers(owner, room_id, BOB)
+        assert prompts(logs["bob"]) == [header("general") + "\nalice: Noted.\n[End of the messages]\n"
+                                        + CLOSING + "\n@bob hello"]
+    finally:
+        await owner.close()

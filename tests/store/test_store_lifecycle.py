@@ -76,6 +76,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "messages_after": (channel_id, None, 5),
         "last_messages": (channel_id, 5),
         "message_by_event": ("$e",),
+        "delete_message_by_event": ("$none",),
         "last_agent_sender": (channel_id,),
         "count_messages": (channel_id,),
         "set_agent_commands": ("alice", [{"name": "plan"}]),

@@ -172,3 +172,14 @@ def test_messages_after_matches_a_list_model(store, steps):
             assert store.last_agent_sender(channels[key].id) == (agents[-1] if agents else None)
     for key in "ab":
         assert store.last_messages(channels[key].id, 100) == model[key]
+
+
+def test_a_message_is_deleted_by_any_of_its_event_ids(store):
+    channel = store.create_channel("!room:hs", "general")
+    kept = store.add_message(channel.id, "@me:hs", "user", "keep me", ["$k"])
+    store.add_message(channel.id, "alice", "agent", "long answer", ["$a1", "$a2"])
+    assert store.delete_message_by_event("$a2") is True
+    assert store.message_by_event("$a1") is None and store.message_by_event("$a2") is None
+    assert store.last_messages(channel.id, 10) == [kept]
+    assert store.delete_message_by_event("$a1") is False
+    assert store.delete_message_by_event("$never") is False

@@ -227,18 +227,25 @@ class Bridge:
         html += "<p>The next message starts it again.</p>"
         await self.send_notice(puppet, portal.room_id, text, html)
 
-    async def add_agent(self, portal: Portal, agent: str, announce: bool = False) -> None:
-        """Make `agent` a member: invite its puppet, which joins at once."""
+    async def add_agent(self, portal: Portal, agent: str, announce: bool = False) -> bool:
+        """Make `agent` a member: invite its puppet, which joins at once. False when it could
+        not join (no agent left in the room to invite it): the owners are told what to do."""
         puppet = await self.puppet(agent)
         others = [m for m in portal.member_names() if m != agent]
         inviter = await self.puppet(others[0]) if others else self.bot
         self.store.add_member(portal.channel.id, agent)
-        if announce:  # said by a member already in the room, never by the one not yet joined
+        if announce and others:  # said by a member already in the room, never by the one not yet joined
             await self.notice(portal, f"Inviting {self.config.agents[agent].title} (@{agent}) to #{portal.channel.name}.",
                               inviter)
         await inviter.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(portal.room_id)}/invite",
                                  {"user_id": puppet.user_id})
-        await puppet.join(portal.room_id)
+        if await puppet.join(portal.room_id):
+            return True
+        self.store.remove_member(portal.channel.id, agent)
+        await self.commands.tell_owners(
+            f"I could not bring {self.config.agents[agent].title} (@{agent}) into #{portal.channel.name}: "
+            f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself.")
+        return False
 
     def portal_for(self, room_id: str) -> Portal | None:
         portal = self.portals.get(room_id)

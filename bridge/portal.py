@@ -89,14 +89,16 @@ class Portal:
         decision = route(incoming.body, parsed, members,
                          self.bridge.store.last_agent_sender(self.channel.id),
                          self.channel.direct_agent)
+        absent = set()
         for agent in decision.invite:
-            await self.bridge.add_agent(self, agent, announce=True)
+            if not await self.bridge.add_agent(self, agent, announce=True):
+                absent.add(agent)
         if decision.nobody:
             await self.bridge.notice(self, "Nobody answers this one: mention an agent, like "
                                      + ", ".join(f"@{name}" for name in members[:3] or config.agents)
                                      + ", to get an answer.")
             return
-        turns = decision.turns
+        turns = tuple(turn for turn in decision.turns if turn.agent not in absent)
         if incoming.resumed:  # after a crash: only the agents whose answer had not begun
             turns = tuple(turn for turn in turns if turn.agent not in incoming.skip_agents)
         for turn in turns:

@@ -338,3 +338,33 @@ async def test_a_redacted_message_is_never_told_to_another_agent(homeserver, bri
                                         + CLOSING + "\n@bob hello"]
     finally:
         await owner.close()
+
+
+async def test_a_mentioned_agent_nobody_in_the_room_can_invite_is_left_to_the_owner(
+        homeserver, bridge_factory, tmp_path):
+    folder, bob_log = tmp_path / "bridge", tmp_path / "bob.log"
+    first = await bridge_factory({"alice": agent(title="Alice"), "bob": agent(title="Bob")}, folder=folder)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, ALICE)
+        await first.stop()
+        # alice is no longer configured: her puppet stays in the room, but no agent of this
+        # bridge is there to invite bob, and the bot never was
+        running = await bridge_factory({"bob": agent("--log", str(bob_log), title="Bob")}, folder=folder)
+        channel = running.store.channel_by_room(room_id)
+        await say(owner, room_id, "@bob are you there?")
+        key = f"bot_dm:{homeserver.owner_id}"
+        await sync_until(owner, lambda: running.store.get_value(key) is not None)
+        dm = running.store.get_value(key)
+        await sync_until(owner, lambda: dm in owner.invited_rooms or dm in owner.rooms)
+        if dm not in owner.rooms:
+            assert isinstance(await owner.join(dm), nio.JoinResponse)
+        await sync_until(owner, lambda: any("could not bring Bob (@bob) into #general" in n
+                                            for n in notices(owner, dm)))
+        told = [n for n in notices(owner, dm) if "could not bring" in n][0]
+        assert f"Invite {BOB} there yourself" in told
+        assert [m.agent for m in running.store.members(channel.id)] == ["alice"]
+        assert prompts(bob_log) == []
+        assert not any("Inviting" in n for n in notices(owner, room_id))
+    finally:
+        await owner.close()

@@ -423,15 +423,16 @@ class Bridge:
         if not self.is_owner(sender):
             return
         redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions
-        portal = self.portal_for(room_id)
-        if not isinstance(redacts, str) or portal is None:
+        if not isinstance(redacts, str):
             return
-        run = portal.current
-        if portal.withdraw(redacts):
-            log.info("a message in %s was redacted before its answers were done", room_id)
-        if run is not None and run.prompt_event_id == redacts:
-            log.info("the prompt answered in %s was redacted: cancelling", room_id)
-            await run.cancel()
+        portal = self.portals.get(room_id)  # a message queued or answered has its portal loaded
+        if portal is not None:
+            run = portal.current
+            if portal.withdraw(redacts):
+                log.info("a message in %s was redacted before its answers were done", room_id)
+            if run is not None and run.prompt_event_id == redacts:
+                log.info("the prompt answered in %s was redacted: cancelling", room_id)
+                await run.cancel()
         try:
             if self.store.delete_message_by_event(redacts):
                 log.info("a redacted message in %s is forgotten", room_id)

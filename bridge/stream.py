@@ -92,7 +92,6 @@ class Answer:
         self._pump: asyncio.Task | None = None
         self._posting: asyncio.Task | None = None
         self.placeholder_txn = uuid.uuid4().hex
-        self._got_part = asyncio.Event()
         self._closing = asyncio.Event()       # finish() was called: the text is complete
         self._news = asyncio.Event()          # a part came or the answer ended
         self._final_posted = False            # the first message carried the final text
@@ -111,7 +110,7 @@ class Answer:
         async def post_it() -> str:
             if grace > 0:
                 await _until(self._news, grace)
-                if self._got_part.is_set() and not self._closing.is_set():
+                if self.text and not self._closing.is_set():  # a first part, not yet the end
                     await _until(self._closing, SETTLE)
             if self._closing.is_set() and len(self.text.encode("utf-8")) <= SPLIT_BYTES:
                 return await self._post_final()
@@ -157,7 +156,6 @@ class Answer:
     def append(self, chunk: str) -> None:
         if not chunk:
             return
-        self._got_part.set()
         self._news.set()
         self.text += chunk
         self._dirty.set()

@@ -149,10 +149,7 @@ class Store:
     def _members(self, where) -> list[Member]:
         M = self._m.Member
         query = M.select(M.channel_id, M.agent, M.session_id, M.fresh, M.last_seen).where(where)
-        return [
-            Member(channel_id, agent, session_id, bool(fresh), last_seen)
-            for channel_id, agent, session_id, fresh, last_seen in query.order_by(M.joined).tuples()
-        ]
+        return self._to_members(query.order_by(M.joined).tuples())
 
     @staticmethod
     def _to_members(rows: list[tuple]) -> list[Member]:
@@ -349,19 +346,21 @@ class Store:
         P = self._m.Pending
         found = {}
         for key, data in P.select(P.key, P.data).where(P.kind == kind).order_by(P.key).tuples():
-            try:
-                value = json.loads(data)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
+            value = _json_object(data)
+            if value is not None:
                 found[key] = value
         return found
 
     @_operation
     def pending_item(self, kind: str, key: str) -> dict | None:
         rows = self._hot.pending_item.rows(kind=kind, key=key)
-        try:
-            value = json.loads(rows[0][0]) if rows else None
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        return _json_object(rows[0][0]) if rows else None
+
+
+def _json_object(text: str) -> dict | None:
+    """A pending item's data, or None if it is not a JSON object (written by hand, damaged)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -90,6 +90,8 @@ class _LoadSession:
 class _Prompt:
     on_update: OnUpdate
     on_permission: OnPermission | None
+    sent: bool = False       # session/prompt is written: updates from now on are this turn's
+    cancelled: bool = False  # session/cancel went out: new permission questions are cancelled
 
 
 class Agent:
@@ -156,9 +158,10 @@ class Agent:
         cls = AgentStopped if self._stopping else AgentCrashed
         return cls(self.name, code, tail)
 
-    async def _call(self, method: str, params: dict[str, Any], session_id: str | None = None) -> Any:
+    async def _call(self, method: str, params: dict[str, Any], session_id: str | None = None,
+                    on_sent: Callable[[], None] | None = None) -> Any:
         """A request bounded by the silence limit; crash/timeout mapped to our errors."""
-        call = asyncio.ensure_future(self.peer.request(method, params))
+        call = asyncio.ensure_future(self.peer.request(method, params, on_sent))
         try:
             await self._wait_alive(call, session_id)
             return call.result()
@@ -243,25 +246,37 @@ class Agent:
         """Send one prompt; returns the stopReason once the agent is done."""
         if session_id in self._prompts:
             raise AcpError(f"{self.name}: a prompt is already running in session {session_id}")
-        self._prompts[session_id] = _Prompt(on_update, on_permission)
+        running = self._prompts[session_id] = _Prompt(on_update, on_permission)
+
+        def sent() -> None:
+            running.sent = True
         try:
             result = await self._call("session/prompt", {
-                "sessionId": session_id, "prompt": [{"type": "text", "text": text}]}, session_id)
+                "sessionId": session_id, "prompt": [{"type": "text", "text": text}]}, session_id,
+                on_sent=sent)
         finally:
             self._prompts.pop(session_id, None)
         return str((result or {}).get("stopReason") or "end_turn")
 
     async def cancel(self, session_id: str) -> None:
-        """session/cancel; its pending permission questions are answered 'cancelled'."""
-        asking = self._permissions.pop(session_id, {})
-        for waiter in asking:
-            waiter.cancel()
-        if asking:  # ACP: those replies go out before the cancel notification
-            await asyncio.wait(set(asking.values()), timeout=1.0)
+        """session/cancel, then its pending permission questions are answered 'cancelled'.
+
+        The order is ACP's (prompt-turn cancellation): the agent learns the turn is cancelled
+        before it reads a `cancelled` permission outcome, so it never takes that outcome for
+        "the user refused this tool" and goes on with its turn.
+        """
+        running = self._prompts.get(session_id)
+        if running is not None:
+            running.cancelled = True
         try:
             await self.peer.notify("session/cancel", {"sessionId": session_id})
         except ConnectionLost:
-            pass  # already gone: nothing left to cancel
+            pass  # already gone: nothing left to cancel; the questions end with the connection
+        asking = self._permissions.pop(session_id, {})
+        for waiter in asking:
+            waiter.cancel()
+        if asking:  # the replies are written before cancel() returns
+            await asyncio.wait(set(asking.values()), timeout=1.0)
 
     # -- incoming -------------------------------------------------------------------
     async def _on_notification(self, method: str, params: Any) -> None:
@@ -279,10 +294,14 @@ class Agent:
                 await _call(self.on_commands, self.name, self.commands)
             except Exception:
                 log.exception("%s: on_commands callback failed", self.name)
+        # A session being loaded replays its history: never an answer's (ADR §4). An update
+        # reaches a prompt only if it was read after that prompt was written, and only while
+        # it runs: the reader handles lines strictly in order, and session/load answers after
+        # its replay, so a replay cannot reach the turn that follows it.
         if session_id in self._loading:
             return
         running = self._prompts.get(session_id)
-        if running is not None:
+        if running is not None and running.sent:
             await _call(running.on_update, update)
 
     async def _on_request(self, method: str, params: Any) -> Any:
@@ -294,7 +313,7 @@ class Agent:
         cancelled = {"outcome": {"outcome": "cancelled"}}
         session_id = _session_id(params)
         running = self._prompts.get(session_id)
-        if running is None or running.on_permission is None:
+        if running is None or running.on_permission is None or running.cancelled:
             return cancelled
         options = params.get("options")
         options = [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []

@@ -55,21 +55,26 @@ class Peer:
         self._task = asyncio.create_task(self._read_loop(), name=f"acp-read-{self.label}")
 
     # -- outgoing --------------------------------------------------------------
-    async def _send(self, message: dict[str, Any]) -> None:
+    async def _send(self, message: dict[str, Any], on_sent: Callable[[], None] | None = None) -> None:
         if self.closed.is_set():
             raise ConnectionLost(f"{self.label}: connection closed ({self.close_reason})")
         try:
             self._writer.write(framing.encode(message))
+            if on_sent is not None:
+                on_sent()  # no await since the write: the reader has not run in between
             await self._writer.drain()
         except (ConnectionError, RuntimeError) as exc:  # broken pipe, closed transport
             raise ConnectionLost(f"{self.label}: cannot write ({exc})") from exc
 
-    async def request(self, method: str, params: Any = None) -> Any:
+    async def request(self, method: str, params: Any = None,
+                      on_sent: Callable[[], None] | None = None) -> Any:
+        """Send a request and wait for its result. `on_sent` runs once the request is written,
+        before anything the peer sends after it can be read."""
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            await self._send(framing.request(request_id, method, params))
+            await self._send(framing.request(request_id, method, params), on_sent)
             return await future
         finally:
             self._pending.pop(request_id, None)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 
 from acp import AgentSpec
@@ -17,3 +19,16 @@ def scripted_spec(name: str = "alice", *args: str, **kw) -> AgentSpec:
 
 def read_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def log_until(path: Path, predicate, timeout: float = 10.0) -> list[dict]:
+    """The agent's log once `predicate(log)` holds: the agent writes it as it reads each
+    message, which may be after our call has returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = read_log(path)
+        if predicate(log):
+            return log
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the agent's log never satisfied {predicate}: {log[-5:]}")
+        await asyncio.sleep(0.02)

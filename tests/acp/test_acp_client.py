@@ -11,7 +11,7 @@ import pytest
 from acp import (AcpError, AgentCrashed, AgentStartError, AgentTimeout, AuthRequired,
                  PermissionRequest, RpcError, start_agent)
 
-from acp_helpers import read_log, scripted_spec
+from acp_helpers import log_until, read_log, scripted_spec
 
 
 async def ask(agent, text, on_permission=None, session_id=None):
@@ -162,9 +162,17 @@ async def test_cancel_answers_pending_permission(spawn, log_path):
     await asyncio.wait_for(asked.wait(), 5)
     await agent.cancel(session_id)
     assert await asyncio.wait_for(prompt, 5) == "cancelled"
-    log = read_log(log_path)
-    assert {"outcome": {"outcome": "cancelled"}} in [m.get("result") for m in log]
-    assert {"sessionId": session_id} in [m.get("params") for m in log if m.get("method") == "session/cancel"]
+    cancelled = {"outcome": {"outcome": "cancelled"}}
+
+    def order(log):  # where the agent read the cancel notification and the cancelled outcome
+        notes = [i for i, m in enumerate(log) if m.get("method") == "session/cancel"
+                 and m.get("params") == {"sessionId": session_id}]
+        outcomes = [i for i, m in enumerate(log) if m.get("result") == cancelled]
+        return notes, outcomes
+
+    notes, outcomes = order(await log_until(log_path, lambda log: all(order(log))))
+    # ACP prompt-turn cancellation: session/cancel first, then the pending questions answered
+    assert notes[0] < outcomes[0]
 
 
 async def test_cancel_mid_stream(spawn, log_path):
@@ -200,7 +208,8 @@ async def test_load_session_replay_is_not_delivered(tmp_path, log_path, spawn):
     handler = second.peer._on_notification
 
     async def spy(method, params):
-        wire.append(params["update"])
+        if params.get("sessionId") == session_id:  # the other session's prompt streams meanwhile
+            wire.append(params["update"])
         await handler(method, params)
 
     second.peer._on_notification = spy
@@ -393,3 +402,24 @@ async def test_scripted_answer_sizes(spawn):
     _, updates = await ask(agent, "[[size:40000]]")
     answer = "".join(texts(updates))
     assert len(answer) == 40000 and answer.count("\n") > 100
+
+
+async def test_permission_asked_after_cancel_is_cancelled_unasked(spawn):
+    """A question the agent sends once session/cancel is out is answered `cancelled` at once:
+    the person is not asked about a turn that is already stopped."""
+    agent = await spawn("--chunks", "20", "--delay", "0.2")
+    session_id = await agent.new_session()
+    asked = []
+
+    async def ask_person(request):
+        asked.append(request)
+        return "allow_once"
+
+    prompt = asyncio.create_task(agent.prompt(session_id, "x", lambda u: None, ask_person))
+    while not agent._prompts.get(session_id) or not agent._prompts[session_id].sent:
+        await asyncio.sleep(0.01)
+    await agent.cancel(session_id)
+    reply = await agent._ask_permission({"sessionId": session_id, "toolCall": {"toolCallId": "t"},
+                                         "options": [{"optionId": "allow_once", "kind": "allow_once"}]})
+    assert reply == {"outcome": {"outcome": "cancelled"}} and asked == []
+    assert await asyncio.wait_for(prompt, 10) == "cancelled"

@@ -43,6 +43,9 @@ Rules the kit takes care of:
   run through `asyncio.to_thread` should poll `turn.cancelled` to stop early.
 * Exceptions in a handler become JSON-RPC errors (`RpcFailure` lets you pick
   the code, e.g. AUTH_REQUIRED); the agent keeps running.
+* `$/cancel_request` {requestId} from the client cancels that request's handler
+  task, which is answered with error -32800; `Connection.cancel_request(id)`
+  withdraws one of ours (see `Connection.start_request`).
 * The agent exits when stdin closes.
 """
 
@@ -87,6 +90,8 @@ class Connection:
         self._ids = itertools.count(1)
         self._pending: dict[Any, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._answering: dict[Any, asyncio.Task] = {}
+        self._withdrawn: set[asyncio.Task] = set()  # cancelled by the client's $/cancel_request
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed: asyncio.Event | None = None
         self._inbox: asyncio.Queue | None = None
@@ -107,14 +112,23 @@ class Connection:
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request to the client and wait for its result."""
-        request_id = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        request_id, future = self.start_request(method, params)
         try:
-            self.send(framing.request(request_id, method, params))
             return await future
         finally:
             self._pending.pop(request_id, None)
+
+    def start_request(self, method: str, params: Any = None) -> tuple[int, asyncio.Future]:
+        """Send a request; its id and the future of its result (RemoteError on an error)."""
+        request_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self.send(framing.request(request_id, method, params))
+        return request_id, future
+
+    def cancel_request(self, request_id: Any) -> None:
+        """Withdraw a request of ours: `$/cancel_request` (its reply still comes)."""
+        self.notify("$/cancel_request", {"requestId": request_id})
 
     # -- receiving ---------------------------------------------------------
     def _reader_thread(self) -> None:
@@ -166,6 +180,13 @@ class Connection:
                 else:
                     future.set_result(message.get("result"))
         elif kind == framing.NOTIFICATION:
+            if message["method"] == "$/cancel_request":
+                params = message.get("params")
+                task = self._answering.get(params.get("requestId") if isinstance(params, dict) else None)
+                if task is not None and not task.done():
+                    self._withdrawn.add(task)
+                    task.cancel()
+                return
             try:
                 await self._agent._handle_notification(message["method"], message.get("params") or {})
             except Exception:
@@ -173,7 +194,15 @@ class Connection:
         elif kind == framing.REQUEST:
             task = asyncio.create_task(self._answer(message))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            request_id = message["id"]
+            self._answering[request_id] = task
+
+            def done(task: asyncio.Task, request_id=request_id) -> None:
+                self._tasks.discard(task)
+                self._withdrawn.discard(task)
+                if self._answering.get(request_id) is task:
+                    del self._answering[request_id]
+            task.add_done_callback(done)
         else:
             self.send(framing.error(message.get("id"), framing.INVALID_REQUEST, "Invalid request"))
 
@@ -184,7 +213,9 @@ class Connection:
         except RpcFailure as exc:
             self.send(framing.error(request_id, exc.code, exc.message, exc.data))
         except asyncio.CancelledError:
-            raise
+            if asyncio.current_task() not in self._withdrawn:
+                raise
+            self.send(framing.error(request_id, -32800, "Request cancelled"))
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             self.send(framing.error(request_id, framing.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
@@ -225,6 +256,17 @@ class Turn:
     async def plan(self, entries: list[dict[str, Any]]) -> None:
         """entries: [{"content": str, "priority": "high|medium|low", "status": "pending|in_progress|completed"}]"""
         await self.update({"sessionUpdate": "plan", "entries": entries})
+
+    async def elicit(self, message: str, schema: dict[str, Any]) -> dict[str, Any]:
+        """elicitation/create in form mode; the client's reply ({action, content})."""
+        return await self.agent.conn.request("elicitation/create", {
+            "sessionId": self.session_id, "mode": "form", "message": message, "requestedSchema": schema})
+
+    async def elicit_url(self, message: str, url: str, elicitation_id: str) -> dict[str, Any]:
+        """elicitation/create in URL mode; the client's reply ({action})."""
+        return await self.agent.conn.request("elicitation/create", {
+            "sessionId": self.session_id, "mode": "url", "message": message, "url": url,
+            "elicitationId": elicitation_id})
 
     async def request_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> str | None:
         """Ask the client; returns the chosen optionId, or None if cancelled."""

@@ -2,7 +2,17 @@
 
 `start_agent()` spawns the process and runs `initialize`; the returned Agent
 opens/loads sessions and runs prompts, turning session/update notifications
-into `Update` objects and session/request_permission into a callback.
+into `Update` objects, and session/request_permission and elicitation/create
+into callbacks.
+
+Each session's modes, config options, models, usage and title are kept in a
+`SessionState` (acp/session_state.py), from the session/new and session/load
+results and from the updates, whenever they come: before session/new returns,
+between prompts, during one. `set_mode`, `set_model`, `set_config_option` and
+`apply_choices` change them; `on_state` hears of every change.
+
+The agent's questions (permissions, elicitations) are bounded per session
+(MAX_QUESTIONS): one more is refused at once and the turn is told in one line.
 """
 
 from __future__ import annotations
@@ -17,10 +27,14 @@ from importlib import metadata
 from typing import Any, Awaitable, Callable
 
 from . import framing
+from .elicitation import (CANCEL, DECLINE, BadElicitation, ElicitationAnswer, ElicitationRequest,
+                          parse_request)
 from .errors import (AcpError, AgentCrashed, AgentStartError, AgentStopped, AgentTimeout,
                      AuthRequired, ConnectionLost, RpcError, last_line)
 from .process import AgentProcess
 from .rpc import Peer
+from .session_state import (MODE, MODEL, ChoiceError, Choices, Selector, SessionState, Skipped,
+                            plan_choices, resolve)
 from .updates import Update, normalise_commands, normalise_update
 
 log = logging.getLogger(__name__)
@@ -32,7 +46,17 @@ except metadata.PackageNotFoundError:  # running from a plain checkout
     CLIENT_VERSION = "0.1.0"
 
 DEFAULT_CLIENT_CAPABILITIES = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+# What a client that shows coding agents' work announces (the bridge passes it to the Pool):
+# elicitation in both modes (unstable in ACP), and the terminal-output extension of
+# codex-acp / claude-code-acp (`_meta.terminal_output`: output streamed in tool-call updates).
+CODING_CLIENT_CAPABILITIES = {
+    **DEFAULT_CLIENT_CAPABILITIES,
+    "elicitation": {"form": {}, "url": {}},
+    "_meta": {"terminal_output": True},
+}
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
+MAX_QUESTIONS = 16  # permission + elicitation requests open at once in one session
+ELICITATION_ON_CANCEL = DECLINE  # a stopped turn declines what its agent asked (`!stop` declines)
 
 
 @dataclass
@@ -54,7 +78,17 @@ class PermissionRequest:
 
 OnUpdate = Callable[[Update], Any]
 OnPermission = Callable[[PermissionRequest], Awaitable[str | None]]
+OnElicitation = Callable[[ElicitationRequest], Awaitable[ElicitationAnswer | None]]
 OnCommands = Callable[[str, list[dict[str, Any]]], Any]
+# (agent name, session id, the update, the session's state after it)
+OnState = Callable[[str, str, Update, SessionState], Any]
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What apply_choices() did: the calls made, and the choices it could not apply."""
+    done: list[tuple[str, str, str]]       # (kind, key, value)
+    failed: list[Skipped]
 
 
 async def _call(callback: Callable[..., Any] | None, *args: Any) -> Any:
@@ -90,15 +124,18 @@ class _LoadSession:
 class _Prompt:
     on_update: OnUpdate
     on_permission: OnPermission | None
+    on_elicitation: OnElicitation | None = None
     sent: bool = False       # session/prompt is written: updates from now on are this turn's
     cancelled: bool = False  # session/cancel went out: new permission questions are cancelled
 
 
 class Agent:
-    def __init__(self, spec: AgentSpec, process: AgentProcess, on_commands: OnCommands | None = None):
+    def __init__(self, spec: AgentSpec, process: AgentProcess, on_commands: OnCommands | None = None,
+                 on_state: OnState | None = None):
         self.spec = spec
         self.process = process
         self.on_commands = on_commands
+        self.on_state = on_state
         self.on_exit: Callable[["Agent"], Any] | None = None  # set by the Pool
         self.info: dict[str, Any] = {}
         self.protocol_version = 0
@@ -110,8 +147,11 @@ class Agent:
         self.sessions: set[str] = set()
         self._prompts: dict[str, _Prompt] = {}
         self._loading: set[str] = set()
+        self._states: dict[str, SessionState] = {}
+        # the agent's questions waiting for a person, per session: waiter -> the reply's task
         self._permissions: dict[str, dict[asyncio.Future, asyncio.Task]] = {}
-        self._asking = 0  # permission requests waiting for a person: not silence
+        self._asking = 0  # questions waiting for a person: not silence
+        self.refused_questions = 0  # questions refused past MAX_QUESTIONS
         self._stopping = False
         self.peer = Peer(process.stdout, process.stdin, on_request=self._on_request,
                          on_notification=self._on_notification, label=spec.name)
@@ -227,6 +267,7 @@ class Agent:
         if not isinstance(session_id, str) or not session_id:
             raise AcpError(f"{self.name}: session/new returned no session id")
         self.sessions.add(session_id)
+        self.state(session_id).apply_result(result)  # updates sent before it are kept
         return session_id
 
     async def _load_session(self, session_id: str, cwd: str | None = None) -> None:
@@ -234,19 +275,22 @@ class Agent:
             raise AcpError(f"{self.name} cannot load sessions (no loadSession capability)")
         self._loading.add(session_id)  # its replayed history is not for us
         try:
-            await self._call("session/load", {"sessionId": session_id, "cwd": self._cwd(cwd), "mcpServers": []})
+            result = await self._call("session/load", {"sessionId": session_id, "cwd": self._cwd(cwd),
+                                                       "mcpServers": []})
         except RpcError as exc:
             raise self._auth_error(exc) from None
         finally:
             self._loading.discard(session_id)
         self.sessions.add(session_id)
+        self.state(session_id).apply_result(result)
 
     async def prompt(self, session_id: str, text: str, on_update: OnUpdate,
-                     on_permission: OnPermission | None = None) -> str:
+                     on_permission: OnPermission | None = None,
+                     on_elicitation: OnElicitation | None = None) -> str:
         """Send one prompt; returns the stopReason once the agent is done."""
         if session_id in self._prompts:
             raise AcpError(f"{self.name}: a prompt is already running in session {session_id}")
-        running = self._prompts[session_id] = _Prompt(on_update, on_permission)
+        running = self._prompts[session_id] = _Prompt(on_update, on_permission, on_elicitation)
 
         def sent() -> None:
             running.sent = True
@@ -259,7 +303,8 @@ class Agent:
         return str((result or {}).get("stopReason") or "end_turn")
 
     async def cancel(self, session_id: str) -> None:
-        """session/cancel, then its pending permission questions are answered 'cancelled'.
+        """session/cancel, then its pending questions are answered: permissions 'cancelled',
+        elicitations ELICITATION_ON_CANCEL.
 
         The order is ACP's (prompt-turn cancellation): the agent learns the turn is cancelled
         before it reads a `cancelled` permission outcome, so it never takes that outcome for
@@ -278,8 +323,88 @@ class Agent:
         if asking:  # the replies are written before cancel() returns
             await asyncio.wait(set(asking.values()), timeout=1.0)
 
+    # -- session settings ------------------------------------------------------------
+    def state(self, session_id: str) -> SessionState:
+        """The session's modes, config options, models, usage and title as last heard."""
+        state = self._states.get(session_id)
+        if state is None:
+            state = self._states[session_id] = SessionState()
+        return state
+
+    def selector(self, session_id: str, kind: str, key: str | None = None) -> Selector:
+        """How the mode / model / config option `key` of a session is set; AcpError (one line)
+        if the agent offers none."""
+        selector = self.state(session_id).selector(kind, key)
+        if selector is not None:
+            return selector
+        if kind == MODE:
+            raise AcpError(f"{self.name} offers no modes")
+        if kind == MODEL:
+            raise AcpError(f"{self.name} offers no model choice")
+        options = [o for o in self.state(session_id).config or () if o.settable]
+        listed = ", ".join(o.id for o in options) or "none"
+        raise AcpError(f"{self.name} has no option {key!r}; its options: {listed}")
+
+    async def set_mode(self, session_id: str, wanted: str) -> tuple[Selector, str]:
+        """Set the mode (by id or name): through its config option if there is one, else
+        session/set_mode. Returns (the selector, the value set)."""
+        return await self._set(self.selector(session_id, MODE), session_id, wanted)
+
+    async def set_model(self, session_id: str, wanted: str) -> tuple[Selector, str]:
+        """Set the model: its config option (category "model"), else the agents' session/set_model."""
+        return await self._set(self.selector(session_id, MODEL), session_id, wanted)
+
+    async def set_config_option(self, session_id: str, key: str, wanted: str) -> tuple[Selector, str]:
+        return await self._set(self.selector(session_id, "config", key), session_id, wanted)
+
+    async def _set(self, selector: Selector, session_id: str, wanted: str) -> tuple[Selector, str]:
+        try:
+            value = resolve(selector.choices, wanted, selector.name.lower()).id
+        except ChoiceError as exc:
+            raise AcpError(f"{self.name}: {exc}") from None
+        await self._apply(selector, session_id, value)
+        return selector, value
+
+    async def _apply(self, selector: Selector, session_id: str, value: str) -> None:
+        if selector.via == "set_mode":
+            call, params = "session/set_mode", {"sessionId": session_id, "modeId": value}
+        elif selector.via == "set_model":
+            call, params = "session/set_model", {"sessionId": session_id, "modelId": value}
+        else:
+            call, params = "session/set_config_option", {"sessionId": session_id, "configId": selector.key,
+                                                         "value": value}
+        try:
+            result = await self._call(call, params)
+        except RpcError as exc:
+            raise AcpError(f"{self.name} did not take {selector.name.lower()} {value!r}: {exc.message}") from None
+        state = self.state(session_id)
+        state.set_current(selector, value)
+        if selector.via == "config":
+            state.apply_result({"configOptions": result["configOptions"]}
+                               if isinstance(result, dict) and "configOptions" in result else None)
+
+    async def apply_choices(self, session_id: str, choices: Choices) -> Applied:
+        """Bring a session (new, loaded, after a restart or an eviction) to the owner's choices:
+        only what differs, model first, mode last. Never raises for one choice: what fails
+        is returned with its reason."""
+        steps, skipped = plan_choices(self.state(session_id), choices)
+        done, failed = [], list(skipped)
+        for step in steps:
+            try:
+                await self._apply(step.selector, session_id, step.value)
+            except AcpError as exc:
+                if isinstance(exc, (AgentCrashed, AgentTimeout)):
+                    raise
+                failed.append(Skipped(step.selector.kind, step.selector.key, step.value, str(exc)))
+            else:
+                done.append((step.selector.kind, step.selector.key, step.value))
+        return Applied(done, failed)
+
     # -- incoming -------------------------------------------------------------------
     async def _on_notification(self, method: str, params: Any) -> None:
+        if method == "elicitation/complete" and isinstance(params, dict):
+            await self._elicitation_complete(params)
+            return
         if method != "session/update" or not isinstance(params, dict):
             log.debug("%s: ignoring notification %s", self.name, method)
             return
@@ -294,6 +419,15 @@ class Agent:
                 await _call(self.on_commands, self.name, self.commands)
             except Exception:
                 log.exception("%s: on_commands callback failed", self.name)
+        # A session's settings are kept whenever they come: before session/new returns (the
+        # result, read after them, then replaces only the fields it carries), between
+        # prompts, during a session/load (its result comes last and wins).
+        if session_id is not None and self.state(session_id).apply_update(update) \
+                and session_id not in self._loading:
+            try:
+                await _call(self.on_state, self.name, session_id, update, self.state(session_id))
+            except Exception:
+                log.exception("%s: on_state callback failed", self.name)
         # A session being loaded replays its history: never an answer's (ADR §4). An update
         # reaches a prompt only if it was read after that prompt was written, and only while
         # it runs: the reader handles lines strictly in order, and session/load answers after
@@ -304,9 +438,21 @@ class Agent:
         if running is not None and running.sent:
             await _call(running.on_update, update)
 
+    async def _elicitation_complete(self, params: dict[str, Any]) -> None:
+        """elicitation/complete {elicitationId}: told to the running prompts as an update."""
+        ident = params.get("elicitationId")
+        if not isinstance(ident, str):
+            return
+        update = Update(kind="elicitation_complete", text=ident, raw=params)
+        for running in list(self._prompts.values()):
+            if running.sent:
+                await _call(running.on_update, update)
+
     async def _on_request(self, method: str, params: Any) -> Any:
         if method == "session/request_permission" and isinstance(params, dict):
             return await self._ask_permission(params)
+        if method == "elicitation/create" and isinstance(params, dict):
+            return await self._ask_elicitation(params)
         raise RpcError(framing.METHOD_NOT_FOUND, f"method not found: {method}")
 
     async def _ask_permission(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -315,28 +461,72 @@ class Agent:
         running = self._prompts.get(session_id)
         if running is None or running.on_permission is None or running.cancelled:
             return cancelled
+        if not await self._room_for_question(session_id, running, "permission request"):
+            return cancelled
         options = params.get("options")
         options = [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []
         tool_call = params.get("toolCall")
         request = PermissionRequest(session_id, tool_call if isinstance(tool_call, dict) else {}, options)
-        waiter = asyncio.ensure_future(_call(running.on_permission, request))
+        option_id = await self._wait_for_person(session_id, _call(running.on_permission, request))
+        if option_id is None or option_id not in {o.get("optionId") for o in options}:
+            return cancelled
+        return {"outcome": {"outcome": "selected", "optionId": option_id}}
+
+    async def _ask_elicitation(self, params: dict[str, Any]) -> dict[str, Any]:
+        session_id = _session_id(params)
+        running = self._prompts.get(session_id) if session_id is not None else None
+        if running is None or running.on_elicitation is None:
+            return {"action": CANCEL}  # nobody to ask (not during a turn, or not scoped to one)
+        if running.cancelled:
+            return {"action": ELICITATION_ON_CANCEL}
+        try:
+            request = parse_request(params)
+        except BadElicitation as exc:
+            raise RpcError(framing.INVALID_PARAMS, f"cannot ask this: {exc}") from None
+        if not await self._room_for_question(session_id, running, "question"):
+            return {"action": DECLINE}
+        answer = await self._wait_for_person(session_id, _call(running.on_elicitation, request))
+        if answer is None:  # cancel() answered for the person, or the callback had no answer
+            return {"action": ELICITATION_ON_CANCEL if running.cancelled else CANCEL}
+        return answer.to_result()
+
+    async def _room_for_question(self, session_id: str, running: _Prompt, what: str) -> bool:
+        """False (and one line told to the turn) when MAX_QUESTIONS are already open."""
+        if len(self._permissions.get(session_id, {})) < MAX_QUESTIONS:
+            return True
+        self.refused_questions += 1
+        line = (f"{self.name} asked more than {MAX_QUESTIONS} questions at once; "
+                f"this {what} was refused")
+        log.warning("%s (session %s)", line, session_id)
+        try:
+            await _call(running.on_update, Update(kind="notice", text=line))
+        except Exception:
+            log.exception("%s: on_update failed for a notice", self.name)
+        return False
+
+    async def _wait_for_person(self, session_id: str, asking: Awaitable[Any]) -> Any:
+        """Await a callback that asks a person; None when cancel() answered for them. If the
+        agent cancels its request ($/cancel_request) or the connection goes, the callback is
+        cancelled too."""
+        waiter = asyncio.ensure_future(asking)
         # The current task is the peer's reply task: cancel() waits for it.
         self._permissions.setdefault(session_id, {})[waiter] = asyncio.current_task()
         self._asking += 1
         try:
-            option_id = await waiter
+            return await waiter
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # the connection is going away
+            if asyncio.current_task().cancelling():  # the agent withdrew it, or we are closing
                 waiter.cancel()
                 raise
-            option_id = None  # cancel() answered for the person
+            return None  # cancel() answered for the person
         finally:
             self._asking -= 1
-            self._permissions.get(session_id, {}).pop(waiter, None)
+            asking_now = self._permissions.get(session_id)
+            if asking_now is not None:
+                asking_now.pop(waiter, None)
+                if not asking_now:  # no empty entry left per session ever asked
+                    del self._permissions[session_id]
             self.peer.last_activity = time.monotonic()  # the silence clock restarts now
-        if option_id is None or option_id not in {o.get("optionId") for o in options}:
-            return cancelled
-        return {"outcome": {"outcome": "selected", "optionId": option_id}}
 
 
 def _session_id(params: dict[str, Any]) -> str | None:
@@ -346,11 +536,12 @@ def _session_id(params: dict[str, Any]) -> str | None:
 
 
 async def start_agent(spec: AgentSpec, on_commands: OnCommands | None = None,
-                      client_capabilities: dict[str, Any] | None = None) -> Agent:
+                      client_capabilities: dict[str, Any] | None = None,
+                      on_state: OnState | None = None) -> Agent:
     """Spawn the agent and run initialize. Raises AgentStartError."""
     process = AgentProcess(spec.name, spec.command, spec.cwd, spec.env)
     await process.start()
-    agent = Agent(spec, process, on_commands)
+    agent = Agent(spec, process, on_commands, on_state)
     agent.peer.start()
     try:
         await agent._initialize(client_capabilities)

@@ -12,6 +12,11 @@ splits them into messages and handles them strictly in arrival order:
 
 A malformed line is logged and skipped. When the stream ends every pending
 request fails with ConnectionLost.
+
+`$/cancel_request` {requestId} (ACP's protocol-level cancellation) works both ways:
+a request of ours abandoned before its reply (the awaiting task was cancelled)
+is cancelled at the peer, and a request of the peer's that it cancels has its
+handler task cancelled and is answered with error -32800 (request cancelled).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ RequestHandler = Callable[[str, Any], Awaitable[Any]]
 NotificationHandler = Callable[[str, Any], Any]
 
 READ_SIZE = 1 << 16
+CANCEL_REQUEST = "$/cancel_request"
+REQUEST_CANCELLED = -32800
 
 
 class Peer:
@@ -45,6 +52,9 @@ class Peer:
         self._ids = itertools.count(1)
         self._pending: dict[Any, asyncio.Future] = {}
         self._handlers: set[asyncio.Task] = set()
+        # the peer's requests being handled, by id: the handler's future once it runs
+        self._answering: dict[Any, asyncio.Future | None] = {}
+        self._withdrawn: set[Any] = set()  # ids the peer cancelled with $/cancel_request
         self._task: asyncio.Task | None = None
         self.closed = asyncio.Event()
         self.close_reason = ""
@@ -73,11 +83,32 @@ class Peer:
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        written = False
+
+        def sent() -> None:
+            nonlocal written
+            written = True
+            if on_sent is not None:
+                on_sent()
         try:
-            await self._send(framing.request(request_id, method, params), on_sent)
+            await self._send(framing.request(request_id, method, params), sent)
             return await future
+        except asyncio.CancelledError:
+            # (cancelling us cancelled the future too: only a reply makes it "answered")
+            if written and (future.cancelled() or not future.done()):
+                self._cancel_at_peer(request_id)
+            raise
         finally:
             self._pending.pop(request_id, None)
+
+    def _cancel_at_peer(self, request_id: Any) -> None:
+        """We no longer wait for `request_id`: tell the peer (it may ignore it)."""
+        if self.closed.is_set():
+            return
+        try:  # no drain: this runs while the caller is being cancelled
+            self._writer.write(framing.encode(framing.notification(CANCEL_REQUEST, {"requestId": request_id})))
+        except (ConnectionError, RuntimeError):
+            pass
 
     async def notify(self, method: str, params: Any = None) -> None:
         await self._send(framing.notification(method, params))
@@ -122,6 +153,9 @@ class Peer:
             else:
                 future.set_result(message.get("result"))
         elif kind == framing.NOTIFICATION:
+            if message["method"] == CANCEL_REQUEST:
+                self._peer_cancels(message.get("params"))
+                return
             if self._on_notification is None:
                 return
             try:
@@ -131,23 +165,51 @@ class Peer:
             except Exception:
                 log.exception("%s: notification handler failed for %s", self.label, message["method"])
         elif kind == framing.REQUEST:
+            self._answering[message["id"]] = None  # a withdrawal may follow before it runs
             task = asyncio.create_task(self._answer(message))
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
         else:
             log.warning("%s: ignoring an invalid message: %.200s", self.label, message)
 
+    def _peer_cancels(self, params: Any) -> None:
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        if not isinstance(request_id, (str, int)) or request_id not in self._answering:
+            log.debug("%s: $/cancel_request for no request being handled (%r)", self.label, request_id)
+            return
+        self._withdrawn.add(request_id)
+        handling = self._answering[request_id]
+        if handling is not None:
+            handling.cancel()
+
     async def _answer(self, message: dict[str, Any]) -> None:
         request_id, method = message["id"], message["method"]
+        handling: asyncio.Future | None = None
         try:
             if self._on_request is None:
                 raise RpcError(framing.METHOD_NOT_FOUND, f"method not found: {method}")
-            reply = framing.result(request_id, await self._on_request(method, message.get("params")))
+            if request_id in self._withdrawn:
+                raise RpcError(REQUEST_CANCELLED, "Request cancelled")
+            # The handler runs as its own future, so that a withdrawal cancels it and not us.
+            handling = asyncio.ensure_future(self._on_request(method, message.get("params")))
+            self._answering[request_id] = handling
+            reply = framing.result(request_id, await handling)
+        except asyncio.CancelledError:
+            withdrawn = (request_id in self._withdrawn and handling is not None and handling.cancelled()
+                         and not asyncio.current_task().cancelling() and not self.closed.is_set())
+            if not withdrawn:  # we are closing: nobody waits for the reply
+                if handling is not None:
+                    handling.cancel()
+                raise
+            reply = framing.error(request_id, REQUEST_CANCELLED, "Request cancelled")
         except RpcError as exc:
             reply = framing.error(request_id, exc.code, exc.message, exc.data)
         except Exception as exc:
             log.exception("%s: request handler failed for %s", self.label, method)
             reply = framing.error(request_id, framing.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._answering.pop(request_id, None)
+            self._withdrawn.discard(request_id)
         try:
             await self._send(reply)
         except ConnectionLost:

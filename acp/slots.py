@@ -22,7 +22,7 @@ import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
 
-from .client import Agent, AgentSpec, OnCommands, start_agent
+from .client import Agent, AgentSpec, OnCommands, OnState, start_agent
 from .errors import AcpError
 
 log = logging.getLogger(__name__)
@@ -60,12 +60,14 @@ class Pool:
     def __init__(self, specs: dict[str, AgentSpec], agents_in_memory: int = 2,
                  on_commands: OnCommands | None = None,
                  on_stopped: Callable[[str], Any] | None = None,
-                 client_capabilities: dict[str, Any] | None = None):
+                 client_capabilities: dict[str, Any] | None = None,
+                 on_state: OnState | None = None):
         if agents_in_memory < 1:
             raise ValueError("agents_in_memory must be at least 1")
         self.capacity = agents_in_memory
         self.on_commands, self.on_stopped = on_commands, on_stopped
         self.client_capabilities = client_capabilities
+        self.on_state = on_state
         self._entries = {name: _Entry(spec) for name, spec in specs.items()}
         self._clock = itertools.count(1)  # LRU order without wall-clock ties
         self._slot_waiters: list[asyncio.Future] = []
@@ -148,7 +150,7 @@ class Pool:
                 raise AcpError("the agent pool is closed")
             await self._take_slot(e)
             try:
-                agent = await start_agent(e.spec, self.on_commands, self.client_capabilities)
+                agent = await start_agent(e.spec, self.on_commands, self.client_capabilities, self.on_state)
             finally:
                 e.starting = False
                 self._wake()

@@ -1,14 +1,21 @@
 """session/update notifications, normalised into one small dataclass.
 
-The bridge only needs a few fields to render progress; everything else stays
-available in `raw`. Unknown update kinds (ACP grows) become kind 'unknown'
-rather than errors.
+Each kind gets the fields the bridge renders, parsed tolerantly (see acp/toolcalls.py and
+acp/session_state.py for what ACP v1 says about them); everything else stays available in
+`raw`. Unknown update kinds (ACP grows) become kind 'unknown' rather than errors.
+
+Fields that ACP lets an update leave out are None when left out: a tool_call_update without
+`content` keeps the call's content, one with `content: []` clears it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from .session_state import ConfigOption, Usage, parse_config_options, parse_usage
+from .toolcalls import (TOOL_KINDS, TOOL_STATUSES, Location, PlanEntry, TerminalMeta, ToolContent,
+                        parse_content, parse_locations, parse_plan, parse_terminal_meta)
 
 KINDS = {
     "agent_message_chunk": "text",
@@ -19,6 +26,7 @@ KINDS = {
     "plan": "plan",
     "available_commands_update": "commands",
     "current_mode_update": "mode",
+    "config_option_update": "config",
     "session_info_update": "session_info",
     "usage_update": "usage",
 }
@@ -32,6 +40,15 @@ class Update:
     title: str | None = None
     status: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    # tool_call / tool_call_update
+    tool_kind: str | None = None
+    locations: list[Location] | None = None
+    content: list[ToolContent] | None = None
+    terminal: TerminalMeta | None = None
+    # plan, config, usage
+    plan: list[PlanEntry] | None = None
+    config_options: tuple[ConfigOption, ...] | None = None
+    usage: Usage | None = None
 
 
 def content_text(block: Any) -> str:
@@ -64,13 +81,26 @@ def normalise_update(raw: dict[str, Any]) -> Update:
     if kind in ("text", "thought", "user_text"):
         update.text = content_text(raw.get("content"))
     elif kind in ("tool_call", "tool_call_update"):
+        first = kind == "tool_call"
         update.tool_call_id = _str(raw.get("toolCallId"))
         update.title = _str(raw.get("title"))
-        update.status = _str(raw.get("status")) or ("pending" if kind == "tool_call" else None)
+        status = _str(raw.get("status"))
+        update.status = status if status in TOOL_STATUSES else ("pending" if first else None)
+        tool_kind = _str(raw.get("kind"))
+        update.tool_kind = tool_kind if tool_kind in TOOL_KINDS else ("other" if first or tool_kind else None)
+        update.locations = parse_locations(raw.get("locations"))
+        update.content = parse_content(raw.get("content"), content_text)
+        update.terminal = parse_terminal_meta(raw.get("_meta"))
+    elif kind == "plan":
+        update.plan = parse_plan(raw.get("entries"))
     elif kind == "session_info":
         update.title = _str(raw.get("title"))
     elif kind == "mode":
         update.text = _str(raw.get("currentModeId")) or ""
+    elif kind == "config":
+        update.config_options = parse_config_options(raw.get("configOptions"))
+    elif kind == "usage":
+        update.usage = parse_usage(raw)
     return update
 
 

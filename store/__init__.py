@@ -6,11 +6,13 @@ Knows nothing of Matrix: room and event ids are opaque strings.
 from .errors import StoreClosed, StoreError, StoreLocked
 from .ids import new_id
 from .records import Channel, Member, Message
+from .settings import MemberSettings
 from .store import Store
 
 __all__ = [
     "Channel",
     "Member",
+    "MemberSettings",
     "Message",
     "Store",
     "StoreClosed",

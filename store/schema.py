@@ -11,6 +11,7 @@ import peewee as pw
 
 # Prefixed, so that the store can live in a database shared with other tables.
 TABLES = (
+    "sk_member_setting",
     "sk_message_event",
     "sk_message",
     "sk_member",
@@ -57,6 +58,28 @@ def build(db: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "sk_member"
             primary_key = pw.CompositeKey("channel_id", "agent")
+
+    class MemberSetting(Base):
+        # A member's session settings (store/settings.py): the owner's choices of mode, model
+        # and config options, applied again to every new or loaded session, and what the agent
+        # last reported. Its own table, so that an existing store gains it at open (a new table
+        # is created there; nothing else changes), and it goes with the membership.
+        channel_id = pw.TextField()
+        agent = pw.TextField()
+        choices = pw.TextField(default="{}")  # JSON {mode, model, config: {id: value}}
+        snapshot = pw.TextField(null=True)    # JSON: the session's offers, for !mode / !status
+        used = pw.BigIntegerField(null=True)  # context tokens in use
+        size = pw.BigIntegerField(null=True)  # context window
+        cost = pw.DoubleField(null=True)
+        currency = pw.TextField(null=True)
+        title = pw.TextField(null=True)       # the session's title (session_info_update)
+        updated = pw.BigIntegerField(default=0)
+
+        class Meta:
+            table_name = "sk_member_setting"
+            primary_key = pw.CompositeKey("channel_id", "agent")
+            constraints = [pw.SQL("FOREIGN KEY (channel_id, agent) REFERENCES sk_member (channel_id, agent) "
+                                  "ON DELETE CASCADE")]
 
     class Message(Base):
         channel_id = pw.TextField(constraints=_references("sk_channel"))
@@ -128,6 +151,7 @@ def build(db: pw.Database) -> SimpleNamespace:
     models = SimpleNamespace(
         Channel=Channel,
         Member=Member,
+        MemberSetting=MemberSetting,
         Message=Message,
         MessageEvent=MessageEvent,
         Txn=Txn,
@@ -136,7 +160,7 @@ def build(db: pw.Database) -> SimpleNamespace:
         Pending=Pending,
     )
     # Parents first, so that REFERENCES finds its table.
-    models.all = [Channel, Member, Message, MessageEvent, Txn, AgentCommand, Value, Pending]
+    models.all = [Channel, Member, MemberSetting, Message, MessageEvent, Txn, AgentCommand, Value, Pending]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 

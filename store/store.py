@@ -76,6 +76,18 @@ class Store:
                 if self._lock is not None:
                     self._lock.release()  # a file lock: only once the database is closed
 
+    @property
+    def settings(self):
+        """Each member's session settings (store/settings.py)."""
+        from .settings import Settings
+        if self.__dict__.get("_settings") is None:
+            self._settings = Settings(self)
+        return self._settings
+
+    def _run(self, operation, *args, **kwargs):
+        """Run `operation(self, ...)` as a store operation: for the store's other modules."""
+        return _operation(operation)(self, *args, **kwargs)
+
     def __enter__(self) -> "Store":
         return self
 

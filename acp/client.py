@@ -56,6 +56,7 @@ CODING_CLIENT_CAPABILITIES = {
 }
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
 MAX_QUESTIONS = 16  # permission + elicitation requests open at once in one session
+MAX_EARLY_STATES = 8  # states kept for session ids not (yet) ours: updates before session/new returns
 ELICITATION_ON_CANCEL = DECLINE  # a stopped turn declines what its agent asked (`!stop` declines)
 
 
@@ -331,6 +332,16 @@ class Agent:
             state = self._states[session_id] = SessionState()
         return state
 
+    def _state_for_update(self, session_id: str) -> SessionState:
+        """The state an update is about. A session id not yet ours may be one whose session/new
+        reply is on its way: kept, but only the latest MAX_EARLY_STATES such (an agent sending
+        made-up ids cannot grow this without bound)."""
+        if session_id not in self._states and session_id not in self.sessions and session_id not in self._loading:
+            early = [sid for sid in self._states if sid not in self.sessions and sid not in self._loading]
+            for sid in early[:max(0, len(early) - MAX_EARLY_STATES + 1)]:
+                del self._states[sid]
+        return self.state(session_id)
+
     def selector(self, session_id: str, kind: str, key: str | None = None) -> Selector:
         """How the mode / model / config option `key` of a session is set; AcpError (one line)
         if the agent offers none."""
@@ -422,7 +433,7 @@ class Agent:
         # A session's settings are kept whenever they come: before session/new returns (the
         # result, read after them, then replaces only the fields it carries), between
         # prompts, during a session/load (its result comes last and wins).
-        if session_id is not None and self.state(session_id).apply_update(update) \
+        if session_id is not None and self._state_for_update(session_id).apply_update(update) \
                 and session_id not in self._loading:
             try:
                 await _call(self.on_state, self.name, session_id, update, self.state(session_id))

@@ -336,3 +336,14 @@ async def test_open_questions_are_bounded(coder, monkeypatch):
 async def _until(condition) -> None:
     while not condition():
         await asyncio.sleep(0.02)
+
+
+async def test_states_of_unknown_session_ids_are_bounded(coder):
+    agent = await coder()
+    session_id = await agent.new_session()
+    for n in range(50):  # an agent sending updates for made-up sessions
+        await agent._on_notification("session/update", {"sessionId": f"made_up_{n}", "update": {
+            "sessionUpdate": "session_info_update", "title": str(n)}})
+    unknown = [sid for sid in agent._states if sid != session_id]
+    assert len(unknown) == acp.client.MAX_EARLY_STATES and unknown[-1] == "made_up_49"
+    assert session_id in agent._states and agent.state(session_id).mode == "ask"

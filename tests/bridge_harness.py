@@ -5,15 +5,35 @@
 The bridge runs in the test's event loop (the same Bridge class `sidekicks run` uses) and
 listens on the port the Synapse registration points at, so only one bridge at a time: the
 `bridge_factory` fixture stops each bridge a test started.
+
+Waiting for what a test names, never for a while:
+- `running.handled(event_id)`: the bridge has handled the event and acknowledged its
+  transaction (everything the event makes the bridge do at once is done; events are handled in
+  order, so every earlier event too). What a stranger's event would have caused, had it got
+  through, has happened by then.
+- `running.idle()`: every owner message taken is answered and no answer is in progress (the
+  store's pending records are empty), so no message of this bridge is still to come.
+- At start, `start_bridge` sends a probe event as the bot and waits until the bridge receives
+  it: every bridge of the run shares one Synapse and one registration, and a bridge a test
+  stopped leaves Synapse backing off (2 s … 512 s) on that appservice. The bridge's start-up
+  ping makes Synapse retry at once; the probe verifies it did, and that the transactions left
+  from earlier tests (older than the probe) are delivered, before the test begins.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import aiohttp
 import yaml
+from aiohttp import web
 
 import config as configuration
 from config import registration as registrations
@@ -41,15 +61,88 @@ def write_config(hs, folder: Path, agents: dict[str, dict], **top: Any) -> Path:
     return path
 
 
+class Deliveries:
+    """Event ids of the transactions a bridge acknowledged (200), seen by an aiohttp middleware
+    on its appservice listener: the homeserver's view of "handled"."""
+
+    def __init__(self) -> None:
+        self.event_ids: set[str] = set()
+        self.when: dict[str, float] = {}  # event id → time.monotonic() of its acknowledgement
+        self.transactions = 0
+        self._news: asyncio.Event | None = None
+
+    def install(self, app: web.Application) -> None:
+        app.middlewares.append(self._middleware)
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):
+        response = await handler(request)
+        if request.method == "PUT" and "/transactions/" in request.path and response.status == 200:
+            try:
+                body = json.loads(await request.read())  # aiohttp keeps the body it read
+            except ValueError:
+                body = {}
+            events = body.get("events") if isinstance(body, dict) else None
+            for event in events if isinstance(events, list) else []:
+                if isinstance(event, dict) and isinstance(event.get("event_id"), str):
+                    self.event_ids.add(event["event_id"])
+                    self.when.setdefault(event["event_id"], time.monotonic())
+            self.transactions += 1
+            if self._news is not None:
+                self._news.set()
+        return response
+
+    async def wait(self, event_id: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while event_id not in self.event_ids:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"the bridge was not delivered {event_id} within {timeout:g} s "
+                                     f"({self.transactions} transactions acknowledged)")
+            self._news = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._news.wait(), min(remaining, 1.0))
+            except asyncio.TimeoutError:
+                pass
+
+
+async def wait_until(predicate, timeout: float = 60, what: str | None = None, every: float = 0.05) -> None:
+    """Poll `predicate()` (may be async) until it is true; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            name = what or getattr(predicate, "__qualname__", repr(predicate))
+            raise AssertionError(f"{name} still false after {timeout:g} s")
+        await asyncio.sleep(every)
+
+
 class RunningBridge:
-    def __init__(self, bridge, cfg):
+    def __init__(self, bridge, cfg, deliveries: Deliveries | None = None):
         self.bridge = bridge
         self.config = cfg
         self.stopped = False
+        self.deliveries = deliveries or Deliveries()
 
     @property
     def store(self):
         return self.bridge.store
+
+    async def handled(self, event_id: str, timeout: float = 60) -> None:
+        """Until the bridge has handled `event_id` and acknowledged its transaction."""
+        await self.deliveries.wait(event_id, timeout)
+
+    def is_idle(self) -> bool:
+        from bridge.recovery import ANSWERS, PROMPTS
+        return not self.store.pending(PROMPTS) and not self.store.pending(ANSWERS)
+
+    async def idle(self, timeout: float = 60) -> None:
+        """Until no owner message waits for an answer and no answer is being written."""
+        await wait_until(self.is_idle, timeout, "the bridge is idle (no pending prompt or answer)")
 
     async def stop(self) -> None:
         if not self.stopped:
@@ -58,7 +151,10 @@ class RunningBridge:
 
 
 async def start_bridge(hs, folder: Path, agents: dict[str, dict], data_dir: Path | None = None,
-                       **top: Any) -> RunningBridge:
+                       probe: bool = True, **top: Any) -> RunningBridge:
+    """Start the real Bridge in this loop. With `probe` (the default), return only once the
+    homeserver delivers to it (see the module's docstring); a test about that very delivery
+    (the start-up ping) passes probe=False."""
     from bridge.bridge import Bridge
     from bridge.cli import open_store
 
@@ -68,8 +164,44 @@ async def start_bridge(hs, folder: Path, agents: dict[str, dict], data_dir: Path
     registration = registrations.read(cfg.registration_path)
     store, unavailable = open_store(cfg)
     bridge = Bridge(cfg, registration, store, history_unavailable=unavailable)
+    deliveries = Deliveries()
+    deliveries.install(bridge.server.app)
     await bridge.start()
-    return RunningBridge(bridge, cfg)
+    running = RunningBridge(bridge, cfg, deliveries)
+    if probe:
+        try:
+            await probe_delivery(hs.url, registration.as_token, running)
+        except BaseException:
+            await running.stop()
+            raise
+    return running
+
+
+_probe_rooms: dict[tuple[str, str], str] = {}
+
+
+async def probe_delivery(hs_url: str, as_token: str, running: RunningBridge, timeout: float = 60) -> None:
+    """The bot sends an event only the appservice cares about; wait until the bridge has it."""
+    headers = {"Authorization": f"Bearer {as_token}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        room_id = _probe_rooms.get((hs_url, as_token))
+        if room_id is None:  # one room per homeserver: the bot alone, no name, nothing to bridge
+            async with http.post(f"{hs_url}/_matrix/client/v3/createRoom",
+                                 json={"preset": "private_chat"}) as response:
+                body = await response.json()
+                assert response.status == 200, f"probe room not created: {response.status} {body}"
+            room_id = _probe_rooms[(hs_url, as_token)] = body["room_id"]
+        txn = uuid.uuid4().hex
+        url = (f"{hs_url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/"
+               f"org.sidekicks.test.probe/{txn}")
+        async with http.put(url, json={"probe": txn}) as response:
+            body = await response.json()
+            assert response.status == 200, f"probe not sent: {response.status} {body}"
+    try:
+        await running.handled(body["event_id"], timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"the homeserver does not deliver to the new bridge (still backing off "
+                             f"after an earlier test's bridge stopped?): {exc}") from None
 
 
 def answers_in(events: list[dict], sender: str) -> list[dict]:

@@ -19,6 +19,13 @@ Every client made by `login` records every timeline event it receives through `s
 `events_in` sees everything since the client's first sync, whichever helper ran the sync.
 The fixture's Synapse lives for the whole session: use fresh rooms in each test rather than
 counting on a clean server.
+
+Never wait a while for something *not* to happen: wait for a condition that shows it could
+have happened and did not. `caught_up(client, room_id)` makes the client see every event the
+room had when it was called (it sends a marker event nobody acts on and syncs until it is
+back); bridge_harness's `running.handled(event_id)` and `running.idle()` say when the bridge has
+done what an event could make it do. Timeouts are generous (PATIENCE): a busy machine is slow,
+not wrong, and a condition that holds returns at once.
 """
 from __future__ import annotations
 
@@ -42,6 +49,11 @@ from bridge.homeserver import Homeserver, free_port
 
 
 FIGURES: list[tuple[str, dict]] = []
+
+# seconds a wait for a condition allows by default: long enough for a loaded 2-core machine
+# (several suites at once), and no cost when the condition comes quickly
+PATIENCE = 60
+MARKER = "org.sidekicks.test.marker"
 
 
 def record_figures(name: str, figures: dict) -> None:
@@ -165,7 +177,7 @@ async def login(hs: TestHomeserver, user_id: str, password: str,
 
 async def sync_until(client: nio.AsyncClient,
                      predicate: Callable[[], bool | Awaitable[bool]],
-                     timeout: float = 15) -> None:
+                     timeout: float = PATIENCE) -> None:
     """Sync `client` again and again until `predicate()` is true.
 
     `predicate` takes no arguments and may be async; it is checked before the first sync and
@@ -197,6 +209,19 @@ async def sync_until(client: nio.AsyncClient,
     raise AssertionError(
         f"sync_until: {name} still false after {timeout:g} s for {client.user_id}\n"
         + _describe(client))
+
+
+async def caught_up(client: nio.AsyncClient, room_id: str, timeout: float = PATIENCE) -> None:
+    """Until `client` has seen every event `room_id` held when this was called: a marker event
+    (a type no bridge acts on) is sent, and the client syncs until it comes back."""
+    response = await client.room_send(room_id, MARKER, {"marker": secrets.token_hex(8)})
+    assert isinstance(response, nio.RoomSendResponse), response
+    marker = response.event_id
+
+    def marker_seen() -> bool:
+        return any(event.get("event_id") == marker for event in events_in(client, room_id))
+    marker_seen.__qualname__ = f"marker {marker} seen"
+    await sync_until(client, marker_seen, timeout=timeout)
 
 
 def events_in(client: nio.AsyncClient, room_id: str) -> list[dict[str, Any]]:

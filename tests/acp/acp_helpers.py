@@ -21,7 +21,19 @@ def read_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-async def log_until(path: Path, predicate, timeout: float = 10.0) -> list[dict]:
+PATIENCE = 60.0  # seconds a wait for a condition allows: a loaded machine is slow, not wrong
+
+
+async def until(predicate, timeout: float = PATIENCE, what: str = "") -> None:
+    """Poll `predicate()` until it is true; AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what or predicate} still false after {timeout:g} s")
+        await asyncio.sleep(0.02)
+
+
+async def log_until(path: Path, predicate, timeout: float = PATIENCE) -> list[dict]:
     """The agent's log once `predicate(log)` holds: the agent writes it as it reads each
     message, which may be after our call has returned."""
     deadline = time.monotonic() + timeout

@@ -1,7 +1,6 @@
 """Pure tests of acp.framing: no processes, no event loop."""
 
 import json
-import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,15 +42,15 @@ def test_any_chunking_gives_the_same_lines(lines, cuts):
     assert buf.close() is None
 
 
-def test_huge_line_in_small_chunks_is_linear():
-    # 8 MiB fed 4 KiB at a time: a quadratic rescan would take minutes.
+def test_huge_line_in_small_chunks_is_one_line():
+    # 8 MiB fed 4 KiB at a time; that this stays linear (8 MiB against 1 MiB, per MiB) is
+    # measured by tests/bench (bench_faults), not by a time bound here
     payload = {"text": "x" * (8 * 1024 * 1024)}
     data = framing.encode(payload)
     buf, lines = LineBuffer(), []
-    started = time.monotonic()
     for pos in range(0, len(data), 4096):
         lines += buf.feed(data[pos:pos + 4096])
-    assert time.monotonic() - started < 5
+        assert buf.pending <= len(data)
     assert len(lines) == 1
     assert framing.decode(lines[0]) == payload
 

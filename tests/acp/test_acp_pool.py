@@ -7,15 +7,7 @@ import asyncio
 import pytest
 
 from acp import AgentCrashed, AgentStartError, Pool
-from acp_helpers import scripted_spec
-
-
-async def wait_for(predicate, timeout=5.0):
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+from acp_helpers import PATIENCE, scripted_spec, until as wait_for
 
 
 async def test_three_agents_on_two_slots():
@@ -46,13 +38,13 @@ async def test_three_agents_on_two_slots():
         holders = [asyncio.create_task(hold("alice")), asyncio.create_task(hold("carol"))]
         await asyncio.gather(inside["alice"].wait(), inside["carol"].wait())
         bob_turn = asyncio.create_task(_one_turn(pool, "bob"))
-        await asyncio.sleep(0.5)
-        assert not bob_turn.done() and pool.state("bob") == "waiting"
+        await wait_for(lambda: pool.state("bob") == "waiting", what="bob waits for a slot")
+        assert not bob_turn.done()
         assert pool.state("alice") == pool.state("carol") == "busy"
         assert stopped == ["bob"] and alice.returncode is None and carol.returncode is None
 
         release["alice"].set()  # alice is idle now: she makes room, carol stays
-        assert await asyncio.wait_for(bob_turn, 10) == "echo: hello"
+        assert await asyncio.wait_for(bob_turn, PATIENCE) == "echo: hello"
         assert stopped == ["bob", "alice"] and carol.returncode is None
         release["carol"].set()
         await asyncio.gather(*holders)
@@ -89,9 +81,8 @@ async def test_turns_for_one_agent_are_fifo_and_exclusive():
         for index in range(4):
             tasks.append(asyncio.create_task(caller(index)))
             await asyncio.sleep(0)  # each caller queues before the next one
-        await asyncio.sleep(0.05)
-        assert pool.state("alice") in ("starting", "busy")
-        answers = await asyncio.wait_for(asyncio.gather(*tasks), 20)
+        assert pool.state("alice") in ("starting", "busy")  # the first caller got it; three wait
+        answers = await asyncio.wait_for(asyncio.gather(*tasks), PATIENCE)
         assert answers == [f"echo: channel {i}" for i in range(4)]
         assert events == [(step, i) for i in range(4) for step in ("in", "out")]
     finally:

@@ -32,13 +32,12 @@ async def test_a_waiting_request_handler_does_not_hold_back_notifications():
         call = asyncio.create_task(a.request("session/request_permission", {}))
         for n in range(5):
             await a.notify("session/update", {"n": n})
-        for _ in range(100):
-            if len(seen) == 5:
-                break
+        deadline = asyncio.get_running_loop().time() + 60
+        while len(seen) < 5 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         assert seen == [0, 1, 2, 3, 4] and not call.done()
         gate.set()
-        assert await asyncio.wait_for(call, 2) == {"answered": "session/request_permission"}
+        assert await asyncio.wait_for(call, 60) == {"answered": "session/request_permission"}
     finally:
         await a.close(), await b.close()
 
@@ -98,12 +97,18 @@ async def test_malformed_lines_are_logged_and_the_connection_survives(caplog):
 
 
 async def test_pending_requests_fail_when_the_other_side_goes_away():
-    a, b, _ = await pair(b_kw={"on_request": lambda m, p: asyncio.Event().wait()})
+    arrived = asyncio.Event()
+
+    async def never(method, params):
+        arrived.set()
+        await asyncio.Event().wait()
+
+    a, b, _ = await pair(b_kw={"on_request": never})
     call = asyncio.create_task(a.request("session/prompt", {}))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(arrived.wait(), 60)  # the request is pending on the other side
     await b.close()
     with pytest.raises(ConnectionLost, match="connection closed"):
-        await asyncio.wait_for(call, 2)
+        await asyncio.wait_for(call, 60)
     with pytest.raises(ConnectionLost):
         await a.request("again", {})
     await a.close()

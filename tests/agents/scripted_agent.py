@@ -4,7 +4,9 @@ A real ACP agent over stdio (built on acp.agent_kit) whose behaviour is chosen
 by command-line options and, per prompt, by directives inside the prompt text.
 
 Options
-  --log FILE            append every JSON-RPC message received, one JSON per line
+  --log FILE            append every JSON-RPC message received, one JSON per line, and
+                        {"scripted": "prompt ended", "sessionId": …, "stopReason": …} when a
+                        prompt's turn is over (cancelled ones included), before its reply
   --name N, --version V, --title T     agentInfo (default scripted / 1.0)
   --answer TEXT         the answer (default: "echo: " + prompt text)
   --answer-size N       answer with N generated characters (lines of text)
@@ -31,6 +33,8 @@ Options
   --crash-mid-answer    after the first chunk: write to stderr, exit with code 3
   --hang                after the first chunk: never answer (ignores cancel and
                         stdin closing; only a signal ends it)
+  --hold FILE           after the first chunk: wait until FILE exists, then go on (the
+                        test decides when an answer may end; session/cancel still ends it)
   --big-line MIB        one chunk of MIB MiB of text (a single huge JSON line)
   --stderr-flood MIB    write MIB MiB to stderr before answering
   --garbage             write a non-JSON line on stdout before answering
@@ -38,6 +42,7 @@ Options
 Directives inside the prompt text (apply to that prompt only)
   [[slow]]          20 chunks, 0.2 s apart (time to cancel)
   [[crash]]         crash mid-answer (exit 3)         [[hang]]   hang mid-answer
+  [[hold:FILE]]     after the first chunk, wait until FILE exists (see --hold)
   [[permission]]    ask permission first              [[thoughts]] [[tool]] [[plan]]
   [[size:N]]        answer with N characters          [[chunks:N]] [[delay:S]]
   [[garbage]]       a garbage line first              [[big:MIB]]  [[stderr:MIB]]
@@ -117,9 +122,7 @@ class Scripted(AgentBase):
 
     # -- protocol hooks -------------------------------------------------------
     def received(self, message: dict) -> None:
-        if self.opts.log:
-            with open(self.opts.log, "a", encoding="utf-8") as log:
-                log.write(json.dumps(message) + "\n")
+        self.log(message)
 
     async def new_session(self, cwd: str, params: dict) -> str:
         if self.opts.auth:
@@ -149,6 +152,19 @@ class Scripted(AgentBase):
             self.send_commands(session_id, parse_commands(self.opts.commands))
 
     async def prompt(self, turn: Turn) -> str:
+        stop_reason = "cancelled"  # what the kit answers when the task is cancelled
+        try:
+            stop_reason = await self._prompt(turn)
+            return stop_reason
+        finally:
+            self.log({"scripted": "prompt ended", "sessionId": turn.session_id, "stopReason": stop_reason})
+
+    def log(self, record: dict) -> None:
+        if self.opts.log:
+            with open(self.opts.log, "a", encoding="utf-8") as log:
+                log.write(json.dumps(record) + "\n")
+
+    async def _prompt(self, turn: Turn) -> str:
         o = self.opts
         d = {name: value for name, value in DIRECTIVE.findall(turn.text)}
         self._history(turn.session_id)
@@ -200,6 +216,8 @@ class Scripted(AgentBase):
                 os._exit(3)
             if index == 0 and ("hang" in d or o.hang):
                 await hang()
+            if index == 0 and (d.get("hold") or o.hold):
+                await hold(Path(d.get("hold") or o.hold))
         self._remember(turn.session_id, "agent", "".join(pieces))
         return "end_turn"
 
@@ -228,6 +246,12 @@ async def hang() -> None:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
             pass
+
+
+async def hold(release: Path) -> None:
+    """Wait until the file `release` exists (the test creates it); a cancel ends the wait."""
+    while not release.exists():
+        await asyncio.sleep(0.02)
 
 
 def flood(mib: float) -> None:
@@ -259,6 +283,7 @@ def main() -> None:
     p.add_argument("--crash-at-start", action="store_true")
     p.add_argument("--crash-mid-answer", action="store_true")
     p.add_argument("--hang", action="store_true")
+    p.add_argument("--hold")
     p.add_argument("--big-line", type=float, default=0)
     p.add_argument("--stderr-flood", type=float, default=0)
     p.add_argument("--garbage", action="store_true")

@@ -24,7 +24,7 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput")
+ALL = ("latency", "store", "start", "throughput", "faults")
 
 
 def machine() -> str:
@@ -96,6 +96,12 @@ async def main(args) -> int:
                             result = await bench_start.run(bench, http, folder / "start")
                             rows += bench_start.rows(result)
                             notes += bench_start.notes(result)
+                        if "faults" in only:
+                            import bench_faults
+                            print("• faults: crash notice, 🛑, framing, local model …", flush=True)
+                            result = await bench_faults.run(bench, http, owner)
+                            rows += bench_faults.rows(result)
+                            notes += bench_faults.notes(result)
                         if "throughput" in only:
                             import bench_throughput
                             print("• throughput …", flush=True)

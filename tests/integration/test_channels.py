@@ -64,7 +64,7 @@ def is_final(answer: dict) -> bool:
     return "getting ready" not in body and not body.startswith(("💭", "✍️", "🔧", "⏳"))
 
 
-async def wait_answers(owner, room_id, puppet_id, count=1, timeout=20) -> list[dict]:
+async def wait_answers(owner, room_id, puppet_id, count=1, timeout=60) -> list[dict]:
     def done():
         answers = finished_answers(owner, room_id, puppet_id)
         return len(answers) >= count and all(is_final(a) for a in answers[:count])
@@ -109,6 +109,7 @@ async def test_adr_example_only_alice_then_bob_reads_the_exact_text(homeserver, 
         await say(owner, room_id, "@alice explain goroutines")
         answers = await wait_answers(owner, room_id, ALICE)
         assert answers[0]["body"] == GOROUTINES
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         assert prompts(logs["alice"]) == ["@alice explain goroutines"]
         assert prompts(logs["bob"]) == [] and finished_answers(owner, room_id, BOB) == []
 
@@ -144,6 +145,7 @@ async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(
         assert prompts(logs["alice"]) == [text]
         assert prompts(logs["bob"]) == [
             f"{header('general')}\nalice: Alice says so\n[End of the messages]\n{CLOSING}\n{text}"]
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         channel = running.store.channel_by_room(room_id)
         assert [(m.sender, m.role) for m in running.store.last_messages(channel.id, 10)][1:] == [
             ("alice", "agent"), ("bob", "agent")]
@@ -185,6 +187,7 @@ async def test_nobody_answers_without_mention_or_speaker(homeserver, bridge_fact
         await sync_until(owner, lambda: any("mention an agent" in n for n in notices(owner, room_id)))
         assert [n for n in notices(owner, room_id) if "mention" in n] == [
             "Nobody answers this one: mention an agent, like @alice, @bob, to get an answer."]
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         assert prompts(logs["alice"]) == [] and prompts(logs["bob"]) == []
         assert finished_answers(owner, room_id, ALICE) == finished_answers(owner, room_id, BOB) == []
     finally:
@@ -230,6 +233,7 @@ async def test_last_speaker_answers_an_unmentioned_follow_up(homeserver, bridge_
         await say(owner, room_id, "and then?")
         answers = await wait_answers(owner, room_id, BOB, count=2)
         assert answers[1]["body"] == "echo: and then?"  # bob has seen everything: the text alone
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         assert prompts(logs["bob"]) == ["@bob first", "and then?"]
         assert prompts(logs["alice"]) == []
         assert not any("mention an agent" in n for n in notices(owner, room_id))
@@ -250,6 +254,7 @@ async def test_strangers_message_in_a_channel_is_ignored(homeserver, bridge_fact
         await say(owner, room_id, "@alice owner here")
         answers = await wait_answers(owner, room_id, ALICE)
         assert [a["body"] for a in answers] == ["echo: @alice owner here"]
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         assert prompts(logs["alice"]) == ["@alice owner here"]
         assert prompts(logs["bob"]) == []
         channel = running.store.channel_by_room(room_id)

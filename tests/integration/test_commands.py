@@ -44,7 +44,7 @@ async def say(client, room_id: str, text: str) -> str:
     return response.event_id
 
 
-async def command(owner, room_id: str, text: str, sender: str = BOT, timeout: float = 20) -> str:
+async def command(owner, room_id: str, text: str, sender: str = BOT, timeout: float = 60) -> str:
     """Send `text` and return the next notice `sender` posts in the room."""
     before = len(notices(owner, room_id, sender))
     await say(owner, room_id, text)
@@ -74,7 +74,7 @@ def final(answer: dict) -> bool:
     return "getting ready" not in body and not body.startswith(("💭", "✍️", "🔧", "⏳"))
 
 
-async def wait_answer(owner, room_id, puppet_id, count=1, timeout=20) -> list[dict]:
+async def wait_answer(owner, room_id, puppet_id, count=1, timeout=60) -> list[dict]:
     def done():
         answers = [a for a in answers_in(events_in(owner, room_id), puppet_id) if a["msgtype"] != "m.notice"]
         return len(answers) >= count and all(final(a) for a in answers[:count])
@@ -234,6 +234,7 @@ async def test_delete_from_the_bot_dm_needs_confirmation(homeserver, bridge_fact
         room = await room_with(owner, ALICE, name="doomed")
         await say(owner, room, "hi")
         await wait_answer(owner, room, ALICE)
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         channel = running.store.channel_by_room(room)
         assert running.store.count_messages(channel.id) == 2
         asked = await command(owner, dm, "!delete doomed")
@@ -262,6 +263,7 @@ async def test_delete_in_a_channel_needs_confirmation(homeserver, bridge_factory
         room = await room_with(owner, ALICE, BOB)
         await say(owner, room, "@alice hi")
         await wait_answer(owner, room, ALICE)
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         channel = running.store.channel_by_room(room)
         asked = await command(owner, room, "!delete", sender=ALICE)
         assert "!delete confirm" in asked and "2 messages" in asked
@@ -283,14 +285,16 @@ async def test_stop_cancels_the_running_answer(homeserver, bridge_factory, tmp_p
     try:
         room = await room_with(owner, ALICE, direct=True)
         assert await command(owner, room, "!stop", sender=ALICE) == "Nothing is being answered here."
-        await say(owner, room, "[[slow]] count slowly")
+        # the answer streams its first part, then waits for a file never made: only !stop ends it
+        held = f"[[chunks:2]] [[hold:{tmp_path / 'never'}]] count slowly"
+        await say(owner, room, held)
         await sync_until(owner, lambda: any("echo" in a["body"] for a in answers_in(events_in(owner, room), ALICE)))
         await say(owner, room, "!stop")
         answers = await wait_answer(owner, room, ALICE)
-        assert answers[0]["body"].endswith("⏹ stopped")
+        assert answers[0]["body"].endswith("⏹ stopped") and "count slowly" not in answers[0]["body"]
         assert "session/cancel" in methods(log)
         channel = running.store.channel_by_room(room)
-        assert [m.text for m in running.store.last_messages(channel.id, 10)][0] == "[[slow]] count slowly"
+        assert [m.text for m in running.store.last_messages(channel.id, 10)][0] == held
         assert not [m for m in running.store.last_messages(channel.id, 10) if m.text == "!stop"]
     finally:
         await owner.close()
@@ -349,6 +353,7 @@ async def test_strangers_commands_change_nothing(homeserver, bridge_factory):
         assert "#general" in await command(owner, dm, "!channels")  # a barrier: all handled by now
         await say(owner, room, "hi")
         await wait_answer(owner, room, ALICE)
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         channel = running.store.channel_by_room(room)
         assert [c.room_id for c in running.store.channels()] == [room]
         assert running.store.count_messages(channel.id) == 2

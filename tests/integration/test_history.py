@@ -20,7 +20,7 @@ import pytest
 from bridge.recovery import ANSWERS, INTERRUPTED
 from bridge_harness import agent, answers_in, write_config
 from config.paths import config_hash
-from matrix_helpers import events_in, login, sync_until
+from matrix_helpers import caught_up, events_in, login, sync_until
 from store import Store, StoreClosed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def is_final(answer: dict) -> bool:
     return "getting ready" not in answer["body"] and not answer["body"].startswith(STATUS)
 
 
-async def wait_answers(owner, room_id, puppet_id, count=1, timeout=30, done=lambda a: True) -> list[dict]:
+async def wait_answers(owner, room_id, puppet_id, count=1, timeout=60, done=lambda a: True) -> list[dict]:
     def finished():
         found = answers(owner, room_id, puppet_id)
         return len(found) >= count and all(is_final(a) and done(a) for a in found[:count])
@@ -100,7 +100,7 @@ async def wait_streaming(owner, room_id, puppet_id, index: int, needle: str) -> 
         found = answers(owner, room_id, puppet_id)
         return (len(found) > index and found[index]["body"].startswith("✍️")
                 and needle in found[index]["body"])
-    await sync_until(owner, streaming, timeout=30)
+    await sync_until(owner, streaming)
     return answers(owner, room_id, puppet_id)[index]
 
 
@@ -114,7 +114,7 @@ def stored(store, room_id) -> list[tuple[str, str, str]]:
     return [(m.role, m.sender, m.text) for m in store.last_messages(channel.id, 50)]
 
 
-async def stored_when(store, room_id, count: int, timeout: float = 10) -> list[tuple[str, str, str]]:
+async def stored_when(store, room_id, count: int, timeout: float = 60) -> list[tuple[str, str, str]]:
     """The channel's stored messages once there are `count` (the final edit lands just before
     the answer is stored)."""
     loop = asyncio.get_running_loop()
@@ -124,7 +124,7 @@ async def stored_when(store, room_id, count: int, timeout: float = 10) -> list[t
     return found
 
 
-async def until(predicate, timeout: float = 10) -> None:
+async def until(predicate, timeout: float = 60) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():
@@ -156,7 +156,7 @@ class Subprocess:
                 env=xdg_env(tmp_path), stdout=stdout, stderr=stderr, start_new_session=True)
         return cls(proc, out, err)
 
-    async def wait_ready(self, timeout: float = 30) -> None:
+    async def wait_ready(self, timeout: float = 120) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while "bridge ready" not in self.out.read_text():
@@ -272,13 +272,16 @@ async def test_restart_agent_without_load_session_gets_a_fresh_session_told_the_
 
 # ---- answers cut by a stop -----------------------------------------------------------------------
 
-SLOW = ("--chunks", "12", "--delay", "0.3")
+def held(release: Path) -> tuple[str, ...]:
+    """An answer in 3 parts that stops after the first until `release` exists: it is still
+    being written when the test stops the bridge, however slow the machine."""
+    return ("--chunks", "3", "--delay", "0.05", "--hold", str(release))
 
 
 async def test_graceful_stop_during_an_answer_marks_it_interrupted_and_stores_nothing(
         homeserver, bridge_factory, tmp_path):
-    log, folder = tmp_path / "alice.log", tmp_path / "bridge"
-    alice = agent("--log", str(log), *SLOW)
+    log, folder, release = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "release"
+    alice = agent("--log", str(log), *held(release))
     running = await bridge_factory({"alice": alice}, folder=folder)
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
@@ -286,6 +289,7 @@ async def test_graceful_stop_during_an_answer_marks_it_interrupted_and_stores_no
         await say(owner, room_id, "a long question")
         shown = await wait_streaming(owner, room_id, ALICE, 0, "echo")
         await running.stop()
+        release.touch()  # answers of the next start are not held
         cut = await wait_answers(owner, room_id, ALICE, done=lambda a: "interrupted" in a["body"])
         body = cut[0]["body"]
         assert body.startswith("echo") and body.endswith("⚠️ interrupted: the bridge stopped")
@@ -308,8 +312,8 @@ async def test_graceful_stop_during_an_answer_marks_it_interrupted_and_stores_no
 
 
 async def test_killed_bridge_mid_answer_is_repaired_at_next_start(homeserver, bridge_factory, tmp_path):
-    log, folder = tmp_path / "alice.log", tmp_path / "bridge"
-    agents = {"alice": agent("--log", str(log), *SLOW)}
+    log, folder, release = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "release"
+    agents = {"alice": agent("--log", str(log), *held(release))}
     config_path = write_config(homeserver, folder, agents)
     data_dir = default_data_dir(tmp_path, config_path)
     process = await Subprocess.start(config_path, tmp_path, "killed")
@@ -321,7 +325,8 @@ async def test_killed_bridge_mid_answer_is_repaired_at_next_start(homeserver, br
         await wait_streaming(owner, room_id, ALICE, 0, "echo")
         process.kill()  # kill -9: no graceful path at all
         await process.proc.wait()
-        await owner.sync(timeout=1500)
+        release.touch()  # answers of the next start are not held
+        await caught_up(owner, room_id)  # everything the killed bridge had sent
         left = answers(owner, room_id, ALICE)[0]
         assert left["body"].startswith("✍️") and "interrupted" not in left["body"]
 
@@ -345,8 +350,8 @@ async def test_killed_bridge_mid_answer_is_repaired_at_next_start(homeserver, br
 
 async def test_store_closed_under_a_running_answer_does_not_crash_the_bridge(
         homeserver, bridge_factory, tmp_path):
-    log, folder = tmp_path / "alice.log", tmp_path / "bridge"
-    alice = agent("--log", str(log), *SLOW)
+    log, folder, release = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "release"
+    alice = agent("--log", str(log), *held(release))
     running = await bridge_factory({"alice": alice}, folder=folder)
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
@@ -357,10 +362,11 @@ async def test_store_closed_under_a_running_answer_does_not_crash_the_bridge(
         running.store.close()  # what quitting does, while the answer still streams
         with pytest.raises(StoreClosed, match="store is closed"):
             running.store.member(channel_id, "alice")
+        release.touch()
         # the answer still ends on Matrix; storing it raises StoreClosed, which is contained
         await wait_answers(owner, room_id, ALICE, done=lambda a: a["body"] == "echo: a long question")
         portal = running.bridge.portals[room_id]
-        await asyncio.wait_for(asyncio.shield(portal.worker), 10)
+        await asyncio.wait_for(asyncio.shield(portal.worker), 60)
         assert portal.worker.exception() is None and portal.current is None
         await running.stop()  # and stopping afterwards is clean
 
@@ -469,9 +475,9 @@ async def test_database_held_by_another_bridge_gives_an_in_memory_store_and_owne
         async def join_invites():
             for room_id in list(owner.invited_rooms):
                 await owner.join(room_id)
-        await sync_until(owner, lambda: bool(owner.invited_rooms) or bool(told()), timeout=20)
+        await sync_until(owner, lambda: bool(owner.invited_rooms) or bool(told()))
         await join_invites()
-        await sync_until(owner, lambda: bool(told()), timeout=20)
+        await sync_until(owner, lambda: bool(told()))
         assert "another running bridge" in told()[0]
 
         # the bridge still works, on its in-memory store, and the held database is not touched

@@ -19,9 +19,9 @@ import yaml
 
 import config as configuration
 from bridge.homeserver import Homeserver, free_port
-from bridge_harness import agent, answers_in
+from bridge_harness import Deliveries, RunningBridge, agent, answers_in
 from config import registration as registrations
-from matrix_helpers import TestHomeserver, events_in, login, sync_until
+from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until
 
 DOMAIN = "localhost"
 
@@ -60,7 +60,7 @@ def stored_text(data_dir: Path) -> str:
                          for row in db.execute(f'SELECT * FROM "{table}"') for value in row)
 
 
-async def start(path: Path):
+async def start(path: Path) -> RunningBridge:
     from bridge.bridge import Bridge
     from bridge.cli import open_store
 
@@ -69,8 +69,10 @@ async def start(path: Path):
     store, unavailable = open_store(cfg)
     assert not unavailable
     bridge = Bridge(cfg, registration, store, history_unavailable=False)
+    deliveries = Deliveries()  # running.handled(event_id): see bridge_harness
+    deliveries.install(bridge.server.app)
     await bridge.start()
-    return bridge
+    return RunningBridge(bridge, cfg, deliveries)
 
 
 async def open_dm(owner: nio.AsyncClient, puppet_id: str) -> str:
@@ -84,15 +86,16 @@ async def open_dm(owner: nio.AsyncClient, puppet_id: str) -> str:
 async def wait_member(client: nio.AsyncClient, room_id: str, user_id: str, membership: str) -> None:
     await sync_until(client, lambda: any(
         e.get("type") == "m.room.member" and e.get("state_key") == user_id
-        and e["content"].get("membership") == membership for e in events_in(client, room_id)), timeout=30)
+        and e["content"].get("membership") == membership for e in events_in(client, room_id)))
 
 
-async def send(client: nio.AsyncClient, room_id: str, body: str) -> None:
+async def send(client: nio.AsyncClient, room_id: str, body: str) -> str:
     response = await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": body})
     assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
 
 
-async def answer_with(client, room_id, puppet_id, text, timeout=30) -> None:
+async def answer_with(client, room_id, puppet_id, text, timeout=60) -> None:
     await sync_until(client, lambda: any(text in a["body"] for a in answers_in(events_in(client, room_id), puppet_id)),
                      timeout=timeout)
 
@@ -152,12 +155,17 @@ async def test_two_people_two_bridges_one_homeserver(two_people):
         assert isinstance(await ben.join(shared), nio.JoinResponse)
         assert isinstance(await ben.room_invite(shared, ben_alice), nio.RoomInviteResponse)
         await wait_member(ben, shared, ben_alice, "join")
-        await send(ana, shared, "@alice shared question from ana")
+        from_ana = await send(ana, shared, "@alice shared question from ana")
         await answer_with(ana, shared, ana_alice, "shared question from ana")
-        await send(ben, shared, "@alice shared question from ben")
+        from_ben = await send(ben, shared, "@alice shared question from ben")
         await answer_with(ben, shared, ben_alice, "shared question from ben")
-        await asyncio.sleep(1.5)   # time for a wrong answer to show up
-        await ana.sync(timeout=1000)
+        # each bridge has handled the other person's question (both see every event of the
+        # room) and finished every turn it began: a wrong answer would be out by now
+        await ben_bridge.handled(from_ana)
+        await ana_bridge.handled(from_ben)
+        await ana_bridge.idle()
+        await ben_bridge.idle()
+        await caught_up(ana, shared)
         ana_answers = [a["body"] for a in answers_in(events_in(ana, shared), ana_alice)]
         ben_answers = [a["body"] for a in answers_in(events_in(ana, shared), ben_alice)]
         assert len(ana_answers) == 1 and "from ana" in ana_answers[0] and "from ben" not in ana_answers[0]

@@ -8,7 +8,7 @@ import aiohttp
 import nio
 
 from bridge_harness import agent, answers_in
-from matrix_helpers import events_in, login, sync_until
+from matrix_helpers import caught_up, events_in, login, sync_until
 
 ANSWER = "Hello **there**, owner. Here is a longer answer in parts."
 
@@ -44,7 +44,7 @@ async def say(owner: nio.AsyncClient, room_id: str, text: str) -> str:
     return response.event_id
 
 
-async def final_answer(owner, room_id, puppet_id, count=1, timeout=20, done=lambda a: True):
+async def final_answer(owner, room_id, puppet_id, count=1, timeout=60, done=lambda a: True):
     """Wait until `puppet_id` has `count` answers whose last edit has no status line."""
     def finished():
         answers = answers_in(events_in(owner, room_id), puppet_id)
@@ -56,23 +56,29 @@ async def final_answer(owner, room_id, puppet_id, count=1, timeout=20, done=lamb
 
 
 async def test_dm_answer_streams_as_edits_and_is_stored(homeserver, bridge_factory, tmp_path):
-    log = tmp_path / "alice.log"
-    running = await bridge_factory({"alice": agent("--answer", ANSWER, "--chunks", "5", "--delay", "0.3",
-                                                   "--log", str(log), title="Alice (scripted)")})
+    log, release = tmp_path / "alice.log", tmp_path / "release"
+    # the first of 5 parts, then the agent waits for `release`: the answer is seen mid-way
+    running = await bridge_factory({"alice": agent("--answer", ANSWER, "--chunks", "5", "--delay", "0.1",
+                                                   "--hold", str(release), "--log", str(log),
+                                                   title="Alice (scripted)")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         puppet_id = "@sk_alice:localhost"
         room_id = await open_dm(owner, puppet_id)
         prompt_event = await say(owner, room_id, "hello")
+        await sync_until(owner, lambda: any("Hello" in a["body"] and ANSWER not in a["body"]
+                                            for a in answers_in(events_in(owner, room_id), puppet_id)))
+        release.touch()
         answers = await final_answer(owner, room_id, puppet_id, done=lambda a: a["body"] == ANSWER)
         answer = answers[0]
         # posted at once as a placeholder, then edited part by part, then the final text
         assert "Alice (scripted) is getting ready" in answer["history"][0]
         partial = [body for body in answer["history"][1:-1] if "Hello" in body]
         assert partial and any(ANSWER not in body for body in partial), answer["history"]
-        assert answer["edits"] >= 3
+        assert answer["edits"] >= 2 and answer["history"][-1] == ANSWER
         assert answer["body"] == ANSWER
         assert "<strong>there</strong>" in answer["html"]
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         assert prompts(log) == ["hello"]
         # the store holds both messages, finished, with their Matrix event ids
         channel = running.store.channel_by_room(room_id)
@@ -88,7 +94,15 @@ async def test_dm_answer_streams_as_edits_and_is_stored(homeserver, bridge_facto
         await owner.close()
 
 
-async def test_a_quick_answer_is_one_message_never_edited(homeserver, bridge_factory, tmp_path):
+async def test_a_quick_answer_is_one_message_never_edited(homeserver, bridge_factory, tmp_path, monkeypatch):
+    # an answer that ends within the grace a running agent gets is posted once, final. The grace
+    # is 0.15 s (and SETTLE after the first part): that an echo answer fits in it is a question
+    # of speed, measured by tests/bench (bench_latency: "echo answers sent as one message");
+    # here the grace is made long enough for any machine, and the behaviour is what is tested
+    import bridge.stream
+    import bridge.turns
+    monkeypatch.setattr(bridge.turns, "PLACEHOLDER_GRACE", 30.0)
+    monkeypatch.setattr(bridge.stream, "SETTLE", 30.0)
     running = await bridge_factory({"alice": agent(title="Alice (scripted)")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
@@ -101,7 +115,8 @@ async def test_a_quick_answer_is_one_message_never_edited(homeserver, bridge_fac
         channel = running.store.channel_by_room(room_id)
         # the turn is over once its answer is stored: any edit it made was sent before that
         await sync_until(owner, lambda: len(running.store.last_messages(channel.id, 10)) == 4)
-        await owner.sync(timeout=300)
+        await running.idle()
+        await caught_up(owner, room_id)
         first, second = answers_in(events_in(owner, room_id), puppet_id)
         assert first["edits"] >= 1 and "getting ready" in first["history"][0]
         # the running agent answered at once: its message carries the final text from the start
@@ -129,6 +144,7 @@ async def test_stranger_never_reaches_the_agent(homeserver, bridge_factory, tmp_
         await say(owner, room_id, "owner here")
         answers = await final_answer(owner, room_id, puppet_id, done=lambda a: "owner here" in a["body"])
         assert len(answers) == 1 and answers[0]["body"] == "echo: owner here"
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         assert prompts(log) == ["owner here"]
         channel = running.store.channel_by_room(room_id)
         assert [m.text for m in running.store.last_messages(channel.id, 10)] == ["owner here", "echo: owner here"]
@@ -177,6 +193,7 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
                 async with http.put(url, json=transaction("$first", "once"), headers=headers) as r:
                     assert r.status == 200
             await final_answer(owner, room_id, "@sk_alice:localhost", done=lambda a: a["body"] == "echo: once")
+            await running.idle()
             texts = [m.text for m in running.store.last_messages(channel.id, 10)]
             assert texts == ["once", "echo: once"]
 
@@ -189,6 +206,7 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
                 assert r.status == 200
             await final_answer(owner, room_id, "@sk_alice:localhost", count=2,
                                done=lambda a: a["body"].startswith("echo: "))
+            await running.idle()
         texts = [m.text for m in running.store.last_messages(channel.id, 10)]
         assert texts[:3] == ["once", "echo: once", "new one"] and len(texts) == 4
         # the agent was restarted without loadSession: its fresh session is told the past (ADR §4)
@@ -201,7 +219,7 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
 
 async def test_encrypted_room_gets_one_plain_notice(homeserver, bridge_factory, tmp_path):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": agent("--log", str(log))})
+    running = await bridge_factory({"alice": agent("--log", str(log))})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         puppet_id = "@sk_alice:localhost"
@@ -218,9 +236,12 @@ async def test_encrypted_room_gets_one_plain_notice(homeserver, bridge_factory, 
         await owner.room_send(room_id, "m.room.encrypted", {"algorithm": "m.megolm.v1.aes-sha2",
                                                             "ciphertext": "xx", "sender_key": "k",
                                                             "session_id": "s", "device_id": "D"})
-        marker = await say(owner, room_id, "plain marker")  # the server accepts it; nothing answers it
-        await sync_until(owner, lambda: any(e.get("event_id") == marker for e in events_in(owner, room_id)))
-        await owner.sync(timeout=2000)
+        # a plain message after it (a client could still send one there): once it is handled and
+        # its answer is out, a second notice would be there to see
+        marker = await say(owner, room_id, "plain marker")
+        await running.handled(marker)  # and the encrypted message before it
+        await running.idle()
+        await caught_up(owner, room_id)
         assert len(notices()) == 1
         assert "agents cannot read encrypted messages" in notices()[0]["content"]["body"]
     finally:
@@ -234,6 +255,7 @@ async def test_announced_commands_are_stored_per_agent(homeserver, bridge_factor
         room_id = await open_dm(owner, "@sk_alice:localhost")
         await say(owner, room_id, "hi")
         await final_answer(owner, room_id, "@sk_alice:localhost", done=lambda a: a["body"] == "echo: hi")
+        await running.idle()  # the turns are over: answers stored, nothing more to come
         commands = running.store.agent_commands("alice")
         assert [c["name"] for c in commands] == ["review", "plan"]
         assert commands[0]["description"] == "Review code"

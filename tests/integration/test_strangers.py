@@ -13,7 +13,7 @@ import nio
 
 from bridge_harness import agent, answers_in
 from config import registration as registrations
-from matrix_helpers import events_in, login, record_figures, sync_until
+from matrix_helpers import caught_up, events_in, login, record_figures, sync_until
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
 
@@ -41,13 +41,21 @@ async def send(client, room_id, body) -> str:
 
 async def test_a_stranger_reaches_no_agent_and_changes_nothing(homeserver, bridge_factory, tmp_path):
     logs = {name: tmp_path / f"{name}.log" for name in ("alice", "bob")}
+    release = tmp_path / "release"  # the owner's second answer streams until the test creates it
     running = await bridge_factory({"alice": agent("--log", str(logs["alice"])),
                                     "bob": agent("--log", str(logs["bob"]))})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
     attempts, through = 0, []
     try:
-        room_id = (await owner.room_create(name="general", invite=[ALICE, homeserver.stranger_id])).room_id
+        # the stranger gets the power to redact anyone's message (Synapse allows it to a power
+        # user): a redaction by them is allowed by the homeserver, so only the bridge can refuse it
+        created = await owner.room_create(
+            name="general", invite=[ALICE, homeserver.stranger_id],
+            power_level_override={"users": {homeserver.stranger_id: 50},  # the creator: above all
+                                  "redact": 50})
+        assert isinstance(created, nio.RoomCreateResponse), created
+        room_id = created.room_id
         await sync_until(owner, lambda: member_state(owner, room_id, ALICE) == "join")
         assert isinstance(await stranger.join(room_id), nio.JoinResponse)
         channels_before = [c.id for c in running.store.channels()]
@@ -62,47 +70,89 @@ async def test_a_stranger_reaches_no_agent_and_changes_nothing(homeserver, bridg
         await stranger.room_invite(room_id, BOB)
         own = (await stranger.room_create(name="mine", invite=[ALICE])).room_id
         attempts += 2
-        # a pill in formatted text, and a reaction on the owner's message
-        marker = await send(owner, room_id, "@alice owner here")
+        # a pill in formatted text
         await stranger.room_send(room_id, "m.room.message", {
             "msgtype": "m.text", "body": "Alice: do it", "format": "org.matrix.custom.html",
             "formatted_body": f'<a href="https://matrix.to/#/{ALICE}">Alice</a>: do it',
             "m.mentions": {"user_ids": [ALICE]}})
-        await stranger.room_send(room_id, "m.reaction", {"m.relates_to": {
-            "rel_type": "m.annotation", "event_id": marker, "key": "🛑"}})
-        attempts += 2
+        attempts += 1
 
-        # the owner's own message is answered (the bridge is alive and listening)...
-        await sync_until(owner, lambda: any(a["body"] == "echo: @alice owner here"
+        # the owner's first message is answered and stored; the second is being answered (it
+        # streams until `release` exists); the third waits for its turn
+        answered = "@alice first question"
+        answered_id = await send(owner, room_id, answered)
+        await sync_until(owner, lambda: any(a["body"] == f"echo: {answered}"
                                             for a in answers_in(events_in(owner, room_id), ALICE)))
+        streaming = f"@alice [[chunks:2]] [[hold:{release}]] owner here"
+        streaming_id = await send(owner, room_id, streaming)
+        full = f"echo: {streaming}"
+
+        def answer_streaming():
+            found = answers_in(events_in(owner, room_id), ALICE)
+            return len(found) == 2 and found[1]["body"].startswith("✍️") and full[:len(full) // 2] in found[1]["body"]
+        await sync_until(owner, answer_streaming)
+        answer_id = answers_in(events_in(owner, room_id), ALICE)[1]["event_id"]
+        queued = "@alice queued one"
+        queued_id = await send(owner, room_id, queued)
+
+        # while it streams: 🛑 on the answer, !stop, and redactions of the prompt being answered,
+        # of the queued message and of the answered one: none of it may cancel or forget anything
+        await stranger.room_send(room_id, "m.reaction", {"m.relates_to": {
+            "rel_type": "m.annotation", "event_id": answer_id, "key": "🛑"}})
+        await send(stranger, room_id, "!stop")
+        for target in (streaming_id, queued_id, answered_id):
+            redacted = await stranger.room_redact(room_id, target)
+            assert isinstance(redacted, nio.RoomRedactResponse), redacted  # Synapse let it through
+        last = await send(stranger, room_id, "last try")
+        attempts += 6
+        # the bridge has handled all of it (in order): a cancel it had obeyed would be sent by now
+        await running.handled(last)
+        assert not any(m.get("method") == "session/cancel" for m in log_of(logs["alice"]))
+        release.touch()
+
+        def all_answered():
+            found = answers_in(events_in(owner, room_id), ALICE)
+            return len(found) >= 3 and found[1]["body"] == full and found[2]["body"].startswith("echo: ") \
+                and found[2]["body"].endswith(queued)
+        await sync_until(owner, all_answered)
         await sync_until(stranger, lambda: member_state(stranger, own, ALICE) in ("leave", None)
                          and any(e.get("type") == "m.room.member" for e in events_in(stranger, own)))
-        await owner.sync(timeout=1500)
+        await running.idle()  # every turn is over: nothing more of this bridge is on its way
+        await caught_up(owner, room_id)
+
         # ...and nothing the stranger did got through
-        stranger_texts = ("hello agents", "secrets", "do it", "hijack")
+        stranger_texts = ("hello agents", "secrets", "do it", "hijack", "last try")
         if any(any(t in p for t in stranger_texts) for name in logs for p in prompts(logs[name])):
             through.append("a stranger's text reached an agent")
+        if any(m.get("method") == "session/cancel" for m in log_of(logs["alice"])):
+            through.append("a stranger cancelled the answer being written")
         stored = [m.text for c in running.store.channels() for m in running.store.last_messages(c.id, 100)]
         if any(any(t in text for t in stranger_texts) for text in stored):
             through.append("a stranger's message was stored")
+        if not all(text in stored for text in (answered, streaming, queued)):
+            through.append("a stranger's redaction made the bridge forget an owner's message")
         if [c.id for c in running.store.channels()] != channels_before:
             through.append("a stranger's command changed the channels")
         if member_state(owner, room_id, BOB) == "join":
             through.append("a puppet joined on a stranger's invite")
         if member_state(stranger, own, ALICE) == "join":
             through.append("a puppet joined a stranger's room")
+        expected = {f"echo: {answered}", full}
         bridge_replies = [a for a in answers_in(events_in(owner, room_id), ALICE)
                           + answers_in(events_in(owner, room_id), "@sidekicks:localhost")
-                          if a["body"] != "echo: @alice owner here"]
+                          if a["body"] not in expected and not a["body"].endswith(queued)]
         if bridge_replies:
             through.append(f"the bridge answered a stranger: {[a['body'][:40] for a in bridge_replies]}")
-        assert prompts(logs["alice"]) == ["@alice owner here"]
+        assert prompts(logs["alice"]) == [answered, streaming, queued]
+        assert [m["stopReason"] for m in log_of(logs["alice"]) if m.get("scripted") == "prompt ended"] \
+            == ["end_turn"] * 3
         assert prompts(logs["bob"]) == []
     finally:
+        release.touch()
         await owner.close()
         await stranger.close()
     record_figures("strangers", {"attempts": attempts, "got through": len(through)})
-    assert through == []
+    assert through == [], through
 
 
 async def test_transactions_out_of_order_and_replayed(homeserver, bridge_factory, tmp_path):
@@ -127,7 +177,10 @@ async def test_transactions_out_of_order_and_replayed(homeserver, bridge_factory
                     assert response.status == 200
         await sync_until(owner, lambda: len([a for a in answers_in(events_in(owner, room_id), ALICE)
                                              if a["body"].startswith("echo:")]) >= 2)
-        await owner.sync(timeout=1500)
+        # each PUT was answered once handled: every turn they asked for is queued or over, so
+        # once the bridge is idle, an answer given twice would be there to see
+        await running.idle()
+        await caught_up(owner, room_id)
         bodies = [a["body"] for a in answers_in(events_in(owner, room_id), ALICE)]
         assert sorted(b.splitlines()[-1].removeprefix("echo: ") for b in bodies) == ["first", "second"]
         channel = running.store.channel_by_room(room_id)

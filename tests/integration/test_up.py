@@ -20,29 +20,43 @@ from matrix_helpers import TestHomeserver, events_in, login, sync_until
 pytestmark = pytest.mark.model
 
 
-def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
-    """Start `sidekicks up`; its output goes to a file (a pipe nobody reads would fill up)."""
+async def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
+    """Start `sidekicks up`; its output goes to a file (a pipe nobody reads would fill up).
+    Polls without blocking the event loop (the test's clients live in it)."""
     env = {**os.environ, "XDG_CONFIG_HOME": str(xdg), "PYTHONUNBUFFERED": "1"}
     output = config.parent / f"up-{time.monotonic_ns()}.out"
     with output.open("w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "bridge", "up", "-c", str(config)], env=env,
                                 stdout=sink, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         text = output.read_text()
         if "Ctrl-C stops everything" in text:
             return proc, output
         if proc.poll() is not None:
             raise AssertionError("sidekicks up ended early:\n" + text)
-        time.sleep(0.2)
+        await asyncio.sleep(0.2)
     proc.kill()
-    raise AssertionError("sidekicks up not ready in 120 s:\n" + output.read_text())
+    raise AssertionError("sidekicks up not ready in 300 s:\n" + output.read_text())
 
 
-def stop_up(proc: subprocess.Popen, output: Path) -> None:
+async def stop_up(proc: subprocess.Popen, output: Path, timeout: float = 120) -> None:
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"sidekicks up did not stop within {timeout:g} s:\n" + output.read_text())
+        await asyncio.sleep(0.1)
     assert proc.returncode == 0, output.read_text()
+
+
+async def none_left(marker: str, timeout: float = 60) -> list[int]:
+    """Until no process mentions `marker` (children end just after their parent): those left."""
+    deadline = time.monotonic() + timeout
+    while (found := processes_mentioning(marker)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return found
 
 
 def processes_mentioning(marker: str) -> list[int]:
@@ -81,7 +95,7 @@ agents:
     title: Local model
     command: [{sys.executable}, -m, acp.agents.local_model, --sessions, {sessions}, --max-tokens, "48"]
 """)
-    proc, out = start_up(config, xdg)
+    proc, out = await start_up(config, xdg)
     output = out.read_text()
     try:
         assert "created your account @me:localhost" in output
@@ -106,14 +120,13 @@ agents:
         finally:
             await owner.close()
     finally:
-        stop_up(proc, out)
+        await stop_up(proc, out)
     # nothing left running: the homeserver, the bridge and the agent are gone
-    await asyncio.sleep(0.5)
-    assert processes_mentioning(str(data_dirs[0])) == []
-    assert processes_mentioning(str(sessions)) == []
+    assert await none_left(str(data_dirs[0])) == []
+    assert await none_left(str(sessions)) == []
 
     # a second `up` reuses the account and the history
-    proc, out = start_up(config, xdg)
+    proc, out = await start_up(config, xdg)
     try:
         assert "created your account" not in out.read_text()
         owner = await login(hs, "@me:localhost", password)
@@ -123,7 +136,7 @@ agents:
         finally:
             await owner.close()
     finally:
-        stop_up(proc, out)
+        await stop_up(proc, out)
     from store import Store
     store = Store.open("sqlite", data_dirs[0])
     try:

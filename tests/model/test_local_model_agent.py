@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -17,26 +16,28 @@ pytestmark = pytest.mark.model
 COMMAND_NAMES = {"clear", "model", "help"}
 
 
-def test_initialize_is_fast_and_advertises_load_session(start_agent):
+def test_initialize_loads_no_model_and_advertises_load_session(start_agent):
+    # initialize is quick because it loads nothing: the model waits for the first prompt
+    # (how quick, against a bare Python start, is measured by tests/bench: bench_faults)
     agent = start_agent()
     result = agent.initialize()
-    elapsed = time.perf_counter() - agent.started  # process start included
-    assert elapsed < 3.0, f"initialize took {elapsed:.2f} s"
     assert result["protocolVersion"] == 1
     assert result["agentInfo"]["name"] == "sidekicks-local"
     assert result["agentInfo"]["version"]
     assert result["agentCapabilities"]["loadSession"] is True
     assert result["agentCapabilities"]["promptCapabilities"] == {}
+    reply, updates = agent.prompt(agent.new_session(), "/model")
+    assert "not yet" in "".join(chunks(updates))  # not loaded by initialize nor session/new
 
 
 def test_new_session_announces_commands_after_the_reply(start_agent):
     agent = start_agent()
     agent.initialize()
     request_id = agent.start_request("session/new", {"cwd": "/tmp", "mcpServers": []})
-    reply = agent.next_message(10)
+    reply = agent.next_message(60)
     assert reply["id"] == request_id, "the session/new reply comes first"
     session_id = reply["result"]["sessionId"]
-    update = agent.next_message(10)
+    update = agent.next_message(60)
     assert update["method"] == "session/update"
     assert update["params"]["sessionId"] == session_id
     announced = update["params"]["update"]
@@ -63,29 +64,27 @@ def test_slash_commands_work_without_loading_the_model(start_agent):
     agent = start_agent()
     agent.initialize()
     session_id = agent.new_session()
-    started = time.perf_counter()
 
-    reply, updates = agent.prompt(session_id, "/model", timeout=10)
+    reply, updates = agent.prompt(session_id, "/model")
     assert reply["result"] == {"stopReason": "end_turn"}
     text = "".join(chunks(updates))
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in text
     assert "MiB" in text  # its size
     assert "not yet" in text  # /model did not load it
 
-    reply, updates = agent.prompt(session_id, "/clear", timeout=10)
+    reply, updates = agent.prompt(session_id, "/clear")
     assert reply["result"] == {"stopReason": "end_turn"}
     assert "cleared" in "".join(chunks(updates)).lower()
 
-    reply, updates = agent.prompt(session_id, "/help", timeout=10)
+    reply, updates = agent.prompt(session_id, "/help")
     assert all(f"/{name}" in "".join(chunks(updates)) for name in COMMAND_NAMES)
 
-    reply, updates = agent.prompt(session_id, "/frobnicate now", timeout=10)
+    reply, updates = agent.prompt(session_id, "/frobnicate now")
     assert reply["result"] == {"stopReason": "end_turn"}
     assert "Unknown command /frobnicate" in "".join(chunks(updates))
 
-    reply, updates = agent.prompt(session_id, "/model", timeout=10)
+    reply, updates = agent.prompt(session_id, "/model")
     assert "not yet" in "".join(chunks(updates)), "no command loaded the model"
-    assert time.perf_counter() - started < 5.0
 
 
 def test_clear_forgets_the_history(start_agent, sessions_dir: Path):
@@ -120,15 +119,17 @@ def test_cancel_stops_generation_promptly(start_agent, sessions_dir: Path):
             received.append(update["content"]["text"])
 
     agent.notify("session/cancel", {"sessionId": session_id})
-    cancelled_at = time.perf_counter()
-    reply = agent.wait_reply(request_id, timeout=10)
+    # 1000 tokens would take far longer than a cancel: the reply says "cancelled"
+    # (how soon, against a token's time, is measured by tests/bench: bench_faults)
+    reply = agent.wait_reply(request_id)
     assert reply["result"] == {"stopReason": "cancelled"}
-    assert time.perf_counter() - cancelled_at < 2.0
 
-    # Nothing more for that turn, and the model is free for the next one.
-    later = agent.drain(0.5)
-    assert not [m for m in later if m.get("params", {}).get("update", {})
-                .get("sessionUpdate") == "agent_message_chunk"]
+    # Nothing more for that turn: a request sent now is answered after anything the cancelled
+    # turn still had to write (one stdout, in order), and the model is free for the next one.
+    later: list[dict] = []
+    agent.wait_reply(agent.start_request("session/new", {"cwd": "/", "mcpServers": []}), updates=later)
+    assert not [u for u in later if u.get("sessionId") == session_id
+                and u["update"].get("sessionUpdate") == "agent_message_chunk"]
     reply, updates = agent.prompt(session_id, "Say hello")
     assert reply["result"]["stopReason"] in {"end_turn", "max_tokens"}
     assert chunks(updates)
@@ -144,13 +145,14 @@ def test_cancel_sent_with_the_prompt_cancels_it(start_agent):
     agent = start_agent("--max-tokens", "1000")
     agent.initialize()
     session_id = agent.new_session()
-    agent.drain(0.2)
+    announced = agent.next_message(60)  # the commands, sent just after the session/new reply
+    assert announced["params"]["update"]["sessionUpdate"] == "available_commands_update"
     prompt = {"jsonrpc": "2.0", "id": 99, "method": "session/prompt", "params": {
         "sessionId": session_id, "prompt": [{"type": "text", "text": "Write a long story."}]}}
     cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
     agent.proc.stdin.write((json.dumps(prompt) + "\n" + json.dumps(cancel) + "\n").encode())
     agent.proc.stdin.flush()
-    assert agent.wait_reply(99, timeout=5)["result"] == {"stopReason": "cancelled"}
+    assert agent.wait_reply(99)["result"] == {"stopReason": "cancelled"}
     # The cancel was used up: the next prompt is answered.
     reply, updates = agent.prompt(session_id, "Say hello")
     assert reply["result"]["stopReason"] in {"end_turn", "max_tokens"}
@@ -226,13 +228,13 @@ def test_missing_model_file_is_a_clear_error(start_agent, tmp_path: Path):
     agent = start_agent("--model", str(missing))
     agent.initialize()  # still fast and fine: the model is only needed to answer
     session_id = agent.new_session()
-    reply, updates = agent.prompt(session_id, "Say hello", timeout=10)
+    reply, updates = agent.prompt(session_id, "Say hello")
     assert reply["error"]["code"] == -32603
     assert str(missing) in reply["error"]["message"]
     assert "not found" in reply["error"]["message"]
     assert not chunks(updates)
 
-    reply, updates = agent.prompt(session_id, "/model", timeout=10)
+    reply, updates = agent.prompt(session_id, "/model")
     assert "not found" in "".join(chunks(updates))
     assert agent.close() == 0
     assert len(agent.stderr_lines) == 1, agent.stderr_lines

@@ -41,7 +41,7 @@ def child(backend, hold: bool) -> subprocess.Popen:
     return subprocess.Popen(args, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-def open_eventually(open_store, seconds=10.0) -> Store:
+def open_eventually(open_store, seconds=60.0) -> Store:
     # The kernel drops a dead process's flock at once, but the PostgreSQL
     # server needs a moment to notice a killed client's connection is gone.
     deadline = time.monotonic() + seconds

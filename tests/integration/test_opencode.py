@@ -214,7 +214,15 @@ async def test_a_prompt_round_trip_through_the_bridge(homeserver, bridge_factory
             return any(m.role == "agent" and m.sender == "opencode" and answer["event_id"] in m.event_ids
                        and m.text.strip() for m in running.store.last_messages(channel.id, 10))
         await sync_until(owner, stored, timeout=60)
-        # and its commands are known to the bridge (`!commands`, MSC4391 descriptions)
+        # and the owner can list its commands in the room
         assert {"init", "review"} <= {c["name"] for c in running.store.agent_commands("opencode")}
+        listed = await owner.room_send(room, "m.room.message", {"msgtype": "m.text", "body": "!commands"})
+        assert isinstance(listed, nio.RoomSendResponse), listed
+
+        def listing() -> list[str]:
+            return [m["body"] for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] == "m.notice"]
+        await sync_until(owner, listing, timeout=60)
+        assert "  /init — guided AGENTS.md setup" in listing()[0].splitlines(), listing()
+        assert any(line.startswith("  /review — ") for line in listing()[0].splitlines()), listing()
     finally:
         await owner.close()

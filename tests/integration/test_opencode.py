@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -66,16 +67,24 @@ def opencode_binary() -> Path:
     npm = shutil.which("npm")
     if npm is None:
         pytest.fail("npm is needed to install opencode-ai for this test (Debian: apt-get install npm)")
-    staging = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    done = subprocess.run([npm, "install", "--prefix", str(staging), "--no-fund", "--no-audit",
-                           "--loglevel", "error", f"opencode-ai@{OPENCODE_VERSION}"],
-                          capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        pytest.fail(f"npm install opencode-ai@{OPENCODE_VERSION} failed: {done.stderr.strip()[-600:]}")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(staging, folder)  # a cut install never looks finished
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # installed beside and renamed into place: a cut install never looks finished, and two test
+    # runs installing at once (two clones on one machine) do not share a folder
+    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
+    try:
+        done = subprocess.run([npm, "install", "--prefix", str(staging), "--no-fund", "--no-audit",
+                               "--loglevel", "error", f"opencode-ai@{OPENCODE_VERSION}"],
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            pytest.fail(f"npm install opencode-ai@{OPENCODE_VERSION} failed: {done.stderr.strip()[-600:]}")
+        if version_of(binary) != OPENCODE_VERSION:  # not there, or a broken one: replace it
+            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                os.replace(staging, folder)
+            except OSError:  # another run put its install there first
+                pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     found = version_of(binary)
     assert found == OPENCODE_VERSION, f"{binary} --version said {found!r}"
     return binary

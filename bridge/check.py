@@ -1,9 +1,40 @@
-"""`sidekicks check`: start each configured agent once and report what it announces."""
+"""`sidekicks check`: start each configured agent once and report what it announces.
+
+For each agent: `initialize` (name, version, protocol, loadSession, prompt capabilities, auth
+methods), then `session/new` (modes, config options — models among them — and the unstable
+`models` field), then the commands it announces. The first line per agent is `✓ name: …` or
+`✗ name: reason`; the details follow on indented lines, also when `session/new` fails after a
+good `initialize` (an agent that wants a login still tells who it is and how to log in).
+
+`announced()` talks to the agent; `report()` is a pure function of what was announced.
+"""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
+from typing import Any
 
 from acp import AcpError, AgentSpec, start_agent
+from acp.errors import RpcError
+
+START_LIMIT = 60.0    # seconds for the process to start and answer initialize
+SESSION_LIMIT = 30.0  # seconds for session/new
+COMMANDS_GRACE = 1.0  # seconds to wait for available_commands_update after session/new
+LIST_LIMIT = 12       # values shown per list; the rest are counted
+
+
+@dataclass
+class Announced:
+    """What one agent told us; `error` is set when a step failed (the later fields are then unknown)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    protocol: int = 0
+    load_session: bool = False
+    prompt_capabilities: dict[str, Any] = field(default_factory=dict)
+    auth_methods: list[dict[str, Any]] = field(default_factory=list)
+    initialized: bool = False
+    session: dict[str, Any] | None = None  # session/new's result
+    commands: list[dict[str, Any]] | None = None
+    error: str | None = None
 
 
 async def check_agents(cfg, say) -> int:
@@ -13,29 +44,166 @@ async def check_agents(cfg, say) -> int:
     for name, agent in cfg.agents.items():
         spec = AgentSpec(name=name, command=list(agent.command), cwd=agent.cwd, env=dict(agent.env),
                          title=agent.title, timeout=agent.timeout)
-        commands: list[dict] = []
-        running = None
-        try:
-            running = await asyncio.wait_for(
-                start_agent(spec, on_commands=lambda _n, c: commands.__setitem__(slice(None), c)), 60)
-            if not commands:
-                # most agents announce their commands right after session/new
-                await asyncio.wait_for(running.new_session(agent.cwd), 30)
-                for _ in range(10):
-                    if commands or running.commands:
-                        break
-                    await asyncio.sleep(0.1)
-            info = running.info or {}
-            names = ", ".join("/" + c.get("name", "?") for c in (commands or running.commands or [])) or "none"
-            say(f"✓ {name}: {info.get('name', '?')} {info.get('version', '')}".rstrip()
-                + f"; loadSession: {'yes' if running.load_session else 'no'}; commands: {names}")
-        except (AcpError, asyncio.TimeoutError, OSError, ValueError) as exc:
-            failures += 1
-            reason = str(exc) or "no answer within 60 s"
-            if reason.startswith(f"{name}: "):  # ACP errors already name their agent
-                reason = reason[len(name) + 2:]
-            say(f"✗ {name}: {reason}")
-        finally:
-            if running is not None:
-                await running.stop()
+        found = await announced(spec)
+        failures += found.error is not None
+        for line in report(name, found):
+            say(line)
     return 1 if failures else 0
+
+
+async def announced(spec: AgentSpec) -> Announced:
+    """Start the agent, ask what it can do, stop it. Never raises for the agent's failures."""
+    found = Announced()
+    commands: list[list[dict[str, Any]]] = []
+    running = None
+    step = f"no answer to initialize within {START_LIMIT:g} s"
+    try:
+        running = await asyncio.wait_for(
+            start_agent(spec, on_commands=lambda _name, announced: commands.append(announced)), START_LIMIT)
+        found.initialized = True
+        found.info = dict(running.info or {})
+        found.protocol = running.protocol_version
+        found.load_session = bool(running.load_session)
+        found.prompt_capabilities = dict(running.prompt_capabilities or {})
+        found.auth_methods = [m for m in running.auth_methods or [] if isinstance(m, dict)]
+        step = f"no answer to session/new within {SESSION_LIMIT:g} s"
+        found.session = await asyncio.wait_for(_new_session(running, spec.cwd), SESSION_LIMIT)
+        # most agents announce their commands just after session/new's reply
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + COMMANDS_GRACE
+        while not commands and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        found.commands = commands[-1] if commands else (running.commands or [])
+    except (AcpError, asyncio.TimeoutError, OSError, ValueError) as exc:
+        reason = str(exc) or step
+        if reason.startswith(f"{spec.name}: "):  # ACP errors already name their agent
+            reason = reason[len(spec.name) + 2:]
+        found.error = reason
+    finally:
+        if running is not None:
+            await running.stop()
+    return found
+
+
+async def _new_session(running, cwd: str | None) -> dict[str, Any]:
+    """session/new's whole result: `Agent.new_session()` keeps only the session id, and check
+    wants the modes, config options and models beside it. Errors map as new_session()'s do."""
+    try:
+        result = await running._call("session/new", {"cwd": running._cwd(cwd), "mcpServers": []})
+    except RpcError as exc:
+        raise running._auth_error(exc) from None
+    if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
+        raise AcpError("session/new returned no session id")
+    return result
+
+
+# ---- the report: pure --------------------------------------------------------------------------
+
+def report(name: str, found: Announced) -> list[str]:
+    """The lines `check` prints for one agent: the ✓/✗ line, then indented details."""
+    who = f"{_text(found.info.get('name')) or '?'} {_text(found.info.get('version'))}".rstrip()
+    load = "yes" if found.load_session else "no"
+    if found.error is None:
+        lines = [f"✓ {name}: {who}; loadSession: {load}; commands: {_command_names(found.commands)}"]
+    else:
+        lines = [f"✗ {name}: {_text(found.error)}"]
+        if not found.initialized:
+            return lines
+        lines.append(f"    agent: {who}; loadSession: {load}")
+    lines.append(f"    protocol: ACP v{found.protocol}; prompts: {_prompt_kinds(found.prompt_capabilities)}")
+    lines.append(f"    auth methods: {_auth(found.auth_methods)}")
+    if found.session is None:
+        return lines
+    lines.append(f"    modes: {_modes(found.session.get('modes'))}")
+    lines.extend(_config_options(found.session.get("configOptions")))
+    lines.append(f"    models: {_models(found.session.get('models'))}")
+    return lines
+
+
+def _text(value: Any) -> str:
+    """A value announced by the agent as one printable line."""
+    return " ".join(str(value).split()) if value is not None else ""
+
+
+def _listed(items: list[str]) -> str:
+    if not items:
+        return "none"
+    shown = items[:LIST_LIMIT]
+    more = len(items) - len(shown)
+    return ", ".join(shown) + (f", … {more} more" if more else "")
+
+
+def _command_names(commands: list[dict[str, Any]] | None) -> str:
+    names = ["/" + _text(c.get("name") or "?") for c in commands or [] if isinstance(c, dict)]
+    return ", ".join(names) or "none"  # every command: they are what the owner types
+
+
+def _prompt_kinds(caps: dict[str, Any]) -> str:
+    kinds = ["text"]  # every agent takes text and resource links (ACP baseline)
+    kinds += [label for key, label in (("image", "image"), ("audio", "audio"),
+                                        ("embeddedContext", "embedded context")) if caps.get(key)]
+    return ", ".join(kinds)
+
+
+def _auth(methods: list[dict[str, Any]]) -> str:
+    shown = []
+    for method in methods:
+        ident, label = _text(method.get("id") or "?"), _text(method.get("name"))
+        shown.append(f"{ident} ({label})" if label and label != ident else ident)
+    return _listed(shown)
+
+
+def _choice(value: str, label: Any, current: bool) -> str:
+    label = _text(label)
+    text = f'{value} "{label}"' if label and label != value else value
+    return text + (" (current)" if current else "")
+
+
+def _modes(modes: Any) -> str:
+    if not isinstance(modes, dict):
+        return "none"
+    current = modes.get("currentModeId")
+    return _listed([_choice(_text(m.get("id")), m.get("name"), m.get("id") == current)
+                    for m in modes.get("availableModes") or [] if isinstance(m, dict)])
+
+
+def _models(models: Any) -> str:
+    if not isinstance(models, dict):
+        return "none"
+    current = models.get("currentModelId")
+    return _listed([_choice(_text(m.get("modelId")), m.get("name"), m.get("modelId") == current)
+                    for m in models.get("availableModels") or [] if isinstance(m, dict)])
+
+
+def _select_values(option: dict[str, Any]) -> list[str]:
+    """A select's values; grouped options (`{group, name, options}`) are flattened in order."""
+    current = option.get("currentValue")
+    values = []
+    for item in option.get("options") or []:
+        if not isinstance(item, dict):
+            continue
+        members = item.get("options") if isinstance(item.get("options"), list) else [item]
+        for value in members:
+            if isinstance(value, dict) and "value" in value:
+                values.append(_choice(_text(value["value"]), value.get("name"), value["value"] == current))
+    return values
+
+
+def _config_options(options: Any) -> list[str]:
+    options = [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []
+    if not options:
+        return ["    config options: none"]
+    lines = ["    config options:"]
+    for option in options:
+        head = _text(option.get("id") or "?")
+        if _text(option.get("name")) and _text(option.get("name")) != head:
+            head += f' "{_text(option.get("name"))}"'
+        if option.get("category"):
+            head += f" [{_text(option['category'])}]"
+        kind = option.get("type")
+        if kind == "select":
+            lines.append(f"      {head}: {_listed(_select_values(option))}")
+        else:  # a type this client does not know (ACP: ignore it): say so, with its value
+            lines.append(f"      {head}: {_text(kind) or 'untyped'} option, current: "
+                         f"{_text(option.get('currentValue')) or '?'}")
+    return lines

@@ -1,10 +1,13 @@
 """`sidekicks check` (SPEC §4) run as a real subprocess, and the example configs in deploy/examples.
 
-`check` validates the configuration, starts each agent, runs ACP `initialize` and reports what the
-agent announces. It never contacts the homeserver, so the configs here point at an unused port.
+`check` validates the configuration, starts each agent, runs ACP `initialize` and `session/new`
+and reports what the agent announces: a ✓/✗ line per agent, then indented details. It never
+contacts the homeserver, so the configs here point at an unused port. The report itself is a pure
+function (`bridge.check.report`), tested at the end without processes.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 import yaml
 
 import config
+from bridge.check import Announced, report
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTED = str(ROOT / "tests" / "agents" / "scripted_agent.py")
@@ -36,6 +40,18 @@ def check(path: Path, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def agent_lines(output: str, name: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith(("✓ ", "✗ ")) and f" {name}:" in line]
+
+
+def details(output: str, name: str) -> list[str]:
+    """The indented lines under `name`'s ✓/✗ line, stripped."""
+    lines = output.splitlines()
+    [start] = [i for i, line in enumerate(lines) if line.startswith(("✓ ", "✗ ")) and f" {name}:" in line]
+    found = []
+    for line in lines[start + 1:]:
+        if not line.startswith("    "):
+            break
+        found.append(line.strip())
+    return found
 
 
 def no_traceback(result: subprocess.CompletedProcess) -> None:
@@ -71,6 +87,64 @@ def test_agent_without_load_session_or_commands_says_so(tmp_path):
     assert line.endswith("commands: none"), line
 
 
+CONFIG_OPTIONS = [
+    {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "big",
+     "options": [{"value": "small", "name": "Small model"}, {"value": "big", "name": "Big model"}]},
+    {"id": "effort", "name": "Effort", "category": "thought_level", "type": "select", "currentValue": "low",
+     "options": [{"group": "cheap", "name": "Cheap", "options": [{"value": "low", "name": "Low"}]},
+                 {"group": "dear", "name": "Dear", "options": [{"value": "high", "name": "High"}]}]},
+    {"id": "yolo", "name": "Auto-approve", "type": "boolean", "currentValue": False},
+]
+
+
+def test_modes_config_options_models_and_capabilities_are_listed(tmp_path):
+    path = write_config(tmp_path, {"coder": {"command": [
+        sys.executable, SCRIPTED, "--name", "coder", "--version", "2.0", "--commands", "init:Set up",
+        "--prompt-caps", "image,embeddedContext", "--modes", "ask:Ask first,code:Write code",
+        "--config-options", json.dumps(CONFIG_OPTIONS), "--models", "m1:Model one,m2"]}})
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = agent_lines(result.stdout, "coder")
+    assert line == "✓ coder: coder 2.0; loadSession: no; commands: /init", line
+    assert details(result.stdout, "coder") == [
+        "protocol: ACP v1; prompts: text, image, embedded context",
+        "auth methods: none",
+        'modes: ask "Ask first" (current), code "Write code"',
+        "config options:",
+        'model "Model" [model]: small "Small model", big "Big model" (current)',
+        'effort "Effort" [thought_level]: low "Low" (current), high "High"',
+        'yolo "Auto-approve": boolean option, current: False',
+        'models: m1 "Model one" (current), m2',
+    ], result.stdout
+
+
+def test_agent_without_modes_or_options_says_none(tmp_path):
+    path = write_config(tmp_path, {"plain": {"command": [sys.executable, SCRIPTED]}})
+    result = check(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert details(result.stdout, "plain") == [
+        "protocol: ACP v1; prompts: text", "auth methods: none", "modes: none",
+        "config options: none", "models: none"], result.stdout
+
+
+def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
+    # an agent that wants a login (gemini --acp without a Google account does this)
+    path = write_config(tmp_path, {"gem": {"command": [
+        sys.executable, SCRIPTED, "--auth", "--name", "gemini-cli", "--version", "0.61.0",
+        "--load-session", "--prompt-caps", "image,audio,embeddedContext", "--modes", "ask:Ask"]}})
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = agent_lines(result.stdout, "gem")
+    assert line.startswith("✗ gem: gem requires authentication (Scripted login)"), line
+    assert details(result.stdout, "gem") == [
+        "agent: gemini-cli 0.61.0; loadSession: yes",
+        "protocol: ACP v1; prompts: text, image, audio, embedded context",
+        "auth methods: scripted-login (Scripted login)",
+    ], result.stdout  # no modes: session/new never answered with any
+
+
 def test_agent_crashing_at_start_gives_one_clear_line(tmp_path):
     path = write_config(tmp_path, {"broken": {"command": [sys.executable, SCRIPTED, "--crash-at-start"]}})
     result = check(path)
@@ -83,6 +157,7 @@ def test_agent_crashing_at_start_gives_one_clear_line(tmp_path):
     assert "exit code 3" in line
     assert "crashing at start on purpose" in line  # the agent's stderr
     assert "\n" not in line
+    assert details(result.stdout, "broken") == []  # initialize never answered: nothing to tell
 
 
 def test_missing_executable_says_command_not_found(tmp_path):
@@ -147,3 +222,27 @@ def test_example_configs_cover_the_documented_agents():
         assert needle in joined, f"no example runs {needle!r}"
     databases = {config.load(path).database for path in EXAMPLES}
     assert any(db.startswith("postgres") for db in databases), databases
+
+
+# ---- the report as a pure function ------------------------------------------------------------
+
+def test_report_shortens_long_lists_and_flattens_odd_values():
+    found = Announced(info={"name": "odd\nagent", "version": "1"}, protocol=1, initialized=True,
+                      auth_methods=[{"id": "a"}, {"id": "b", "name": "b"}],
+                      session={"sessionId": "s", "modes": {"availableModes": ["junk", {"id": "x"}]},
+                               "configOptions": [{"id": "model", "type": "select", "currentValue": "m3",
+                                                  "options": [{"value": f"m{i}"} for i in range(20)] + [7]}],
+                               "models": "not an object"},
+                      commands=[{"name": "go"}, "junk"])
+    lines = report("odd", found)
+    assert lines[0] == "✓ odd: odd agent 1; loadSession: no; commands: /go"
+    assert "    auth methods: a, b" in lines
+    assert "    modes: x" in lines
+    [model] = [line for line in lines if line.startswith("      model")]
+    assert model.startswith("      model: m0, m1, m2, m3 (current), m4,")
+    assert model.endswith("m11, … 8 more"), model
+    assert lines[-1] == "    models: none"
+
+
+def test_report_of_an_agent_that_never_initialized_is_one_line():
+    assert report("ghost", Announced(error="command not found: ghost")) == ["✗ ghost: command not found: ghost"]

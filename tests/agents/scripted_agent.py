@@ -29,6 +29,11 @@ Options
                         before answering; answer "allowed" or "rejected", or stop
                         with stopReason "cancelled" if the outcome is cancelled
   --auth                announce an auth method and refuse session/new with -32000
+  --prompt-caps LIST    promptCapabilities to announce, e.g. "image,audio,embeddedContext"
+  --modes SPEC          "id:Name,id2:Name2": session/new returns these modes (the first
+                        is current)
+  --config-options JSON session/new returns this configOptions list, as given
+  --models SPEC         "id:Name,id2:Name2": session/new returns these (unstable) models
   --crash-at-start      write to stderr and exit 3 before reading anything
   --crash-mid-answer    after the first chunk: write to stderr, exit with code 3
   --hang                after the first chunk: never answer (ignores cancel and
@@ -82,6 +87,11 @@ def parse_commands(spec: str) -> list[dict]:
     return commands
 
 
+def pairs(spec: str) -> list[tuple[str, str]]:
+    """"id:Name,id2:Name2" -> [(id, Name), (id2, Name2)] (a missing name is empty)."""
+    return [tuple(item.strip().partition(":")[::2]) for item in spec.split(",") if item.strip()]
+
+
 def generated_text(size: int) -> str:
     line = "The quick brown fox jumps over the lazy dog. 0123456789\n"
     return (line * (size // len(line) + 1))[:size]
@@ -102,6 +112,8 @@ class Scripted(AgentBase):
         if opts.auth:
             self.auth_methods = [{"id": "scripted-login", "name": "Scripted login",
                                   "description": "Run `scripted login` first"}]
+        if opts.prompt_caps:
+            self.prompt_capabilities = {cap: True for cap in opts.prompt_caps.split(",") if cap}
         self.history: dict[str, list[list[str]]] = {}
 
     # -- persistence of histories, for session/load across processes --------
@@ -123,6 +135,25 @@ class Scripted(AgentBase):
     # -- protocol hooks -------------------------------------------------------
     def received(self, message: dict) -> None:
         self.log(message)
+
+    async def _handle_request(self, method: str, params: dict):
+        result = await super()._handle_request(method, params)
+        if method == "session/new":
+            result.update(self.session_setup())
+        return result
+
+    def session_setup(self) -> dict:
+        """What session/new returns beside the session id (--modes, --config-options, --models)."""
+        o, extra = self.opts, {}
+        if o.modes:
+            modes = [{"id": i, "name": n or i} for i, n in pairs(o.modes)]
+            extra["modes"] = {"currentModeId": modes[0]["id"], "availableModes": modes}
+        if o.config_options:
+            extra["configOptions"] = json.loads(o.config_options)
+        if o.models:
+            models = [{"modelId": i, "name": n or i} for i, n in pairs(o.models)]
+            extra["models"] = {"currentModelId": models[0]["modelId"], "availableModels": models}
+        return extra
 
     async def new_session(self, cwd: str, params: dict) -> str:
         if self.opts.auth:
@@ -280,6 +311,10 @@ def main() -> None:
     p.add_argument("--state")
     p.add_argument("--permission", action="store_true")
     p.add_argument("--auth", action="store_true")
+    p.add_argument("--prompt-caps")
+    p.add_argument("--modes")
+    p.add_argument("--config-options")
+    p.add_argument("--models")
     p.add_argument("--crash-at-start", action="store_true")
     p.add_argument("--crash-mid-answer", action="store_true")
     p.add_argument("--hang", action="store_true")

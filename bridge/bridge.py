@@ -22,6 +22,7 @@ from store import Store, StoreClosed
 
 from .appservice import AppserviceServer
 from .commands import BotCommands
+from .intent import Outgoing
 from .matrix import MatrixError
 from .portal import Incoming, Portal
 from .permissions import Permissions
@@ -53,6 +54,8 @@ class Bridge:
         self.server = AppserviceServer(registration.hs_token, self.handle_transaction,
                                        self.handle_user_query, self._txn_seen, self._mark_txn)
         self.session: aiohttp.ClientSession | None = None
+        # how room events leave, per room (bridge/intent.py): as they are, until encryption
+        self.outgoing: Outgoing = Outgoing()
         self.bot: Puppet | None = None
         self.puppets: dict[str, Puppet] = {}
         self.portals: dict[str, Portal] = {}
@@ -68,7 +71,7 @@ class Bridge:
         self.session = aiohttp.ClientSession()
         hs = self.config.homeserver_url
         self.bot = Puppet(self.config.bot_user_id, "Sidekicks", hs, self.registration.as_token,
-                          self.session)
+                          self.session, outgoing=self.outgoing)
         await self.server.start(self.config.listen_host, self.config.listen_port)
         progress(f"appservice listening on {self.config.appservice_url}")
         await self._wait_for_homeserver(progress)
@@ -131,12 +134,10 @@ class Bridge:
 
     async def _ping(self) -> None:
         """Ask the homeserver to call us now: a backlog of transactions is retried at once."""
-        path = f"/_matrix/client/v1/appservice/{self.registration.id}/ping"
         for attempt in range(5):
             try:
-                status, body = await self.bot.client.raw(
-                    "POST", path, {"transaction_id": f"sidekicks-{int(time.time() * 1000)}"},
-                    masquerade=False)
+                status, body = await self.bot.intent.ping(self.registration.id,
+                                                          f"sidekicks-{int(time.time() * 1000)}")
             except aiohttp.ClientError as exc:
                 status, body = 0, {"error": str(exc)}
             if status == 200:
@@ -157,7 +158,8 @@ class Bridge:
         if puppet is None:
             title = self.config.agents[agent].title
             puppet = Puppet(self.config.puppet_user_id(agent), title, self.config.homeserver_url,
-                            self.registration.as_token, self.session, agent=agent)
+                            self.registration.as_token, self.session, agent=agent,
+                            outgoing=self.outgoing)
             self.puppets[agent] = puppet
         await puppet.ensure_registered()
         return puppet
@@ -212,7 +214,9 @@ class Bridge:
         if html:
             content.update({"format": "org.matrix.custom.html", "formatted_body": html})
         try:
-            await sender.client.room_send(room_id, "m.room.message", content)
+            await sender.intent.send(room_id, content)
+        except (MatrixError, aiohttp.ClientError) as exc:
+            log.warning("could not send a notice to %s: %s", room_id, exc)
         except Exception:
             log.exception("could not send a notice to %s", room_id)
 
@@ -237,9 +241,8 @@ class Bridge:
         if announce and others:  # said by a member already in the room, never by the one not yet joined
             await self.notice(portal, f"Inviting {self.config.agents[agent].title} (@{agent}) to #{portal.channel.name}.",
                               inviter)
-        await inviter.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(portal.room_id)}/invite",
-                                 {"user_id": puppet.user_id})
-        if await puppet.join(portal.room_id):
+        await inviter.intent.invite(portal.room_id, puppet.user_id)
+        if await puppet.intent.join(portal.room_id):
             return True
         self.store.remove_member(portal.channel.id, agent)
         await self.commands.tell_owners(
@@ -324,7 +327,7 @@ class Bridge:
                 return  # the bridge's own invite (add_agent), which joins by itself
             if not self.is_owner(sender):
                 log.info("%s invited %s: declined (not an owner)", sender, target)
-                await puppet.leave(room_id)
+                await puppet.intent.leave(room_id)
                 return
             channel = self.store.channel_by_room(room_id)
             made = channel is None
@@ -334,7 +337,7 @@ class Bridge:
                 channel = self.store.create_channel(room_id, name, agent if direct else None)
             self.store.add_member(channel.id, agent)
             self.portal_for(room_id)
-            if await puppet.join(room_id):
+            if await puppet.intent.join(room_id):
                 if _invite_state(event, "m.room.encryption") is not None:
                     await self.say_encrypted(self.portal_for(room_id))
                 await self.catch_up(puppet, room_id, event.get("event_id"))
@@ -360,7 +363,7 @@ class Bridge:
         The homeserver only sends an appservice the events of rooms where one of its users has
         joined, so a message typed right after opening a DM would otherwise never arrive.
         """
-        status, body = await puppet.client.raw(
+        status, body = await puppet.intent.request(
             "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit=50")
         if status != 200:
             return

@@ -155,7 +155,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         await bridge.notice(portal, f"There is no agent called {turn.agent}.")
         return
     puppet = await bridge.puppet(turn.agent)
-    answer = Answer(puppet.client, portal.room_id, agent_config.title)
+    answer = Answer(puppet.intent, portal.room_id, agent_config.title)
     run = TurnRun(portal, turn.agent, answer)
     run.prompt_event_id = incoming.event_id
     # the note and the place in the queue are taken together (no await between)
@@ -192,7 +192,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             text = turn.text if turn.alone else build_prompt(
                 portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
                 turn.text, config.context_messages, config.context_chars)
-            _background(_after(posting, puppet.read_up_to(portal.room_id, incoming.event_id)))
+            _background(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
             # "thinking" only when the agent is slow to start: an edit in flight would hold
             # back its first part
             think = asyncio.get_running_loop().call_later(
@@ -257,7 +257,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             except (asyncio.CancelledError, Exception):
                 pass
             if typed:
-                await puppet.typing(portal.room_id, False)
+                await puppet.intent.typing(portal.room_id, False)
 
 
 _tasks: set[asyncio.Task] = set()
@@ -295,5 +295,5 @@ async def _keep_typing(puppet, room_id: str, posting: asyncio.Task, started: lis
     await asyncio.wait({posting})
     started.append(True)
     while True:
-        await puppet.typing(room_id, True)
+        await puppet.intent.typing(room_id, True)
         await asyncio.sleep(25)

@@ -119,8 +119,8 @@ def install() -> None:
     Answer = stream.Answer
     original_init = Answer.__init__
 
-    def init(self, client, room_id, title):
-        original_init(self, client, room_id, title)
+    def init(self, intent, room_id, title):
+        original_init(self, intent, room_id, title)
         self._bench = {"room": room_id, "created": now(), "first_part": None,
                        "first_part_send": None, "sends": [], "stop": None,
                        "finish_start": None, "finish_end": None, "chars": 0}
@@ -146,12 +146,24 @@ def install() -> None:
         t = now()
         if record["first_part"] is not None and record["first_part_send"] is None:
             record["first_part_send"] = t
-        edit = (content.get("m.relates_to") or {}).get("rel_type") == "m.replace"
         result = await original_answer_send(self, content, *args, **kwargs)
-        record["sends"].append((t, now(), edit, len(self.event_ids)))
+        record["sends"].append((t, now(), False, len(self.event_ids)))  # a new message
         return result
 
     Answer._send = answer_send
+
+    original_answer_replace = Answer._replace
+
+    async def answer_replace(self, event_id, new, *args, **kwargs):
+        record = self._bench
+        t = now()
+        if record["first_part"] is not None and record["first_part_send"] is None:
+            record["first_part_send"] = t
+        result = await original_answer_replace(self, event_id, new, *args, **kwargs)
+        record["sends"].append((t, now(), True, len(self.event_ids)))
+        return result
+
+    Answer._replace = answer_replace
 
     original_finish = Answer.finish
 

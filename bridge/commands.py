@@ -279,7 +279,7 @@ class BotCommands:
         bridge = self.bridge
         try:
             agent = await bridge.pool.get(agent_name)
-            await bridge.session_for(portal, agent_name, agent)
+            await portal.session_for(agent_name, agent)
         except Exception as exc:  # a crash at start is the turns' to report in full
             log.warning("starting %s for !commands: %s", agent_name, exc)
             return None

@@ -15,7 +15,7 @@ import time
 
 from acp import client as acp_client
 from acp import rpc as acp_rpc
-from bridge import appservice, bridge as bridge_module, stream
+from bridge import appservice, bridge as bridge_module, dispatch, portal as portal_module, stream
 
 now = time.perf_counter
 TOKEN = re.compile(r"bench-[a-z0-9-]+")
@@ -51,7 +51,7 @@ def install() -> None:
 
     appservice.AppserviceServer.transaction = transaction
 
-    original_handle_event = bridge_module.Bridge.handle_event
+    original_handle_event = dispatch.Dispatcher.event
 
     async def handle_event(self, event):
         t0 = _txn_t0.get()
@@ -61,7 +61,7 @@ def install() -> None:
                 txn_entry.setdefault(token, t0)
         return await original_handle_event(self, event)
 
-    bridge_module.Bridge.handle_event = handle_event
+    dispatch.Dispatcher.event = handle_event
 
     original_send = acp_rpc.Peer._send
 
@@ -113,7 +113,7 @@ def install() -> None:
         setattr(owner, name, wrapper)
 
     # awaited before the prompt; the first message and the read receipt go out beside it
-    timed(bridge_module.Bridge, "session_for", "Bridge.session_for")
+    timed(portal_module.Portal, "session_for", "Portal.session_for")
     timed(bridge_module.Bridge, "puppet", "Bridge.puppet")
 
     Answer = stream.Answer

@@ -3,8 +3,12 @@
 Every endpoint checks the hs_token in constant time and answers M_FORBIDDEN otherwise.
 Transactions are idempotent: a transaction is recorded once its events are handled, and the same
 transaction sent again (also after a restart — the keys are in the store) is acknowledged
-without handling it again. The key is the id *and* the event ids it carries: Synapse on SQLite
-numbers transactions from 1 again after a restart, so an id alone would drop new events.
+without handling it again. The key is the id *and* what it carries: Synapse on SQLite numbers
+transactions from 1 again after a restart, so an id alone would drop new events.
+
+Besides room events, a transaction may carry what end-to-end encryption needs (MSC2409 to-device
+messages, MSC3202 device lists, one-time-key counts and unused fallback key types, under their
+stable or unstable names): parsed into `DeviceTraffic` and handed on with the events.
 """
 from __future__ import annotations
 
@@ -13,13 +17,40 @@ import hashlib
 import hmac
 import json
 import logging
-from typing import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 log = logging.getLogger(__name__)
 
-TransactionHandler = Callable[[list[dict], list[dict]], Awaitable[None]]
+
+@dataclass(frozen=True)
+class DeviceTraffic:
+    """The crypto side of a transaction, for the identities of this appservice."""
+    to_device: list[dict] = field(default_factory=list)       # each with to_user_id / to_device_id
+    changed: list[str] = field(default_factory=list)          # users whose devices changed
+    left: list[str] = field(default_factory=list)             # users no longer sharing a room
+    one_time_keys: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # user → device → algorithm → count
+    fallback_keys: dict[str, dict[str, list[str]]] = field(default_factory=dict)       # user → device → unused types
+
+    def __bool__(self) -> bool:
+        return bool(self.to_device or self.changed or self.left or self.one_time_keys or self.fallback_keys)
+
+
+@dataclass(frozen=True)
+class Transaction:
+    txn_id: str
+    events: list[dict]
+    ephemeral: list[dict] = field(default_factory=list)
+    device: DeviceTraffic = field(default_factory=DeviceTraffic)
+
+    @property
+    def key(self) -> str:
+        return transaction_key(self.txn_id, self.events, self.device)
+
+
+TransactionHandler = Callable[[Transaction], Awaitable[None]]
 UserQuery = Callable[[str], Awaitable[bool]]
 
 
@@ -27,9 +58,61 @@ def _forbidden() -> web.Response:
     return web.json_response({"errcode": "M_FORBIDDEN", "error": "Bad or missing hs_token"}, status=403)
 
 
-def transaction_key(txn_id: str, events: list[dict]) -> str:
+def transaction_key(txn_id: str, events: list[dict], device: DeviceTraffic | None = None) -> str:
     ids = "\n".join(str(event.get("event_id", "")) for event in events)
+    if device:  # to-device messages have no ids: their content tells one transaction from another
+        ids += "\n" + json.dumps([device.to_device, device.changed, device.left, device.one_time_keys,
+                                  device.fallback_keys], sort_keys=True, default=str)
     return f"{txn_id}:{hashlib.sha256(ids.encode('utf-8')).hexdigest()[:16]}"
+
+
+def _first(body: dict, *names: str) -> Any:
+    for name in names:
+        if name in body:
+            return body[name]
+    return None
+
+
+def _users(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _per_device(value: Any, item: Callable[[Any], Any]) -> dict:
+    """user → device → item(value), keeping only well-formed entries."""
+    out: dict = {}
+    if not isinstance(value, dict):
+        return out
+    for user, devices in value.items():
+        if isinstance(user, str) and isinstance(devices, dict):
+            kept = {device: item(v) for device, v in devices.items() if isinstance(device, str) and item(v) is not None}
+            if kept:
+                out[user] = kept
+    return out
+
+
+def _counts(value: Any) -> dict[str, int] | None:
+    if not isinstance(value, dict):
+        return None
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _types(value: Any) -> list[str] | None:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else None
+
+
+def device_traffic(body: dict) -> DeviceTraffic:
+    """The crypto fields of a transaction body; a malformed part is left out, never fatal."""
+    to_device = _first(body, "to_device", "de.sorunome.msc2409.to_device")
+    lists = _first(body, "device_lists", "org.matrix.msc3202.device_lists")
+    lists = lists if isinstance(lists, dict) else {}
+    return DeviceTraffic(
+        to_device=[m for m in to_device if isinstance(m, dict)] if isinstance(to_device, list) else [],
+        changed=_users(lists.get("changed")), left=_users(lists.get("left")),
+        one_time_keys=_per_device(_first(body, "device_one_time_keys_count",
+                                         "org.matrix.msc3202.device_one_time_keys_count",
+                                         "org.matrix.msc3202.device_one_time_key_counts"), _counts),
+        fallback_keys=_per_device(_first(body, "device_unused_fallback_key_types",
+                                         "org.matrix.msc3202.device_unused_fallback_key_types"), _types))
 
 
 class AppserviceServer:
@@ -68,12 +151,13 @@ class AppserviceServer:
         except (ValueError, json.JSONDecodeError, AttributeError):
             return web.json_response({"errcode": "M_NOT_JSON", "error": "Body is not a transaction"},
                                      status=400)
-        events = [e for e in events if isinstance(e, dict)]
-        key = transaction_key(txn_id, events)
+        transaction = Transaction(txn_id, [e for e in events if isinstance(e, dict)],
+                                  [e for e in ephemeral if isinstance(e, dict)], device_traffic(body))
+        key = transaction.key
         async with self._txn_lock:
             if self._txn_seen(key):
                 return web.json_response({})
-            await self._on_transaction(events, [e for e in ephemeral if isinstance(e, dict)])
+            await self._on_transaction(transaction)
             self._mark_txn(key)
         return web.json_response({})
 

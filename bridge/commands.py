@@ -62,9 +62,9 @@ class BotCommands:
             return
         if not self.bridge.is_owner(sender):
             log.info("%s invited the bridge bot: declined (not an owner)", sender)
-            await bot.leave(room_id)
+            await bot.intent.leave(room_id)
             return
-        if not await bot.join(room_id):
+        if not await bot.intent.join(room_id):
             return
         store = self.bridge.store
         store.set_value(f"bot_room:{room_id}", sender)
@@ -191,7 +191,7 @@ class BotCommands:
             bridge.store.add_member(channel.id, agent)
         bridge.portal_for(new_room)
         for puppet in puppets:
-            await puppet.join(new_room)
+            await puppet.intent.join(new_room)
         await self.space.add(new_room)
         await self._say(room_id, f"Made #{name} with {', '.join(agents)}: {self._link(new_room)}")
 
@@ -279,7 +279,7 @@ class BotCommands:
         bridge = self.bridge
         try:
             agent = await bridge.pool.get(agent_name)
-            await bridge.session_for(portal, agent_name, agent)
+            await portal.session_for(agent_name, agent)
         except Exception as exc:  # a crash at start is the turns' to report in full
             log.warning("starting %s for !commands: %s", agent_name, exc)
             return None
@@ -315,5 +315,5 @@ class BotCommands:
         bridge.store.delete_channel(channel.id)
         for agent in members:
             if agent in bridge.config.agents:
-                await (await bridge.puppet(agent)).leave(channel.room_id)
+                await (await bridge.puppet(agent)).intent.leave(channel.room_id)
         await self.space.remove(channel.room_id)

@@ -14,10 +14,12 @@ import asyncio
 import json
 import logging
 import re
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
+
+from .matrix import MatrixError
 from .render import escape_html
 
 if TYPE_CHECKING:
@@ -136,7 +138,8 @@ class Permissions:
         body, html = render_request(title, request)
         content = {"msgtype": "m.text", "body": body, "format": "org.matrix.custom.html",
                    "formatted_body": html}
-        event_id = await self._send(puppet, portal.room_id, "m.room.message", content)
+        event_id = await self._sent("the permission prompt", portal.room_id,
+                                    puppet.intent.send(portal.room_id, content))
         if event_id is None:
             return None  # the owner cannot be asked: cancelled rather than allowed
         pending = Pending(portal.room_id, event_id, options,
@@ -150,8 +153,8 @@ class Permissions:
         outcome: str = TIMED_OUT
         try:
             for key in KEYCAPS[:len(options)]:
-                await self._send(puppet, portal.room_id, "m.reaction", {"m.relates_to": {
-                    "rel_type": "m.annotation", "event_id": event_id, "key": key}})
+                await self._sent("a reaction", portal.room_id,
+                                 puppet.intent.react(portal.room_id, event_id, key))
             try:
                 index = await asyncio.wait_for(asyncio.shield(pending.future),
                                                self.bridge.config.permission_timeout)
@@ -209,21 +212,20 @@ class Permissions:
 
     # ---- Matrix -------------------------------------------------------------------------------
 
-    async def _send(self, puppet: "Puppet", room_id: str, kind: str, content: dict) -> str | None:
+    @staticmethod
+    async def _sent(what: str, room_id: str, sending) -> str | None:
+        """The event id of `sending` (an Intent call), or None, logged, if it failed."""
         try:
-            response = await puppet.client.room_send(room_id, kind, content, tx_id=uuid.uuid4().hex)
+            return await sending
+        except (MatrixError, aiohttp.ClientError) as exc:
+            log.warning("could not send %s to %s: %s", what, room_id, exc)
         except Exception:
-            log.exception("could not send %s to %s", kind, room_id)
-            return None
-        event_id = getattr(response, "event_id", None)
-        if event_id is None:
-            log.warning("could not send %s to %s: %s", kind, room_id, response)
-        return event_id
+            log.exception("could not send %s to %s", what, room_id)
+        return None
 
     async def _show_decision(self, puppet: "Puppet", pending: Pending, outcome: str) -> None:
         new = {"msgtype": "m.text", "body": f"{pending.body}\n\n{outcome}",
                "format": "org.matrix.custom.html",
                "formatted_body": f"{pending.html}<p><strong>{escape_html(outcome)}</strong></p>"}
-        await self._send(puppet, pending.room_id, "m.room.message", {
-            "msgtype": "m.text", "body": f"* {new['body']}", "m.new_content": new,
-            "m.relates_to": {"rel_type": "m.replace", "event_id": pending.event_id}})
+        await self._sent("the permission decision", pending.room_id,
+                         puppet.intent.edit(pending.room_id, pending.event_id, new))

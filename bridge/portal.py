@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from store import Channel
+from store import Channel, StoreClosed
 
 from .mentions import parse
 from .routing import route
@@ -50,6 +50,52 @@ class Portal:
     def member_names(self) -> list[str]:
         return [m.agent for m in self.bridge.store.members(self.channel.id)
                 if m.agent in self.bridge.config.agents]
+
+    async def session_for(self, agent_name: str, agent) -> tuple[str, bool]:
+        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4)."""
+        store = self.bridge.store
+        member = store.member(self.channel.id, agent_name)
+        if member is None:
+            member = store.add_member(self.channel.id, agent_name)
+        cwd = self.bridge.config.agents[agent_name].cwd
+        if member.session_id and member.session_id in agent.sessions:
+            return member.session_id, member.fresh
+        if member.session_id and agent.load_session:
+            try:
+                await agent.load_session(member.session_id, cwd)
+                return member.session_id, member.fresh
+            except Exception as exc:  # the agent lost it: fall back to a fresh session
+                log.info("session/load of %s failed (%s); opening a new session", agent_name, exc)
+        session_id = await agent.new_session(cwd)
+        store.set_session(self.channel.id, agent_name, session_id, fresh=True)
+        return session_id, True
+
+    def seen(self, agent: str, message_id: str) -> None:
+        """The agent has now seen everything up to `message_id` (its own answer, usually)."""
+        try:  # a member removed meanwhile is left alone (no row to update)
+            self.bridge.store.mark_seen(self.channel.id, agent, message_id)
+        except StoreClosed:
+            pass  # the bridge is quitting; the next run sees the message again, which is harmless
+
+    async def add_agent(self, agent: str, announce: bool = False) -> bool:
+        """Make `agent` a member: invite its puppet, which joins at once. False when it could
+        not join (no agent left in the room to invite it): the owners are told what to do."""
+        bridge = self.bridge
+        title = bridge.config.agents[agent].title
+        puppet = await bridge.puppet(agent)
+        others = [m for m in self.member_names() if m != agent]
+        inviter = await bridge.puppet(others[0]) if others else bridge.bot
+        bridge.store.add_member(self.channel.id, agent)
+        if announce and others:  # said by a member already in the room, never by the one not yet joined
+            await bridge.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter)
+        await inviter.intent.invite(self.room_id, puppet.user_id)
+        if await puppet.intent.join(self.room_id):
+            return True
+        bridge.store.remove_member(self.channel.id, agent)
+        await bridge.commands.tell_owners(
+            f"I could not bring {title} (@{agent}) into #{self.channel.name}: "
+            f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself.")
+        return False
 
     def submit(self, incoming: Incoming) -> None:
         self.waiting.add(incoming.event_id)
@@ -91,7 +137,7 @@ class Portal:
                          self.channel.direct_agent)
         absent = set()
         for agent in decision.invite:
-            if not await self.bridge.add_agent(self, agent, announce=True):
+            if not await self.add_agent(agent, announce=True):
                 absent.add(agent)
         if decision.nobody:
             await self.bridge.notice(self, "Nobody answers this one: mention an agent, like "

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from store import StoreError
 
-from .stream import edit_content, message_content
+from .stream import message_content
 
 if TYPE_CHECKING:
     from .bridge import Bridge
@@ -197,12 +197,8 @@ class Recovery:
         if not isinstance(room_id, str) or agent not in self.bridge.config.agents:
             return None
         puppet = await self.bridge.puppet(agent)
-        status, reply = await puppet.client.raw(
-            "PUT", f"/_matrix/client/v3/rooms/{_q(room_id)}/send/m.room.message/{_q(txn)}",
-            {"msgtype": "m.text", "body": str(where.get("body") or "⏳")})
-        if status != 200:
-            raise RuntimeError(f"placeholder lookup refused: {status} {reply.get('error', reply)}")
-        return reply.get("event_id")
+        return await puppet.intent.send(room_id, {"msgtype": "m.text", "body": str(where.get("body") or "⏳")},
+                                        txn_id=txn)
 
     async def _repair_one(self, event_id: str, where: dict) -> bool:
         room_id, agent = where.get("room"), where.get("agent")
@@ -211,32 +207,28 @@ class Recovery:
         if self.bridge.store.message_by_event(event_id) is not None:
             return False  # it was finished and stored after all
         puppet = await self.bridge.puppet(agent)
-        body = await self._latest_body(puppet.client, room_id, event_id)
+        body = await self._latest_body(puppet.intent, room_id, event_id)
         if body is None or MARK in body:
             return False  # gone, or the graceful stop already said so
-        content = edit_content(event_id, message_content(interrupted_text(body), None))
         txn = "sk-interrupted-" + hashlib.sha256(event_id.encode()).hexdigest()[:32]
-        status, reply = await puppet.client.raw(
-            "PUT", f"/_matrix/client/v3/rooms/{_q(room_id)}/send/m.room.message/{txn}", content)
-        if status != 200:
-            raise RuntimeError(f"edit refused: {status} {reply.get('error', reply)}")
+        await puppet.intent.edit(room_id, event_id, message_content(interrupted_text(body), None), txn_id=txn)
         log.info("marked answer %s in %s as interrupted", event_id, room_id)
         return True
 
     @staticmethod
-    async def _latest_body(client, room_id: str, event_id: str) -> str | None:
+    async def _latest_body(intent, room_id: str, event_id: str) -> str | None:
         """The body shown now: the newest edit's, else the original's. None if the event is gone."""
-        status, reply = await client.raw(
+        status, reply = await intent.request(
             "GET", f"/_matrix/client/v1/rooms/{_q(room_id)}/relations/{_q(event_id)}/m.replace"
                    f"?dir=b&limit=50")
         if status == 200:
             # dir=b: newest first
-            edits = [e for e in reply.get("chunk") or [] if e.get("sender") == client.user_id]
+            edits = [e for e in reply.get("chunk") or [] if e.get("sender") == intent.user_id]
             if edits:
                 new = (edits[0].get("content") or {}).get("m.new_content") or {}
                 if isinstance(new.get("body"), str):
                     return new["body"]
-        status, reply = await client.raw(
+        status, reply = await intent.request(
             "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/event/{_q(event_id)}")
         if status in (403, 404):
             return None

@@ -34,30 +34,23 @@ def room_link(room_id: str, domain: str) -> str:
 
 async def create_room(creator: "Puppet", body: dict[str, Any]) -> str:
     """POST /createRoom as `creator`; the new room id, or MatrixError with the server's words."""
-    status, answer = await creator.client.raw("POST", "/_matrix/client/v3/createRoom", body)
-    room_id = answer.get("room_id")
-    if status != 200 or not isinstance(room_id, str):
-        raise MatrixError(f"creating a room: {status} {answer.get('error', answer)}")
-    return room_id
+    return await creator.intent.create_room(body)
 
 
 async def put_state(sender: "Puppet", room_id: str, kind: str, state_key: str, content: dict) -> bool:
-    path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/{_q(kind)}/{_q(state_key)}"
     try:
-        status, answer = await sender.client.raw("PUT", path, content)
-    except aiohttp.ClientError as exc:
+        await sender.intent.send_state(room_id, kind, state_key, content)
+    except (MatrixError, aiohttp.ClientError) as exc:
         log.warning("%s in %s: %s", kind, room_id, exc)
         return False
-    if status != 200:
-        log.warning("%s in %s: %s %s", kind, room_id, status, answer.get("error", answer))
-    return status == 200
+    return True
 
 
 async def give_power(sender: "Puppet", room_id: str, users: list[str], level: int = 100) -> None:
     """Raise `users` to `level` in a room `sender` created (done after creation: room versions
     differ on whether the creator may appear in the power levels at all)."""
     path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.power_levels/"
-    status, levels = await sender.client.raw("GET", path)
+    status, levels = await sender.intent.request("GET", path)
     if status != 200:
         log.warning("power levels of %s: %s %s", room_id, status, levels.get("error", levels))
         return
@@ -69,7 +62,7 @@ async def membership(asker: "Puppet", room_id: str, user_id: str) -> str | None:
     """`user_id`'s membership in `room_id`, as `asker` (a member) sees it."""
     path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.member/{_q(user_id)}"
     try:
-        status, answer = await asker.client.raw("GET", path)
+        status, answer = await asker.intent.request("GET", path)
     except aiohttp.ClientError:
         return None
     return answer.get("membership") if status == 200 else None

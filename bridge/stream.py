@@ -8,12 +8,11 @@ several times (fallback body, new body, HTML).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 
-from .matrix import check
+from .intent import Intent
 from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
@@ -21,7 +20,6 @@ log = logging.getLogger(__name__)
 SPLIT_BYTES = 15_000
 MAX_EDITS = 99           # intermediate edits + the final one stay within 100 per message
 BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
-MAX_EVENT_BYTES = 60_000
 # After a quick first part, how long the first message waits for the answer's end: an answer
 # that ends at once (a short reply, a command's output) is then one message, never edited —
 # half the homeserver writes, and no "(edited)" in the client.
@@ -58,27 +56,11 @@ def message_content(text: str, status: str | None) -> dict:
     return content
 
 
-def _size(content: dict) -> int:
-    return len(json.dumps(content, separators=(",", ":")).encode("utf-8"))  # as nio sends it
-
-
-def edit_content(original_event_id: str, new: dict) -> dict:
-    content = {"msgtype": new["msgtype"], "body": "* " + new["body"], "m.new_content": new,
-               "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
-    if _size(content) > MAX_EVENT_BYTES:
-        # keep under the 64 KiB event limit: drop the HTML rather than the text
-        content["m.new_content"] = {"msgtype": new["msgtype"], "body": new["body"]}
-    if _size(content) > MAX_EVENT_BYTES:
-        # text escaped as \uXXXX weighs more: shorten the fallback for clients without edits
-        content["body"] = "* " + new["body"][:2000] + "…"
-    return content
-
-
 class Answer:
     """The Matrix side of one turn's answer. Not stored: the caller stores the finished text."""
 
-    def __init__(self, client, room_id: str, title: str):
-        self.client = client
+    def __init__(self, intent: Intent, room_id: str, title: str):
+        self.intent = intent
         self.room_id = room_id
         self.title = title
         self.event_ids: list[str] = []        # one per message of this answer
@@ -221,16 +203,19 @@ class Answer:
             self.edits = 0
 
     async def _send(self, content: dict, tx_id: str | None = None) -> str:
-        response = await self.client.room_send(self.room_id, "m.room.message", content,
-                                               tx_id=tx_id or uuid.uuid4().hex)
-        return check(response, "sending an answer").event_id
+        """A new message of this answer; its event id."""
+        return await self.intent.send(self.room_id, content, txn_id=tx_id)
+
+    async def _replace(self, event_id: str, new: dict) -> str:
+        """An edit of one of this answer's messages."""
+        return await self.intent.edit(self.room_id, event_id, new)
 
     async def _edit(self, new: dict) -> None:
         try:
             if not self.event_ids:  # the placeholder never got out: this becomes the message
                 self.event_ids.append(await self._send(new))
                 return
-            await self._send(edit_content(self.event_ids[-1], new))
+            await self._replace(self.event_ids[-1], new)
         except Exception:  # one failed edit must not end the turn; the next one carries it all
             log.exception("edit failed in %s", self.room_id)
         self.edits += 1

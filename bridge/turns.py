@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
 
 from .context import Line, build_prompt
+from .render import escape_html
 from .routing import Turn
 from .stream import Answer
 
@@ -28,6 +29,7 @@ STATUS_WRITING = "✍️ writing…"
 THINKING_AFTER = 0.4  # seconds without a part before the status says "thinking"
 TYPING_AFTER = 0.5    # seconds of work before the puppet shows typing
 PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
+STDERR_LINES = 12         # lines of a crashed agent's stderr shown in its notice
 
 
 _WAITING: "weakref.WeakKeyDictionary[object, dict[str, list[TurnRun]]]" = weakref.WeakKeyDictionary()
@@ -155,7 +157,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         await bridge.notice(portal, f"There is no agent called {turn.agent}.")
         return
     puppet = await bridge.puppet(turn.agent)
-    answer = Answer(puppet.client, portal.room_id, agent_config.title)
+    answer = Answer(puppet.intent, portal.room_id, agent_config.title)
     run = TurnRun(portal, turn.agent, answer)
     run.prompt_event_id = incoming.event_id
     # the note and the place in the queue are taken together (no await between)
@@ -184,7 +186,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                 answer.set_status(f"⏳ {agent_config.title} is getting ready…")
             # typing while the agent works: from TYPING_AFTER into the prompt until it returns
             typing = asyncio.create_task(_keep_typing(puppet, portal.room_id, posting, typed))
-            session_id, fresh = await bridge.session_for(portal, turn.agent, agent)
+            session_id, fresh = await portal.session_for(turn.agent, agent)
             run.session_id = session_id
             if run.cancelled:
                 await answer.finish("⏹ stopped")
@@ -192,7 +194,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             text = turn.text if turn.alone else build_prompt(
                 portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
                 turn.text, config.context_messages, config.context_chars)
-            _background(_after(posting, puppet.read_up_to(portal.room_id, incoming.event_id)))
+            _background(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
             # "thinking" only when the agent is slow to start: an edit in flight would hold
             # back its first part
             think = asyncio.get_running_loop().call_later(
@@ -232,7 +234,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     except AgentCrashed as exc:
         await answer.finish(f"⚠️ interrupted: {turn.agent} stopped unexpectedly "
                             f"(exit code {exc.exit_code})")
-        await bridge.crash_notice(portal, puppet, turn.agent, exc)
+        await crash_notice(bridge, portal, puppet, turn.agent, exc)
     except AgentTimeout as exc:
         await answer.finish(f"⚠️ interrupted: {exc}")
     except AcpError as exc:
@@ -249,7 +251,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         if bridge.active_turns.get(turn.agent) is portal:
             del bridge.active_turns[turn.agent]
         if not turn.alone:  # a command went without the context: it is still unseen (ADR §3)
-            bridge.seen(portal, turn.agent, stored_upto)
+            portal.seen(turn.agent, stored_upto)
         if typing is not None:
             typing.cancel()
             try:
@@ -257,7 +259,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             except (asyncio.CancelledError, Exception):
                 pass
             if typed:
-                await puppet.typing(portal.room_id, False)
+                await puppet.intent.typing(portal.room_id, False)
 
 
 _tasks: set[asyncio.Task] = set()
@@ -281,6 +283,19 @@ def _begin(bridge, run: TurnRun, posting: asyncio.Task) -> None:
         bridge.recovery.begin(run)
 
 
+async def crash_notice(bridge, portal: "Portal", puppet, agent: str, exc: AgentCrashed) -> None:
+    """The agent's process died mid-answer: its exit code and the end of its stderr."""
+    tail = "\n".join((exc.stderr_tail or "").strip().splitlines()[-STDERR_LINES:])
+    text = f"⚠️ {agent} stopped unexpectedly (exit code {exc.exit_code})."
+    html = f"<p>{text}</p>"
+    if tail:
+        text += f" The end of its error output:\n{tail}"
+        html += f"<p>The end of its error output:</p><pre><code>{escape_html(tail)}</code></pre>"
+    text += "\nThe next message starts it again."
+    html += "<p>The next message starts it again.</p>"
+    await bridge.send_notice(puppet, portal.room_id, text, html)
+
+
 async def _interrupted(answer: Answer, why: str) -> None:
     try:
         await asyncio.wait_for(answer.finish(f"⚠️ interrupted: {why}"), timeout=5)
@@ -295,5 +310,5 @@ async def _keep_typing(puppet, room_id: str, posting: asyncio.Task, started: lis
     await asyncio.wait({posting})
     started.append(True)
     while True:
-        await puppet.typing(room_id, True)
+        await puppet.intent.typing(room_id, True)
         await asyncio.sleep(25)

@@ -9,8 +9,8 @@ TOKEN = "hs-secret"
 
 
 async def make_client(calls: list, seen: set) -> TestClient:
-    async def on_transaction(events, ephemeral):
-        calls.append([e["event_id"] for e in events])
+    async def on_transaction(transaction):
+        calls.append([e["event_id"] for e in transaction.events])
 
     async def on_user(user_id):
         return user_id.startswith("@sk_")

@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from bridge.appservice import Transaction
 from bridge.bridge import Bridge
 from bridge.puppet import Puppet
 from config.loader import parse
@@ -105,7 +106,7 @@ class Fixture:
 
     def handle(self, batch: list[dict]) -> None:
         async def run():
-            await self.bridge.handle_transaction(batch, [])
+            await self.bridge.dispatcher.transaction(Transaction("fuzz", batch))
             workers = [p.worker for p in self.bridge.portals.values() if p.worker is not None]
             await asyncio.wait_for(asyncio.gather(*workers, return_exceptions=True), 30)
         self.loop.run_until_complete(run())

@@ -15,7 +15,7 @@ import time
 
 from acp import client as acp_client
 from acp import rpc as acp_rpc
-from bridge import appservice, bridge as bridge_module, stream
+from bridge import appservice, bridge as bridge_module, dispatch, portal as portal_module, stream
 
 now = time.perf_counter
 TOKEN = re.compile(r"bench-[a-z0-9-]+")
@@ -51,7 +51,7 @@ def install() -> None:
 
     appservice.AppserviceServer.transaction = transaction
 
-    original_handle_event = bridge_module.Bridge.handle_event
+    original_handle_event = dispatch.Dispatcher.event
 
     async def handle_event(self, event):
         t0 = _txn_t0.get()
@@ -61,7 +61,7 @@ def install() -> None:
                 txn_entry.setdefault(token, t0)
         return await original_handle_event(self, event)
 
-    bridge_module.Bridge.handle_event = handle_event
+    dispatch.Dispatcher.event = handle_event
 
     original_send = acp_rpc.Peer._send
 
@@ -113,14 +113,14 @@ def install() -> None:
         setattr(owner, name, wrapper)
 
     # awaited before the prompt; the first message and the read receipt go out beside it
-    timed(bridge_module.Bridge, "session_for", "Bridge.session_for")
+    timed(portal_module.Portal, "session_for", "Portal.session_for")
     timed(bridge_module.Bridge, "puppet", "Bridge.puppet")
 
     Answer = stream.Answer
     original_init = Answer.__init__
 
-    def init(self, client, room_id, title):
-        original_init(self, client, room_id, title)
+    def init(self, intent, room_id, title):
+        original_init(self, intent, room_id, title)
         self._bench = {"room": room_id, "created": now(), "first_part": None,
                        "first_part_send": None, "sends": [], "stop": None,
                        "finish_start": None, "finish_end": None, "chars": 0}
@@ -146,12 +146,24 @@ def install() -> None:
         t = now()
         if record["first_part"] is not None and record["first_part_send"] is None:
             record["first_part_send"] = t
-        edit = (content.get("m.relates_to") or {}).get("rel_type") == "m.replace"
         result = await original_answer_send(self, content, *args, **kwargs)
-        record["sends"].append((t, now(), edit, len(self.event_ids)))
+        record["sends"].append((t, now(), False, len(self.event_ids)))  # a new message
         return result
 
     Answer._send = answer_send
+
+    original_answer_replace = Answer._replace
+
+    async def answer_replace(self, event_id, new, *args, **kwargs):
+        record = self._bench
+        t = now()
+        if record["first_part"] is not None and record["first_part_send"] is None:
+            record["first_part_send"] = t
+        result = await original_answer_replace(self, event_id, new, *args, **kwargs)
+        record["sends"].append((t, now(), True, len(self.event_ids)))
+        return result
+
+    Answer._replace = answer_replace
 
     original_finish = Answer.finish
 

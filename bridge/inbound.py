@@ -1,0 +1,205 @@
+"""What each kind of incoming room event does (SPEC §5, §6, §9). The dispatcher
+(bridge/dispatch.py) calls these, one event at a time, with its type, room, sender and content
+already checked; nothing else calls them.
+
+- `m.room.member`: an owner's invite of a puppet makes the room a channel (or adds a member) and
+  the puppet joins; others' invites are declined; a kick removes the member. The bot's own
+  memberships go to the bot commands.
+- `m.room.message`: an owner's `!` command, a numbered answer to a permission question, or a
+  prompt: stored, then queued in the channel's portal.
+- `m.reaction`: an owner's answer to a permission question, or 🛑 on the answer being written.
+- `m.room.redaction`: the owner withdrew a message.
+- `m.room.name`: the owner renamed a channel.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from store import StoreClosed
+
+from .portal import Incoming
+
+if TYPE_CHECKING:
+    from .bridge import Bridge
+    from .portal import Portal
+    from .puppet import Puppet
+
+log = logging.getLogger(__name__)
+
+CATCH_UP_LIMIT = 50  # events read back when a puppet joins
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+def invite_state(event: dict, kind: str) -> dict | None:
+    """Content of a state event of `kind` in an invite's stripped room state."""
+    for state in (event.get("unsigned") or {}).get("invite_room_state") or []:
+        if isinstance(state, dict) and state.get("type") == kind:
+            content = state.get("content")
+            return content if isinstance(content, dict) else {}
+    return None
+
+
+def _room_name(event: dict) -> str | None:
+    name = (invite_state(event, "m.room.name") or {}).get("name")
+    return name.strip() if isinstance(name, str) and name.strip() else None
+
+
+class Inbound:
+    def __init__(self, bridge: "Bridge"):
+        self.bridge = bridge
+        self._encryption_noted: set[str] = set()
+
+    # ---- memberships --------------------------------------------------------------------------
+
+    async def member(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        bridge, config = self.bridge, self.bridge.config
+        target = event.get("state_key")
+        membership = content.get("membership")
+        if not isinstance(target, str):
+            return
+        if target == config.bot_user_id:
+            await bridge.commands.on_bot_member(event, room_id, sender, content)
+            return
+        agent = config.agent_for_user_id(target)
+        if agent is None:
+            return
+        puppet = await bridge.puppet(agent)
+        if membership == "invite":
+            if sender == config.bot_user_id or config.agent_for_user_id(sender):
+                return  # the bridge's own invite (add_agent), which joins by itself
+            if not bridge.is_owner(sender):
+                log.info("%s invited %s: declined (not an owner)", sender, target)
+                await puppet.intent.leave(room_id)
+                return
+            channel = bridge.store.channel_by_room(room_id)
+            made = channel is None
+            if channel is None:
+                direct = bool(content.get("is_direct"))
+                name = _room_name(event) or (agent if direct else room_id)
+                channel = bridge.store.create_channel(room_id, name, agent if direct else None)
+            bridge.store.add_member(channel.id, agent)
+            bridge.portal_for(room_id)
+            if await puppet.intent.join(room_id):
+                if invite_state(event, "m.room.encryption") is not None:
+                    await bridge.dispatcher.encryption.room_encrypted(room_id)
+                await self.catch_up(puppet, room_id, event.get("event_id"))
+            if made:  # channels sit in the "Sidekicks" space (SPEC §5)
+                await bridge.commands.channel_created(room_id)
+        elif membership in ("leave", "ban") and sender != target:
+            channel = bridge.store.channel_by_room(room_id)
+            if channel is not None:
+                bridge.store.remove_member(channel.id, agent)
+
+    async def catch_up(self, puppet: "Puppet", room_id: str, since_event_id: str | None) -> None:
+        """Handle the owner's messages sent between the invite and the puppet's join.
+
+        The homeserver only sends an appservice the events of rooms where one of its users has
+        joined, so a message typed right after opening a DM would otherwise never arrive. They
+        go through the dispatcher like any other event.
+        """
+        status, body = await puppet.intent.request(
+            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit={CATCH_UP_LIMIT}")
+        if status != 200:
+            return
+        missed = []
+        for event in body.get("chunk") or []:
+            if not isinstance(event, dict) or event.get("event_id") == since_event_id:
+                break
+            if event.get("type") in ("m.room.message", "m.room.encrypted"):
+                missed.append(event)
+        for event in reversed(missed):
+            event.setdefault("room_id", room_id)
+            await self.bridge.dispatcher.event(event)
+
+    async def say_encrypted(self, room_id: str) -> None:
+        """Once per room and run: the bridge cannot read end-to-end encrypted rooms."""
+        portal = self.bridge.portal_for(room_id)
+        if portal is None or portal.room_id in self._encryption_noted:
+            return
+        self._encryption_noted.add(portal.room_id)
+        await self.bridge.notice(portal, "This room is end-to-end encrypted, and agents cannot read encrypted "
+                                         "messages. Make a new room without encryption (or start a new direct "
+                                         "message) to talk to agents.")
+
+    # ---- messages -----------------------------------------------------------------------------
+
+    async def message(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        bridge = self.bridge
+        if not bridge.is_owner(sender):
+            return  # strangers never reach an agent (SPEC §5)
+        if "m.new_content" in content or (content.get("m.relates_to") or {}).get("rel_type") == "m.replace":
+            return  # edits of earlier messages are not new prompts
+        body = content.get("body")
+        if not isinstance(body, str) or not body.strip():
+            return
+        if body.lstrip().startswith("!") and await bridge.commands.handle(event, room_id, sender, body):
+            return
+        if await bridge.permissions.on_reply(event, room_id, sender, body):
+            return
+        portal = bridge.portal_for(room_id)
+        if portal is None:
+            return
+        event_id = event.get("event_id", "")
+        if bridge.store.message_by_event(event_id) is not None:
+            return  # already taken (a transaction delivered again after a crash)
+        bridge.recovery.prompt_taken(event_id, room_id)
+        message = bridge.store.add_message(portal.channel.id, sender, "user", body, [event_id])
+        formatted = content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else None
+        mentions = (content.get("m.mentions") or {}).get("user_ids") or []
+        portal.submit(Incoming(message.id, event_id, body,
+                               formatted if isinstance(formatted, str) else None,
+                               [m for m in mentions if isinstance(m, str)]))
+
+    async def reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        bridge = self.bridge
+        relates = content.get("m.relates_to")
+        if not bridge.is_owner(sender) or not isinstance(relates, dict):
+            return
+        if await bridge.permissions.on_reaction(event, room_id, sender, relates):
+            return
+        key = relates.get("key")
+        if relates.get("rel_type") == "m.annotation" and isinstance(key, str) and key.replace("\ufe0f", "") == "🛑":
+            portal = bridge.portals.get(room_id)
+            run = portal.current if portal is not None else None
+            if run is not None and relates.get("event_id") in run.answer.event_ids:
+                log.info("🛑 on the answer in %s: cancelling", room_id)
+                await run.cancel()
+
+    async def redaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        """The owner redacted a message. A prompt being answered: the answer is cancelled (SPEC
+        §9); one still queued is never answered; and the store forgets it, so that no agent is
+        told it later as context."""
+        bridge = self.bridge
+        if not bridge.is_owner(sender):
+            return
+        redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions
+        if not isinstance(redacts, str):
+            return
+        portal: "Portal | None" = bridge.portals.get(room_id)  # a message queued or answered has its portal loaded
+        if portal is not None:
+            run = portal.current
+            if portal.withdraw(redacts):
+                log.info("a message in %s was redacted before its answers were done", room_id)
+            if run is not None and run.prompt_event_id == redacts:
+                log.info("the prompt answered in %s was redacted: cancelling", room_id)
+                await run.cancel()
+        try:
+            if bridge.store.delete_message_by_event(redacts):
+                log.info("a redacted message in %s is forgotten", room_id)
+        except StoreClosed:
+            pass
+
+    async def room_name(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        bridge = self.bridge
+        if not bridge.is_owner(sender):
+            return
+        portal = bridge.portal_for(room_id)
+        name = content.get("name")
+        if portal is not None and isinstance(name, str) and name.strip():
+            bridge.store.rename_channel(portal.channel.id, name.strip())
+            portal.channel = bridge.store.channel(portal.channel.id)

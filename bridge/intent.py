@@ -1,0 +1,235 @@
+"""Intents: the only way an event leaves the bridge (mautrix's word). One per Matrix identity —
+each puppet and the bridge bot — made by `Puppet`.
+
+Every room event goes out through `Intent.send` (`edit` and `react` build on it), and on the way:
+- it carries a transaction id, the caller's or a new one: the homeserver keeps one event per id,
+  so a request retried after a timeout or a restart (nio's backoff, recovery) never posts twice;
+- an `m.room.message` declares its mentions (`m.mentions`, also inside `m.new_content` of an
+  edit): `{}` unless the caller put the intended ones in the content, so agent text that says
+  "@room" or the owner's name triggers no push rule (SPEC §5);
+- `Outgoing.prepare(user_id, room_id, event_type, content)` sees it last and may change its type
+  and content: the one place where a room's events are transformed (encryption plugs in here:
+  `m.room.encrypted`, with `m.relates_to` left in the clear). The default sends as is.
+State events, redactions, typing, receipts and membership are never transformed (the spec
+keeps them in the clear). `request` is the escape hatch for reads the Intent has no method for.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from .matrix import AppserviceClient, MatrixError, check
+
+log = logging.getLogger(__name__)
+
+RECEIPT_DELAY = 0.2      # seconds a read receipt waits for a newer one in the same room
+MAX_EVENT_BYTES = 60_000  # an event is at most 64 KiB; an edit is kept below this
+TYPING_TIMEOUT_MS = 30_000
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+def new_txn_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Outgoing:
+    """What a room's events look like when they leave: this one sends them unchanged. A
+    subclass (encryption) may return another event type and content for some rooms."""
+
+    async def prepare(self, user_id: str, room_id: str, event_type: str,
+                      content: dict) -> tuple[str, dict]:
+        return event_type, content
+
+
+PLAIN = Outgoing()
+
+
+def declare_mentions(content: dict) -> dict:
+    """`content` with `m.mentions` set (the caller's, when it is an object; else `{}`), also in
+    the `m.new_content` of an edit. Not changed in place."""
+    out = dict(content)
+    mentions = out.get("m.mentions")
+    out["m.mentions"] = mentions if isinstance(mentions, dict) else {}
+    new = out.get("m.new_content")
+    if isinstance(new, dict):
+        inner = new.get("m.mentions")
+        out["m.new_content"] = {**new, "m.mentions": inner if isinstance(inner, dict) else {}}
+    return out
+
+
+def _size(content: dict) -> int:
+    return len(json.dumps(content, separators=(",", ":")).encode("utf-8"))  # as nio sends it
+
+
+def edit_content(original_event_id: str, new: dict) -> dict:
+    """The `m.replace` event replacing `original_event_id` with `new`: `m.new_content` carries
+    the new message and its mentions; the outer body is the fallback for clients without edits,
+    and the outer `m.mentions` is `{}` (an edit never notifies anyone anew)."""
+    new = declare_mentions(new)
+    msgtype = new.get("msgtype", "m.text")
+    body = str(new.get("body", ""))
+    content = {"msgtype": msgtype, "body": "* " + body, "m.new_content": new, "m.mentions": {},
+               "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
+    if _size(content) > MAX_EVENT_BYTES:
+        # keep under the 64 KiB event limit: drop the HTML rather than the text
+        content["m.new_content"] = {"msgtype": msgtype, "body": body, "m.mentions": new["m.mentions"]}
+    if _size(content) > MAX_EVENT_BYTES:
+        # text escaped as \uXXXX weighs more: shorten the fallback for clients without edits
+        content["body"] = "* " + body[:2000] + "…"
+    return content
+
+
+class Intent:
+    """Acting as `user_id` in rooms: sending, editing, reacting, redacting, state, media,
+    typing, receipts, membership and profile, through the masquerading nio client."""
+
+    def __init__(self, client: AppserviceClient, outgoing: Outgoing | None = None):
+        self.client = client
+        self.user_id = client.user_id
+        self.outgoing = outgoing or PLAIN
+        # room → the newest event to mark read once the receipt in flight there has landed
+        self._receipts: dict[str, str | None] = {}
+
+    # ---- room events ------------------------------------------------------------------------
+
+    async def send(self, room_id: str, content: dict, *, event_type: str = "m.room.message",
+                   txn_id: str | None = None) -> str:
+        """Send a room event; its event id. MatrixError when the homeserver refuses it."""
+        if event_type == "m.room.message":
+            content = declare_mentions(content)
+        event_type, content = await self.outgoing.prepare(self.user_id, room_id, event_type, content)
+        response = await self.client.put_event(room_id, event_type, content, txn_id or new_txn_id())
+        return check(response, f"sending {event_type} as {self.user_id}").event_id
+
+    async def edit(self, room_id: str, event_id: str, new_content: dict, *,
+                   txn_id: str | None = None) -> str:
+        """Replace message `event_id` by `new_content` (`m.replace`); the edit's event id."""
+        return await self.send(room_id, edit_content(event_id, new_content), txn_id=txn_id)
+
+    async def react(self, room_id: str, event_id: str, key: str, *, txn_id: str | None = None) -> str:
+        return await self.send(room_id, {"m.relates_to": {"rel_type": "m.annotation",
+                                                          "event_id": event_id, "key": key}},
+                               event_type="m.reaction", txn_id=txn_id)
+
+    async def redact(self, room_id: str, event_id: str, reason: str | None = None, *,
+                     txn_id: str | None = None) -> str:
+        response = await self.client.redact_event(room_id, event_id, reason, txn_id or new_txn_id())
+        return check(response, f"redacting {event_id} as {self.user_id}").event_id
+
+    async def send_state(self, room_id: str, event_type: str, state_key: str, content: dict) -> str:
+        response = await self.client.put_state(room_id, event_type, state_key, content)
+        return check(response, f"{event_type} in {room_id} as {self.user_id}").event_id
+
+    async def upload(self, data: bytes, content_type: str, filename: str) -> str:
+        """Upload media; its mxc:// URI."""
+        response = await self.client.upload_bytes(data, content_type, filename)
+        return check(response, f"uploading {filename} as {self.user_id}").content_uri
+
+    # ---- courtesy: typing and receipts ------------------------------------------------------
+
+    async def typing(self, room_id: str, on: bool) -> None:
+        body = {"typing": True, "timeout": TYPING_TIMEOUT_MS} if on else {"typing": False}
+        try:
+            await self.client.raw("PUT", f"/_matrix/client/v3/rooms/{_q(room_id)}/typing/{_q(self.user_id)}",
+                                  body)
+        except aiohttp.ClientError:
+            pass  # typing is a courtesy; never fail a turn over it
+
+    async def read_up_to(self, room_id: str, event_id: str) -> None:
+        """Mark the room read up to `event_id`, RECEIPT_DELAY from now. Meanwhile (and while a
+        receipt is in flight) later calls for the room only move the mark: the newest goes out,
+        so a run of quick turns costs the homeserver a receipt or two, not one per message."""
+        if room_id in self._receipts:
+            self._receipts[room_id] = event_id
+            return
+        self._receipts[room_id] = event_id
+        try:
+            while True:
+                await asyncio.sleep(RECEIPT_DELAY)
+                event_id, self._receipts[room_id] = self._receipts[room_id], None
+                if event_id is None:
+                    return
+                await self._send_receipt(room_id, event_id)
+        finally:
+            del self._receipts[room_id]
+
+    async def _send_receipt(self, room_id: str, event_id: str) -> None:
+        path = f"/_matrix/client/v3/rooms/{_q(room_id)}/receipt/m.read/{_q(event_id)}"
+        try:
+            status, body = await self.client.raw("POST", path, {})
+            if status != 200:
+                log.info("%s: read receipt refused: %s %s", self.user_id, status, body.get("error", body))
+        except aiohttp.ClientError:
+            pass
+
+    # ---- membership and rooms ---------------------------------------------------------------
+
+    async def join(self, room_id: str) -> bool:
+        status, body = await self.client.raw("POST", f"/_matrix/client/v3/join/{_q(room_id)}", {})
+        if status != 200:
+            log.warning("%s could not join %s: %s", self.user_id, room_id, body.get("error", status))
+        return status == 200
+
+    async def leave(self, room_id: str) -> None:
+        await self.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(room_id)}/leave", {})
+
+    async def invite(self, room_id: str, user_id: str) -> bool:
+        status, body = await self.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(room_id)}/invite",
+                                             {"user_id": user_id})
+        if status != 200:
+            log.info("%s could not invite %s to %s: %s", self.user_id, user_id, room_id,
+                     body.get("error", status))
+        return status == 200
+
+    async def create_room(self, body: dict[str, Any]) -> str:
+        """POST /createRoom; the new room id, or MatrixError with the server's words."""
+        status, answer = await self.client.raw("POST", "/_matrix/client/v3/createRoom", body)
+        room_id = answer.get("room_id")
+        if status != 200 or not isinstance(room_id, str):
+            raise MatrixError(f"creating a room: {status} {answer.get('error', answer)}")
+        return room_id
+
+    # ---- the account ------------------------------------------------------------------------
+
+    async def register(self) -> None:
+        """Register the user (`m.login.application_service`, no device); in use is fine."""
+        status, body = await self.client.raw(
+            "POST", "/_matrix/client/v3/register",
+            {"type": "m.login.application_service", "username": self.user_id[1:].split(":", 1)[0],
+             "inhibit_login": True},
+            masquerade=False)
+        if status != 200 and body.get("errcode") != "M_USER_IN_USE":
+            raise MatrixError(f"registering {self.user_id}: {status} {body.get('error', body)}")
+
+    async def displayname(self) -> str | None:
+        status, body = await self.client.raw("GET", f"/_matrix/client/v3/profile/{_q(self.user_id)}/displayname")
+        name = body.get("displayname") if status == 200 else None
+        return name if isinstance(name, str) else None
+
+    async def set_displayname(self, name: str) -> None:
+        status, body = await self.client.raw(
+            "PUT", f"/_matrix/client/v3/profile/{_q(self.user_id)}/displayname", {"displayname": name})
+        if status != 200:
+            raise MatrixError(f"naming {self.user_id}: {status} {body.get('error', body)}")
+
+    async def ping(self, appservice_id: str, transaction_id: str) -> tuple[int, dict]:
+        """POST /appservice/{id}/ping (Matrix 1.7): the homeserver calls the appservice now."""
+        return await self.client.raw("POST", f"/_matrix/client/v1/appservice/{_q(appservice_id)}/ping",
+                                     {"transaction_id": transaction_id}, masquerade=False)
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    async def request(self, method: str, path: str, body: Any = None, *,
+                      masquerade: bool = True) -> tuple[int, dict]:
+        """A request the Intent has no method for (reads: messages, relations, state). Returns
+        (status, json body). Never use it to send an event: that is what send() is for."""
+        return await self.client.raw(method, path, body, masquerade=masquerade)

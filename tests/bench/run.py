@@ -24,7 +24,7 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults")
+ALL = ("latency", "store", "start", "throughput", "faults", "model")
 
 
 def machine() -> str:
@@ -75,7 +75,13 @@ async def main(args) -> int:
             result = await asyncio.to_thread(bench_store.run, folder / "store", args.quick)
             rows += bench_store.rows(result)
             notes += bench_store.notes(result)
-        needs_hs = [name for name in only if name != "store"]
+        if "model" in only:
+            import bench_model
+            print("• local model: sessions, switches, restart, replay, RSS …", flush=True)
+            result = await asyncio.to_thread(bench_model.run, folder / "model", args.quick)
+            rows += bench_model.rows(result)
+            notes += bench_model.notes(result)
+        needs_hs = [name for name in only if name not in ("store", "model")]
         if needs_hs:
             bench = await start_homeserver(folder / "hs", args.quick)
             try:

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import peewee as pw
 
-from .errors import StoreError
+from .errors import StoreError, StoreUnavailable
 from .locks import FileLock, PgAdvisoryLock
+from .resilience import application_name
 
 DB_FILE = "sidekicks.db"
 LOCK_FILE = "sidekicks.lock"
@@ -55,11 +56,15 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
     if database.startswith(("postgresql://", "postgres://")):
         # peewee hands a postgresql:// name to libpq as a URL.
         url = "postgresql://" + database.split("://", 1)[1]
-        db = pw.PostgresqlDatabase(url, **common)
+        # a name of its own (to tell this store's connections from another bridge's when the
+        # lock is taken again after a lost connection), and a bounded wait to connect
+        db = pw.PostgresqlDatabase(url, application_name=application_name(), connect_timeout=5, **common)
         try:
             db.connect()
         except pw.PeeweeException as exc:
-            raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from exc
+            detail = " ".join(str(exc).split())
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {detail}".strip(),
+                                   connection_lost=True) from exc
         try:
             lock = PgAdvisoryLock(db)
             lock.acquire()

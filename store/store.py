@@ -24,6 +24,11 @@ from .resilience import Reconnector, diagnose
 
 ROLES = ("user", "agent")
 
+# Processed transaction keys are kept this long, then pruned: a homeserver retries a transaction
+# it got no answer for within minutes (Synapse backs off to 512 s at most), so days are plenty.
+TXN_KEEP_MS = 7 * 24 * 3600 * 1000
+TXN_PRUNE_EVERY_MS = 3600 * 1000  # mark_txn prunes at most this often
+
 
 def _operation(method):
     """Serialise, refuse once closed (or once the lock is lost), and turn driver errors into
@@ -76,6 +81,9 @@ class Store:
         self._retrying = False
         self._reconnector = (Reconnector(db, lock, db.connect_params.get("application_name", ""))
                              if isinstance(db, pw.PostgresqlDatabase) else None)
+        self.txn_keep_ms = TXN_KEEP_MS  # benchmarks and tests shorten these
+        self.txn_prune_every_ms = TXN_PRUNE_EVERY_MS
+        self._next_prune = 0  # ms: the first mark_txn prunes (keys left by the last run)
 
     @classmethod
     def open(cls, database: str, folder: str | Path | None = None) -> "Store":
@@ -163,7 +171,19 @@ class Store:
 
     @_operation
     def mark_txn(self, txn_id: str) -> None:
-        self._hot.mark_txn.run(id=txn_id)
+        now = now_ms()
+        self._hot.mark_txn.run(id=txn_id, seen=now)
+        if now >= self._next_prune:
+            self._prune_txns(now)
+
+    @_operation
+    def prune_txns(self) -> int:
+        """Forget the transaction keys older than `txn_keep_ms`; how many went."""
+        return self._prune_txns(now_ms())
+
+    def _prune_txns(self, now: int) -> int:
+        self._next_prune = now + self.txn_prune_every_ms
+        return self._hot.prune_txns.run(before=now - self.txn_keep_ms).rowcount
 
     # --- channels ----------------------------------------------------------
 

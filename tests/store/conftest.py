@@ -196,6 +196,12 @@ def _drop_tables(url: str) -> None:
     conn.close()
 
 
+@pytest.fixture
+def drop_tables():
+    """`drop_tables(url)`: the sk_* tables of a PostgreSQL database gone (a test's own setup)."""
+    return _drop_tables
+
+
 @dataclass
 class Backend:
     name: str

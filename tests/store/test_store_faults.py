@@ -24,14 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 pg = pytest.mark.postgres
 
 
-def _clean(url: str) -> None:
-    from conftest import _drop_tables  # tests/store/conftest.py
-    _drop_tables(url)
-
-
 @pytest.fixture
-def pg_store(restartable_postgres):
-    _clean(restartable_postgres.url)
+def pg_store(restartable_postgres, drop_tables):
+    drop_tables(restartable_postgres.url)
     opened = []
 
     def open_store() -> Store:

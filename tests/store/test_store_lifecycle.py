@@ -60,6 +60,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "txn_seen": ("t1",),
         "available": (),
         "retry_in": (),
+        "prune_txns": (),
         "mark_txn": ("t1",),
         "create_channel": ("!another:hs", "another"),
         "channel_by_room": ("!room:hs",),

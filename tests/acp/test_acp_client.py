@@ -243,6 +243,16 @@ async def test_five_mib_line(spawn):
     assert len(texts(updates)[0]) == 5 * 1024 * 1024
 
 
+async def test_a_line_over_the_limit_is_dropped_with_a_clear_line_and_the_turn_ends(spawn, caplog, monkeypatch):
+    from acp import framing
+    monkeypatch.setattr(framing, "MAX_LINE_BYTES", 1024 * 1024)  # 1 MiB here instead of 64 MiB
+    agent = await spawn()
+    stop, updates = await ask(agent, "[[big:2]]")  # one chunk of 2 MiB: a line over the limit
+    assert stop == "end_turn" and texts(updates) == []  # dropped, never held; the reply still came
+    assert "over the 1,048,576-byte limit of one ACP message, was dropped" in caplog.text
+    assert (await ask(agent, "again"))[0] == "end_turn"  # the connection goes on
+
+
 async def test_stderr_flood_neither_blocks_nor_grows(spawn):
     agent = await spawn("--stderr-flood", "10", "--answer", "still here")
     # an undrained stderr pipe would block the agent for ever: the bound only turns a hang

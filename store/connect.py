@@ -1,5 +1,7 @@
 """Opening a database: which engine, its settings, and the one-bridge lock."""
 
+import os
+import stat
 from pathlib import Path
 
 import peewee as pw
@@ -39,10 +41,11 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
         if folder is None:
             raise ValueError("a SQLite store needs a folder")
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        _private(folder)
         lock = FileLock(folder / LOCK_FILE)
         lock.acquire()  # before touching the database: it may be in use
         try:
+            _private_files(folder / DB_FILE)
             db = pw.SqliteDatabase(
                 str(folder / DB_FILE), pragmas=SQLITE_PRAGMAS, check_same_thread=False, **common
             )
@@ -73,3 +76,38 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
             raise
         return db, lock
     raise ValueError(f"unknown database {database!r}: use 'sqlite', ':memory:' or a postgresql:// URL")
+
+
+def _private(folder: Path) -> None:
+    """The data folder is the owner's alone (0700): it holds the history and secrets."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:  # each missing level 0700
+        missing.append(folder)
+        folder = folder.parent
+    for level in reversed(missing):
+        try:
+            level.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    folder = missing[0] if missing else folder
+    info = folder.stat()
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(folder, stat.S_IMODE(info.st_mode) & 0o700)
+
+
+def _private_files(db_file: Path) -> None:
+    """The database file exists 0600 before SQLite opens it (SQLite would create it with the
+    umask's mode, 0644 usually), and SQLite gives its -wal and -shm files the database's mode.
+    Files left wider by an older version are narrowed. Never through a symlink."""
+    fd = os.open(db_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for extra in (db_file.with_name(db_file.name + "-wal"), db_file.with_name(db_file.name + "-shm")):
+        try:
+            if stat.S_IMODE(extra.lstat().st_mode) & 0o077 and not extra.is_symlink():
+                os.chmod(extra, 0o600)
+        except FileNotFoundError:
+            pass

@@ -108,7 +108,10 @@ def test_restarts_under_a_stream_of_writes_lose_nothing_and_write_nothing_twice(
 
 
 @pg
-def test_while_the_server_is_down_calls_fail_at_once_then_it_comes_back(restartable_postgres, pg_store):
+def test_while_the_server_is_down_calls_fail_at_once_then_it_comes_back(restartable_postgres, pg_store,
+                                                                        monkeypatch):
+    from store import resilience
+    monkeypatch.setattr(resilience, "FIRST_DELAY", 4.0)  # a window the checks below cannot miss
     store = pg_store()
     channel = store.create_channel("!room:hs", "general")
     restartable_postgres.cluster.shut_down()

@@ -211,7 +211,10 @@ async def test_load_session_replay_is_not_delivered(tmp_path, log_path, spawn):
     second.peer._on_notification = spy
     other = await second.new_session()  # a prompt elsewhere must not get the replay either
     other_updates = []
-    other_prompt = asyncio.create_task(second.prompt(other, "[[slow]]", other_updates.append))
+    # it streams a part, then waits for a file never made: it is still going during the load,
+    # and only the cancel below ends it
+    other_prompt = asyncio.create_task(second.prompt(
+        other, f"[[chunks:2]] [[hold:{tmp_path / 'never'}]] go on", other_updates.append))
     await second.load_session(session_id)
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in wire if "content" in u][-2:] == [
         ("user_message_chunk", "remember me"), ("agent_message_chunk", "echo: remember me")]

@@ -154,7 +154,7 @@ def _options_without_datadir(options: str) -> str:
 @dataclass
 class RestartablePostgres:
     url: str
-    cluster: "_Cluster"
+    cluster: _Cluster
 
 
 @pytest.fixture(scope="module")

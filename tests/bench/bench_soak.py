@@ -220,6 +220,8 @@ def rows(r: dict) -> list[tuple]:
     txn_ratio = end["txn"] / max(h["txn"], 1)
     rest_ratio = end["rest"] / max(h["rest"], 1)
     rss_ratio = end["rss_kb"] / max(h["rss_kb"], 1)
+    half = cps[len(cps) // 2 - 1]
+    half_ratio = end["rss_kb"] / max(half["rss_kb"], 1)
     history_per_msg_h = h["history"] / max(h["messages"], 1)
     history_per_msg = end["history"] / max(end["messages"], 1)
     label = f"at {h['sent']:,} messages ({h['s']:.0f} s, past the {r['keep_s']} s horizon)"
@@ -232,6 +234,9 @@ def rows(r: dict) -> list[tuple]:
          f"{h['rest'] / kb:.0f} KiB {label}", f"{rest_ratio:.2f}×", "≤ 1.25×", rest_ratio <= 1.25),
         ("Soak", "bridge RSS", f"{end['rss_kb'] / kb:.1f} MB", f"{h['rss_kb'] / kb:.1f} MB {label}",
          f"{rss_ratio:.2f}×", "≤ 1.10×", rss_ratio <= 1.10),
+        ("Soak", "bridge RSS, second half of the run", f"{end['rss_kb'] / kb:.1f} MB",
+         f"{half['rss_kb'] / kb:.1f} MB at {half['sent']:,} messages", f"{half_ratio:.2f}×", "≤ 1.05×",
+         half_ratio <= 1.05),
         ("Soak", "history (kept by design): bytes per message stored", f"{history_per_msg:.0f} B",
          f"{history_per_msg_h:.0f} B {label}", f"{history_per_msg / max(history_per_msg_h, 1):.2f}×",
          "(info)", None),

@@ -140,7 +140,9 @@ class Store:
 
     def available(self) -> bool:
         """Whether the database can be used now; tries to reconnect when an attempt is due.
-        Raises StoreLockLost once another bridge has taken it, StoreClosed once closed."""
+        Raises StoreLockLost once another bridge has taken it, StoreClosed once closed.
+        SQLite has no connection to lose: this is always True there, and a StoreUnwritable
+        write (disk full, read-only) is simply tried again later, at the caller's pace."""
         with self._mutex:
             if self._db is None:
                 raise StoreClosed()

@@ -25,53 +25,90 @@ RESPONSE = "response"
 INVALID = "invalid"
 
 
+# The longest line (one JSON-RPC message) either side keeps: agents legitimately put megabytes
+# on one line (a file's content, a big tool result; the tests send 5 MiB), so the limit is far
+# above that. A longer line is dropped as it streams in, never held: memory stays bounded
+# whatever an agent writes, and the reader reports it (iter_messages yields a ParseError).
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+class OversizedLine(bytes):
+    """What `LineBuffer.feed` hands out for a line over the limit: its first bytes only."""
+
+    size: int = 0  # how long the line was, in bytes (more than the limit)
+    limit: int = 0
+
+
 class LineBuffer:
     """Collects bytes and hands out complete lines (without the newline).
 
-    There is deliberately no size limit: agents may put many MiB on one line.
-    Only the newly fed bytes are ever searched for a newline, and a partial
-    line is kept as a list of pieces joined once, so feeding a huge line in
-    small chunks stays linear.
+    Only the newly fed bytes are ever searched for a newline, and a partial line is kept as a
+    list of pieces joined once, so feeding a huge line in small chunks stays linear. A line
+    longer than `limit` (MAX_LINE_BYTES) is dropped while it arrives: what is held never
+    exceeds the limit, and in its place comes an OversizedLine with its first bytes.
     """
 
-    def __init__(self) -> None:
+    PREVIEW = 200
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit or MAX_LINE_BYTES
         self._pieces: list[bytes] = []
         self._pending = 0
+        self._skipped = 0  # > 0: inside a line over the limit, this many bytes dropped so far
+        self._preview = b""
+        self.dropped = 0  # lines dropped for their length
 
     @property
     def pending(self) -> int:
         """Bytes held for a line whose newline has not arrived yet."""
         return self._pending
 
+    def _hold(self, piece: bytes) -> None:
+        if self._skipped:
+            self._skipped += len(piece)
+        elif self._pending + len(piece) > self.limit:
+            self._preview = (b"".join(self._pieces) + piece[:self.PREVIEW])[:self.PREVIEW]
+            self._skipped = self._pending + len(piece)
+            self._pieces, self._pending = [], 0
+        else:
+            self._pieces.append(piece)
+            self._pending += len(piece)
+
+    def _end_line(self, last: bytes) -> bytes:
+        """The line now complete with `last` (its final piece, newline excluded)."""
+        self._hold(last)
+        if self._skipped:
+            line = OversizedLine(self._preview)
+            line.size, line.limit = self._skipped, self.limit
+            self._skipped, self._preview = 0, b""
+            self.dropped += 1
+            return line
+        line = b"".join(self._pieces) if len(self._pieces) > 1 else (self._pieces[0] if self._pieces else b"")
+        self._pieces, self._pending = [], 0
+        return line
+
     def feed(self, data: bytes) -> list[bytes]:
         if not data:
             return []
         cut = data.find(b"\n")
         if cut < 0:
-            self._pieces.append(data)
-            self._pending += len(data)
+            self._hold(data)
             return []
-        first = data[:cut]
-        if self._pieces:
-            self._pieces.append(first)
-            first = b"".join(self._pieces)
-            self._pieces = []
-            self._pending = 0
-        lines = [first]
+        lines = [self._end_line(data[:cut])]
         rest = data[cut + 1:].split(b"\n")
-        lines.extend(rest[:-1])
+        for line in rest[:-1]:
+            lines.append(self._end_line(line))
         if rest[-1]:
-            self._pieces.append(rest[-1])
-            self._pending = len(rest[-1])
-        return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+            self._hold(rest[-1])
+        return [line if isinstance(line, OversizedLine) or not line.endswith(b"\r") else line[:-1]
+                for line in lines]
 
     def close(self) -> bytes | None:
         """End of stream: the unterminated last line, if any."""
-        if not self._pieces:
+        if not self._pieces and not self._skipped:
             return None
-        tail = b"".join(self._pieces)
-        self._pieces, self._pending = [], 0
-        return tail[:-1] if tail.endswith(b"\r") else tail
+        tail = self._end_line(b"")
+        return tail[:-1] if tail.endswith(b"\r") and not isinstance(tail, OversizedLine) else tail
 
 
 @dataclass(frozen=True)
@@ -91,6 +128,9 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 def decode(line: bytes | str) -> dict[str, Any] | ParseError:
+    if isinstance(line, OversizedLine):
+        return ParseError(f"a line of {line.size:,} bytes, over the {line.limit:,}-byte limit of one ACP "
+                          "message, was dropped", line.decode("utf-8", "replace"))
     preview = line[:200]
     if isinstance(preview, bytes):
         preview = preview.decode("utf-8", "replace")

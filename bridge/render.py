@@ -3,8 +3,14 @@
 markdown-it-py renders CommonMark (+ tables, strikethrough); nh3 (ammonia) then keeps only the
 tags and attributes the Matrix spec lists for `org.matrix.custom.html`, so an agent can never
 put a script, an iframe, an event handler or a javascript: link in front of the owner.
+Images load from the owner's homeserver only (`mxc://`): an `<img>` from any other place (an
+http(s) tracking pixel, rendered by the client the moment the answer arrives) is replaced by
+its alt text.
 """
 from __future__ import annotations
+
+import html as html_module
+import re
 
 import nh3
 from markdown_it import MarkdownIt
@@ -30,15 +36,37 @@ _markdown = MarkdownIt("commonmark", {"html": True, "linkify": False, "breaks": 
 )
 
 
+IMAGE_SCHEMES = ("mxc://",)
+# nh3 writes tags back in one canonical form: `<img` + ` name="value"` attributes, values escaped
+_IMG = re.compile(r"<img\b([^>]*)>")
+_ALT = re.compile(r'\salt="([^"]*)"')
+
+
+def _only_mxc_images(tag: str, attribute: str, value: str) -> str | None:
+    if tag == "img" and attribute == "src" and not value.lower().startswith(IMAGE_SCHEMES):
+        return None
+    return value
+
+
+def _alt_for_sourceless(match: re.Match) -> str:
+    attributes = match.group(1)
+    if re.search(r'\ssrc="', attributes):
+        return match.group(0)
+    alt = _ALT.search(attributes)
+    return html_module.escape(html_module.unescape(alt.group(1)), quote=False) if alt else ""
+
+
 def sanitise(html: str) -> str:
-    return nh3.clean(
+    cleaned = nh3.clean(
         html,
         tags=ALLOWED_TAGS,
         attributes=ALLOWED_ATTRIBUTES,
         url_schemes=URL_SCHEMES,
         link_rel="noopener",
         strip_comments=True,
+        attribute_filter=_only_mxc_images,
     )
+    return _IMG.sub(_alt_for_sourceless, cleaned)
 
 
 def markdown_to_html(text: str) -> str:

@@ -3,7 +3,8 @@
 Knows nothing of Matrix: room and event ids are opaque strings.
 """
 
-from .errors import StoreClosed, StoreError, StoreLocked
+from .errors import (StoreClosed, StoreError, StoreLocked, StoreLockLost, StoreUnavailable,
+                     StoreUnwritable)
 from .ids import new_id
 from .records import Channel, Member, Message
 from .settings import MemberSettings
@@ -18,5 +19,8 @@ __all__ = [
     "StoreClosed",
     "StoreError",
     "StoreLocked",
+    "StoreLockLost",
+    "StoreUnavailable",
+    "StoreUnwritable",
     "new_id",
 ]

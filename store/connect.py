@@ -1,11 +1,14 @@
 """Opening a database: which engine, its settings, and the one-bridge lock."""
 
+import os
+import stat
 from pathlib import Path
 
 import peewee as pw
 
-from .errors import StoreError
+from .errors import StoreError, StoreUnavailable
 from .locks import FileLock, PgAdvisoryLock
+from .resilience import application_name
 
 DB_FILE = "sidekicks.db"
 LOCK_FILE = "sidekicks.lock"
@@ -38,10 +41,11 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
         if folder is None:
             raise ValueError("a SQLite store needs a folder")
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        _private(folder)
         lock = FileLock(folder / LOCK_FILE)
         lock.acquire()  # before touching the database: it may be in use
         try:
+            _private_files(folder / DB_FILE)
             db = pw.SqliteDatabase(
                 str(folder / DB_FILE), pragmas=SQLITE_PRAGMAS, check_same_thread=False, **common
             )
@@ -55,11 +59,15 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
     if database.startswith(("postgresql://", "postgres://")):
         # peewee hands a postgresql:// name to libpq as a URL.
         url = "postgresql://" + database.split("://", 1)[1]
-        db = pw.PostgresqlDatabase(url, **common)
+        # a name of its own (to tell this store's connections from another bridge's when the
+        # lock is taken again after a lost connection), and a bounded wait to connect
+        db = pw.PostgresqlDatabase(url, application_name=application_name(), connect_timeout=5, **common)
         try:
             db.connect()
         except pw.PeeweeException as exc:
-            raise StoreError(f"cannot connect to PostgreSQL: {exc}".strip()) from exc
+            detail = " ".join(str(exc).split())
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {detail}".strip(),
+                                   connection_lost=True) from exc
         try:
             lock = PgAdvisoryLock(db)
             lock.acquire()
@@ -68,3 +76,38 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
             raise
         return db, lock
     raise ValueError(f"unknown database {database!r}: use 'sqlite', ':memory:' or a postgresql:// URL")
+
+
+def _private(folder: Path) -> None:
+    """The data folder is the owner's alone (0700): it holds the history and secrets."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:  # each missing level 0700
+        missing.append(folder)
+        folder = folder.parent
+    for level in reversed(missing):
+        try:
+            level.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    folder = missing[0] if missing else folder
+    info = folder.stat()
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(folder, stat.S_IMODE(info.st_mode) & 0o700)
+
+
+def _private_files(db_file: Path) -> None:
+    """The database file exists 0600 before SQLite opens it (SQLite would create it with the
+    umask's mode, 0644 usually), and SQLite gives its -wal and -shm files the database's mode.
+    Files left wider by an older version are narrowed. Never through a symlink."""
+    fd = os.open(db_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for extra in (db_file.with_name(db_file.name + "-wal"), db_file.with_name(db_file.name + "-shm")):
+        try:
+            if stat.S_IMODE(extra.lstat().st_mode) & 0o077 and not extra.is_symlink():
+                os.chmod(extra, 0o600)
+        except FileNotFoundError:
+            pass

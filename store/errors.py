@@ -14,3 +14,22 @@ class StoreClosed(StoreError):
 
 class StoreLocked(StoreError):
     """The database is held by another running bridge."""
+
+
+class StoreLockLost(StoreLocked):
+    """While its connection was lost, another bridge took the database: this store refuses
+    every later call (the bridge must stop; two bridges never share a database)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be used for now (PostgreSQL restarting or unreachable, the SQLite
+    file unwritable): the call that raised it wrote nothing. Wait `Store.retry_in()` seconds and
+    try again; `Store.available()` says when it is back."""
+
+    def __init__(self, message: str, connection_lost: bool = False) -> None:
+        super().__init__(message)
+        self.connection_lost = connection_lost
+
+
+class StoreUnwritable(StoreUnavailable):
+    """The SQLite file cannot be written (disk full, read-only, I/O error); reads still work."""

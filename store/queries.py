@@ -62,7 +62,8 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
         last_agent_sender=Compiled(db, lambda id: C.select(C.last_agent).where(C.id == id), "id"),
         # every transaction, every message and every turn: SQL building would be most of the cost
         txn_seen=Compiled(db, lambda id: T.select(T.id).where(T.id == id).limit(1), "id"),
-        mark_txn=Compiled(db, lambda id: T.insert(id=id).on_conflict_ignore(), "id"),
+        mark_txn=Compiled(db, lambda id, seen: T.insert(id=id, seen=seen).on_conflict_ignore(), "id", "seen"),
+        prune_txns=Compiled(db, lambda before: T.delete().where(T.seen < before), "before"),
         members=Compiled(
             db,
             lambda channel_id: R.select(*member_columns).where(R.channel_id == channel_id).order_by(R.joined),

@@ -118,6 +118,9 @@ def build(db: pw.Database) -> SimpleNamespace:
 
     class Txn(Base):
         id = pw.TextField(primary_key=True)
+        # when it was handled (ms): keys older than the store's horizon are pruned (a homeserver
+        # retries a transaction minutes after, not weeks); added by migrate_txn_seen
+        seen = pw.BigIntegerField(null=True, index=True)
 
         class Meta:
             table_name = "sk_txn"
@@ -168,4 +171,18 @@ def build(db: pw.Database) -> SimpleNamespace:
 def create_tables(db: pw.Database, models: SimpleNamespace) -> None:
     # IF NOT EXISTS everywhere: cheap at open, even with millions of rows.
     with db.atomic():
+        migrate_txn_seen(db)  # before the indexes: one is on the column it adds
         db.create_tables(models.all, safe=True)
+
+
+def migrate_txn_seen(db: pw.Database) -> bool:
+    """A store made before transaction keys were pruned has sk_txn(id) alone: add `seen`, and
+    count its keys as seen now (they are pruned one horizon later). True if it migrated."""
+    if "sk_txn" not in db.get_tables():
+        return False
+    if any(column.name == "seen" for column in db.get_columns("sk_txn")):
+        return False
+    from .ids import now_ms
+    db.execute_sql("ALTER TABLE sk_txn ADD COLUMN seen BIGINT")
+    db.execute_sql("UPDATE sk_txn SET seen = %s" % int(now_ms()))
+    return True

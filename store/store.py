@@ -14,27 +14,56 @@ import peewee as pw
 
 from . import schema
 from .connect import connect
-from .errors import StoreClosed, StoreError
+from .connect import DB_FILE
+from .errors import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
 from .ids import new_id, now_ms
 from .locks import PgAdvisoryLock
 from .queries import hot_queries
 from .records import Channel, Member, Message
+from .resilience import Reconnector, diagnose
 
 ROLES = ("user", "agent")
 
+# Processed transaction keys are kept this long, then pruned: a homeserver retries a transaction
+# it got no answer for within minutes (Synapse backs off to 512 s at most), so days are plenty.
+TXN_KEEP_MS = 7 * 24 * 3600 * 1000
+TXN_PRUNE_EVERY_MS = 3600 * 1000  # mark_txn prunes at most this often
+
 
 def _operation(method):
-    """Serialise, refuse once closed, and turn driver errors into StoreError."""
+    """Serialise, refuse once closed (or once the lock is lost), and turn driver errors into
+    the store's (resilience.diagnose). A lost PostgreSQL connection is got back at once and the
+    call made again, once (`self._retrying` lets a write that cannot be repeated check whether
+    its first try was written); while it cannot be got back, calls raise StoreUnavailable at
+    once, with backoff between reconnection attempts (`retry_in`)."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._mutex:
             if self._db is None:
                 raise StoreClosed()
+            if self._lock_lost is not None:
+                raise self._lock_lost
+            self._reconnect_if_lost()
             try:
                 return method(self, *args, **kwargs)
             except pw.PeeweeException as exc:
-                raise StoreError(f"{method.__name__} failed: {exc}") from exc
+                problem = diagnose(exc, self._db, method.__name__, self._path)
+                if not (isinstance(problem, StoreUnavailable) and problem.connection_lost
+                        and self._reconnector is not None):
+                    raise problem from exc
+            self._reconnector.lost()
+            self._reconnect_if_lost()  # at once: the server may already be back
+            self._retrying = True
+            try:
+                return method(self, *args, **kwargs)
+            except pw.PeeweeException as exc:
+                problem = diagnose(exc, self._db, method.__name__, self._path)
+                if isinstance(problem, StoreUnavailable) and problem.connection_lost:
+                    self._reconnector.lost()
+                raise problem from exc
+            finally:
+                self._retrying = False
 
     return wrapper
 
@@ -42,16 +71,25 @@ def _operation(method):
 class Store:
     """Use Store.open(); the constructor takes an open, locked database."""
 
-    def __init__(self, db: pw.Database, lock, in_memory: bool) -> None:
+    def __init__(self, db: pw.Database, lock, in_memory: bool, path: Path | None = None) -> None:
         self._db: pw.Database | None = db
         self._lock = lock
         self._mutex = threading.RLock()
         self.in_memory = in_memory
+        self._path = path  # the SQLite file, for messages
+        self._lock_lost: StoreLockLost | None = None
+        self._retrying = False
+        self._reconnector = (Reconnector(db, lock, db.connect_params.get("application_name", ""))
+                             if isinstance(db, pw.PostgresqlDatabase) else None)
+        self.txn_keep_ms = TXN_KEEP_MS  # benchmarks and tests shorten these
+        self.txn_prune_every_ms = TXN_PRUNE_EVERY_MS
+        self._next_prune = 0  # ms: the first mark_txn prunes (keys left by the last run)
 
     @classmethod
     def open(cls, database: str, folder: str | Path | None = None) -> "Store":
         db, lock = connect(database, folder)
-        store = cls(db, lock, in_memory=database == ":memory:")
+        path = Path(folder) / DB_FILE if database == "sqlite" else None
+        store = cls(db, lock, in_memory=database == ":memory:", path=path)
         try:
             store._m = schema.build(db)
             schema.create_tables(db, store._m)
@@ -71,7 +109,10 @@ class Store:
             try:
                 if isinstance(self._lock, PgAdvisoryLock):
                     self._lock.release()  # unlock while still connected
-                db.close()
+                if self._reconnector is not None:
+                    self._reconnector._drop()  # whatever state a lost connection left
+                else:
+                    db.close()
             finally:
                 if self._lock is not None:
                     self._lock.release()  # a file lock: only once the database is closed
@@ -88,6 +129,48 @@ class Store:
         """Run `operation(self, ...)` as a store operation: for the store's other modules."""
         return _operation(operation)(self, *args, **kwargs)
 
+    # --- the database going away and coming back -----------------------------
+    # Every call raises StoreUnavailable while the database cannot be used (nothing written),
+    # StoreLockLost once another bridge has taken it (for good). A bridge waits like this:
+    #     while not store.available(): await asyncio.sleep(store.retry_in() or 0.25)
+
+    def _reconnect_if_lost(self) -> None:
+        if self._reconnector is None or not self._reconnector.broken:
+            return
+        try:
+            self._reconnector.reconnect()
+        except StoreLockLost as exc:
+            self._lock_lost = exc
+            raise
+
+    def retry_in(self) -> float:
+        """Seconds until the next reconnection attempt is due (0: connected, or due now)."""
+        with self._mutex:
+            if self._db is None:
+                raise StoreClosed()
+            return self._reconnector.retry_in() if self._reconnector is not None else 0.0
+
+    def available(self) -> bool:
+        """Whether the database can be used now; tries to reconnect when an attempt is due.
+        Raises StoreLockLost once another bridge has taken it, StoreClosed once closed.
+        SQLite has no connection to lose: this is always True there, and a StoreUnwritable
+        write (disk full, read-only) is simply tried again later, at the caller's pace."""
+        with self._mutex:
+            if self._db is None:
+                raise StoreClosed()
+            if self._lock_lost is not None:
+                raise self._lock_lost
+            try:
+                self._reconnect_if_lost()
+            except StoreUnavailable:
+                return False
+            return True
+
+    @property
+    def reconnects(self) -> int:
+        """How many times a lost connection was got back (for figures and logs)."""
+        return self._reconnector.reconnects if self._reconnector is not None else 0
+
     def __enter__(self) -> "Store":
         return self
 
@@ -102,7 +185,19 @@ class Store:
 
     @_operation
     def mark_txn(self, txn_id: str) -> None:
-        self._hot.mark_txn.run(id=txn_id)
+        now = now_ms()
+        self._hot.mark_txn.run(id=txn_id, seen=now)
+        if now >= self._next_prune:
+            self._prune_txns(now)
+
+    @_operation
+    def prune_txns(self) -> int:
+        """Forget the transaction keys older than `txn_keep_ms`; how many went."""
+        return self._prune_txns(now_ms())
+
+    def _prune_txns(self, now: int) -> int:
+        self._next_prune = now + self.txn_prune_every_ms
+        return self._hot.prune_txns.run(before=now - self.txn_keep_ms).rowcount
 
     # --- channels ----------------------------------------------------------
 
@@ -116,7 +211,10 @@ class Store:
     @_operation
     def create_channel(self, room_id: str, name: str, direct_agent: str | None = None) -> Channel:
         C = self._m.Channel
-        if self._channels(C.room_id == room_id):
+        existing = self._channels(C.room_id == room_id)
+        if existing and self._retrying:
+            return existing[0]  # the first try was written before the connection went
+        if existing:
             raise ValueError(f"room {room_id} already has a channel")
         channel = Channel(new_id(), room_id, name, direct_agent, now_ms())
         C.insert(
@@ -241,8 +339,13 @@ class Store:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         if isinstance(event_ids, str):
             raise TypeError("event_ids must be a sequence of event ids, not one string")
-        message = Message(new_id(), channel_id, sender, role, text, tuple(event_ids), now_ms())
         hot = self._hot
+        if self._retrying and event_ids:
+            # the first try may have been written before the connection went: not twice
+            for found in self._to_messages(hot.by_event.rows(event_id=event_ids[0])):
+                if found.channel_id == channel_id and found.text == text and found.role == role:
+                    return found
+        message = Message(new_id(), channel_id, sender, role, text, tuple(event_ids), now_ms())
         with self._db.atomic():
             self._require_channel(channel_id)
             hot.insert_message.run(

@@ -54,3 +54,20 @@ def test_an_edit_of_a_full_message_fits_in_an_event():
 def test_edits_slow_down_as_a_message_grows():
     assert edit_interval(0) == 0.5
     assert edit_interval(50) > edit_interval(10) > edit_interval(0)
+
+
+def test_images_load_only_from_the_homeserver():
+    # an http(s) image is a tracking pixel the moment the client renders the answer
+    html = markdown_to_html("![pixel](https://tracker.example/p.gif?who=owner) and "
+                            '<img src="http://tracker.example/q.png" alt="q"> and '
+                            '<img src="//tracker.example/r.png"> and ![cat](mxc://hs.example/abc)')
+    assert "tracker.example" not in html, html
+    assert '<img src="mxc://hs.example/abc" alt="cat">' in html
+    assert "pixel and q and" in html  # what the dropped images said instead, as text
+    assert html.count("<img") == 1
+
+
+def test_an_image_alt_text_stays_text():
+    html = markdown_to_html('<img src="https://x.example/a.png" alt="&lt;b&gt;bold&lt;/b&gt; &amp; co">')
+    assert "x.example" not in html and "<b>" not in html
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; co" in html

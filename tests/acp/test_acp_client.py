@@ -211,7 +211,10 @@ async def test_load_session_replay_is_not_delivered(tmp_path, log_path, spawn):
     second.peer._on_notification = spy
     other = await second.new_session()  # a prompt elsewhere must not get the replay either
     other_updates = []
-    other_prompt = asyncio.create_task(second.prompt(other, "[[slow]]", other_updates.append))
+    # it streams a part, then waits for a file never made: it is still going during the load,
+    # and only the cancel below ends it
+    other_prompt = asyncio.create_task(second.prompt(
+        other, f"[[chunks:2]] [[hold:{tmp_path / 'never'}]] go on", other_updates.append))
     await second.load_session(session_id)
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in wire if "content" in u][-2:] == [
         ("user_message_chunk", "remember me"), ("agent_message_chunk", "echo: remember me")]
@@ -241,6 +244,16 @@ async def test_five_mib_line(spawn):
     stop, updates = await ask(agent, "big")
     assert stop == "end_turn" and len(texts(updates)) == 1
     assert len(texts(updates)[0]) == 5 * 1024 * 1024
+
+
+async def test_a_line_over_the_limit_is_dropped_with_a_clear_line_and_the_turn_ends(spawn, caplog, monkeypatch):
+    from acp import framing
+    monkeypatch.setattr(framing, "MAX_LINE_BYTES", 1024 * 1024)  # 1 MiB here instead of 64 MiB
+    agent = await spawn()
+    stop, updates = await ask(agent, "[[big:2]]")  # one chunk of 2 MiB: a line over the limit
+    assert stop == "end_turn" and texts(updates) == []  # dropped, never held; the reply still came
+    assert "over the 1,048,576-byte limit of one ACP message, was dropped" in caplog.text
+    assert (await ask(agent, "again"))[0] == "end_turn"  # the connection goes on
 
 
 async def test_stderr_flood_neither_blocks_nor_grows(spawn):

@@ -90,3 +90,38 @@ def test_iter_messages_skips_blank_lines():
     assert out[0] == {"id": 1, "result": 2}
     assert isinstance(out[1], ParseError)
     assert len(out) == 2
+
+
+# ---- the limit on one line -----------------------------------------------------------------------
+
+def test_the_limit_is_64_mib_far_above_what_agents_send():
+    assert framing.MAX_LINE_BYTES == 64 * 1024 * 1024
+    assert LineBuffer().limit == framing.MAX_LINE_BYTES
+
+
+def test_a_line_over_the_limit_is_dropped_as_it_arrives_and_reported():
+    buf = LineBuffer(limit=1000)
+    held = []
+    for _ in range(100):  # 100 KB of one line, in pieces: never more than the limit held
+        assert buf.feed(b"x" * 1000) == []
+        held.append(buf.pending)
+    assert max(held) <= 1000
+    lines = buf.feed(b'yz\n{"jsonrpc":"2.0","method":"ok"}\n')
+    assert len(lines) == 2 and isinstance(lines[0], framing.OversizedLine)
+    assert lines[0].size == 100_002 and lines[0] == b"x" * LineBuffer.PREVIEW
+    assert lines[1] == b'{"jsonrpc":"2.0","method":"ok"}' and buf.dropped == 1
+    # iter_messages: a ParseError that says what happened, then the next message as usual
+    buf = LineBuffer(limit=1000)
+    found = list(framing.iter_messages(buf, b"a" * 5000 + b'\n{"jsonrpc":"2.0","method":"ok"}\n'))
+    assert isinstance(found[0], ParseError) and found[1] == {"jsonrpc": "2.0", "method": "ok"}
+    assert str(found[0]).startswith("a line of 5,000 bytes, over the 1,000-byte limit of one ACP message, "
+                                    "was dropped: 'aaa")
+
+
+def test_a_line_at_the_limit_is_kept_and_an_unterminated_long_tail_is_dropped():
+    buf = LineBuffer(limit=10)
+    assert buf.feed(b"0123456789\n") == [b"0123456789"]
+    buf.feed(b"0123456789AB")
+    tail = buf.close()
+    assert isinstance(tail, framing.OversizedLine) and tail.size == 12
+    assert buf.close() is None

@@ -24,7 +24,7 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "model")
+ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model")
 
 
 def machine() -> str:
@@ -81,7 +81,14 @@ async def main(args) -> int:
             result = await asyncio.to_thread(bench_model.run, folder / "model", args.quick)
             rows += bench_model.rows(result)
             notes += bench_model.notes(result)
-        needs_hs = [name for name in only if name not in ("store", "model")]
+        if "soak" in only:
+            import bench_soak
+            print("• soak: 100k messages (10k with --quick) over 1,000 channels …", flush=True)
+            async with aiohttp.ClientSession() as http:  # no Synapse: see bench_soak's docstring
+                result = await bench_soak.run(folder / "soak", args.quick, http)
+            rows += bench_soak.rows(result)
+            notes += bench_soak.notes(result)
+        needs_hs = [name for name in only if name not in ("store", "soak", "model")]
         if needs_hs:
             bench = await start_homeserver(folder / "hs", args.quick)
             try:

@@ -211,6 +211,7 @@ async def test_restart_agent_with_load_session_gets_its_stored_session(homeserve
         assert session_id
         assert len(calls(log, "session/new")) == 1 and not calls(log, "session/load")
 
+        await running.idle()  # the answer is stored: stopping now cuts nothing
         await running.stop()
         running = await bridge_factory({"alice": alice}, folder=folder)
         await say(owner, room_id, "two")
@@ -248,6 +249,7 @@ async def test_restart_agent_without_load_session_gets_a_fresh_session_told_the_
         await stored_when(running.store, room_id, 2)
         ids_before = [m.id for m in running.store.last_messages(channel.id, 10)]
 
+        await running.idle()  # the turn is over (stored, seen): stopping now cuts nothing
         await running.stop()
         running = await bridge_factory({"alice": agent("--log", str(log))}, folder=folder, database=database)
         await say(owner, room_id, "two")

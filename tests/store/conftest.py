@@ -119,6 +119,55 @@ class _Cluster:
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
+    # for the fault tests: the server goes away under a running store, and comes back
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`: every connection is ended, the server is back at once."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "fast", "-w", "-t", "60", "restart")
+
+    def shut_down(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+
+    def start_again(self) -> None:
+        # pg_ctl start without -o would forget the port: postmaster.opts keeps the last options
+        opts = (self.data / "postmaster.opts").read_text().split(None, 1)
+        options = opts[1].strip() if len(opts) > 1 else ""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                  "-o", _options_without_datadir(options), "start")
+
+
+def _options_without_datadir(options: str) -> str:
+    """postmaster.opts holds `"-D" "dir" "-p" "5432" …`: the options for pg_ctl -o, minus -D."""
+    import shlex
+    words = shlex.split(options)
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word == "-D":
+            skip = True
+            continue
+        kept.append(word)
+    return " ".join(shlex.quote(word) for word in kept)
+
+
+@dataclass
+class RestartablePostgres:
+    url: str
+    cluster: _Cluster
+
+
+@pytest.fixture(scope="module")
+def restartable_postgres():
+    """A PostgreSQL cluster of the module's own, which its tests may restart or stop: the
+    session's server (or $SIDEKICKS_TEST_POSTGRES) is left alone."""
+    cluster = _Cluster()
+    try:
+        url = cluster.start()
+        yield RestartablePostgres(url, cluster)
+    finally:
+        cluster.stop()
+
 
 @pytest.fixture(scope="session")
 def postgres_url():
@@ -145,6 +194,12 @@ def _drop_tables(url: str) -> None:
         for name, kind in cursor.fetchall():
             cursor.execute(f"DROP {'VIEW' if kind == 'v' else 'TABLE'} IF EXISTS {name} CASCADE")
     conn.close()
+
+
+@pytest.fixture
+def drop_tables():
+    """`drop_tables(url)`: the sk_* tables of a PostgreSQL database gone (a test's own setup)."""
+    return _drop_tables
 
 
 @dataclass

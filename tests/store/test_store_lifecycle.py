@@ -58,6 +58,9 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
     """One valid call per public method; returns them to replay after close."""
     calls = {
         "txn_seen": ("t1",),
+        "available": (),
+        "retry_in": (),
+        "prune_txns": (),
         "mark_txn": ("t1",),
         "create_channel": ("!another:hs", "another"),
         "channel_by_room": ("!room:hs",),

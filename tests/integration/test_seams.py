@@ -3,6 +3,7 @@ event passes the dispatcher, every outgoing event an Intent, and the faults that
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 
 import aiohttp
@@ -140,6 +141,84 @@ async def test_a_command_delivered_again_runs_once(homeserver, tmp_path):
         await sync_until(owner, lambda: any(n.startswith(f"Made #{name}") for n in notices(owner, dm)))
         assert [c.name for c in running.store.channels()].count(name) == 1
         assert sum(1 for n in notices(owner, dm) if n.startswith(f"Made #{name}")) == 1
+    finally:
+        await owner.close()
+        await running.stop()
+
+
+# ---- replies: the quote is no mention, a number answers the question it replies to -------------
+
+def fallback_reply(room_id: str, event: dict, text: str, html: str | None = None) -> dict:
+    """A rich reply as clients before Matrix 1.13 send it: quote in body and in <mx-reply>."""
+    quoted = event["content"]["body"].splitlines() or [""]
+    body = "\n".join([f"> <{event['sender']}> {quoted[0]}"] + [f"> {line}" for line in quoted[1:]]) + "\n\n" + text
+    reply_html = (f'<mx-reply><blockquote><a href="https://matrix.to/#/{room_id}/{event["event_id"]}">'
+                  f'In reply to</a> <a href="https://matrix.to/#/{event["sender"]}">{event["sender"]}</a>'
+                  f'<br>{quoted[0]}</blockquote></mx-reply>{html or text}')
+    return {"msgtype": "m.text", "body": body, "format": "org.matrix.custom.html", "formatted_body": reply_html,
+            "m.relates_to": {"m.in_reply_to": {"event_id": event["event_id"]}}}
+
+
+def puppet_messages(owner, room_id: str, sender: str) -> list[dict]:
+    return [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
+            and e.get("sender") == sender and "m.new_content" not in e["content"]]
+
+
+async def test_a_reply_to_alice_that_names_bob_goes_to_bob_alone_and_is_stored_without_the_quote(
+        homeserver, tmp_path):
+    BOB = "@sk_bob:localhost"
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent(), "bob": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = (await owner.room_create(name="replies", invite=[ALICE, BOB],
+                                        preset=nio.RoomPreset.private_chat)).room_id
+        await sync_until(owner, lambda: joined(owner, room, ALICE) and joined(owner, room, BOB))
+        await say(owner, room, "@alice first")
+        await sync_until(owner, lambda: any(a["body"].endswith("@alice first")
+                                            for a in answers_in(events_in(owner, room), ALICE)))
+        alices = puppet_messages(owner, room, ALICE)[-1]
+        response = await owner.room_send(room, "m.room.message", fallback_reply(room, alices, "@bob what do you think?"))
+        assert isinstance(response, nio.RoomSendResponse), response
+        await sync_until(owner, lambda: any(a["body"].endswith("@bob what do you think?")
+                                            for a in answers_in(events_in(owner, room), BOB)))
+        channel = running.store.channel_by_room(room)
+        await until(lambda: len(running.store.last_messages(channel.id, 10)) == 4)
+        stored = running.store.last_messages(channel.id, 10)
+        assert [(m.role, m.sender) for m in stored][2:] == [("user", homeserver.owner_id), ("agent", "bob")]
+        assert stored[2].text == "@bob what do you think?"  # no quote kept
+        # alice was quoted, not mentioned: she answered only her own message
+        assert len(answers_in(events_in(owner, room), ALICE)) == 1
+    finally:
+        await owner.close()
+        await running.stop()
+
+
+async def test_a_number_sent_as_a_reply_answers_the_question_it_replies_to(homeserver, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await start_bridge(homeserver, tmp_path / "bridge",
+                                 {"alice": agent("--log", str(log), title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = await open_dm(owner)
+        await say(owner, room, "[[permission]] write notes")
+        await sync_until(owner, lambda: any("asks permission" in e["content"]["body"]
+                                            for e in puppet_messages(owner, room, ALICE)))
+        question = next(e for e in puppet_messages(owner, room, ALICE) if "asks permission" in e["content"]["body"])
+        response = await owner.room_send(room, "m.room.message", fallback_reply(room, question, "2"))
+        assert isinstance(response, nio.RoomSendResponse), response
+        await sync_until(owner, lambda: any(a["body"] == "rejected"
+                                            for a in answers_in(events_in(owner, room), ALICE)))
+        outcomes = [m["result"]["outcome"] for m in map(json.loads, log.read_text().splitlines())
+                    if "result" in m and "outcome" in (m["result"] or {})]
+        assert outcomes == [{"outcome": "selected", "optionId": "reject_once"}]
+        prompts = [m for m in map(json.loads, log.read_text().splitlines()) if m.get("method") == "session/prompt"]
+        assert len(prompts) == 1  # the reply was the answer, not a new prompt
+        # a late reply to the decided question is told so, and is no prompt either
+        await owner.room_send(room, "m.room.message", fallback_reply(room, question, "1"))
+        await sync_until(owner, lambda: any("closed already" in e["content"]["body"]
+                                            for e in puppet_messages(owner, room, ALICE)))
+        assert len([m for m in map(json.loads, log.read_text().splitlines())
+                    if m.get("method") == "session/prompt"]) == 1
     finally:
         await owner.close()
         await running.stop()

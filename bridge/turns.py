@@ -265,6 +265,11 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
 _tasks: set[asyncio.Task] = set()
 
 
+def background_tasks() -> list[asyncio.Task]:
+    """The courtesy requests still running (the bridge cancels them when it stops)."""
+    return list(_tasks)
+
+
 def _background(coroutine) -> None:
     """Run a courtesy request (a read receipt) without waiting for it."""
     task = asyncio.create_task(coroutine)

@@ -222,3 +222,37 @@ async def test_a_number_sent_as_a_reply_answers_the_question_it_replies_to(homes
     finally:
         await owner.close()
         await running.stop()
+
+
+async def test_commands_starts_agents_without_holding_up_other_events(homeserver, tmp_path, monkeypatch):
+    """`!commands` may start agents (seconds): while it does, the next transaction — bob's DM —
+    is handled; the listing comes after."""
+    from bridge.commands import BotCommands
+
+    BOB = "@sk_bob:localhost"
+    release, entered = asyncio.Event(), []
+    original = BotCommands._prepare
+
+    async def slow_prepare(self, portal, agent_name):
+        entered.append(agent_name)
+        await release.wait()  # an agent that takes its time to start
+        return await original(self, portal, agent_name)
+
+    monkeypatch.setattr(BotCommands, "_prepare", slow_prepare)
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent(), "bob": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        channel = await open_dm(owner, ALICE)
+        bob = await open_dm(owner, BOB)
+        await say(owner, channel, "!commands")
+        await sync_until(owner, lambda: entered == ["alice"])  # alice is being started for it
+        await say(owner, bob, "are you there?")
+        await sync_until(owner, lambda: any(a["body"] == "echo: are you there?"
+                                            for a in answers_in(events_in(owner, bob), BOB)), timeout=60)
+        assert not any("Commands in" in n for n in notices(owner, channel, ALICE))
+        release.set()
+        await sync_until(owner, lambda: any("Commands in" in n for n in notices(owner, channel, ALICE)), timeout=30)
+    finally:
+        release.set()
+        await owner.close()
+        await running.stop()

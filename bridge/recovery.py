@@ -93,11 +93,12 @@ class Recovery:
             log.warning("could not record the answer in progress in %s", run.portal.room_id)
 
     def end(self, run: "TurnRun") -> None:
-        """The turn is over. Cut by quitting (the task is being cancelled): keep the item, with
-        every message of the answer, for the next start to check."""
+        """The turn is over. Cut by quitting (the task is being cancelled), or its answer could
+        not be finished (the homeserver refused it): keep the item, with every message of the
+        answer, for the next start to mark interrupted (and not answer again)."""
         try:
             task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            if (task is not None and task.cancelling()) or not run.answer.finished:
                 self.bridge.store.update_pending(
                     ANSWERS, put={event_id: self._where(run) for event_id in run.answer.event_ids})
             else:

@@ -256,3 +256,87 @@ async def test_commands_starts_agents_without_holding_up_other_events(homeserver
         release.set()
         await owner.close()
         await running.stop()
+
+
+# ---- a turn that fails on the Matrix side still ends: finished, or interrupted and recorded ----
+
+def failing_sends(intent, refuse):
+    """Make `intent.send` raise a 502 MatrixError whenever refuse(content, n) is true (n counts
+    the new messages, not the edits)."""
+    from bridge.matrix import MatrixError
+
+    original, count = intent.send, [0]
+
+    async def send(room_id, content, **kwargs):
+        edit = (content.get("m.relates_to") or {}).get("rel_type") == "m.replace"
+        if not edit:
+            count[0] += 1
+        if refuse(edit, count[0]):
+            raise MatrixError("sending: M_UNKNOWN the homeserver is busy", 502)
+        return await original(room_id, content, **kwargs)
+
+    intent.send = send
+
+
+async def test_a_failed_send_while_an_answer_splits_still_finishes_and_stores_it(homeserver, tmp_path):
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = await open_dm(owner)
+        refused = []
+
+        def refuse(edit, new_messages):  # the second message of the answer, once
+            if not edit and new_messages == 2 and not refused:
+                refused.append(new_messages)
+                return True
+            return False
+
+        failing_sends((await running.bridge.puppet("alice")).intent, refuse)
+        await say(owner, room, "[[size:40000]] [[chunks:20]] [[delay:0.1]] long")
+
+        def done():
+            answers = answers_in(events_in(owner, room), ALICE)
+            return len(answers) == 3 and not any(a["body"].startswith(("⏳", "💭", "✍️")) for a in answers)
+
+        await sync_until(owner, done, timeout=90)
+        assert refused == [2]
+        channel = running.store.channel_by_room(room)
+        await until(lambda: len(running.store.last_messages(channel.id, 10)) == 2)
+        stored = running.store.last_messages(channel.id, 10)[1]
+        assert stored.role == "agent" and len(stored.text) == 40000
+        assert "".join(a["body"] for a in answers_in(events_in(owner, room), ALICE)) == stored.text
+        assert len(stored.event_ids) == 3
+    finally:
+        await owner.close()
+        await running.stop()
+
+
+async def test_an_answer_the_homeserver_refuses_is_recorded_and_marked_interrupted_at_the_next_start(
+        homeserver, tmp_path):
+    from bridge.recovery import ANSWERS
+
+    folder = tmp_path / "bridge"
+    running = await start_bridge(homeserver, folder, {"alice": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = await open_dm(owner)
+        # only the placeholder gets through: every edit and message after it is refused
+        failing_sends((await running.bridge.puppet("alice")).intent,
+                      lambda edit, new_messages: edit or new_messages > 1)
+        await say(owner, room, "[[chunks:5]] [[delay:0.1]] refused")
+        await sync_until(owner, lambda: answers_in(events_in(owner, room), ALICE))
+        placeholder = answers_in(events_in(owner, room), ALICE)[0]["event_id"]
+        # the turn ends (the final text is refused): the answer stays written down, not stored
+        await until(lambda: running.bridge.portals[room].current is None, timeout=60)
+        assert placeholder in running.store.pending(ANSWERS)
+        channel = running.store.channel_by_room(room)
+        assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user"]
+        await running.stop()
+        running = await start_bridge(homeserver, folder, {"alice": agent()})  # sends work again
+        await sync_until(owner, lambda: "⚠️ interrupted" in answers_in(events_in(owner, room), ALICE)[0]["body"],
+                         timeout=60)
+        assert running.store.pending(ANSWERS) == {}
+        assert len(answers_in(events_in(owner, room), ALICE)) == 1  # not answered again
+    finally:
+        await owner.close()
+        await running.stop()

@@ -187,6 +187,10 @@ class Recovery:
                 log.exception("could not mark %s as interrupted; trying again at the next start", event_id)
                 continue
             repaired += done
+            if isinstance(where, dict) and isinstance(where.get("prompt"), str) and isinstance(where.get("agent"), str):
+                # the answer had begun: written into its message's record before the item goes,
+                # so a stop before that message is resumed never makes a later start begin it again
+                self._answered(where["prompt"], where["agent"])
             self.bridge.store.update_pending(ANSWERS, drop=[key])
         return repaired
 

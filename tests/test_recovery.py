@@ -90,3 +90,27 @@ async def test_the_repairs_at_start_keep_their_transaction_ids():
         assert store.pending(ANSWERS) == {}
     finally:
         store.close()
+
+
+async def test_an_answer_begun_is_never_begun_again_even_if_the_next_run_stops_before_resuming():
+    """kill -9 mid-answer; the next start marks the answer interrupted and drops its item, then
+    dies too before it got to the message; the start after must still not answer it again."""
+    intent = RecordingIntent()
+
+    async def puppet(agent):
+        return SimpleNamespace(intent=intent)
+
+    store = Store.open(":memory:")
+    try:
+        bridge = SimpleNamespace(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet)
+        first = Recovery(bridge)
+        first.prompt_taken("$p", "!r:hs")
+        store.update_pending(ANSWERS, put={"$placeholder": {"room": "!r:hs", "agent": "alice", "prompt": "$p"}})
+        assert await Recovery(bridge).repair() == 1  # the next start; it dies before resuming $p
+        assert store.pending(ANSWERS) == {}
+        later = Recovery(bridge)
+        assert await later.repair() == 0
+        # what resume() skips: agents begun (none known from answer items any more) or done
+        assert store.pending(PROMPTS)["$p"]["done"] == ["alice"]
+    finally:
+        store.close()

@@ -58,8 +58,9 @@ def shown_text(body: str) -> str:
 
 
 def interrupted_text(body: str) -> str:
-    text = shown_text(body).rstrip()
-    return f"{text}\n\n{INTERRUPTED}" if text else INTERRUPTED
+    """The text shown so far, as it was (up to its last character), then the mark."""
+    text = shown_text(body).rstrip("\n")
+    return f"{text}\n\n{INTERRUPTED}" if text.strip() else INTERRUPTED
 
 
 class Recovery:

@@ -114,3 +114,13 @@ async def test_an_answer_begun_is_never_begun_again_even_if_the_next_run_stops_b
         assert store.pending(PROMPTS)["$p"]["done"] == ["alice"]
     finally:
         store.close()
+
+
+def test_an_interrupted_answer_keeps_the_text_shown_as_it_was():
+    from bridge.recovery import INTERRUPTED, interrupted_text
+
+    # cut after "echo: ": the mark follows what the owner saw, trailing space and all
+    assert interrupted_text("✍️ writing…\n\necho: ") == f"echo: \n\n{INTERRUPTED}"
+    assert interrupted_text("✍️ writing…\n\nsome text\n\n") == f"some text\n\n{INTERRUPTED}"
+    assert interrupted_text("⏳ Alice is getting ready…") == INTERRUPTED
+    assert interrupted_text("💭 thinking…\n\n  ") == INTERRUPTED

@@ -35,6 +35,7 @@ TYPING_AFTER = 0.5    # seconds of work before the puppet shows typing
 PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
 STDERR_LINES = 12         # lines of a crashed agent's stderr shown in its notice
 FAILED_FINISH_TIMEOUT = 20  # seconds to mark an answer interrupted after a failure of the bridge
+FINISH_ON_STOP = 5        # seconds a stopping bridge gives an answer the agent has finished
 
 
 _WAITING: "weakref.WeakKeyDictionary[object, dict[str, list[TurnRun]]]" = weakref.WeakKeyDictionary()
@@ -228,12 +229,19 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         footer = {"cancelled": "⏹ stopped", "max_tokens": "(cut: the agent reached its token limit)",
                   "refusal": "(the agent refused to answer)",
                   "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
-        event_ids = await answer.finish(footer)
+        # the agent is done: a stop from here on lets the complete answer land and be stored
+        # (within FINISH_ON_STOP) rather than marking it interrupted
+        closing = asyncio.ensure_future(_close(portal, turn.agent, answer, footer))
         try:
-            bridge.store.add_message(portal.channel.id, turn.agent, "agent",
-                                     answer.full_text, event_ids)
-        except LookupError:  # the channel was deleted (!delete) while the answer was written
-            log.info("answer in %s not stored: the channel is gone", portal.room_id)
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            if not closing.done():
+                await asyncio.wait({closing}, timeout=FINISH_ON_STOP)
+            if not closing.done():
+                closing.cancel()
+            elif not closing.cancelled() and closing.exception() is not None:
+                log.warning("answer in %s not finished while stopping: %s", portal.room_id, closing.exception())
+            raise
     except _StoppedWaiting:
         await _end(answer, "⏹ stopped")
     except AgentCrashed as exc:
@@ -244,8 +252,9 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     except AcpError as exc:
         await _end(answer, f"⚠️ {exc}")
     except asyncio.CancelledError:
-        # the bridge is quitting: the answer was never finished, so it is not stored (ADR §5)
-        await asyncio.shield(_interrupted(answer, "the bridge stopped"))
+        # the bridge is quitting: an answer not finished is marked so, and not stored (ADR §5)
+        if not answer.finished:
+            await asyncio.shield(_interrupted(answer, "the bridge stopped"))
         raise
     except Exception as exc:
         # the homeserver, the store or a bug: the answer ends marked interrupted, unstored; if
@@ -320,6 +329,15 @@ async def _interrupted(answer: Answer, why: str, timeout: float = 5) -> None:
         await asyncio.wait_for(answer.finish(f"⚠️ interrupted: {why}"), timeout=timeout)
     except Exception:
         log.warning("could not mark an answer as interrupted; the next start will")
+
+
+async def _close(portal: "Portal", agent: str, answer: Answer, footer: str | None) -> None:
+    """The final text of an answer the agent finished, then the answer stored."""
+    event_ids = await answer.finish(footer)
+    try:
+        portal.bridge.store.add_message(portal.channel.id, agent, "agent", answer.full_text, event_ids)
+    except LookupError:  # the channel was deleted (!delete) while the answer was written
+        log.info("answer in %s not stored: the channel is gone", portal.room_id)
 
 
 async def _end(answer: Answer, footer: str) -> None:

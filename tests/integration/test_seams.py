@@ -340,3 +340,44 @@ async def test_an_answer_the_homeserver_refuses_is_recorded_and_marked_interrupt
     finally:
         await owner.close()
         await running.stop()
+
+
+async def test_a_stop_while_the_final_text_goes_out_lets_the_complete_answer_land(homeserver, tmp_path):
+    """The agent is done and the final edit is on its way when the bridge is told to stop: the
+    answer lands complete and is stored, instead of being marked interrupted."""
+    from store import Store
+
+    folder = tmp_path / "bridge"
+    running = await start_bridge(homeserver, folder, {"alice": agent("--chunks", "3", "--delay", "0.2")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = await open_dm(owner)
+        intent = (await running.bridge.puppet("alice")).intent
+        original, release, held = intent.edit, asyncio.Event(), []
+
+        async def edit(room_id, event_id, new_content, **kwargs):
+            if not new_content["body"].startswith(("⏳", "💭", "✍️", "🔧")):  # the final text
+                held.append(new_content["body"])
+                await release.wait()
+            return await original(room_id, event_id, new_content, **kwargs)
+
+        intent.edit = edit
+        await say(owner, room, "complete me")
+        await until(lambda: held)
+        worker = running.bridge.portals[room].worker
+        stopping = asyncio.create_task(running.stop())
+        await until(lambda: worker.cancelling())  # the stop has reached the turn
+        release.set()
+        await stopping
+        await sync_until(owner, lambda: any(a["body"] == "echo: complete me" and a["edits"]
+                                            for a in answers_in(events_in(owner, room), ALICE)))
+        assert held == ["echo: complete me"]
+        assert not any("interrupted" in a["body"] for a in answers_in(events_in(owner, room), ALICE))
+        with Store.open("sqlite", folder / "data") as store:
+            channel = store.channel_by_room(room)
+            assert [(m.role, m.text) for m in store.last_messages(channel.id, 10)] == [
+                ("user", "complete me"), ("agent", "echo: complete me")]
+    finally:
+        release.set()
+        await owner.close()
+        await running.stop()

@@ -1,9 +1,10 @@
 """The application-service HTTP API the homeserver calls (Matrix AS API v1).
 
 Every endpoint checks the hs_token in constant time and answers M_FORBIDDEN otherwise.
-Transactions are idempotent: a transaction is recorded once its events are handled, and the same
-transaction sent again (also after a restart — the keys are in the store) is acknowledged
-without handling it again. The key is the id *and* what it carries: Synapse on SQLite numbers
+Transactions are idempotent: a transaction is recorded once all its events are handled, and the
+same transaction sent again (also after a restart — the keys are in the store) is acknowledged
+without handling it again; one the bridge could not handle in full is refused (HTTP 500) and
+comes again (bridge/dispatch.py says which failures refuse it). The key is the id *and* what it carries: Synapse on SQLite numbers
 transactions from 1 again after a restart, so an id alone would drop new events.
 
 Besides room events, a transaction may carry what end-to-end encryption needs (MSC2409 to-device
@@ -50,8 +51,17 @@ class Transaction:
         return transaction_key(self.txn_id, self.events, self.device)
 
 
+class TransactionRefused(Exception):
+    """Not every event of the transaction could be handled: the homeserver must send it again."""
+
+
 TransactionHandler = Callable[[Transaction], Awaitable[None]]
 UserQuery = Callable[[str], Awaitable[bool]]
+
+
+def _refused(why: str) -> web.Response:
+    """Any status but 2xx makes the homeserver send the transaction again, with backoff."""
+    return web.json_response({"errcode": "M_UNKNOWN", "error": why}, status=500)
 
 
 def _forbidden() -> web.Response:
@@ -155,10 +165,17 @@ class AppserviceServer:
                                   [e for e in ephemeral if isinstance(e, dict)], device_traffic(body))
         key = transaction.key
         async with self._txn_lock:
-            if self._txn_seen(key):
-                return web.json_response({})
-            await self._on_transaction(transaction)
-            self._mark_txn(key)
+            try:
+                if self._txn_seen(key):
+                    return web.json_response({})
+                await self._on_transaction(transaction)
+                self._mark_txn(key)  # only a transaction handled in full is recorded
+            except TransactionRefused as exc:
+                log.warning("%s: the homeserver will send it again", exc)
+                return _refused(str(exc))
+            except Exception as exc:  # the store, while checking or recording the key
+                log.warning("transaction %s refused: %s", txn_id, exc)
+                return _refused(f"transaction {txn_id} not handled: {exc}")
         return web.json_response({})
 
     async def user(self, request: web.Request) -> web.Response:

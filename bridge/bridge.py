@@ -28,6 +28,7 @@ from .portal import Portal
 from .permissions import Permissions
 from .puppet import Puppet
 from .recovery import Recovery
+from .turns import background_tasks
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,10 @@ class Bridge:
         try:
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)
                 await asyncio.gather(*workers, return_exceptions=True)
+            later = [*self.commands.tasks, *background_tasks()]  # replies, receipts on their way
+            for task in later:
+                task.cancel()
+            await asyncio.gather(*later, return_exceptions=True)
             await self.pool.close()
             await self.server.stop()
             if self.session is not None:

@@ -31,6 +31,17 @@ class BotCommands:
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
         self.space = Space(bridge)
+        self.tasks: set[asyncio.Task] = set()  # commands answered later (`!commands`)
+
+    def _later(self, coroutine, what: str) -> None:
+        async def run() -> None:
+            try:
+                await coroutine
+            except Exception:
+                log.exception("%s failed", what)
+        task = asyncio.create_task(run(), name=what)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     # -- entry points wired in bridge.py --
 
@@ -244,7 +255,8 @@ class BotCommands:
         if command.name == "stop":
             await self._stop(portal)
         elif command.name == "commands":
-            await self._commands(portal)
+            # it may start agents: never while the transaction waits (and every event behind it)
+            self._later(self._commands(portal), f"!commands in {portal.room_id}")
         elif command.name == "delete":
             await self._delete_here(portal, command.args)
         elif command.name == "help":

@@ -7,19 +7,36 @@ in order. Each event is checked (type, room, sender, content) and handed to the 
 kind (bridge/inbound.py). Events the bridge's own identities sent are not handled: their answers
 and notices come back to the appservice and are stored by the turns that made them.
 
+Nothing is lost, nothing runs twice:
+- Each event the bridge acts on is de-duplicated by its event id *before* anything runs (a
+  command, a numbered answer, a prompt, a reaction, a redaction, a membership), and recorded as
+  handled once its handler is done (a `ev:<event id>` key beside the transaction keys). The
+  homeserver delivers an event again when a transaction is retried, and after a restart.
+- A handler that fails on the infrastructure (the store, the homeserver or the network:
+  `StoreError`, `aiohttp.ClientError`, timeouts, a 5xx/429 `MatrixError`) stops the
+  transaction there: it is refused (`TransactionRefused`, HTTP 500) and not recorded, so the
+  homeserver sends it again; the events handled before it are skipped then. Such errors pass.
+- Any other error means the event itself cannot be handled (it is malformed in a way the checks
+  did not catch, or the homeserver refused what it asked, 4xx): it is logged, recorded as handled
+  and skipped, so that one bad event never blocks the events behind it.
+
 `Encryption` is the seam for end-to-end encryption: what to do with crypto traffic, with a room
 that turns out to be encrypted and with an `m.room.encrypted` event. This one cannot read such
 rooms and says so once per room; an encrypting one decrypts the event and hands the plain event
-back through `Dispatcher.decrypted`, which handles it exactly like a plain one.
+back through `Dispatcher.decrypted`, which handles (and de-duplicates) it exactly like a plain
+one — the encrypted event itself is not recorded, so one decrypted later is still handled.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 import aiohttp
 
-from .appservice import DeviceTraffic, Transaction
+from store import StoreError
+
+from .appservice import DeviceTraffic, Transaction, TransactionRefused
 from .inbound import Inbound
 from .matrix import MatrixError
 
@@ -27,6 +44,18 @@ if TYPE_CHECKING:
     from .bridge import Bridge
 
 log = logging.getLogger(__name__)
+
+HANDLED = "ev:"  # the key of a handled event, beside the transaction keys in the store
+# the kinds handled for anyone (the others only for an owner; memberships only of our users)
+FOR_ANYONE = ("m.room.encryption",)
+OWNER_KINDS = ("m.room.message", "m.reaction", "m.room.redaction", "m.room.name")
+
+
+def transient(exc: BaseException) -> bool:
+    """An infrastructure failure that may be gone when the homeserver sends the event again."""
+    if isinstance(exc, MatrixError):
+        return exc.transient
+    return isinstance(exc, (StoreError, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))
 
 
 class Encryption:
@@ -65,38 +94,66 @@ class Dispatcher:
     # ---- entry points -------------------------------------------------------------------------
 
     async def transaction(self, transaction: Transaction) -> None:
+        """Handle a transaction; TransactionRefused if it must come again (see above)."""
         log.debug("transaction %s: %d events, %d ephemeral", transaction.txn_id,
                   len(transaction.events), len(transaction.ephemeral))
-        if transaction.device:
-            await self.encryption.device_traffic(transaction.device)
-        for event in transaction.events:
-            try:
-                await self.event(event)
-            except (MatrixError, aiohttp.ClientError) as exc:
-                log.warning("event %s: %s", event.get("event_id"), exc)
-            except Exception:
-                log.exception("event %s could not be handled", event.get("event_id"))
+        try:
+            if transaction.device:
+                await self._run({"event_id": f"crypto traffic of {transaction.txn_id}"},
+                                self.encryption.device_traffic(transaction.device))
+            for event in transaction.events:
+                await self.event(event)  # stops at the first that must come again: order is kept
+        except Exception as exc:  # only transient ones get here
+            raise TransactionRefused(f"transaction {transaction.txn_id} not handled: {exc}") from exc
 
     async def event(self, event: dict) -> None:
-        """One room event, from a transaction or caught up on."""
+        """One room event, from a transaction or caught up on. Raises only a transient error."""
         checked = self._checked(event)
         if checked is None:
             return
         kind, room_id, sender, content = checked
-        if kind == "m.room.encrypted":
-            await self.encryption.encrypted_event(event, self)
-        elif kind == "m.room.encryption":
-            await self.encryption.room_encrypted(room_id)
+        if kind == "m.room.encrypted":  # what it holds is de-duplicated once decrypted
+            await self._run(event, self.encryption.encrypted_event(event, self))
+            return
+        if kind == "m.room.encryption":
+            handler = self._room_encrypted
         else:
             handler = self._handlers.get(kind)
-            if handler is not None:
-                await handler(event, room_id, sender, content)
+        if handler is None or not self._acts_on(kind, sender, event):
+            return
+        store = self.bridge.store
+        event_id = event.get("event_id")
+        key = HANDLED + event_id if isinstance(event_id, str) and event_id else None
+        if key is not None and store.txn_seen(key):
+            log.debug("event %s was handled already", event_id)
+            return
+        await self._run(event, handler(event, room_id, sender, content))
+        if key is not None:
+            store.mark_txn(key)
 
     async def decrypted(self, event: dict) -> None:
         """An event the encryption seam decrypted: handled exactly like the plain event."""
         if event.get("type") in ("m.room.encrypted", "m.room.encryption"):
             return  # never again through the seam it came out of
         await self.event(event)
+
+    async def _room_encrypted(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        await self.encryption.room_encrypted(room_id)
+
+    @staticmethod
+    async def _run(event: dict, handling) -> None:
+        """Await a handler: a transient failure passes (the transaction is refused); any other
+        is logged and the event counts as handled."""
+        try:
+            await handling
+        except Exception as exc:
+            if transient(exc):
+                log.warning("event %s: %s; the homeserver will send it again", event.get("event_id"), exc)
+                raise
+            if isinstance(exc, MatrixError):
+                log.warning("event %s: %s", event.get("event_id"), exc)
+            else:
+                log.exception("event %s could not be handled; skipped", event.get("event_id"))
 
     # ---- checks -------------------------------------------------------------------------------
 
@@ -112,3 +169,13 @@ class Dispatcher:
         if sender == config.bot_user_id or config.agent_for_user_id(sender):
             return None  # the bridge's own events: its turns store what they sent
         return kind, room_id, sender, content
+
+    def _acts_on(self, kind: str, sender: str, event: dict) -> bool:
+        """Whether the handler of `kind` would do anything: only those events are recorded."""
+        if kind == "m.room.member":
+            target, config = event.get("state_key"), self.bridge.config
+            return isinstance(target, str) and (target == config.bot_user_id
+                                                or config.agent_for_user_id(target) is not None)
+        if kind in OWNER_KINDS:
+            return self.bridge.is_owner(sender)
+        return kind in FOR_ANYONE

@@ -6,7 +6,8 @@ already checked; nothing else calls them.
   the puppet joins; others' invites are declined; a kick removes the member. The bot's own
   memberships go to the bot commands.
 - `m.room.message`: an owner's `!` command, a numbered answer to a permission question, or a
-  prompt: stored, then queued in the channel's portal.
+  prompt: stored, then queued in the channel's portal. A reply's fallback quote is stripped
+  first (bridge/replies.py).
 - `m.reaction`: an owner's answer to a permission question, or 🛑 on the answer being written.
 - `m.room.redaction`: the owner withdrew a message.
 - `m.room.name`: the owner renamed a channel.
@@ -20,6 +21,7 @@ from urllib.parse import quote
 from store import StoreClosed
 
 from .portal import Incoming
+from .replies import replied_to, without_fallback
 
 if TYPE_CHECKING:
     from .bridge import Bridge
@@ -132,14 +134,16 @@ class Inbound:
         bridge = self.bridge
         if not bridge.is_owner(sender):
             return  # strangers never reach an agent (SPEC §5)
-        if "m.new_content" in content or (content.get("m.relates_to") or {}).get("rel_type") == "m.replace":
+        relates = content.get("m.relates_to")
+        if "m.new_content" in content or (isinstance(relates, dict) and relates.get("rel_type") == "m.replace"):
             return  # edits of earlier messages are not new prompts
+        content = without_fallback(content)  # a reply's quote is neither a mention nor history
         body = content.get("body")
         if not isinstance(body, str) or not body.strip():
             return
         if body.lstrip().startswith("!") and await bridge.commands.handle(event, room_id, sender, body):
             return
-        if await bridge.permissions.on_reply(event, room_id, sender, body):
+        if await bridge.permissions.on_reply(room_id, body, replied_to(content)):
             return
         portal = bridge.portal_for(room_id)
         if portal is None:
@@ -150,7 +154,9 @@ class Inbound:
         bridge.recovery.prompt_taken(event_id, room_id)
         message = bridge.store.add_message(portal.channel.id, sender, "user", body, [event_id])
         formatted = content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else None
-        mentions = (content.get("m.mentions") or {}).get("user_ids") or []
+        mentions = content.get("m.mentions")
+        mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
+        mentions = mentions if isinstance(mentions, list) else []
         portal.submit(Incoming(message.id, event_id, body,
                                formatted if isinstance(formatted, str) else None,
                                [m for m in mentions if isinstance(m, str)]))

@@ -195,7 +195,7 @@ class Intent:
         status, answer = await self.client.raw("POST", "/_matrix/client/v3/createRoom", body)
         room_id = answer.get("room_id")
         if status != 200 or not isinstance(room_id, str):
-            raise MatrixError(f"creating a room: {status} {answer.get('error', answer)}")
+            raise MatrixError(f"creating a room: {status} {answer.get('error', answer)}", status)
         return room_id
 
     # ---- the account ------------------------------------------------------------------------
@@ -208,7 +208,7 @@ class Intent:
              "inhibit_login": True},
             masquerade=False)
         if status != 200 and body.get("errcode") != "M_USER_IN_USE":
-            raise MatrixError(f"registering {self.user_id}: {status} {body.get('error', body)}")
+            raise MatrixError(f"registering {self.user_id}: {status} {body.get('error', body)}", status)
 
     async def displayname(self) -> str | None:
         status, body = await self.client.raw("GET", f"/_matrix/client/v3/profile/{_q(self.user_id)}/displayname")
@@ -219,7 +219,7 @@ class Intent:
         status, body = await self.client.raw(
             "PUT", f"/_matrix/client/v3/profile/{_q(self.user_id)}/displayname", {"displayname": name})
         if status != 200:
-            raise MatrixError(f"naming {self.user_id}: {status} {body.get('error', body)}")
+            raise MatrixError(f"naming {self.user_id}: {status} {body.get('error', body)}", status)
 
     async def ping(self, appservice_id: str, transaction_id: str) -> tuple[int, dict]:
         """POST /appservice/{id}/ping (Matrix 1.7): the homeserver calls the appservice now."""

@@ -19,7 +19,17 @@ log = logging.getLogger(__name__)
 
 
 class MatrixError(Exception):
-    """A homeserver answer the bridge cannot work with."""
+    """A homeserver answer the bridge cannot work with; `status` is its HTTP status if known."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def transient(self) -> bool:
+        """Worth asking again later: the homeserver was busy or broken (5xx, 429), or it is not
+        known why. A 4xx is its considered refusal."""
+        return self.status is None or self.status >= 500 or self.status == 429
 
 
 def client_config() -> AsyncClientConfig:
@@ -97,7 +107,10 @@ class AppserviceClient(AsyncClient):
 def check(response: Any, what: str) -> Any:
     """Raise MatrixError for an nio ErrorResponse, with the homeserver's words."""
     if isinstance(response, ErrorResponse):
-        raise MatrixError(f"{what}: {response.status_code} {response.message}")
+        transport = getattr(response, "transport_response", None)
+        status = getattr(transport, "status", None)
+        raise MatrixError(f"{what}: {response.status_code} {response.message}",
+                          status if isinstance(status, int) else None)
     return response
 
 

@@ -4,7 +4,9 @@ the owner answers by reaction or by replying with the number.
 The puppet posts one message per request — the tool call (title, kind, a short rendering of its
 input and locations) and the options numbered 1., 2., … — and pre-adds a keycap reaction per
 option (1️⃣ 2️⃣ …). The owner's reaction with one of them, or an owner's message in that room
-that is only the number, decides; anyone else is ignored (bridge.py only passes owners on).
+that is only the number, decides: a reply to a question (`m.in_reply_to`, its fallback quote
+stripped) answers that question; a number that is no reply answers the room's latest open one.
+Anyone else is ignored (only owners' events are passed on).
 After `config.permission_timeout` seconds the outcome is `cancelled`. The message is then edited
 to show the decision. While it waits, the answer's status line says so.
 """
@@ -35,6 +37,7 @@ KEYCAPS = [f"{n}\ufe0f\u20e3" for n in range(1, 10)] + ["🔟"]
 INPUT_CHARS = 300          # the tool call's input is shown cut at this length
 LOCATIONS_SHOWN = 5
 NUMBER = re.compile(r"^\s*(\d{1,3})\s*[.)]?\s*$")
+CLOSED_KEPT = 200          # decided questions remembered, so a late reply to one is answered
 
 DECISIONS = {
     "allow_once": "✅ Allowed once",
@@ -112,6 +115,7 @@ class Pending:
     future: asyncio.Future
     body: str = ""
     html: str = ""
+    puppet: Any = None                  # who asked
 
     def choose(self, index: int) -> bool:
         if not 0 <= index < len(self.options) or self.future.done():
@@ -120,10 +124,20 @@ class Pending:
         return True
 
 
+def question_for(pending: list[Pending], room_id: str, reply_to: str | None) -> Pending | None:
+    """The open question a number answers: the one the message replies to (if it is a reply,
+    only that one), else the room's latest."""
+    open_here = [p for p in pending if p.room_id == room_id and not p.future.done()]
+    if reply_to is not None:
+        return next((p for p in open_here if p.event_id == reply_to), None)
+    return open_here[-1] if open_here else None
+
+
 class Permissions:
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
         self.pending: list[Pending] = []   # oldest first
+        self.closed: dict[str, str] = {}   # prompt event id → outcome, of the last CLOSED_KEPT
 
     async def ask(self, portal: "Portal", puppet: "Puppet", request: "PermissionRequest") -> str | None:
         """Ask the owner; the chosen optionId, or None for cancelled."""
@@ -143,7 +157,7 @@ class Permissions:
         if event_id is None:
             return None  # the owner cannot be asked: cancelled rather than allowed
         pending = Pending(portal.room_id, event_id, options,
-                          asyncio.get_running_loop().create_future(), body, html)
+                          asyncio.get_running_loop().create_future(), body, html, puppet)
         self.pending.append(pending)
         answer = getattr(portal.current, "answer", None)
         previous = answer.status if answer is not None else None
@@ -173,6 +187,7 @@ class Permissions:
                 pending.future.cancel()
             if answer is not None and answer.status == waiting_status(call_title):
                 answer.set_status(previous)
+            self._close(pending, outcome)
             await asyncio.shield(self._show_decision(puppet, pending, outcome))
 
     async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
@@ -188,27 +203,42 @@ class Permissions:
                 return pending.choose(index)
         return False
 
-    async def on_reply(self, event: dict, room_id: str, sender: str, body: str) -> bool:
-        """An owner's message; True when it answered a pending request by number."""
+    async def on_reply(self, room_id: str, body: str, reply_to: str | None = None) -> bool:
+        """An owner's message (its reply fallback stripped); True when it was a number that
+        answers a question: the one it replies to, else the room's latest open one."""
         match = NUMBER.match(body)
         if match is None:
             return False
-        waiting = [p for p in self.pending if p.room_id == room_id and not p.future.done()]
-        if not waiting:
-            return False
-        pending = waiting[0]
         number = int(match.group(1))
+        pending = question_for(self.pending, room_id, reply_to)
+        if pending is None:
+            outcome = self.closed.get(reply_to) if reply_to is not None else None
+            if outcome is None:
+                return False  # not about a question: an ordinary message
+            await self._tell(room_id, None, f"That question is closed already: {outcome}.")
+            return True
         if pending.choose(number - 1):
             return True
-        sender_puppet = None
-        portal = self.bridge.portal_for(room_id)
-        if portal is not None and portal.current is not None:
-            sender_puppet = await self.bridge.puppet(portal.current.agent_name)
-        if sender_puppet is not None:
-            await self.bridge.send_notice(
-                sender_puppet, room_id, f"There is no option {number}: answer with a number from 1 "
-                                        f"to {len(pending.options)}.")
+        await self._tell(room_id, pending.puppet, f"There is no option {number}: answer with a number "
+                                                  f"from 1 to {len(pending.options)}.")
         return True
+
+    async def _tell(self, room_id: str, puppet: "Puppet | None", text: str) -> None:
+        if puppet is None:
+            portal = self.bridge.portal_for(room_id)
+            if portal is not None and portal.current is not None:
+                puppet = await self.bridge.puppet(portal.current.agent_name)
+        if puppet is not None:
+            await self.bridge.send_notice(puppet, room_id, text)
+        else:
+            portal = self.bridge.portal_for(room_id)
+            if portal is not None:
+                await self.bridge.notice(portal, text)
+
+    def _close(self, pending: Pending, outcome: str) -> None:
+        self.closed[pending.event_id] = outcome
+        while len(self.closed) > CLOSED_KEPT:
+            del self.closed[next(iter(self.closed))]
 
     # ---- Matrix -------------------------------------------------------------------------------
 

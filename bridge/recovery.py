@@ -58,8 +58,9 @@ def shown_text(body: str) -> str:
 
 
 def interrupted_text(body: str) -> str:
-    text = shown_text(body).rstrip()
-    return f"{text}\n\n{INTERRUPTED}" if text else INTERRUPTED
+    """The text shown so far, as it was (up to its last character), then the mark."""
+    text = shown_text(body).rstrip("\n")
+    return f"{text}\n\n{INTERRUPTED}" if text.strip() else INTERRUPTED
 
 
 class Recovery:
@@ -93,11 +94,12 @@ class Recovery:
             log.warning("could not record the answer in progress in %s", run.portal.room_id)
 
     def end(self, run: "TurnRun") -> None:
-        """The turn is over. Cut by quitting (the task is being cancelled): keep the item, with
-        every message of the answer, for the next start to check."""
+        """The turn is over. Cut by quitting (the task is being cancelled), or its answer could
+        not be finished (the homeserver refused it): keep the item, with every message of the
+        answer, for the next start to mark interrupted (and not answer again)."""
         try:
             task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            if (task is not None and task.cancelling()) or not run.answer.finished:
                 self.bridge.store.update_pending(
                     ANSWERS, put={event_id: self._where(run) for event_id in run.answer.event_ids})
             else:
@@ -186,6 +188,10 @@ class Recovery:
                 log.exception("could not mark %s as interrupted; trying again at the next start", event_id)
                 continue
             repaired += done
+            if isinstance(where, dict) and isinstance(where.get("prompt"), str) and isinstance(where.get("agent"), str):
+                # the answer had begun: written into its message's record before the item goes,
+                # so a stop before that message is resumed never makes a later start begin it again
+                self._answered(where["prompt"], where["agent"])
             self.bridge.store.update_pending(ANSWERS, drop=[key])
         return repaired
 

@@ -12,7 +12,10 @@ import logging
 import time
 import uuid
 
+import aiohttp
+
 from .intent import Intent
+from .matrix import MatrixError
 from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
@@ -24,6 +27,12 @@ BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
 # that ends at once (a short reply, a command's output) is then one message, never edited —
 # half the homeserver writes, and no "(edited)" in the client.
 SETTLE = 0.003
+FINAL_ATTEMPTS = 3       # the final text is sent this many times before the answer counts as cut
+FINAL_RETRY = 1.0        # seconds before the second attempt (twice that before the third)
+
+
+class AnswerNotFinished(Exception):
+    """The homeserver did not take the final text of an answer."""
 
 
 def edit_interval(edits: int) -> float:
@@ -78,6 +87,8 @@ class Answer:
         self._news = asyncio.Event()          # a part came or the answer ended
         self._final_posted = False            # the first message carried the final text
         self._send_lock = asyncio.Lock()
+        self._open = False                    # the current text has a message of its own
+        self.finished = False                 # the final text is on the homeserver
 
     @property
     def full_text(self) -> str:
@@ -111,6 +122,7 @@ class Answer:
         head = self.text[:split_point(self.text)]
         event_id = await self._send(message_content(head, self.status), self.placeholder_txn)
         self.event_ids.append(event_id)
+        self._open = True
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
         if head != self.text:
             self._dirty.set()
@@ -123,6 +135,7 @@ class Answer:
         event_id = await self._send(message_content(self.text or "(no answer)", None),
                                     self.placeholder_txn)
         self.event_ids.append(event_id)
+        self._open = True
         return event_id
 
     async def waiting(self, note: str) -> None:
@@ -150,7 +163,8 @@ class Answer:
                 log.warning("the placeholder in %s was not posted", self.room_id)
 
     async def finish(self, footer: str | None = None) -> list[str]:
-        """Final edit(s) without status line; returns the event ids of the answer's messages."""
+        """Final edit(s) without status line; returns the event ids of the answer's messages.
+        AnswerNotFinished when the homeserver took no final text after FINAL_ATTEMPTS."""
         if footer:
             self.text = f"{self.text}\n\n{footer}" if self.text else footer
         self.status = None
@@ -158,14 +172,20 @@ class Answer:
         self._news.set()
         await self._posted()
         if self._final_posted and self.event_ids:
+            self.finished = True
             return list(self.event_ids)
         async with self._send_lock:
             # an edit in flight is never cancelled: a cancelled request may still land on the
             # homeserver after the final edit and leave a status line showing
             await self._stop_pump()
-            await self._split_if_needed(final=True)
-            await self._edit(message_content(self.text or "(no answer)", None))
-        return list(self.event_ids)
+            for attempt in range(FINAL_ATTEMPTS):
+                if await self._split_if_needed() and await self._edit(
+                        message_content(self.text or "(no answer)", None)):
+                    self.finished = True
+                    return list(self.event_ids)
+                if attempt + 1 < FINAL_ATTEMPTS:
+                    await asyncio.sleep(FINAL_RETRY * (attempt + 1))
+        raise AnswerNotFinished(f"the final text of the answer in {self.room_id} could not be sent")
 
     async def _stop_pump(self) -> None:
         if self._pump is not None:
@@ -174,6 +194,8 @@ class Answer:
                 await self._pump
             except asyncio.CancelledError:
                 pass
+            except Exception:  # it never should; the final edit carries everything anyway
+                log.exception("the edit loop in %s had stopped", self.room_id)
             self._pump = None
 
     async def _edit_loop(self) -> None:
@@ -187,20 +209,25 @@ class Answer:
             if self.edits >= MAX_EDITS - 1:
                 continue  # keep the last edit for the final text
             async with self._send_lock:
-                await self._split_if_needed(final=False)
-                await self._edit(message_content(self.text, self.status))
+                if await self._split_if_needed():
+                    await self._edit(message_content(self.text, self.status))
             if self.text:
                 self._first_part = False
 
-    async def _split_if_needed(self, final: bool) -> None:
+    async def _split_if_needed(self) -> bool:
+        """Close the current message at SPLIT_BYTES while the text is longer; the rest goes
+        into a new message (sent by the next edit). False if a message could not be closed:
+        nothing is lost, the next edit tries again."""
         while len(self.text.encode("utf-8")) > SPLIT_BYTES:
             at = split_point(self.text)
-            head, self.text = self.text[:at], self.text[at:]
-            await self._edit(message_content(head, None))
+            head = self.text[:at]
+            if not await self._edit(message_content(head, None)):
+                return False
+            self.text = self.text[at:]
             self.done_text.append(head)
-            event_id = await self._send(message_content("", "…" if final else (self.status or "…")))
-            self.event_ids.append(event_id)
+            self._open = False
             self.edits = 0
+        return True
 
     async def _send(self, content: dict, tx_id: str | None = None) -> str:
         """A new message of this answer; its event id."""
@@ -210,16 +237,26 @@ class Answer:
         """An edit of one of this answer's messages."""
         return await self.intent.edit(self.room_id, event_id, new)
 
-    async def _edit(self, new: dict) -> None:
+    async def _edit(self, new: dict) -> bool:
+        """Show `new` as the current message: an edit, or a new message when the current text
+        has none yet (the placeholder never got out, or the answer was just split). False if
+        the homeserver did not take it: one failed edit must not end the turn; the next one
+        carries it all."""
+        ok = False
         try:
-            if not self.event_ids:  # the placeholder never got out: this becomes the message
+            if not self._open:
                 self.event_ids.append(await self._send(new))
-                return
+                self._open = True
+                return True
             await self._replace(self.event_ids[-1], new)
-        except Exception:  # one failed edit must not end the turn; the next one carries it all
+            ok = True
+        except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            log.warning("edit failed in %s: %s", self.room_id, exc)
+        except Exception:
             log.exception("edit failed in %s", self.room_id)
         self.edits += 1
         self._last_edit = time.monotonic()
+        return ok
 
 
 async def _until(event: asyncio.Event, timeout: float) -> None:

@@ -12,12 +12,16 @@ import weakref
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+import aiohttp
+
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
+from store import StoreError
 
 from .context import Line, build_prompt
+from .matrix import MatrixError
 from .render import escape_html
 from .routing import Turn
-from .stream import Answer
+from .stream import Answer, AnswerNotFinished
 
 if TYPE_CHECKING:
     from .portal import Incoming, Portal
@@ -30,6 +34,8 @@ THINKING_AFTER = 0.4  # seconds without a part before the status says "thinking"
 TYPING_AFTER = 0.5    # seconds of work before the puppet shows typing
 PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
 STDERR_LINES = 12         # lines of a crashed agent's stderr shown in its notice
+FAILED_FINISH_TIMEOUT = 20  # seconds to mark an answer interrupted after a failure of the bridge
+FINISH_ON_STOP = 5        # seconds a stopping bridge gives an answer the agent has finished
 
 
 _WAITING: "weakref.WeakKeyDictionary[object, dict[str, list[TurnRun]]]" = weakref.WeakKeyDictionary()
@@ -223,26 +229,43 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         footer = {"cancelled": "⏹ stopped", "max_tokens": "(cut: the agent reached its token limit)",
                   "refusal": "(the agent refused to answer)",
                   "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
-        event_ids = await answer.finish(footer)
+        # the agent is done: a stop from here on lets the complete answer land and be stored
+        # (within FINISH_ON_STOP) rather than marking it interrupted
+        closing = asyncio.ensure_future(_close(portal, turn.agent, answer, footer))
         try:
-            bridge.store.add_message(portal.channel.id, turn.agent, "agent",
-                                     answer.full_text, event_ids)
-        except LookupError:  # the channel was deleted (!delete) while the answer was written
-            log.info("answer in %s not stored: the channel is gone", portal.room_id)
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            if not closing.done():
+                await asyncio.wait({closing}, timeout=FINISH_ON_STOP)
+            if not closing.done():
+                closing.cancel()
+            elif not closing.cancelled() and closing.exception() is not None:
+                log.warning("answer in %s not finished while stopping: %s", portal.room_id, closing.exception())
+            raise
     except _StoppedWaiting:
-        await answer.finish("⏹ stopped")
+        await _end(answer, "⏹ stopped")
     except AgentCrashed as exc:
-        await answer.finish(f"⚠️ interrupted: {turn.agent} stopped unexpectedly "
-                            f"(exit code {exc.exit_code})")
+        await _end(answer, f"⚠️ interrupted: {turn.agent} stopped unexpectedly (exit code {exc.exit_code})")
         await crash_notice(bridge, portal, puppet, turn.agent, exc)
     except AgentTimeout as exc:
-        await answer.finish(f"⚠️ interrupted: {exc}")
+        await _end(answer, f"⚠️ interrupted: {exc}")
     except AcpError as exc:
-        await answer.finish(f"⚠️ {exc}")
+        await _end(answer, f"⚠️ {exc}")
     except asyncio.CancelledError:
-        # the bridge is quitting: the answer was never finished, so it is not stored (ADR §5)
-        await asyncio.shield(_interrupted(answer, "the bridge stopped"))
+        # the bridge is quitting: an answer not finished is marked so, and not stored (ADR §5)
+        if not answer.finished:
+            await asyncio.shield(_interrupted(answer, "the bridge stopped"))
         raise
+    except Exception as exc:
+        # the homeserver, the store or a bug: the answer ends marked interrupted, unstored; if
+        # even that cannot be shown, recovery keeps it and the next start marks it (end() below)
+        why = _failure(exc)
+        if isinstance(exc, (MatrixError, AnswerNotFinished, StoreError, aiohttp.ClientError)):
+            log.warning("answer of %s in %s cut: %s", turn.agent, portal.room_id, exc)
+        else:
+            log.exception("answer of %s in %s cut", turn.agent, portal.room_id)
+        if not answer.finished:
+            await asyncio.shield(_interrupted(answer, why, timeout=FAILED_FINISH_TIMEOUT))
     finally:
         bridge.recovery.end(run)
         await _leave_queue(bridge, run)
@@ -263,6 +286,11 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
 
 
 _tasks: set[asyncio.Task] = set()
+
+
+def background_tasks() -> list[asyncio.Task]:
+    """The courtesy requests still running (the bridge cancels them when it stops)."""
+    return list(_tasks)
 
 
 def _background(coroutine) -> None:
@@ -296,11 +324,38 @@ async def crash_notice(bridge, portal: "Portal", puppet, agent: str, exc: AgentC
     await bridge.send_notice(puppet, portal.room_id, text, html)
 
 
-async def _interrupted(answer: Answer, why: str) -> None:
+async def _interrupted(answer: Answer, why: str, timeout: float = 5) -> None:
     try:
-        await asyncio.wait_for(answer.finish(f"⚠️ interrupted: {why}"), timeout=5)
+        await asyncio.wait_for(answer.finish(f"⚠️ interrupted: {why}"), timeout=timeout)
     except Exception:
-        log.warning("could not mark an answer as interrupted")
+        log.warning("could not mark an answer as interrupted; the next start will")
+
+
+async def _close(portal: "Portal", agent: str, answer: Answer, footer: str | None) -> None:
+    """The final text of an answer the agent finished, then the answer stored."""
+    event_ids = await answer.finish(footer)
+    try:
+        portal.bridge.store.add_message(portal.channel.id, agent, "agent", answer.full_text, event_ids)
+    except LookupError:  # the channel was deleted (!delete) while the answer was written
+        log.info("answer in %s not stored: the channel is gone", portal.room_id)
+
+
+async def _end(answer: Answer, footer: str) -> None:
+    """Finish an answer that ended early (stopped, crashed…); if even that cannot be shown,
+    recovery keeps it for the next start (see Recovery.end)."""
+    try:
+        await answer.finish(footer)
+    except AnswerNotFinished as exc:
+        log.warning("%s", exc)
+
+
+def _failure(exc: BaseException) -> str:
+    """What the owner is told when a turn fails outside the agent."""
+    if isinstance(exc, (MatrixError, AnswerNotFinished, aiohttp.ClientError)):
+        return "the homeserver did not take a message of this answer"
+    if isinstance(exc, StoreError):
+        return "the database failed while this answer was written"
+    return "an error in the bridge (see its log)"
 
 
 async def _keep_typing(puppet, room_id: str, posting: asyncio.Task, started: list) -> None:

@@ -99,7 +99,7 @@ class Recording(Encryption):
 
 
 class Bridgeless:
-    """Just what the dispatcher reads of a bridge: its config."""
+    """What the dispatcher reads of a bridge: its config."""
 
     class config:
         bot_user_id = "@sidekicks:localhost"
@@ -111,7 +111,7 @@ class Bridgeless:
 
 async def test_the_dispatcher_gives_keys_first_then_events_and_decrypted_events_go_round_again():
     order: list = []
-    dispatcher = Dispatcher(Bridgeless())
+    dispatcher = Dispatcher(Owned())
     dispatcher.encryption = Recording(dispatcher.inbound, order)
 
     async def message(event, room_id, sender, content):
@@ -138,3 +138,153 @@ async def test_the_dispatcher_gives_keys_first_then_events_and_decrypted_events_
     await dispatcher.decrypted(events[0])
     assert order == []
 
+
+
+# ---- nothing lost, nothing twice -------------------------------------------------------------
+
+class Owned(Bridgeless):
+    """A bridge with a real store, for what the dispatcher records."""
+
+    def __init__(self):
+        from store import Store
+        self.store = Store.open(":memory:")
+
+    @staticmethod
+    def is_owner(user_id):
+        return user_id == "@owner:localhost"
+
+
+def owner_message(event_id: str, body: str = "hi") -> dict:
+    return {"event_id": event_id, "type": "m.room.message", "room_id": "!r", "sender": "@owner:localhost",
+            "content": {"msgtype": "m.text", "body": body}}
+
+
+def dispatcher_with(handled: list, fail: dict) -> Dispatcher:
+    """A dispatcher whose message handler records bodies and raises fail[event_id] once."""
+    dispatcher = Dispatcher(Owned())
+
+    async def message(event, room_id, sender, content):
+        error = fail.pop(event["event_id"], None)
+        if error is not None:
+            raise error
+        handled.append(content["body"])
+
+    dispatcher._handlers["m.room.message"] = message
+    return dispatcher
+
+
+async def test_an_event_delivered_again_is_not_handled_again_whatever_its_kind():
+    handled: list = []
+    dispatcher = dispatcher_with(handled, {})
+    counts: dict = {}
+
+    def counting(kind):
+        async def handler(event, room_id, sender, content):
+            counts[kind] = counts.get(kind, 0) + 1
+        return handler
+
+    for kind in ("m.room.member", "m.reaction", "m.room.redaction", "m.room.name"):
+        dispatcher._handlers[kind] = counting(kind)
+    events = [owner_message("$cmd", "!new test alice"), owner_message("$num", "1"),
+              {"event_id": "$re", "type": "m.reaction", "room_id": "!r", "sender": "@owner:localhost",
+               "content": {"m.relates_to": {"rel_type": "m.annotation", "event_id": "$x", "key": "🛑"}}},
+              {"event_id": "$rd", "type": "m.room.redaction", "room_id": "!r", "sender": "@owner:localhost",
+               "content": {"redacts": "$x"}},
+              {"event_id": "$in", "type": "m.room.member", "room_id": "!r", "sender": "@owner:localhost",
+               "state_key": "@sk_alice:localhost", "content": {"membership": "invite"}},
+              {"event_id": "$nm", "type": "m.room.name", "room_id": "!r", "sender": "@owner:localhost",
+               "content": {"name": "x"}}]
+    for txn in ("1", "1-again-after-a-restart"):
+        await dispatcher.transaction(Transaction(txn, events))
+    assert handled == ["!new test alice", "1"]
+    assert counts == {"m.reaction": 1, "m.room.redaction": 1, "m.room.member": 1, "m.room.name": 1}
+    # a catch-up of the same message is the same event
+    await dispatcher.event(owner_message("$cmd", "!new test alice"))
+    assert handled == ["!new test alice", "1"]
+
+
+async def test_a_transaction_not_handled_in_full_is_refused_and_comes_again_without_repeats():
+    import pytest
+
+    from bridge.appservice import TransactionRefused
+    from store import StoreError
+
+    handled: list = []
+    dispatcher = dispatcher_with(handled, {"$2": StoreError("add_message failed: disk I/O error")})
+    events = [owner_message("$1", "one"), owner_message("$2", "two"), owner_message("$3", "three")]
+    with pytest.raises(TransactionRefused, match="disk I/O error"):
+        await dispatcher.transaction(Transaction("7", events))
+    assert handled == ["one"]  # it stops at the failure: the order is kept
+    await dispatcher.transaction(Transaction("7", events))  # the homeserver sends it again
+    assert handled == ["one", "two", "three"]
+
+
+async def test_an_event_that_cannot_be_handled_is_skipped_not_retried_forever(caplog):
+    from bridge.appservice import TransactionRefused
+    from bridge.matrix import MatrixError
+
+    import pytest
+
+    handled: list = []
+    dispatcher = dispatcher_with(handled, {"$bad": KeyError("unexpected"),
+                                           "$refused": MatrixError("joining: M_FORBIDDEN no", 403),
+                                           "$busy": MatrixError("sending: M_UNKNOWN busy", 502)})
+    events = [owner_message("$bad", "bad"), owner_message("$refused", "refused"), owner_message("$ok", "ok")]
+    await dispatcher.transaction(Transaction("8", events))  # acknowledged
+    assert handled == ["ok"]
+    assert any("$bad could not be handled; skipped" in r.getMessage() for r in caplog.records)
+    await dispatcher.transaction(Transaction("8-again", events))
+    assert handled == ["ok"]  # the skipped ones count as handled
+    with pytest.raises(TransactionRefused):  # a 5xx is the homeserver's trouble: it comes again
+        await dispatcher.transaction(Transaction("9", [owner_message("$busy", "busy")]))
+    await dispatcher.transaction(Transaction("9", [owner_message("$busy", "busy")]))
+    assert handled == ["ok", "busy"]
+
+
+async def test_a_decrypted_event_is_recorded_as_itself_so_a_late_key_still_gets_it_handled():
+    handled: list = []
+    dispatcher = dispatcher_with(handled, {})
+    waiting: list = []
+
+    class LateKeys(Encryption):
+        async def encrypted_event(self, event, dispatcher):
+            waiting.append(event)  # no key yet: decrypted later
+
+    dispatcher.encryption = LateKeys(dispatcher.inbound)
+    encrypted = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender": "@owner:localhost",
+                 "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "…"}}
+    await dispatcher.transaction(Transaction("1", [encrypted]))
+    plain = {**encrypted, "type": "m.room.message", "content": {"msgtype": "m.text", "body": "secret"}}
+    await dispatcher.decrypted(plain)  # the key came
+    await dispatcher.decrypted(plain)  # and again (a retried transaction decrypted again)
+    assert handled == ["secret"] and len(waiting) == 1
+
+
+async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_takes_it_again():
+    from bridge.appservice import TransactionRefused
+
+    tries: list = []
+
+    async def on_transaction(transaction):
+        tries.append(transaction.txn_id)
+        if len(tries) == 1:
+            raise TransactionRefused("transaction 5 not handled: the database is down")
+
+    async def on_user(user_id):
+        return False
+
+    keys: set = set()
+    server = AppserviceServer(TOKEN, on_transaction, on_user, keys.__contains__, keys.add)
+    client = TestClient(TestServer(server.app))
+    await client.start_server()
+    try:
+        body = {"events": [{"event_id": "$a", "type": "m.room.message"}]}
+        first = await client.put("/_matrix/app/v1/transactions/5", json=body, headers=AUTH)
+        assert first.status == 500 and (await first.json())["errcode"] == "M_UNKNOWN"
+        assert keys == set()  # not recorded: it is not done
+        second = await client.put("/_matrix/app/v1/transactions/5", json=body, headers=AUTH)
+        assert second.status == 200 and len(keys) == 1
+        third = await client.put("/_matrix/app/v1/transactions/5", json=body, headers=AUTH)
+        assert third.status == 200 and tries == ["5", "5"]
+    finally:
+        await client.close()

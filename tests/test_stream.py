@@ -1,0 +1,97 @@
+"""stream.Answer against a fake Intent: a send that fails while an answer splits into a new
+message, and a homeserver that takes no final text (issue 17 §5)."""
+from __future__ import annotations
+
+import pytest
+
+from bridge import stream
+from bridge.matrix import MatrixError
+from bridge.stream import SPLIT_BYTES, Answer, AnswerNotFinished
+
+
+class FakeIntent:
+    """Records each message and its edits; `fail(kind, n)` decides which requests fail."""
+
+    user_id = "@sk_alice:localhost"
+
+    def __init__(self, fail=lambda kind, n: False):
+        self.fail = fail
+        self.messages: dict[str, list[dict]] = {}  # event id → its contents, newest last
+        self.calls = {"send": 0, "edit": 0}
+
+    async def send(self, room_id, content, *, event_type="m.room.message", txn_id=None):
+        self.calls["send"] += 1
+        if self.fail("send", self.calls["send"]):
+            raise MatrixError("sending: M_UNKNOWN the homeserver is busy", 502)
+        event_id = f"$m{len(self.messages) + 1}"
+        self.messages[event_id] = [content]
+        return event_id
+
+    async def edit(self, room_id, event_id, new_content, *, txn_id=None):
+        self.calls["edit"] += 1
+        if self.fail("edit", self.calls["edit"]):
+            raise MatrixError("sending: M_UNKNOWN the homeserver is busy", 502)
+        self.messages[event_id].append(new_content)
+        return f"$edit{self.calls['edit']}"
+
+    def shown(self) -> list[str]:
+        return [contents[-1]["body"] for contents in self.messages.values()]
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setattr(stream, "BASE_INTERVAL", 0.01)
+    monkeypatch.setattr(stream, "FINAL_RETRY", 0.01)
+
+
+async def stream_long_answer(answer: Answer, size: int = 2 * SPLIT_BYTES + 5000) -> str:
+    await answer.start()
+    text = ""
+    line = "word " * 19 + "\n"
+    while len(text) < size:
+        answer.append(line)
+        text += line
+        answer._dirty.set()
+        await stream.asyncio.sleep(0.002)
+    return text
+
+
+async def test_a_failed_send_while_an_answer_splits_loses_nothing():
+    # the second new message (the first split) fails once; the next edit sends it
+    intent = FakeIntent(fail=lambda kind, n: kind == "send" and n == 2)
+    answer = Answer(intent, "!r", "Alice")
+    text = await stream_long_answer(answer)
+    event_ids = await answer.finish()
+    assert answer.finished and event_ids == list(intent.messages)
+    assert len(event_ids) == 3 and intent.calls["send"] == 4  # the failed one was sent again
+    shown = intent.shown()
+    assert not any(body.startswith(("✍️", "⏳", "💭")) for body in shown)
+    assert "".join(shown) == answer.full_text == text
+    assert all(len(body.encode()) <= SPLIT_BYTES for body in shown)
+
+
+async def test_a_failed_close_of_a_full_message_is_tried_again():
+    # closing the first message (its edit at the split) fails a few times
+    intent = FakeIntent(fail=lambda kind, n: kind == "edit" and 3 <= n <= 5)
+    answer = Answer(intent, "!r", "Alice")
+    text = await stream_long_answer(answer)
+    await answer.finish()
+    assert answer.finished and "".join(intent.shown()) == text
+
+
+async def test_an_answer_whose_final_text_is_refused_is_not_finished():
+    intent = FakeIntent(fail=lambda kind, n: n > 1)  # only the placeholder got through
+    answer = Answer(intent, "!r", "Alice")
+    await stream_long_answer(answer, size=5000)
+    with pytest.raises(AnswerNotFinished):
+        await answer.finish()
+    assert not answer.finished
+
+
+async def test_a_quick_answer_posted_final_is_finished():
+    intent = FakeIntent()
+    answer = Answer(intent, "!r", "Alice")
+    posting = answer.post(grace=1.0)
+    answer.append("hello")
+    assert await answer.finish() == list(intent.messages) and posting.done()
+    assert answer.finished and intent.shown() == ["hello"] and intent.calls["edit"] == 0

@@ -285,10 +285,12 @@ class Agent:
         self.sessions.add(session_id)
         self.state(session_id).apply_result(result)
 
-    async def prompt(self, session_id: str, text: str, on_update: OnUpdate,
+    async def prompt(self, session_id: str, text: str | list[dict[str, Any]], on_update: OnUpdate,
                      on_permission: OnPermission | None = None,
                      on_elicitation: OnElicitation | None = None) -> str:
-        """Send one prompt; returns the stopReason once the agent is done."""
+        """Send one prompt: a text, or a list of ACP content blocks (text, image, audio,
+        resource, resource_link: what the agent's promptCapabilities allow; the caller
+        checks). Returns the stopReason once the agent is done."""
         if session_id in self._prompts:
             raise AcpError(f"{self.name}: a prompt is already running in session {session_id}")
         running = self._prompts[session_id] = _Prompt(on_update, on_permission, on_elicitation)
@@ -297,7 +299,7 @@ class Agent:
             running.sent = True
         try:
             result = await self._call("session/prompt", {
-                "sessionId": session_id, "prompt": [{"type": "text", "text": text}]}, session_id,
+                "sessionId": session_id, "prompt": prompt_blocks(text)}, session_id,
                 on_sent=sent)
         finally:
             self._prompts.pop(session_id, None)
@@ -538,6 +540,13 @@ class Agent:
                 if not asking_now:  # no empty entry left per session ever asked
                     del self._permissions[session_id]
             self.peer.last_activity = time.monotonic()  # the silence clock restarts now
+
+
+def prompt_blocks(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """session/prompt's `prompt`: a text is one text block; a list of blocks goes as it is."""
+    if isinstance(prompt, str):
+        return [{"type": "text", "text": prompt}]
+    return list(prompt)
 
 
 def _session_id(params: dict[str, Any]) -> str | None:

@@ -24,8 +24,10 @@ from .commands import BotCommands
 from .dispatch import Dispatcher
 from .intent import Outgoing
 from .matrix import MatrixError
+from .msc4391 import CommandDescriptions
 from .portal import Portal
 from .permissions import Permissions
+from .presence import Presence
 from .puppet import Puppet
 from .recovery import Recovery
 from .turns import background_tasks
@@ -62,6 +64,8 @@ class Bridge:
         self.commands = BotCommands(self)
         self.permissions = Permissions(self)
         self.recovery = Recovery(self)
+        self.presence = Presence(self)                       # online while running (presence.py)
+        self.command_descriptions = CommandDescriptions(self)  # MSC4391 (msc4391.py)
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -76,6 +80,7 @@ class Bridge:
         await self.bot.ensure_registered()
         for name in self.config.agents:
             await self.puppet(name)
+        self.presence.start()
         if self.history_unavailable:
             await self._say_history_unavailable(progress)
         repaired = await self.recovery.repair()
@@ -107,6 +112,8 @@ class Bridge:
         try:
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)
                 await asyncio.gather(*workers, return_exceptions=True)
+            await self.command_descriptions.close()
+            await self.presence.stop()
             later = [*self.commands.tasks, *background_tasks()]  # replies, receipts on their way
             for task in later:
                 task.cancel()
@@ -221,7 +228,8 @@ class Bridge:
         try:
             self.store.set_agent_commands(agent, commands)
         except StoreClosed:
-            pass
+            return
+        self.command_descriptions.commands_changed(agent)
 
     def _on_stopped(self, agent: str) -> None:
         log.info("agent %s stopped", agent)

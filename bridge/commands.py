@@ -201,8 +201,9 @@ class BotCommands:
         for agent in agents:
             bridge.store.add_member(channel.id, agent)
         bridge.portal_for(new_room)
-        for puppet in puppets:
-            await puppet.intent.join(new_room)
+        for agent, puppet in zip(agents, puppets):
+            if await puppet.intent.join(new_room):
+                bridge.command_descriptions.member_joined(new_room, agent)
         await self.space.add(new_room)
         await self._say(room_id, f"Made #{name} with {', '.join(agents)}: {self._link(new_room)}")
 
@@ -223,6 +224,7 @@ class BotCommands:
         channel = bridge.store.create_channel(new_room, agent, agent)
         bridge.store.add_member(channel.id, agent)
         bridge.portal_for(new_room)
+        bridge.command_descriptions.member_joined(new_room, agent)  # the puppet made it: it may
         await self.space.add(new_room, puppet)
         await self._say(room_id, f"{bridge.config.agents[agent].title} invited you to a direct channel: "
                                  f"{self._link(new_room)}")

@@ -86,6 +86,9 @@ class Dispatcher:
         self._handlers = {
             "m.room.member": self.inbound.member,
             "m.room.message": self.inbound.message,
+            "m.sticker": self.inbound.message,                      # as an image (bridge/media.py)
+            "m.poll.start": self.inbound.message,                   # as its question and answers
+            "org.matrix.msc3381.poll.start": self.inbound.message,
             "m.reaction": self.inbound.reaction,
             "m.room.redaction": self.inbound.redaction,
             "m.room.name": self.inbound.room_name,

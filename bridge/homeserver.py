@@ -180,7 +180,8 @@ class Homeserver:
             "trusted_key_servers": [],
             "suppress_key_server_warning": True,
             "federation_domain_whitelist": [],
-            "presence": {"enabled": False},
+            # puppets are online while the bridge runs, offline after (SPEC §5; bridge/presence.py)
+            "presence": {"enabled": True},
             "url_preview_enabled": False,
             # Element decides "encrypt new rooms?" from the well-known file; Synapse from this.
             "extra_well_known_client_content": {"io.element.e2ee": {"default": False}},

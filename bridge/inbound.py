@@ -5,9 +5,10 @@ already checked; nothing else calls them.
 - `m.room.member`: an owner's invite of a puppet makes the room a channel (or adds a member) and
   the puppet joins; others' invites are declined; a kick removes the member. The bot's own
   memberships go to the bot commands.
-- `m.room.message`: an owner's `!` command, a numbered answer to a permission question, or a
-  prompt: stored, then queued in the channel's portal. A reply's fallback quote is stripped
-  first (bridge/replies.py).
+- `m.room.message`, `m.sticker`, polls: an owner's `!` command, a numbered answer to a
+  permission question, or a prompt — text, an attachment, an MSC4391 command (bridge/media.py
+  says what each kind is) — stored, then queued in the channel's portal. A reply's fallback
+  quote is stripped first (bridge/replies.py).
 - `m.reaction`: an owner's answer to a permission question, or 🛑 on the answer being written.
 - `m.room.redaction`: the owner withdrew a message.
 - `m.room.name`: the owner renamed a channel.
@@ -20,6 +21,7 @@ from urllib.parse import quote
 
 from store import StoreClosed
 
+from .media import read_message
 from .portal import Incoming
 from .replies import replied_to, without_fallback
 
@@ -87,6 +89,7 @@ class Inbound:
             bridge.store.add_member(channel.id, agent)
             bridge.portal_for(room_id)
             if await puppet.intent.join(room_id):
+                bridge.command_descriptions.member_joined(room_id, agent)  # MSC4391, from the store
                 if invite_state(event, "m.room.encryption") is not None:
                     await bridge.dispatcher.encryption.room_encrypted(room_id)
                 await self.catch_up(puppet, room_id, event.get("event_id"))
@@ -138,28 +141,39 @@ class Inbound:
         if "m.new_content" in content or (isinstance(relates, dict) and relates.get("rel_type") == "m.replace"):
             return  # edits of earlier messages are not new prompts
         content = without_fallback(content)  # a reply's quote is neither a mention nor history
-        body = content.get("body")
-        if not isinstance(body, str) or not body.strip():
-            return
-        if body.lstrip().startswith("!") and await bridge.commands.handle(event, room_id, sender, body):
-            return
-        if await bridge.permissions.on_reply(room_id, body, replied_to(content)):
-            return
+        # what this kind of message says to agents (bridge/media.py; README's table)
+        read = read_message(event.get("type", "m.room.message"), content, bridge.config.attachment_bytes)
+        body = read.text
+        if read.plain:
+            if not body.strip():
+                return
+            if body.lstrip().startswith("!") and await bridge.commands.handle(event, room_id, sender, body):
+                return
+            if await bridge.permissions.on_reply(room_id, body, replied_to(content)):
+                return
         portal = bridge.portal_for(room_id)
-        if portal is None:
+        if portal is None or read.silent:
             return
         event_id = event.get("event_id", "")
         if bridge.store.message_by_event(event_id) is not None:
             return  # already taken (a transaction delivered again after a crash)
-        bridge.recovery.prompt_taken(event_id, room_id)
-        message = bridge.store.add_message(portal.channel.id, sender, "user", body, [event_id])
-        formatted = content.get("formatted_body") if content.get("format") == "org.matrix.custom.html" else None
+        if read.note is not None:
+            await bridge.notice(portal, read.note)
+            return
+        formatted = read.formatted
         mentions = content.get("m.mentions")
         mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
         mentions = mentions if isinstance(mentions, list) else []
-        portal.submit(Incoming(message.id, event_id, body,
-                               formatted if isinstance(formatted, str) else None,
-                               [m for m in mentions if isinstance(m, str)]))
+        command = bridge.command_descriptions.invoked(portal, content)  # MSC4391: `/agent:command args`
+        if command is not None:
+            body, formatted, mentions = command, None, []
+        elif not read.passed_on:
+            return
+        bridge.recovery.prompt_taken(event_id, room_id)
+        message = bridge.store.add_message(portal.channel.id, sender, "user",
+                                           body if command is not None else read.stored, [event_id])
+        portal.submit(Incoming(message.id, event_id, body, formatted,
+                               [m for m in mentions if isinstance(m, str)], attachment=read.attachment))
 
     async def reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         bridge = self.bridge

@@ -37,6 +37,10 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
+class TooLarge(Exception):
+    """A download was bigger than the limit it was given."""
+
+
 def new_txn_id() -> str:
     return uuid.uuid4().hex
 
@@ -48,6 +52,11 @@ class Outgoing:
     async def prepare(self, user_id: str, room_id: str, event_type: str,
                       content: dict) -> tuple[str, dict]:
         return event_type, content
+
+    async def encrypts(self, user_id: str, room_id: str) -> bool:
+        """Whether `prepare` encrypts `user_id`'s events in `room_id`: media sent there is then
+        uploaded encrypted and referenced by an EncryptedFile (`file`), not by `url`."""
+        return False
 
 
 PLAIN = Outgoing()
@@ -81,7 +90,8 @@ def edit_content(original_event_id: str, new: dict) -> dict:
                "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
     if _size(content) > MAX_EVENT_BYTES:
         # keep under the 64 KiB event limit: drop the HTML rather than the text
-        content["m.new_content"] = {"msgtype": msgtype, "body": body, "m.mentions": new["m.mentions"]}
+        content["m.new_content"] = {"msgtype": msgtype, "body": body, "m.mentions": new["m.mentions"],
+                                    **{k: v for k, v in new.items() if k == "org.matrix.msc4357.live"}}
     if _size(content) > MAX_EVENT_BYTES:
         # text escaped as \uXXXX weighs more: shorten the fallback for clients without edits
         content["body"] = "* " + body[:2000] + "…"
@@ -134,6 +144,31 @@ class Intent:
         response = await self.client.upload_bytes(data, content_type, filename)
         return check(response, f"uploading {filename} as {self.user_id}").content_uri
 
+    async def encrypts(self, room_id: str) -> bool:
+        """Whether this identity's events in `room_id` leave encrypted (see Outgoing)."""
+        return await self.outgoing.encrypts(self.user_id, room_id)
+
+    async def download(self, mxc: str, limit: int) -> bytes:
+        """The bytes of `mxc://server/id`, through the authenticated media API (Matrix 1.11);
+        the legacy endpoint only when the homeserver has no v1 (404 M_UNRECOGNIZED, 405).
+        TooLarge past `limit` bytes (the body is read no further); MatrixError when refused."""
+        server, _, media_id = mxc.removeprefix("mxc://").partition("/")
+        if not mxc.startswith("mxc://") or not server or not media_id or "/" in media_id:
+            raise MatrixError(f"not a media URI: {mxc!r}")
+        where = f"{_q(server)}/{_q(media_id)}"
+        for path in (f"/_matrix/client/v1/media/download/{where}", f"/_matrix/media/v3/download/{where}"):
+            status, data, error = await self.client.download_bytes(path, limit)
+            if status == 200:
+                return data
+            if status in (404, 405) and error.get("errcode", "M_UNRECOGNIZED") == "M_UNRECOGNIZED" \
+                    and path.startswith("/_matrix/client/v1/"):
+                continue  # a homeserver older than authenticated media
+            if status == 413:
+                raise TooLarge(mxc)
+            raise MatrixError(f"downloading {mxc}: {status} {error.get('errcode', '')} "
+                              f"{error.get('error', '')}".strip())
+        raise MatrixError(f"downloading {mxc}: the homeserver has no media download")
+
     # ---- courtesy: typing and receipts ------------------------------------------------------
 
     async def typing(self, room_id: str, on: bool) -> None:
@@ -170,6 +205,22 @@ class Intent:
                 log.info("%s: read receipt refused: %s %s", self.user_id, status, body.get("error", body))
         except aiohttp.ClientError:
             pass
+
+    async def set_presence(self, presence: str, status_msg: str | None = None) -> None:
+        """online / unavailable / offline, with a status message (None clears it)."""
+        body: dict[str, Any] = {"presence": presence}
+        if status_msg is not None:
+            body["status_msg"] = status_msg
+        status, answer = await self.client.raw(
+            "PUT", f"/_matrix/client/v3/presence/{_q(self.user_id)}/status", body)
+        if status != 200:
+            log.info("%s: presence refused: %s %s", self.user_id, status, answer.get("error", answer))
+
+    async def presence(self) -> str | None:
+        """The presence the homeserver shows for this user (offline when it has presence off)."""
+        status, answer = await self.client.raw("GET", f"/_matrix/client/v3/presence/{_q(self.user_id)}/status")
+        value = answer.get("presence") if status == 200 else None
+        return value if isinstance(value, str) else None
 
     # ---- membership and rooms ---------------------------------------------------------------
 

@@ -100,6 +100,29 @@ class AppserviceClient(AsyncClient):
                 payload = {}
             return response.status, payload or {}
 
+    async def download_bytes(self, path: str, limit: int) -> tuple[int, bytes, dict]:
+        """GET a media `path` as this user: (status, the body if 200, else the error's JSON).
+        The body is read in chunks and never past `limit` bytes: TooLarge (bridge.intent)."""
+        from .intent import TooLarge
+
+        headers = {"Authorization": f"Bearer {self.access_token}"}
+        async with self.client_session.get(self.homeserver + self._as_user(path), headers=headers,
+                                           timeout=aiohttp.ClientTimeout(total=300)) as response:
+            if response.status != 200:
+                try:
+                    error = await response.json(content_type=None)
+                except (ValueError, aiohttp.ContentTypeError):
+                    error = {}
+                return response.status, b"", error if isinstance(error, dict) else {}
+            if (response.content_length or 0) > limit:
+                raise TooLarge(path)
+            data = bytearray()
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > limit:
+                    raise TooLarge(path)
+            return 200, bytes(data), {}
+
     async def close(self):  # the shared session outlives each client
         return None
 

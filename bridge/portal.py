@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from store import Channel, StoreClosed
 
+from .media import reread, restored
 from .mentions import parse
 from .routing import route
 
@@ -31,6 +32,7 @@ class Incoming:
     mention_ids: list[str] = field(default_factory=list)
     resumed: bool = False  # taken by an earlier run that stopped before answering it all
     skip_agents: frozenset = frozenset()  # whose answer that run had begun or finished
+    attachment: Any = None  # a media.Attachment the owner sent (its caption is `body`)
 
 
 class Portal:
@@ -90,6 +92,7 @@ class Portal:
             await bridge.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter)
         await inviter.intent.invite(self.room_id, puppet.user_id)
         if await puppet.intent.join(self.room_id):
+            bridge.command_descriptions.member_joined(self.room_id, agent)
             return True
         bridge.store.remove_member(self.channel.id, agent)
         await bridge.commands.tell_owners(
@@ -129,6 +132,8 @@ class Portal:
         from .turns import run_turn  # turns imports portal types
 
         config = self.bridge.config
+        if incoming.resumed and incoming.attachment is None and restored(incoming.body):
+            incoming = await reread(self, incoming)  # after a restart: the file and caption again
         members = self.member_names()
         parsed = parse(incoming.body, incoming.formatted_body, incoming.mention_ids,
                        config.agent_for_user_id, self.bridge.aliases)

@@ -1,5 +1,13 @@
 """One streamed answer: a puppet message posted at once and edited (`m.replace`) as parts arrive.
 
+While it streams, each message carries MSC4357's live marker (`org.matrix.msc4357.live: {}`, in
+the first event and in every edit's `m.new_content`), so that clients which know it show it
+live, without "(edited)" and a notification per edit; the final edit drops it. An answer posted
+once, final, carries none.
+
+Media from the agent (an image, a file: `add_media`) goes in the answer's place: the text before
+it closes its message, the media event follows, and later text continues in a new message.
+
 Edits are throttled: the first part shows at once, later ones at most about twice a second and
 less often as the message grows, never more than MAX_EDITS per message. Past SPLIT_BYTES the
 answer continues in a new message: an event is at most 64 KiB and an edit carries its text
@@ -11,6 +19,7 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import Awaitable, Callable
 
 import aiohttp
 
@@ -29,6 +38,7 @@ BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
 SETTLE = 0.003
 FINAL_ATTEMPTS = 3       # the final text is sent this many times before the answer counts as cut
 FINAL_RETRY = 1.0        # seconds before the second attempt (twice that before the third)
+LIVE = "org.matrix.msc4357.live"  # MSC4357: this message is still being written
 
 
 class AnswerNotFinished(Exception):
@@ -54,7 +64,8 @@ def split_point(text: str, limit: int = SPLIT_BYTES) -> int:
     return len(head)
 
 
-def message_content(text: str, status: str | None) -> dict:
+def message_content(text: str, status: str | None, live: bool = False) -> dict:
+    """A message of an answer: the status line above the text so far; `live` while it streams."""
     body = f"{status}\n\n{text}" if status and text else (status or text or "…")
     html = markdown_to_html(text) if text else ""
     content = {"msgtype": "m.text", "body": body}
@@ -62,6 +73,8 @@ def message_content(text: str, status: str | None) -> dict:
         html = f"<p><em>{escape_html(status)}</em></p>{html}"
     if html and (status or needs_html(text, html)):
         content.update({"format": "org.matrix.custom.html", "formatted_body": html})
+    if live:
+        content[LIVE] = {}
     return content
 
 
@@ -89,6 +102,10 @@ class Answer:
         self._send_lock = asyncio.Lock()
         self._open = False                    # the current text has a message of its own
         self.finished = False                 # the final text is on the homeserver
+        # media from the agent not posted yet: (where in `text` it came, how to post it, its tag)
+        self._media: list[tuple[int, Callable[[], Awaitable[str]], str]] = []
+        self.media_event_ids: list[str] = []
+        self._closed = False  # media closed the last message: text after it needs a new one
 
     @property
     def full_text(self) -> str:
@@ -105,7 +122,7 @@ class Answer:
                 await _until(self._news, grace)
                 if self.text and not self._closing.is_set():  # a first part, not yet the end
                     await _until(self._closing, SETTLE)
-            if self._closing.is_set() and len(self.text.encode("utf-8")) <= SPLIT_BYTES:
+            if self._closing.is_set() and not self._media and len(self.text.encode("utf-8")) <= SPLIT_BYTES:
                 return await self._post_final()
             return await self.start(note)
         self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
@@ -120,7 +137,7 @@ class Answer:
         # homeserver again with it and learns the event id without posting a second message.
         # Text past SPLIT_BYTES (a huge first part) waits for the edit loop, which splits it.
         head = self.text[:split_point(self.text)]
-        event_id = await self._send(message_content(head, self.status), self.placeholder_txn)
+        event_id = await self._send(message_content(head, self.status, live=True), self.placeholder_txn)
         self.event_ids.append(event_id)
         self._open = True
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
@@ -155,6 +172,34 @@ class Answer:
         self.text += chunk
         self._dirty.set()
 
+    def add_media(self, send: Callable[[], Awaitable[str]], tag: str) -> None:
+        """Media at this point of the answer: `send()` posts it (its event id) once the text
+        before it has closed its message; `tag` names it in the stored text."""
+        self._media.append((len(self.text), send, tag))
+        self._news.set()
+        self._dirty.set()
+
+    async def _flush_media(self) -> None:
+        """Post the media that came, each after the text that came before it (under _send_lock)."""
+        while self._media:
+            at, send, tag = self._media.pop(0)
+            head, self.text = self.text[:at], self.text[at:]
+            self._media = [(offset - at, s, t) for offset, s, t in self._media]
+            if head or self._open:
+                # the text before it closes its message (one that showed only a status says
+                # what follows, rather than stay empty)
+                await self._edit(message_content(head or tag, None))
+            self.done_text.append(f"{head}\n{tag}\n" if head and not head.endswith("\n") else f"{head}{tag}\n")
+            self._open = False
+            self._closed = True
+            try:
+                self.media_event_ids.append(await send())
+            except Exception as exc:  # said in the answer; the rest of it goes on
+                log.warning("%s could not be posted in %s: %s", tag, self.room_id, exc)
+                note = f"⚠️ {tag} could not be posted: {exc}\n\n"
+                self.text = note + self.text
+                self._media = [(offset + len(note), s, t) for offset, s, t in self._media]
+
     async def _posted(self) -> None:
         if self._posting is not None:
             try:
@@ -179,10 +224,11 @@ class Answer:
             # homeserver after the final edit and leave a status line showing
             await self._stop_pump()
             for attempt in range(FINAL_ATTEMPTS):
-                if await self._split_if_needed() and await self._edit(
-                        message_content(self.text or "(no answer)", None)):
+                if await self._split_if_needed() and (
+                        (self._closed and not self.text)  # nothing after the last media: no message
+                        or await self._edit(message_content(self.text or "(no answer)", None))):
                     self.finished = True
-                    return list(self.event_ids)
+                    return list(self.event_ids) + self.media_event_ids
                 if attempt + 1 < FINAL_ATTEMPTS:
                     await asyncio.sleep(FINAL_RETRY * (attempt + 1))
         raise AnswerNotFinished(f"the final text of the answer in {self.room_id} could not be sent")
@@ -210,14 +256,16 @@ class Answer:
                 continue  # keep the last edit for the final text
             async with self._send_lock:
                 if await self._split_if_needed():
-                    await self._edit(message_content(self.text, self.status))
+                    if not (self._closed and not self.text):  # a status alone opens no message
+                        await self._edit(message_content(self.text, self.status, live=True))
             if self.text:
                 self._first_part = False
 
     async def _split_if_needed(self) -> bool:
-        """Close the current message at SPLIT_BYTES while the text is longer; the rest goes
-        into a new message (sent by the next edit). False if a message could not be closed:
-        nothing is lost, the next edit tries again."""
+        """Post the media that came, then close the current message at SPLIT_BYTES while the
+        text is longer; the rest goes into a new message (sent by the next edit). False if a
+        message could not be closed: nothing is lost, the next edit tries again."""
+        await self._flush_media()
         while len(self.text.encode("utf-8")) > SPLIT_BYTES:
             at = split_point(self.text)
             head = self.text[:at]
@@ -244,9 +292,11 @@ class Answer:
         carries it all."""
         ok = False
         try:
-            if not self._open:
+            if not self._open:  # the placeholder never got out, split, or media came last
                 self.event_ids.append(await self._send(new))
                 self._open = True
+                self._closed = False
+                self.edits = 0
                 return True
             await self._replace(self.event_ids[-1], new)
             ok = True

@@ -10,6 +10,7 @@ import logging
 import sys
 import weakref
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -19,6 +20,7 @@ from store import StoreError
 
 from .context import Line, build_prompt
 from .matrix import MatrixError
+from .media import attachment_prompt, outgoing_part, post
 from .render import escape_html
 from .routing import Turn
 from .stream import Answer, AnswerNotFinished
@@ -186,6 +188,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         posting.add_done_callback(lambda done: _begin(bridge, run, done))
         async with _agent_turn(bridge.pool, run) as agent:
             bridge.active_turns[turn.agent] = portal
+            bridge.presence.answering(turn.agent, portal.channel.name)
             await _leave_queue(bridge, run)
             run.agent = agent
             if note:  # it was waiting: the channel now shows its turn has come
@@ -200,6 +203,14 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             text = turn.text if turn.alone else build_prompt(
                 portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
                 turn.text, config.context_messages, config.context_chars)
+            prompt: str | list[dict] = text
+            if incoming.attachment is not None:  # as the content this agent takes (media.py)
+                prompt, refused = await attachment_prompt(puppet.intent, incoming.attachment, text,
+                                                          agent.prompt_capabilities, agent_config.title,
+                                                          config.attachment_bytes)
+                if refused is not None:  # one line in the answer's place; nothing goes to the agent
+                    await answer.finish(f"⚠️ {refused}")
+                    return
             _background(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
             # "thinking" only when the agent is slow to start: an edit in flight would hold
             # back its first part
@@ -210,7 +221,12 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                 think.cancel()
                 if update.kind == "text":
                     answer.set_status(STATUS_WRITING)
-                    answer.append(update.text)
+                    part = outgoing_part(update.raw.get("content"))  # an image, a file (media.py)
+                    if part is None or isinstance(part, str):
+                        answer.append(update.text if part is None else part)
+                    else:
+                        answer.add_media(partial(post, puppet.intent, portal.room_id, part,
+                                                 config.attachment_bytes), part.tag)
                 elif update.kind == "thought":
                     answer.set_status(STATUS_THINKING)
                 elif update.kind in ("tool_call", "tool_call_update"):
@@ -221,7 +237,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                         answer.set_status(tool_status(update.title or known.get("title")))
 
             try:
-                stop_reason = await agent.prompt(session_id, text, on_update,
+                stop_reason = await agent.prompt(session_id, prompt, on_update,
                                                  bridge.permission_handler(portal, puppet))
             finally:
                 think.cancel()
@@ -273,6 +289,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             portal.current = None
         if bridge.active_turns.get(turn.agent) is portal:
             del bridge.active_turns[turn.agent]
+            bridge.presence.answering(turn.agent, None)
         if not turn.alone:  # a command went without the context: it is still unseen (ADR §3)
             portal.seen(turn.agent, stored_upto)
         if typing is not None:

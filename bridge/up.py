@@ -44,7 +44,7 @@ appservice:
   registration: registration.yaml
 agents:
   local:
-    title: Local (SmolLM2-135M, offline)
+    title: SmolLM2 · runs on this computer
     command: [{python}, -m, acp.agents.local_model]
 limits:
   agents_in_memory: 2
@@ -73,7 +73,7 @@ def write_default_config(path: Path, shared: bool = False, user: str | None = No
         names = dict(listen=_free_port_from(29334), id=f"sidekicks_{user}",
                      prefix=registrations.suggest_prefix(user), bot=f"sidekicks_{user}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(DEFAULT_CONFIG.format(user=user, python=sys.executable, **names))
+    path.write_text(DEFAULT_CONFIG.format(user=user, python=sys.executable, **names), encoding="utf-8")
 
 
 def _free_port_from(port: int) -> int:

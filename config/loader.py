@@ -19,6 +19,7 @@ USER_ID = re.compile(r"^@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-]+(:\d+)?$")
 LOCALPART = re.compile(r"^[a-z0-9._=\-]+$")
 AGENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 DOMAIN = re.compile(r"^[A-Za-z0-9.\-]+(:\d+)?$")
+MAX_ATTACHMENT_MIB = 100  # base64 in one JSON line to the agent: ~133 MiB
 
 
 class ConfigError(Exception):
@@ -156,6 +157,9 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     in_memory = c.integer(limits, "agents_in_memory", "limits.agents_in_memory", 2, 1, 64)
     ctx_messages = c.integer(limits, "context_messages", "limits.context_messages", 20, 0, 10_000)
     ctx_chars = c.integer(limits, "context_chars", "limits.context_chars", 1500, 1, 1_000_000)
+    attachment_mib = c.number(limits, "attachment_mib", "limits.attachment_mib", 10.0, 0.01)
+    if attachment_mib > MAX_ATTACHMENT_MIB:
+        c.problem("limits.attachment_mib", f"must be at most {MAX_ATTACHMENT_MIB} (MiB), got {attachment_mib:g}")
 
     database = data.get("database", "sqlite")
     if not isinstance(database, str) or not (
@@ -173,6 +177,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         appservice_id=as_id, puppet_prefix=prefix, bot=bot,
         registration_path=(base / os.path.expanduser(reg)).resolve(), agents=agents,
         agents_in_memory=in_memory, context_messages=ctx_messages, context_chars=ctx_chars,
+        attachment_bytes=int(attachment_mib * 1024 * 1024),
         database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
         public_url=public_url.rstrip("/") if public_url else None,
         homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,

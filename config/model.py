@@ -40,6 +40,8 @@ class Config:
     # The homeserver's own homeserver.yaml when it is readable on this machine (homeserver.config):
     # its app_service_config_files are checked for registrations that claim the same users.
     homeserver_config: Path | None = None
+    # the largest attachment passed between the owner and an agent, either way (limits.attachment_mib)
+    attachment_bytes: int = 10 * 1024 * 1024
 
     @property
     def bot_user_id(self) -> str:

@@ -43,6 +43,11 @@ Options
   --big-line MIB        one chunk of MIB MiB of text (a single huge JSON line)
   --stderr-flood MIB    write MIB MiB to stderr before answering
   --garbage             write a non-JSON line on stdout before answering
+  --reply-image FILE    answer "Here is the image:", then an image block of FILE (its bytes,
+                        MIME type from its name), then "That is all."
+  --reply-resource FILE answer with an embedded resource (text) of FILE after a line of text
+  (--prompt-caps image,audio,embeddedContext announces what the agent takes; --log records
+  every session/prompt with its content blocks)
 
 Directives inside the prompt text (apply to that prompt only)
   [[slow]]          20 chunks, 0.2 s apart (time to cancel)
@@ -55,6 +60,7 @@ Directives inside the prompt text (apply to that prompt only)
   [[cwd]]           answer with the working directory
   [[answer:TEXT]]   answer with TEXT
   [[commands:SPEC]] send available_commands_update during the prompt
+  [[image:FILE]]    answer as --reply-image FILE
 
 session/cancel stops the answer at once; the prompt returns stopReason "cancelled".
 """
@@ -63,7 +69,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import mimetypes
 import os
 import re
 import sys
@@ -90,6 +98,10 @@ def parse_commands(spec: str) -> list[dict]:
 def pairs(spec: str) -> list[tuple[str, str]]:
     """"id:Name,id2:Name2" -> [(id, Name), (id2, Name2)] (a missing name is empty)."""
     return [tuple(item.strip().partition(":")[::2]) for item in spec.split(",") if item.strip()]
+
+
+def _mime(path: str) -> str:
+    return mimetypes.guess_type(path)[0] or "application/octet-stream"
 
 
 def generated_text(size: int) -> str:
@@ -232,6 +244,17 @@ class Scripted(AgentBase):
             self._remember(turn.session_id, "agent", answer)
             return "end_turn"
 
+        image = d.get("image") or o.reply_image
+        if image:
+            await self._reply_media(turn, [{"type": "image", "mimeType": _mime(image),
+                                            "data": base64.b64encode(Path(image).read_bytes()).decode()}])
+            return "end_turn"
+        if o.reply_resource:
+            path = Path(o.reply_resource)
+            await self._reply_media(turn, [{"type": "resource", "resource": {
+                "uri": path.resolve().as_uri(), "mimeType": _mime(str(path)), "text": path.read_text()}}])
+            return "end_turn"
+
         answer = self._answer(turn.text, d)
         chunks, delay = int(d.get("chunks") or o.chunks), float(d.get("delay") or o.delay)
         if "slow" in d:
@@ -251,6 +274,14 @@ class Scripted(AgentBase):
                 await hold(Path(d.get("hold") or o.hold))
         self._remember(turn.session_id, "agent", "".join(pieces))
         return "end_turn"
+
+    async def _reply_media(self, turn: Turn, blocks: list[dict]) -> None:
+        await turn.say("Here is the image:" if blocks[0]["type"] == "image" else "Here is the file:")
+        for block in blocks:
+            await turn.update({"sessionUpdate": "agent_message_chunk", "content": block})
+        if blocks[0]["type"] == "image":
+            await turn.say("That is all.")
+        self._remember(turn.session_id, "agent", "(media)")
 
     def _answer(self, text: str, d: dict[str, str]) -> str:
         if "env" in d:
@@ -322,6 +353,8 @@ def main() -> None:
     p.add_argument("--big-line", type=float, default=0)
     p.add_argument("--stderr-flood", type=float, default=0)
     p.add_argument("--garbage", action="store_true")
+    p.add_argument("--reply-image")
+    p.add_argument("--reply-resource")
     opts = p.parse_args()
     if opts.crash_at_start:
         os.write(2, b"scripted_agent: crashing at start on purpose\n")

@@ -65,8 +65,8 @@ def install() -> None:
 
     original_send = acp_rpc.Peer._send
 
-    async def peer_send(self, message, on_sent=None):
-        await original_send(self, message, on_sent)
+    async def peer_send(self, message, *args, **kwargs):
+        await original_send(self, message, *args, **kwargs)
         if message.get("method") == "session/prompt":
             t = now()
             text = "".join(b.get("text", "") for b in message["params"]["prompt"])

@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 HANDLED = "ev:"  # the key of a handled event, beside the transaction keys in the store
 # the kinds handled for anyone (the others only for an owner; memberships only of our users)
 FOR_ANYONE = ("m.room.encryption",)
-OWNER_KINDS = ("m.room.message", "m.reaction", "m.room.redaction", "m.room.name")
+OWNER_KINDS = ("m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
+               "m.reaction", "m.room.redaction", "m.room.name")
 
 
 def transient(exc: BaseException) -> bool:

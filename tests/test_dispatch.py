@@ -288,3 +288,25 @@ async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_take
         assert third.status == 200 and tries == ["5", "5"]
     finally:
         await client.close()
+
+
+async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_a_stranger():
+    # stickers and polls go to the message handler (bridge/media.py): a kind given a handler but
+    # not let through would be dropped silently
+    dispatcher = Dispatcher(Owned())
+    reached: list = []
+
+    def recording(kind):
+        async def handler(event, room_id, sender, content):
+            reached.append((kind, sender))
+        return handler
+
+    kinds = [kind for kind in dispatcher._handlers if kind != "m.room.member"]
+    assert {"m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start"} <= set(kinds)
+    for kind in kinds:
+        dispatcher._handlers[kind] = recording(kind)
+    for n, sender in enumerate(("@owner:localhost", "@stranger:localhost")):
+        await dispatcher.transaction(Transaction(str(n), [
+            {"event_id": f"${kind}{n}", "type": kind, "room_id": "!r", "sender": sender, "content": {"body": "x"}}
+            for kind in kinds]))
+    assert reached == [(kind, "@owner:localhost") for kind in kinds]

@@ -186,8 +186,8 @@ def _mimetype(content: dict, name: str) -> str:
 def _attachment(kind: str, content: dict, name: str, label: str) -> Attachment | None:
     url = content.get("url") if isinstance(content.get("url"), str) else None
     file = content.get("file") if isinstance(content.get("file"), dict) else None
-    if file is not None and not isinstance(file.get("url"), str):
-        file = None
+    if file is not None and not (isinstance(file.get("url"), str) and file["url"].startswith("mxc://")):
+        file = None  # an encrypted file is only where its mxc:// URI says
     if not (url and url.startswith("mxc://")) and file is None:
         return None
     info = content.get("info") if isinstance(content.get("info"), dict) else {}

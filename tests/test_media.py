@@ -288,7 +288,7 @@ async def test_media_into_a_plain_room_is_uploaded_as_it_is():
 
 # ---- anything a client may send ----------------------------------------------------------------
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 from bridge.msc4391 import invocation  # noqa: E402
 
@@ -312,6 +312,7 @@ media_contents = st.fixed_dictionaries({}, optional={
 @settings(max_examples=400, deadline=None)
 @given(st.sampled_from(["m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start"]),
        media_contents)
+@example("m.room.message", {"msgtype": "m.image", "body": "", "file": {"url": ""}})  # found by hypothesis
 def test_any_content_is_read_without_an_exception(kind, content):
     read = read_message(kind, content, limit=1024)
     assert isinstance(read.text, str) and isinstance(read.stored, str)

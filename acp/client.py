@@ -287,16 +287,20 @@ class Agent:
 
     async def prompt(self, session_id: str, text: str | list[dict[str, Any]], on_update: OnUpdate,
                      on_permission: OnPermission | None = None,
-                     on_elicitation: OnElicitation | None = None) -> str:
+                     on_elicitation: OnElicitation | None = None,
+                     on_sent: Callable[[], None] | None = None) -> str:
         """Send one prompt: a text, or a list of ACP content blocks (text, image, audio,
         resource, resource_link: what the agent's promptCapabilities allow; the caller
-        checks). Returns the stopReason once the agent is done."""
+        checks). Returns the stopReason once the agent is done. `on_sent` runs (synchronously)
+        once the request is written to the agent, before anything it answers is read."""
         if session_id in self._prompts:
             raise AcpError(f"{self.name}: a prompt is already running in session {session_id}")
         running = self._prompts[session_id] = _Prompt(on_update, on_permission, on_elicitation)
 
         def sent() -> None:
             running.sent = True
+            if on_sent is not None:
+                on_sent()
         try:
             result = await self._call("session/prompt", {
                 "sessionId": session_id, "prompt": prompt_blocks(text)}, session_id,

@@ -86,6 +86,8 @@ class Bridge:
         repaired = await self.recovery.repair()
         if repaired:
             progress(f"{repaired} answer(s) cut by the last stop marked as interrupted")
+        if self.recovery.rerun:
+            progress(f"{self.recovery.rerun} answer(s) the last stop cut before they began: running them again")
         resumed = self.recovery.resume()  # before the ping: older messages first
         if resumed:
             progress(f"{resumed} message(s) the last run did not finish answering: answering now")

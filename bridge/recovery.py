@@ -13,6 +13,15 @@ every turn they asked for is over. At the next start each one left is answered b
 whose answer had not begun: a `kill -9` loses no message, an answer that had begun is shown as
 interrupted (not begun again), and one that was stored is not given twice.
 
+An answer has begun once its `session/prompt` is written to the agent: its item says so
+(`sent`), written right after the write (before anything the agent answers is read). A turn cut
+before that — waiting for its turn, for the agent to start, for its session — was never begun:
+at the next start it is run again, in order, once, and its placeholder message is reused (sent
+again with the same transaction id, the homeserver gives back the same event), so the owner sees
+one answer where the "getting ready" line was. A kill in the instant between the write and the
+note runs the turn again too: the agent then reads that message twice, the owner still sees one
+answer.
+
 Each item is a row of its own, so writing one down costs the same with one message waiting as
 with thousands (a backlog after a restart).
 """
@@ -49,6 +58,13 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
+def _unsent(where) -> bool:
+    """An answer item whose prompt was never written to the agent (items of older runs, without
+    a transaction id, count as begun)."""
+    return (isinstance(where, dict) and where.get("sent") is False and isinstance(where.get("txn"), str)
+            and isinstance(where.get("prompt"), str) and isinstance(where.get("agent"), str))
+
+
 def shown_text(body: str) -> str:
     """The answer text of a streamed message body, without its status line."""
     head, sep, rest = body.partition("\n\n")
@@ -69,12 +85,36 @@ class Recovery:
         # (prompt event id, agent) whose answer a previous run began: shown as interrupted or
         # stored, never begun again (ADR §5: an interrupted answer is lost, not redone)
         self.started: set[tuple[str, str]] = set()
+        # (prompt event id, agent) → (item key, placeholder transaction id) of a turn the last
+        # run never started: run again, its placeholder reused
+        self.unstarted: dict[tuple[str, str], tuple[str, str]] = {}
+        self.rerun = 0  # how many such turns this start found
 
     # ---- bookkeeping, called by turns.run_turn ----------------------------------------------
 
     @staticmethod
     def _where(run: "TurnRun") -> dict:
-        return {"room": run.portal.room_id, "agent": run.agent_name, "prompt": run.prompt_event_id}
+        return {"room": run.portal.room_id, "agent": run.agent_name, "prompt": run.prompt_event_id,
+                "txn": run.answer.placeholder_txn, "sent": run.prompt_sent}
+
+    def adopt(self, run: "TurnRun") -> None:
+        """Before the placeholder is posted: a turn the last run never started takes its
+        placeholder (and its item) over."""
+        found = self.unstarted.pop((run.prompt_event_id or "", run.agent_name), None)
+        if found is not None:
+            run.answer.placeholder_txn = found[1]
+            run.answer.reused = True
+
+    def prompt_sent(self, run: "TurnRun") -> None:
+        """`session/prompt` is written to the agent: from now on the answer has begun, and a
+        stop marks it interrupted instead of running it again. Called with no await since the
+        write, so nothing the agent sent back can have been shown before it."""
+        run.prompt_sent = True
+        keys = run.answer.event_ids or [TXN + run.answer.placeholder_txn]
+        try:
+            self.bridge.store.update_pending(ANSWERS, put={key: self._where(run) for key in keys})
+        except StoreError:
+            log.warning("could not record that the answer in %s has begun", run.portal.room_id)
 
     def posting(self, run: "TurnRun") -> None:
         """The placeholder is about to be sent: its transaction id stands in for its event id."""
@@ -129,6 +169,11 @@ class Recovery:
             self.bridge.store.update_pending(PROMPTS, drop=[event_id])
         except StoreError:
             log.info("message %s left for the next start to answer", event_id)
+            return
+        for prompt, agent in [k for k in self.unstarted if k[0] == event_id]:
+            # its message was answered without this agent (routed elsewhere this time): the
+            # placeholder it left says so at the next start (nothing of it had begun)
+            self.unstarted.pop((prompt, agent))
 
     def _migrate(self) -> None:
         """Carry the JSON values of an older store over to pending items, once."""
@@ -176,8 +221,17 @@ class Recovery:
         entries = self.bridge.store.pending(ANSWERS)
         repaired = 0
         for where in entries.values():
-            if isinstance(where, dict) and isinstance(where.get("prompt"), str):
+            if isinstance(where, dict) and isinstance(where.get("prompt"), str) and not _unsent(where):
                 self.started.add((where["prompt"], where.get("agent")))
+        resumable = self._resumable()
+        for key, where in list(entries.items()):
+            if _unsent(where) and where["prompt"] in resumable and (where["prompt"], where.get("agent")) \
+                    not in self.started and where.get("agent") in self.bridge.config.agents:
+                # never begun, and its message will be answered: the new turn takes it over
+                # (the item stays until then, so another stop before it still finds it)
+                self.unstarted.setdefault((where["prompt"], where["agent"]), (key, where["txn"]))
+                del entries[key]
+        self.rerun = len(self.unstarted)
         for key, where in entries.items():
             event_id = key
             try:
@@ -194,6 +248,13 @@ class Recovery:
                 self._answered(where["prompt"], where["agent"])
             self.bridge.store.update_pending(ANSWERS, drop=[key])
         return repaired
+
+    def _resumable(self) -> set[str]:
+        """The owner messages `resume` will queue again (those it would forget are not)."""
+        store = self.bridge.store
+        return {event_id for event_id, entry in store.pending(PROMPTS).items()
+                if isinstance(entry.get("room"), str) and store.message_by_event(event_id) is not None
+                and self.bridge.portal_for(entry["room"]) is not None}
 
     async def _event_of(self, txn: str, where: dict) -> str | None:
         """The event a placeholder send with `txn` made. Sending it again with the same

@@ -106,6 +106,9 @@ class Answer:
         self._media: list[tuple[int, Callable[[], Awaitable[str]], str]] = []
         self.media_event_ids: list[str] = []
         self._closed = False  # media closed the last message: text after it needs a new one
+        # the placeholder was posted by an earlier run (its transaction id given again returns
+        # it): it is edited, never taken for the final message (recovery.py)
+        self.reused = False
 
     @property
     def full_text(self) -> str:
@@ -122,7 +125,8 @@ class Answer:
                 await _until(self._news, grace)
                 if self.text and not self._closing.is_set():  # a first part, not yet the end
                     await _until(self._closing, SETTLE)
-            if self._closing.is_set() and not self._media and len(self.text.encode("utf-8")) <= SPLIT_BYTES:
+            if (self._closing.is_set() and not self._media and not self.reused
+                    and len(self.text.encode("utf-8")) <= SPLIT_BYTES):
                 return await self._post_final()
             return await self.start(note)
         self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
@@ -141,7 +145,7 @@ class Answer:
         self.event_ids.append(event_id)
         self._open = True
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
-        if head != self.text:
+        if head != self.text or self.reused:  # a reused one shows what it showed then
             self._dirty.set()
         return event_id
 

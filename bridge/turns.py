@@ -60,6 +60,7 @@ class TurnRun:
         self.cancelled = False
         self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
         self.entering: asyncio.Future | None = None  # waiting for the agent (busy elsewhere)
+        self.prompt_sent = False  # session/prompt is written to the agent (recovery.py)
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -168,6 +169,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     answer = Answer(puppet.intent, portal.room_id, agent_config.title)
     run = TurnRun(portal, turn.agent, answer)
     run.prompt_event_id = incoming.event_id
+    bridge.recovery.adopt(run)  # a placeholder of a turn the last run never started is reused
     # the note and the place in the queue are taken together (no await between)
     note = bridge.waiting_note(turn.agent)
     _queues(bridge).setdefault(turn.agent, []).append(run)
@@ -238,7 +240,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
 
             try:
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
-                                                 bridge.permission_handler(portal, puppet))
+                                                 bridge.permission_handler(portal, puppet),
+                                                 on_sent=lambda: bridge.recovery.prompt_sent(run))
             finally:
                 think.cancel()
                 typing.cancel()  # the agent is done; a busy homeserver is no reason to type

@@ -95,3 +95,15 @@ async def test_a_quick_answer_posted_final_is_finished():
     answer.append("hello")
     assert await answer.finish() == list(intent.messages) and posting.done()
     assert answer.finished and intent.shown() == ["hello"] and intent.calls["edit"] == 0
+
+
+async def test_a_reused_placeholder_is_edited_to_the_answer_never_posted_final():
+    # the transaction id given again returns the old placeholder unchanged (recovery.py): the
+    # answer must be an edit of it, even when it ends within the grace
+    intent = FakeIntent()
+    answer = Answer(intent, "!r", "Alice")
+    answer.reused = True
+    posting = answer.post(grace=1.0)
+    answer.append("hello")
+    assert await answer.finish() == list(intent.messages) and posting.done()
+    assert answer.finished and intent.shown() == ["hello"] and intent.calls["edit"] >= 1

@@ -8,8 +8,10 @@ missing from the store, and nothing else was answered. The figures are printed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -84,6 +86,21 @@ def pending_work(data: Path) -> int:
         return connection.execute("SELECT count(*) FROM sk_pending").fetchone()[0]
 
 
+def prompted_messages(log: Path) -> list[str]:
+    """The owner message each session/prompt the agent read was for (its last line)."""
+    out = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        if record.get("method") == "session/prompt":
+            text = "".join(b.get("text", "") for b in record.get("params", {}).get("prompt", [])
+                           if isinstance(b, dict))
+            out.append(text.splitlines()[-1] if text else "")
+    return out
+
+
 async def full_history(hs, token: str, room_id: str) -> list[dict]:
     """Every event of the room, oldest first (paginating /messages forwards)."""
     events, since = [], None
@@ -122,7 +139,8 @@ def timeline(history: list[dict], puppet_id: str, echoes: Counter) -> str:
 async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs, tmp_path):
     hs, rng = private_hs, random.Random(20261202)
     folder = tmp_path / "bridge"
-    config = write_config(hs, folder, {"alice": agent("--chunks", "4", "--delay", "0.05")})
+    agent_log = tmp_path / "alice.log"  # every JSON-RPC message the agent read
+    config = write_config(hs, folder, {"alice": agent("--chunks", "4", "--delay", "0.05", "--log", str(agent_log))})
     bridge = BridgeProcess(config, tmp_path / "xdg", tmp_path / "bridge.log")
     owner = await login(hs, hs.owner_id, hs.owner_password)
     puppet_id = "@sk_alice:localhost"
@@ -201,11 +219,20 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
         stored = store.last_messages(channel.id, 100_000)
     finally:
         store.close()
+    # which messages reached the agent in a session/prompt (the owner's text is the prompt's
+    # last line, after any context): an answer marked interrupted must be one that had begun
+    prompted = Counter(prompted_messages(agent_log))
+    interrupted_unbegun = 0 if extra else sum(1 for text, answer in zip(sent, real)
+                                              if answer in interrupted and not prompted[text])
+    rerun = sum(int(n) for n in re.findall(r"(\d+) answer\(s\) the last stop cut before they began",
+                                           bridge.log.read_text()))
     stored_users = [m for m in stored if m.role == "user"]
     stored_agent_events = [e for m in stored if m.role == "agent" for e in m.event_ids]
     figures = {
         "kills": KILLS, "messages": len(sent), "finished answers": len(finished),
-        "interrupted (marked)": len(interrupted), "placeholders left": len(stale),
+        "interrupted (marked)": len(interrupted), "interrupted before it began": interrupted_unbegun,
+        "never begun, run again": rerun, "prompts read twice by the agent": sum(n - 1 for n in prompted.values() if n > 1),
+        "placeholders left": len(stale),
         "lost": max(len(sent) - len(real), 0),
         "answered twice": max(extra, finished_twice) + unknown, "out of order": out_of_order,
         "user messages stored twice": len(stored_users) - len({m.event_ids for m in stored_users}),
@@ -221,3 +248,4 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     assert figures["finished answers not stored"] == 0 and figures["answers stored twice"] == 0, figures
     assert figures["stored answers shown as interrupted"] == 0, figures
     assert figures["placeholders left"] == 0, figures  # every cut answer says so
+    assert figures["interrupted before it began"] == 0, figures  # those are run again instead

@@ -109,6 +109,7 @@ class Answer:
         # the placeholder was posted by an earlier run (its transaction id given again returns
         # it): it is edited, never taken for the final message (recovery.py)
         self.reused = False
+        self._new_txn: str | None = None  # the transaction id of a new message not yet answered
 
     @property
     def full_text(self) -> str:
@@ -297,10 +298,21 @@ class Answer:
         ok = False
         try:
             if not self._open:  # the placeholder never got out, split, or media came last
-                self.event_ids.append(await self._send(new))
+                # one transaction id per new message until the homeserver answers: a send that
+                # landed but whose answer was lost (the homeserver killed) is not posted twice.
+                # The first message's is the placeholder's (recovery knows it by that).
+                again = self._new_txn is not None
+                if self._new_txn is None:
+                    self._new_txn = self.placeholder_txn if not self.event_ids else uuid.uuid4().hex
+                    again = self.reused or (not self.event_ids and self._posting is not None)
+                event_id = await self._send(new, self._new_txn)
+                self._new_txn = None
+                self.event_ids.append(event_id)
                 self._open = True
                 self._closed = False
                 self.edits = 0
+                if again:  # an earlier try may have posted it with older content: show this
+                    await self._replace(event_id, new)
                 return True
             await self._replace(self.event_ids[-1], new)
             ok = True

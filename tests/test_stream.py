@@ -107,3 +107,44 @@ async def test_a_reused_placeholder_is_edited_to_the_answer_never_posted_final()
     answer.append("hello")
     assert await answer.finish() == list(intent.messages) and posting.done()
     assert answer.finished and intent.shown() == ["hello"] and intent.calls["edit"] >= 1
+
+
+class LosingIntent(FakeIntent):
+    """A homeserver that keeps each transaction id's event (as Synapse does) and, when told,
+    takes a send but loses its answer (killed before it replied)."""
+
+    def __init__(self, lose_sends: set[int]):
+        super().__init__()
+        self.lose_sends = lose_sends
+        self.by_txn: dict[str, str] = {}
+
+    async def send(self, room_id, content, *, event_type="m.room.message", txn_id=None):
+        self.calls["send"] += 1
+        if txn_id in self.by_txn:
+            return self.by_txn[txn_id]  # the same event again, its content unchanged
+        event_id = f"$m{len(self.messages) + 1}"
+        self.messages[event_id] = [content]
+        if txn_id is not None:
+            self.by_txn[txn_id] = event_id
+        if self.calls["send"] in self.lose_sends:
+            raise MatrixError("sending: the connection was lost", 502)
+        return event_id
+
+
+async def test_a_new_message_whose_answer_was_lost_is_not_posted_twice():
+    # the split's new message lands, its answer is lost; the next try must not post another
+    intent = LosingIntent(lose_sends={2})
+    answer = Answer(intent, "!r", "Alice")
+    text = await stream_long_answer(answer, size=SPLIT_BYTES + 3000)
+    await answer.finish()
+    assert len(intent.messages) == 2 and answer.finished
+    assert "".join(intent.shown()) == text  # the retried message shows its latest text, not the first
+
+
+async def test_a_placeholder_whose_answer_was_lost_is_the_answers_message():
+    intent = LosingIntent(lose_sends={1})
+    answer = Answer(intent, "!r", "Alice")
+    posting = answer.post()
+    answer.append("hello")
+    await answer.finish()
+    assert posting.done() and len(intent.messages) == 1 and intent.shown() == ["hello"] and answer.finished

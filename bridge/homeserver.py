@@ -296,6 +296,10 @@ class Homeserver:
         proc.wait()
         self._forget_process()
 
+    def kill(self) -> None:
+        """SIGKILL now, as a crash would: no grace, nothing flushed (the fault tests use it)."""
+        self._kill_now()
+
     def _kill_now(self) -> None:
         proc = self._proc
         if proc is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from bridge.recovery import ANSWERS, LEGACY, PROMPTS, Recovery
 from store import Store
 
@@ -128,8 +130,20 @@ def test_an_interrupted_answer_keeps_the_text_shown_as_it_was():
 
 # ---- turns the last run never started (issue 17 §2) --------------------------------------------
 
+@pytest.fixture
+def scene():
+    """A bridge stand-in whose store holds channel !r:hs with the owner's message $p; what its
+    puppet sends, what it queues again."""
+    store = Store.open(":memory:")
+    intent, submitted = RecordingIntent(), []
+    try:
+        yield SimpleNamespace(store=store, intent=intent, submitted=submitted,
+                              bridge=bridge_with_message(store, intent, submitted))
+    finally:
+        store.close()
+
+
 def bridge_with_message(store: Store, intent, submitted: list):
-    """A bridge stand-in whose store holds channel !r:hs with the owner's message $p."""
     channel = store.create_channel("!r:hs", "general")
     store.add_message(channel.id, "@owner:hs", "user", "hello", event_ids=["$p"])
 
@@ -148,65 +162,50 @@ def run_for(prompt: str, agent: str = "alice"):
                            portal=SimpleNamespace(room_id="!r:hs"))
 
 
-async def test_a_turn_whose_prompt_never_reached_the_agent_is_run_again_in_its_placeholder():
-    intent, submitted = RecordingIntent(), []
-    store = Store.open(":memory:")
-    try:
-        bridge = bridge_with_message(store, intent, submitted)
-        first = Recovery(bridge)
-        first.prompt_taken("$p", "!r:hs")
-        run = run_for("$p")
-        first.posting(run)
-        run.answer.event_ids.append("$placeholder")
-        first.begin(run)  # posted; then kill -9 before session/prompt was written
-        assert store.pending(ANSWERS)["$placeholder"]["sent"] is False
-        after = Recovery(bridge)
-        assert await after.repair() == 0 and intent.sends == []  # nothing marked interrupted
-        assert after.rerun == 1
-        assert after.resume() == 1 and submitted[0].skip_agents == frozenset()  # alice answers it
-        again = run_for("$p")
-        after.adopt(again)  # the new turn takes the placeholder over: same transaction id
-        assert again.answer.placeholder_txn == run.answer.placeholder_txn and again.answer.reused
-        other = run_for("$p", "bob")
-        after.adopt(other)
-        assert not other.answer.reused  # only its own agent's, once
-        assert "$placeholder" in store.pending(ANSWERS)  # kept until the new turn ends
-    finally:
-        store.close()
+async def test_a_turn_whose_prompt_never_reached_the_agent_is_run_again_in_its_placeholder(scene):
+    store, bridge, intent, submitted = scene.store, scene.bridge, scene.intent, scene.submitted
+    first = Recovery(bridge)
+    first.prompt_taken("$p", "!r:hs")
+    run = run_for("$p")
+    first.posting(run)
+    run.answer.event_ids.append("$placeholder")
+    first.begin(run)  # posted; then kill -9 before session/prompt was written
+    assert store.pending(ANSWERS)["$placeholder"]["sent"] is False
+    after = Recovery(bridge)
+    assert await after.repair() == 0 and intent.sends == []  # nothing marked interrupted
+    assert after.rerun == 1
+    assert after.resume() == 1 and submitted[0].skip_agents == frozenset()  # alice answers it
+    again = run_for("$p")
+    after.adopt(again)  # the new turn takes the placeholder over: same transaction id
+    assert again.answer.placeholder_txn == run.answer.placeholder_txn and again.answer.reused
+    other = run_for("$p", "bob")
+    after.adopt(other)
+    assert not other.answer.reused  # only its own agent's, once
+    assert "$placeholder" in store.pending(ANSWERS)  # kept until the new turn ends
 
 
-async def test_an_answer_whose_prompt_was_written_is_interrupted_not_run_again():
-    intent, submitted = RecordingIntent(), []
-    store = Store.open(":memory:")
-    try:
-        bridge = bridge_with_message(store, intent, submitted)
-        first = Recovery(bridge)
-        first.prompt_taken("$p", "!r:hs")
-        run = run_for("$p")
-        first.posting(run)  # the prompt is written before the placeholder's send came back
-        first.prompt_sent(run)
-        from bridge.recovery import TXN
-        assert store.pending(ANSWERS)[TXN + run.answer.placeholder_txn]["sent"] is True
-        run.answer.event_ids.append("$placeholder")
-        first.begin(run)
-        assert store.pending(ANSWERS)["$placeholder"]["sent"] is True  # begin() keeps the mark
-        after = Recovery(bridge)
-        assert await after.repair() == 1 and after.rerun == 0
-        assert [kind for kind, *_ in intent.sends] == ["edit"]
-        assert after.resume() == 1 and submitted[0].skip_agents == frozenset({"alice"})
-    finally:
-        store.close()
+async def test_an_answer_whose_prompt_was_written_is_interrupted_not_run_again(scene):
+    store, bridge, intent, submitted = scene.store, scene.bridge, scene.intent, scene.submitted
+    first = Recovery(bridge)
+    first.prompt_taken("$p", "!r:hs")
+    run = run_for("$p")
+    first.posting(run)  # the prompt is written before the placeholder's send came back
+    first.prompt_sent(run)
+    from bridge.recovery import TXN
+    assert store.pending(ANSWERS)[TXN + run.answer.placeholder_txn]["sent"] is True
+    run.answer.event_ids.append("$placeholder")
+    first.begin(run)
+    assert store.pending(ANSWERS)["$placeholder"]["sent"] is True  # begin() keeps the mark
+    after = Recovery(bridge)
+    assert await after.repair() == 1 and after.rerun == 0
+    assert [kind for kind, *_ in intent.sends] == ["edit"]
+    assert after.resume() == 1 and submitted[0].skip_agents == frozenset({"alice"})
 
 
-async def test_an_unstarted_turn_of_a_message_no_longer_waiting_is_marked_as_before():
-    intent, submitted = RecordingIntent(), []
-    store = Store.open(":memory:")
-    try:
-        bridge = bridge_with_message(store, intent, submitted)
-        run = run_for("$p")
-        run.answer.event_ids.append("$placeholder")
-        Recovery(bridge).begin(run)  # its message is not pending any more: nothing will rerun it
-        after = Recovery(bridge)
-        assert await after.repair() == 1 and after.rerun == 0 and store.pending(ANSWERS) == {}
-    finally:
-        store.close()
+async def test_an_unstarted_turn_of_a_message_no_longer_waiting_is_marked_as_before(scene):
+    store, bridge, intent, submitted = scene.store, scene.bridge, scene.intent, scene.submitted
+    run = run_for("$p")
+    run.answer.event_ids.append("$placeholder")
+    Recovery(bridge).begin(run)  # its message is not pending any more: nothing will rerun it
+    after = Recovery(bridge)
+    assert await after.repair() == 1 and after.rerun == 0 and store.pending(ANSWERS) == {}

@@ -127,8 +127,10 @@ def device_traffic(body: dict) -> DeviceTraffic:
 
 class AppserviceServer:
     def __init__(self, hs_token: str, on_transaction: TransactionHandler, on_user_query: UserQuery,
-                 txn_seen: Callable[[str], bool], mark_txn: Callable[[str], None]):
+                 txn_seen: Callable[[str], bool], mark_txn: Callable[[str], None],
+                 on_refused: Callable[[Transaction, BaseException], None] | None = None):
         self._token = hs_token.encode("utf-8")
+        self._on_refused = on_refused  # told of each transaction refused, and why
         self._on_transaction = on_transaction
         self._on_user_query = on_user_query
         self._txn_seen = txn_seen
@@ -172,11 +174,20 @@ class AppserviceServer:
                 self._mark_txn(key)  # only a transaction handled in full is recorded
             except TransactionRefused as exc:
                 log.warning("%s: the homeserver will send it again", exc)
+                self._refused_because(transaction, exc.__cause__ or exc)
                 return _refused(str(exc))
             except Exception as exc:  # the store, while checking or recording the key
                 log.warning("transaction %s refused: %s", txn_id, exc)
+                self._refused_because(transaction, exc)
                 return _refused(f"transaction {txn_id} not handled: {exc}")
         return web.json_response({})
+
+    def _refused_because(self, transaction: Transaction, exc: BaseException) -> None:
+        if self._on_refused is not None:
+            try:
+                self._on_refused(transaction, exc)
+            except Exception:
+                log.exception("on_refused failed")
 
     async def user(self, request: web.Request) -> web.Response:
         if not self._authorised(request):

@@ -53,7 +53,10 @@ class Bridge:
             self.aliases[f"{config.puppet_prefix}{name}"] = name
         self.dispatcher = Dispatcher(self)  # every incoming event passes it (bridge/dispatch.py)
         self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
-                                       self.handle_user_query, store.txn_seen, store.mark_txn)
+                                       self.handle_user_query, store.txn_seen, store.mark_txn,
+                                       self.dispatcher.refused)
+        self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
+        self.halt_reason = ""
         self.session: aiohttp.ClientSession | None = None
         # how room events leave, per room (bridge/intent.py): as they are, until encryption
         self.outgoing: Outgoing = Outgoing()
@@ -114,6 +117,7 @@ class Bridge:
         try:
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)
                 await asyncio.gather(*workers, return_exceptions=True)
+            await self.dispatcher.outage.close()
             await self.command_descriptions.close()
             await self.presence.stop()
             later = [*self.commands.tasks, *background_tasks()]  # replies, receipts on their way
@@ -142,6 +146,16 @@ class Bridge:
                 said = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10)
+
+    def halt(self, reason: str) -> None:
+        """This bridge cannot go on (another one took its database): `run` stops it, one line."""
+        if not self.halted.is_set():
+            log.error("%s", reason)
+            self.halt_reason = reason
+            self.halted.set()
+
+    async def ping(self) -> None:
+        await self._ping()
 
     async def _ping(self) -> None:
         """Ask the homeserver to call us now: a backlog of transactions is retried at once."""

@@ -101,10 +101,16 @@ async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=No
         await bridge.start(progress=lambda text: say(f"• {text}"))
         if on_ready is not None:
             on_ready()
-        await stop.wait()
+        stopping = asyncio.ensure_future(stop.wait())
+        halting = asyncio.ensure_future(bridge.halted.wait())
+        await asyncio.wait({stopping, halting}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        halting.cancel()
     finally:
         say("• stopping the bridge …")
         await bridge.stop()
+    if bridge.halted.is_set():
+        raise UserError(bridge.halt_reason)
 
 
 def _stop_event() -> asyncio.Event:

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import aiohttp
 
-from store import StoreError
+from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
 
 from .appservice import DeviceTraffic, Transaction, TransactionRefused
 from .inbound import Inbound
@@ -79,10 +80,100 @@ class Encryption:
         await self.inbound.say_encrypted(event["room_id"])
 
 
+DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
+DOWN_TEXT = ("⚠️ The bridge cannot reach its database right now. Your messages are not lost: the "
+             "homeserver keeps them, and they are answered as soon as the database is back.")
+BACK_TEXT = "✅ The database is back: the messages that waited are being answered now."
+
+
+class StoreOutage:
+    """The store went away under the running bridge (PostgreSQL restarted, a SQLite file that
+    cannot be written). Transactions are refused meanwhile, so the homeserver keeps every owner
+    message (in its own store: bounded by it, nothing held here) and sends them again. This
+    watches for the store to come back: then it pings the homeserver, so the refused
+    transactions come at once instead of after Synapse's backoff (up to minutes). An outage
+    longer than DOWN_NOTICE_AFTER is said once to the rooms whose messages wait, and its end
+    too. Another bridge that took the database meanwhile stops this one (one line)."""
+
+    def __init__(self, bridge: "Bridge"):
+        self.bridge = bridge
+        self.rooms: list[str] = []  # rooms whose messages wait, in the order they came
+        self.outages = 0
+        self._task: asyncio.Task | None = None
+
+    def hit(self, exc: BaseException, event: dict) -> None:
+        if isinstance(exc, StoreLockLost):
+            self.bridge.halt(f"another bridge took the database ({exc}): this one stops")
+            return
+        if not isinstance(exc, StoreUnavailable) or isinstance(exc, StoreClosed):
+            return
+        room_id = event.get("room_id")
+        if isinstance(room_id, str) and room_id not in self.rooms and len(self.rooms) < 100:
+            self.rooms.append(room_id)
+        if self._task is None or self._task.done():
+            self.outages += 1
+            log.warning("the database is unavailable (%s): messages wait at the homeserver", exc)
+            self._task = asyncio.create_task(self._watch(), name="store-outage")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _watch(self) -> None:
+        began, told = time.monotonic(), False
+        try:
+            while not self._back():
+                if not told and time.monotonic() - began >= DOWN_NOTICE_AFTER:
+                    told = True
+                    await self._say(DOWN_TEXT)
+                await asyncio.sleep(max(0.5, min(self.bridge.store.retry_in(), 5.0)))
+        except StoreLockLost as exc:
+            self.bridge.halt(f"another bridge took the database ({exc}): this one stops")
+            return
+        except StoreClosed:
+            return
+        except Exception:
+            log.exception("watching the database failed")
+            return
+        log.info("the database is back after %.1f s: asking the homeserver for what waits",
+                 time.monotonic() - began)
+        if told:
+            await self._say(BACK_TEXT)
+        self.rooms = []
+        await self.bridge.ping()
+
+    def _back(self) -> bool:
+        """Whether the store takes writes again (a reconnection is tried when one is due)."""
+        store = self.bridge.store
+        if not store.available():
+            return False
+        try:
+            store.set_value("outage:probe", str(time.time()))  # SQLite: is it writable again?
+        except StoreUnavailable:
+            return False
+        return True
+
+    async def _say(self, text: str) -> None:
+        """A notice in each waiting room, by the bot or else a puppet the bridge has (the
+        store, which knows who is where, is what is missing)."""
+        senders = [self.bridge.bot, *self.bridge.puppets.values()]
+        for room_id in self.rooms:
+            for sender in senders:
+                if sender is None:
+                    continue
+                try:
+                    await sender.intent.send(room_id, {"msgtype": "m.notice", "body": text})
+                    break
+                except Exception as exc:  # not in that room, or the homeserver: the next one
+                    log.info("could not tell %s as %s: %s", room_id, sender.user_id, exc)
+
+
 class Dispatcher:
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
         self.inbound = Inbound(bridge)
+        self.outage = StoreOutage(bridge)
         self.encryption: Encryption = Encryption(self.inbound)
         self._handlers = {
             "m.room.member": self.inbound.member,
@@ -109,6 +200,17 @@ class Dispatcher:
                 await self.event(event)  # stops at the first that must come again: order is kept
         except Exception as exc:  # only transient ones get here
             raise TransactionRefused(f"transaction {transaction.txn_id} not handled: {exc}") from exc
+
+    def refused(self, transaction: Transaction, exc: BaseException) -> None:
+        """The appservice refused `transaction` (the homeserver sends it again): a store gone
+        away is watched until it is back (StoreOutage)."""
+        # the rooms to tell: those of the owner's events, and of channels the bridge has open
+        # (the homeserver sends transactions in order: the one refused may hold only our own
+        # answer's last edit, the owner's messages wait behind it)
+        rooms = [event for event in [*transaction.events, *transaction.ephemeral]
+                 if self.bridge.is_owner(str(event.get("sender"))) or event.get("room_id") in self.bridge.portals]
+        for event in rooms or [{}]:
+            self.outage.hit(exc, event)
 
     async def event(self, event: dict) -> None:
         """One room event, from a transaction or caught up on. Raises only a transient error."""
@@ -144,8 +246,7 @@ class Dispatcher:
     async def _room_encrypted(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         await self.encryption.room_encrypted(room_id)
 
-    @staticmethod
-    async def _run(event: dict, handling) -> None:
+    async def _run(self, event: dict, handling) -> None:
         """Await a handler: a transient failure passes (the transaction is refused); any other
         is logged and the event counts as handled."""
         try:

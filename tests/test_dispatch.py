@@ -310,3 +310,18 @@ async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_
             {"event_id": f"${kind}{n}", "type": kind, "room_id": "!r", "sender": sender, "content": {"body": "x"}}
             for kind in kinds]))
     assert reached == [(kind, "@owner:localhost") for kind in kinds]
+
+
+async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line():
+    from store import StoreLockLost, StoreUnavailable
+
+    from bridge.dispatch import StoreOutage
+
+    halted: list = []
+    outage = StoreOutage(type("B", (), {"halt": staticmethod(halted.append)})())
+    outage.hit(StoreLockLost("pid 4242 holds it"), {"room_id": "!r"})
+    assert len(halted) == 1 and "another bridge took the database" in halted[0] and "\n" not in halted[0]
+    assert outage._task is None and outage.outages == 0  # nothing to wait for: this bridge stops
+    outage.hit(ValueError("not the store"), {"room_id": "!r"})
+    assert outage._task is None  # only the store's unavailability is watched
+    assert issubclass(StoreLockLost, Exception) and not issubclass(StoreLockLost, StoreUnavailable)

@@ -1,0 +1,117 @@
+"""The bridge while its PostgreSQL goes away (issue 17 §3): the real bridge, the session's
+Synapse, a PostgreSQL cluster of this module's own that the tests stop and restart.
+
+While the database is down every transaction is refused, so the homeserver keeps the owner's
+messages; the owner is told once; when the database is back the bridge pings the homeserver and
+every message is answered, once.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import nio
+import pytest
+
+from bridge.dispatch import BACK_TEXT, DOWN_TEXT
+from bridge_harness import agent, answers_in, start_bridge, wait_until
+from matrix_helpers import events_in, login, record_figures, sync_until
+
+PUPPET = "@sk_alice:localhost"
+STATUS = ("⏳", "💭", "✍️", "🔧")
+pg = pytest.mark.postgres
+
+
+async def open_dm(owner):
+    room_id = (await owner.room_create(is_direct=True, invite=[PUPPET],
+                                       preset=nio.RoomPreset.trusted_private_chat)).room_id
+    await sync_until(owner, lambda: any(
+        e.get("type") == "m.room.member" and e.get("state_key") == PUPPET
+        and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+    return room_id
+
+
+def bodies(owner, room_id, sender=None) -> list[str]:
+    return [e["content"].get("body", "") for e in events_in(owner, room_id)
+            if e.get("type") == "m.room.message" and (sender is None or e.get("sender") == sender)]
+
+
+def answered(owner, room_id, texts):
+    def done() -> bool:
+        answers = answers_in(events_in(owner, room_id), PUPPET)
+        echoed = Counter(a["body"].splitlines()[-1].removeprefix("echo: ") for a in answers
+                         if not a["body"].startswith(STATUS))
+        return all(echoed[text] for text in texts)
+    return done
+
+
+@pg
+async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_once(
+        homeserver, restartable_postgres, drop_tables, tmp_path):
+    drop_tables(restartable_postgres.url)
+    cluster = restartable_postgres.cluster
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()},
+                                 database=restartable_postgres.url)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    sent = ["before", "while down 1", "while down 2", "after"]
+    try:
+        room_id = await open_dm(owner)
+        await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[0]})
+        await sync_until(owner, answered(owner, room_id, sent[:1]))
+        cluster.shut_down()
+        try:
+            for text in sent[1:3]:
+                await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+            # told once, in the room whose messages wait, after a few seconds
+            await sync_until(owner, lambda: DOWN_TEXT in bodies(owner, room_id))
+        finally:
+            cluster.start_again()
+        await sync_until(owner, answered(owner, room_id, sent[:3]))
+        await sync_until(owner, lambda: BACK_TEXT in bodies(owner, room_id))
+        await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[3]})
+        await sync_until(owner, answered(owner, room_id, sent))
+        await running.idle()
+        answers = [a for a in answers_in(events_in(owner, room_id), PUPPET)]
+        echoed = Counter(a["body"].splitlines()[-1].removeprefix("echo: ") for a in answers)
+        notices = Counter(b for b in bodies(owner, room_id) if b in (DOWN_TEXT, BACK_TEXT))
+        stored = running.store.last_messages(running.store.channel_by_room(room_id).id, 50)
+        figures = {"messages": len(sent), "lost": sum(1 for t in sent if not echoed[t]),
+                   "answered twice": sum(n - 1 for n in echoed.values() if n > 1),
+                   "down notices": notices[DOWN_TEXT], "stored": len(stored)}
+        record_figures("PostgreSQL down under the bridge", figures)
+        assert figures["lost"] == 0 and figures["answered twice"] == 0, figures
+        assert notices == {DOWN_TEXT: 1, BACK_TEXT: 1}, notices
+        assert [m.text for m in stored if m.role == "user"] == sent
+        assert running.bridge.dispatcher.outage.outages == 1
+    finally:
+        await owner.close()
+        await running.stop()
+
+
+@pg
+async def test_postgresql_restarted_in_the_middle_of_an_answer_loses_nothing(
+        homeserver, restartable_postgres, drop_tables, tmp_path):
+    drop_tables(restartable_postgres.url)
+    release = tmp_path / "release"
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()},
+                                 database=restartable_postgres.url)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_dm(owner)
+        long_one = f"[[chunks:4]] [[hold:{release}]] long one"
+        await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": long_one})
+        await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), PUPPET)))
+        restartable_postgres.cluster.restart()  # pg_ctl restart -m fast: every connection ended
+        await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "next"})
+        release.touch()
+        await sync_until(owner, answered(owner, room_id, [long_one, "next"]))
+        await running.idle()
+        answers = answers_in(events_in(owner, room_id), PUPPET)
+        assert len(answers) == 2 and not any("interrupted" in a["body"] for a in answers), [a["body"] for a in answers]
+        stored = running.store.last_messages(running.store.channel_by_room(room_id).id, 50)
+        # each message and each answer stored once ("next" came while the long one was written)
+        assert sorted(m.text for m in stored if m.role == "user") == sorted([long_one, "next"])
+        assert sorted(m.text for m in stored if m.role == "agent") == sorted(a["body"] for a in answers)
+    finally:
+        release.touch()
+        await owner.close()
+        await running.stop()

@@ -115,3 +115,37 @@ async def test_postgresql_restarted_in_the_middle_of_an_answer_loses_nothing(
         release.touch()
         await owner.close()
         await running.stop()
+
+
+async def test_a_sqlite_file_that_cannot_be_written_makes_messages_wait_with_one_notice(homeserver, tmp_path):
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    sent = ["before", "while read-only"]
+    try:
+        room_id = await open_dm(owner)
+        await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[0]})
+        await sync_until(owner, answered(owner, room_id, sent[:1]))
+        await running.idle()
+        db = running.store._db
+        db.execute_sql("PRAGMA query_only = 1")  # SQLite refuses every write (as a read-only file)
+        try:
+            await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[1]})
+            await sync_until(owner, lambda: DOWN_TEXT in bodies(owner, room_id))
+            # nothing was recorded as taken while it could not be written
+            assert [m.text for m in running.store.last_messages(
+                running.store.channel_by_room(room_id).id, 50) if m.role == "user"] == sent[:1]
+        finally:
+            db.execute_sql("PRAGMA query_only = 0")
+        await sync_until(owner, answered(owner, room_id, sent))
+        await sync_until(owner, lambda: BACK_TEXT in bodies(owner, room_id))
+        await running.idle()
+        echoed = Counter(a["body"].splitlines()[-1].removeprefix("echo: ")
+                         for a in answers_in(events_in(owner, room_id), PUPPET))
+        assert all(echoed[t] == 1 for t in sent), echoed
+        assert Counter(b for b in bodies(owner, room_id) if b == DOWN_TEXT) == {DOWN_TEXT: 1}
+        assert [m.text for m in running.store.last_messages(
+            running.store.channel_by_room(room_id).id, 50) if m.role == "user"] == sent
+        assert running.bridge.dispatcher.outage.outages == 1  # one outage, not a loop of them
+    finally:
+        await owner.close()
+        await running.stop()

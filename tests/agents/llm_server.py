@@ -78,13 +78,18 @@ def main() -> None:
     from llama_cpp.server.app import create_app
     from llama_cpp.server.settings import ModelSettings, ServerSettings
 
-    from acp.agents.model import default_model_path
+    import llama_cpp.llama_cpp as low_level
+
+    from acp.agents.model import _without_extra_buffers, cpu_has_amx, default_model_path
 
     model = opts.model or str(default_model_path())
-    app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=opts.port),
-                     model_settings=[ModelSettings(model=model, model_alias=opts.alias, n_ctx=opts.n_ctx,
-                                                   verbose=True)])
-    uvicorn.run(logged(app, opts.log), host="127.0.0.1", port=opts.port, log_level="warning")
+    # as the local agent does (acp/agents/model.py): on AMX machines llama.cpp's AMX matrix
+    # multiply crashes the process at the first evaluation, so weights are not repacked for it
+    with _without_extra_buffers(low_level, cpu_has_amx()):
+        app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=opts.port),
+                         model_settings=[ModelSettings(model=model, model_alias=opts.alias, n_ctx=opts.n_ctx,
+                                                       verbose=True)])
+        uvicorn.run(logged(app, opts.log), host="127.0.0.1", port=opts.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -229,13 +229,12 @@ class Dispatcher:
             return
         store = self.bridge.store
         event_id = event.get("event_id")
-        key = HANDLED + event_id if isinstance(event_id, str) and event_id else None
-        if key is not None and store.txn_seen(key):
+        key = HANDLED + event_id
+        if store.txn_seen(key):
             log.debug("event %s was handled already", event_id)
             return
         await self._run(event, handler(event, room_id, sender, content))
-        if key is not None:
-            store.mark_txn(key)
+        store.mark_txn(key)
 
     async def decrypted(self, event: dict) -> None:
         """An event the encryption seam decrypted: handled exactly like the plain event."""
@@ -267,6 +266,9 @@ class Dispatcher:
         kind, room_id, sender = event.get("type"), event.get("room_id"), event.get("sender")
         if not isinstance(kind, str) or not isinstance(room_id, str) or not isinstance(sender, str):
             return None
+        event_id = event.get("event_id")
+        if not isinstance(event_id, str) or not event_id:
+            return None  # every room event has one; without it nothing could be told apart
         content = event.get("content")
         if not isinstance(content, dict):
             return None

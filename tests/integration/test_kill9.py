@@ -117,22 +117,28 @@ async def full_history(hs, token: str, room_id: str) -> list[dict]:
             since = body["end"]
 
 
-def timeline(history: list[dict], puppet_id: str, echoes: Counter) -> str:
-    """The room as the owner saw it, one line per message (answers with their last text),
-    the part around the first message answered twice or not at all: for the failure message."""
+def timeline(history: list[dict], puppet_id: str, echoes: Counter, focus: str | None = None) -> str:
+    """The room as the owner saw it, one line per message (answers with their first words and
+    their last line, the message they echo), the part around the first message answered twice
+    (or `focus`, the first message whose answer is out of place): for the failure message."""
     answers = {a["event_id"]: a for a in answers_in(history, puppet_id)}
     lines = []
     for event in history:
         if event.get("type") != "m.room.message":
             continue
         if event.get("sender") == puppet_id and event["event_id"] in answers:
-            body = answers[event["event_id"]]["body"].replace("\n", " ⏎ ")
-            lines.append(f"  answer {event['event_id'][:10]} {event['origin_server_ts']}: {body[:90]}")
+            body = answers[event["event_id"]]["body"]
+            shown = body.replace("\n", " ⏎ ")
+            if len(shown) > 90:
+                shown = f"{shown[:40]} … {body.splitlines()[-1][:45]}"
+            lines.append(f"  answer {event['event_id'][:10]} {event['origin_server_ts']}: {shown}")
         elif event.get("sender") != puppet_id:
             text = (event.get("content") or {}).get("body", "")
             mark = "  <- answered twice" if echoes.get(text, 0) > 1 else ""
+            mark = mark or ("  <- its answer is out of place" if text == focus else "")
             lines.append(f"owner {event['origin_server_ts']}: {text}{mark}")
-    first = next((i for i, line in enumerate(lines) if line.endswith("answered twice")), len(lines) - 30)
+    first = next((i for i, line in enumerate(lines) if line.endswith(("answered twice", "out of place"))),
+                 len(lines) - 30)
     return "\n".join(lines[max(first - 12, 0):first + 30])
 
 
@@ -243,7 +249,9 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     }
     record_figures("kill -9", figures)
     if figures["lost"] or figures["answered twice"] or out_of_order:
-        raise AssertionError(f"{figures}\n{timeline(history, puppet_id, echoes)}")
+        misplaced = next((text for text, answer in zip(sent, real)
+                          if answer in finished and echoed(answer) != text), None)
+        raise AssertionError(f"{figures}\n{timeline(history, puppet_id, echoes, misplaced)}")
     assert figures["user messages stored twice"] == 0 and len(stored_users) == len(sent), figures
     assert figures["finished answers not stored"] == 0 and figures["answers stored twice"] == 0, figures
     assert figures["stored answers shown as interrupted"] == 0, figures

@@ -14,12 +14,14 @@ from typing import Any
 
 import aiohttp
 
-from acp import AgentSpec, Pool, PermissionRequest
+from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, ElicitationRequest, Pool, PermissionRequest
 from config import Config
 from config.registration import Registration
 from store import Store, StoreClosed
 
 from .appservice import AppserviceServer
+from .coding.questions import Questions
+from .coding.settings import SessionSettings
 from .commands import BotCommands
 from .dispatch import Dispatcher
 from .intent import Outgoing
@@ -46,7 +48,9 @@ class Bridge:
                                           env=dict(a.env), title=a.title, timeout=a.timeout)
                           for name, a in config.agents.items()},
                          agents_in_memory=config.agents_in_memory,
-                         on_commands=self._on_commands, on_stopped=self._on_stopped)
+                         on_commands=self._on_commands, on_stopped=self._on_stopped,
+                         client_capabilities=CODING_CLIENT_CAPABILITIES,
+                         on_state=lambda *args: self.settings.on_state(*args))
         self.aliases = {}
         for name in config.agents:
             self.aliases[name] = name
@@ -66,6 +70,8 @@ class Bridge:
         self.active_turns: dict[str, Portal] = {}
         self.commands = BotCommands(self)
         self.permissions = Permissions(self)
+        self.questions = Questions(self)      # agents' elicitations (coding/questions.py)
+        self.settings = SessionSettings(self)  # modes, models, options, usage (coding/settings.py)
         self.recovery = Recovery(self)
         self.presence = Presence(self)                       # online while running (presence.py)
         self.command_descriptions = CommandDescriptions(self)  # MSC4391 (msc4391.py)
@@ -119,6 +125,7 @@ class Bridge:
                 await asyncio.gather(*workers, return_exceptions=True)
             await self.dispatcher.outage.close()
             await self.command_descriptions.close()
+            await self.settings.close()
             await self.presence.stop()
             later = [*self.commands.tasks, *background_tasks()]  # replies, receipts on their way
             for task in later:
@@ -201,6 +208,11 @@ class Bridge:
         async def decide(request: PermissionRequest) -> str | None:
             return await self.permissions.ask(portal, puppet, request)
         return decide
+
+    def elicitation_handler(self, portal: Portal, puppet: Puppet):
+        async def ask(request: ElicitationRequest):
+            return await self.questions.ask(portal, puppet, request)
+        return ask
 
     async def notice(self, portal: Portal, text: str, puppet: Puppet | None = None) -> None:
         sender = puppet

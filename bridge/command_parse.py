@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 CONFIRM = "confirm"
 
 GREETING = ("Hi! I am the Sidekicks bridge. Here: !agents, !channels, !new NAME AGENT..., "
-            "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !delete. "
+            "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !status, !mode, !model, "
+            "!config, !delete. "
             "!help tells more.")
 
 HELP = """Sidekicks bridge commands (they start with "!"; "/" belongs to the agents)
@@ -30,7 +31,12 @@ Here, in my DM:
 In a channel:
   !stop                  stop the answer being written
   !commands              the slash commands of the channel's agents
+  !status                each agent's state, mode, model, context used, cost and session title
+  !mode [AGENT] [MODE]   see or change an agent's mode (ask, plan, code… as the agent offers)
+  !model [AGENT] [MODEL] see or change an agent's model
+  !config [AGENT] [OPTION VALUE]  see or change the agent's other options
   !delete                delete the channel's history (asks you to confirm)
+  (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 
 Talking to agents in a channel:
   @alice how are you?    alice answers; several mentions answer one after the other
@@ -40,7 +46,8 @@ Talking to agents in a channel:
 With no mention, the agent who spoke last answers."""
 
 CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the agents' slash "
-                "commands), !delete (delete this channel's history). Everything else is in my DM: !help.")
+                "commands), !status, !mode, !model, !config (the agents' state and settings), "
+                "!delete (delete this channel's history). Everything else is in my DM: !help.")
 
 
 @dataclass(frozen=True)

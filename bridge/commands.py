@@ -14,6 +14,7 @@ import aiohttp
 
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
                             find_channels, format_commands, parse, resolve_agent, split_delete)
+from .coding.settings import COMMANDS as SETTINGS_COMMANDS
 from .matrix import MatrixError
 from .space import Space, create_room, give_power, membership, room_link
 
@@ -261,6 +262,9 @@ class BotCommands:
             self._later(self._commands(portal), f"!commands in {portal.room_id}")
         elif command.name == "delete":
             await self._delete_here(portal, command.args)
+        elif command.name in SETTINGS_COMMANDS:  # may start an agent: never in the transaction
+            self._later(self.bridge.settings.command(portal, command.name, command.args),
+                        f"!{command.name} in {portal.room_id}")
         elif command.name == "help":
             await self.bridge.notice(portal, CHANNEL_HELP + "\n\n" + HELP)
         else:

@@ -149,8 +149,13 @@ class Inbound:
                 return
             if body.lstrip().startswith("!") and await bridge.commands.handle(event, room_id, sender, body):
                 return
-            if await bridge.permissions.on_reply(room_id, body, replied_to(content)):
+            reply_to = replied_to(content)
+            if bridge.questions.on_reply(room_id, body, reply_to, loose=False):
+                return  # a reply to an agent's question (bridge/coding/questions.py)
+            if await bridge.permissions.on_reply(room_id, body, reply_to):
                 return
+            if bridge.questions.on_reply(room_id, body, None):
+                return  # the answer to the room's open question
         portal = bridge.portal_for(room_id)
         if portal is None or read.silent:
             return

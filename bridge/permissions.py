@@ -1,8 +1,9 @@
 """Permission requests in Matrix (SPEC §9): the puppet shows the tool call and numbered options,
 the owner answers by reaction or by replying with the number.
 
-The puppet posts one message per request — the tool call (title, kind, a short rendering of its
-input and locations) and the options numbered 1., 2., … — and pre-adds a keycap reaction per
+The puppet posts one message per request — the tool call as the turn saw it (its diff, its
+command, its input and locations: bridge/coding/render.py) and the options numbered 1., 2., …
+and labelled by kind (allow once / allow always / reject once / reject always) — and pre-adds a keycap reaction per
 option (1️⃣ 2️⃣ …). The owner's reaction with one of them, or an owner's message in that room
 that is only the number, decides: a reply to a question (`m.in_reply_to`, its fallback quote
 stripped) answers that question; a number that is no reply answers the room's latest open one.
@@ -13,7 +14,6 @@ to show the decision. While it waits, the answer's status line says so.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from .coding import render as coding_render
 from .matrix import MatrixError
 from .render import escape_html
 
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEYCAPS = [f"{n}\ufe0f\u20e3" for n in range(1, 10)] + ["🔟"]
-INPUT_CHARS = 300          # the tool call's input is shown cut at this length
-LOCATIONS_SHOWN = 5
 NUMBER = re.compile(r"^\s*(\d{1,3})\s*[.)]?\s*$")
 CLOSED_KEPT = 200          # decided questions remembered, so a late reply to one is answered
 
@@ -67,44 +66,6 @@ def decision_text(option: dict[str, Any]) -> str:
         return DECISIONS[kind]
     name = option.get("name") or option.get("optionId") or "?"
     return f"☑️ Chose: {name}"
-
-
-def _short(value: Any, limit: int = INPUT_CHARS) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=False)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def render_request(agent_title: str, request: "PermissionRequest") -> tuple[str, str]:
-    """The prompt message (plain body, HTML) for a request."""
-    call = request.tool_call if isinstance(request.tool_call, dict) else {}
-    title = str(call.get("title") or "a tool call")
-    kind = call.get("kind")
-    head = f"🔐 {agent_title} asks permission: {title}" + (f" ({kind})" if kind else "")
-    lines, html = [head], [f"<p>🔐 <strong>{escape_html(agent_title)}</strong> asks permission: "
-                           f"<strong>{escape_html(title)}</strong>"
-                           + (f" ({escape_html(str(kind))})" if kind else "") + "</p>"]
-    raw = call.get("rawInput")
-    if raw not in (None, "", {}, []):
-        shown = _short(raw)
-        lines.append(f"Input: {shown}")
-        html.append(f"<p>Input:</p><pre><code>{escape_html(shown)}</code></pre>")
-    locations = [loc for loc in call.get("locations") or [] if isinstance(loc, dict) and loc.get("path")]
-    if locations:
-        names = [f"{loc['path']}:{loc['line']}" if loc.get("line") is not None else str(loc["path"])
-                 for loc in locations[:LOCATIONS_SHOWN]]
-        more = len(locations) - len(names)
-        text = ", ".join(names) + (f" (and {more} more)" if more > 0 else "")
-        lines.append(f"Where: {text}")
-        html.append(f"<p>Where: <code>{escape_html(text)}</code></p>")
-    options = [f"{i}. {o.get('name') or o.get('optionId')}" for i, o in enumerate(request.options, 1)]
-    lines.append("")
-    lines.extend(options)
-    lines.append("")
-    lines.append("React with the number, or reply with it.")
-    html.append("<ol>" + "".join(f"<li>{escape_html(str(o.get('name') or o.get('optionId')))}</li>"
-                                 for o in request.options) + "</ol>")
-    html.append("<p>React with the number, or reply with it.</p>")
-    return "\n".join(lines), "".join(html)
 
 
 @dataclass
@@ -149,9 +110,16 @@ class Permissions:
         known = getattr(portal.current, "tool_calls", {}).get(sent.get("toolCallId") or "", {})
         request.tool_call = {**known, **{k: v for k, v in sent.items() if v not in (None, "", [], {})}}
         title = puppet.displayname
-        body, html = render_request(title, request)
-        content = {"msgtype": "m.text", "body": body, "format": "org.matrix.custom.html",
-                   "formatted_body": html}
+        # what it is about — the diff, the command — as the turn saw the call (coding/render.py)
+        work = getattr(portal.current, "work", None)
+        shown, attachments = coding_render.permission(
+            title, request.tool_call, options,
+            work.known(request.tool_call.get("toolCallId")) if work is not None else None)
+        body, html = shown.body, shown.html
+        if work is not None:
+            for view in attachments:  # a diff too long for the prompt goes just before it
+                await work.attach(view, f"permission-{request.tool_call.get('toolCallId')}")
+        content = shown.content()
         event_id = await self._sent("the permission prompt", portal.room_id,
                                     puppet.intent.send(portal.room_id, content))
         if event_id is None:

@@ -44,6 +44,7 @@ class Portal:
         self.current = None  # the running turns.TurnRun, for !stop and redactions
         self.waiting: set[str] = set()    # event ids of the messages queued or being answered
         self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
+        self._session_locks: dict[str, asyncio.Lock] = {}
 
     @property
     def room_id(self) -> str:
@@ -54,7 +55,15 @@ class Portal:
                 if m.agent in self.bridge.config.agents]
 
     async def session_for(self, agent_name: str, agent) -> tuple[str, bool]:
-        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4)."""
+        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4).
+        A session opened or loaded gets the member's stored mode, model and options again
+        (coding/settings.py). One at a time per member: a command (`!mode`, `!commands`) and a
+        turn never open two sessions."""
+        lock = self._session_locks.setdefault(agent_name, asyncio.Lock())
+        async with lock:
+            return await self._session_for(agent_name, agent)
+
+    async def _session_for(self, agent_name: str, agent) -> tuple[str, bool]:
         store = self.bridge.store
         member = store.member(self.channel.id, agent_name)
         if member is None:
@@ -65,11 +74,14 @@ class Portal:
         if member.session_id and agent.load_session:
             try:
                 await agent.load_session(member.session_id, cwd)
-                return member.session_id, member.fresh
             except Exception as exc:  # the agent lost it: fall back to a fresh session
                 log.info("session/load of %s failed (%s); opening a new session", agent_name, exc)
+            else:
+                await self.bridge.settings.opened(self, agent_name, agent, member.session_id, new=False)
+                return member.session_id, member.fresh
         session_id = await agent.new_session(cwd)
         store.set_session(self.channel.id, agent_name, session_id, fresh=True)
+        await self.bridge.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True
 
     def seen(self, agent: str, message_id: str) -> None:

@@ -18,6 +18,8 @@ import aiohttp
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
 from store import StoreError
 
+from .coding import render as coding_render
+from .coding.work import Work
 from .context import Line, build_prompt
 from .matrix import MatrixError
 from .media import attachment_prompt, outgoing_part, post
@@ -59,6 +61,7 @@ class TurnRun:
         self.prompt_event_id: str | None = None
         self.cancelled = False
         self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
+        self.work: Work | None = None  # its plan and tool calls as messages (coding/work.py)
         self.entering: asyncio.Future | None = None  # waiting for the agent (busy elsewhere)
         self.prompt_sent = False  # session/prompt is written to the agent (recovery.py)
 
@@ -168,6 +171,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     puppet = await bridge.puppet(turn.agent)
     answer = Answer(puppet.intent, portal.room_id, agent_config.title)
     run = TurnRun(portal, turn.agent, answer)
+    run.work = work = Work(puppet.intent, portal.room_id, config.attachment_bytes)
     run.prompt_event_id = incoming.event_id
     bridge.recovery.adopt(run)  # a placeholder of a turn the last run never started is reused
     # the note and the place in the queue are taken together (no await between)
@@ -231,7 +235,12 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                                                  config.attachment_bytes), part.tag)
                 elif update.kind == "thought":
                     answer.set_status(STATUS_THINKING)
+                elif update.kind == "plan":
+                    work.update(update)
+                elif update.kind == "notice" and update.text:
+                    _background(bridge.send_notice(puppet, portal.room_id, f"⚠️ {update.text}"))
                 elif update.kind in ("tool_call", "tool_call_update"):
+                    work.update(update)
                     known = run.note_tool_call(update)
                     if update.status in ("completed", "failed"):
                         answer.set_status(STATUS_THINKING)
@@ -241,13 +250,13 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             try:
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
                                                  bridge.permission_handler(portal, puppet),
+                                                 bridge.elicitation_handler(portal, puppet),
                                                  on_sent=lambda: bridge.recovery.prompt_sent(run))
             finally:
                 think.cancel()
                 typing.cancel()  # the agent is done; a busy homeserver is no reason to type
-        footer = {"cancelled": "⏹ stopped", "max_tokens": "(cut: the agent reached its token limit)",
-                  "refusal": "(the agent refused to answer)",
-                  "max_turn_requests": "(cut: the agent reached its request limit)"}.get(stop_reason)
+        await _shown(work)
+        footer = "⏹ stopped" if stop_reason == "cancelled" else coding_render.stop_reason(stop_reason)
         # the agent is done: a stop from here on lets the complete answer land and be stored
         # (within FINISH_ON_STOP) rather than marking it interrupted
         closing = asyncio.ensure_future(_close(portal, turn.agent, answer, footer))
@@ -286,6 +295,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         if not answer.finished:
             await asyncio.shield(_interrupted(answer, why, timeout=FAILED_FINISH_TIMEOUT))
     finally:
+        await asyncio.shield(_shown(work))  # the plan and tool calls keep their last state
         bridge.recovery.end(run)
         await _leave_queue(bridge, run)
         if portal.current is run:
@@ -324,6 +334,14 @@ async def _after(first: asyncio.Task, then) -> None:
     """`then` once `first` is done: the placeholder is not kept waiting by courtesy requests."""
     await asyncio.wait({first})
     await then
+
+
+async def _shown(work: Work) -> None:
+    """The turn's plan and tool-call messages show their final state (errors logged)."""
+    try:
+        await work.close()
+    except Exception:
+        log.exception("the plan or tool calls of a turn could not be shown")
 
 
 def _begin(bridge, run: TurnRun, posting: asyncio.Task) -> None:

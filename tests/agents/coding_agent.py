@@ -23,6 +23,8 @@ Options
   --slow-set          session/set_mode, set_model and set_config_option never answer (until
                       cancelled with $/cancel_request)
   --chunks N          answer in N chunks (default 3)
+  --hold DIR          before the n-th plan (n >= 1) of a turn, wait until the file DIR/plan-n
+                      exists (a test shows each plan before it lets the next one come)
 
 Directives in the prompt text (that prompt only)
   [[plan:N]]          the plan sent N times, each a full replacement (an entry further each time)
@@ -281,6 +283,9 @@ class Coding(AgentBase):
 
     async def _plans(self, turn: Turn, times: int) -> None:
         for n in range(times):
+            if n and self.opts.hold:
+                while not (Path(self.opts.hold) / f"plan-{n}").exists():
+                    await asyncio.sleep(0.02)
             entries = []
             for i, content in enumerate(PLAN[:max(2, min(len(PLAN), n + 2))]):
                 status = "completed" if i < n else ("in_progress" if i == n else "pending")
@@ -333,6 +338,7 @@ def main() -> None:
     p.add_argument("--early", action="store_true")
     p.add_argument("--slow-set", action="store_true")
     p.add_argument("--chunks", type=int, default=3)
+    p.add_argument("--hold")
     run(Coding(p.parse_args()))
 
 

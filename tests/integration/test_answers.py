@@ -122,8 +122,8 @@ async def test_permission_allowed_by_the_owners_reaction(homeserver, bridge_fact
         await say(owner, room_id, "[[permission]] please write notes")
         prompt = await permission_prompt(owner, room_id)
         body = prompt["body"]
-        assert "Alice asks permission: Write notes.txt (edit)" in body
-        assert "1. Allow once" in body and "2. Reject" in body
+        assert "Alice asks permission: ✏️ Write notes.txt" in body
+        assert "1. ✅ Allow once" in body and "2. ❌ Reject" in body
         assert reactions_on(owner, room_id, prompt["event_id"]) == ["1\ufe0f\u20e3", "2\ufe0f\u20e3"]
         # while it waits, the answer's status line says so
         await sync_until(owner, lambda: any("waiting for your permission: Write notes.txt" in b
@@ -182,7 +182,8 @@ async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(home
         await running.handled(marker)
         await caught_up(owner, room_id)
         # still waiting: no decision, no answer, the agent got no reply
-        assert "✅" not in prompts_for_permission(owner, room_id)[0]["body"]
+        assert not prompts_for_permission(owner, room_id)[0]["body"].endswith(("✅ Allowed once", "❌ Rejected"))
+        assert prompts_for_permission(owner, room_id)[0]["edits"] == 0
         assert not is_final(answers(owner, room_id)[0])
         assert not [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
 
@@ -460,8 +461,8 @@ async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agen
 # ---- the permission prompt's text (no homeserver needed) -----------------------------------------
 
 def test_permission_prompt_shows_input_locations_and_numbered_options():
-    from acp import PermissionRequest, Update
-    from bridge.permissions import INPUT_CHARS, render_request
+    from acp import Update
+    from bridge.coding.render import INPUT_CHARS, permission
     from bridge.turns import TurnRun
 
     run = TurnRun(None, "alice", None)
@@ -472,15 +473,15 @@ def test_permission_prompt_shows_input_locations_and_numbered_options():
     run.note_tool_call(Update("tool_call_update", tool_call_id="c1", status="in_progress",
                               raw={"toolCallId": "c1", "status": "in_progress"}))
     assert run.tool_calls["c1"]["title"] == "Edit main.py"  # an update without title keeps it
-    request = PermissionRequest("s", {**run.tool_calls["c1"], "toolCallId": "c1"}, [
+    shown, _ = permission("Alice", {**run.tool_calls["c1"], "toolCallId": "c1"}, [
         {"optionId": "a", "name": "Allow once", "kind": "allow_once"},
         {"optionId": "aa", "name": "Always allow", "kind": "allow_always"},
         {"optionId": "r", "name": "Reject <now>", "kind": "reject_once"}])
-    body, html = render_request("Alice", request)
+    body, html = shown.body, shown.html
     lines = body.splitlines()
-    assert lines[0] == "🔐 Alice asks permission: Edit main.py (edit)"
+    assert lines[0] == "🔐 Alice asks permission: ✏️ Edit main.py"
     assert lines[1].startswith('Input: {"path": "main.py", "text": "xxx') and lines[1].endswith("…")
     assert len(lines[1]) == len("Input: ") + INPUT_CHARS
     assert lines[2] == "Where: main.py:3, b.py"
-    assert lines[4:7] == ["1. Allow once", "2. Always allow", "3. Reject <now>"]
-    assert "<li>Reject &lt;now&gt;</li>" in html and "<now>" not in html
+    assert lines[4:7] == ["1. ✅ Allow once", "2. ✅ Allow always — Always allow", "3. ❌ Reject once — Reject <now>"]
+    assert "Reject &lt;now&gt;</li>" in html and "<now>" not in html

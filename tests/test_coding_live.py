@@ -1,0 +1,122 @@
+"""LiveMessage (bridge/coding/live.py) and the settings helpers, without a homeserver: a fake
+Intent records what would be sent."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from acp import SessionState, Update
+from bridge.coding import live
+from bridge.coding.live import LiveMessage
+from bridge.coding.settings import current_values
+from bridge.coding.work import Work
+from bridge.matrix import MatrixError
+
+
+class FakeIntent:
+    def __init__(self, fail_edits: int = 0):
+        self.sent: list[tuple[str, dict]] = []   # ("send" | "edit", content)
+        self.fail_edits = fail_edits
+        self.in_flight = 0
+        self.overlaps = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def send(self, room_id, content, *, txn_id=None, event_type="m.room.message"):
+        await self._request()
+        self.sent.append(("send", content))
+        return f"$e{len(self.sent)}"
+
+    async def edit(self, room_id, event_id, content, *, txn_id=None):
+        await self._request()
+        if self.fail_edits:
+            self.fail_edits -= 1
+            raise MatrixError("refused")
+        self.sent.append(("edit", content))
+        return f"$e{len(self.sent)}"
+
+    async def _request(self):
+        self.in_flight += 1
+        self.overlaps += self.in_flight > 1
+        try:
+            await self.gate.wait()
+            await asyncio.sleep(0)
+        finally:
+            self.in_flight -= 1
+
+
+def body(n: int) -> dict:
+    return {"msgtype": "m.notice", "body": f"state {n}"}
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setattr(live, "EDIT_INTERVAL", 0.01)
+
+
+async def test_first_state_at_once_then_only_the_latest_never_out_of_order():
+    intent = FakeIntent()
+    intent.gate.clear()  # the first send is in flight while states 1..9 come
+    message = LiveMessage(intent, "!r", "the plan")
+    message.show(body(0))
+    await asyncio.sleep(0.01)
+    for n in range(1, 10):
+        message.show(body(n))
+    intent.gate.set()
+    assert await message.close() == "$e1"
+    shown = [int(c["body"].split()[1]) for _, c in intent.sent]
+    assert shown[0] == 0 and shown[-1] == 9 and shown == sorted(shown) and len(shown) <= 3
+    assert [kind for kind, _ in intent.sent] == ["send"] + ["edit"] * (len(shown) - 1)
+    assert intent.overlaps == 0  # one request at a time: edits land in order
+
+
+async def test_a_failed_edit_is_carried_by_close():
+    intent = FakeIntent(fail_edits=1)
+    message = LiveMessage(intent, "!r", "a tool call")
+    message.show(body(0))
+    await asyncio.sleep(0.05)
+    message.show(body(1))
+    await asyncio.sleep(0.05)  # its edit failed
+    await message.close()
+    assert intent.sent[-1] == ("edit", body(1))
+
+
+async def test_the_same_state_twice_is_not_sent_again():
+    intent = FakeIntent()
+    message = LiveMessage(intent, "!r", "a tool call")
+    message.show(body(0))
+    await asyncio.sleep(0.05)
+    message.show(body(0))
+    await message.close(body(0))
+    assert intent.sent == [("send", body(0))]
+
+
+async def test_work_keeps_one_message_per_tool_call_and_one_plan():
+    intent = FakeIntent()
+    work = Work(intent, "!r", 1 << 20)
+    from acp.updates import normalise_update
+    for raw in ({"sessionUpdate": "plan", "entries": [{"content": "a", "status": "pending", "priority": "high"}]},
+                {"sessionUpdate": "tool_call", "toolCallId": "1", "title": "Read a.py", "kind": "read"},
+                {"sessionUpdate": "tool_call", "toolCallId": "2", "title": "Run", "kind": "execute"},
+                {"sessionUpdate": "tool_call_update", "toolCallId": "1", "status": "completed"},
+                {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "completed", "priority": "high"}]}):
+        assert work.update(normalise_update(raw))
+    assert not work.update(Update("text", text="hi"))
+    await work.close()
+    # updates that come together are coalesced: one message each, showing its latest state
+    firsts = [c["body"].splitlines()[0] for kind, c in intent.sent if kind == "send"]
+    assert sorted(firsts) == sorted(["📋 Plan (1/1 done)", "📖 Read a.py — ✅ done", "▶️ Run — ⏳ pending"])
+    assert work.known("1").status == "completed" and len(work.message_ids) == 3
+
+
+def test_current_values_name_mode_model_and_the_other_options():
+    state = SessionState()
+    state.apply_result({"configOptions": [
+        {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "ask",
+         "options": [{"value": "ask", "name": "Ask"}, {"value": "plan", "name": "Plan"}]},
+        {"id": "effort", "name": "Effort", "type": "select", "currentValue": "low",
+         "options": [{"value": "low", "name": "Low"}, {"value": "high", "name": "High"}]}],
+        "models": {"currentModelId": "m1", "availableModels": [{"modelId": "m1", "name": "M1"}]}})
+    assert current_values(state) == {("mode", "mode"): "ask", ("model", "model"): "m1",
+                                     ("config", "effort"): "low"}

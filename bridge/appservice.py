@@ -10,6 +10,9 @@ transactions from 1 again after a restart, so an id alone would drop new events.
 Besides room events, a transaction may carry what end-to-end encryption needs (MSC2409 to-device
 messages, MSC3202 device lists, one-time-key counts and unused fallback key types, under their
 stable or unstable names): parsed into `DeviceTraffic` and handed on with the events.
+
+Transactions are handled in the order they are numbered, where the homeserver numbers them
+(`TransactionOrder`): one Synapse left behind comes before the ones it sent after it.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -49,6 +53,73 @@ class Transaction:
     @property
     def key(self) -> str:
         return transaction_key(self.txn_id, self.events, self.device)
+
+
+class TransactionOrder:
+    """Keeps a homeserver's numbered transactions in their order.
+
+    Synapse numbers an appservice's transactions 1, 2, 3 … and sends them one at a time, oldest
+    first — with one gap: when it recovers from a failed send, a transaction made in the instant
+    between its recoverer finding nothing left to send and the service being marked up again is
+    stored unsent and left behind, while the next ones go out at once. It would come only after
+    the next failure — minutes or days later, an owner's message answered after the ones that
+    followed it. A number skipped is that case: the transaction after the gap is refused, so the
+    homeserver recovers again and sends the oldest unsent one first, then the refused one.
+
+    Only where ids have been seen to count up by one (twice in a row; Synapse's do from the
+    start): a homeserver numbering otherwise is never held back. A gap that stays open PATIENCE
+    seconds is let through, and the counting starts again. The last number handled is kept
+    (`save`), so a gap across a restart of the bridge is seen too.
+    """
+
+    PATIENCE = 10.0  # seconds a gap may hold the next transactions back (Synapse retries in 2)
+    STEPS = 2        # counted-up-by-one steps that show the homeserver numbers its transactions
+
+    def __init__(self, load: Callable[[], str | None] = lambda: None,
+                 save: Callable[[str], None] = lambda value: None, clock: Callable[[], float] = time.monotonic):
+        self._save, self._clock = save, clock
+        self.last: int | None = None
+        self.steps = 0
+        self._gap_since: float | None = None
+        try:
+            kept = json.loads(load() or "null")
+            if isinstance(kept, dict) and isinstance(kept.get("last"), int):
+                self.last, self.steps = kept["last"], int(kept.get("steps") or 0)
+        except Exception:  # unreadable, or the store is away: start counting again
+            pass
+
+    @staticmethod
+    def _number(txn_id: str) -> int | None:
+        return int(txn_id) if txn_id.isascii() and txn_id.isdigit() and len(txn_id) <= 18 else None
+
+    def admit(self, txn_id: str) -> bool:
+        """Whether `txn_id` may be handled now; False while an earlier one is missing."""
+        n = self._number(txn_id)
+        if n is None or self.last is None or n <= self.last + 1 or self.steps < self.STEPS:
+            return True
+        now = self._clock()
+        if self._gap_since is None:
+            self._gap_since = now
+        if now - self._gap_since < self.PATIENCE:
+            log.info("transaction %s came before %s: refused, so the homeserver sends the one it left "
+                     "behind first", txn_id, self.last + 1)
+            return False
+        log.warning("transaction %s: %s never came; going on without it", txn_id, self.last + 1)
+        return True
+
+    def handled(self, txn_id: str) -> None:
+        """`txn_id` was handled in full."""
+        n = self._number(txn_id)
+        if n is None:
+            return
+        if self.last is not None and n < self.last and n != 1:
+            return  # a late one let through a gap: the count goes on from the newest
+        self.steps = self.steps + 1 if self.last is not None and n == self.last + 1 else 0
+        self.last, self._gap_since = n, None
+        try:
+            self._save(json.dumps({"last": n, "steps": min(self.steps, self.STEPS)}))
+        except Exception as exc:  # the store: the count in memory goes on
+            log.info("could not keep the last transaction number: %s", exc)
 
 
 class TransactionRefused(Exception):
@@ -128,7 +199,8 @@ def device_traffic(body: dict) -> DeviceTraffic:
 class AppserviceServer:
     def __init__(self, hs_token: str, on_transaction: TransactionHandler, on_user_query: UserQuery,
                  txn_seen: Callable[[str], bool], mark_txn: Callable[[str], None],
-                 on_refused: Callable[[Transaction, BaseException], None] | None = None):
+                 on_refused: Callable[[Transaction, BaseException], None] | None = None,
+                 order: TransactionOrder | None = None):
         self._token = hs_token.encode("utf-8")
         self._on_refused = on_refused  # told of each transaction refused, and why
         self._on_transaction = on_transaction
@@ -136,6 +208,7 @@ class AppserviceServer:
         self._txn_seen = txn_seen
         self._mark_txn = mark_txn
         self._txn_lock = asyncio.Lock()  # one transaction at a time keeps events in order
+        self._order = order or TransactionOrder()
         self.pinged = asyncio.Event()
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         for prefix in ("/_matrix/app/v1", ""):  # unprefixed paths: legacy homeservers
@@ -170,8 +243,11 @@ class AppserviceServer:
             try:
                 if self._txn_seen(key):
                     return web.json_response({})
+                if not self._order.admit(txn_id):
+                    return _refused(f"transaction {txn_id} came before an earlier one: send that first")
                 await self._on_transaction(transaction)
                 self._mark_txn(key)  # only a transaction handled in full is recorded
+                self._order.handled(txn_id)
             except TransactionRefused as exc:
                 log.warning("%s: the homeserver will send it again", exc)
                 self._refused_because(transaction, exc.__cause__ or exc)

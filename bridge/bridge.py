@@ -19,7 +19,7 @@ from config import Config
 from config.registration import Registration
 from store import Store, StoreClosed
 
-from .appservice import AppserviceServer
+from .appservice import AppserviceServer, TransactionOrder
 from .coding.questions import Questions
 from .coding.settings import SessionSettings
 from .commands import BotCommands
@@ -35,6 +35,8 @@ from .recovery import Recovery
 from .turns import background_tasks
 
 log = logging.getLogger(__name__)
+
+TXN_ORDER = "appservice/transaction-order"  # the last transaction number handled (appservice.py)
 
 
 class Bridge:
@@ -58,7 +60,9 @@ class Bridge:
         self.dispatcher = Dispatcher(self)  # every incoming event passes it (bridge/dispatch.py)
         self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
                                        self.handle_user_query, store.txn_seen, store.mark_txn,
-                                       self.dispatcher.refused)
+                                       self.dispatcher.refused,
+                                       TransactionOrder(lambda: store.get_value(TXN_ORDER),
+                                                        lambda value: store.set_value(TXN_ORDER, value)))
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
         self.halt_reason = ""
         self.session: aiohttp.ClientSession | None = None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from bridge.appservice import AppserviceServer, transaction_key
+from bridge.appservice import AppserviceServer, TransactionOrder, transaction_key
 
 TOKEN = "hs-secret"
 
@@ -83,3 +83,72 @@ async def test_bad_tokens_are_forbidden_and_bad_bodies_refused():
         assert calls == []
     finally:
         await client.close()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def put(client, txn_id: str, *event_ids) -> int:
+    response = await client.put(f"/_matrix/app/v1/transactions/{txn_id}", json=body(*event_ids),
+                                headers={"Authorization": f"Bearer {TOKEN}"})
+    return response.status
+
+
+async def test_a_transaction_left_behind_comes_before_the_ones_after_it():
+    # Synapse's recoverer race: 4 is stored unsent while 5 goes out at once; 5 is refused until
+    # the homeserver, recovering again, sends 4 first
+    calls, seen, kept = [], set(), {}
+    clock = Clock()
+    order = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
+
+    async def on_transaction(transaction):
+        calls.append([e["event_id"] for e in transaction.events])
+
+    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, seen.__contains__, seen.add, order=order)
+    client = TestClient(TestServer(server.app))
+    await client.start_server()
+    try:
+        assert [await put(client, str(n), f"${n}") for n in (1, 2, 3)] == [200, 200, 200]
+        assert await put(client, "5", "$5") == 500
+        clock.now += 2  # the homeserver's first retry: the oldest unsent one, then the refused one
+        assert await put(client, "4", "$4") == 200
+        assert await put(client, "5", "$5") == 200
+        assert calls == [["$1"], ["$2"], ["$3"], ["$4"], ["$5"]]
+        # across a restart of the bridge: the number is kept
+        again = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
+        assert again.last == 5 and not again.admit("7") and again.admit("6")
+    finally:
+        await client.close()
+
+
+def test_a_gap_never_filled_holds_back_only_for_a_while():
+    clock = Clock()
+    order = TransactionOrder(clock=clock)
+    for n in (1, 2, 3):
+        assert order.admit(str(n))
+        order.handled(str(n))
+    assert not order.admit("5")
+    clock.now += TransactionOrder.PATIENCE - 0.5
+    assert not order.admit("5")
+    clock.now += 1
+    assert order.admit("5")  # let through, and counting starts again
+    order.handled("5")
+    assert order.last == 5 and order.admit("9")  # not yet seen counting by one again
+    order.handled("4")  # the late one, if it comes after all: the count goes on from 5
+    assert order.last == 5
+
+
+def test_ids_that_do_not_count_up_by_one_are_never_held_back():
+    order = TransactionOrder(clock=Clock())
+    for txn_id in ("17", "40", "1000", "1003", "abc", "1700000000000000001", "5"):
+        assert order.admit(txn_id)
+        order.handled(txn_id)
+    # Synapse on SQLite numbers from 1 again after it restarts: 1 is a new start, not a late one
+    for n in (1, 2, 3):
+        order.handled(str(n))
+    assert order.last == 3 and not order.admit("5")

@@ -1,3 +1,65 @@
+"""Unit tests of bridge/e2ee that need no homeserver: cross-signing, the device's files."""
+import json
+import stat
+
+import pytest
+
+from bridge.e2ee.crosssign import CrossSigning, canonical, verify
+from bridge.e2ee.crypto import EncryptingOutgoing
+
+
 def test_vodozemac_is_what_nio_encrypts_with():
     import nio.crypto
     assert nio.crypto.ENCRYPTION_ENABLED
+
+
+def test_cross_signing_keys_sign_each_other_and_the_device():
+    cross = CrossSigning("@sk_alice:localhost")
+    body = cross.upload_body()
+    master = body["master_key"]
+    (master_id, master_pub), = master["keys"].items()
+    assert master_id == f"ed25519:{master_pub}" and master["usage"] == ["master"]
+    for usage in ("self_signing_key", "user_signing_key"):
+        key = body[usage]
+        assert verify(key, master_pub, key["signatures"]["@sk_alice:localhost"][master_id])
+    device = {"user_id": "@sk_alice:localhost", "device_id": "DEV", "algorithms": ["m.megolm.v1.aes-sha2"],
+              "keys": {"ed25519:DEV": "x"}, "signatures": {"@sk_alice:localhost": {"ed25519:DEV": "own"}},
+              "unsigned": {"device_display_name": "Sidekicks bridge"}}
+    signed = cross.sign_device(device)
+    (ssk_pub,) = body["self_signing_key"]["keys"].values()
+    sigs = signed["signatures"]["@sk_alice:localhost"]
+    assert sigs["ed25519:DEV"] == "own"  # the device's own signature stays
+    assert verify(device, ssk_pub, sigs[f"ed25519:{ssk_pub}"])
+    assert not verify({**device, "device_id": "OTHER"}, ssk_pub, sigs[f"ed25519:{ssk_pub}"])
+    # the same seeds are the same keys (kept across starts)
+    again = CrossSigning("@sk_alice:localhost", cross.seeds())
+    assert again.upload_body()["master_key"]["keys"] == master["keys"]
+
+
+def test_canonical_json_is_sorted_compact_and_unsigned():
+    assert canonical({"b": 1, "a": "é", "signatures": {}, "unsigned": {}}) == '{"a":"é","b":1}'.encode()
+
+
+def test_rooms_the_bridge_makes_are_encrypted_but_not_spaces():
+    outgoing = EncryptingOutgoing(None)
+    room = outgoing.new_room({"name": "x", "initial_state": [{"type": "m.space.parent", "state_key": "!s"}]})
+    assert [s["type"] for s in room["initial_state"]] == ["m.space.parent", "m.room.encryption"]
+    assert room["initial_state"][1]["content"] == {"algorithm": "m.megolm.v1.aes-sha2"}
+    space = {"creation_content": {"type": "m.space"}}
+    assert outgoing.new_room(space) is space
+
+
+@pytest.mark.parametrize("value, expected", [("on", True), ("off", False), (True, True), (False, False)])
+def test_encryption_setting(tmp_path, value, expected):
+    import yaml
+    import config
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"owner": "@me:localhost", "encryption": value,
+                                    "agents": {"a": {"command": ["x"]}}}))
+    assert config.load(path).encryption is expected
+    path.write_text(yaml.safe_dump({"owner": "@me:localhost", "agents": {"a": {"command": ["x"]}}}))
+    assert config.load(path).encryption is True  # the default
+    path.write_text(yaml.safe_dump({"owner": "@me:localhost", "encryption": "maybe",
+                                    "agents": {"a": {"command": ["x"]}}}))
+    with pytest.raises(config.ConfigError, match="encryption: must be on or off"):
+        config.load(path)

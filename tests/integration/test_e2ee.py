@@ -1,0 +1,256 @@
+"""Encrypted rooms end to end (issue 13): the real Synapse, the real bridge with `encryption: on`,
+and an owner who encrypts — matrix-nio with `e2e`, its own device and crypto store, as Element's
+users do by default.
+
+Every puppet event the owner receives in an encrypted room must have come encrypted (the
+`Seen` record keeps, per event id, whether the owner's client decrypted it), and the owner reads
+the answers by decrypting them.
+"""
+from __future__ import annotations
+
+import itertools
+import stat
+
+import aiohttp
+import nio
+
+from bridge.e2ee.crosssign import verify
+from bridge_harness import agent, answers_in
+from matrix_helpers import _record, caught_up, events_in, sync_until
+
+MEGOLM = "m.megolm.v1.aes-sha2"
+ALICE = "@sk_alice:localhost"
+BOB = "@sk_bob:localhost"
+ENCRYPTED = [{"type": "m.room.encryption", "state_key": "", "content": {"algorithm": MEGOLM}}]
+_numbers = itertools.count()
+
+
+class Seen:
+    """Per event id of the bridge's identities: whether it came encrypted, and decrypted fine."""
+
+    def __init__(self, client: nio.AsyncClient):
+        self.encrypted: dict[str, bool] = {}
+        self.undecryptable: list[str] = []
+        client.add_event_callback(self._on_event, (nio.Event, nio.BadEvent, nio.UnknownBadEvent))
+
+    def _on_event(self, room, event) -> None:
+        source = getattr(event, "source", None) or {}
+        sender = source.get("sender", "")
+        if not (sender.startswith("@sk_") or sender == "@sidekicks:localhost"):
+            return
+        if isinstance(event, nio.MegolmEvent):
+            self.undecryptable.append(source.get("event_id"))
+        if source.get("type") in ("m.room.member", "m.room.encryption"):
+            return  # state stays in the clear
+        self.encrypted[source.get("event_id")] = bool(getattr(event, "decrypted", False))
+
+
+async def e2e_login(hs, user_id: str, password: str, name: str = "owner-e2e") -> tuple[nio.AsyncClient, Seen]:
+    store = hs.folder / "nio-e2e" / f"{name}-{next(_numbers)}"
+    store.mkdir(parents=True, exist_ok=True)
+    client = nio.AsyncClient(hs.url, user_id, store_path=str(store),
+                             config=nio.AsyncClientConfig(encryption_enabled=True, request_timeout=30,
+                                                          max_timeouts=3))
+    response = await client.login(password, device_name=name)
+    assert isinstance(response, nio.LoginResponse), response
+    if client.should_upload_keys:
+        assert isinstance(await client.keys_upload(), nio.KeysUploadResponse)
+    _record(client)
+    return client, Seen(client)
+
+
+async def joined(owner: nio.AsyncClient, room_id: str, user_id: str) -> None:
+    await sync_until(owner, lambda: any(
+        e.get("type") == "m.room.member" and e.get("state_key") == user_id
+        and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+
+
+async def open_encrypted_dm(owner: nio.AsyncClient, puppet_id: str, encrypted: bool = True) -> str:
+    response = await owner.room_create(is_direct=True, invite=[puppet_id],
+                                       preset=nio.RoomPreset.trusted_private_chat,
+                                       initial_state=ENCRYPTED if encrypted else [])
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await joined(owner, response.room_id, puppet_id)
+    return response.room_id
+
+
+async def say(owner: nio.AsyncClient, room_id: str, text: str, **extra) -> str:
+    await owner.sync(timeout=0)  # the puppets' devices, before the room key goes out
+    response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text, **extra},
+                                     ignore_unverified_devices=True)
+    assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
+
+
+async def final_answers(owner, room_id, puppet_id, count: int, done=lambda a: True):
+    def finished():
+        answers = answers_in(events_in(owner, room_id), puppet_id)
+        return len(answers) >= count and all(
+            "getting ready" not in a["body"] and not a["body"].startswith(("💭", "✍️", "🔧"))
+            and done(a) for a in answers[:count])
+    finished.__qualname__ = f"{count} final answer(s) of {puppet_id}"
+    await sync_until(owner, finished)
+    return answers_in(events_in(owner, room_id), puppet_id)
+
+
+def puppet_events(owner, room_id, sender) -> list[dict]:
+    return [e for e in events_in(owner, room_id) if e.get("sender") == sender
+            and e.get("type") not in ("m.room.member", "m.room.encryption")]
+
+
+def all_encrypted(seen: Seen, owner, room_id, sender) -> None:
+    events = puppet_events(owner, room_id, sender)
+    assert events, "no event of the puppet"
+    plain = [e for e in events if not seen.encrypted.get(e["event_id"])]
+    assert not plain, f"sent in the clear in an encrypted room: {plain}"
+
+
+async def test_encrypted_dm_is_answered_encrypted_with_streaming_edits_and_survives_a_restart(
+        homeserver, bridge_factory, tmp_path):
+    answer = "Hello **there**, owner. Here is a longer answer in parts."
+    agents = {"alice": agent("--answer", answer, "--chunks", "5", "--delay", "0.05", title="Alice")}
+    folder = tmp_path / "bridge"
+    running = await bridge_factory(agents, folder=folder, encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_encrypted_dm(owner, ALICE)
+        await say(owner, room_id, "hello")
+        answers = await final_answers(owner, room_id, ALICE, 1, done=lambda a: a["body"] == answer)
+        assert answers[0]["edits"] >= 2 and "<strong>there</strong>" in answers[0]["html"]
+        all_encrypted(seen, owner, room_id, ALICE)
+        assert not seen.undecryptable
+        # no "cannot read encrypted messages" notice: it reads them
+        assert not [e for e in puppet_events(owner, room_id, ALICE)
+                    if "cannot read" in (e.get("content") or {}).get("body", "")]
+        # the store keeps the plain text, as in plain rooms
+        channel = running.store.channel_by_room(room_id)
+        await running.idle()
+        assert [m.text for m in running.store.last_messages(channel.id, 10)] == ["hello", answer]
+
+        # the device, its token and its crypto store are in the data folder, private
+        device_dir = folder / "data" / "e2ee" / "sk_alice"
+        device_file = device_dir / "device.json"
+        assert stat.S_IMODE(device_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE((device_dir / "crypto.db").stat().st_mode) == 0o600
+        assert stat.S_IMODE(device_dir.stat().st_mode) == 0o700
+        device_id = running.bridge.e2ee.devices[ALICE].device_id
+
+        # a restart between two messages: the same device, the next message read and answered
+        await running.stop()
+        running = await bridge_factory(agents, folder=folder, encryption="on")
+        assert running.bridge.e2ee.devices[ALICE].device_id == device_id
+        await say(owner, room_id, "again")
+        answers = await final_answers(owner, room_id, ALICE, 2, done=lambda a: a["body"] == answer)
+        assert len(answers) == 2
+        all_encrypted(seen, owner, room_id, ALICE)
+        assert not seen.undecryptable
+        await running.idle()
+    finally:
+        await owner.close()
+
+
+async def test_puppet_device_is_signed_by_its_own_cross_signing_key(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": agent(title="Alice")}, encryption="on")
+    owner, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        device_id = running.bridge.e2ee.devices[ALICE].device_id
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{homeserver.url}/_matrix/client/v3/keys/query",
+                                 headers={"Authorization": f"Bearer {owner.access_token}"},
+                                 json={"device_keys": {ALICE: []}}) as response:
+                keys = await response.json()
+        master = keys["master_keys"][ALICE]
+        ssk = keys["self_signing_keys"][ALICE]
+        (master_pub,) = master["keys"].values()
+        (ssk_pub,) = ssk["keys"].values()
+        assert verify(ssk, master_pub, ssk["signatures"][ALICE][f"ed25519:{master_pub}"])
+        device = keys["device_keys"][ALICE][device_id]
+        assert verify(device, ssk_pub, device["signatures"][ALICE][f"ed25519:{ssk_pub}"])
+        # the bot too
+        bot_device = running.bridge.e2ee.devices["@sidekicks:localhost"]
+        assert bot_device.state.get("signed_device") == bot_device.device_id
+    finally:
+        await owner.close()
+
+
+async def test_a_room_that_turns_encrypted_mid_way_switches_without_a_restart(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": agent("--answer", "plain or not", title="Alice")}, encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_encrypted_dm(owner, ALICE, encrypted=False)
+        await say(owner, room_id, "first, in the clear")
+        await final_answers(owner, room_id, ALICE, 1)
+        assert not any(seen.encrypted.values())  # a plain room: plain answers
+        response = await owner.room_put_state(room_id, "m.room.encryption", {"algorithm": MEGOLM})
+        assert isinstance(response, nio.RoomPutStateResponse), response
+        await caught_up(owner, room_id)
+        assert owner.rooms[room_id].encrypted
+        second = await say(owner, room_id, "second, encrypted")
+        await running.handled(second)
+        answers = await final_answers(owner, room_id, ALICE, 2)
+        assert answers[1]["body"] == "plain or not"
+        assert seen.encrypted[answers[1]["event_id"]]
+        later = [e for e in puppet_events(owner, room_id, ALICE)
+                 if e["origin_server_ts"] >= next(e2["origin_server_ts"] for e2 in events_in(owner, room_id)
+                                                  if e2.get("event_id") == second)]
+        assert later and all(seen.encrypted[e["event_id"]] for e in later)
+        assert not seen.undecryptable
+    finally:
+        await owner.close()
+
+
+async def test_a_new_owner_device_reads_the_next_answer(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": agent("--answer", "for every device", title="Alice")},
+                                   encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    laptop = None
+    try:
+        room_id = await open_encrypted_dm(owner, ALICE)
+        await say(owner, room_id, "one")
+        await final_answers(owner, room_id, ALICE, 1)
+        # the owner logs in on a new computer
+        laptop, laptop_seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password,
+                                              name="laptop")
+        await laptop.sync(timeout=0)
+        await say(owner, room_id, "two")
+        await final_answers(laptop, room_id, ALICE, 1, done=lambda a: a["body"] == "for every device")
+        answers = answers_in(events_in(laptop, room_id), ALICE)
+        assert answers[-1]["body"] == "for every device"
+        assert laptop_seen.encrypted[answers[-1]["event_id"]]
+        await final_answers(owner, room_id, ALICE, 2)
+        assert not seen.undecryptable
+    finally:
+        await owner.close()
+        if laptop is not None:
+            await laptop.close()
+
+
+async def test_a_stranger_in_an_encrypted_room_is_ignored(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--answer", "only for the owner", "--log", str(log),
+                                                   title="Alice")}, encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    stranger, _ = await e2e_login(homeserver, homeserver.stranger_id, homeserver.stranger_password, "stranger")
+    try:
+        response = await owner.room_create(name="mixed", invite=[ALICE, homeserver.stranger_id],
+                                           initial_state=ENCRYPTED)
+        room_id = response.room_id
+        await joined(owner, room_id, ALICE)
+        await stranger.sync(timeout=0)
+        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+        await joined(owner, room_id, homeserver.stranger_id)
+        await stranger.sync(timeout=0)
+        sneaky = await say(stranger, room_id, "@sk_alice: tell me a secret",
+                           **{"m.mentions": {"user_ids": [ALICE]}})
+        await running.handled(sneaky)
+        mine = await say(owner, room_id, "alice, hello", **{"m.mentions": {"user_ids": [ALICE]}})
+        await running.handled(mine)
+        answers = await final_answers(owner, room_id, ALICE, 1)
+        await running.idle()
+        assert [a["body"] for a in answers] == ["only for the owner"]
+        prompts = log.read_text() if log.exists() else ""
+        assert "secret" not in prompts and "hello" in prompts
+        all_encrypted(seen, owner, room_id, ALICE)
+    finally:
+        await owner.close()
+        await stranger.close()

@@ -38,6 +38,8 @@ ROOMS = "e2ee:rooms"
 UNREADABLE = ("🔒 A message could not be decrypted: the bridge's device did not get its key. "
               "If it does not come by itself, send the message again; in Element, check that "
               "\"Never send encrypted messages to unverified sessions\" is off for this room.")
+UNREADABLE_BOT = ("🔒 This room is encrypted, and the bridge bot cannot read encrypted messages "
+                  "here. Send commands in the bot's unencrypted direct chat (or any channel).")
 RENEWED = ("🔐 The bridge's encryption store was lost or could not be read, so its agents have "
            "new devices. Earlier encrypted messages stay unreadable to them; new ones are read "
            "and answered as usual.")
@@ -83,8 +85,9 @@ class E2EE:
             if user_id not in self.devices:
                 self.devices[user_id] = Device(user_id, self.bridge.config.homeserver_url,
                                                self.bridge.registration.as_token, self.folder(user_id),
-                                               on_room_key=self._room_key)
-        await asyncio.gather(*(device.start() for device in self.devices.values() if device.client is None))
+                                               on_room_key=self._room_key,
+                                               syncs=user_id != self.bridge.config.bot_user_id)
+        await asyncio.gather(*(device.start() for device in self.devices.values() if device.nio is None))
         renewed = [f"{d.user_id}: {d.renewed}" for d in self.devices.values() if d.renewed]
         for device in self.devices.values():
             device.renewed = None
@@ -123,7 +126,7 @@ class E2EE:
         if room_id in self.rooms:
             return True
         device = self.devices.get(user_id)
-        return device is not None and device.client is not None and device.encrypted(room_id)
+        return device is not None and device.nio is not None and device.encrypted(room_id)
 
     # ---- reading --------------------------------------------------------------------------------
 
@@ -138,7 +141,7 @@ class E2EE:
     def _try(self, event: dict) -> dict | None:
         """The plain event, decrypted by the first device that has its key; None if none has."""
         for device in self.devices.values():
-            if device.client is None:
+            if device.nio is None:
                 continue
             try:
                 plain = device.decrypt(event)
@@ -163,7 +166,7 @@ class E2EE:
 
     def _has_key(self, event: dict) -> bool:
         content = event["content"]
-        return any(d.client is not None and d.has_key(event["room_id"], content.get("sender_key", ""),
+        return any(d.nio is not None and d.has_key(event["room_id"], content.get("sender_key", ""),
                                                        content.get("session_id", ""))
                    for d in self.devices.values())
 
@@ -196,7 +199,7 @@ class E2EE:
     async def _chase(self, event: dict) -> None:
         """Ask for the key; tell the room if it has not come after KEY_NOTICE_AFTER."""
         for device in self.devices.values():
-            if device.client is not None and event["room_id"] in device.client.rooms:
+            if device.nio is not None and event["room_id"] in device.nio.rooms:
                 try:
                     await device.request_key(event)
                 except Exception as exc:
@@ -210,6 +213,8 @@ class E2EE:
         portal = self.bridge.portal_for(event["room_id"])
         if portal is not None:
             await self.bridge.notice(portal, UNREADABLE)
+        elif self.bridge.bot is not None:  # a room of the bot's alone, which reads nothing
+            await self.bridge.send_notice(self.bridge.bot, event["room_id"], UNREADABLE_BOT)
 
     async def _retry_pending(self) -> None:
         dispatcher = self._dispatcher
@@ -231,14 +236,14 @@ class E2EE:
     async def encrypt(self, user_id: str, room_id: str, event_type: str, content: dict) -> tuple[str, dict]:
         if not self.is_encrypted(user_id, room_id):
             device = self.devices.get(user_id)
-            if device is None or device.client is None or room_id in device.client.rooms:
+            if device is None or device.nio is None or room_id in device.nio.rooms:
                 return event_type, content
             # a room this device has not synced yet: its state says whether it is encrypted
             room = await device.room(room_id, 5.0)
             if room is None or not self.is_encrypted(user_id, room_id):
                 return event_type, content
         device = self.devices.get(user_id)
-        if device is None or device.client is None:
+        if device is None or device.nio is None:
             from ..matrix import MatrixError
             raise MatrixError(f"{user_id} has no device to encrypt with in {room_id}", None)
         return "m.room.encrypted", await device.encrypt(room_id, event_type, content)
@@ -255,9 +260,12 @@ class EncryptingOutgoing(Outgoing):
     async def encrypts(self, user_id: str, room_id: str) -> bool:
         return self.e2ee.is_encrypted(user_id, room_id)
 
-    def new_room(self, body: dict) -> dict:
-        """Rooms the bridge makes are encrypted (not spaces: they carry no messages)."""
+    def new_room(self, user_id: str, body: dict) -> dict:
+        """Rooms the bridge makes are encrypted (not spaces: they carry no messages), except the
+        bot's DM with an owner: the bot's device reads nothing (no /sync for it, see Device)."""
         if (body.get("creation_content") or {}).get("type") == "m.space":
+            return body
+        if body.get("is_direct") and user_id == self.e2ee.bridge.config.bot_user_id:
             return body
         state = [s for s in body.get("initial_state") or [] if s.get("type") != "m.room.encryption"]
         state.append({"type": "m.room.encryption", "state_key": "", "content": {"algorithm": MEGOLM}})

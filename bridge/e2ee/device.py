@@ -93,13 +93,18 @@ class Device:
     """One identity's device: login, keys, /sync, room keys in and out."""
 
     def __init__(self, user_id: str, homeserver: str, as_token: str, folder: Path,
-                 on_room_key: Callable[["Device", str, str], None] | None = None):
+                 on_room_key: Callable[["Device", str, str], None] | None = None,
+                 syncs: bool = True):
         self.user_id = user_id
+        # Synapse serves no /sync to an appservice's own sender user (the bridge bot): its
+        # device sends encrypted, with the rooms' members read when it needs them, and reads
+        # none (the rooms it is in with the owner alone stay unencrypted)
+        self.syncs = syncs
         self.homeserver = homeserver
         self.as_token = as_token
         self.folder = folder
         self.on_room_key = on_room_key or (lambda device, room_id, session_id: None)
-        self.client: nio.AsyncClient | None = None
+        self.nio: nio.AsyncClient | None = None
         self.state: dict[str, Any] = {}
         self.renewed: str | None = None  # why the device was made anew (the store was lost)
         self.outbound: dict[str, Outbound] = {}
@@ -167,8 +172,9 @@ class Device:
                 raise MatrixError(f"{self.user_id}: the crypto store cannot be opened", None)
         await self._publish_keys()
         await self._cross_sign()
-        await self._sync_once(full_state=True)
-        self._task = asyncio.create_task(self._sync_forever(), name=f"sync {self.user_id}")
+        if self.syncs:
+            await self._sync_once(full_state=True)
+            self._task = asyncio.create_task(self._sync_forever(), name=f"sync {self.user_id}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -179,17 +185,17 @@ class Device:
             await self._http.close()
 
     async def _close_client(self) -> None:
-        if self.client is not None:
+        if self.nio is not None:
             try:
-                await self.client.close()
+                await self.nio.close()
             except Exception:
                 pass
-            if self.client.store is not None:
+            if self.nio.store is not None:
                 try:
-                    self.client.store.database.close()
+                    self.nio.store.database.close()
                 except Exception:
                     pass
-            self.client = None
+            self.nio = None
 
     async def _raw(self, method: str, path: str, body: Any = None, token: str | None = None,
                    ok=(200,)) -> tuple[int, dict]:
@@ -258,7 +264,7 @@ class Device:
             self.renewed = "its crypto store did not hold the device's keys"
             asyncio.ensure_future(client.close())
             return False
-        self.client = client
+        self.nio = client
         client.add_to_device_callback(self._room_key, (nio.RoomKeyEvent, nio.ForwardedRoomKeyEvent))
         return True
 
@@ -267,14 +273,14 @@ class Device:
     async def _publish_keys(self) -> None:
         """Upload the device keys and one-time keys that need it, with backoff."""
         delay = 0.5
-        while self.client.should_upload_keys:
-            response = await self.client.keys_upload()
+        while self.nio.should_upload_keys:
+            response = await self.nio.keys_upload()
             if isinstance(response, nio.KeysUploadResponse):
                 break
             log.warning("%s: key upload failed (%s); trying again in %.1f s", self.user_id, response, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30)
-        ed25519 = self.client.olm.account.identity_keys["ed25519"]
+        ed25519 = self.nio.olm.account.identity_keys["ed25519"]
         if self.state.get("published") != ed25519:
             self.state["published"] = ed25519
             self._save()
@@ -310,7 +316,7 @@ class Device:
         log.info("%s: device %s signed by its cross-signing key", self.user_id, self.device_id)
 
     async def _keys_housekeeping(self) -> None:
-        client = self.client
+        client = self.nio
         if client.should_upload_keys:
             await self._publish_keys()
         if client.should_query_keys:
@@ -323,15 +329,15 @@ class Device:
 
     async def query_keys(self) -> None:
         async with self._query_lock:
-            if self.client.should_query_keys:
-                response = await self.client.keys_query()
+            if self.nio.should_query_keys:
+                response = await self.nio.keys_query()
                 if not isinstance(response, nio.KeysQueryResponse):
                     raise MatrixError(f"{self.user_id}: key query failed: {response}", None)
 
     # ---- /sync ----------------------------------------------------------------------------------
 
     async def _sync_once(self, full_state: bool = False, timeout: int = 0) -> None:
-        response = await self.client.sync(timeout=timeout, sync_filter=SYNC_FILTER,
+        response = await self.nio.sync(timeout=timeout, sync_filter=SYNC_FILTER,
                                           since=self.state.get("sync_token") or None,
                                           full_state=full_state or None)
         if not isinstance(response, nio.SyncResponse):
@@ -360,9 +366,11 @@ class Device:
 
     async def room(self, room_id: str, timeout: float) -> nio.MatrixRoom | None:
         """The room as this device's /sync knows it, once it does (None after `timeout`)."""
+        if not self.syncs:
+            return await self._read_room(room_id)
         deadline = time.monotonic() + timeout
         async with self._synced:
-            while room_id not in self.client.rooms:
+            while room_id not in self.nio.rooms:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
@@ -370,12 +378,28 @@ class Device:
                     await asyncio.wait_for(self._synced.wait(), remaining)
                 except asyncio.TimeoutError:
                     return None
-        return self.client.rooms[room_id]
+        return self.nio.rooms[room_id]
+
+    async def _read_room(self, room_id: str) -> nio.MatrixRoom | None:
+        """A device without /sync: the room's members and encryption, read now; their devices
+        are queried again each time (a new device of a member is seen without device lists)."""
+        status, body = await self._raw("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/members")
+        if status != 200:
+            return None
+        settings = await self.settings_of(room_id)
+        room = nio.MatrixRoom(room_id, self.user_id, encrypted=bool(settings.get("algorithm")))
+        for event in body.get("chunk") or []:
+            membership = (event.get("content") or {}).get("membership")
+            if event.get("state_key") and membership in ("join", "invite"):
+                room.add_member(event["state_key"], None, None, invited=membership == "invite")
+        self.nio.rooms[room_id] = room
+        self.nio.olm.users_for_key_query.update(room.users)
+        return room
 
     def encrypted(self, room_id: str) -> bool:
-        room = self.client.rooms.get(room_id) if self.client else None
+        room = self.nio.rooms.get(room_id) if self.nio else None
         return bool(room is not None and room.encrypted) or (
-            self.client is not None and room_id in self.client.encrypted_rooms)
+            self.nio is not None and room_id in self.nio.encrypted_rooms)
 
     # ---- room keys in ---------------------------------------------------------------------------
 
@@ -385,13 +409,13 @@ class Device:
             self.on_room_key(self, room_id, session_id)
 
     def has_key(self, room_id: str, sender_key: str, session_id: str) -> bool:
-        return self.client.olm.inbound_group_store.get(room_id, sender_key, session_id) is not None
+        return self.nio.olm.inbound_group_store.get(room_id, sender_key, session_id) is not None
 
     def decrypt(self, event: dict) -> dict | None:
         """The plain event of an m.room.encrypted `event`, or None without its room key.
         ValueError if it cannot be decrypted with the key (or is a replay)."""
         content, room_id = event["content"], event["room_id"]
-        session = self.client.olm.inbound_group_store.get(room_id, content.get("sender_key", ""),
+        session = self.nio.olm.inbound_group_store.get(room_id, content.get("sender_key", ""),
                                                           content.get("session_id", ""))
         if session is None:
             return None
@@ -429,7 +453,7 @@ class Device:
     # ---- room keys out, and encrypting ----------------------------------------------------------
 
     async def settings_of(self, room_id: str) -> dict:
-        if room_id not in self.settings:
+        if room_id not in self.settings or not self.syncs:
             status, body = await self._raw(
                 "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
             self.settings[room_id] = body if status == 200 else {}
@@ -447,7 +471,7 @@ class Device:
             room = await self.room(room_id, 30.0)
             if room is None:
                 raise MatrixError(f"{self.user_id}: {room_id} is not known to its device yet", None)
-            if self.client.should_query_keys:
+            if self.nio.should_query_keys:
                 await self.query_keys()
             members = set(room.users) | set(room.invited_users)
             outbound = self.outbound.get(room_id)
@@ -458,8 +482,8 @@ class Device:
                 outbound = Outbound(members, ms if isinstance(ms, int) and ms > 0 else DEFAULT_ROTATION_MS,
                                     msgs if isinstance(msgs, int) and msgs > 0 else DEFAULT_ROTATION_MSGS)
                 self.outbound[room_id] = outbound
-                keys = self.client.olm.account.identity_keys
-                self.client.olm.create_group_session(keys["curve25519"], keys["ed25519"], room_id,
+                keys = self.nio.olm.account.identity_keys
+                self.nio.olm.create_group_session(keys["curve25519"], keys["ed25519"], room_id,
                                                      outbound.session.id, outbound.session.session_key)
                 log.info("%s: new room key for %s", self.user_id, room_id)
             outbound.members |= members
@@ -468,7 +492,7 @@ class Device:
             ciphertext = outbound.session.encrypt(json.dumps(payload, ensure_ascii=False,
                                                              separators=(",", ":")))
             encrypted = {"algorithm": MEGOLM,
-                         "sender_key": self.client.olm.account.identity_keys["curve25519"],
+                         "sender_key": self.nio.olm.account.identity_keys["curve25519"],
                          "ciphertext": ciphertext, "session_id": outbound.session.id,
                          "device_id": self.device_id}
             relates = content.get("m.relates_to")
@@ -477,7 +501,7 @@ class Device:
             return encrypted
 
     async def _share(self, room_id: str, outbound: Outbound, members: set[str]) -> None:
-        olm = self.client.olm
+        olm = self.nio.olm
         need = [(user_id, device) for user_id in sorted(members)
                 for device in olm.device_store.active_user_devices(user_id)
                 if not (user_id == self.user_id and device.id == self.device_id)
@@ -491,7 +515,7 @@ class Device:
         if missing:
             delay = 0.5
             for attempt in range(5):
-                response = await self.client.keys_claim(missing)
+                response = await self.nio.keys_claim(missing)
                 if isinstance(response, nio.KeysClaimResponse):
                     break
                 log.warning("%s: key claim failed (%s); again in %.1f s", self.user_id, response, delay)

@@ -41,12 +41,22 @@ def test_canonical_json_is_sorted_compact_and_unsigned():
 
 
 def test_rooms_the_bridge_makes_are_encrypted_but_not_spaces():
-    outgoing = EncryptingOutgoing(None)
-    room = outgoing.new_room({"name": "x", "initial_state": [{"type": "m.space.parent", "state_key": "!s"}]})
+    class Bridge:
+        class config:
+            bot_user_id = "@sidekicks:localhost"
+
+    class E2EE:
+        bridge = Bridge
+
+    outgoing = EncryptingOutgoing(E2EE)
+    room = outgoing.new_room("@sidekicks:localhost", {"name": "x", "initial_state": [{"type": "m.space.parent", "state_key": "!s"}]})
     assert [s["type"] for s in room["initial_state"]] == ["m.space.parent", "m.room.encryption"]
     assert room["initial_state"][1]["content"] == {"algorithm": "m.megolm.v1.aes-sha2"}
     space = {"creation_content": {"type": "m.space"}}
-    assert outgoing.new_room(space) is space
+    assert outgoing.new_room("@sidekicks:localhost", space) is space
+    dm = {"is_direct": True, "preset": "trusted_private_chat"}
+    assert outgoing.new_room("@sidekicks:localhost", dm) is dm  # the bot's DM: it reads nothing
+    assert outgoing.new_room("@sk_alice:localhost", dm)["initial_state"][0]["type"] == "m.room.encryption"
 
 
 @pytest.mark.parametrize("value, expected", [("on", True), ("off", False), (True, True), (False, False)])

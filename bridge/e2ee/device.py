@@ -291,8 +291,11 @@ class Device:
             return
         cross = CrossSigning(self.user_id, self.state.get("cross_signing"))
         if "cross_signing" not in self.state:
-            status, body = await self._raw("POST", "/_matrix/client/v3/keys/device_signing/upload",
-                                           cross.upload_body())
+            # as the appservice (as_token, masquerading): a first upload needs no interactive
+            # auth (MSC3967), nor does replacing keys lost with the data folder (MSC4190)
+            status, body = await self._raw(
+                "POST", f"/_matrix/client/v3/keys/device_signing/upload?user_id={_q(self.user_id)}",
+                cross.upload_body(), token=self.as_token)
             if status != 200:
                 log.warning("%s: cross-signing keys not uploaded: %s %s (the device stays unsigned)",
                             self.user_id, status, body.get("error", body))

@@ -259,3 +259,94 @@ async def test_a_stranger_in_an_encrypted_room_is_ignored(homeserver, bridge_fac
     finally:
         await owner.close()
         await stranger.close()
+
+
+def prompts_of(log_path) -> list[str]:
+    import json
+    if not log_path.exists():
+        return []
+    texts = []
+    for line in log_path.read_text().splitlines():
+        message = json.loads(line) if line.strip() else {}
+        if message.get("method") == "session/prompt":
+            texts.append("".join(block.get("text", "") for block in message["params"]["prompt"]))
+    return texts
+
+
+async def react(owner, room_id: str, event_id: str, key: str) -> None:
+    response = await owner.room_send(room_id, "m.reaction", {"m.relates_to": {
+        "rel_type": "m.annotation", "event_id": event_id, "key": key}}, ignore_unverified_devices=True)
+    assert isinstance(response, nio.RoomSendResponse), response
+
+
+async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_plain_one(
+        homeserver, bridge_factory, tmp_path):
+    goroutines = "Goroutines are light threads…"
+    logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
+    running = await bridge_factory({
+        "alice": agent("--answer", goroutines, "--log", str(logs["alice"]), title="Alice"),
+        "bob": agent("--log", str(logs["bob"]), title="Bob")}, encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        response = await owner.room_create(name="general", invite=[ALICE, BOB], initial_state=ENCRYPTED)
+        room_id = response.room_id
+        await joined(owner, room_id, ALICE)
+        await joined(owner, room_id, BOB)
+
+        # the ADR example: only alice answers, then bob reads exactly what he missed
+        await say(owner, room_id, "@alice explain goroutines")
+        await final_answers(owner, room_id, ALICE, 1)
+        await running.idle()
+        await say(owner, room_id, "@bob what do you think?")
+        await final_answers(owner, room_id, BOB, 1)
+        await running.idle()
+        assert prompts_of(logs["alice"]) == ["@alice explain goroutines"]
+        assert prompts_of(logs["bob"]) == [
+            "[Messages in #general you have not seen yet]\n"
+            "user: @alice explain goroutines\n"
+            f"alice: {goroutines}\n"
+            "[End of the messages]\n"
+            "The user now writes to you (answer directly, without your name in front):\n"
+            "@bob what do you think?"]
+
+        # mention order from the decrypted body and m.mentions (an Element pill for bob)
+        text = "@alice and Bob: review this"
+        html = f'@alice and <a href="https://matrix.to/#/{BOB}">Bob</a>: review this'
+        await say(owner, room_id, text, format="org.matrix.custom.html", formatted_body=html,
+                  **{"m.mentions": {"user_ids": [BOB]}})
+        await final_answers(owner, room_id, ALICE, 2)
+        await final_answers(owner, room_id, BOB, 2)
+        await running.idle()
+        ids = [e["event_id"] for e in events_in(owner, room_id)]
+        alice_2 = answers_in(events_in(owner, room_id), ALICE)[1]
+        bob_2 = answers_in(events_in(owner, room_id), BOB)[1]
+        assert ids.index(alice_2["event_id"]) < ids.index(bob_2["event_id"])
+        assert prompts_of(logs["alice"])[-1].endswith(f"answer directly, without your name in front):\n{text}")
+
+        # a permission asked by bob, decided by the owner's (encrypted) reaction
+        await say(owner, room_id, "@bob [[permission]] please write notes")
+
+        def prompt():
+            found = [m for m in answers_in(events_in(owner, room_id), BOB) if "asks permission" in m["history"][0]]
+            if not found:
+                return None
+            keys = [e["content"]["m.relates_to"]["key"] for e in events_in(owner, room_id)
+                    if e.get("type") == "m.reaction" and e.get("sender") == BOB
+                    and e["content"].get("m.relates_to", {}).get("event_id") == found[0]["event_id"]]
+            return found[0] if len(keys) == 2 else None
+        await sync_until(owner, lambda: prompt() is not None)
+        await react(owner, room_id, prompt()["event_id"], "1\ufe0f\u20e3")
+        await sync_until(owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), BOB)))
+        await running.idle()
+
+        # !stop ends bob's held answer
+        await say(owner, room_id, f"@bob [[chunks:2]] [[hold:{tmp_path / 'never'}]] count slowly")
+        await sync_until(owner, lambda: any("echo" in a["body"] for a in answers_in(events_in(owner, room_id), BOB)))
+        await say(owner, room_id, "!stop")
+        await sync_until(owner, lambda: answers_in(events_in(owner, room_id), BOB)[-1]["body"].endswith("⏹ stopped"))
+        await running.idle()
+        for puppet in (ALICE, BOB):
+            all_encrypted(seen, owner, room_id, puppet)
+        assert not unreadable(seen, room_id)
+    finally:
+        await owner.close()

@@ -114,9 +114,10 @@ class E2EE:
 
     # ---- rooms ----------------------------------------------------------------------------------
 
-    def mark_encrypted(self, room_id: str) -> None:
-        for device in self.devices.values():
-            device.forget_settings(room_id)  # (new) settings: the next event starts a new key
+    def mark_encrypted(self, room_id: str, settings_changed: bool = False) -> None:
+        if settings_changed:  # an m.room.encryption event: the next event starts a new key
+            for device in self.devices.values():
+                device.forget_settings(room_id)
         if room_id not in self.rooms:
             self.rooms.add(room_id)
             self.bridge.store.set_value(ROOMS, json.dumps(sorted(self.rooms)))
@@ -284,7 +285,7 @@ class Decrypting(Encryption):
         return None
 
     async def room_encrypted(self, room_id: str) -> None:
-        self.e2ee.mark_encrypted(room_id)
+        self.e2ee.mark_encrypted(room_id, settings_changed=True)
 
     async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
         await self.e2ee.encrypted_event(event, dispatcher)

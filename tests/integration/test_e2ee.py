@@ -81,6 +81,8 @@ async def open_encrypted_dm(owner: nio.AsyncClient, puppet_id: str, encrypted: b
 
 async def say(owner: nio.AsyncClient, room_id: str, text: str, **extra) -> str:
     await owner.sync(timeout=0)  # the puppets' devices, before the room key goes out
+    if owner.should_query_keys:  # as a client's sync loop does (nio's room_send does not)
+        assert isinstance(await owner.keys_query(), nio.KeysQueryResponse)
     response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text, **extra},
                                      ignore_unverified_devices=True)
     assert isinstance(response, nio.RoomSendResponse), response
@@ -347,6 +349,38 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
         await running.idle()
         for puppet in (ALICE, BOB):
             all_encrypted(seen, owner, room_id, puppet)
+        assert not unreadable(seen, room_id)
+    finally:
+        await owner.close()
+
+
+async def test_a_lost_crypto_store_makes_a_new_device_says_so_once_and_new_messages_are_read(
+        homeserver, bridge_factory, tmp_path):
+    from bridge.e2ee.crypto import RENEWED
+    agents = {"alice": agent("--answer", "still here", title="Alice")}
+    folder = tmp_path / "bridge"
+    running = await bridge_factory(agents, folder=folder, encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_encrypted_dm(owner, ALICE)
+        await say(owner, room_id, "before")
+        await final_answers(owner, room_id, ALICE, 1)
+        old_device = running.bridge.e2ee.devices[ALICE].device_id
+        await running.stop()
+        for path in (folder / "data" / "e2ee" / "sk_alice").glob("crypto.db*"):
+            path.unlink()
+        running = await bridge_factory(agents, folder=folder, encryption="on")
+        new_device = running.bridge.e2ee.devices[ALICE].device_id
+        assert new_device != old_device
+        bot_dm = running.store.get_value(f"bot_dm:{homeserver.owner_id}")
+        assert bot_dm is not None
+        await owner.join(bot_dm)
+        await sync_until(owner, lambda: [e["content"].get("body") for e in events_in(owner, bot_dm)
+                                         if e.get("sender") == "@sidekicks:localhost"
+                                         and e.get("type") == "m.room.message"].count(RENEWED) == 1)
+        await say(owner, room_id, "after")
+        answers = await final_answers(owner, room_id, ALICE, 2)
+        assert answers[1]["body"] == "still here" and seen.encrypted[answers[1]["event_id"]]
         assert not unreadable(seen, room_id)
     finally:
         await owner.close()

@@ -325,7 +325,7 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
         assert ids.index(alice_2["event_id"]) < ids.index(bob_2["event_id"])
         assert prompts_of(logs["alice"])[-1].endswith(f"answer directly, without your name in front):\n{text}")
 
-        # a permission asked by bob, decided by the owner's (encrypted) reaction
+        # a permission asked by bob, decided by the owner's reaction (in the clear, as Element sends it)
         await say(owner, room_id, "@bob [[permission]] please write notes")
 
         def prompt():
@@ -384,3 +384,48 @@ async def test_a_lost_crypto_store_makes_a_new_device_says_so_once_and_new_messa
         assert not unreadable(seen, room_id)
     finally:
         await owner.close()
+
+
+async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answered_twice(tmp_path):
+    """The bridge as `sidekicks run` in a subprocess, killed (SIGKILL) while it streams an
+    encrypted answer, started again: the cut answer is marked, the next message is read and
+    answered once, every puppet event decrypts."""
+    from bridge_harness import write_config
+    from matrix_helpers import private_homeserver
+    from test_kill9 import BridgeProcess
+
+    async with private_homeserver(tmp_path / "hs") as hs:
+        release = tmp_path / "release"
+        config = write_config(hs, tmp_path / "bridge",
+                              {"alice": agent("--chunks", "4", "--delay", "0.05", title="Alice")},
+                              encryption="on")
+        bridge = BridgeProcess(config, tmp_path / "xdg", tmp_path / "bridge.log")
+        owner, seen = await e2e_login(hs, hs.owner_id, hs.owner_password)
+        try:
+            bridge.start()
+            await bridge.ready()
+            room_id = await open_encrypted_dm(owner, ALICE)
+            await say(owner, room_id, f"first [[chunks:2]] [[hold:{release}]]")
+            await sync_until(owner, lambda: any("echo" in a["body"]
+                                                for a in answers_in(events_in(owner, room_id), ALICE)))
+            bridge.kill()  # mid-answer: the second part waits for `release`
+            release.touch()  # (the hold is in the next prompt's context too)
+            bridge.start()
+            await bridge.ready()
+            await say(owner, room_id, "second")
+            def second_answered():
+                return [a for a in answers_in(events_in(owner, room_id), ALICE)
+                        if a["body"].startswith("echo:") and a["body"].endswith("second")]
+            await sync_until(owner, second_answered)
+            await caught_up(owner, room_id)
+            answers = answers_in(events_in(owner, room_id), ALICE)
+            texts = [a["body"] for a in answers]
+            assert len(second_answered()) == 1, texts
+            assert [t for t in texts if "interrupted" in t] == [texts[0]], texts  # cut, not run twice
+            all_encrypted(seen, owner, room_id, ALICE)
+            assert not unreadable(seen, room_id)
+            await bridge.stop()
+        finally:
+            if bridge.proc is not None and bridge.proc.poll() is None:
+                bridge.kill()
+            await owner.close()

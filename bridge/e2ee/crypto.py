@@ -86,7 +86,8 @@ class E2EE:
                 self.devices[user_id] = Device(user_id, self.bridge.config.homeserver_url,
                                                self.bridge.registration.as_token, self.folder(user_id),
                                                on_room_key=self._room_key,
-                                               syncs=user_id != self.bridge.config.bot_user_id)
+                                               syncs=user_id != self.bridge.config.bot_user_id,
+                                               may_request=self.bridge.is_owner)
         await asyncio.gather(*(device.start() for device in self.devices.values() if device.nio is None))
         renewed = [f"{d.user_id}: {d.renewed}" for d in self.devices.values() if d.renewed]
         for device in self.devices.values():

@@ -55,6 +55,7 @@ SYNC_FILTER = {
         "account_data": {"types": []},
     },
 }
+OWN_SESSIONS_KEPT = 200  # room keys of this device given again when an owner's device asks
 DEFAULT_ROTATION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_ROTATION_MSGS = 100
 
@@ -94,8 +95,10 @@ class Device:
 
     def __init__(self, user_id: str, homeserver: str, as_token: str, folder: Path,
                  on_room_key: Callable[["Device", str, str], None] | None = None,
-                 syncs: bool = True):
+                 syncs: bool = True, may_request: Callable[[str], bool] | None = None):
         self.user_id = user_id
+        # who may ask this device for its room keys (the owners; in rooms they are in)
+        self.may_request = may_request or (lambda user_id: False)
         # Synapse serves no /sync to an appservice's own sender user (the bridge bot): its
         # device sends encrypted, with the rooms' members read when it needs them, and reads
         # none (the rooms it is in with the owner alone stay unencrypted)
@@ -345,6 +348,12 @@ class Device:
                                           full_state=full_state or None)
         if not isinstance(response, nio.SyncResponse):
             raise MatrixError(f"{self.user_id}: sync failed: {response}", None)
+        for event in response.to_device_events:
+            if isinstance(event, nio.RoomKeyRequest):
+                try:
+                    await self._answer_key_request(event)
+                except Exception as exc:
+                    log.warning("%s: a key request of %s not answered: %s", self.user_id, event.sender, exc)
         # every to-device message of this sync is handled and its keys are stored: only now
         # does the next sync start after it
         self.state["sync_token"] = response.next_batch
@@ -488,6 +497,11 @@ class Device:
                 keys = self.nio.olm.account.identity_keys
                 self.nio.olm.create_group_session(keys["curve25519"], keys["ed25519"], room_id,
                                                      outbound.session.id, outbound.session.session_key)
+                own = self.state.setdefault("own_sessions", {})
+                own[outbound.session.id] = {"room_id": room_id, "key": outbound.session.session_key}
+                for old in list(own)[:-OWN_SESSIONS_KEPT]:
+                    del own[old]
+                self._save()
                 log.info("%s: new room key for %s", self.user_id, room_id)
             outbound.members |= members
             await self._share(room_id, outbound, members)
@@ -502,6 +516,43 @@ class Device:
             if isinstance(relates, dict):
                 encrypted["m.relates_to"] = relates
             return encrypted
+
+    async def _answer_key_request(self, request: "nio.RoomKeyRequest") -> None:
+        """An owner's device asks for a room key this device made, in a room the owner is in:
+        the key is sent again to that device (as the m.room_key it first was, from the index
+        it began at). Anyone else, another room, or a key not this device's: no answer."""
+        olm = self.nio.olm
+        room = self.nio.rooms.get(request.room_id)
+        own = (self.state.get("own_sessions") or {}).get(request.session_id)
+        if not self.may_request(request.sender) or room is None \
+                or request.sender not in room.users or request.sender in room.invited_users \
+                or own is None or own.get("room_id") != request.room_id \
+                or request.sender_key != olm.account.identity_keys["curve25519"]:
+            log.info("%s: key request of %s for %s not answered (not theirs to ask)",
+                     self.user_id, request.sender, request.room_id)
+            return
+        device = olm.device_store[request.sender].get(request.requesting_device_id)
+        if device is None:
+            olm.users_for_key_query.add(request.sender)
+            await self.query_keys()
+            device = olm.device_store[request.sender].get(request.requesting_device_id)
+        if device is None:
+            return
+        if olm.session_store.get(device.curve25519) is None:
+            await self.nio.keys_claim({request.sender: [device.id]})
+        session = olm.session_store.get(device.curve25519)
+        if session is None:
+            raise MatrixError(f"no Olm session with {request.sender}'s device {device.id}", None)
+        content = {"algorithm": MEGOLM, "room_id": request.room_id, "session_id": request.session_id,
+                   "session_key": own["key"]}
+        message = olm._olm_encrypt(session, device, "m.room_key", content)
+        status, body = await self._raw(
+            "PUT", f"/_matrix/client/v3/sendToDevice/m.room.encrypted/{uuid.uuid4().hex}",
+            {"messages": {request.sender: {device.id: message}}})
+        if status != 200:
+            raise MatrixError(f"{status} {body.get('error', body)}", status)
+        log.info("%s: room key of %s given again to %s's device %s", self.user_id, request.room_id,
+                 request.sender, device.id)
 
     async def _share(self, room_id: str, outbound: Outbound, members: set[str]) -> None:
         olm = self.nio.olm

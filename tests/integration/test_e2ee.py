@@ -429,3 +429,54 @@ async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answ
             if bridge.proc is not None and bridge.proc.poll() is None:
                 bridge.kill()
             await owner.close()
+
+
+async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger_does_not(
+        homeserver, bridge_factory):
+    import uuid
+    running = await bridge_factory({"alice": agent("--answer", "the early answer", title="Alice")},
+                                   encryption="on")
+    owner, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    laptop = stranger = None
+    try:
+        room_id = await open_encrypted_dm(owner, ALICE)
+        await say(owner, room_id, "one")
+        first = (await final_answers(owner, room_id, ALICE, 1))[0]
+        # a device that came later has no key for it
+        laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
+        stranger, _ = await e2e_login(homeserver, homeserver.stranger_id, homeserver.stranger_password,
+                                      "stranger")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{first['event_id']}",
+                                headers={"Authorization": f"Bearer {laptop.access_token}"}) as response:
+                raw = await response.json()
+        assert raw["type"] == "m.room.encrypted"
+        content = raw["content"]
+        device_id = running.bridge.e2ee.devices[ALICE].device_id
+
+        async def ask(client):
+            request = {"action": "request", "requesting_device_id": client.device_id,
+                       "request_id": uuid.uuid4().hex,
+                       "body": {"algorithm": MEGOLM, "room_id": room_id, "sender_key": content["sender_key"],
+                                "session_id": content["session_id"]}}
+            response = await client.to_device(nio.ToDeviceMessage("m.room_key_request", ALICE, device_id, request))
+            assert isinstance(response, nio.ToDeviceResponse), response
+
+        def has_key(client):
+            return client.olm.inbound_group_store.get(room_id, content["sender_key"], content["session_id"]) is not None
+
+        await stranger.sync(timeout=0)
+        await laptop.sync(timeout=0)
+        assert not has_key(laptop)
+        await ask(stranger)  # not in the room: never answered
+        await ask(laptop)
+        await sync_until(laptop, lambda: has_key(laptop))
+        decrypted = laptop.decrypt_event(nio.MegolmEvent.from_dict({**raw, "room_id": room_id}))
+        assert isinstance(decrypted, nio.RoomMessage), decrypted
+        assert decrypted.source["content"]["body"] == first["history"][0]  # the answer's first text
+        await stranger.sync(timeout=0)  # an answer to it would have come before the laptop's
+        assert not has_key(stranger)
+    finally:
+        for client in (owner, laptop, stranger):
+            if client is not None:
+                await client.close()

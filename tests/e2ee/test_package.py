@@ -73,3 +73,25 @@ def test_encryption_setting(tmp_path, value, expected):
                                     "agents": {"a": {"command": ["x"]}}}))
     with pytest.raises(config.ConfigError, match="encryption: must be on or off"):
         config.load(path)
+
+
+@pytest.mark.parametrize("encryption", [True, False])
+def test_the_embedded_homeserver_tells_element_to_encrypt_new_rooms_when_the_bridge_reads_them(
+        tmp_path, encryption):
+    from bridge.homeserver import Homeserver
+    server = Homeserver(tmp_path / "hs", encryption=encryption)
+    body = server._config({}, tmp_path / "log.yaml")
+    assert body["extra_well_known_client_content"]["io.element.e2ee"] == {"default": encryption}
+
+
+def test_the_device_file_is_private(tmp_path):
+    from bridge.e2ee.device import Device
+    device = Device("@sk_alice:localhost", "http://127.0.0.1:1", "as", tmp_path / "sk_alice")
+    device.folder.mkdir()
+    device.state = {"device_id": "D", "access_token": "secret"}
+    device._save()
+    assert stat.S_IMODE((device.folder / "device.json").stat().st_mode) == 0o600
+    assert json.loads((device.folder / "device.json").read_text())["access_token"] == "secret"
+    # unreadable: a new device is made, and why is kept for the owner's notice
+    (device.folder / "device.json").write_text("{not json")
+    assert device._load() == {} and "could not be read" in device.renewed

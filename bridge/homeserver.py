@@ -190,6 +190,10 @@ class Homeserver:
             "extra_well_known_client_content": {"io.element.e2ee": {"default": self.encryption}},
             "encryption_enabled_by_default_for_room_type": "off",
             "app_service_config_files": [str(p) for p in self.appservice_files],
+            # crypto traffic of the appservice's users in its transactions: how the bot's device
+            # (which Synapse serves no /sync) gets its room keys (bridge/e2ee, README Encryption)
+            "experimental_features": {"msc2409_to_device_messages_enabled": True,
+                                      "msc3202_transaction_extensions": True},
         }
         if self.relaxed_limits:
             # Tests log in and register dozens of times; cost 4 instead of 12 makes each

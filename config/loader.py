@@ -126,6 +126,14 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     if url is None:
         url = f"http://127.0.0.1:{hs_port}"
     hs_config = c.string(hs, "config", "homeserver.config")
+    # does the homeserver send the bot's crypto traffic in transactions (MSC2409/MSC3202)? The
+    # embedded one does (bridge/homeserver.py turns it on); another one only if its admin says so
+    device_traffic = hs.get("device_traffic", embedded)
+    if isinstance(device_traffic, str) and device_traffic.strip().lower() in ("on", "off"):
+        device_traffic = device_traffic.strip().lower() == "on"
+    if not isinstance(device_traffic, bool):
+        c.problem("homeserver.device_traffic", f"must be on or off, got {device_traffic!r}")
+        device_traffic = False
     domain = c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
 
     aps = c.section(data, "appservice")
@@ -189,7 +197,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
         public_url=public_url.rstrip("/") if public_url else None,
         homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
-        encryption=encryption,
+        encryption=encryption, device_traffic=device_traffic,
     )
 
 

@@ -44,6 +44,10 @@ class Config:
     attachment_bytes: int = 10 * 1024 * 1024
     # end-to-end encryption (`encryption: on | off`): each identity its own device (bridge/e2ee)
     encryption: bool = True
+    # the homeserver sends the appservice its users' crypto traffic in transactions (MSC2409
+    # to-device, MSC3202 key counts and device lists: `homeserver.device_traffic`, by default
+    # on for the embedded homeserver, which the bridge configures so): the bot's device reads
+    device_traffic: bool = False
 
     @property
     def bot_user_id(self) -> str:

@@ -49,6 +49,12 @@ class Registration:
             },
             "rate_limited": False,
             "receive_ephemeral": True,
+            # the identities' crypto traffic in transactions (the bot has no /sync in Synapse):
+            # to-device messages (MSC2409; Synapse reads the unstable name for them), one-time-key
+            # counts, unused fallback keys and device-list changes (MSC3202). A homeserver sends
+            # them only with its experimental features on (bridge/homeserver.py does)
+            "de.sorunome.msc2409.push_ephemeral": True,
+            "org.matrix.msc3202": True,
         }
         return yaml.safe_dump(body, sort_keys=False)
 

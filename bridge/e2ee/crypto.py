@@ -40,6 +40,7 @@ UNREADABLE = ("🔒 A message could not be decrypted: the bridge's device did no
               "\"Never send encrypted messages to unverified sessions\" is off for this room.")
 UNREADABLE_BOT = ("🔒 This room is encrypted, and the bridge bot cannot read encrypted messages "
                   "here. Send commands in the bot's unencrypted direct chat (or any channel).")
+# (only where the homeserver does not send the bot's crypto traffic: `homeserver.device_traffic`)
 RENEWED = ("🔐 The bridge's encryption store was lost or could not be read, so its agents have "
            "new devices. Earlier encrypted messages stay unreadable to them; new ones are read "
            "and answered as usual.")
@@ -57,6 +58,8 @@ class E2EE:
         self._told: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self._dispatcher: "Dispatcher | None" = None
+        # the homeserver sends the bot's crypto traffic in transactions: the bot's device reads
+        self.bot_reads = bool(getattr(bridge.config, "device_traffic", False))
 
     # ---- store ----------------------------------------------------------------------------------
 
@@ -179,8 +182,12 @@ class E2EE:
             return
         self.mark_encrypted(event["room_id"])
         plain = self._try(event)
-        if plain is None and self.bridge.is_owner(str(event.get("sender"))) and not self._has_key(event):
-            # the key travels by the devices' /sync, the event by the appservice: a moment apart
+        # the key travels by the devices' /sync, the event by the appservice: a moment apart —
+        # but in a room of the bot's alone, the key comes in the transactions, before the event
+        # or in a later one (which waits behind this one): no use waiting then
+        by_sync = not (self.bot_reads and self.bridge.portal_for(event["room_id"]) is None)
+        if plain is None and by_sync and self.bridge.is_owner(str(event.get("sender"))) \
+                and not self._has_key(event):
             if await self._wait_key(event, KEY_WAIT) or self._has_key(event):
                 plain = self._try(event)
         if plain is not None:
@@ -215,8 +222,9 @@ class E2EE:
         portal = self.bridge.portal_for(event["room_id"])
         if portal is not None:
             await self.bridge.notice(portal, UNREADABLE)
-        elif self.bridge.bot is not None:  # a room of the bot's alone, which reads nothing
-            await self.bridge.send_notice(self.bridge.bot, event["room_id"], UNREADABLE_BOT)
+        elif self.bridge.bot is not None:  # a room of the bot's alone
+            await self.bridge.send_notice(self.bridge.bot, event["room_id"],
+                                          UNREADABLE if self.bot_reads else UNREADABLE_BOT)
 
     async def _retry_pending(self) -> None:
         dispatcher = self._dispatcher
@@ -232,6 +240,29 @@ class E2EE:
             log.info("%s: its room key came late: handled now", event_id)
             self._pending.pop(event_id, None)
             self._save_pending()
+
+    # ---- crypto traffic of transactions ---------------------------------------------------------
+
+    async def device_traffic(self, traffic) -> None:
+        """The bot's share of a transaction's crypto traffic, into the bot's device (which has no
+        /sync). The puppets' share is not used: their devices get the same by their own /sync."""
+        if not self.bot_reads:
+            return
+        bot_id = self.bridge.config.bot_user_id
+        device = self.devices.get(bot_id)
+        if device is None or device.nio is None or device.syncs:
+            return
+        device_id = device.device_id
+        to_device = [m for m in traffic.to_device
+                     if m.get("to_user_id") == bot_id and m.get("to_device_id") in (device_id, "*")]
+        one_time_keys = (traffic.one_time_keys.get(bot_id) or {}).get(device_id)
+        fallback_keys = (traffic.fallback_keys.get(bot_id) or {}).get(device_id)
+        if not (to_device or one_time_keys or fallback_keys is not None or traffic.changed or traffic.left):
+            return
+        log.debug("crypto traffic for the bot: %d to-device, counts %s, %d changed, %d left",
+                  len(to_device), one_time_keys, len(traffic.changed), len(traffic.left))
+        await device.receive_traffic(to_device, one_time_keys, fallback_keys,
+                                     traffic.changed, traffic.left)
 
     # ---- writing --------------------------------------------------------------------------------
 
@@ -263,11 +294,13 @@ class EncryptingOutgoing(Outgoing):
         return self.e2ee.is_encrypted(user_id, room_id)
 
     def new_room(self, user_id: str, body: dict) -> dict:
-        """Rooms the bridge makes are encrypted (not spaces: they carry no messages), except the
-        bot's DM with an owner: the bot's device reads nothing (no /sync for it, see Device)."""
+        """Rooms the bridge makes are encrypted (not spaces: they carry no messages), the bot's
+        DM with an owner too where the bot's device reads (its crypto traffic comes in the
+        transactions); where it does not, that DM stays unencrypted, so commands can be read."""
         if (body.get("creation_content") or {}).get("type") == "m.space":
             return body
-        if body.get("is_direct") and user_id == self.e2ee.bridge.config.bot_user_id:
+        if body.get("is_direct") and user_id == self.e2ee.bridge.config.bot_user_id \
+                and not self.e2ee.bot_reads:
             return body
         state = [s for s in body.get("initial_state") or [] if s.get("type") != "m.room.encryption"]
         state.append({"type": "m.room.encryption", "state_key": "", "content": {"algorithm": MEGOLM}})
@@ -275,15 +308,16 @@ class EncryptingOutgoing(Outgoing):
 
 
 class Decrypting(Encryption):
-    """The dispatcher's crypto seam with encryption on: crypto traffic comes by each device's
-    own /sync (any homeserver), so a transaction's is not needed; encrypted rooms are read."""
+    """The dispatcher's crypto seam with encryption on: the puppets' crypto traffic comes by
+    each device's own /sync (any homeserver); the bot's, which has no /sync, by the transactions
+    where the homeserver sends it (`E2EE.device_traffic`). Encrypted rooms are read."""
 
     def __init__(self, inbound: "Inbound", e2ee: E2EE):
         super().__init__(inbound)
         self.e2ee = e2ee
 
     async def device_traffic(self, traffic) -> None:
-        return None
+        await self.e2ee.device_traffic(traffic)
 
     async def room_encrypted(self, room_id: str) -> None:
         self.e2ee.mark_encrypted(room_id, settings_changed=True)

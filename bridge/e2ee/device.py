@@ -16,6 +16,12 @@ Crypto traffic reaches the device through its own `/sync`, filtered to what cryp
 encryption state), which any homeserver serves. The sync token is saved only once the sync's
 to-device messages have been handled — the room keys they carry are in the store by then — so a
 restart or a `kill -9` never skips a key: an unsaved token means the same messages come again.
+
+The bot is the exception: Synapse serves no `/sync` to an appservice's own sender user. Its
+crypto traffic comes in the appservice's transactions instead, where the homeserver sends it
+(MSC2409 to-device messages, MSC3202 key counts and device lists; `receive_traffic`), handled
+before the transaction is acknowledged — so the same holds: a key not stored means the
+transaction comes again.
 """
 from __future__ import annotations
 
@@ -100,8 +106,9 @@ class Device:
         # who may ask this device for its room keys (the owners; in rooms they are in)
         self.may_request = may_request or (lambda user_id: False)
         # Synapse serves no /sync to an appservice's own sender user (the bridge bot): its
-        # device sends encrypted, with the rooms' members read when it needs them, and reads
-        # none (the rooms it is in with the owner alone stay unencrypted)
+        # device sends encrypted, with the rooms' members read when it needs them, and gets its
+        # crypto traffic from the appservice's transactions where the homeserver sends it
+        # (`receive_traffic`); where not, it reads nothing
         self.syncs = syncs
         self.homeserver = homeserver
         self.as_token = as_token
@@ -376,6 +383,54 @@ class Device:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30)
 
+    # ---- crypto traffic of a transaction (a device without /sync: the bot) ----------------------
+
+    async def receive_traffic(self, to_device: list[dict], one_time_keys: dict[str, int] | None = None,
+                              fallback_keys: list[str] | None = None, changed: list[str] = (),
+                              left: list[str] = ()) -> None:
+        """This device's share of an appservice transaction's crypto traffic (MSC2409 to-device
+        messages, MSC3202 key counts and device lists), handled as a /sync response would be:
+        its room keys are in the crypto store when this returns. A failure to handle it raises
+        (the transaction is refused and comes again); a key upload that fails is tried again
+        with the next transaction's counts."""
+        body: dict[str, Any] = {
+            "next_batch": f"as-{uuid.uuid4().hex}",  # nio skips a response whose token it had
+            "to_device": {"events": [{k: v for k, v in m.items() if k not in ("to_user_id", "to_device_id")}
+                                     for m in to_device]},
+            "device_lists": {"changed": list(changed), "left": list(left)},
+        }
+        if one_time_keys:
+            body["device_one_time_keys_count"] = one_time_keys
+        if fallback_keys is not None:  # nio makes no fallback keys: kept for what it may read
+            body["device_unused_fallback_key_types"] = fallback_keys
+        response = nio.SyncResponse.from_dict(body)
+        if not isinstance(response, nio.SyncResponse):
+            log.warning("%s: crypto traffic not understood (%s): skipped", self.user_id, response)
+            return
+        try:
+            await self.nio.receive_response(response)
+        except Exception as exc:  # the crypto store could not keep it: the homeserver sends it again
+            raise MatrixError(f"{self.user_id}: crypto traffic not kept: {exc}", None) from exc
+        count = (one_time_keys or {}).get("signed_curve25519")
+        if isinstance(count, int):  # nio reads a count of 0 as none
+            self.nio.olm.uploaded_key_count = count
+        for event in response.to_device_events:
+            if isinstance(event, nio.RoomKeyRequest):
+                try:
+                    await self._answer_key_request(event)
+                except Exception as exc:
+                    log.warning("%s: a key request of %s not answered: %s", self.user_id, event.sender, exc)
+        try:
+            if self.nio.should_upload_keys:
+                response = await self.nio.keys_upload()
+                if not isinstance(response, nio.KeysUploadResponse):
+                    log.warning("%s: one-time keys not uploaded (%s): again with the next counts",
+                                self.user_id, response)
+            if self.nio.outgoing_to_device_messages:
+                await self.nio.send_to_device_messages()
+        except Exception as exc:
+            log.warning("%s: key housekeeping after crypto traffic: %s", self.user_id, exc)
+
     async def room(self, room_id: str, timeout: float) -> nio.MatrixRoom | None:
         """The room as this device's /sync knows it, once it does (None after `timeout`)."""
         if not self.syncs:
@@ -523,6 +578,8 @@ class Device:
         it began at). Anyone else, another room, or a key not this device's: no answer."""
         olm = self.nio.olm
         room = self.nio.rooms.get(request.room_id)
+        if not self.syncs and isinstance(request.room_id, str):  # no /sync: its members now
+            room = await self._read_room(request.room_id)
         own = (self.state.get("own_sessions") or {}).get(request.session_id)
         if not self.may_request(request.sender) or room is None \
                 or request.sender not in room.users or request.sender in room.invited_users \

@@ -47,6 +47,7 @@ def test_rooms_the_bridge_makes_are_encrypted_but_not_spaces():
 
     class E2EE:
         bridge = Bridge
+        bot_reads = False
 
     outgoing = EncryptingOutgoing(E2EE)
     room = outgoing.new_room("@sidekicks:localhost", {"name": "x", "initial_state": [{"type": "m.space.parent", "state_key": "!s"}]})
@@ -57,6 +58,35 @@ def test_rooms_the_bridge_makes_are_encrypted_but_not_spaces():
     dm = {"is_direct": True, "preset": "trusted_private_chat"}
     assert outgoing.new_room("@sidekicks:localhost", dm) is dm  # the bot's DM: it reads nothing
     assert outgoing.new_room("@sk_alice:localhost", dm)["initial_state"][0]["type"] == "m.room.encryption"
+    E2EE.bot_reads = True  # the homeserver sends the bot's crypto traffic: its DM is encrypted too
+    assert outgoing.new_room("@sidekicks:localhost", dm)["initial_state"][0]["type"] == "m.room.encryption"
+
+
+def test_the_bot_reads_where_the_homeserver_sends_its_crypto_traffic(tmp_path):
+    import yaml
+    import config
+    from config.registration import build
+    from bridge.homeserver import Homeserver
+    path = tmp_path / "config.yaml"
+    agents = {"a": {"command": ["x"]}}
+    path.write_text(yaml.safe_dump({"owner": "@me:localhost", "agents": agents}))
+    embedded = config.load(path)
+    assert embedded.homeserver_embedded and embedded.device_traffic  # configured by the bridge
+    for value, expected in ((None, False), ("on", True), ("off", False), (True, True)):
+        hs = {"url": "http://127.0.0.1:8008"} | ({} if value is None else {"device_traffic": value})
+        path.write_text(yaml.safe_dump({"owner": "@me:localhost", "homeserver": hs, "agents": agents}))
+        assert config.load(path).device_traffic is expected
+    path.write_text(yaml.safe_dump({"owner": "@me:localhost", "agents": agents,
+                                    "homeserver": {"device_traffic": "maybe"}}))
+    with pytest.raises(config.ConfigError, match="homeserver.device_traffic: must be on or off"):
+        config.load(path)
+    # what asks Synapse for it: the registration's keys and the homeserver's experimental features
+    registration = yaml.safe_load(build(embedded).to_yaml())
+    assert registration["de.sorunome.msc2409.push_ephemeral"] is True
+    assert registration["org.matrix.msc3202"] is True and registration["receive_ephemeral"] is True
+    body = Homeserver(tmp_path / "hs")._config({}, tmp_path / "log.yaml")
+    assert body["experimental_features"] == {"msc2409_to_device_messages_enabled": True,
+                                             "msc3202_transaction_extensions": True}
 
 
 @pytest.mark.parametrize("value, expected", [("on", True), ("off", False), (True, True), (False, False)])

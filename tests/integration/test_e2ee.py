@@ -480,3 +480,101 @@ async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger
         for client in (owner, laptop, stranger):
             if client is not None:
                 await client.close()
+
+
+BOT = "@sidekicks:localhost"
+HELP_START = "Sidekicks bridge commands"
+
+
+def bot_notices(owner, room_id) -> list[str]:
+    return [e["content"].get("body", "") for e in events_in(owner, room_id)
+            if e.get("sender") == BOT and e.get("type") == "m.room.message"
+            and e["content"].get("msgtype") == "m.notice"]
+
+
+def device_traffic_on(homeserver) -> dict:
+    """The `homeserver` section of the tests' config, saying the homeserver sends the
+    appservice its users' crypto traffic (the test Synapse does: bridge/homeserver.py)."""
+    import yaml
+    section = yaml.safe_load(homeserver.base_config_path.read_text())["homeserver"]
+    return {**section, "device_traffic": True}
+
+
+async def open_bot_dm(owner, encrypted: bool = True) -> str:
+    response = await owner.room_create(is_direct=True, invite=[BOT], preset=nio.RoomPreset.trusted_private_chat,
+                                       initial_state=ENCRYPTED if encrypted else [])
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await joined(owner, response.room_id, BOT)
+    return response.room_id
+
+
+async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transactions(
+        homeserver, bridge_factory):
+    running = await bridge_factory({"alice": agent(title="Alice")}, encryption="on",
+                                   homeserver=device_traffic_on(homeserver))
+    bot_device = running.bridge.e2ee.devices[BOT]
+    assert not bot_device.syncs  # Synapse serves the bot no /sync: what it reads came by transactions
+    received: list[dict] = []
+    receive = bot_device.receive_traffic
+
+    counts: list[int] = []
+
+    async def recording(to_device, one_time_keys=None, *args, **kwargs):
+        received.extend(to_device)
+        counts.append((one_time_keys or {}).get("signed_curve25519"))
+        await receive(to_device, one_time_keys, *args, **kwargs)
+    bot_device.receive_traffic = recording
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_bot_dm(owner)
+        await sync_until(owner, lambda: bot_notices(owner, room_id))  # the greeting, encrypted
+        await say(owner, room_id, "!help")
+        await sync_until(owner, lambda: any(n.startswith(HELP_START) for n in bot_notices(owner, room_id)))
+        help_text = [n for n in bot_notices(owner, room_id) if n.startswith(HELP_START)][0]
+        assert "!delete CHANNEL" in help_text and "cannot read" not in " ".join(bot_notices(owner, room_id))
+        all_encrypted(seen, owner, room_id, BOT)  # the bot's answers left encrypted, and decrypt
+        assert not unreadable(seen, room_id)
+        # the owner's room key reached the bot's device in a transaction, Olm-encrypted to it
+        assert any(m.get("type") == "m.room.encrypted" and m.get("to_device_id") == bot_device.device_id
+                   for m in received), received
+        assert running.store.get_value("e2ee:pending") in (None, "[]")  # none waited for a key
+
+        # one-time keys others claim come back: the counts of a transaction make the device upload
+        olm = bot_device.nio.olm
+        wanted = olm.account.max_one_time_keys  # nio tops the count up when it falls below this
+        assert olm.uploaded_key_count >= wanted
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {owner.access_token}"}) as http:
+            for _ in range(olm.uploaded_key_count - wanted + 1):
+                async with http.post(f"{homeserver.url}/_matrix/client/v3/keys/claim", json={
+                        "one_time_keys": {BOT: {bot_device.device_id: "signed_curve25519"}}}) as response:
+                    assert response.status == 200 and (await response.json())["one_time_keys"][BOT]
+        helps = len(bot_notices(owner, room_id))
+        await say(owner, room_id, "!help")
+        await sync_until(owner, lambda: len(bot_notices(owner, room_id)) > helps)
+        await sync_until(owner, lambda: olm.uploaded_key_count >= wanted)
+        assert wanted - 1 in counts and not olm.should_upload_keys  # it fell short, and was topped up
+
+        # a command that makes something: !new answers from the encrypted DM too
+        await say(owner, room_id, "!new Reading alice")
+        await sync_until(owner, lambda: [c.name for c in running.store.channels()] == ["Reading"])
+    finally:
+        await owner.close()
+
+
+async def test_without_the_bots_crypto_traffic_an_encrypted_bot_room_gets_one_notice(
+        homeserver, bridge_factory):
+    from bridge.e2ee.crypto import UNREADABLE_BOT
+    import bridge.e2ee.crypto as crypto
+    running = await bridge_factory({"alice": agent(title="Alice")}, encryption="on")
+    assert not running.bridge.e2ee.bot_reads  # an external homeserver, not said to send it
+    saved = crypto.KEY_NOTICE_AFTER
+    crypto.KEY_NOTICE_AFTER = 1.0
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_bot_dm(owner)
+        await say(owner, room_id, "!help")
+        await sync_until(owner, lambda: UNREADABLE_BOT in bot_notices(owner, room_id))
+        assert not any(n.startswith(HELP_START) for n in bot_notices(owner, room_id))
+    finally:
+        crypto.KEY_NOTICE_AFTER = saved
+        await owner.close()

@@ -125,3 +125,47 @@ def test_the_device_file_is_private(tmp_path):
     # unreadable: a new device is made, and why is kept for the owner's notice
     (device.folder / "device.json").write_text("{not json")
     assert device._load() == {} and "could not be read" in device.renewed
+
+
+@pytest.mark.parametrize("bot_reads", [True, False])
+async def test_only_the_bots_share_of_a_transactions_crypto_traffic_reaches_its_device(bot_reads):
+    from types import SimpleNamespace
+    from bridge.appservice import DeviceTraffic
+    from bridge.e2ee.crypto import E2EE
+
+    class Store:
+        def get_value(self, key):
+            return None
+
+    bot, puppet = "@sidekicks:localhost", "@sk_alice:localhost"
+    bridge = SimpleNamespace(store=Store(), config=SimpleNamespace(device_traffic=bot_reads, bot_user_id=bot))
+    e2ee = E2EE(bridge)
+    got = []
+
+    class Fake:
+        nio = object()
+
+        def __init__(self, device_id, syncs):
+            self.device_id, self.syncs = device_id, syncs
+
+        async def receive_traffic(self, *args):
+            got.append((self.device_id, args))
+
+    e2ee.devices = {bot: Fake("BOTDEV", False), puppet: Fake("ALICEDEV", True)}
+    key = {"type": "m.room.encrypted", "sender": "@owner:localhost", "content": {}}
+    traffic = DeviceTraffic(
+        to_device=[{**key, "to_user_id": bot, "to_device_id": "BOTDEV"},
+                   {**key, "to_user_id": bot, "to_device_id": "OLDDEV"},      # another device of the bot
+                   {**key, "to_user_id": puppet, "to_device_id": "ALICEDEV"}],  # the puppet's /sync has it
+        changed=["@owner:localhost"],
+        one_time_keys={bot: {"BOTDEV": {"signed_curve25519": 3}}, puppet: {"ALICEDEV": {"signed_curve25519": 1}}},
+        fallback_keys={bot: {"BOTDEV": []}})
+    await e2ee.device_traffic(traffic)
+    if not bot_reads:
+        assert got == []  # a homeserver not said to send it: nothing changes
+        return
+    (device_id, (to_device, counts, fallback, changed, left)), = got
+    assert device_id == "BOTDEV" and [m["to_device_id"] for m in to_device] == ["BOTDEV"]
+    assert counts == {"signed_curve25519": 3} and fallback == [] and changed == ["@owner:localhost"]
+    await e2ee.device_traffic(DeviceTraffic(to_device=[{**key, "to_user_id": puppet, "to_device_id": "ALICEDEV"}]))
+    assert len(got) == 1  # only the puppet's: not handed on

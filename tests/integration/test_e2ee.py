@@ -539,6 +539,32 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
                    for m in received), received
         assert running.store.get_value("e2ee:pending") in (None, "[]")  # none waited for a key
 
+        # an owner's device that came later asks the bot for the room key of its answer: the
+        # request reaches the bot in a transaction, and the key comes back
+        import uuid
+        laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
+        answer = next(e for e in events_in(owner, room_id) if e.get("sender") == BOT
+                      and (e.get("content") or {}).get("body", "").startswith(HELP_START))
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{answer['event_id']}",
+                                headers={"Authorization": f"Bearer {laptop.access_token}"}) as response:
+                raw = await response.json()
+        content = raw["content"]
+        await laptop.sync(timeout=0)
+        request = {"action": "request", "requesting_device_id": laptop.device_id, "request_id": uuid.uuid4().hex,
+                   "body": {"algorithm": MEGOLM, "room_id": room_id, "sender_key": content["sender_key"],
+                            "session_id": content["session_id"]}}
+        response = await laptop.to_device(nio.ToDeviceMessage("m.room_key_request", BOT, bot_device.device_id,
+                                                              request))
+        assert isinstance(response, nio.ToDeviceResponse), response
+        try:
+            await sync_until(laptop, lambda: laptop.olm.inbound_group_store.get(
+                room_id, content["sender_key"], content["session_id"]) is not None)
+            decrypted = laptop.decrypt_event(nio.MegolmEvent.from_dict({**raw, "room_id": room_id}))
+            assert decrypted.source["content"]["body"].startswith(HELP_START)
+        finally:
+            await laptop.close()
+
         # one-time keys others claim come back: the counts of a transaction make the device upload
         olm = bot_device.nio.olm
         wanted = olm.account.max_one_time_keys  # nio tops the count up when it falls below this

@@ -68,6 +68,12 @@ class Bridge:
         self.session: aiohttp.ClientSession | None = None
         # how room events leave, per room (bridge/intent.py): as they are, until encryption
         self.outgoing: Outgoing = Outgoing()
+        self.e2ee = None  # with `encryption: on`, a device per identity (bridge/e2ee)
+        if config.encryption:
+            from .e2ee.crypto import Decrypting, E2EE
+            self.e2ee = E2EE(self)
+            self.outgoing = self.e2ee.outgoing
+            self.dispatcher.encryption = Decrypting(self.dispatcher.inbound, self.e2ee)
         self.bot: Puppet | None = None
         self.puppets: dict[str, Puppet] = {}
         self.portals: dict[str, Portal] = {}
@@ -93,6 +99,16 @@ class Bridge:
         await self.bot.ensure_registered()
         for name in self.config.agents:
             await self.puppet(name)
+        if self.e2ee is not None:
+            progress("encryption: a device for each agent and the bot")
+            renewed = await self.e2ee.start([self.bot.user_id, *(p.user_id for p in self.puppets.values())],
+                                            self.dispatcher)
+            if renewed:
+                from .e2ee.crypto import RENEWED
+                try:
+                    await self.commands.tell_owners(RENEWED)
+                except Exception:
+                    log.exception("could not tell the owners that the devices are new")
         self.presence.start()
         if self.history_unavailable:
             await self._say_history_unavailable(progress)
@@ -137,6 +153,8 @@ class Bridge:
             await asyncio.gather(*later, return_exceptions=True)
             await self.pool.close()
             await self.server.stop()
+            if self.e2ee is not None:
+                await self.e2ee.stop()
             if self.session is not None:
                 await self.session.close()
         finally:

@@ -10,8 +10,9 @@ files up to date, so accounts, rooms and access tokens survive restarts.
 
 The server is for one machine: it listens on 127.0.0.1 only, has no federation listener and
 refuses federation both ways, and nobody can sign up (accounts come from the shared-secret admin
-API, see `register_user`). Element reads `io.element.e2ee` from the well-known file and the
-server defaults new rooms to unencrypted, because the bridge cannot read encrypted rooms.
+API, see `register_user`). Element reads `io.element.e2ee` from the well-known file: with the
+bridge's encryption on (the default) new rooms are encrypted as on any homeserver; with it off
+the well-known file and the server default new rooms to unencrypted.
 """
 from __future__ import annotations
 
@@ -100,12 +101,14 @@ class Homeserver:
     """One Synapse serving `server_name` from `folder` on 127.0.0.1:`port`."""
 
     def __init__(self, folder: Path, server_name: str = "localhost", port: int = 8008,
-                 appservice_files: list[Path] = (), relaxed_limits: bool = False):
+                 appservice_files: list[Path] = (), relaxed_limits: bool = False,
+                 encryption: bool = True):
         self.folder = Path(folder).resolve()
         self.server_name = server_name
         self.port = port
         self.appservice_files = [Path(p).resolve() for p in appservice_files]
         self.relaxed_limits = relaxed_limits
+        self.encryption = encryption
         self.config_path = self.folder / "homeserver.yaml"
         self.log_path = self.folder / "homeserver.log"
         self.output_path = self.folder / "homeserver.out"   # Synapse's own stdout/stderr
@@ -184,7 +187,7 @@ class Homeserver:
             "presence": {"enabled": True},
             "url_preview_enabled": False,
             # Element decides "encrypt new rooms?" from the well-known file; Synapse from this.
-            "extra_well_known_client_content": {"io.element.e2ee": {"default": False}},
+            "extra_well_known_client_content": {"io.element.e2ee": {"default": self.encryption}},
             "encryption_enabled_by_default_for_room_type": "off",
             "app_service_config_files": [str(p) for p in self.appservice_files],
         }

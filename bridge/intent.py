@@ -58,6 +58,10 @@ class Outgoing:
         uploaded encrypted and referenced by an EncryptedFile (`file`), not by `url`."""
         return False
 
+    def new_room(self, user_id: str, body: dict) -> dict:
+        """The /createRoom body of a room this bridge makes: encryption adds its state."""
+        return body
+
 
 PLAIN = Outgoing()
 
@@ -243,6 +247,7 @@ class Intent:
 
     async def create_room(self, body: dict[str, Any]) -> str:
         """POST /createRoom; the new room id, or MatrixError with the server's words."""
+        body = self.outgoing.new_room(self.user_id, body)
         status, answer = await self.client.raw("POST", "/_matrix/client/v3/createRoom", body)
         room_id = answer.get("room_id")
         if status != 200 or not isinstance(room_id, str):

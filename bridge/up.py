@@ -125,7 +125,7 @@ async def up(path: Path, args, stop: asyncio.Event, say) -> int:
                         "or set homeserver.embedded: true")
     registration = registrations.ensure(cfg)   # refuses names another bridge here already claims
     server = Homeserver(cfg.data_dir / "homeserver", server_name=cfg.domain, port=cfg.homeserver_port,
-                        appservice_files=[cfg.registration_path])
+                        appservice_files=[cfg.registration_path], encryption=cfg.encryption)
     if server.running_elsewhere():
         raise UserError(f"a homeserver already runs from {server.folder}: is `sidekicks up` already running "
                         "for this configuration?")

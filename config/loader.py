@@ -161,6 +161,14 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     if attachment_mib > MAX_ATTACHMENT_MIB:
         c.problem("limits.attachment_mib", f"must be at most {MAX_ATTACHMENT_MIB} (MiB), got {attachment_mib:g}")
 
+    # `encryption: on | off` (YAML reads on/off as true/false): end-to-end encrypted rooms
+    encryption = data.get("encryption", True)
+    if isinstance(encryption, str) and encryption.strip().lower() in ("on", "off"):
+        encryption = encryption.strip().lower() == "on"
+    if not isinstance(encryption, bool):
+        c.problem("encryption", f"must be on or off, got {encryption!r}")
+        encryption = True
+
     database = data.get("database", "sqlite")
     if not isinstance(database, str) or not (
         database in ("sqlite", ":memory:") or re.match(r"^postgres(ql)?://", database)
@@ -181,6 +189,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
         public_url=public_url.rstrip("/") if public_url else None,
         homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
+        encryption=encryption,
     )
 
 

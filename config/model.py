@@ -42,6 +42,8 @@ class Config:
     homeserver_config: Path | None = None
     # the largest attachment passed between the owner and an agent, either way (limits.attachment_mib)
     attachment_bytes: int = 10 * 1024 * 1024
+    # end-to-end encryption (`encryption: on | off`): each identity its own device (bridge/e2ee)
+    encryption: bool = True
 
     @property
     def bot_user_id(self) -> str:

@@ -85,7 +85,8 @@ async def private_homeserver(folder: Path):
         as_port = free_port()
     cfg = write_base_config(folder, hs_port, as_port)
     server = Homeserver(folder / "synapse", server_name="localhost", port=hs_port,
-                        appservice_files=[cfg.registration_path], relaxed_limits=True)
+                        appservice_files=[cfg.registration_path], relaxed_limits=True,
+                        encryption=False)  # the well-known file of `encryption: off`
     await server.start()
     try:
         owner_password = secrets.token_urlsafe(16)

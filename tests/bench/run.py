@@ -24,7 +24,7 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model")
+ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "e2ee")
 
 
 def machine() -> str:
@@ -115,6 +115,12 @@ async def main(args) -> int:
                             result = await bench_faults.run(bench, http, owner)
                             rows += bench_faults.rows(result)
                             notes += bench_faults.notes(result)
+                        if "e2ee" in only:
+                            import bench_e2ee
+                            print("• encrypted vs plain DM …", flush=True)
+                            result = await bench_e2ee.run(bench, folder / "e2ee")
+                            rows += bench_e2ee.rows(result)
+                            notes += bench_e2ee.notes(result)
                         if "throughput" in only:
                             import bench_throughput
                             print("• throughput …", flush=True)

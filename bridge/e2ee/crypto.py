@@ -1,0 +1,292 @@
+"""The bridge's end-to-end encryption: a device per identity (device.py), plugged into the two
+seams — `EncryptingOutgoing.prepare` (every room event an identity sends in an encrypted room
+leaves as m.room.encrypted) and `Decrypting` (the dispatcher's crypto hooks).
+
+Reading: an m.room.encrypted event is decrypted with the room key of whichever of the bridge's
+devices received it, and handed to `Dispatcher.decrypted`, which handles it exactly like a plain
+event (and de-duplicates it by its event id). A key that has not arrived yet is waited for a
+moment (the owner's client sends it just before the message, by another path); then the
+sender's device is asked for it, and after KEY_NOTICE_AFTER the room is told in one line. The
+event waits in the store (`e2ee:pending`) meanwhile: when its key comes — also after a restart —
+it is handled then, once.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..dispatch import Encryption
+from ..intent import Outgoing
+from ..matrix import localpart
+from .device import MEGOLM, Device
+
+if TYPE_CHECKING:
+    from ..bridge import Bridge
+    from ..dispatch import Dispatcher
+    from ..inbound import Inbound
+
+log = logging.getLogger(__name__)
+
+KEY_WAIT = 3.0           # seconds an event waits in line for its room key
+KEY_NOTICE_AFTER = 10.0  # seconds after which the room is told the message cannot be read (yet)
+PENDING = "e2ee:pending"
+PENDING_MAX = 500
+ROOMS = "e2ee:rooms"
+UNREADABLE = ("🔒 A message could not be decrypted: the bridge's device did not get its key. "
+              "If it does not come by itself, send the message again; in Element, check that "
+              "\"Never send encrypted messages to unverified sessions\" is off for this room.")
+UNREADABLE_BOT = ("🔒 This room is encrypted, and the bridge bot cannot read encrypted messages "
+                  "here. Send commands in the bot's unencrypted direct chat (or any channel).")
+RENEWED = ("🔐 The bridge's encryption store was lost or could not be read, so its agents have "
+           "new devices. Earlier encrypted messages stay unreadable to them; new ones are read "
+           "and answered as usual.")
+
+
+class E2EE:
+    def __init__(self, bridge: "Bridge"):
+        self.bridge = bridge
+        self.devices: dict[str, Device] = {}
+        self.rooms: set[str] = set(self._load(ROOMS, []))
+        self.outgoing = EncryptingOutgoing(self)
+        self._key_news: dict[tuple[str, str], asyncio.Event] = {}
+        self._pending: dict[str, dict] = {e["event_id"]: e for e in self._load(PENDING, [])
+                                          if isinstance(e, dict) and isinstance(e.get("event_id"), str)}
+        self._told: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._dispatcher: "Dispatcher | None" = None
+
+    # ---- store ----------------------------------------------------------------------------------
+
+    def _load(self, key: str, default):
+        try:
+            value = self.bridge.store.get_value(key)
+            return json.loads(value) if value else default
+        except Exception:
+            return default
+
+    def _save_pending(self) -> None:
+        events = list(self._pending.values())[-PENDING_MAX:]
+        self.bridge.store.set_value(PENDING, json.dumps(events))
+
+    # ---- life cycle -----------------------------------------------------------------------------
+
+    def folder(self, user_id: str) -> Path:
+        return Path(self.bridge.config.data_dir) / "e2ee" / localpart(user_id)
+
+    async def start(self, user_ids: list[str], dispatcher: "Dispatcher") -> list[str]:
+        """A device for each identity (made once, reused); the reasons of devices made anew."""
+        self._dispatcher = dispatcher
+        root = Path(self.bridge.config.data_dir) / "e2ee"
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for user_id in user_ids:
+            if user_id not in self.devices:
+                self.devices[user_id] = Device(user_id, self.bridge.config.homeserver_url,
+                                               self.bridge.registration.as_token, self.folder(user_id),
+                                               on_room_key=self._room_key,
+                                               syncs=user_id != self.bridge.config.bot_user_id,
+                                               may_request=self.bridge.is_owner)
+        await asyncio.gather(*(device.start() for device in self.devices.values() if device.nio is None))
+        renewed = [f"{d.user_id}: {d.renewed}" for d in self.devices.values() if d.renewed]
+        for device in self.devices.values():
+            device.renewed = None
+        if self._pending:
+            self._spawn(self._retry_pending(), "e2ee pending")
+        return renewed
+
+    async def add(self, user_id: str) -> None:
+        """A device for an identity that came after start."""
+        if user_id in self.devices or self._dispatcher is None:
+            return
+        await self.start([user_id], self._dispatcher)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(device.stop() for device in self.devices.values()), return_exceptions=True)
+
+    def _spawn(self, coro, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- rooms ----------------------------------------------------------------------------------
+
+    def mark_encrypted(self, room_id: str, settings_changed: bool = False) -> None:
+        if settings_changed:  # an m.room.encryption event: the next event starts a new key
+            for device in self.devices.values():
+                device.forget_settings(room_id)
+        if room_id not in self.rooms:
+            self.rooms.add(room_id)
+            self.bridge.store.set_value(ROOMS, json.dumps(sorted(self.rooms)))
+            log.info("%s is encrypted: events sent there are encrypted from now on", room_id)
+
+    def is_encrypted(self, user_id: str, room_id: str) -> bool:
+        if room_id in self.rooms:
+            return True
+        device = self.devices.get(user_id)
+        return device is not None and device.nio is not None and device.encrypted(room_id)
+
+    # ---- reading --------------------------------------------------------------------------------
+
+    def _room_key(self, device: Device, room_id: str, session_id: str) -> None:
+        news = self._key_news.get((room_id, session_id))
+        if news is not None:
+            news.set()
+        if any(e["room_id"] == room_id and e["content"].get("session_id") == session_id
+               for e in self._pending.values()):
+            self._spawn(self._retry_pending(), "e2ee key arrived")
+
+    def _try(self, event: dict) -> dict | None:
+        """The plain event, decrypted by the first device that has its key; None if none has."""
+        for device in self.devices.values():
+            if device.nio is None:
+                continue
+            try:
+                plain = device.decrypt(event)
+            except ValueError as exc:
+                log.warning("%s", exc)
+                return None
+            if plain is not None:
+                return plain
+        return None
+
+    async def _wait_key(self, event: dict, timeout: float) -> bool:
+        key = (event["room_id"], event["content"].get("session_id", ""))
+        news = self._key_news.setdefault(key, asyncio.Event())
+        try:
+            await asyncio.wait_for(news.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            if self._key_news.get(key) is news and not news.is_set():
+                pass
+
+    def _has_key(self, event: dict) -> bool:
+        content = event["content"]
+        return any(d.nio is not None and d.has_key(event["room_id"], content.get("sender_key", ""),
+                                                       content.get("session_id", ""))
+                   for d in self.devices.values())
+
+    async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
+        content = event.get("content") or {}
+        if content.get("algorithm") != MEGOLM or not isinstance(content.get("session_id"), str):
+            log.info("%s: not a Megolm event (%s): skipped", event.get("event_id"), content.get("algorithm"))
+            return
+        self.mark_encrypted(event["room_id"])
+        plain = self._try(event)
+        if plain is None and self.bridge.is_owner(str(event.get("sender"))) and not self._has_key(event):
+            # the key travels by the devices' /sync, the event by the appservice: a moment apart
+            if await self._wait_key(event, KEY_WAIT) or self._has_key(event):
+                plain = self._try(event)
+        if plain is not None:
+            await dispatcher.decrypted(plain)
+            if self._pending.pop(event.get("event_id"), None) is not None:
+                self._save_pending()
+            return
+        if not self.bridge.is_owner(str(event.get("sender"))):
+            return  # a stranger's message would be ignored anyway
+        if event.get("event_id") in self._pending:
+            return
+        log.warning("%s in %s: no room key yet (session %s): asking for it", event.get("event_id"),
+                    event["room_id"], content.get("session_id"))
+        self._pending[event["event_id"]] = event
+        self._save_pending()
+        self._spawn(self._chase(event), f"e2ee key of {event.get('event_id')}")
+
+    async def _chase(self, event: dict) -> None:
+        """Ask for the key; tell the room if it has not come after KEY_NOTICE_AFTER."""
+        for device in self.devices.values():
+            if device.nio is not None and event["room_id"] in device.nio.rooms:
+                try:
+                    await device.request_key(event)
+                except Exception as exc:
+                    log.info("key request as %s failed: %s", device.user_id, exc)
+                break
+        if await self._wait_key(event, KEY_NOTICE_AFTER) or self._has_key(event):
+            return  # _retry_pending handles it
+        if event.get("event_id") not in self._pending or event["event_id"] in self._told:
+            return
+        self._told.add(event["event_id"])
+        portal = self.bridge.portal_for(event["room_id"])
+        if portal is not None:
+            await self.bridge.notice(portal, UNREADABLE)
+        elif self.bridge.bot is not None:  # a room of the bot's alone, which reads nothing
+            await self.bridge.send_notice(self.bridge.bot, event["room_id"], UNREADABLE_BOT)
+
+    async def _retry_pending(self) -> None:
+        dispatcher = self._dispatcher
+        for event_id, event in list(self._pending.items()):
+            plain = self._try(event)
+            if plain is None or dispatcher is None:
+                continue
+            try:
+                await dispatcher.decrypted(plain)
+            except Exception as exc:
+                log.warning("%s: decrypted late but not handled yet: %s", event_id, exc)
+                continue
+            log.info("%s: its room key came late: handled now", event_id)
+            self._pending.pop(event_id, None)
+            self._save_pending()
+
+    # ---- writing --------------------------------------------------------------------------------
+
+    async def encrypt(self, user_id: str, room_id: str, event_type: str, content: dict) -> tuple[str, dict]:
+        if not self.is_encrypted(user_id, room_id):
+            device = self.devices.get(user_id)
+            if device is None or device.nio is None or room_id in device.nio.rooms:
+                return event_type, content
+            # a room this device has not synced yet: its state says whether it is encrypted
+            room = await device.room(room_id, 5.0)
+            if room is None or not self.is_encrypted(user_id, room_id):
+                return event_type, content
+        device = self.devices.get(user_id)
+        if device is None or device.nio is None:
+            from ..matrix import MatrixError
+            raise MatrixError(f"{user_id} has no device to encrypt with in {room_id}", None)
+        return "m.room.encrypted", await device.encrypt(room_id, event_type, content)
+
+
+class EncryptingOutgoing(Outgoing):
+    def __init__(self, e2ee: E2EE):
+        self.e2ee = e2ee
+
+    async def prepare(self, user_id: str, room_id: str, event_type: str,
+                      content: dict) -> tuple[str, dict]:
+        return await self.e2ee.encrypt(user_id, room_id, event_type, content)
+
+    async def encrypts(self, user_id: str, room_id: str) -> bool:
+        return self.e2ee.is_encrypted(user_id, room_id)
+
+    def new_room(self, user_id: str, body: dict) -> dict:
+        """Rooms the bridge makes are encrypted (not spaces: they carry no messages), except the
+        bot's DM with an owner: the bot's device reads nothing (no /sync for it, see Device)."""
+        if (body.get("creation_content") or {}).get("type") == "m.space":
+            return body
+        if body.get("is_direct") and user_id == self.e2ee.bridge.config.bot_user_id:
+            return body
+        state = [s for s in body.get("initial_state") or [] if s.get("type") != "m.room.encryption"]
+        state.append({"type": "m.room.encryption", "state_key": "", "content": {"algorithm": MEGOLM}})
+        return {**body, "initial_state": state}
+
+
+class Decrypting(Encryption):
+    """The dispatcher's crypto seam with encryption on: crypto traffic comes by each device's
+    own /sync (any homeserver), so a transaction's is not needed; encrypted rooms are read."""
+
+    def __init__(self, inbound: "Inbound", e2ee: E2EE):
+        super().__init__(inbound)
+        self.e2ee = e2ee
+
+    async def device_traffic(self, traffic) -> None:
+        return None
+
+    async def room_encrypted(self, room_id: str) -> None:
+        self.e2ee.mark_encrypted(room_id, settings_changed=True)
+
+    async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
+        await self.e2ee.encrypted_event(event, dispatcher)

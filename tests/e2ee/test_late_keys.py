@@ -1,0 +1,119 @@
+"""A message whose room key comes late: waited for, asked for, told once, answered once."""
+import asyncio
+import json
+
+from bridge.e2ee import crypto
+from bridge.e2ee.crypto import E2EE, PENDING
+
+
+class Store:
+    def __init__(self):
+        self.values = {}
+
+    def get_value(self, key):
+        return self.values.get(key)
+
+    def set_value(self, key, value):
+        self.values[key] = value
+
+
+class Bridge:
+    def __init__(self):
+        self.store = Store()
+        self.notices = []
+        self.bot = None
+
+        class config:
+            bot_user_id = "@sidekicks:localhost"
+        self.config = config
+
+    def is_owner(self, user_id):
+        return user_id == "@owner:localhost"
+
+    def portal_for(self, room_id):
+        return room_id
+
+    async def notice(self, portal, text):
+        self.notices.append((portal, text))
+
+
+class FakeDevice:
+    """Has the key once `key` is set; asked for it by request_key."""
+    user_id = "@sk_alice:localhost"
+
+    def __init__(self):
+        self.key = False
+        self.requests = 0
+        self.nio = type("N", (), {"rooms": {"!r": object()}})()
+
+    def decrypt(self, event):
+        if not self.key:
+            return None
+        return {**event, "type": "m.room.message", "content": {"msgtype": "m.text", "body": "late"}}
+
+    def has_key(self, room_id, sender_key, session_id):
+        return self.key
+
+    async def request_key(self, event):
+        self.requests += 1
+
+
+class Dispatcher:
+    def __init__(self):
+        self.handled = []
+
+    async def decrypted(self, event):
+        self.handled.append(event["event_id"])
+
+
+EVENT = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender": "@owner:localhost",
+         "content": {"algorithm": "m.megolm.v1.aes-sha2", "session_id": "S", "sender_key": "K",
+                     "ciphertext": "x", "device_id": "D"}}
+
+
+async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(monkeypatch):
+    monkeypatch.setattr(crypto, "KEY_WAIT", 0.01)
+    monkeypatch.setattr(crypto, "KEY_NOTICE_AFTER", 0.05)
+    bridge, device, dispatcher = Bridge(), FakeDevice(), Dispatcher()
+    e2ee = E2EE(bridge)
+    e2ee.devices[device.user_id] = device
+    e2ee._dispatcher = dispatcher
+    await e2ee.encrypted_event(EVENT, dispatcher)
+    assert dispatcher.handled == []
+    assert [e["event_id"] for e in json.loads(bridge.store.values[PENDING])] == ["$e"]  # kept
+    await asyncio.gather(*e2ee._tasks)
+    assert device.requests == 1
+    assert len(bridge.notices) == 1 and "could not be decrypted" in bridge.notices[0][1]
+    # delivered again (a retried transaction): not told twice
+    await e2ee.encrypted_event(EVENT, dispatcher)
+    await asyncio.gather(*e2ee._tasks)
+    assert len(bridge.notices) == 1
+    # the key comes: handled now, once, and no longer pending
+    device.key = True
+    e2ee._room_key(device, "!r", "S")
+    await asyncio.gather(*e2ee._tasks)
+    assert dispatcher.handled == ["$e"]
+    assert json.loads(bridge.store.values[PENDING]) == []
+    e2ee._room_key(device, "!r", "S")
+    await asyncio.gather(*e2ee._tasks)
+    assert dispatcher.handled == ["$e"]
+
+
+async def test_pending_messages_are_tried_again_at_the_next_start():
+    bridge, device, dispatcher = Bridge(), FakeDevice(), Dispatcher()
+    bridge.store.values[PENDING] = json.dumps([EVENT])
+    e2ee = E2EE(bridge)
+    device.key = True
+    e2ee.devices[device.user_id] = device
+    device.nio = type("N", (), {"rooms": {}})()
+    e2ee._dispatcher = dispatcher
+    await e2ee._retry_pending()
+    assert dispatcher.handled == ["$e"]
+
+
+async def test_a_strangers_undecryptable_message_is_not_waited_for_nor_told():
+    bridge, device, dispatcher = Bridge(), FakeDevice(), Dispatcher()
+    e2ee = E2EE(bridge)
+    e2ee.devices[device.user_id] = device
+    await e2ee.encrypted_event({**EVENT, "sender": "@stranger:localhost"}, dispatcher)
+    assert not e2ee._tasks and not bridge.notices and PENDING not in bridge.store.values

@@ -68,15 +68,17 @@ class TransactionOrder:
 
     Only where ids have been seen to count up by one (twice in a row; Synapse's do from the
     start): a homeserver numbering otherwise is never held back. A gap that stays open PATIENCE
-    seconds is let through, and the counting starts again. The last number handled is kept
-    (`save`), so a gap across a restart of the bridge is seen too.
+    seconds is let through, and the counting starts again. The last number handled (and since
+    when a gap waits) is kept (`save`), so a gap across a restart of the bridge is seen too and
+    its patience does not start again; a transaction acknowledged as seen counts as handled (a
+    kill may have come between recording it and keeping its number).
     """
 
     PATIENCE = 10.0  # seconds a gap may hold the next transactions back (Synapse retries in 2)
     STEPS = 2        # counted-up-by-one steps that show the homeserver numbers its transactions
 
     def __init__(self, load: Callable[[], str | None] = lambda: None,
-                 save: Callable[[str], None] = lambda value: None, clock: Callable[[], float] = time.monotonic):
+                 save: Callable[[str], None] = lambda value: None, clock: Callable[[], float] = time.time):
         self._save, self._clock = save, clock
         self.last: int | None = None
         self.steps = 0
@@ -85,6 +87,8 @@ class TransactionOrder:
             kept = json.loads(load() or "null")
             if isinstance(kept, dict) and isinstance(kept.get("last"), int):
                 self.last, self.steps = kept["last"], int(kept.get("steps") or 0)
+                if isinstance(kept.get("gap_since"), (int, float)):
+                    self._gap_since = float(kept["gap_since"])  # patience runs across restarts
         except Exception:  # unreadable, or the store is away: start counting again
             pass
 
@@ -100,6 +104,7 @@ class TransactionOrder:
         now = self._clock()
         if self._gap_since is None:
             self._gap_since = now
+            self._keep()
         if now - self._gap_since < self.PATIENCE:
             log.info("transaction %s came before %s: refused, so the homeserver sends the one it left "
                      "behind first", txn_id, self.last + 1)
@@ -116,8 +121,14 @@ class TransactionOrder:
             return  # a late one let through a gap: the count goes on from the newest
         self.steps = self.steps + 1 if self.last is not None and n == self.last + 1 else 0
         self.last, self._gap_since = n, None
+        self._keep()
+
+    def _keep(self) -> None:
+        kept = {"last": self.last, "steps": min(self.steps, self.STEPS)}
+        if self._gap_since is not None:
+            kept["gap_since"] = self._gap_since
         try:
-            self._save(json.dumps({"last": n, "steps": min(self.steps, self.STEPS)}))
+            self._save(json.dumps(kept))
         except Exception as exc:  # the store: the count in memory goes on
             log.info("could not keep the last transaction number: %s", exc)
 
@@ -242,6 +253,8 @@ class AppserviceServer:
         async with self._txn_lock:
             try:
                 if self._txn_seen(key):
+                    # handled before (a kill may have come before its number was kept)
+                    self._order.handled(txn_id)
                     return web.json_response({})
                 if not self._order.admit(txn_id):
                     return _refused(f"transaction {txn_id} came before an earlier one: send that first")

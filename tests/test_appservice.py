@@ -152,3 +152,34 @@ def test_ids_that_do_not_count_up_by_one_are_never_held_back():
     for n in (1, 2, 3):
         order.handled(str(n))
     assert order.last == 3 and not order.admit("5")
+
+
+async def test_a_transaction_seen_before_counts_as_handled_and_patience_runs_across_restarts():
+    # killed after recording 4 but before keeping its number: the homeserver sends 4 again,
+    # which is acknowledged as seen; 5 must not wait for a 4 that will never come again
+    calls, seen, kept = [], set(), {}
+    clock = Clock()
+    order = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
+    for n in (1, 2, 3):
+        order.handled(str(n))
+    seen.add(transaction_key("4", body("$4")["events"]))
+
+    async def on_transaction(transaction):
+        calls.append([e["event_id"] for e in transaction.events])
+
+    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, seen.__contains__, seen.add, order=order)
+    client = TestClient(TestServer(server.app))
+    await client.start_server()
+    try:
+        assert await put(client, "4", "$4") == 200 and calls == []
+        assert await put(client, "5", "$5") == 200 and calls == [["$5"]]
+    finally:
+        await client.close()
+    # a gap that outlives restarts of the bridge is let through PATIENCE after it was first seen
+    assert not order.admit("7")
+    clock.now += TransactionOrder.PATIENCE / 2
+    restarted = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
+    assert not restarted.admit("7")
+    clock.now += TransactionOrder.PATIENCE / 2 + 0.1
+    again = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
+    assert again.admit("7")

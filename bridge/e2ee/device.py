@@ -42,6 +42,8 @@ import nio
 from nio.crypto import OutboundGroupSession
 from nio.store import SqliteStore
 
+from config.paths import write_private
+
 from ..matrix import MatrixError
 from .crosssign import CrossSigning
 
@@ -68,16 +70,6 @@ DEFAULT_ROTATION_MSGS = 100
 
 def _q(value: str) -> str:
     return quote(value, safe="")
-
-
-def _private_file(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
 
 
 class Outbound:
@@ -138,7 +130,7 @@ class Device:
         return self.folder / "device.json"
 
     def _save(self) -> None:
-        _private_file(self._state_path, json.dumps(self.state, indent=1))
+        write_private(self._state_path, json.dumps(self.state, indent=1))
 
     def _load(self) -> dict:
         try:

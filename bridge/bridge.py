@@ -19,20 +19,20 @@ from config import Config
 from config.registration import Registration
 from store import Store, StoreClosed
 
-from .appservice import AppserviceServer, TransactionOrder
+from .matrix.appservice import AppserviceServer, TransactionOrder
 from .coding.questions import Questions
 from .coding.settings import SessionSettings
-from .commands import BotCommands
-from .dispatch import Dispatcher
-from .intent import Outgoing
-from .matrix import MatrixError
-from .msc4391 import CommandDescriptions
-from .portal import Portal
-from .permissions import Permissions
-from .presence import Presence
-from .puppet import Puppet
-from .recovery import Recovery
-from .turns import background_tasks
+from .channels.commands import BotCommands
+from .matrix.dispatch import Dispatcher
+from .matrix.intent import Outgoing
+from .matrix.client import MatrixError
+from .matrix.msc4391 import CommandDescriptions
+from .channels.portal import Portal
+from .channels.permissions import Permissions
+from .matrix.presence import Presence
+from .matrix.puppet import Puppet
+from .channels.recovery import Recovery
+from .channels.turns import background_tasks
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Bridge:
         for name in config.agents:
             self.aliases[name] = name
             self.aliases[f"{config.puppet_prefix}{name}"] = name
-        self.dispatcher = Dispatcher(self)  # every incoming event passes it (bridge/dispatch.py)
+        self.dispatcher = Dispatcher(self)  # every incoming event passes it (bridge/matrix/dispatch.py)
         self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
                                        self.handle_user_query, store.txn_seen, store.mark_txn,
                                        self.dispatcher.refused,
@@ -66,7 +66,7 @@ class Bridge:
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
         self.halt_reason = ""
         self.session: aiohttp.ClientSession | None = None
-        # how room events leave, per room (bridge/intent.py): as they are, until encryption
+        # how room events leave, per room (bridge/matrix/intent.py): as they are, until encryption
         self.outgoing: Outgoing = Outgoing()
         self.e2ee = None  # with `encryption: on`, a device per identity (bridge/e2ee)
         if config.encryption:
@@ -223,7 +223,7 @@ class Bridge:
 
     def waiting_note(self, agent: str) -> str:
         """Why a new answer of `agent` cannot start at once: whose turn it is, or starting."""
-        from .turns import waiting_note
+        from .channels.turns import waiting_note
         return waiting_note(self, agent)
 
     def permission_handler(self, portal: Portal, puppet: Puppet):

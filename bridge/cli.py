@@ -136,13 +136,13 @@ def cmd_registration(args) -> int:
 
 
 async def _cmd_check(args) -> int:
-    from .check import check_agents
+    from .local.check import check_agents
     cfg = load_config(args)
     return await check_agents(cfg, say)
 
 
 async def _cmd_up(args) -> int:
-    from .up import up
+    from .local.up import up
     return await up(config_path(args), args, _stop_event(), say)
 
 

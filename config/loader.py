@@ -127,7 +127,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         url = f"http://127.0.0.1:{hs_port}"
     hs_config = c.string(hs, "config", "homeserver.config")
     # does the homeserver send the bot's crypto traffic in transactions (MSC2409/MSC3202)? The
-    # embedded one does (bridge/homeserver.py turns it on); another one only if its admin says so
+    # embedded one does (bridge/local/homeserver.py turns it on); another one only if its admin says so
     device_traffic = hs.get("device_traffic", embedded)
     if isinstance(device_traffic, str) and device_traffic.strip().lower() in ("on", "off"):
         device_traffic = device_traffic.strip().lower() == "on"

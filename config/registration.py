@@ -52,7 +52,7 @@ class Registration:
             # the identities' crypto traffic in transactions (the bot has no /sync in Synapse):
             # to-device messages (MSC2409; Synapse reads the unstable name for them), one-time-key
             # counts, unused fallback keys and device-list changes (MSC3202). A homeserver sends
-            # them only with its experimental features on (bridge/homeserver.py does)
+            # them only with its experimental features on (bridge/local/homeserver.py does)
             "de.sorunome.msc2409.push_ephemeral": True,
             "org.matrix.msc3202": True,
         }

@@ -140,7 +140,7 @@ class RunningBridge:
         await self.deliveries.wait(event_id, timeout)
 
     def is_idle(self) -> bool:
-        from bridge.recovery import ANSWERS, PROMPTS
+        from bridge.channels.recovery import ANSWERS, PROMPTS
         return not self.store.pending(PROMPTS) and not self.store.pending(ANSWERS)
 
     async def idle(self, timeout: float = 60) -> None:

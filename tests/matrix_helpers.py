@@ -45,7 +45,7 @@ import yaml
 
 import config
 import config.registration
-from bridge.homeserver import Homeserver, free_port
+from bridge.local.homeserver import Homeserver, free_port
 
 
 FIGURES: list[tuple[str, dict]] = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from bridge.appservice import AppserviceServer, TransactionOrder, transaction_key
+from bridge.matrix.appservice import AppserviceServer, TransactionOrder, transaction_key
 
 TOKEN = "hs-secret"
 

@@ -3,7 +3,7 @@
 `check` validates the configuration, starts each agent, runs ACP `initialize` and `session/new`
 and reports what the agent announces: a ✓/✗ line per agent, then indented details. It never
 contacts the homeserver, so the configs here point at an unused port. The report itself is a pure
-function (`bridge.check.report`), tested at the end without processes.
+function (`bridge.local.check.report`), tested at the end without processes.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import config
-from bridge.check import Announced, report
+from bridge.local.check import Announced, report
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTED = str(ROOT / "tests" / "agents" / "scripted_agent.py")

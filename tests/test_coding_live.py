@@ -11,7 +11,7 @@ from bridge.coding import live
 from bridge.coding.live import LiveMessage
 from bridge.coding.settings import current_values
 from bridge.coding.work import Work
-from bridge.matrix import MatrixError
+from bridge.matrix.client import MatrixError
 
 
 class FakeIntent:

@@ -1,7 +1,7 @@
-"""Bridge commands as text (bridge/command_parse.py): no Matrix, no store."""
+"""Bridge commands as text (bridge/channels/command_parse.py): no Matrix, no store."""
 from __future__ import annotations
 
-from bridge.command_parse import (HELP, Command, describe_state, find_channels, format_commands,
+from bridge.channels.command_parse import (HELP, Command, describe_state, find_channels, format_commands,
                                   parse, resolve_agent, split_delete)
 from store import Channel
 

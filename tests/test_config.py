@@ -224,7 +224,7 @@ def test_run_refuses_to_start_on_a_clash(tmp_path):
 
 
 def test_default_config_for_a_second_person_gets_names_of_its_own(tmp_path):
-    from bridge.up import write_default_config
+    from bridge.local.up import write_default_config
     first, second = tmp_path / "ana" / "config.yaml", tmp_path / "ben" / "config.yaml"
     write_default_config(first, user="ana")
     write_default_config(second, shared=True, user="ben")

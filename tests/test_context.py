@@ -1,7 +1,7 @@
 """What an agent reads before its turn (SPEC §7, ADR §3), byte for byte. Pure."""
 from __future__ import annotations
 
-from bridge.context import Line, build_prompt, cut
+from bridge.channels.context import Line, build_prompt, cut
 
 ADR_EXAMPLE = ("[Messages in #general you have not seen yet]\n"
                "user: @alice explain goroutines\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from bridge.appservice import AppserviceServer, DeviceTraffic, Transaction, device_traffic, transaction_key
-from bridge.dispatch import Dispatcher, Encryption
+from bridge.matrix.appservice import AppserviceServer, DeviceTraffic, Transaction, device_traffic, transaction_key
+from bridge.matrix.dispatch import Dispatcher, Encryption
 
 TOKEN = "hs-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -206,7 +206,7 @@ async def test_an_event_delivered_again_is_not_handled_again_whatever_its_kind()
 async def test_a_transaction_not_handled_in_full_is_refused_and_comes_again_without_repeats():
     import pytest
 
-    from bridge.appservice import TransactionRefused
+    from bridge.matrix.appservice import TransactionRefused
     from store import StoreError
 
     handled: list = []
@@ -220,8 +220,8 @@ async def test_a_transaction_not_handled_in_full_is_refused_and_comes_again_with
 
 
 async def test_an_event_that_cannot_be_handled_is_skipped_not_retried_forever(caplog):
-    from bridge.appservice import TransactionRefused
-    from bridge.matrix import MatrixError
+    from bridge.matrix.appservice import TransactionRefused
+    from bridge.matrix.client import MatrixError
 
     import pytest
 
@@ -261,7 +261,7 @@ async def test_a_decrypted_event_is_recorded_as_itself_so_a_late_key_still_gets_
 
 
 async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_takes_it_again():
-    from bridge.appservice import TransactionRefused
+    from bridge.matrix.appservice import TransactionRefused
 
     tries: list = []
 
@@ -291,7 +291,7 @@ async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_take
 
 
 async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_a_stranger():
-    # stickers and polls go to the message handler (bridge/media.py): a kind given a handler but
+    # stickers and polls go to the message handler (bridge/matrix/media.py): a kind given a handler but
     # not let through would be dropped silently
     dispatcher = Dispatcher(Owned())
     reached: list = []
@@ -315,7 +315,7 @@ async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_
 async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line():
     from store import StoreLockLost, StoreUnavailable
 
-    from bridge.dispatch import StoreOutage
+    from bridge.matrix.dispatch import StoreOutage
 
     halted: list = []
     outage = StoreOutage(type("B", (), {"halt": staticmethod(halted.append)})())

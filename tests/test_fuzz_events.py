@@ -18,9 +18,9 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bridge.appservice import Transaction
+from bridge.matrix.appservice import Transaction
 from bridge.bridge import Bridge
-from bridge.puppet import Puppet
+from bridge.matrix.puppet import Puppet
 from config.loader import parse
 from config.registration import Registration
 from store import Store

@@ -1,4 +1,4 @@
-"""The embedded homeserver (bridge/homeserver.py) against a real Synapse."""
+"""The embedded homeserver (bridge/local/homeserver.py) against a real Synapse."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import config.registration
-from bridge.homeserver import Homeserver, HomeserverError, free_port
+from bridge.local.homeserver import Homeserver, HomeserverError, free_port
 from matrix_helpers import events_in, login, sync_until, texts_in
 
 

@@ -1,10 +1,10 @@
-"""bridge/media.py, the pure parts: what each kind of owner message is to an agent, the
+"""bridge/matrix/media.py, the pure parts: what each kind of owner message is to an agent, the
 attachment as the ACP content an agent announced, and an agent's media blocks as Matrix media."""
 from __future__ import annotations
 
 import base64
 
-from bridge.media import (Attachment, OutgoingMedia, outgoing_part, prompt_blocks, prompt_content,
+from bridge.matrix.media import (Attachment, OutgoingMedia, outgoing_part, prompt_blocks, prompt_content,
                           read_message, restored)
 
 MXC = "mxc://localhost/abc"
@@ -214,7 +214,7 @@ class FakeIntent:
         self.sent: list[dict] = []
 
     async def download(self, mxc: str, limit: int) -> bytes:
-        from bridge.intent import TooLarge
+        from bridge.matrix.intent import TooLarge
         if len(self.stored) > limit:
             raise TooLarge(mxc)
         return self.stored
@@ -234,7 +234,7 @@ class FakeIntent:
 async def test_an_encrypted_attachment_is_decrypted_and_checked():
     from nio.crypto.attachments import encrypt_attachment
 
-    from bridge.media import MediaError, fetch
+    from bridge.matrix.media import MediaError, fetch
     ciphertext, keys = encrypt_attachment(PNG)
     encrypted = Attachment(kind="image", name="dot.png", mimetype="image/png",
                            file={"url": "mxc://localhost/enc", **keys}, label="image")
@@ -251,7 +251,7 @@ async def test_an_encrypted_attachment_is_decrypted_and_checked():
 
 
 async def test_a_download_past_the_limit_is_one_clear_line():
-    from bridge.media import MediaError, fetch
+    from bridge.matrix.media import MediaError, fetch
     try:
         await fetch(FakeIntent(stored=b"x" * 2048), Attachment("file", "big.bin", "application/octet-stream",
                                                                 url=MXC), 1024)
@@ -265,7 +265,7 @@ async def test_a_download_past_the_limit_is_one_clear_line():
 async def test_media_into_an_encrypted_room_is_uploaded_encrypted_with_its_key_in_file():
     from nio.crypto.attachments import decrypt_attachment
 
-    from bridge.media import post
+    from bridge.matrix.media import post
     intent = FakeIntent(encrypts=True)
     await post(intent, "!room:localhost", OutgoingMedia("m.image", "dot.png", "image/png", PNG), 1024)
     (uploaded, content_type, _), = intent.uploads
@@ -279,7 +279,7 @@ async def test_media_into_an_encrypted_room_is_uploaded_encrypted_with_its_key_i
 
 
 async def test_media_into_a_plain_room_is_uploaded_as_it_is():
-    from bridge.media import post
+    from bridge.matrix.media import post
     intent = FakeIntent()
     await post(intent, "!room:localhost", OutgoingMedia("m.file", "plan.md", "text/markdown", b"# Plan"), 1024)
     assert intent.uploads == [(b"# Plan", "text/markdown", "plan.md")]
@@ -290,7 +290,7 @@ async def test_media_into_a_plain_room_is_uploaded_as_it_is():
 
 from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
-from bridge.msc4391 import invocation  # noqa: E402
+from bridge.matrix.msc4391 import invocation  # noqa: E402
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),

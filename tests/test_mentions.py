@@ -1,7 +1,7 @@
 """Who a message names (SPEC §6): pills, m.mentions, plain @name, slash commands. Pure."""
 from __future__ import annotations
 
-from bridge.mentions import SlashCommand, parse
+from bridge.channels.mentions import SlashCommand, parse
 
 AGENTS = ("alice", "bob", "carol")
 ALIASES = {**{a: a for a in AGENTS}, **{f"sk_{a}": a for a in AGENTS}}

@@ -1,10 +1,10 @@
-"""bridge/msc4391.py, the pure parts: state keys, descriptions, invocations, power levels."""
+"""bridge/matrix/msc4391.py, the pure parts: state keys, descriptions, invocations, power levels."""
 from __future__ import annotations
 
 import base64
 import hashlib
 
-from bridge.msc4391 import (DESCRIPTION, description, descriptions, digest, invocation, raised_levels,
+from bridge.matrix.msc4391 import (DESCRIPTION, description, descriptions, digest, invocation, raised_levels,
                             state_key)
 
 ALICE = "@sk_alice:localhost"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge import intent as intent_module
-from bridge.puppet import Puppet
+from bridge.matrix import intent as intent_module
+from bridge.matrix.puppet import Puppet
 
 
 class SlowHomeserver:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bridge.recovery import ANSWERS, LEGACY, PROMPTS, Recovery
+from bridge.channels.recovery import ANSWERS, LEGACY, PROMPTS, Recovery
 from store import Store
 
 
@@ -73,7 +73,7 @@ async def test_the_repairs_at_start_keep_their_transaction_ids():
     after another crash posts it once)."""
     import hashlib
 
-    from bridge.recovery import TXN
+    from bridge.channels.recovery import TXN
 
     intent = RecordingIntent()
 
@@ -119,7 +119,7 @@ async def test_an_answer_begun_is_never_begun_again_even_if_the_next_run_stops_b
 
 
 def test_an_interrupted_answer_keeps_the_text_shown_as_it_was():
-    from bridge.recovery import INTERRUPTED, interrupted_text
+    from bridge.channels.recovery import INTERRUPTED, interrupted_text
 
     # cut after "echo: ": the mark follows what the owner saw, trailing space and all
     assert interrupted_text("✍️ writing…\n\necho: ") == f"echo: \n\n{INTERRUPTED}"
@@ -156,7 +156,7 @@ def bridge_with_message(store: Store, intent, submitted: list):
 
 
 def run_for(prompt: str, agent: str = "alice"):
-    from bridge.stream import Answer
+    from bridge.channels.stream import Answer
     answer = Answer(RecordingIntent(), "!r:hs", "Alice")
     return SimpleNamespace(prompt_event_id=prompt, agent_name=agent, answer=answer, prompt_sent=False,
                            portal=SimpleNamespace(room_id="!r:hs"))
@@ -191,7 +191,7 @@ async def test_an_answer_whose_prompt_was_written_is_interrupted_not_run_again(s
     run = run_for("$p")
     first.posting(run)  # the prompt is written before the placeholder's send came back
     first.prompt_sent(run)
-    from bridge.recovery import TXN
+    from bridge.channels.recovery import TXN
     assert store.pending(ANSWERS)[TXN + run.answer.placeholder_txn]["sent"] is True
     run.answer.event_ids.append("$placeholder")
     first.begin(run)

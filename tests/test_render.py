@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from bridge.render import markdown_to_html, needs_html
-from bridge.intent import edit_content
-from bridge.stream import SPLIT_BYTES, edit_interval, message_content, split_point
+from bridge.channels.render import markdown_to_html, needs_html
+from bridge.matrix.intent import edit_content
+from bridge.channels.stream import SPLIT_BYTES, edit_interval, message_content, split_point
 
 
 def test_markdown_is_rendered():

@@ -1,8 +1,8 @@
-"""Reply fallbacks are stripped before routing and storing (bridge/replies.py, pure)."""
+"""Reply fallbacks are stripped before routing and storing (bridge/channels/replies.py, pure)."""
 from __future__ import annotations
 
-from bridge.mentions import parse
-from bridge.replies import replied_to, strip_body_fallback, strip_html_fallback, without_fallback
+from bridge.channels.mentions import parse
+from bridge.channels.replies import replied_to, strip_body_fallback, strip_html_fallback, without_fallback
 
 ALIASES = {"alice": "alice", "bob": "bob", "sk_alice": "alice", "sk_bob": "bob"}
 
@@ -78,7 +78,7 @@ def test_malformed_relations_are_not_replies():
 def test_a_number_answers_the_question_it_replies_to_else_the_latest():
     import asyncio
 
-    from bridge.permissions import Pending, question_for
+    from bridge.channels.permissions import Pending, question_for
 
     loop = asyncio.new_event_loop()
     try:

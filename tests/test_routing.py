@@ -1,8 +1,8 @@
 """Who answers (SPEC §6, ADR §2): every rule, pure."""
 from __future__ import annotations
 
-from bridge.mentions import Parsed, SlashCommand
-from bridge.routing import Route, Turn, route
+from bridge.channels.mentions import Parsed, SlashCommand
+from bridge.channels.routing import Route, Turn, route
 
 
 def p(*mentions: str, slash: SlashCommand | None = None) -> Parsed:

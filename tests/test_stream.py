@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge import stream
-from bridge.matrix import MatrixError
-from bridge.stream import SPLIT_BYTES, Answer, AnswerNotFinished
+from bridge.channels import stream
+from bridge.matrix.client import MatrixError
+from bridge.channels.stream import SPLIT_BYTES, Answer, AnswerNotFinished
 
 
 class FakeIntent:

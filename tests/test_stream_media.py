@@ -1,10 +1,10 @@
-"""bridge/stream.py: MSC4357's live marker while an answer streams, and an agent's media in the
+"""bridge/channels/stream.py: MSC4357's live marker while an answer streams, and an agent's media in the
 answer's place (in order with its text), against a recording stand-in for the Intent."""
 from __future__ import annotations
 
 import asyncio
 
-from bridge.stream import LIVE, Answer, message_content
+from bridge.channels.stream import LIVE, Answer, message_content
 
 ROOM = "!room:localhost"
 

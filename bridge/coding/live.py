@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from ..intent import Intent
-from ..matrix import MatrixError
+from ..matrix.intent import Intent
+from ..matrix.client import MatrixError
 
 log = logging.getLogger(__name__)
 

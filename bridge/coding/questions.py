@@ -27,13 +27,13 @@ import aiohttp
 from acp import ElicitationAnswer, ElicitationRequest
 from acp.elicitation import ACCEPT, CANCEL, DECLINE, parse_answer
 
-from ..matrix import MatrixError
+from ..matrix.client import MatrixError
 from . import render
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
-    from ..portal import Portal
-    from ..puppet import Puppet
+    from ..channels.portal import Portal
+    from ..matrix.puppet import Puppet
 
 log = logging.getLogger(__name__)
 

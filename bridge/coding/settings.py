@@ -26,13 +26,13 @@ from acp import AcpError, Choices, SessionState, Update
 from acp.session_state import CONFIG, MODE, MODEL, Selector
 from store import StoreClosed, StoreError
 
-from ..command_parse import describe_state, resolve_agent
-from ..render import escape_html, sanitise
+from ..channels.command_parse import describe_state, resolve_agent
+from ..channels.render import escape_html, sanitise
 from . import render
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
-    from ..portal import Portal
+    from ..channels.portal import Portal
 
 log = logging.getLogger(__name__)
 

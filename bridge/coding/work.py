@@ -24,7 +24,7 @@ from . import render
 from .live import LiveMessage
 
 if TYPE_CHECKING:
-    from ..intent import Intent
+    from ..matrix.intent import Intent
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Work:
         if key in self._attached:
             return None
         self._attached.add(key)
-        from ..media import MediaError, OutgoingMedia, post  # media imports the answer side
+        from ..matrix.media import MediaError, OutgoingMedia, post  # media imports the answer side
         media = OutgoingMedia("m.file", view.filename, "text/x-diff", data=view.text.encode("utf-8"))
         try:
             return await post(self.intent, self.room_id, media, self.attach_limit)

@@ -18,15 +18,15 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..dispatch import Encryption
-from ..intent import Outgoing
-from ..matrix import localpart
+from ..matrix.dispatch import Encryption
+from ..matrix.intent import Outgoing
+from ..matrix.client import localpart
 from .device import MEGOLM, Device
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
-    from ..dispatch import Dispatcher
-    from ..inbound import Inbound
+    from ..matrix.dispatch import Dispatcher
+    from ..channels.inbound import Inbound
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,7 @@ class E2EE:
                 return event_type, content
         device = self.devices.get(user_id)
         if device is None or device.nio is None:
-            from ..matrix import MatrixError
+            from ..matrix.client import MatrixError
             raise MatrixError(f"{user_id} has no device to encrypt with in {room_id}", None)
         return "m.room.encrypted", await device.encrypt(room_id, event_type, content)
 

@@ -44,7 +44,7 @@ from nio.store import SqliteStore
 
 from config.paths import write_private
 
-from ..matrix import MatrixError
+from ..matrix.client import MatrixError
 from .crosssign import CrossSigning
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from bridge.homeserver import free_port
+from bridge.local.homeserver import free_port
 from bridge_harness import agent
 from store import Store
 

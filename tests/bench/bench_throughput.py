@@ -23,13 +23,13 @@ CHANNELS, AGENTS, RATE = 50, 10, 200
 
 class RequestCount:
     """Homeserver requests the bridge makes, by kind, while `counting` (wraps the nio send and
-    the raw request of bridge.matrix.AppserviceClient, which are all its requests)."""
+    the raw request of bridge.matrix.client.AppserviceClient, which are all its requests)."""
 
     KINDS = (("message", re.compile(r"/send/m\.room\.message/")), ("receipt", re.compile(r"/receipt/")),
              ("typing", re.compile(r"/typing/")))
 
     def __init__(self):
-        from bridge.matrix import AppserviceClient
+        from bridge.matrix.client import AppserviceClient
         self.counts: collections.Counter = collections.Counter()
         self.counting = False
         self._cls = AppserviceClient

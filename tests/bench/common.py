@@ -25,7 +25,7 @@ for extra in (ROOT, ROOT / "tests"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-from bridge.homeserver import Homeserver, free_port  # noqa: E402
+from bridge.local.homeserver import Homeserver, free_port  # noqa: E402
 from matrix_helpers import write_base_config  # noqa: E402
 
 now = time.perf_counter

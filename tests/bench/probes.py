@@ -15,7 +15,9 @@ import time
 
 from acp import client as acp_client
 from acp import rpc as acp_rpc
-from bridge import appservice, bridge as bridge_module, dispatch, portal as portal_module, stream
+from bridge import bridge as bridge_module
+from bridge.channels import portal as portal_module, stream
+from bridge.matrix import appservice, dispatch
 
 now = time.perf_counter
 TOKEN = re.compile(r"bench-[a-z0-9-]+")

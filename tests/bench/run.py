@@ -1,6 +1,6 @@
 """Run the benchmarks and print one table: `python -m tests.bench.run [--quick] [--only NAME ...]`.
 
-Starts its own Synapse (bridge.homeserver) in a temporary folder with two appservices: the
+Starts its own Synapse (bridge.local.homeserver) in a temporary folder with two appservices: the
 bridge and a bare aiohttp echo floor. Every figure is measured in this run, beside its baseline.
 The table is printed and written to tests/bench/last-results.md. These are measurements, not
 tests: the exit code is 0 whatever the goals say (unless a benchmark crashes).

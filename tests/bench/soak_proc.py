@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import config as configuration  # noqa: E402
 from bridge.bridge import Bridge  # noqa: E402
 from bridge.cli import open_store  # noqa: E402
-from bridge.recovery import ANSWERS, PROMPTS  # noqa: E402
+from bridge.channels.recovery import ANSWERS, PROMPTS  # noqa: E402
 from config import registration as registrations  # noqa: E402
 
 

@@ -66,7 +66,7 @@ def test_the_bot_reads_where_the_homeserver_sends_its_crypto_traffic(tmp_path):
     import yaml
     import config
     from config.registration import build
-    from bridge.homeserver import Homeserver
+    from bridge.local.homeserver import Homeserver
     path = tmp_path / "config.yaml"
     agents = {"a": {"command": ["x"]}}
     path.write_text(yaml.safe_dump({"owner": "@me:localhost", "agents": agents}))
@@ -108,7 +108,7 @@ def test_encryption_setting(tmp_path, value, expected):
 @pytest.mark.parametrize("encryption", [True, False])
 def test_the_embedded_homeserver_tells_element_to_encrypt_new_rooms_when_the_bridge_reads_them(
         tmp_path, encryption):
-    from bridge.homeserver import Homeserver
+    from bridge.local.homeserver import Homeserver
     server = Homeserver(tmp_path / "hs", encryption=encryption)
     body = server._config({}, tmp_path / "log.yaml")
     assert body["extra_well_known_client_content"]["io.element.e2ee"] == {"default": encryption}
@@ -130,7 +130,7 @@ def test_the_device_file_is_private(tmp_path):
 @pytest.mark.parametrize("bot_reads", [True, False])
 async def test_only_the_bots_share_of_a_transactions_crypto_traffic_reaches_its_device(bot_reads):
     from types import SimpleNamespace
-    from bridge.appservice import DeviceTraffic
+    from bridge.matrix.appservice import DeviceTraffic
     from bridge.e2ee.crypto import E2EE
 
     class Store:

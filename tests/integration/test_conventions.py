@@ -14,7 +14,7 @@ from urllib.parse import quote
 import aiohttp
 import nio
 
-from bridge.msc4391 import DESCRIPTION, description, state_key
+from bridge.matrix.msc4391 import DESCRIPTION, description, state_key
 from bridge_harness import agent, wait_until
 from matrix_helpers import caught_up, events_in, login, sync_until
 
@@ -157,7 +157,7 @@ async def test_a_room_that_refuses_descriptions_is_logged_once_text_commands_wor
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log), "--commands", REVIEW)})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    caplog.set_level(logging.INFO, logger="bridge.msc4391")
+    caplog.set_level(logging.INFO, logger="bridge.matrix.msc4391")
     try:
         made = await owner.room_create(name="plain", invite=[ALICE], preset=nio.RoomPreset.private_chat)
         assert isinstance(made, nio.RoomCreateResponse), made

@@ -494,7 +494,7 @@ def bot_notices(owner, room_id) -> list[str]:
 
 def device_traffic_on(homeserver) -> dict:
     """The `homeserver` section of the tests' config, saying the homeserver sends the
-    appservice its users' crypto traffic (the test Synapse does: bridge/homeserver.py)."""
+    appservice its users' crypto traffic (the test Synapse does: bridge/local/homeserver.py)."""
     import yaml
     section = yaml.safe_load(homeserver.base_config_path.read_text())["homeserver"]
     return {**section, "device_traffic": True}

@@ -17,7 +17,7 @@ from pathlib import Path
 import nio
 import pytest
 
-from bridge.recovery import ANSWERS, INTERRUPTED
+from bridge.channels.recovery import ANSWERS, INTERRUPTED
 from bridge_harness import agent, answers_in, write_config
 from config.paths import config_hash
 from matrix_helpers import caught_up, events_in, login, sync_until

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import config as configuration
-from bridge.homeserver import Homeserver, free_port
+from bridge.local.homeserver import Homeserver, free_port
 from bridge_harness import Deliveries, RunningBridge, agent, answers_in
 from config import registration as registrations
 from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until
@@ -210,7 +210,7 @@ async def test_two_people_two_bridges_one_homeserver(two_people):
 async def test_up_for_a_second_person_says_how_to_join_a_running_homeserver(two_people):
     """`sidekicks up` finds a homeserver it did not start that does not know it: it says what to do."""
     from bridge.cli import UserError
-    from bridge.up import up
+    from bridge.local.up import up
 
     hs, _bridges, _logs, tmp_path, hs_yaml = two_people
     folder = tmp_path / "dan"

@@ -29,7 +29,7 @@ import nio
 import pytest
 import yaml
 
-from bridge.homeserver import free_port
+from bridge.local.homeserver import free_port
 from bridge_harness import answers_in
 from matrix_helpers import events_in, login, sync_until
 

@@ -9,7 +9,7 @@ import secrets
 import aiohttp
 import nio
 
-from bridge import dispatch
+from bridge.matrix import dispatch
 from bridge_harness import agent, answers_in, start_bridge
 from matrix_helpers import events_in, login, sync_until, texts_in
 from store import StoreError
@@ -227,7 +227,7 @@ async def test_a_number_sent_as_a_reply_answers_the_question_it_replies_to(homes
 async def test_commands_starts_agents_without_holding_up_other_events(homeserver, tmp_path, monkeypatch):
     """`!commands` may start agents (seconds): while it does, the next transaction — bob's DM —
     is handled; the listing comes after."""
-    from bridge.commands import BotCommands
+    from bridge.channels.commands import BotCommands
 
     BOB = "@sk_bob:localhost"
     release, entered = asyncio.Event(), []
@@ -263,7 +263,7 @@ async def test_commands_starts_agents_without_holding_up_other_events(homeserver
 def failing_sends(intent, refuse):
     """Make `intent.send` raise a 502 MatrixError whenever refuse(content, n) is true (n counts
     the new messages, not the edits)."""
-    from bridge.matrix import MatrixError
+    from bridge.matrix.client import MatrixError
 
     original, count = intent.send, [0]
 
@@ -313,7 +313,7 @@ async def test_a_failed_send_while_an_answer_splits_still_finishes_and_stores_it
 
 async def test_an_answer_the_homeserver_refuses_is_recorded_and_marked_interrupted_at_the_next_start(
         homeserver, tmp_path):
-    from bridge.recovery import ANSWERS
+    from bridge.channels.recovery import ANSWERS
 
     folder = tmp_path / "bridge"
     running = await start_bridge(homeserver, folder, {"alice": agent()})

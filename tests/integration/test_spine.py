@@ -99,10 +99,10 @@ async def test_a_quick_answer_is_one_message_never_edited(homeserver, bridge_fac
     # is 0.15 s (and SETTLE after the first part): that an echo answer fits in it is a question
     # of speed, measured by tests/bench (bench_latency: "echo answers sent as one message");
     # here the grace is made long enough for any machine, and the behaviour is what is tested
-    import bridge.stream
-    import bridge.turns
-    monkeypatch.setattr(bridge.turns, "PLACEHOLDER_GRACE", 30.0)
-    monkeypatch.setattr(bridge.stream, "SETTLE", 30.0)
+    import bridge.channels.stream
+    import bridge.channels.turns
+    monkeypatch.setattr(bridge.channels.turns, "PLACEHOLDER_GRACE", 30.0)
+    monkeypatch.setattr(bridge.channels.stream, "SETTLE", 30.0)
     running = await bridge_factory({"alice": agent(title="Alice (scripted)")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:

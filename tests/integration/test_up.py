@@ -13,7 +13,7 @@ from pathlib import Path
 import nio
 import pytest
 
-from bridge.homeserver import free_port
+from bridge.local.homeserver import free_port
 from bridge_harness import answers_in
 from matrix_helpers import TestHomeserver, events_in, login, sync_until
 

@@ -12,7 +12,7 @@ from collections import Counter
 import nio
 import pytest
 
-from bridge.dispatch import BACK_TEXT, DOWN_TEXT
+from bridge.matrix.dispatch import BACK_TEXT, DOWN_TEXT
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from matrix_helpers import events_in, login, record_figures, sync_until
 

@@ -37,11 +37,11 @@ import aiohttp
 
 from store import StoreError
 
-from .matrix import MatrixError
+from .client import MatrixError
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
-    from .portal import Portal
+    from ..bridge import Bridge
+    from ..channels.portal import Portal
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
-from .intent import Intent
-from .matrix import MatrixError
+from ..matrix.intent import Intent
+from ..matrix.client import MatrixError
 from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)

@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from .coding import render as coding_render
-from .matrix import MatrixError
+from ..coding import render as coding_render
+from ..matrix.client import MatrixError
 from .render import escape_html
 
 if TYPE_CHECKING:
     from acp import PermissionRequest
 
-    from .bridge import Bridge
+    from ..bridge import Bridge
     from .portal import Portal
-    from .puppet import Puppet
+    from ..matrix.puppet import Puppet
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from .matrix import AppserviceClient, MatrixError, check
+from .client import AppserviceClient, MatrixError, check
 
 log = logging.getLogger(__name__)
 

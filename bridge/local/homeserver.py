@@ -183,7 +183,7 @@ class Homeserver:
             "trusted_key_servers": [],
             "suppress_key_server_warning": True,
             "federation_domain_whitelist": [],
-            # puppets are online while the bridge runs, offline after (SPEC §5; bridge/presence.py)
+            # puppets are online while the bridge runs, offline after (SPEC §5; bridge/matrix/presence.py)
             "presence": {"enabled": True},
             "url_preview_enabled": False,
             # Element decides "encrypt new rooms?" from the well-known file; Synapse from this.

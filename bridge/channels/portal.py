@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from store import Channel, StoreClosed
 
-from .media import reread, restored
+from ..matrix.media import reread, restored
 from .mentions import parse
 from .routing import route
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge import Bridge
 
 log = logging.getLogger(__name__)
 

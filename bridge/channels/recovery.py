@@ -39,7 +39,7 @@ from store import StoreError
 from .stream import message_content
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge import Bridge
     from .turns import TurnRun
 
 log = logging.getLogger(__name__)

@@ -1,14 +1,14 @@
 """What each kind of incoming room event does (SPEC §5, §6, §9). The dispatcher
-(bridge/dispatch.py) calls these, one event at a time, with its type, room, sender and content
+(bridge/matrix/dispatch.py) calls these, one event at a time, with its type, room, sender and content
 already checked; nothing else calls them.
 
 - `m.room.member`: an owner's invite of a puppet makes the room a channel (or adds a member) and
   the puppet joins; others' invites are declined; a kick removes the member. The bot's own
   memberships go to the bot commands.
 - `m.room.message`, `m.sticker`, polls: an owner's `!` command, a numbered answer to a
-  permission question, or a prompt — text, an attachment, an MSC4391 command (bridge/media.py
+  permission question, or a prompt — text, an attachment, an MSC4391 command (bridge/matrix/media.py
   says what each kind is) — stored, then queued in the channel's portal. A reply's fallback
-  quote is stripped first (bridge/replies.py).
+  quote is stripped first (bridge/channels/replies.py).
 - `m.reaction`: an owner's answer to a permission question, or 🛑 on the answer being written.
 - `m.room.redaction`: the owner withdrew a message.
 - `m.room.name`: the owner renamed a channel.
@@ -21,14 +21,14 @@ from urllib.parse import quote
 
 from store import StoreClosed
 
-from .media import read_message
+from ..matrix.media import read_message
 from .portal import Incoming
 from .replies import replied_to, without_fallback
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge import Bridge
     from .portal import Portal
-    from .puppet import Puppet
+    from ..matrix.puppet import Puppet
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class Inbound:
         if "m.new_content" in content or (isinstance(relates, dict) and relates.get("rel_type") == "m.replace"):
             return  # edits of earlier messages are not new prompts
         content = without_fallback(content)  # a reply's quote is neither a mention nor history
-        # what this kind of message says to agents (bridge/media.py; README's table)
+        # what this kind of message says to agents (bridge/matrix/media.py; README's table)
         read = read_message(event.get("type", "m.room.message"), content, bridge.config.attachment_bytes)
         body = read.text
         if read.plain:

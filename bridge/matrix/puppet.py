@@ -2,7 +2,7 @@
 
 A puppet is registered once with `m.login.application_service` + `inhibit_login`, then acts by
 masquerading. Its display name is the agent's title. Everything it does in rooms goes through
-its `intent` (bridge/intent.py), the only way an event leaves the bridge.
+its `intent` (bridge/matrix/intent.py), the only way an event leaves the bridge.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import logging
 import aiohttp
 
 from .intent import Intent, Outgoing
-from .matrix import AppserviceClient
+from .client import AppserviceClient
 
 log = logging.getLogger(__name__)
 

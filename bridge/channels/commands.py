@@ -14,14 +14,14 @@ import aiohttp
 
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
                             find_channels, format_commands, parse, resolve_agent, split_delete)
-from .coding.settings import COMMANDS as SETTINGS_COMMANDS
-from .matrix import MatrixError
-from .space import Space, create_room, give_power, membership, room_link
+from ..coding.settings import COMMANDS as SETTINGS_COMMANDS
+from ..matrix.client import MatrixError
+from ..matrix.space import Space, create_room, give_power, membership, room_link
 
 if TYPE_CHECKING:
     from store import Channel
 
-    from .bridge import Bridge
+    from ..bridge import Bridge
     from .portal import Portal
 
 log = logging.getLogger(__name__)

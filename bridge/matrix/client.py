@@ -63,7 +63,7 @@ class AppserviceClient(AsyncClient):
 
     async def put_event(self, room_id: str, event_type: str, content: dict, txn_id: str):
         """PUT /rooms/{room}/send/{type}/{txn} with nio's retries, as is: unlike nio's
-        room_send it never encrypts (bridge/intent.py decides what leaves, and how)."""
+        room_send it never encrypts (bridge/matrix/intent.py decides what leaves, and how)."""
         method, path, data = Api.room_send(self.access_token, room_id, event_type, content, txn_id)
         return await self._send(RoomSendResponse, method, path, data, (room_id,))
 
@@ -102,7 +102,7 @@ class AppserviceClient(AsyncClient):
 
     async def download_bytes(self, path: str, limit: int) -> tuple[int, bytes, dict]:
         """GET a media `path` as this user: (status, the body if 200, else the error's JSON).
-        The body is read in chunks and never past `limit` bytes: TooLarge (bridge.intent)."""
+        The body is read in chunks and never past `limit` bytes: TooLarge (bridge.matrix.intent)."""
         from .intent import TooLarge
 
         headers = {"Authorization": f"Bearer {self.access_token}"}

@@ -18,11 +18,11 @@ import aiohttp
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
 from store import StoreError
 
-from .coding import render as coding_render
-from .coding.work import Work
+from ..coding import render as coding_render
+from ..coding.work import Work
 from .context import Line, build_prompt
-from .matrix import MatrixError
-from .media import attachment_prompt, outgoing_part, post
+from ..matrix.client import MatrixError
+from ..matrix.media import attachment_prompt, outgoing_part, post
 from .render import escape_html
 from .routing import Turn
 from .stream import Answer, AnswerNotFinished

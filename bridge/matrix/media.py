@@ -39,7 +39,7 @@ from .intent import TooLarge
 
 if TYPE_CHECKING:
     from .intent import Intent
-    from .portal import Incoming, Portal
+    from ..channels.portal import Incoming, Portal
 
 log = logging.getLogger(__name__)
 

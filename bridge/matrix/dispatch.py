@@ -4,7 +4,7 @@ messages a puppet catches up on when it joins, and (with encryption) decrypted e
 A transaction's crypto traffic (to-device messages, device lists, key counts) goes to the
 `Encryption` seam first, so that a room key arrives before the message it opens; then its events,
 in order. Each event is checked (type, room, sender, content) and handed to the handler of its
-kind (bridge/inbound.py). Events the bridge's own identities sent are not handled: their answers
+kind (bridge/channels/inbound.py). Events the bridge's own identities sent are not handled: their answers
 and notices come back to the appservice and are stored by the turns that made them.
 
 Nothing is lost, nothing runs twice:
@@ -38,11 +38,11 @@ import aiohttp
 from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
 
 from .appservice import DeviceTraffic, Transaction, TransactionRefused
-from .inbound import Inbound
-from .matrix import MatrixError
+from ..channels.inbound import Inbound
+from .client import MatrixError
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge import Bridge
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class Dispatcher:
         self._handlers = {
             "m.room.member": self.inbound.member,
             "m.room.message": self.inbound.message,
-            "m.sticker": self.inbound.message,                      # as an image (bridge/media.py)
+            "m.sticker": self.inbound.message,                      # as an image (bridge/matrix/media.py)
             "m.poll.start": self.inbound.message,                   # as its question and answers
             "org.matrix.msc3381.poll.start": self.inbound.message,
             "m.reaction": self.inbound.reaction,

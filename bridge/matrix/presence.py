@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge import Bridge
     from .puppet import Puppet
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from urllib.parse import quote
 
 import aiohttp
 
-from .matrix import MatrixError
+from .client import MatrixError
 
 if TYPE_CHECKING:
-    from .bridge import Bridge
+    from ..bridge import Bridge
     from .puppet import Puppet
 
 log = logging.getLogger(__name__)

@@ -7,11 +7,19 @@ from types import SimpleNamespace
 import pytest
 
 from bridge.channels.recovery import ANSWERS, LEGACY, PROMPTS, Recovery
+from bridge.matrix.dispatch import StoreOutage
 from store import Store
 
 
+def fake_bridge(**parts) -> SimpleNamespace:
+    """The parts of the bridge recovery uses (its turn-end writes go through StoreOutage)."""
+    bridge = SimpleNamespace(**parts)
+    bridge.dispatcher = SimpleNamespace(outage=StoreOutage(bridge))
+    return bridge
+
+
 def recovery_on(store: Store) -> Recovery:
-    return Recovery(SimpleNamespace(store=store, config=SimpleNamespace(agents={})))
+    return Recovery(fake_bridge(store=store, config=SimpleNamespace(agents={})))
 
 
 def test_an_older_stores_json_records_are_carried_over_once():
@@ -82,7 +90,7 @@ async def test_the_repairs_at_start_keep_their_transaction_ids():
 
     store = Store.open(":memory:")
     try:
-        bridge = SimpleNamespace(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet)
+        bridge = fake_bridge(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet)
         where = {"room": "!r:hs", "agent": "alice", "prompt": "$p", "body": "⏳ Alice is getting ready…"}
         for _ in range(2):  # the same item, as after a crash during the first repair
             store.update_pending(ANSWERS, put={TXN + "abc123": where})
@@ -104,7 +112,7 @@ async def test_an_answer_begun_is_never_begun_again_even_if_the_next_run_stops_b
 
     store = Store.open(":memory:")
     try:
-        bridge = SimpleNamespace(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet)
+        bridge = fake_bridge(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet)
         first = Recovery(bridge)
         first.prompt_taken("$p", "!r:hs")
         store.update_pending(ANSWERS, put={"$placeholder": {"room": "!r:hs", "agent": "alice", "prompt": "$p"}})
@@ -151,8 +159,8 @@ def bridge_with_message(store: Store, intent, submitted: list):
         return SimpleNamespace(intent=intent)
 
     portal = SimpleNamespace(submit=submitted.append)
-    return SimpleNamespace(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet,
-                           portal_for=lambda room_id: portal if room_id == "!r:hs" else None)
+    return fake_bridge(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet,
+                       portal_for=lambda room_id: portal if room_id == "!r:hs" else None)
 
 
 def run_for(prompt: str, agent: str = "alice"):
@@ -209,3 +217,36 @@ async def test_an_unstarted_turn_of_a_message_no_longer_waiting_is_marked_as_bef
     Recovery(bridge).begin(run)  # its message is not pending any more: nothing will rerun it
     after = Recovery(bridge)
     assert await after.repair() == 1 and after.rerun == 0 and store.pending(ANSWERS) == {}
+
+
+def test_turn_end_writes_wait_for_the_database_in_order_and_a_closed_store_drops_them():
+    from store import StoreClosed, StoreUnavailable
+
+    class Flaky:
+        state = "down"
+
+    done: list[str] = []
+
+    def write(name):
+        def run():
+            if Flaky.state == "down":
+                raise StoreUnavailable("the PostgreSQL server cannot be reached")
+            if Flaky.state == "closed":
+                raise StoreClosed()
+            done.append(name)
+        return run
+    outage = StoreOutage(SimpleNamespace())
+    outage.hit = lambda exc, event: None  # no watcher task here: flush is called by hand
+    outage.later("first", write("first"))
+    outage.later("second", write("second"))
+    assert done == []
+    with pytest.raises(StoreUnavailable):
+        outage.flush()
+    Flaky.state = "up"
+    outage.later("third", write("third"))  # behind the two that wait, never before them
+    assert done == ["first", "second", "third"]
+    Flaky.state = "closed"
+    outage.later("fourth", write("fourth"))  # quitting: dropped, the next start repairs
+    Flaky.state = "up"
+    outage.flush()
+    assert done == ["first", "second", "third"]

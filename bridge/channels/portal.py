@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from store import Channel, StoreClosed
+from store import Channel
 
 from ..matrix.media import reread, restored
 from .mentions import parse
@@ -85,11 +85,13 @@ class Portal:
         return session_id, True
 
     def seen(self, agent: str, message_id: str) -> None:
-        """The agent has now seen everything up to `message_id` (its own answer, usually)."""
-        try:  # a member removed meanwhile is left alone (no row to update)
-            self.bridge.store.mark_seen(self.channel.id, agent, message_id)
-        except StoreClosed:
-            pass  # the bridge is quitting; the next run sees the message again, which is harmless
+        """The agent has now seen everything up to `message_id` (its own answer, usually).
+        Written once the database takes it; a store closed meanwhile (quitting) drops it: the
+        next run shows the message again, which is harmless. A member removed meanwhile is
+        left alone (no row to update)."""
+        channel_id, store = self.channel.id, self.bridge.store
+        self.bridge.dispatcher.outage.later(
+            f"what {agent} has seen in {self.room_id}", lambda: store.mark_seen(channel_id, agent, message_id))
 
     async def add_agent(self, agent: str, announce: bool = False) -> bool:
         """Make `agent` a member: invite its puppet, which joins at once. False when it could

@@ -137,17 +137,21 @@ class Recovery:
         """The turn is over. Cut by quitting (the task is being cancelled), or its answer could
         not be finished (the homeserver refused it): keep the item, with every message of the
         answer, for the next start to mark interrupted (and not answer again)."""
-        try:
-            task = asyncio.current_task()
-            if (task is not None and task.cancelling()) or not run.answer.finished:
+        task = asyncio.current_task()
+        if (task is not None and task.cancelling()) or not run.answer.finished:
+            try:
                 self.bridge.store.update_pending(
                     ANSWERS, put={event_id: self._where(run) for event_id in run.answer.event_ids})
-            else:
-                self._answered(run.prompt_event_id, run.agent_name)
-                self.bridge.store.update_pending(
-                    ANSWERS, drop=[TXN + run.answer.placeholder_txn, *run.answer.event_ids])
-        except StoreError:  # closed while quitting: the item stays, the next start repairs it
-            log.info("answer in %s left for the next start to check", run.portal.room_id)
+            except StoreError:  # the item stays as it was: the next start repairs it
+                log.info("answer in %s left for the next start to check", run.portal.room_id)
+            return
+        store, prompt, agent = self.bridge.store, run.prompt_event_id, run.agent_name
+        drop = [TXN + run.answer.placeholder_txn, *run.answer.event_ids]
+
+        def answered() -> None:  # in this order: a crash between the two never answers it twice
+            self._answered(prompt, agent)
+            store.update_pending(ANSWERS, drop=drop)
+        self.bridge.dispatcher.outage.later(f"the end of the answer in {run.portal.room_id}", answered)
 
     # ---- owner messages not answered yet ------------------------------------------------------
 
@@ -165,15 +169,14 @@ class Recovery:
                 self.bridge.store.update_pending(PROMPTS, put={prompt_event_id: {**entry, "done": [*done, agent]}})
 
     def prompt_done(self, event_id: str) -> None:
-        try:
+        """Every turn of this message is over (written once the database takes it)."""
+        def done() -> None:
             self.bridge.store.update_pending(PROMPTS, drop=[event_id])
-        except StoreError:
-            log.info("message %s left for the next start to answer", event_id)
-            return
-        for prompt, agent in [k for k in self.unstarted if k[0] == event_id]:
-            # its message was answered without this agent (routed elsewhere this time): the
-            # placeholder it left says so at the next start (nothing of it had begun)
-            self.unstarted.pop((prompt, agent))
+            for prompt, agent in [k for k in self.unstarted if k[0] == event_id]:
+                # its message was answered without this agent (routed elsewhere this time):
+                # the placeholder it left says so at the next start (nothing of it had begun)
+                self.unstarted.pop((prompt, agent))
+        self.bridge.dispatcher.outage.later(f"the end of message {event_id}", done)
 
     def _migrate(self) -> None:
         """Carry the JSON values of an older store over to pending items, once."""

@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections import deque
+from typing import TYPE_CHECKING, Callable
 
 import aiohttp
 
@@ -93,13 +94,44 @@ class StoreOutage:
     watches for the store to come back: then it pings the homeserver, so the refused
     transactions come at once instead of after Synapse's backoff (up to minutes). An outage
     longer than DOWN_NOTICE_AFTER is said once to the rooms whose messages wait, and its end
-    too. Another bridge that took the database meanwhile stops this one (one line)."""
+    too. Another bridge that took the database meanwhile stops this one (one line).
+
+    The writes that end a turn (its message answered, its answer no longer in progress, what
+    the agent has seen) are not refused like a transaction: nothing would send them again. A
+    turn that ends while the database is down leaves them here (`later`), in order; they are
+    written when it is back, before any transaction is handled again (`flush`)."""
 
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
         self.rooms: list[str] = []  # rooms whose messages wait, in the order they came
         self.outages = 0
         self._task: asyncio.Task | None = None
+        # at most a few per turn in flight (no turn starts while the database is down)
+        self._writes: deque[tuple[str, Callable[[], object]]] = deque()
+
+    def later(self, what: str, write: Callable[[], object]) -> None:
+        """Do `write` (a store call, safe to repeat) now; if the database is down, once it is
+        back, after the ones left before it. A closed store (quitting) drops it: the next start
+        repairs from the pending records."""
+        self._writes.append((what, write))
+        try:
+            self.flush()
+        except StoreUnavailable as exc:
+            log.info("the database is unavailable: %s is written once it is back", what)
+            self.hit(exc, {})
+
+    def flush(self) -> None:
+        """Write what waits, oldest first; StoreUnavailable (and the rest kept) if it is still
+        down."""
+        while self._writes:
+            what, write = self._writes[0]
+            try:
+                write()
+            except StoreUnavailable:
+                raise
+            except StoreError as exc:  # closed while quitting, or refused for good
+                log.info("%s not written: %s", what, exc)
+            self._writes.popleft()
 
     def hit(self, exc: BaseException, event: dict) -> None:
         if isinstance(exc, StoreLockLost):
@@ -123,7 +155,7 @@ class StoreOutage:
     async def _watch(self) -> None:
         began, told = time.monotonic(), False
         try:
-            while not self._back():
+            while not (self._back() and self._flushed()):
                 if not told and time.monotonic() - began >= DOWN_NOTICE_AFTER:
                     told = True
                     await self._say(DOWN_TEXT)
@@ -150,6 +182,13 @@ class StoreOutage:
             return False
         try:
             store.set_value("outage:probe", str(time.time()))  # SQLite: is it writable again?
+        except StoreUnavailable:
+            return False
+        return True
+
+    def _flushed(self) -> bool:
+        try:
+            self.flush()
         except StoreUnavailable:
             return False
         return True
@@ -193,6 +232,7 @@ class Dispatcher:
         log.debug("transaction %s: %d events, %d ephemeral", transaction.txn_id,
                   len(transaction.events), len(transaction.ephemeral))
         try:
+            self.outage.flush()  # a turn's last writes land before anything newer is handled
             if transaction.device:
                 await self._run({"event_id": f"crypto traffic of {transaction.txn_id}"},
                                 self.encryption.device_traffic(transaction.device))

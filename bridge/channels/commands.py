@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from .background import Background
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
                             find_channels, format_commands, parse, resolve_agent, split_delete)
 from ..coding.settings import COMMANDS as SETTINGS_COMMANDS
@@ -32,17 +33,7 @@ class BotCommands:
     def __init__(self, bridge: "Bridge"):
         self.bridge = bridge
         self.space = Space(bridge)
-        self.tasks: set[asyncio.Task] = set()  # commands answered later (`!commands`)
-
-    def _later(self, coroutine, what: str) -> None:
-        async def run() -> None:
-            try:
-                await coroutine
-            except Exception:
-                log.exception("%s failed", what)
-        task = asyncio.create_task(run(), name=what)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
 
     # -- entry points wired in bridge.py --
 
@@ -259,11 +250,11 @@ class BotCommands:
             await self._stop(portal)
         elif command.name == "commands":
             # it may start agents: never while the transaction waits (and every event behind it)
-            self._later(self._commands(portal), f"!commands in {portal.room_id}")
+            self.tasks.start(self._commands(portal), f"!commands in {portal.room_id}")
         elif command.name == "delete":
             await self._delete_here(portal, command.args)
         elif command.name in SETTINGS_COMMANDS:  # may start an agent: never in the transaction
-            self._later(self.bridge.settings.command(portal, command.name, command.args),
+            self.tasks.start(self.bridge.settings.command(portal, command.name, command.args),
                         f"!{command.name} in {portal.room_id}")
         elif command.name == "help":
             await self.bridge.notice(portal, CHANNEL_HELP + "\n\n" + HELP)

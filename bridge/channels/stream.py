@@ -24,6 +24,7 @@ from typing import Awaitable, Callable
 import aiohttp
 
 from ..matrix.intent import Intent
+from .background import stop_task
 from ..matrix.client import MatrixError
 from .render import escape_html, markdown_to_html, needs_html
 
@@ -239,15 +240,9 @@ class Answer:
         raise AnswerNotFinished(f"the final text of the answer in {self.room_id} could not be sent")
 
     async def _stop_pump(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-            try:
-                await self._pump
-            except asyncio.CancelledError:
-                pass
-            except Exception:  # it never should; the final edit carries everything anyway
-                log.exception("the edit loop in %s had stopped", self.room_id)
-            self._pump = None
+        if self._pump is not None:  # it never fails; if it did, the final edit carries everything
+            pump, self._pump = self._pump, None
+            await stop_task(pump, log, f"the edit loop in {self.room_id}")
 
     async def _edit_loop(self) -> None:
         while True:

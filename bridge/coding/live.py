@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from ..channels.background import stop_task
 from ..matrix.intent import Intent
 from ..matrix.client import MatrixError
 
@@ -54,12 +55,8 @@ class LiveMessage:
         if content is not None:
             self._wanted = content if content != self._shown else None
         if self._pump is not None:
-            self._pump.cancel()
-            try:
-                await self._pump
-            except asyncio.CancelledError:
-                pass
-            self._pump = None
+            pump, self._pump = self._pump, None
+            await stop_task(pump, log, f"the edit loop of {self.what} in {self.room_id}")
         if self._wanted is not None:
             await self._send(self._wanted)
         return self.event_id

@@ -18,7 +18,6 @@ each (acp/client.py: config options preferred, modes, the agents' `models` fallb
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from acp import AcpError, Choices, SessionState, Update
 from acp.session_state import CONFIG, MODE, MODEL, Selector
 from store import StoreClosed, StoreError
 
+from ..channels.background import Background
 from ..channels.command_parse import describe_state, resolve_agent
 from ..channels.render import escape_html, sanitise
 from . import render
@@ -79,7 +79,7 @@ class SessionSettings:
         self.bridge = bridge
         self.where: dict[tuple[str, str], tuple[str, str]] = {}  # (agent, session) → (channel id, room)
         self.known: dict[tuple[str, str], dict[tuple[str, str], str]] = {}  # what was last seen
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks = Background(log)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -131,7 +131,7 @@ class SessionSettings:
                 lines = self._switched(channel_id, agent_name, session_id, state)
                 settings.set_snapshot(channel_id, agent_name, state.to_json())
                 if lines:
-                    self._later(self._tell(room_id, agent_name, lines), f"settings line in {room_id}")
+                    self.tasks.start(self._tell(room_id, agent_name, lines), f"settings line in {room_id}")
         except (StoreClosed, StoreError) as exc:
             log.warning("settings of %s not stored: %s", agent_name, exc)
 
@@ -162,20 +162,8 @@ class SessionSettings:
         puppet = await self.bridge.puppet(agent_name)
         await self.bridge.send_notice(puppet, room_id, "\n".join(lines))
 
-    def _later(self, coroutine, what: str) -> None:
-        async def run() -> None:
-            try:
-                await coroutine
-            except Exception:
-                log.exception("%s failed", what)
-        task = asyncio.create_task(run(), name=what)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
     async def close(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.tasks.close()
 
     # -- commands ----------------------------------------------------------------------------
 

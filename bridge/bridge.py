@@ -17,7 +17,7 @@ import aiohttp
 from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, ElicitationRequest, Pool, PermissionRequest
 from config import Config
 from config.registration import Registration
-from store import Store, StoreClosed
+from store import Store, StoreClosed, new_id
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
 from .coding.questions import Questions
@@ -83,6 +83,9 @@ class Bridge:
         self.questions = Questions(self)      # agents' elicitations (coding/questions.py)
         self.settings = SessionSettings(self)  # modes, models, options, usage (coding/settings.py)
         self.recovery = Recovery(self)
+        # this run's id: every turn it takes or claims is marked with it (store/turns.py)
+        self.run_id = new_id()
+        self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
         self.presence = Presence(self)                       # online while running (presence.py)
         self.command_descriptions = CommandDescriptions(self)  # MSC4391 (msc4391.py)
 
@@ -112,14 +115,15 @@ class Bridge:
         self.presence.start()
         if self.history_unavailable:
             await self._say_history_unavailable(progress)
-        repaired = await self.recovery.repair()
-        if repaired:
-            progress(f"{repaired} answer(s) cut by the last stop marked as interrupted")
-        if self.recovery.rerun:
-            progress(f"{self.recovery.rerun} answer(s) the last stop cut before they began: running them again")
-        resumed = self.recovery.resume()  # before the ping: older messages first
-        if resumed:
-            progress(f"{resumed} message(s) the last run did not finish answering: answering now")
+        # the turns earlier runs left: queued before any portal starts, so they go first
+        recovered = await self.recovery.start()
+        self.recovered.set()
+        if recovered.interrupted:
+            progress(f"{recovered.interrupted} answer(s) cut by the last stop marked as interrupted")
+        if recovered.refinished:
+            progress(f"{recovered.refinished} answer(s) the last stop cut while sending their final text: finished")
+        if recovered.rerun:
+            progress(f"{recovered.rerun} answer(s) the last stop left before they began: answering now")
         await self._ping()
         progress("bridge ready")
 

@@ -6,7 +6,7 @@ Knows nothing of Matrix: room and event ids are opaque strings.
 from .errors import (StoreClosed, StoreError, StoreLocked, StoreLockLost, StoreUnavailable,
                      StoreUnwritable)
 from .ids import new_id
-from .records import Channel, Member, Message
+from .records import Channel, Member, Message, TurnRecord
 from .settings import MemberSettings
 from .store import Store
 
@@ -22,5 +22,6 @@ __all__ = [
     "StoreLockLost",
     "StoreUnavailable",
     "StoreUnwritable",
+    "TurnRecord",
     "new_id",
 ]

@@ -30,3 +30,21 @@ class Message:
     text: str
     event_ids: tuple[str, ...]  # the Matrix events that carry it, in order
     created: int  # milliseconds since the epoch
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One agent answering one prompt in one conversation (store/turns.py)."""
+    id: str  # sorts by the time it was taken
+    channel_id: str
+    conversation: str  # "" the main timeline; a thread's root event id
+    prompt_event: str
+    agent: str
+    message_id: str | None  # the owner message it answers
+    text: str  # what the agent is told after its context
+    alone: bool  # a slash command, sent without context
+    state: str
+    run: str | None  # the bridge run that took or claimed it last
+    attempt: int  # how many times it was claimed
+    answer: tuple[str, ...]  # event ids of the answer's messages so far
+    final: dict | None  # the final send in flight: {event, content, txn, text}

@@ -20,6 +20,8 @@ TABLES = (
     "sk_agent_command",
     "sk_value",
     "sk_pending",
+    "sk_turn",
+    "sk_schema",
 )
 
 
@@ -119,7 +121,7 @@ def build(db: pw.Database) -> SimpleNamespace:
     class Txn(Base):
         id = pw.TextField(primary_key=True)
         # when it was handled (ms): keys older than the store's horizon are pruned (a homeserver
-        # retries a transaction minutes after, not weeks); added by migrate_txn_seen
+        # retries a transaction minutes after, not weeks); added by migration step 4 (store/migrations.py)
         seen = pw.BigIntegerField(null=True, index=True)
 
         class Meta:
@@ -151,6 +153,37 @@ def build(db: pw.Database) -> SimpleNamespace:
             table_name = "sk_pending"
             primary_key = pw.CompositeKey("kind", "key")
 
+    class Turn(Base):
+        # One turn: one agent answering one prompt in one conversation (store/turns.py). Its
+        # state moves taken → claimed → posted → prompted → finishing → done (or ended,
+        # interrupted, dropped); every path that starts a turn claims it here, once per run.
+        id = pw.TextField(primary_key=True)  # a new_id(): the order turns were taken in
+        channel_id = pw.TextField(index=True)
+        conversation = pw.TextField(default="")  # "" the main timeline; else a thread's root event
+        prompt_event = pw.TextField()  # the owner message's event id (or a scheduled run's key)
+        agent = pw.TextField()
+        message_id = pw.TextField(null=True)  # the stored owner message it answers
+        text = pw.TextField()  # what the agent is told after its context (routing.Turn.text)
+        alone = pw.BooleanField(default=False)  # a slash command: no context
+        state = pw.TextField(index=True)
+        run = pw.TextField(null=True)  # the bridge run that took or claimed it last
+        attempt = pw.IntegerField(default=0)  # claims so far: part of its transaction ids
+        answer = pw.TextField(default="[]")  # JSON: event ids of the answer's messages
+        final = pw.TextField(null=True)  # JSON: the final send in flight {event, content, txn, text}
+        updated = pw.BigIntegerField(default=0)
+
+        class Meta:
+            table_name = "sk_turn"
+            indexes = ((("prompt_event", "agent", "conversation"), True),)
+
+    class Schema(Base):
+        # One row: the store's schema version (store/migrations.py).
+        version = pw.IntegerField()
+
+        class Meta:
+            table_name = "sk_schema"
+            primary_key = False
+
     models = SimpleNamespace(
         Channel=Channel,
         Member=Member,
@@ -161,28 +194,17 @@ def build(db: pw.Database) -> SimpleNamespace:
         AgentCommand=AgentCommand,
         Value=Value,
         Pending=Pending,
+        Turn=Turn,
+        Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
-    models.all = [Channel, Member, MemberSetting, Message, MessageEvent, Txn, AgentCommand, Value, Pending]
+    models.all = [Channel, Member, MemberSetting, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
+                  Turn, Schema]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 
 
 def create_tables(db: pw.Database, models: SimpleNamespace) -> None:
-    # IF NOT EXISTS everywhere: cheap at open, even with millions of rows.
-    with db.atomic():
-        migrate_txn_seen(db)  # before the indexes: one is on the column it adds
-        db.create_tables(models.all, safe=True)
-
-
-def migrate_txn_seen(db: pw.Database) -> bool:
-    """A store made before transaction keys were pruned has sk_txn(id) alone: add `seen`, and
-    count its keys as seen now (they are pruned one horizon later). True if it migrated."""
-    if "sk_txn" not in db.get_tables():
-        return False
-    if any(column.name == "seen" for column in db.get_columns("sk_txn")):
-        return False
-    from .ids import now_ms
-    db.execute_sql("ALTER TABLE sk_txn ADD COLUMN seen BIGINT")
-    db.execute_sql("UPDATE sk_txn SET seen = %s" % int(now_ms()))
-    return True
+    """Bring the database to the current schema version (store/migrations.py)."""
+    from .migrations import migrate
+    migrate(db, models)

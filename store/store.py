@@ -21,6 +21,7 @@ from .locks import PgAdvisoryLock
 from .queries import hot_queries
 from .records import Channel, Member, Message
 from .resilience import Reconnector, diagnose
+from .turns import TERMINAL
 
 ROLES = ("user", "agent")
 
@@ -125,6 +126,14 @@ class Store:
             self._settings = Settings(self)
         return self._settings
 
+    @property
+    def turns(self):
+        """The turn records (store/turns.py)."""
+        from .turns import Turns
+        if self.__dict__.get("_turns") is None:
+            self._turns = Turns(self)
+        return self._turns
+
     def _run(self, operation, *args, **kwargs):
         """Run `operation(self, ...)` as a store operation: for the store's other modules."""
         return _operation(operation)(self, *args, **kwargs)
@@ -196,7 +205,11 @@ class Store:
         return self._prune_txns(now_ms())
 
     def _prune_txns(self, now: int) -> int:
+        """Transaction keys, and the records of turns over, older than `txn_keep_ms`."""
         self._next_prune = now + self.txn_prune_every_ms
+        T = self._m.Turn
+        T.delete().where(T.state.in_(TERMINAL)
+                         & (T.updated < now - self.txn_keep_ms)).execute()
         return self._hot.prune_txns.run(before=now - self.txn_keep_ms).rowcount
 
     # --- channels ----------------------------------------------------------
@@ -248,6 +261,7 @@ class Store:
             m.MessageEvent.delete().where(m.MessageEvent.channel_id == channel_id).execute()
             m.Message.delete().where(m.Message.channel_id == channel_id).execute()
             m.Member.delete().where(m.Member.channel_id == channel_id).execute()
+            m.Turn.delete().where(m.Turn.channel_id == channel_id).execute()
             m.Channel.delete().where(m.Channel.id == channel_id).execute()
 
     def _require_channel(self, channel_id: str) -> None:
@@ -335,6 +349,10 @@ class Store:
     def add_message(
         self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str] = ()
     ) -> Message:
+        return self._add_message(channel_id, sender, role, text, event_ids)
+
+    def _add_message(self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str]) -> Message:
+        """add_message, inside an operation (store/turns.py stores a message with its turn)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
         if isinstance(event_ids, str):

@@ -140,12 +140,11 @@ class RunningBridge:
         await self.deliveries.wait(event_id, timeout)
 
     def is_idle(self) -> bool:
-        from bridge.channels.recovery import ANSWERS, PROMPTS
-        return not self.store.pending(PROMPTS) and not self.store.pending(ANSWERS)
+        return not self.store.turns.unfinished()
 
     async def idle(self, timeout: float = 60) -> None:
-        """Until no owner message waits for an answer and no answer is being written."""
-        await wait_until(self.is_idle, timeout, "the bridge is idle (no pending prompt or answer)")
+        """Until every turn is over: no owner message waits for an answer, none is being written."""
+        await wait_until(self.is_idle, timeout, "the bridge is idle (no turn unfinished)")
 
     async def stop(self) -> None:
         if not self.stopped:

@@ -1,57 +1,18 @@
-"""Recovery's records in the store: carried over from an older store, kept per item."""
+"""Recovery at start (bridge/channels/recovery.py) carrying out recovery_plan.py on the turn
+records an earlier run left: the requests it makes and what it writes."""
 from __future__ import annotations
 
-import json
+import hashlib
 from types import SimpleNamespace
 
 import pytest
 
-from bridge.channels.recovery import ANSWERS, LEGACY, PROMPTS, Recovery
+from bridge.channels.recovery import Recovery
 from bridge.matrix.dispatch import StoreOutage
 from store import Store
+from store.turns import DONE, DROPPED, INTERRUPTED
 
-
-def fake_bridge(**parts) -> SimpleNamespace:
-    """The parts of the bridge recovery uses (its turn-end writes go through StoreOutage)."""
-    bridge = SimpleNamespace(**parts)
-    bridge.dispatcher = SimpleNamespace(outage=StoreOutage(bridge))
-    return bridge
-
-
-def recovery_on(store: Store) -> Recovery:
-    return Recovery(fake_bridge(store=store, config=SimpleNamespace(agents={})))
-
-
-def test_an_older_stores_json_records_are_carried_over_once():
-    store = Store.open(":memory:")
-    try:
-        store.set_value(LEGACY[PROMPTS], json.dumps({"$p": {"room": "!r:hs", "done": ["bob"]}, "$bad": 3}))
-        store.set_value(LEGACY[ANSWERS], json.dumps({"$a": {"room": "!r:hs", "agent": "alice", "prompt": "$p"}}))
-        recovery = recovery_on(store)
-        recovery._migrate()
-        assert store.pending(PROMPTS) == {"$p": {"room": "!r:hs", "done": ["bob"]}}
-        assert store.pending(ANSWERS) == {"$a": {"room": "!r:hs", "agent": "alice", "prompt": "$p"}}
-        assert store.get_value(LEGACY[PROMPTS]) is None and store.get_value(LEGACY[ANSWERS]) is None
-        store.update_pending(PROMPTS, drop=["$p"])
-        recovery._migrate()  # nothing left to carry: what was crossed out stays out
-        assert store.pending(PROMPTS) == {}
-    finally:
-        store.close()
-
-
-def test_a_message_is_written_down_until_done_and_each_agent_done_is_kept():
-    store = Store.open(":memory:")
-    try:
-        recovery = recovery_on(store)
-        recovery.prompt_taken("$p", "!r:hs")
-        recovery._answered("$p", "alice")
-        recovery._answered("$p", "alice")  # twice is once
-        recovery._answered("$p", "bob")
-        assert store.pending(PROMPTS) == {"$p": {"room": "!r:hs", "done": ["alice", "bob"]}}
-        recovery.prompt_done("$p")
-        assert store.pending(PROMPTS) == {}
-    finally:
-        store.close()
+BEFORE, NOW = "run-before", "run-now"
 
 
 class RecordingIntent:
@@ -65,69 +26,102 @@ class RecordingIntent:
         return "$placeholder"
 
     async def edit(self, room_id, event_id, new_content, *, txn_id=None):
-        self.sends.append(("edit", txn_id, event_id))
+        self.sends.append(("edit", txn_id, event_id, new_content.get("body")))
         return "$edit"
 
     async def request(self, method, path, body=None, **kwargs):
         if "/relations/" in path:
             return 200, {"chunk": []}
-        return 200, {"content": {"body": "⏳ Alice is getting ready…"}}
+        return 200, {"content": {"body": "✍️ writing…\n\nhalf an ans"}}
 
 
-async def test_the_repairs_at_start_keep_their_transaction_ids():
-    """Both requests recovery makes are sends with a transaction id known in advance: the
-    placeholder asked again with its own (the homeserver answers its event id, posting
-    nothing new), the interrupted edit with one derived from the event id (a repair repeated
-    after another crash posts it once)."""
-    import hashlib
-
-    from bridge.channels.recovery import TXN
-
-    intent = RecordingIntent()
+@pytest.fixture
+def scene():
+    """A bridge stand-in: channel !r:hs with the owner's message $p and alice's turn on it,
+    taken by an earlier run; what its puppet sends, what it queues."""
+    store = Store.open(":memory:")
+    intent, submitted = RecordingIntent(), []
+    channel = store.create_channel("!r:hs", "general")
+    store.add_member(channel.id, "alice")
+    message, (turn,) = store.turns.take(channel.id, "@owner:hs", "hello", "$p", [("alice", "hello", False)], BEFORE)
 
     async def puppet(agent):
         return SimpleNamespace(intent=intent)
 
-    store = Store.open(":memory:")
+    portal = SimpleNamespace(submit=lambda turn, incoming: submitted.append((turn, incoming)))
+    bridge = SimpleNamespace(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet,
+                             run_id=NOW, portal_for=lambda room_id: portal if room_id == "!r:hs" else None)
     try:
-        bridge = fake_bridge(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet)
-        where = {"room": "!r:hs", "agent": "alice", "prompt": "$p", "body": "⏳ Alice is getting ready…"}
-        for _ in range(2):  # the same item, as after a crash during the first repair
-            store.update_pending(ANSWERS, put={TXN + "abc123": where})
-            assert await Recovery(bridge).repair() == 1
-        expected = "sk-interrupted-" + hashlib.sha256(b"$placeholder").hexdigest()[:32]
-        assert intent.sends == [("send", "abc123", "⏳ Alice is getting ready…"), ("edit", expected, "$placeholder")] * 2
-        assert store.pending(ANSWERS) == {}
+        yield SimpleNamespace(store=store, intent=intent, submitted=submitted, bridge=bridge, turn=turn,
+                              message=message, channel=channel)
     finally:
         store.close()
 
 
-async def test_an_answer_begun_is_never_begun_again_even_if_the_next_run_stops_before_resuming():
-    """kill -9 mid-answer; the next start marks the answer interrupted and drops its item, then
-    dies too before it got to the message; the start after must still not answer it again."""
-    intent = RecordingIntent()
+async def test_a_turn_whose_prompt_never_reached_the_agent_is_queued_again(scene):
+    store, turn = scene.store, scene.turn
+    store.turns.claim(turn.id, BEFORE)
+    store.turns.posted(turn.id, ["$placeholder"])  # then kill -9 before session/prompt
+    done = await Recovery(scene.bridge).start()
+    assert done.rerun == 1 and done.interrupted == 0 and scene.intent.sends == []
+    (queued, incoming), = scene.submitted
+    assert queued.id == turn.id and incoming.event_id == "$p" and incoming.resumed
+    # the portal claims it for this run; its placeholder is found again by the turn's txn id
+    assert store.turns.claim(turn.id, NOW).attempt == 2
 
-    async def puppet(agent):
-        return SimpleNamespace(intent=intent)
 
-    store = Store.open(":memory:")
-    try:
-        bridge = fake_bridge(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet)
-        first = Recovery(bridge)
-        first.prompt_taken("$p", "!r:hs")
-        store.update_pending(ANSWERS, put={"$placeholder": {"room": "!r:hs", "agent": "alice", "prompt": "$p"}})
-        assert await Recovery(bridge).repair() == 1  # the next start; it dies before resuming $p
-        assert store.pending(ANSWERS) == {}
-        later = Recovery(bridge)
-        assert await later.repair() == 0
-        # what resume() skips: agents begun (none known from answer items any more) or done
-        assert store.pending(PROMPTS)["$p"]["done"] == ["alice"]
-    finally:
-        store.close()
+async def test_an_answer_whose_prompt_was_written_is_interrupted_once_and_never_run_again(scene):
+    store, turn, intent = scene.store, scene.turn, scene.intent
+    store.turns.claim(turn.id, BEFORE)
+    store.turns.prompted(turn.id, ["$answer"])
+    for _ in range(2):  # a second start (say the first died right after the edit) does nothing more
+        done = await Recovery(scene.bridge).start()
+    expected = "sk-interrupted-" + hashlib.sha256(b"$answer").hexdigest()[:32]
+    assert [s[:3] for s in intent.sends] == [("edit", expected, "$answer")]
+    assert "half an ans" in intent.sends[0][3] and "interrupted" in intent.sends[0][3]
+    assert scene.submitted == [] and store.turns.get(turn.id).state == INTERRUPTED
+    assert store.member(scene.channel.id, "alice").last_seen == scene.message.id
+
+
+async def test_a_prompted_answer_whose_placeholder_was_not_known_is_found_by_its_txn_id(scene):
+    store, turn, intent = scene.store, scene.turn, scene.intent
+    store.turns.claim(turn.id, BEFORE)
+    store.turns.prompted(turn.id, [])  # the prompt went before the placeholder's send came back
+    await Recovery(scene.bridge).start()
+    assert [s[:3] for s in intent.sends][0] == ("send", f"sk-{turn.id}", "⏳")
+    assert intent.sends[1][0] == "edit" and intent.sends[1][2] == "$placeholder"
+
+
+async def test_a_final_text_on_its_way_is_sent_again_with_its_txn_id_and_stored_never_interrupted(scene):
+    store, turn, intent = scene.store, scene.turn, scene.intent
+    store.turns.claim(turn.id, BEFORE)
+    store.turns.prompted(turn.id, ["$answer"])
+    final = {"event": "$answer", "content": {"msgtype": "m.text", "body": "the whole answer"},
+             "txn": f"sk-{turn.id}.1.7", "text": "the whole answer", "answer": ["$answer"]}
+    store.turns.finishing(turn.id, final, ["$answer"])
+    done = await Recovery(scene.bridge).start()
+    assert done.refinished == 1 and done.interrupted == 0
+    assert intent.sends == [("edit", f"sk-{turn.id}.1.7", "$answer", "the whole answer")]
+    assert store.message_by_event("$answer").text == "the whole answer"
+    assert store.turns.get(turn.id).state == DONE
+
+
+async def test_this_runs_own_turns_are_left_alone(scene):
+    store = scene.store
+    _, (mine,) = store.turns.take(scene.channel.id, "@owner:hs", "new", "$new", [("alice", "new", False)], NOW)
+    store.turns.end(scene.turn.id, DROPPED)
+    done = await Recovery(scene.bridge).start()
+    assert done.rerun == 0 and scene.submitted == [] and store.turns.get(mine.id).state == "taken"
+
+
+async def test_a_turn_of_an_agent_no_longer_configured_is_dropped(scene):
+    scene.bridge.config.agents = {}
+    done = await Recovery(scene.bridge).start()
+    assert done.dropped == 1 and scene.store.turns.get(scene.turn.id).state == DROPPED
 
 
 def test_an_interrupted_answer_keeps_the_text_shown_as_it_was():
-    from bridge.channels.recovery import INTERRUPTED, interrupted_text
+    from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED, interrupted_text
 
     # cut after "echo: ": the mark follows what the owner saw, trailing space and all
     assert interrupted_text("✍️ writing…\n\necho: ") == f"echo: \n\n{INTERRUPTED}"
@@ -135,88 +129,6 @@ def test_an_interrupted_answer_keeps_the_text_shown_as_it_was():
     assert interrupted_text("⏳ Alice is getting ready…") == INTERRUPTED
     assert interrupted_text("💭 thinking…\n\n  ") == INTERRUPTED
 
-
-# ---- turns the last run never started (issue 17 §2) --------------------------------------------
-
-@pytest.fixture
-def scene():
-    """A bridge stand-in whose store holds channel !r:hs with the owner's message $p; what its
-    puppet sends, what it queues again."""
-    store = Store.open(":memory:")
-    intent, submitted = RecordingIntent(), []
-    try:
-        yield SimpleNamespace(store=store, intent=intent, submitted=submitted,
-                              bridge=bridge_with_message(store, intent, submitted))
-    finally:
-        store.close()
-
-
-def bridge_with_message(store: Store, intent, submitted: list):
-    channel = store.create_channel("!r:hs", "general")
-    store.add_message(channel.id, "@owner:hs", "user", "hello", event_ids=["$p"])
-
-    async def puppet(agent):
-        return SimpleNamespace(intent=intent)
-
-    portal = SimpleNamespace(submit=submitted.append)
-    return fake_bridge(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet,
-                       portal_for=lambda room_id: portal if room_id == "!r:hs" else None)
-
-
-def run_for(prompt: str, agent: str = "alice"):
-    from bridge.channels.stream import Answer
-    answer = Answer(RecordingIntent(), "!r:hs", "Alice")
-    return SimpleNamespace(prompt_event_id=prompt, agent_name=agent, answer=answer, prompt_sent=False,
-                           portal=SimpleNamespace(room_id="!r:hs"))
-
-
-async def test_a_turn_whose_prompt_never_reached_the_agent_is_run_again_in_its_placeholder(scene):
-    store, bridge, intent, submitted = scene.store, scene.bridge, scene.intent, scene.submitted
-    first = Recovery(bridge)
-    first.prompt_taken("$p", "!r:hs")
-    run = run_for("$p")
-    first.posting(run)
-    run.answer.event_ids.append("$placeholder")
-    first.begin(run)  # posted; then kill -9 before session/prompt was written
-    assert store.pending(ANSWERS)["$placeholder"]["sent"] is False
-    after = Recovery(bridge)
-    assert await after.repair() == 0 and intent.sends == []  # nothing marked interrupted
-    assert after.rerun == 1
-    assert after.resume() == 1 and submitted[0].skip_agents == frozenset()  # alice answers it
-    again = run_for("$p")
-    after.adopt(again)  # the new turn takes the placeholder over: same transaction id
-    assert again.answer.placeholder_txn == run.answer.placeholder_txn and again.answer.reused
-    other = run_for("$p", "bob")
-    after.adopt(other)
-    assert not other.answer.reused  # only its own agent's, once
-    assert "$placeholder" in store.pending(ANSWERS)  # kept until the new turn ends
-
-
-async def test_an_answer_whose_prompt_was_written_is_interrupted_not_run_again(scene):
-    store, bridge, intent, submitted = scene.store, scene.bridge, scene.intent, scene.submitted
-    first = Recovery(bridge)
-    first.prompt_taken("$p", "!r:hs")
-    run = run_for("$p")
-    first.posting(run)  # the prompt is written before the placeholder's send came back
-    first.prompt_sent(run)
-    from bridge.channels.recovery import TXN
-    assert store.pending(ANSWERS)[TXN + run.answer.placeholder_txn]["sent"] is True
-    run.answer.event_ids.append("$placeholder")
-    first.begin(run)
-    assert store.pending(ANSWERS)["$placeholder"]["sent"] is True  # begin() keeps the mark
-    after = Recovery(bridge)
-    assert await after.repair() == 1 and after.rerun == 0
-    assert [kind for kind, *_ in intent.sends] == ["edit"]
-    assert after.resume() == 1 and submitted[0].skip_agents == frozenset({"alice"})
-
-
-async def test_an_unstarted_turn_of_a_message_no_longer_waiting_is_marked_as_before(scene):
-    store, bridge, intent, submitted = scene.store, scene.bridge, scene.intent, scene.submitted
-    run = run_for("$p")
-    run.answer.event_ids.append("$placeholder")
-    Recovery(bridge).begin(run)  # its message is not pending any more: nothing will rerun it
-    after = Recovery(bridge)
-    assert await after.repair() == 1 and after.rerun == 0 and store.pending(ANSWERS) == {}
 
 
 def test_turn_end_writes_wait_for_the_database_in_order_and_a_closed_store_drops_them():

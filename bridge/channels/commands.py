@@ -317,8 +317,8 @@ class BotCommands:
         members = [m.agent for m in bridge.store.members(channel.id)]
         portal = bridge.portals.pop(channel.room_id, None)
         if portal is not None:
-            while not portal.queue.empty():
-                portal.queue.get_nowait()
+            portal.queue.clear()
+            portal.queued.clear()
             if portal.current is not None:
                 await portal.current.cancel()
         bridge.store.delete_channel(channel.id)

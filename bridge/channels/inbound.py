@@ -80,6 +80,10 @@ class Inbound:
                 log.info("%s invited %s: declined (not an owner)", sender, target)
                 await puppet.intent.leave(room_id)
                 return
+            # joined first, a member after: a join the homeserver refuses leaves no member that
+            # is not in the room; one it could not do now (5xx) raises, and the invite comes again
+            if not await puppet.intent.join(room_id):
+                return
             channel = bridge.store.channel_by_room(room_id)
             made = channel is None
             if channel is None:
@@ -88,11 +92,10 @@ class Inbound:
                 channel = bridge.store.create_channel(room_id, name, agent if direct else None)
             bridge.store.add_member(channel.id, agent)
             bridge.portal_for(room_id)
-            if await puppet.intent.join(room_id):
-                bridge.command_descriptions.member_joined(room_id, agent)  # MSC4391, from the store
-                if invite_state(event, "m.room.encryption") is not None:
-                    await bridge.dispatcher.encryption.room_encrypted(room_id)
-                await self.catch_up(puppet, room_id, event.get("event_id"))
+            bridge.command_descriptions.member_joined(room_id, agent)  # MSC4391, from the store
+            if invite_state(event, "m.room.encryption") is not None:
+                await bridge.dispatcher.encryption.room_encrypted(room_id)
+            await self.catch_up(puppet, room_id, event.get("event_id"))
             if made:  # channels sit in the "Sidekicks" space (SPEC §5)
                 await bridge.commands.channel_created(room_id)
         elif membership in ("leave", "ban") and sender != target:
@@ -174,11 +177,25 @@ class Inbound:
             body, formatted, mentions = command, None, []
         elif not read.passed_on:
             return
-        bridge.recovery.prompt_taken(event_id, room_id)
-        message = bridge.store.add_message(portal.channel.id, sender, "user",
-                                           body if command is not None else read.stored, [event_id])
-        portal.submit(Incoming(message.id, event_id, body, formatted,
-                               [m for m in mentions if isinstance(m, str)], attachment=read.attachment))
+        mentions = [m for m in mentions if isinstance(m, str)]
+        decision = portal.route(body, formatted, mentions)
+        # the message and its turns, stored together (store/turns.py): from here on every turn
+        # starts once, whatever stops the bridge and whichever path finds it first
+        taken = bridge.store.turns.take(portal.channel.id, sender, body if command is not None else read.stored,
+                                        event_id, [(t.agent, t.text, t.alone) for t in decision.turns],
+                                        bridge.run_id)
+        if taken is None:
+            return  # already taken (a transaction delivered again)
+        message, turns = taken
+        if decision.nobody:
+            members = portal.member_names()
+            await bridge.notice(portal, "Nobody answers this one: mention an agent, like "
+                                + ", ".join(f"@{name}" for name in members[:3] or bridge.config.agents)
+                                + ", to get an answer.")
+            return
+        incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment)
+        for turn in turns:
+            portal.submit(turn, incoming)
 
     async def reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         bridge = self.bridge
@@ -214,6 +231,7 @@ class Inbound:
                 log.info("the prompt answered in %s was redacted: cancelling", room_id)
                 await run.cancel()
         try:
+            bridge.store.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
             if bridge.store.delete_message_by_event(redacts):
                 log.info("a redacted message in %s is forgotten", room_id)
         except StoreClosed:

@@ -6,15 +6,17 @@ picks, one after the other — never two agents in one channel at once (ADR §2)
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from store import Channel
+from store import Channel, TurnRecord
+from store.turns import DROPPED
 
 from ..matrix.media import reread, restored
 from .mentions import parse
-from .routing import route
+from .routing import Route, route
 
 if TYPE_CHECKING:
     from ..bridge import Bridge
@@ -25,21 +27,29 @@ log = logging.getLogger(__name__)
 @dataclass
 class Incoming:
     """An owner's message, already stored."""
-    message_id: str
+    message_id: str | None
     event_id: str
     body: str
     formatted_body: str | None = None
     mention_ids: list[str] = field(default_factory=list)
-    resumed: bool = False  # taken by an earlier run that stopped before answering it all
-    skip_agents: frozenset = frozenset()  # whose answer that run had begun or finished
+    resumed: bool = False  # taken by an earlier run, read back from the store
     attachment: Any = None  # a media.Attachment the owner sent (its caption is `body`)
+
+
+@dataclass(order=True)
+class Job:
+    """A turn for the portal to claim and run, in the order turns were taken (their ids)."""
+    turn_id: str
+    turn: TurnRecord = field(compare=False)
+    incoming: Incoming = field(compare=False)
 
 
 class Portal:
     def __init__(self, bridge: "Bridge", channel: Channel):
         self.bridge = bridge
         self.channel = channel
-        self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
+        self.queue: list[Job] = []  # a heap: the oldest turn first, whichever path queued it
+        self.queued: set[str] = set()  # turn ids in the queue
         self.worker: asyncio.Task | None = None
         self.current = None  # the running turns.TurnRun, for !stop and redactions
         self.waiting: set[str] = set()    # event ids of the messages queued or being answered
@@ -114,11 +124,29 @@ class Portal:
             f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself.")
         return False
 
-    def submit(self, incoming: Incoming) -> None:
+    def route(self, body: str, formatted_body: str | None, mention_ids: list[str]) -> Route:
+        """Who answers this message (routing.py), decided when it arrives. The last speaker is
+        the one who will have spoken last once the turns queued before it are done."""
+        store, config = self.bridge.store, self.bridge.config
+        members = self.member_names()
+        speaker = store.turns.last_live_agent(self.channel.id) or store.last_agent_sender(self.channel.id)
+        if speaker is not None and speaker not in members and speaker in config.agents:
+            members = [*members, speaker]  # invited when its queued turn runs
+        parsed = parse(body, formatted_body, mention_ids, config.agent_for_user_id, self.bridge.aliases)
+        return route(body, parsed, members, speaker, self.channel.direct_agent)
+
+    def submit(self, turn: TurnRecord, incoming: Incoming) -> None:
+        """Queue a turn; one already queued is not queued again."""
+        if turn.id in self.queued:
+            return
+        self.queued.add(turn.id)
         self.waiting.add(incoming.event_id)
-        self.queue.put_nowait(incoming)
+        heapq.heappush(self.queue, Job(turn.id, turn, incoming))
         if self.worker is None or self.worker.done():
             self.worker = asyncio.create_task(self._work(), name=f"portal-{self.room_id}")
+
+    def pending(self) -> int:
+        return len(self.queue)
 
     def withdraw(self, event_id: str) -> bool:
         """The owner redacted this message: no turn of it starts from now on. True if it was
@@ -129,44 +157,37 @@ class Portal:
         return True
 
     async def _work(self) -> None:
-        while not self.queue.empty():
-            incoming = self.queue.get_nowait()
+        await self.bridge.recovered.wait()  # the turns an earlier run left come first
+        while self.queue:
+            job = heapq.heappop(self.queue)
+            self.queued.discard(job.turn_id)
+            incoming = job.incoming
             try:
-                if incoming.event_id not in self.withdrawn:
-                    await self.answer(incoming)
+                if incoming.event_id in self.withdrawn:
+                    self.bridge.store.turns.end(job.turn_id, DROPPED)
+                else:
+                    await self.answer(job.turn, incoming)
             except asyncio.CancelledError:
-                raise  # quitting: the next start answers it (recovery)
+                raise  # quitting: the next start runs what did not begin (recovery)
             except Exception:
                 log.exception("answering %s in %s failed", incoming.event_id, self.room_id)
-            self.waiting.discard(incoming.event_id)
-            self.withdrawn.discard(incoming.event_id)
-            self.bridge.recovery.prompt_done(incoming.event_id)
+            if not any(j.incoming.event_id == incoming.event_id for j in self.queue):
+                self.waiting.discard(incoming.event_id)
+                self.withdrawn.discard(incoming.event_id)
 
-    async def answer(self, incoming: Incoming) -> None:
+    async def answer(self, turn: TurnRecord, incoming: Incoming) -> None:
+        """Claim the turn (store/turns.py: once per run, never after its prompt reached the agent)
+        and run it; a mentioned agent that is not a member is invited first."""
         from .turns import run_turn  # turns imports portal types
 
-        config = self.bridge.config
+        bridge = self.bridge
+        claimed = bridge.store.turns.claim(turn.id, bridge.run_id)
+        if claimed is None:
+            return  # started already (in this run, or begun in an earlier one) or over
+        if claimed.agent in bridge.config.agents and claimed.agent not in self.member_names():
+            if not await self.add_agent(claimed.agent, announce=True):
+                bridge.store.turns.end(claimed.id, DROPPED)
+                return
         if incoming.resumed and incoming.attachment is None and restored(incoming.body):
             incoming = await reread(self, incoming)  # after a restart: the file and caption again
-        members = self.member_names()
-        parsed = parse(incoming.body, incoming.formatted_body, incoming.mention_ids,
-                       config.agent_for_user_id, self.bridge.aliases)
-        decision = route(incoming.body, parsed, members,
-                         self.bridge.store.last_agent_sender(self.channel.id),
-                         self.channel.direct_agent)
-        absent = set()
-        for agent in decision.invite:
-            if not await self.add_agent(agent, announce=True):
-                absent.add(agent)
-        if decision.nobody:
-            await self.bridge.notice(self, "Nobody answers this one: mention an agent, like "
-                                     + ", ".join(f"@{name}" for name in members[:3] or config.agents)
-                                     + ", to get an answer.")
-            return
-        turns = tuple(turn for turn in decision.turns if turn.agent not in absent)
-        if incoming.resumed:  # after a crash: only the agents whose answer had not begun
-            turns = tuple(turn for turn in turns if turn.agent not in incoming.skip_agents)
-        for turn in turns:
-            if incoming.event_id in self.withdrawn:
-                break  # redacted while an earlier agent answered it
-            await run_turn(self, turn, incoming)
+        await run_turn(self, claimed, incoming)

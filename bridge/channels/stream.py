@@ -42,6 +42,21 @@ FINAL_RETRY = 1.0        # seconds before the second attempt (twice that before 
 LIVE = "org.matrix.msc4357.live"  # MSC4357: this message is still being written
 
 
+class TxnIds:
+    """The transaction ids of one answer: the placeholder's is the turn's own (a later attempt
+    of the same turn finds its placeholder again by it); every other send gets the next of
+    `<turn>.<attempt>.<n>` — never one an earlier attempt used with other content."""
+
+    def __init__(self, turn: str, attempt: int = 1):
+        self.placeholder = turn
+        self._base = f"{turn}.{attempt}"
+        self._n = 0
+
+    def next(self) -> str:
+        self._n += 1
+        return f"{self._base}.{self._n}"
+
+
 class AnswerNotFinished(Exception):
     """The homeserver did not take the final text of an answer."""
 
@@ -82,7 +97,7 @@ def message_content(text: str, status: str | None, live: bool = False) -> dict:
 class Answer:
     """The Matrix side of one turn's answer. Not stored: the caller stores the finished text."""
 
-    def __init__(self, intent: Intent, room_id: str, title: str):
+    def __init__(self, intent: Intent, room_id: str, title: str, txn_ids: "TxnIds | None" = None):
         self.intent = intent
         self.room_id = room_id
         self.title = title
@@ -96,7 +111,15 @@ class Answer:
         self._first_part = True
         self._pump: asyncio.Task | None = None
         self._posting: asyncio.Task | None = None
-        self.placeholder_txn = uuid.uuid4().hex
+        # every send of the answer has a transaction id known in advance, derived from its turn
+        # and step: a step repeated after a crash posts nothing twice (recovery.py)
+        self.txn_ids = txn_ids or TxnIds(uuid.uuid4().hex)
+        self.placeholder_txn = self.txn_ids.placeholder
+        # told (no await) when the answer gets a new message, and right before its final text
+        # is sent ({event, content, txn}: how to send it again), so its turn record keeps up
+        self.on_messages: Callable[[list[str]], None] | None = None
+        self.on_final: Callable[[dict], None] | None = None
+        self._complete = False
         self._closing = asyncio.Event()       # finish() was called: the text is complete
         self._news = asyncio.Event()          # a part came or the answer ended
         self._final_posted = False            # the first message carried the final text
@@ -144,7 +167,7 @@ class Answer:
         # Text past SPLIT_BYTES (a huge first part) waits for the edit loop, which splits it.
         head = self.text[:split_point(self.text)]
         event_id = await self._send(message_content(head, self.status, live=True), self.placeholder_txn)
-        self.event_ids.append(event_id)
+        self._added(event_id)
         self._open = True
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
         if head != self.text or self.reused:  # a reused one shows what it showed then
@@ -155,9 +178,10 @@ class Answer:
         """The answer ended before its first message went out: that message is the final one,
         sent with the placeholder's transaction id (recovery knows the answer by it)."""
         self._final_posted = True
-        event_id = await self._send(message_content(self.text or "(no answer)", None),
-                                    self.placeholder_txn)
-        self.event_ids.append(event_id)
+        content = message_content(self.text or "(no answer)", None)
+        self._finishing(None, content, self.placeholder_txn)
+        event_id = await self._send(content, self.placeholder_txn)
+        self._added(event_id)
         self._open = True
         return event_id
 
@@ -165,6 +189,14 @@ class Answer:
         """Say why the answer has not started (turn or slot), without waiting for the throttle."""
         self.status = f"⏳ {self.title} is getting ready… ({note})"
         self._dirty.set()
+
+    async def show_status(self) -> None:
+        """Show the status now, the edit loop stopped (the answer goes no further)."""
+        await self._posted()
+        async with self._send_lock:
+            await self._stop_pump()
+            if self.event_ids and not self.finished:
+                await self._edit(message_content(self.text, self.status))
 
     def set_status(self, status: str | None) -> None:
         if status != self.status:
@@ -213,9 +245,12 @@ class Answer:
             except Exception:  # not posted: the final text goes out as a new message
                 log.warning("the placeholder in %s was not posted", self.room_id)
 
-    async def finish(self, footer: str | None = None) -> list[str]:
+    async def finish(self, footer: str | None = None, complete: bool = False) -> list[str]:
         """Final edit(s) without status line; returns the event ids of the answer's messages.
-        AnswerNotFinished when the homeserver took no final text after FINAL_ATTEMPTS."""
+        AnswerNotFinished when the homeserver took no final text after FINAL_ATTEMPTS.
+        `complete`: the agent finished it — its final send is told to `on_final` first (an
+        answer ended early, stopped or cut, is not: if that send is lost, it is interrupted)."""
+        self._complete = complete
         if footer:
             self.text = f"{self.text}\n\n{footer}" if self.text else footer
         self.status = None
@@ -229,10 +264,15 @@ class Answer:
             # an edit in flight is never cancelled: a cancelled request may still land on the
             # homeserver after the final edit and leave a status line showing
             await self._stop_pump()
+            final: dict | None = None
             for attempt in range(FINAL_ATTEMPTS):
-                if await self._split_if_needed() and (
+                split = await self._split_if_needed()
+                content = message_content(self.text or "(no answer)", None)
+                if content != final:  # the same final text is sent again with the same id
+                    final, final_txn = content, self.txn_ids.next()
+                if split and (
                         (self._closed and not self.text)  # nothing after the last media: no message
-                        or await self._edit(message_content(self.text or "(no answer)", None))):
+                        or await self._edit(final, final_txn, finishing=True)):
                     self.finished = True
                     return list(self.event_ids) + self.media_event_ids
                 if attempt + 1 < FINAL_ATTEMPTS:
@@ -279,13 +319,23 @@ class Answer:
 
     async def _send(self, content: dict, tx_id: str | None = None) -> str:
         """A new message of this answer; its event id."""
-        return await self.intent.send(self.room_id, content, txn_id=tx_id)
+        return await self.intent.send(self.room_id, content, txn_id=tx_id or self.txn_ids.next())
 
-    async def _replace(self, event_id: str, new: dict) -> str:
+    async def _replace(self, event_id: str, new: dict, txn_id: str | None = None) -> str:
         """An edit of one of this answer's messages."""
-        return await self.intent.edit(self.room_id, event_id, new)
+        return await self.intent.edit(self.room_id, event_id, new, txn_id=txn_id or self.txn_ids.next())
 
-    async def _edit(self, new: dict) -> bool:
+    def _added(self, event_id: str) -> None:
+        self.event_ids.append(event_id)
+        if self.on_messages is not None:
+            self.on_messages(list(self.event_ids))
+
+    def _finishing(self, event_id: str | None, content: dict, txn_id: str) -> None:
+        if self.on_final is not None and self._complete:
+            self.on_final({"event": event_id, "content": content, "txn": txn_id, "text": self.full_text,
+                           "answer": list(self.event_ids)})
+
+    async def _edit(self, new: dict, txn_id: str | None = None, finishing: bool = False) -> bool:
         """Show `new` as the current message: an edit, or a new message when the current text
         has none yet (the placeholder never got out, or the answer was just split). False if
         the homeserver did not take it: one failed edit must not end the turn; the next one
@@ -298,18 +348,22 @@ class Answer:
                 # The first message's is the placeholder's (recovery knows it by that).
                 again = self._new_txn is not None
                 if self._new_txn is None:
-                    self._new_txn = self.placeholder_txn if not self.event_ids else uuid.uuid4().hex
+                    self._new_txn = self.placeholder_txn if not self.event_ids else (txn_id or self.txn_ids.next())
                     again = self.reused or (not self.event_ids and self._posting is not None)
+                if finishing:
+                    self._finishing(None, new, self._new_txn)
                 event_id = await self._send(new, self._new_txn)
                 self._new_txn = None
-                self.event_ids.append(event_id)
+                self._added(event_id)
                 self._open = True
                 self._closed = False
                 self.edits = 0
                 if again:  # an earlier try may have posted it with older content: show this
                     await self._replace(event_id, new)
                 return True
-            await self._replace(self.event_ids[-1], new)
+            if finishing:
+                self._finishing(self.event_ids[-1], new, txn_id or "")
+            await self._replace(self.event_ids[-1], new, txn_id)
             ok = True
         except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning("edit failed in %s: %s", self.room_id, exc)

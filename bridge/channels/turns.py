@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
-from store import StoreError
+from store import StoreError, TurnRecord
+from store.turns import DROPPED, ENDED, INTERRUPTED
 
 from ..coding import render as coding_render
 from ..coding.work import Work
@@ -25,7 +26,8 @@ from ..matrix.client import MatrixError
 from ..matrix.media import attachment_prompt, outgoing_part, post
 from .render import escape_html
 from .routing import Turn
-from .stream import Answer, AnswerNotFinished
+from .journal import Journal
+from .stream import Answer, AnswerNotFinished, TxnIds
 
 if TYPE_CHECKING:
     from .portal import Incoming, Portal
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 STATUS_THINKING = "💭 thinking…"
 STATUS_WRITING = "✍️ writing…"
+PAUSED = "⏸ the bridge stopped before this answer began: it is answered when the bridge is back"
 THINKING_AFTER = 0.4  # seconds without a part before the status says "thinking"
 TYPING_AFTER = 0.5    # seconds of work before the puppet shows typing
 PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
@@ -63,7 +66,8 @@ class TurnRun:
         self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
         self.work: Work | None = None  # its plan and tool calls as messages (coding/work.py)
         self.entering: asyncio.Future | None = None  # waiting for the agent (busy elsewhere)
-        self.prompt_sent = False  # session/prompt is written to the agent (recovery.py)
+        self.prompt_sent = False  # session/prompt is written to the agent (store/turns.py)
+        self.journal: Journal | None = None  # what it writes into its turn record
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -119,7 +123,7 @@ def unseen_lines(portal: "Portal", agent: str, current_message_id: str, fresh: b
     member = store.member(portal.channel.id, agent)
     after = None if fresh or member is None else member.last_seen
     # user messages after the current one are queued: each is told in its own turn, not before
-    messages = store.messages_after(portal.channel.id, after, limit + 1 + portal.queue.qsize())
+    messages = store.messages_after(portal.channel.id, after, limit + 1 + portal.pending())
     return [Line("user" if m.role == "user" else m.sender, m.text)
             for m in messages if m.id != current_message_id
             and not (m.role == "user" and m.id > current_message_id)
@@ -161,19 +165,29 @@ async def _leave_queue(bridge, run: TurnRun) -> None:
         await other.answer.waiting(waiting_note(bridge, run.agent_name, ahead))
 
 
-async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
+async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -> None:
+    """Run a turn its portal claimed (store/turns.py): `record` says who answers what."""
     bridge = portal.bridge
     config = bridge.config
+    turn = Turn(record.agent, record.text, record.alone)
+    journal = Journal(bridge.store.turns, bridge.dispatcher.outage.later, record, portal.room_id)
     agent_config = config.agents.get(turn.agent)
     if agent_config is None:
         await bridge.notice(portal, f"There is no agent called {turn.agent}.")
+        journal.ended(DROPPED, [], None)
         return
     puppet = await bridge.puppet(turn.agent)
-    answer = Answer(puppet.intent, portal.room_id, agent_config.title)
+    answer = Answer(puppet.intent, portal.room_id, agent_config.title,
+                    TxnIds(f"sk-{record.id}", record.attempt))
+    # an earlier attempt may have posted the placeholder: it is found again by its transaction
+    # id and edited, never taken for the final message
+    answer.reused = record.attempt > 1
+    answer.on_messages = journal.messages
+    answer.on_final = journal.finishing
     run = TurnRun(portal, turn.agent, answer)
     run.work = work = Work(puppet.intent, portal.room_id, config.attachment_bytes)
     run.prompt_event_id = incoming.event_id
-    bridge.recovery.adopt(run)  # a placeholder of a turn the last run never started is reused
+    run.journal = journal
     # the note and the place in the queue are taken together (no await between)
     note = bridge.waiting_note(turn.agent)
     _queues(bridge).setdefault(turn.agent, []).append(run)
@@ -183,15 +197,15 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
+    # a command went without the context: it is still unseen (ADR §3)
+    seen = None if turn.alone or stored_upto is None else (portal.channel.id, turn.agent, stored_upto)
     try:
-        bridge.recovery.posting(run)
         # the prompt does not wait for the placeholder; a running agent (idle, or busy in
         # another channel for a moment more) gets a moment to answer first, so a quick answer
         # is one message with its text from the start. A start is slow: it shows at once.
         running = bridge.pool.state(turn.agent) in ("ready", "busy")
         posting = answer.post(note, grace=PLACEHOLDER_GRACE if running else 0.0)
-        # once it is posted and until the turn ends, the next start marks it interrupted
-        posting.add_done_callback(lambda done: _begin(bridge, run, done))
+        posting.add_done_callback(lambda done: _begin(run, done))
         async with _agent_turn(bridge.pool, run) as agent:
             bridge.active_turns[turn.agent] = portal
             bridge.presence.answering(turn.agent, portal.channel.name)
@@ -204,7 +218,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             session_id, fresh = await portal.session_for(turn.agent, agent)
             run.session_id = session_id
             if run.cancelled:
-                await answer.finish("⏹ stopped")
+                await _end(answer, "⏹ stopped")
+                journal.ended(ENDED, answer.event_ids, None)
                 return
             text = turn.text if turn.alone else build_prompt(
                 portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
@@ -215,7 +230,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                                                           agent.prompt_capabilities, agent_config.title,
                                                           config.attachment_bytes)
                 if refused is not None:  # one line in the answer's place; nothing goes to the agent
-                    await answer.finish(f"⚠️ {refused}")
+                    await _end(answer, f"⚠️ {refused}")
+                    journal.ended(ENDED, answer.event_ids, None)
                     return
             _background(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
             # "thinking" only when the agent is slow to start: an edit in flight would hold
@@ -251,7 +267,7 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
                                                  bridge.permission_handler(portal, puppet),
                                                  bridge.elicitation_handler(portal, puppet),
-                                                 on_sent=lambda: bridge.recovery.prompt_sent(run))
+                                                 on_sent=lambda: _prompt_sent(run))
             finally:
                 think.cancel()
                 typing.cancel()  # the agent is done; a busy homeserver is no reason to type
@@ -259,7 +275,8 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
         footer = "⏹ stopped" if stop_reason == "cancelled" else coding_render.stop_reason(stop_reason)
         # the agent is done: a stop from here on lets the complete answer land and be stored
         # (within FINISH_ON_STOP) rather than marking it interrupted
-        closing = asyncio.ensure_future(_close(portal, turn.agent, answer, footer))
+        closing = asyncio.ensure_future(_close(portal, journal, turn.agent, answer, footer,
+                                               None if seen is None else stored_upto))
         try:
             await asyncio.shield(closing)
         except asyncio.CancelledError:
@@ -280,13 +297,17 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
     except AcpError as exc:
         await _end(answer, f"⚠️ {exc}")
     except asyncio.CancelledError:
-        # the bridge is quitting: an answer not finished is marked so, and not stored (ADR §5)
-        if not answer.finished:
+        # the bridge is quitting. An answer begun and not finished is marked so, and not stored
+        # (ADR §5); one whose prompt never reached the agent waits for the next start, which
+        # runs it and takes its placeholder over
+        if not run.prompt_sent:
+            await asyncio.shield(_paused(answer))
+        elif not answer.finished:
             await asyncio.shield(_interrupted(answer, "the bridge stopped"))
         raise
     except Exception as exc:
         # the homeserver, the store or a bug: the answer ends marked interrupted, unstored; if
-        # even that cannot be shown, recovery keeps it and the next start marks it (end() below)
+        # even that cannot be shown, its record stays prompted and the next start marks it
         why = _failure(exc)
         if isinstance(exc, (MatrixError, AnswerNotFinished, StoreError, aiohttp.ClientError)):
             log.warning("answer of %s in %s cut: %s", turn.agent, portal.room_id, exc)
@@ -296,15 +317,14 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             await asyncio.shield(_interrupted(answer, why, timeout=FAILED_FINISH_TIMEOUT))
     finally:
         await asyncio.shield(_shown(work))  # the plan and tool calls keep their last state
-        bridge.recovery.end(run)
+        if not journal.closed:
+            _close_record(run, seen)
         await _leave_queue(bridge, run)
         if portal.current is run:
             portal.current = None
         if bridge.active_turns.get(turn.agent) is portal:
             del bridge.active_turns[turn.agent]
             bridge.presence.answering(turn.agent, None)
-        if not turn.alone:  # a command went without the context: it is still unseen (ADR §3)
-            portal.seen(turn.agent, stored_upto)
         if typing is not None:
             typing.cancel()
             try:
@@ -344,9 +364,31 @@ async def _shown(work: Work) -> None:
         log.exception("the plan or tool calls of a turn could not be shown")
 
 
-def _begin(bridge, run: TurnRun, posting: asyncio.Task) -> None:
-    if not posting.cancelled() and posting.exception() is None:
-        bridge.recovery.begin(run)
+def _begin(run: TurnRun, posting: asyncio.Task) -> None:
+    """The placeholder is posted: the record knows its event (unless the prompt went first)."""
+    if not posting.cancelled() and posting.exception() is None and not run.prompt_sent:
+        run.journal.posted(run.answer.event_ids)
+
+
+def _prompt_sent(run: TurnRun) -> None:
+    """`session/prompt` is written to the agent: from now on the answer has begun, and a stop
+    marks it interrupted instead of running it again. Called with no await since the write,
+    so nothing the agent sent back can have been shown before it."""
+    run.prompt_sent = True
+    run.journal.prompted(run.answer.event_ids)
+
+
+def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:
+    """The turn is over without a stored answer. Shown with its end (stopped, crashed…): ended.
+    Quitting before the agent had the prompt: released, for the next start to run. Begun and
+    not shown as ended (the homeserver refused it, a kill): left as it is, for the next start
+    to mark interrupted."""
+    task = asyncio.current_task()
+    quitting = task is not None and task.cancelling()
+    if not run.prompt_sent and (quitting or not run.answer.finished):
+        run.journal.release()
+    elif run.answer.finished:
+        run.journal.ended(INTERRUPTED if quitting else ENDED, run.answer.event_ids, seen)
 
 
 async def crash_notice(bridge, portal: "Portal", puppet, agent: str, exc: AgentCrashed) -> None:
@@ -369,18 +411,27 @@ async def _interrupted(answer: Answer, why: str, timeout: float = 5) -> None:
         log.warning("could not mark an answer as interrupted; the next start will")
 
 
-async def _close(portal: "Portal", agent: str, answer: Answer, footer: str | None) -> None:
-    """The final text of an answer the agent finished, then the answer stored."""
-    event_ids = await answer.finish(footer)
-    try:
-        portal.bridge.store.add_message(portal.channel.id, agent, "agent", answer.full_text, event_ids)
-    except LookupError:  # the channel was deleted (!delete) while the answer was written
-        log.info("answer in %s not stored: the channel is gone", portal.room_id)
+async def _close(portal: "Portal", journal: Journal, agent: str, answer: Answer, footer: str | None,
+                 seen_upto: str | None) -> None:
+    """The final text of an answer the agent finished, then the answer, what the agent has seen
+    and its turn done, stored together."""
+    event_ids = await answer.finish(footer, complete=True)
+    journal.answered(portal.channel.id, agent, answer.full_text, event_ids, seen_upto)
+
+
+async def _paused(answer: Answer) -> None:
+    """The bridge stops before the agent had the prompt: the placeholder says it waits."""
+    if answer.event_ids:
+        answer.set_status(PAUSED)
+        try:
+            await asyncio.wait_for(answer.show_status(), timeout=5)
+        except Exception:
+            log.info("the placeholder in %s still says it is getting ready", answer.room_id)
 
 
 async def _end(answer: Answer, footer: str) -> None:
     """Finish an answer that ended early (stopped, crashed…); if even that cannot be shown,
-    recovery keeps it for the next start (see Recovery.end)."""
+    its record stays prompted and the next start marks it (recovery_plan.py)."""
     try:
         await answer.finish(footer)
     except AnswerNotFinished as exc:

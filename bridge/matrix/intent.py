@@ -41,6 +41,9 @@ class TooLarge(Exception):
     """A download was bigger than the limit it was given."""
 
 
+JOIN_RETRIES = (0.5, 1.0, 2.0, 4.0)  # seconds between attempts to join a room
+
+
 def new_txn_id() -> str:
     return uuid.uuid4().hex
 
@@ -229,10 +232,25 @@ class Intent:
     # ---- membership and rooms ---------------------------------------------------------------
 
     async def join(self, room_id: str) -> bool:
-        status, body = await self.client.raw("POST", f"/_matrix/client/v3/join/{_q(room_id)}", {})
-        if status != 200:
-            log.warning("%s could not join %s: %s", self.user_id, room_id, body.get("error", status))
-        return status == 200
+        """Join; False if the homeserver refuses (4xx). A busy or broken homeserver (5xx, 429,
+        no answer) is asked again with backoff (JOIN_RETRIES); then MatrixError (transient), so
+        that the event that asked for the join is sent again rather than counted as handled."""
+        for attempt, pause in enumerate((*JOIN_RETRIES, None)):
+            try:
+                status, body = await self.client.raw("POST", f"/_matrix/client/v3/join/{_q(room_id)}", {})
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                status, body = None, {"error": str(exc) or type(exc).__name__}
+            if status == 200:
+                return True
+            error = MatrixError(f"{self.user_id} could not join {room_id}: {body.get('error', status)}", status)
+            if not error.transient:
+                log.warning("%s", error)
+                return False
+            if pause is None:
+                raise error
+            log.info("%s; trying again in %.1f s", error, pause)
+            await asyncio.sleep(pause)
+        return False
 
     async def leave(self, room_id: str) -> None:
         await self.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(room_id)}/leave", {})

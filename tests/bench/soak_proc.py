@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import config as configuration  # noqa: E402
 from bridge.bridge import Bridge  # noqa: E402
 from bridge.cli import open_store  # noqa: E402
-from bridge.channels.recovery import ANSWERS, PROMPTS  # noqa: E402
+from store.turns import NOT_BEGUN  # noqa: E402
 from config import registration as registrations  # noqa: E402
 
 
@@ -55,8 +55,10 @@ async def main(config_path: str, data_dir: str, keep_ms: int, every_ms: int) -> 
             if not line:
                 break
             if line.strip() == "stats":
-                print(json.dumps({"rss_kb": rss_kb(), "prompts": len(store.pending(PROMPTS)),
-                                  "answers": len(store.pending(ANSWERS)), "portals": len(bridge.portals),
+                turns = store.turns.unfinished()
+                print(json.dumps({"rss_kb": rss_kb(), "prompts": sum(t.state in NOT_BEGUN for t in turns),
+                                  "answers": sum(t.state not in NOT_BEGUN for t in turns),
+                                  "portals": len(bridge.portals),
                                   "pruned": pruned[0]}), flush=True)
     finally:
         await bridge.stop()

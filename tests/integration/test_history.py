@@ -17,7 +17,7 @@ from pathlib import Path
 import nio
 import pytest
 
-from bridge.channels.recovery import ANSWERS, INTERRUPTED
+from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED
 from bridge_harness import agent, answers_in, write_config
 from config.paths import config_hash
 from matrix_helpers import caught_up, events_in, login, sync_until
@@ -300,7 +300,7 @@ async def test_graceful_stop_during_an_answer_marks_it_interrupted_and_stores_no
 
         running = await bridge_factory({"alice": alice}, folder=folder)
         assert stored(running.store, room_id) == [("user", homeserver.owner_id, "a long question")]
-        assert running.store.pending(ANSWERS) == {}  # checked and forgotten
+        assert running.store.turns.unfinished() == []  # over: nothing for the next start
         await say(owner, room_id, "next")
         found = await wait_answers(owner, room_id, ALICE, count=2, done=lambda a: "next" in a["body"]
                                    or "interrupted" in a["body"])
@@ -338,7 +338,7 @@ async def test_killed_bridge_mid_answer_is_repaired_at_next_start(homeserver, br
         assert body.startswith("echo") and body.endswith(INTERRUPTED)
         assert left["body"].split("\n\n", 1)[1] in body and "✍️" not in body
         assert stored(running.store, room_id) == [("user", homeserver.owner_id, "a long question")]
-        assert running.store.pending(ANSWERS) == {}
+        assert running.store.turns.unfinished() == []
 
         await say(owner, room_id, "next")
         found = await wait_answers(owner, room_id, ALICE, count=2, done=lambda a: INTERRUPTED in a["body"]

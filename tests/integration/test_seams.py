@@ -311,10 +311,11 @@ async def test_a_failed_send_while_an_answer_splits_still_finishes_and_stores_it
         await running.stop()
 
 
-async def test_an_answer_the_homeserver_refuses_is_recorded_and_marked_interrupted_at_the_next_start(
+async def test_an_answer_the_homeserver_refuses_is_recorded_and_finished_at_the_next_start(
         homeserver, tmp_path):
-    from bridge.channels.recovery import ANSWERS
-
+    """The agent finished, the homeserver refused the final text (and the "interrupted" mark):
+    the turn record keeps the final send, and the next start sends it again — the complete
+    answer, once — and stores it."""
     folder = tmp_path / "bridge"
     running = await start_bridge(homeserver, folder, {"alice": agent()})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
@@ -326,16 +327,20 @@ async def test_an_answer_the_homeserver_refuses_is_recorded_and_marked_interrupt
         await say(owner, room, "[[chunks:5]] [[delay:0.1]] refused")
         await sync_until(owner, lambda: answers_in(events_in(owner, room), ALICE))
         placeholder = answers_in(events_in(owner, room), ALICE)[0]["event_id"]
-        # the turn ends (the final text is refused): the answer stays written down, not stored
+        # the turn ends (the final text is refused): its record keeps the final send, unstored
         await until(lambda: running.bridge.portals[room].current is None, timeout=60)
-        assert placeholder in running.store.pending(ANSWERS)
+        (turn,) = running.store.turns.unfinished()
+        assert turn.state == "finishing" and placeholder in turn.answer
         channel = running.store.channel_by_room(room)
         assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user"]
         await running.stop()
         running = await start_bridge(homeserver, folder, {"alice": agent()})  # sends work again
-        await sync_until(owner, lambda: "⚠️ interrupted" in answers_in(events_in(owner, room), ALICE)[0]["body"],
+        await sync_until(owner, lambda: "refused" in answers_in(events_in(owner, room), ALICE)[0]["body"]
+                         and not answers_in(events_in(owner, room), ALICE)[0]["body"].startswith(("⏳", "✍")),
                          timeout=60)
-        assert running.store.pending(ANSWERS) == {}
+        assert "interrupted" not in answers_in(events_in(owner, room), ALICE)[0]["body"]
+        assert running.store.turns.unfinished() == []
+        assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user", "agent"]
         assert len(answers_in(events_in(owner, room), ALICE)) == 1  # not answered again
     finally:
         await owner.close()

@@ -152,29 +152,27 @@ async def test_a_sqlite_file_that_cannot_be_written_makes_messages_wait_with_one
 
 
 async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_it_is_back(homeserver, tmp_path):
-    # the answer is stored, then the database goes before the turn's last writes (its message
-    # answered, its answer no longer in progress, what the agent has seen): nothing sends those
-    # again, so the bridge keeps them and writes them once the database is back. Left undone,
-    # the next start would mark a complete answer interrupted and answer its message again.
+    # the answer is shown, then the database goes just as the turn stores it (the answer, what
+    # the agent has seen, the turn done: one transaction): nothing sends that again, so the
+    # bridge keeps it and writes it once the database is back. Left undone, the next start
+    # would have to finish an answer the owner already has.
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     store, db = running.store, running.store._db
-    real_add = store.add_message
+    real_answered = store.turns.answered
 
-    def add_then_go_down(channel_id, sender, role, *args, **kwargs):
-        stored = real_add(channel_id, sender, role, *args, **kwargs)
-        if role == "agent":
-            db.execute_sql("PRAGMA query_only = 1")  # from here on SQLite refuses every write
-        return stored
+    def go_down_then_store(*args, **kwargs):
+        db.execute_sql("PRAGMA query_only = 1")  # from here on SQLite refuses every write
+        return real_answered(*args, **kwargs)
     try:
         room_id = await open_dm(owner)
-        store.add_message = add_then_go_down
+        store.turns.answered = go_down_then_store
         try:
             await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "just before"})
             await sync_until(owner, answered(owner, room_id, ["just before"]))
-            assert not running.is_idle()  # the message's and the answer's records could not go
+            assert not running.is_idle()  # the answer and its turn's end could not be written
         finally:
-            store.add_message = real_add
+            store.turns.answered = real_answered
             db.execute_sql("PRAGMA query_only = 0")
         await running.idle()  # written when the database is back, without a new message
         channel = store.channel_by_room(room_id)

@@ -103,13 +103,15 @@ def test_settings_survive_reopening(open_durable):
 
 
 def test_an_older_store_gains_the_table(open_durable):
-    # A store written before member settings existed: everything but sk_member_setting.
+    # A store written before member settings existed: everything but sk_member_setting (and
+    # what came after it: the turn records, the schema version).
     store = open_durable()
     channel = store.create_channel("!room:hs", "general")
     store.add_member(channel.id, "alice")
     store.set_session(channel.id, "alice", "sess_1", fresh=False)
     store.add_message(channel.id, "me", "user", "hello", ["$e1"])
-    store._db.execute_sql("DROP TABLE sk_member_setting")
+    for table in ("sk_member_setting", "sk_turn", "sk_schema"):
+        store._db.execute_sql(f"DROP TABLE {table}")
     store.close()
     again = open_durable()
     member = again.member(channel.id, "alice")

@@ -1,0 +1,146 @@
+"""The store's schema versions and the ordered steps between them.
+
+The version is one row of `sk_schema`. A store made before versions were counted has no such
+row: it is taken as version 1 and every step runs — each step is written to be safe on a store
+that already has what it adds (a table made IF NOT EXISTS, a column added only if missing), so
+a store of any earlier shape arrives at the current one. A new database gets every table at
+once and the current version.
+
+Versions:
+1. channels, members, messages (+ their event ids), transaction keys, agent commands, values
+2. `sk_pending`: work in progress as a row per item (the two JSON values of version 1 carried over)
+3. `sk_member_setting`: a member's mode, model and options, usage, session title
+4. `sk_txn.seen`: when a transaction key was handled, so old keys are pruned
+5. `sk_turn`: one record per turn (store/turns.py); version 4's pending answers and prompts
+   carried over as turn records
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import peewee as pw
+
+from .ids import new_id, now_ms
+
+# Before pending rows, work in progress was one JSON value per kind (version 1).
+LEGACY_PENDING = {"answer": "answers/in-progress", "prompt": "prompts/pending"}
+ROUTE = ""  # the agent of a turn record that still has to be routed (carried over from version 4)
+
+
+def _add_pending(db: pw.Database, m: SimpleNamespace) -> None:
+    db.create_tables([m.Pending], safe=True)
+    V, P = m.Value, m.Pending
+    for kind, key in LEGACY_PENDING.items():
+        row = V.select(V.value).where(V.key == key).tuples().first()
+        if row is None:
+            continue
+        try:
+            found = json.loads(row[0])
+        except ValueError:
+            found = {}
+        for item, data in (found.items() if isinstance(found, dict) else ()):
+            if isinstance(data, dict):
+                P.insert(kind=kind, key=item, data=json.dumps(data, sort_keys=True)).on_conflict_ignore().execute()
+        V.delete().where(V.key == key).execute()
+
+
+def _add_member_settings(db: pw.Database, m: SimpleNamespace) -> None:
+    db.create_tables([m.MemberSetting], safe=True)
+
+
+def _add_txn_seen(db: pw.Database, m: SimpleNamespace) -> None:
+    if not any(column.name == "seen" for column in db.get_columns("sk_txn")):
+        db.execute_sql("ALTER TABLE sk_txn ADD COLUMN seen BIGINT")
+        # keys of an older store count as seen now: they are pruned one horizon later
+        db.execute_sql("UPDATE sk_txn SET seen = %d" % int(now_ms()))
+    db.create_tables([m.Txn], safe=True)  # its index on `seen`
+
+
+def _add_turns(db: pw.Database, m: SimpleNamespace) -> None:
+    """The turn records, and version 4's work in progress carried over: an answer that had
+    begun becomes a turn that was prompted (the next start marks it interrupted); an owner
+    message not yet answered by every agent becomes a turn to route (the next start routes and
+    answers it, leaving out the agents whose answer had begun or ended)."""
+    db.create_tables([m.Turn], safe=True)
+    P, T, E, C = m.Pending, m.Turn, m.MessageEvent, m.Channel
+    items = {kind: {key: json.loads(data) for key, data in
+                    P.select(P.key, P.data).where(P.kind == kind).tuples()}
+             for kind in LEGACY_PENDING}
+    rows = []
+    for key, where in items["answer"].items():
+        if not isinstance(where, dict) or where.get("sent") is False:
+            continue  # never begun: its message is routed again below
+        channel = C.select(C.id).where(C.room_id == str(where.get("room"))).tuples().first()
+        if channel is None or not isinstance(where.get("prompt"), str) or not isinstance(where.get("agent"), str):
+            continue
+        answer = [] if key.startswith("txn:") else [key]
+        rows.append(dict(channel_id=channel[0], prompt_event=where["prompt"], agent=where["agent"],
+                         text="", state="prompted", answer=json.dumps(answer)))
+    begun = {(row["prompt_event"], row["agent"]) for row in rows}
+    for event_id, entry in items["prompt"].items():
+        if not isinstance(entry, dict):
+            continue
+        found = E.select(E.channel_id, E.message_id).where(E.event_id == event_id).tuples().first()
+        if found is None:
+            continue  # not stored: the homeserver sends it again
+        done = [a for a in entry.get("done") or [] if isinstance(a, str)]
+        done += [agent for prompt, agent in begun if prompt == event_id]
+        rows.append(dict(channel_id=found[0], prompt_event=event_id, agent=ROUTE, message_id=found[1],
+                         text=json.dumps(sorted(set(done))), state="taken"))
+    for row in rows:
+        T.insert(id=new_id(), updated=now_ms(), **row).on_conflict_ignore().execute()
+    P.delete().where(P.kind.in_(list(LEGACY_PENDING))).execute()
+
+
+# (version reached, step): in order
+STEPS = [
+    (2, _add_pending),
+    (3, _add_member_settings),
+    (4, _add_txn_seen),
+    (5, _add_turns),
+]
+LATEST = STEPS[-1][0]
+
+
+def version(db: pw.Database, m: SimpleNamespace) -> int | None:
+    """The store's version; None for a new, empty database."""
+    tables = set(db.get_tables())
+    if "sk_schema" in tables:
+        row = m.Schema.select(m.Schema.version).tuples().first()
+        if row is not None:
+            return int(row[0])
+    from .schema import TABLES
+    return 1 if tables & set(TABLES) else None
+
+
+def migrate(db: pw.Database, m: SimpleNamespace) -> int:
+    """Bring the store to LATEST, one step per transaction; returns the version it was at."""
+    with db.atomic():
+        found = version(db, m)
+        if found is None:
+            db.create_tables(m.all, safe=True)
+            _set_version(m, LATEST)
+            return LATEST
+    if found > LATEST:
+        from .errors import StoreError
+        raise StoreError(f"the database is of schema version {found}, newer than this bridge's {LATEST}: "
+                         "run the newer bridge")
+    with db.atomic():  # the tables of version 1 a partial store lacks
+        tables = set(db.get_tables())
+        db.create_tables([t for t in (m.Channel, m.Member, m.Message, m.MessageEvent, m.Txn, m.AgentCommand, m.Value)
+                          if t._meta.table_name not in tables])
+    for reached, step in STEPS:
+        if reached <= found:
+            continue
+        with db.atomic():
+            step(db, m)
+            db.create_tables([m.Schema], safe=True)
+            _set_version(m, reached)
+    return found
+
+
+def _set_version(m: SimpleNamespace, value: int) -> None:
+    m.Schema.delete().execute()
+    m.Schema.insert(version=value).execute()

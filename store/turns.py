@@ -1,0 +1,227 @@
+"""Turn records: one row per turn — one agent answering one prompt in one conversation (SPEC §14).
+
+    taken ──claim──▶ claimed ──▶ posted ──▶ prompted ──▶ finishing ──▶ done
+      ▲                 │           │           │             (answer stored, same transaction)
+      └────release──────┴───────────┘           ├──▶ ended        (stopped, the agent crashed…)
+                                                └──▶ interrupted  (the bridge stopped or failed)
+    taken / claimed / posted ──▶ dropped   (redacted, the agent or the channel is gone)
+
+- `take` stores an owner message and its turns in one transaction: a message is never stored
+  without its turns, nor turns without their message.
+- `claim` is the one way to start a turn: it succeeds once per bridge run, for a turn this run
+  took or one an earlier run left before its prompt reached the agent. Whatever the order in
+  which a transaction, the same transaction sent again, start-up recovery or a schedule ask, a
+  turn starts once per run; and once `prompted`, never again (it is interrupted, or finished).
+- `answered` stores the answer, what the agent has seen and `done` in one transaction.
+
+`store.turns` runs each call as one store operation (serialised, StoreClosed after close).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from .ids import new_id, now_ms
+from .records import Message, TurnRecord
+
+if TYPE_CHECKING:
+    from .store import Store
+
+TAKEN, CLAIMED, POSTED, PROMPTED, FINISHING = "taken", "claimed", "posted", "prompted", "finishing"
+DONE, ENDED, INTERRUPTED, DROPPED = "done", "ended", "interrupted", "dropped"
+TERMINAL = (DONE, ENDED, INTERRUPTED, DROPPED)
+LIVE = (TAKEN, CLAIMED, POSTED, PROMPTED, FINISHING)
+NOT_BEGUN = (TAKEN, CLAIMED, POSTED)  # the agent has not been prompted: it can start (again)
+COLUMNS = ("id", "channel_id", "conversation", "prompt_event", "agent", "message_id", "text", "alone",
+           "state", "run", "attempt", "answer", "final")
+
+
+def _record(row: tuple) -> TurnRecord:
+    values = dict(zip(COLUMNS, row))
+    try:
+        answer = tuple(e for e in json.loads(values["answer"] or "[]") if isinstance(e, str))
+    except (ValueError, TypeError):
+        answer = ()
+    try:
+        final = json.loads(values["final"]) if values["final"] else None
+    except ValueError:
+        final = None
+    return TurnRecord(**{**values, "alone": bool(values["alone"]), "attempt": int(values["attempt"] or 0),
+                         "answer": answer, "final": final if isinstance(final, dict) else None})
+
+
+class Turns:
+    def __init__(self, store: "Store") -> None:
+        self._store = store
+
+    def take(self, channel_id: str, sender: str, stored_text: str, event_id: str,
+             turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "",
+             ) -> tuple[Message, list[TurnRecord]] | None:
+        """Store the owner message `event_id` and its turns ((agent, text, alone), in order);
+        None if that message is stored already (the homeserver sent it again)."""
+        return self._store._run(_take, channel_id, sender, stored_text, event_id, turns, run, conversation)
+
+    def add(self, channel_id: str, prompt_event: str, message_id: str | None,
+            turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "") -> list[TurnRecord]:
+        """Turns of an already stored prompt (a message routed again at start); the ones that
+        exist already are left as they are."""
+        return self._store._run(_add, channel_id, prompt_event, message_id, turns, run, conversation)
+
+    def claim(self, turn_id: str, run: str) -> TurnRecord | None:
+        """Start the turn in `run`: the record, or None if it must not start (this run claimed
+        it already, it has begun in an earlier run, it is over)."""
+        return self._store._run(_claim, turn_id, run)
+
+    def release(self, turn_id: str) -> None:
+        """A claimed turn whose prompt never reached the agent (the bridge stops): the next
+        run claims it again."""
+        self._store._run(_set, turn_id, {"state": TAKEN}, NOT_BEGUN)
+
+    def posted(self, turn_id: str, answer: Sequence[str]) -> None:
+        self._store._run(_set, turn_id, {"state": POSTED, "answer": json.dumps(list(answer))}, (CLAIMED,))
+
+    def set_answer(self, turn_id: str, answer: Sequence[str]) -> None:
+        """The answer's messages so far (a new one after a split)."""
+        self._store._run(_set, turn_id, {"answer": json.dumps(list(answer))}, LIVE)
+
+    def prompted(self, turn_id: str, answer: Sequence[str]) -> None:
+        self._store._run(_set, turn_id, {"state": PROMPTED, "answer": json.dumps(list(answer))}, NOT_BEGUN)
+
+    def finishing(self, turn_id: str, final: dict, answer: Sequence[str]) -> None:
+        """The final text is about to be sent (`final`: how, so that it can be sent again)."""
+        self._store._run(_set, turn_id, {"state": FINISHING, "final": json.dumps(final, sort_keys=True),
+                                         "answer": json.dumps(list(answer))}, (PROMPTED, FINISHING))
+
+    def answered(self, turn_id: str, channel_id: str, agent: str, text: str, event_ids: Sequence[str],
+                 seen_upto: str | None) -> Message | None:
+        """Store the answer, what `agent` has seen (up to `seen_upto`) and the turn done, in one
+        transaction; None if the turn was done already (nothing written twice)."""
+        return self._store._run(_answered, turn_id, channel_id, agent, text, event_ids, seen_upto)
+
+    def end(self, turn_id: str, state: str, answer: Sequence[str] = (), seen: tuple[str, str, str] | None = None) -> None:
+        """The turn is over without a stored answer (`ended`, `interrupted` or `dropped`);
+        `seen` (channel, agent, message id) is written with it."""
+        if state not in (ENDED, INTERRUPTED, DROPPED):
+            raise ValueError(f"not an end state: {state!r}")
+        self._store._run(_end, turn_id, state, list(answer), seen)
+
+    def drop_prompt(self, prompt_event: str) -> int:
+        """The owner withdrew the message: its turns that have not begun never start."""
+        return self._store._run(_drop_prompt, prompt_event)
+
+    def get(self, turn_id: str) -> TurnRecord | None:
+        return self._store._run(_get, turn_id)
+
+    def unfinished(self) -> list[TurnRecord]:
+        """Every turn not over, oldest first."""
+        return self._store._run(_unfinished)
+
+    def last_live_agent(self, channel_id: str, conversation: str = "") -> str | None:
+        """The agent of the newest turn of the conversation that is not over: the one who will
+        have spoken last once the queue is answered (routing's last speaker)."""
+        return self._store._run(_last_live_agent, channel_id, conversation)
+
+
+# --- the operations (run by Store._run, under its lock, with the store as `store`) --------------
+
+def _select(store: "Store"):
+    T = store._m.Turn
+    return T.select(*(getattr(T, c) for c in COLUMNS))
+
+
+def _get(store: "Store", turn_id: str) -> TurnRecord | None:
+    row = _select(store).where(store._m.Turn.id == turn_id).tuples().first()
+    return _record(row) if row else None
+
+
+def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id: str | None,
+                  turns: Iterable[tuple[str, str, bool]], run: str, conversation: str) -> list[TurnRecord]:
+    T, now, made, agents = store._m.Turn, now_ms(), [], set()
+    for agent, text, alone in turns:
+        if agent in agents:
+            continue
+        agents.add(agent)
+        turn_id = new_id()
+        inserted = T.insert(id=turn_id, channel_id=channel_id, conversation=conversation,
+                            prompt_event=prompt_event, agent=agent, message_id=message_id, text=text,
+                            alone=bool(alone), state=TAKEN, run=run, attempt=0, answer="[]",
+                            updated=now).on_conflict_ignore().execute()
+        if inserted:
+            made.append(_get(store, turn_id))
+    return [turn for turn in made if turn is not None]
+
+
+def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_id: str,
+          turns, run: str, conversation: str):
+    with store._db.atomic():
+        if store._hot.by_event.rows(event_id=event_id):
+            return None
+        message = store._add_message(channel_id, sender, "user", stored_text, [event_id])
+        return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, conversation)
+
+
+def _add(store: "Store", channel_id: str, prompt_event: str, message_id: str | None, turns, run: str,
+         conversation: str) -> list[TurnRecord]:
+    with store._db.atomic():
+        return _insert_turns(store, channel_id, prompt_event, message_id, turns, run, conversation)
+
+
+def _claim(store: "Store", turn_id: str, run: str) -> TurnRecord | None:
+    T = store._m.Turn
+    with store._db.atomic():
+        claimable = ((T.state == TAKEN) | (T.state.in_([CLAIMED, POSTED]) & (T.run != run)))
+        changed = (T.update(state=CLAIMED, run=run, attempt=T.attempt + 1, updated=now_ms())
+                   .where((T.id == turn_id) & claimable).execute())
+        return _get(store, turn_id) if changed else None
+
+
+def _set(store: "Store", turn_id: str, values: dict, states: Sequence[str]) -> None:
+    T = store._m.Turn
+    T.update(**values, updated=now_ms()).where((T.id == turn_id) & T.state.in_(list(states))).execute()
+
+
+def _answered(store: "Store", turn_id: str, channel_id: str, agent: str, text: str, event_ids, seen_upto):
+    T = store._m.Turn
+    with store._db.atomic():
+        row = T.select(T.state).where(T.id == turn_id).tuples().first()
+        if row is not None and row[0] in TERMINAL:
+            return None
+        message = store._add_message(channel_id, agent, "agent", text, list(event_ids))
+        if seen_upto is not None:
+            store._hot.mark_seen.run(channel_id=channel_id, agent=agent, last_seen=seen_upto)
+        T.update(state=DONE, answer=json.dumps(list(event_ids)), final=None,
+                 updated=now_ms()).where(T.id == turn_id).execute()
+        return message
+
+
+def _end(store: "Store", turn_id: str, state: str, answer: list, seen) -> None:
+    T = store._m.Turn
+    with store._db.atomic():
+        values = {"state": state, "updated": now_ms(), "final": None}
+        if answer:
+            values["answer"] = json.dumps(answer)
+        T.update(**values).where((T.id == turn_id) & T.state.in_(list(LIVE))).execute()
+        if seen is not None:
+            channel_id, agent, message_id = seen
+            store._hot.mark_seen.run(channel_id=channel_id, agent=agent, last_seen=message_id)
+
+
+def _drop_prompt(store: "Store", prompt_event: str) -> int:
+    T = store._m.Turn
+    return (T.update(state=DROPPED, updated=now_ms())
+            .where((T.prompt_event == prompt_event) & T.state.in_(list(NOT_BEGUN))).execute())
+
+
+def _unfinished(store: "Store") -> list[TurnRecord]:
+    T = store._m.Turn
+    return [_record(row) for row in _select(store).where(T.state.in_(list(LIVE))).order_by(T.id).tuples()]
+
+
+def _last_live_agent(store: "Store", channel_id: str, conversation: str) -> str | None:
+    T = store._m.Turn
+    row = (T.select(T.agent).where((T.channel_id == channel_id) & (T.conversation == conversation)
+                                   & T.state.in_(list(LIVE)) & (T.agent != ""))
+           .order_by(T.id.desc()).limit(1).tuples().first())
+    return row[0] if row else None

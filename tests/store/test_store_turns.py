@@ -1,0 +1,142 @@
+"""Turn records (store/turns.py): a message and its turns stored together; a turn claimed once
+per run and never again once its prompt reached the agent; the answer, what the agent has seen
+and `done` in one transaction."""
+
+import pytest
+
+from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, POSTED, PROMPTED, TAKEN
+
+RUN, NEXT = "run-1", "run-2"
+
+
+@pytest.fixture
+def channel(store):
+    channel = store.create_channel("!room:hs", "general")
+    store.add_member(channel.id, "alice")
+    store.add_member(channel.id, "bob")
+    return channel
+
+
+def take(store, channel, event="$m1", turns=(("alice", "hi", False), ("bob", "hi", False)), run=RUN):
+    return store.turns.take(channel.id, "@me:hs", "hi", event, list(turns), run)
+
+
+def test_a_message_and_its_turns_are_stored_together(store, channel):
+    message, turns = take(store, channel)
+    assert store.message_by_event("$m1") == message
+    assert [(t.agent, t.state, t.run, t.message_id) for t in turns] == [
+        ("alice", TAKEN, RUN, message.id), ("bob", TAKEN, RUN, message.id)]
+    assert turns[0].id < turns[1].id  # in the order routing gave
+    assert [t.id for t in store.turns.unfinished()] == [t.id for t in turns]
+
+
+def test_the_same_message_again_takes_nothing(store, channel):
+    take(store, channel)
+    assert take(store, channel) is None
+    assert len(store.turns.unfinished()) == 2
+    assert store.count_messages(channel.id) == 1
+
+
+def test_a_failed_take_stores_neither_message_nor_turns(store, channel):
+    with pytest.raises(LookupError):  # no such channel: the message insert fails, nothing stays
+        store.turns.take("nope", "@me:hs", "hi", "$m1", [("alice", "hi", False)], RUN)
+    assert store.message_by_event("$m1") is None and store.turns.unfinished() == []
+
+
+def test_a_turn_is_claimed_once_per_run(store, channel):
+    _, (alice, _) = take(store, channel)
+    claimed = store.turns.claim(alice.id, RUN)
+    assert claimed.state == CLAIMED and claimed.attempt == 1
+    assert store.turns.claim(alice.id, RUN) is None  # this run has it already
+
+
+def test_a_later_run_claims_a_turn_that_had_not_begun_and_never_one_that_had(store, channel):
+    _, (alice, bob) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.posted(alice.id, ["$answer"])
+    assert store.turns.claim(alice.id, NEXT).attempt == 2  # placeholder posted, prompt not sent
+    store.turns.claim(bob.id, RUN)
+    store.turns.prompted(bob.id, ["$b"])
+    assert store.turns.claim(bob.id, NEXT) is None  # the agent had it: never again
+    assert store.turns.get(bob.id).state == PROMPTED
+
+
+def test_a_released_turn_is_claimed_again_by_the_next_run(store, channel):
+    _, (alice, _) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.release(alice.id)
+    assert store.turns.get(alice.id).state == TAKEN
+    assert store.turns.claim(alice.id, NEXT).state == CLAIMED
+
+
+def test_answered_stores_the_answer_the_seen_mark_and_done_together(store, channel):
+    message, (alice, _) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.prompted(alice.id, ["$a1"])
+    store.turns.finishing(alice.id, {"event": "$a1", "content": {"body": "x"}, "txn": "t", "text": "x"}, ["$a1"])
+    assert store.turns.get(alice.id).final["txn"] == "t"
+    stored = store.turns.answered(alice.id, channel.id, "alice", "hello", ["$a1"], message.id)
+    assert store.message_by_event("$a1") == stored
+    assert store.member(channel.id, "alice").last_seen == message.id
+    assert store.last_agent_sender(channel.id) == "alice"
+    done = store.turns.get(alice.id)
+    assert done.state == DONE and done.final is None and done.answer == ("$a1",)
+    # written again (a retry, recovery after a crash right after): nothing twice
+    assert store.turns.answered(alice.id, channel.id, "alice", "hello", ["$a1"], message.id) is None
+    assert store.count_messages(channel.id) == 2
+
+
+def test_states_only_move_forward(store, channel):
+    _, (alice, bob) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.prompted(alice.id, [])
+    store.turns.posted(alice.id, ["$late"])  # the placeholder's callback after the prompt: no step back
+    assert store.turns.get(alice.id).state == PROMPTED
+    store.turns.end(alice.id, ENDED, ["$a"])
+    store.turns.release(alice.id)
+    store.turns.end(alice.id, INTERRUPTED)
+    assert store.turns.get(alice.id).state == ENDED
+    with pytest.raises(ValueError):
+        store.turns.end(bob.id, DONE)
+
+
+def test_a_redacted_message_drops_the_turns_not_begun(store, channel):
+    _, (alice, bob) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.prompted(alice.id, [])
+    assert store.turns.drop_prompt("$m1") == 1
+    assert store.turns.get(alice.id).state == PROMPTED and store.turns.get(bob.id).state == DROPPED
+    assert store.turns.claim(bob.id, RUN) is None
+
+
+def test_the_last_live_agent_is_the_newest_turn_not_over(store, channel):
+    assert store.turns.last_live_agent(channel.id) is None
+    _, (alice, bob) = take(store, channel)
+    assert store.turns.last_live_agent(channel.id) == "bob"
+    store.turns.end(bob.id, DROPPED)
+    assert store.turns.last_live_agent(channel.id) == "alice"
+    assert store.turns.last_live_agent(channel.id, "$thread-root") is None  # another conversation
+
+
+def test_a_deleted_channel_takes_its_turns_along(store, channel):
+    take(store, channel)
+    store.delete_channel(channel.id)
+    assert store.turns.unfinished() == []
+
+
+def test_turns_over_are_pruned_with_the_transaction_keys(store, channel):
+    _, (alice, bob) = take(store, channel)
+    store.turns.end(alice.id, DROPPED)
+    store.txn_keep_ms = -1000  # everything is old
+    store.prune_txns()
+    assert store.turns.get(alice.id) is None and store.turns.get(bob.id) is not None
+
+
+def test_finishing_records_the_final_send(store, channel):
+    _, (alice, _) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.finishing(alice.id, {"event": None}, [])  # not prompted yet: refused
+    assert store.turns.get(alice.id).state == CLAIMED
+    store.turns.prompted(alice.id, [])
+    store.turns.finishing(alice.id, {"event": None, "txn": "sk-1"}, [])
+    assert store.turns.get(alice.id).state == FINISHING

@@ -200,9 +200,10 @@ class Agent:
         return cls(self.name, code, tail)
 
     async def _call(self, method: str, params: dict[str, Any], session_id: str | None = None,
-                    on_sent: Callable[[], None] | None = None) -> Any:
+                    on_sent: Callable[[], None] | None = None,
+                    before_send: Callable[[], Awaitable[None]] | None = None) -> Any:
         """A request bounded by the silence limit; crash/timeout mapped to our errors."""
-        call = asyncio.ensure_future(self.peer.request(method, params, on_sent))
+        call = asyncio.ensure_future(self.peer.request(method, params, on_sent, before_send))
         try:
             await self._wait_alive(call, session_id)
             return call.result()
@@ -288,11 +289,14 @@ class Agent:
     async def prompt(self, session_id: str, text: str | list[dict[str, Any]], on_update: OnUpdate,
                      on_permission: OnPermission | None = None,
                      on_elicitation: OnElicitation | None = None,
-                     on_sent: Callable[[], None] | None = None) -> str:
+                     on_sent: Callable[[], None] | None = None,
+                     before_send: Callable[[], Awaitable[None]] | None = None) -> str:
         """Send one prompt: a text, or a list of ACP content blocks (text, image, audio,
         resource, resource_link: what the agent's promptCapabilities allow; the caller
         checks). Returns the stopReason once the agent is done. `on_sent` runs (synchronously)
-        once the request is written to the agent, before anything it answers is read."""
+        as the request is written to the agent (right before, no await between), before anything
+        it answers is read. `before_send` is awaited just before (rpc.Peer.request): the prompt is
+        written the moment it returns."""
         if session_id in self._prompts:
             raise AcpError(f"{self.name}: a prompt is already running in session {session_id}")
         running = self._prompts[session_id] = _Prompt(on_update, on_permission, on_elicitation)
@@ -304,7 +308,7 @@ class Agent:
         try:
             result = await self._call("session/prompt", {
                 "sessionId": session_id, "prompt": prompt_blocks(text)}, session_id,
-                on_sent=sent)
+                on_sent=sent, before_send=before_send)
         finally:
             self._prompts.pop(session_id, None)
         return str((result or {}).get("stopReason") or "end_turn")

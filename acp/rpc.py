@@ -69,17 +69,28 @@ class Peer:
         if self.closed.is_set():
             raise ConnectionLost(f"{self.label}: connection closed ({self.close_reason})")
         try:
-            self._writer.write(framing.encode(message))
+            data = framing.encode(message)
             if on_sent is not None:
-                on_sent()  # no await since the write: the reader has not run in between
+                # right before the write, no await between: the reader cannot run in between, and
+                # a caller that records "sent" (bridge/channels/journal.py) has it written before
+                # the peer can have it — a kill in between loses the request rather than lets a
+                # later start send it twice
+                on_sent()
+            self._writer.write(data)
             await self._writer.drain()
         except (ConnectionError, RuntimeError) as exc:  # broken pipe, closed transport
             raise ConnectionLost(f"{self.label}: cannot write ({exc})") from exc
 
     async def request(self, method: str, params: Any = None,
-                      on_sent: Callable[[], None] | None = None) -> Any:
-        """Send a request and wait for its result. `on_sent` runs once the request is written,
-        before anything the peer sends after it can be read."""
+                      on_sent: Callable[[], None] | None = None,
+                      before_send: Callable[[], Awaitable[None]] | None = None) -> Any:
+        """Send a request and wait for its result. `on_sent` runs as the request is written (right
+        before it, no await between), before anything the peer sends after it can be read.
+        `before_send` is awaited first, and the request is written as soon as it returns (no other
+        await between): a caller that records "sent" there leaves the smallest window in which a
+        kill finds it recorded and not written."""
+        if before_send is not None:
+            await before_send()
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future

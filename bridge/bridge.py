@@ -18,6 +18,7 @@ from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, ElicitationRequest, Pool,
 from config import Config
 from config.registration import Registration
 from store import Store, StoreClosed, new_id
+from store.offloop import OffLoop
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
 from .coding.questions import Questions
@@ -36,7 +37,8 @@ from .channels.turns import background_tasks
 
 log = logging.getLogger(__name__)
 
-TXN_ORDER = "appservice/transaction-order"  # the last transaction number handled (appservice.py)
+TXN_ORDER = "appservice/transaction-order"
+STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes  # the last transaction number handled (appservice.py)
 
 
 class Bridge:
@@ -45,6 +47,8 @@ class Bridge:
         self.config = config
         self.registration = registration
         self.store = store
+        # the store's calls from the event loop, awaited on one database thread (store/offloop.py)
+        self.db = OffLoop(store)
         self.history_unavailable = history_unavailable
         self.pool = Pool({name: AgentSpec(name=name, command=list(a.command), cwd=a.cwd,
                                           env=dict(a.env), title=a.title, timeout=a.timeout)
@@ -59,10 +63,12 @@ class Bridge:
             self.aliases[f"{config.puppet_prefix}{name}"] = name
         self.dispatcher = Dispatcher(self)  # every incoming event passes it (bridge/matrix/dispatch.py)
         self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
-                                       self.handle_user_query, store.txn_seen, store.mark_txn,
+                                       self.handle_user_query, self.db.txn_seen, self.db.mark_txn,
                                        self.dispatcher.refused,
                                        TransactionOrder(lambda: store.get_value(TXN_ORDER),
-                                                        lambda value: store.set_value(TXN_ORDER, value)))
+                                                        lambda value: self.db.soon(
+                                                            "the last transaction number",
+                                                            lambda: store.set_value(TXN_ORDER, value))))
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
         self.halt_reason = ""
         self.session: aiohttp.ClientSession | None = None
@@ -162,7 +168,16 @@ class Bridge:
             if self.session is not None:
                 await self.session.close()
         finally:
-            self.store.close()  # from now on every store call raises StoreClosed
+            # after every write queued before it (the turns' last ones); a database that hangs
+            # does not hold the stop (the thread is a daemon)
+            try:
+                await asyncio.wait_for(self.db.run(self.store.close), STORE_CLOSE_WAIT)
+            except asyncio.TimeoutError:
+                log.warning("the database did not answer within %d s: stopping without closing it",
+                            STORE_CLOSE_WAIT)
+            except Exception:
+                log.exception("closing the store failed")
+            self.db.thread.close()  # from now on every store call raises StoreClosed
 
     async def _wait_for_homeserver(self, progress) -> None:
         delay, said = 0.5, False
@@ -258,13 +273,17 @@ class Bridge:
         except Exception:
             log.exception("could not send a notice to %s", room_id)
 
-    def portal_for(self, room_id: str) -> Portal | None:
+    async def portal_for(self, room_id: str) -> Portal | None:
+        """The room's portal, if the room is a channel (read from the store the first time)."""
         portal = self.portals.get(room_id)
         if portal is None:
-            channel = self.store.channel_by_room(room_id)
-            if channel is None:
+            store = self.store
+            found = await self.db.run(lambda: _channel_and_members(store, room_id))
+            if found is None:
                 return None
-            portal = self.portals[room_id] = Portal(self, channel)
+            portal = self.portals.get(room_id)  # made meanwhile by another event
+            if portal is None:
+                portal = self.portals[room_id] = Portal(self, *found)
         return portal
 
     # ---- events ------------------------------------------------------------------------------
@@ -279,12 +298,18 @@ class Bridge:
     # ---- acp callbacks -------------------------------------------------------------------------
 
     def _on_commands(self, agent: str, commands: list[dict]) -> None:
-        try:
-            self.store.set_agent_commands(agent, commands)
-        except StoreClosed:
-            return
+        """An agent announced its commands: kept (on the database thread, in order), then
+        published (MSC4391), which reads them back after the write."""
+        store = self.store
+        self.db.soon(f"the commands of {agent}", lambda: store.set_agent_commands(agent, commands))
         self.command_descriptions.commands_changed(agent)
 
     def _on_stopped(self, agent: str) -> None:
         log.info("agent %s stopped", agent)
 
+
+def _channel_and_members(store: Store, room_id: str):
+    channel = store.channel_by_room(room_id)
+    if channel is None:
+        return None
+    return channel, [member.agent for member in store.members(channel.id)]

@@ -5,6 +5,14 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from bridge.matrix.appservice import AppserviceServer, TransactionOrder, transaction_key
 
+
+def _async(call):
+    """A store call as the appservice awaits it (the bridge's run on the database thread)."""
+    async def awaited(*args):
+        return call(*args)
+    return awaited
+
+
 TOKEN = "hs-secret"
 
 
@@ -15,7 +23,7 @@ async def make_client(calls: list, seen: set) -> TestClient:
     async def on_user(user_id):
         return user_id.startswith("@sk_")
 
-    server = AppserviceServer(TOKEN, on_transaction, on_user, seen.__contains__, seen.add)
+    server = AppserviceServer(TOKEN, on_transaction, on_user, _async(seen.__contains__), _async(seen.add))
     client = TestClient(TestServer(server.app))
     await client.start_server()
     return client
@@ -109,7 +117,7 @@ async def test_a_transaction_left_behind_comes_before_the_ones_after_it():
     async def on_transaction(transaction):
         calls.append([e["event_id"] for e in transaction.events])
 
-    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, seen.__contains__, seen.add, order=order)
+    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, _async(seen.__contains__), _async(seen.add), order=order)
     client = TestClient(TestServer(server.app))
     await client.start_server()
     try:
@@ -167,7 +175,7 @@ async def test_a_transaction_seen_before_counts_as_handled_and_patience_runs_acr
     async def on_transaction(transaction):
         calls.append([e["event_id"] for e in transaction.events])
 
-    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, seen.__contains__, seen.add, order=order)
+    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, _async(seen.__contains__), _async(seen.add), order=order)
     client = TestClient(TestServer(server.app))
     await client.start_server()
     try:

@@ -7,6 +7,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from bridge.matrix.appservice import AppserviceServer, DeviceTraffic, Transaction, device_traffic, transaction_key
 from bridge.matrix.dispatch import Dispatcher, Encryption
 
+
+def _async(call):
+    """A store call as the appservice awaits it (the bridge's run on the database thread)."""
+    async def awaited(*args):
+        return call(*args)
+    return awaited
+
+
 TOKEN = "hs-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -57,7 +65,7 @@ async def test_the_appservice_hands_the_crypto_fields_on_with_the_events():
         return False
 
     keys: set = set()
-    server = AppserviceServer(TOKEN, on_transaction, on_user, keys.__contains__, keys.add)
+    server = AppserviceServer(TOKEN, on_transaction, on_user, _async(keys.__contains__), _async(keys.add))
     client = TestClient(TestServer(server.app))
     await client.start_server()
     try:
@@ -147,7 +155,9 @@ class Owned(Bridgeless):
 
     def __init__(self):
         from store import Store
+        from store.offloop import OffLoop
         self.store = Store.open(":memory:")
+        self.db = OffLoop(self.store)
 
     @staticmethod
     def is_owner(user_id):
@@ -274,7 +284,7 @@ async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_take
         return False
 
     keys: set = set()
-    server = AppserviceServer(TOKEN, on_transaction, on_user, keys.__contains__, keys.add)
+    server = AppserviceServer(TOKEN, on_transaction, on_user, _async(keys.__contains__), _async(keys.add))
     client = TestClient(TestServer(server.app))
     await client.start_server()
     try:

@@ -10,6 +10,7 @@ import pytest
 from bridge.channels.recovery import Recovery
 from bridge.matrix.dispatch import StoreOutage
 from store import Store
+from store.offloop import OffLoop
 from store.turns import DONE, DROPPED, INTERRUPTED
 
 BEFORE, NOW = "run-before", "run-now"
@@ -49,8 +50,11 @@ def scene():
         return SimpleNamespace(intent=intent)
 
     portal = SimpleNamespace(submit=lambda turn, incoming: submitted.append((turn, incoming)))
-    bridge = SimpleNamespace(store=store, config=SimpleNamespace(agents={"alice": object()}), puppet=puppet,
-                             run_id=NOW, portal_for=lambda room_id: portal if room_id == "!r:hs" else None)
+
+    async def portal_for(room_id):
+        return portal if room_id == "!r:hs" else None
+    bridge = SimpleNamespace(store=store, db=OffLoop(store), config=SimpleNamespace(agents={"alice": object()}),
+                             puppet=puppet, run_id=NOW, portal_for=portal_for)
     try:
         yield SimpleNamespace(store=store, intent=intent, submitted=submitted, bridge=bridge, turn=turn,
                               message=message, channel=channel)

@@ -45,11 +45,11 @@ class BotCommands:
         if command is None:
             return False
         try:
-            portal = self.bridge.portal_for(room_id)
+            portal = await self.bridge.portal_for(room_id)
             if portal is not None:
                 await self._in_channel(portal, command)
                 return True
-            if self._is_bot_room(room_id, sender):
+            if await self._is_bot_room(room_id, sender):
                 await self._in_bot_room(room_id, sender, command)
                 return True
         except (MatrixError, aiohttp.ClientError) as exc:
@@ -69,10 +69,10 @@ class BotCommands:
             return
         if not await bot.intent.join(room_id):
             return
-        store = self.bridge.store
-        store.set_value(f"bot_room:{room_id}", sender)
-        if store.channel_by_room(room_id) is None:
-            store.set_value(f"bot_dm:{sender}", room_id)
+        db = self.bridge.db
+        await db.set_value(f"bot_room:{room_id}", sender)
+        if await db.channel_by_room(room_id) is None:
+            await db.set_value(f"bot_dm:{sender}", room_id)
             await self.bridge.send_notice(bot, room_id, GREETING)
 
     async def tell_owners(self, text: str) -> None:
@@ -86,14 +86,14 @@ class BotCommands:
             await self.bridge.send_notice(self.bridge.bot, room_id, text)
 
     async def bot_dm(self, owner: str) -> str:
-        store, bot = self.bridge.store, self.bridge.bot
-        room_id = store.get_value(f"bot_dm:{owner}")
+        db, bot = self.bridge.db, self.bridge.bot
+        room_id = await db.get_value(f"bot_dm:{owner}")
         if room_id and await membership(bot, room_id, owner) in ("join", "invite"):
             return room_id  # a DM the owner left is not one: a new one is made
         room_id = await create_room(bot, {"is_direct": True, "preset": "trusted_private_chat",
                                           "invite": [owner]})
-        store.set_value(f"bot_dm:{owner}", room_id)
-        store.set_value(f"bot_room:{room_id}", owner)
+        await db.set_value(f"bot_dm:{owner}", room_id)
+        await db.set_value(f"bot_room:{room_id}", owner)
         return room_id
 
     async def channel_created(self, room_id: str) -> None:
@@ -102,16 +102,16 @@ class BotCommands:
 
     # -- helpers --
 
-    def _is_bot_room(self, room_id: str, sender: str) -> bool:
+    async def _is_bot_room(self, room_id: str, sender: str) -> bool:
         store = self.bridge.store
-        return (store.get_value(f"bot_room:{room_id}") is not None
-                or store.get_value(f"bot_dm:{sender}") == room_id)
+        return await self.bridge.db.run(lambda: store.get_value(f"bot_room:{room_id}") is not None
+                                        or store.get_value(f"bot_dm:{sender}") == room_id)
 
     async def _say(self, room_id: str, text: str) -> None:
         await self.bridge.send_notice(self.bridge.bot, room_id, text)
 
     async def _reply_anywhere(self, room_id: str, text: str) -> None:
-        portal = self.bridge.portal_for(room_id)
+        portal = await self.bridge.portal_for(room_id)
         if portal is not None:
             await self.bridge.notice(portal, text)
         else:
@@ -150,14 +150,17 @@ class BotCommands:
 
     async def _channels(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
         store = self.bridge.store
-        channels = store.channels()
+        def read():
+            found = store.channels()
+            return found, {c.id: [m.agent for m in store.members(c.id)] for c in found}
+        channels, members_of = await self.bridge.db.run(read)
         if not channels:
             await self._say(room_id, "No channels yet. !new NAME AGENT... makes one, !dm AGENT a direct one, "
                                      "or invite an agent into any room.")
             return
         lines = ["Channels:"]
         for channel in channels:
-            members = ", ".join(m.agent for m in store.members(channel.id)) or "no agents"
+            members = ", ".join(members_of[channel.id]) or "no agents"
             kind = f"direct with {channel.direct_agent}" if channel.direct_agent else members
             lines.append(f"  #{channel.name} — {kind} — {self._link(channel.room_id)}")
         await self._say(room_id, "\n".join(lines))
@@ -189,10 +192,10 @@ class BotCommands:
                                "content": {"via": [bridge.config.domain], "canonical": True}}],
         })
         await give_power(bot, new_room, [sender])  # the owner may rename, invite, kick
-        channel = bridge.store.create_channel(new_room, name)
+        await bridge.db.create_channel(new_room, name)
+        portal = await bridge.portal_for(new_room)
         for agent in agents:
-            bridge.store.add_member(channel.id, agent)
-        bridge.portal_for(new_room)
+            await portal.joined(agent)
         for agent, puppet in zip(agents, puppets):
             if await puppet.intent.join(new_room):
                 bridge.command_descriptions.member_joined(new_room, agent)
@@ -206,16 +209,15 @@ class BotCommands:
             await self._say(room_id, f"Usage: !dm AGENT (agents: {self._agent_list()})")
             return
         puppet = await bridge.puppet(agent)
-        for channel in bridge.store.channels():  # one that is still open is enough
+        for channel in await bridge.db.channels():  # one that is still open is enough
             if channel.direct_agent == agent and await membership(puppet, channel.room_id, sender) in (
                     "join", "invite"):
                 await self._say(room_id, f"Your direct channel with {agent}: {self._link(channel.room_id)}")
                 return
         new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat",
                                               "invite": [sender]})
-        channel = bridge.store.create_channel(new_room, agent, agent)
-        bridge.store.add_member(channel.id, agent)
-        bridge.portal_for(new_room)
+        await bridge.db.create_channel(new_room, agent, agent)
+        await (await bridge.portal_for(new_room)).joined(agent)
         bridge.command_descriptions.member_joined(new_room, agent)  # the puppet made it: it may
         await self.space.add(new_room, puppet)
         await self._say(room_id, f"{bridge.config.agents[agent].title} invited you to a direct channel: "
@@ -226,7 +228,7 @@ class BotCommands:
         if not name:
             await self._say(room_id, "Usage: !delete CHANNEL (!channels lists them)")
             return
-        found = find_channels(self.bridge.store.channels(), name)
+        found = find_channels(await self.bridge.db.channels(), name)
         if not found:
             await self._say(room_id, f"There is no channel #{name.lstrip('#')}. !channels lists them.")
             return
@@ -236,7 +238,7 @@ class BotCommands:
             return
         channel = found[0]
         if not confirmed:
-            count = self.bridge.store.count_messages(channel.id)
+            count = await self.bridge.db.count_messages(channel.id)
             await self._say(room_id, f"This deletes #{channel.name} and its history ({count} messages); "
                                      f"its agents leave the room. To do it, type: !delete {name} {CONFIRM}")
             return
@@ -276,7 +278,7 @@ class BotCommands:
             return
         listed: list[str] = [f"Commands in #{portal.channel.name}:"]
         for agent in members:
-            commands = bridge.store.agent_commands(agent)
+            commands = await bridge.db.agent_commands(agent)
             if commands is None:  # never announced: start it and open its session (ADR "Prepare")
                 commands = await self._prepare(portal, agent)
             listed += format_commands(agent, commands, several=len(members) > 1)
@@ -293,7 +295,7 @@ class BotCommands:
             log.warning("starting %s for !commands: %s", agent_name, exc)
             return None
         waited = 0.0
-        while (commands := bridge.store.agent_commands(agent_name)) is None and waited < COMMANDS_WAIT:
+        while (commands := await bridge.db.agent_commands(agent_name)) is None and waited < COMMANDS_WAIT:
             await asyncio.sleep(0.1)
             waited += 0.1
         return commands
@@ -302,7 +304,7 @@ class BotCommands:
         channel = portal.channel
         _, confirmed = split_delete(args)
         if not confirmed:
-            count = self.bridge.store.count_messages(channel.id)
+            count = await self.bridge.db.count_messages(channel.id)
             await self.bridge.notice(portal, f"This deletes the history of #{channel.name} ({count} messages) "
                                              "and its agents leave; the room stays. To do it, type: "
                                              f"!delete {CONFIRM}")
@@ -314,14 +316,14 @@ class BotCommands:
     async def _delete(self, channel: "Channel") -> None:
         """Forget the channel and its history (ADR consequences); its puppets leave the room."""
         bridge = self.bridge
-        members = [m.agent for m in bridge.store.members(channel.id)]
+        members = [m.agent for m in await bridge.db.members(channel.id)]
         portal = bridge.portals.pop(channel.room_id, None)
         if portal is not None:
             portal.queue.clear()
             portal.queued.clear()
             if portal.current is not None:
                 await portal.current.cancel()
-        bridge.store.delete_channel(channel.id)
+        await bridge.db.delete_channel(channel.id)
         for agent in members:
             if agent in bridge.config.agents:
                 await (await bridge.puppet(agent)).intent.leave(channel.room_id)

@@ -84,14 +84,14 @@ class Inbound:
             # is not in the room; one it could not do now (5xx) raises, and the invite comes again
             if not await puppet.intent.join(room_id):
                 return
-            channel = bridge.store.channel_by_room(room_id)
-            made = channel is None
-            if channel is None:
+            portal = await bridge.portal_for(room_id)
+            made = portal is None
+            if portal is None:
                 direct = bool(content.get("is_direct"))
                 name = _room_name(event) or (agent if direct else room_id)
-                channel = bridge.store.create_channel(room_id, name, agent if direct else None)
-            bridge.store.add_member(channel.id, agent)
-            bridge.portal_for(room_id)
+                await bridge.db.create_channel(room_id, name, agent if direct else None)
+                portal = await bridge.portal_for(room_id)
+            await portal.joined(agent)
             bridge.command_descriptions.member_joined(room_id, agent)  # MSC4391, from the store
             if invite_state(event, "m.room.encryption") is not None:
                 await bridge.dispatcher.encryption.room_encrypted(room_id)
@@ -99,9 +99,9 @@ class Inbound:
             if made:  # channels sit in the "Sidekicks" space (SPEC §5)
                 await bridge.commands.channel_created(room_id)
         elif membership in ("leave", "ban") and sender != target:
-            channel = bridge.store.channel_by_room(room_id)
-            if channel is not None:
-                bridge.store.remove_member(channel.id, agent)
+            portal = await bridge.portal_for(room_id)
+            if portal is not None:
+                await portal.left(agent)
 
     async def catch_up(self, puppet: "Puppet", room_id: str, since_event_id: str | None) -> None:
         """Handle the owner's messages sent between the invite and the puppet's join.
@@ -126,7 +126,7 @@ class Inbound:
 
     async def say_encrypted(self, room_id: str) -> None:
         """Once per room and run: the bridge cannot read end-to-end encrypted rooms."""
-        portal = self.bridge.portal_for(room_id)
+        portal = await self.bridge.portal_for(room_id)
         if portal is None or portal.room_id in self._encryption_noted:
             return
         self._encryption_noted.add(portal.room_id)
@@ -159,11 +159,11 @@ class Inbound:
                 return
             if bridge.questions.on_reply(room_id, body, None):
                 return  # the answer to the room's open question
-        portal = bridge.portal_for(room_id)
+        portal = await bridge.portal_for(room_id)
         if portal is None or read.silent:
             return
         event_id = event.get("event_id", "")
-        if bridge.store.message_by_event(event_id) is not None:
+        if await bridge.db.message_by_event(event_id) is not None:
             return  # already taken (a transaction delivered again after a crash)
         if read.note is not None:
             await bridge.notice(portal, read.note)
@@ -172,18 +172,18 @@ class Inbound:
         mentions = content.get("m.mentions")
         mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
         mentions = mentions if isinstance(mentions, list) else []
-        command = bridge.command_descriptions.invoked(portal, content)  # MSC4391: `/agent:command args`
+        command = await bridge.command_descriptions.invoked(portal, content)  # MSC4391: `/agent:command args`
         if command is not None:
             body, formatted, mentions = command, None, []
         elif not read.passed_on:
             return
         mentions = [m for m in mentions if isinstance(m, str)]
-        decision = portal.route(body, formatted, mentions)
+        decision = await portal.route(body, formatted, mentions)
         # the message and its turns, stored together (store/turns.py): from here on every turn
         # starts once, whatever stops the bridge and whichever path finds it first
-        taken = bridge.store.turns.take(portal.channel.id, sender, body if command is not None else read.stored,
-                                        event_id, [(t.agent, t.text, t.alone) for t in decision.turns],
-                                        bridge.run_id)
+        taken = await bridge.db.turns.take(portal.channel.id, sender, body if command is not None else read.stored,
+                                           event_id, [(t.agent, t.text, t.alone) for t in decision.turns],
+                                           bridge.run_id)
         if taken is None:
             return  # already taken (a transaction delivered again)
         message, turns = taken
@@ -231,8 +231,8 @@ class Inbound:
                 log.info("the prompt answered in %s was redacted: cancelling", room_id)
                 await run.cancel()
         try:
-            bridge.store.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
-            if bridge.store.delete_message_by_event(redacts):
+            await bridge.db.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
+            if await bridge.db.delete_message_by_event(redacts):
                 log.info("a redacted message in %s is forgotten", room_id)
         except StoreClosed:
             pass
@@ -241,8 +241,8 @@ class Inbound:
         bridge = self.bridge
         if not bridge.is_owner(sender):
             return
-        portal = bridge.portal_for(room_id)
+        portal = await bridge.portal_for(room_id)
         name = content.get("name")
         if portal is not None and isinstance(name, str) and name.strip():
-            bridge.store.rename_channel(portal.channel.id, name.strip())
-            portal.channel = bridge.store.channel(portal.channel.id)
+            await bridge.db.rename_channel(portal.channel.id, name.strip())
+            portal.channel = await bridge.db.channel(portal.channel.id)

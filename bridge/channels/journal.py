@@ -19,42 +19,47 @@ log = logging.getLogger(__name__)
 
 
 class Journal:
-    def __init__(self, turns, later: Callable[[str, Callable[[], object]], None], record: TurnRecord,
+    def __init__(self, db, later: Callable[[str, Callable[[], object]], None], record: TurnRecord,
                  room_id: str):
-        self._turns = turns
+        self._db = db  # the store off the loop (store/offloop.py): writes keep their order
+        self._turns = db.turns
         self._later = later
         self.record = record
         self._room = room_id
         self.closed = False  # the turn's last state is written (or on its way)
 
-    def _now(self, what: str, write: Callable[[], object]) -> None:
-        """A step whose loss the next start can repair: written now or not at all."""
-        try:
-            write()
-        except StoreError as exc:
-            log.warning("turn in %s: %s not recorded (%s)", self._room, what, exc)
+    def _soon(self, what: str, write: Callable[[], object]) -> None:
+        """A step whose loss the next start can repair: written in order, not waited for."""
+        self._db.soon(f"turn in {self._room}: {what}", write)
 
     def posted(self, answer: list[str]) -> None:
-        self._now("placeholder posted", lambda: self._turns.posted(self.record.id, answer))
+        turns, turn_id = self._db.target.turns, self.record.id
+        self._soon("placeholder posted", lambda: turns.posted(turn_id, answer))
 
     def messages(self, answer: list[str]) -> None:
-        self._now("answer messages", lambda: self._turns.set_answer(self.record.id, answer))
+        turns, turn_id = self._db.target.turns, self.record.id
+        self._soon("answer messages", lambda: turns.set_answer(turn_id, answer))
 
-    def prompted(self, answer: list[str]) -> None:
-        """No await since `session/prompt` was written: kept even through a database outage."""
-        self._later(f"the prompt of the turn in {self._room}", lambda: self._turns.prompted(self.record.id, answer))
+    async def prompted(self, answer: list[str]) -> None:
+        """Before `session/prompt` is written: awaited, so that the record says so first."""
+        await self._turns.prompted(self.record.id, answer)
 
-    def finishing(self, final: dict) -> None:
-        answer = final.get("answer") or []
-        self._later(f"the final text of the answer in {self._room}",
-                    lambda: self._turns.finishing(self.record.id, final, answer))
+    async def finishing(self, final: dict) -> None:
+        """Before the final text is sent: awaited, so that a stop after it never marks that
+        finished answer interrupted (the next start sends it again instead)."""
+        try:
+            await self._turns.finishing(self.record.id, final, final.get("answer") or [])
+        except StoreError as exc:  # the answer still goes out; a kill now would mark it cut
+            log.warning("turn in %s: the final send not recorded (%s)", self._room, exc)
 
     def answered(self, channel_id: str, agent: str, text: str, event_ids: list[str],
                  seen_upto: str | None) -> None:
         self.closed = True
+        turns, turn_id = self._db.target.turns, self.record.id
+
         def write() -> None:
             try:
-                self._turns.answered(self.record.id, channel_id, agent, text, event_ids, seen_upto)
+                turns.answered(turn_id, channel_id, agent, text, event_ids, seen_upto)
             except LookupError:  # the channel was deleted (!delete) while the answer was written
                 log.info("answer in %s not stored: the channel is gone", self._room)
         self._later(f"the answer in {self._room}", write)
@@ -62,9 +67,10 @@ class Journal:
     def ended(self, state: str, answer: list[str], seen: tuple[str, str, str] | None) -> None:
         assert state in (ENDED, INTERRUPTED, DROPPED)
         self.closed = True
-        self._later(f"the end of the turn in {self._room}",
-                    lambda: self._turns.end(self.record.id, state, answer, seen))
+        turns, turn_id = self._db.target.turns, self.record.id
+        self._later(f"the end of the turn in {self._room}", lambda: turns.end(turn_id, state, answer, seen))
 
     def release(self) -> None:
         self.closed = True
-        self._now("release", lambda: self._turns.release(self.record.id))
+        turns, turn_id = self._db.target.turns, self.record.id
+        self._soon("release", lambda: turns.release(turn_id))

@@ -193,13 +193,13 @@ class Permissions:
 
     async def _tell(self, room_id: str, puppet: "Puppet | None", text: str) -> None:
         if puppet is None:
-            portal = self.bridge.portal_for(room_id)
+            portal = await self.bridge.portal_for(room_id)
             if portal is not None and portal.current is not None:
                 puppet = await self.bridge.puppet(portal.current.agent_name)
         if puppet is not None:
             await self.bridge.send_notice(puppet, room_id, text)
         else:
-            portal = self.bridge.portal_for(room_id)
+            portal = await self.bridge.portal_for(room_id)
             if portal is not None:
                 await self.bridge.notice(portal, text)
 

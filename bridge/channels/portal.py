@@ -45,9 +45,12 @@ class Job:
 
 
 class Portal:
-    def __init__(self, bridge: "Bridge", channel: Channel):
+    def __init__(self, bridge: "Bridge", channel: Channel, members: list[str]):
         self.bridge = bridge
         self.channel = channel
+        # the channel's members (agent names, in join order), kept here as the store has them:
+        # every change goes through joined() / left(), which write the store first
+        self.members: list[str] = list(members)
         self.queue: list[Job] = []  # a heap: the oldest turn first, whichever path queued it
         self.queued: set[str] = set()  # turn ids in the queue
         self.worker: asyncio.Task | None = None
@@ -61,8 +64,19 @@ class Portal:
         return self.channel.room_id
 
     def member_names(self) -> list[str]:
-        return [m.agent for m in self.bridge.store.members(self.channel.id)
-                if m.agent in self.bridge.config.agents]
+        """The members that are configured agents, in join order."""
+        return [agent for agent in self.members if agent in self.bridge.config.agents]
+
+    async def joined(self, agent: str) -> None:
+        """`agent` is a member (stored, then known here)."""
+        await self.bridge.db.add_member(self.channel.id, agent)
+        if agent not in self.members:
+            self.members.append(agent)
+
+    async def left(self, agent: str) -> None:
+        await self.bridge.db.remove_member(self.channel.id, agent)
+        if agent in self.members:
+            self.members.remove(agent)
 
     async def session_for(self, agent_name: str, agent) -> tuple[str, bool]:
         """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4).
@@ -74,10 +88,11 @@ class Portal:
             return await self._session_for(agent_name, agent)
 
     async def _session_for(self, agent_name: str, agent) -> tuple[str, bool]:
-        store = self.bridge.store
-        member = store.member(self.channel.id, agent_name)
+        db = self.bridge.db
+        member = await db.member(self.channel.id, agent_name)
         if member is None:
-            member = store.add_member(self.channel.id, agent_name)
+            await self.joined(agent_name)
+            member = await db.member(self.channel.id, agent_name)
         cwd = self.bridge.config.agents[agent_name].cwd
         if member.session_id and member.session_id in agent.sessions:
             return member.session_id, member.fresh
@@ -90,18 +105,9 @@ class Portal:
                 await self.bridge.settings.opened(self, agent_name, agent, member.session_id, new=False)
                 return member.session_id, member.fresh
         session_id = await agent.new_session(cwd)
-        store.set_session(self.channel.id, agent_name, session_id, fresh=True)
+        await db.set_session(self.channel.id, agent_name, session_id, fresh=True)
         await self.bridge.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True
-
-    def seen(self, agent: str, message_id: str) -> None:
-        """The agent has now seen everything up to `message_id` (its own answer, usually).
-        Written once the database takes it; a store closed meanwhile (quitting) drops it: the
-        next run shows the message again, which is harmless. A member removed meanwhile is
-        left alone (no row to update)."""
-        channel_id, store = self.channel.id, self.bridge.store
-        self.bridge.dispatcher.outage.later(
-            f"what {agent} has seen in {self.room_id}", lambda: store.mark_seen(channel_id, agent, message_id))
 
     async def add_agent(self, agent: str, announce: bool = False) -> bool:
         """Make `agent` a member: invite its puppet, which joins at once. False when it could
@@ -111,29 +117,34 @@ class Portal:
         puppet = await bridge.puppet(agent)
         others = [m for m in self.member_names() if m != agent]
         inviter = await bridge.puppet(others[0]) if others else bridge.bot
-        bridge.store.add_member(self.channel.id, agent)
+        await self.joined(agent)
         if announce and others:  # said by a member already in the room, never by the one not yet joined
             await bridge.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter)
         await inviter.intent.invite(self.room_id, puppet.user_id)
         if await puppet.intent.join(self.room_id):
             bridge.command_descriptions.member_joined(self.room_id, agent)
             return True
-        bridge.store.remove_member(self.channel.id, agent)
+        await self.left(agent)
         await bridge.commands.tell_owners(
             f"I could not bring {title} (@{agent}) into #{self.channel.name}: "
             f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself.")
         return False
 
-    def route(self, body: str, formatted_body: str | None, mention_ids: list[str]) -> Route:
+    async def route(self, body: str, formatted_body: str | None, mention_ids: list[str]) -> Route:
         """Who answers this message (routing.py), decided when it arrives. The last speaker is
         the one who will have spoken last once the turns queued before it are done."""
-        store, config = self.bridge.store, self.bridge.config
+        config, channel_id = self.bridge.config, self.channel.id
         members = self.member_names()
-        speaker = store.turns.last_live_agent(self.channel.id) or store.last_agent_sender(self.channel.id)
+        speaker = await self._last_speaker(channel_id)
         if speaker is not None and speaker not in members and speaker in config.agents:
             members = [*members, speaker]  # invited when its queued turn runs
         parsed = parse(body, formatted_body, mention_ids, config.agent_for_user_id, self.bridge.aliases)
         return route(body, parsed, members, speaker, self.channel.direct_agent)
+
+    async def _last_speaker(self, channel_id: str) -> str | None:
+        store = self.bridge.store
+        return await self.bridge.db.run(
+            lambda: store.turns.last_live_agent(channel_id) or store.last_agent_sender(channel_id))
 
     def submit(self, turn: TurnRecord, incoming: Incoming) -> None:
         """Queue a turn; one already queued is not queued again."""
@@ -164,7 +175,7 @@ class Portal:
             incoming = job.incoming
             try:
                 if incoming.event_id in self.withdrawn:
-                    self.bridge.store.turns.end(job.turn_id, DROPPED)
+                    await self.bridge.db.turns.end(job.turn_id, DROPPED)
                 else:
                     await self.answer(job.turn, incoming)
             except asyncio.CancelledError:
@@ -181,12 +192,12 @@ class Portal:
         from .turns import run_turn  # turns imports portal types
 
         bridge = self.bridge
-        claimed = bridge.store.turns.claim(turn.id, bridge.run_id)
+        claimed = await bridge.db.turns.claim(turn.id, bridge.run_id)
         if claimed is None:
             return  # started already (in this run, or begun in an earlier one) or over
         if claimed.agent in bridge.config.agents and claimed.agent not in self.member_names():
             if not await self.add_agent(claimed.agent, announce=True):
-                bridge.store.turns.end(claimed.id, DROPPED)
+                await bridge.db.turns.end(claimed.id, DROPPED)
                 return
         if incoming.resumed and incoming.attachment is None and restored(incoming.body):
             incoming = await reread(self, incoming)  # after a restart: the file and caption again

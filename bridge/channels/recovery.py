@@ -67,20 +67,20 @@ class Recovery:
 
     async def start(self) -> Recovered:
         """Carry out the plan for every unfinished turn of earlier runs."""
-        bridge, store = self.bridge, self.bridge.store
+        bridge, db = self.bridge, self.bridge.db
         done = Recovered()
-        channels = {channel.id: channel for channel in store.channels()}
-        for action in plan(store.turns.unfinished(), bridge.run_id, set(bridge.config.agents), set(channels)):
+        channels = {channel.id: channel for channel in await db.channels()}
+        for action in plan(await db.turns.unfinished(), bridge.run_id, set(bridge.config.agents), set(channels)):
             turn = action.turn
             try:
                 if isinstance(action, Drop):
                     log.info("turn %s dropped: %s", turn.id, action.why)
-                    store.turns.end(turn.id, DROPPED)
+                    await db.turns.end(turn.id, DROPPED)
                     done.dropped += 1
                 elif isinstance(action, Run):
-                    done.rerun += self._queue(channels[turn.channel_id].room_id, [turn])
+                    done.rerun += await self._queue(channels[turn.channel_id].room_id, [turn])
                 elif isinstance(action, Route):
-                    done.rerun += self._route(channels[turn.channel_id].room_id, turn)
+                    done.rerun += await self._route(channels[turn.channel_id].room_id, turn)
                 elif isinstance(action, Interrupt):
                     done.interrupted += await self._interrupt(channels[turn.channel_id].room_id, turn)
                 elif isinstance(action, Refinish):
@@ -90,43 +90,43 @@ class Recovery:
                 log.exception("turn %s could not be recovered; trying again at the next start", turn.id)
         return done
 
-    def _incoming(self, turn):
+    async def _incoming(self, turn):
         from .portal import Incoming
-        message = self.bridge.store.message_by_event(turn.prompt_event)
+        message = await self.bridge.db.message_by_event(turn.prompt_event)
         if message is None:
             return None
         return Incoming(message.id, turn.prompt_event, message.text, resumed=True)
 
-    def _queue(self, room_id: str, turns) -> int:
-        portal = self.bridge.portal_for(room_id)
+    async def _queue(self, room_id: str, turns) -> int:
+        portal = await self.bridge.portal_for(room_id)
         queued = 0
         for turn in turns:
-            incoming = self._incoming(turn) if portal is not None else None
+            incoming = await self._incoming(turn) if portal is not None else None
             if incoming is None:  # redacted meanwhile (the store forgot it), or the channel is gone
-                self.bridge.store.turns.end(turn.id, DROPPED)
+                await self.bridge.db.turns.end(turn.id, DROPPED)
                 continue
             portal.submit(turn, incoming)
             queued += 1
         return queued
 
-    def _route(self, room_id: str, turn) -> int:
+    async def _route(self, room_id: str, turn) -> int:
         """A message an older store left half answered: routed again, without the agents whose
         answer had begun or ended."""
-        store = self.bridge.store
-        portal, incoming = self.bridge.portal_for(room_id), self._incoming(turn)
+        db = self.bridge.db
+        portal, incoming = await self.bridge.portal_for(room_id), await self._incoming(turn)
         if portal is None or incoming is None:
-            store.turns.end(turn.id, DROPPED)
+            await db.turns.end(turn.id, DROPPED)
             return 0
         try:
             skip = set(json.loads(turn.text))
         except (ValueError, TypeError):
             skip = set()
-        decision = portal.route(incoming.body, None, [])
-        made = store.turns.add(portal.channel.id, turn.prompt_event, incoming.message_id,
-                               [(t.agent, t.text, t.alone) for t in decision.turns if t.agent not in skip],
-                               self.bridge.run_id)
-        store.turns.end(turn.id, DROPPED)
-        return self._queue(room_id, made)
+        decision = await portal.route(incoming.body, None, [])
+        made = await db.turns.add(portal.channel.id, turn.prompt_event, incoming.message_id,
+                                  [(t.agent, t.text, t.alone) for t in decision.turns if t.agent not in skip],
+                                  self.bridge.run_id)
+        await db.turns.end(turn.id, DROPPED)
+        return await self._queue(room_id, made)
 
     async def _interrupt(self, room_id: str, turn) -> int:
         """Mark the cut answer interrupted, once; its turn is over."""
@@ -136,7 +136,7 @@ class Recovery:
             answer = [event_id] if event_id else []
         marked = await self._repair_one(room_id, turn.agent, answer[-1]) if answer else False
         seen = None if turn.alone or turn.message_id is None else (turn.channel_id, turn.agent, turn.message_id)
-        self.bridge.store.turns.end(turn.id, INTERRUPTED, answer, seen)
+        await self.bridge.db.turns.end(turn.id, INTERRUPTED, answer, seen)
         return int(marked)
 
     async def _refinish(self, room_id: str, turn) -> None:
@@ -154,8 +154,8 @@ class Recovery:
             if event_id not in answer:
                 answer.append(event_id)
         seen_upto = None if turn.alone else turn.message_id
-        self.bridge.store.turns.answered(turn.id, turn.channel_id, turn.agent, str(final.get("text") or ""),
-                                         answer, seen_upto)
+        await self.bridge.db.turns.answered(turn.id, turn.channel_id, turn.agent, str(final.get("text") or ""),
+                                            answer, seen_upto)
         log.info("the answer of turn %s in %s finished after the restart", turn.id, room_id)
 
     async def _event_of(self, room_id: str, turn) -> str | None:
@@ -166,7 +166,7 @@ class Recovery:
         return await puppet.intent.send(room_id, {"msgtype": "m.text", "body": "⏳"}, txn_id=f"sk-{turn.id}")
 
     async def _repair_one(self, room_id: str, agent: str, event_id: str) -> bool:
-        if self.bridge.store.message_by_event(event_id) is not None:
+        if await self.bridge.db.message_by_event(event_id) is not None:
             return False  # it was finished and stored after all
         puppet = await self.bridge.puppet(agent)
         body = await self._latest_body(puppet.intent, room_id, event_id)

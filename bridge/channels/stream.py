@@ -118,7 +118,7 @@ class Answer:
         # told (no await) when the answer gets a new message, and right before its final text
         # is sent ({event, content, txn}: how to send it again), so its turn record keeps up
         self.on_messages: Callable[[list[str]], None] | None = None
-        self.on_final: Callable[[dict], None] | None = None
+        self.on_final: Callable[[dict], Awaitable[None]] | None = None
         self._complete = False
         self._closing = asyncio.Event()       # finish() was called: the text is complete
         self._news = asyncio.Event()          # a part came or the answer ended
@@ -179,7 +179,7 @@ class Answer:
         sent with the placeholder's transaction id (recovery knows the answer by it)."""
         self._final_posted = True
         content = message_content(self.text or "(no answer)", None)
-        self._finishing(None, content, self.placeholder_txn)
+        await self._finishing(None, content, self.placeholder_txn)
         event_id = await self._send(content, self.placeholder_txn)
         self._added(event_id)
         self._open = True
@@ -253,7 +253,6 @@ class Answer:
         self._complete = complete
         if footer:
             self.text = f"{self.text}\n\n{footer}" if self.text else footer
-        self.status = None
         self._closing.set()  # a first message still waiting to go out goes out final
         self._news.set()
         await self._posted()
@@ -264,6 +263,9 @@ class Answer:
             # an edit in flight is never cancelled: a cancelled request may still land on the
             # homeserver after the final edit and leave a status line showing
             await self._stop_pump()
+            # only now the status goes: an edit of the loop never shows the text without it, so
+            # nothing looks finished before the final send (and its record, journal.py) is made
+            self.status = None
             final: dict | None = None
             for attempt in range(FINAL_ATTEMPTS):
                 split = await self._split_if_needed()
@@ -330,9 +332,9 @@ class Answer:
         if self.on_messages is not None:
             self.on_messages(list(self.event_ids))
 
-    def _finishing(self, event_id: str | None, content: dict, txn_id: str) -> None:
+    async def _finishing(self, event_id: str | None, content: dict, txn_id: str) -> None:
         if self.on_final is not None and self._complete:
-            self.on_final({"event": event_id, "content": content, "txn": txn_id, "text": self.full_text,
+            await self.on_final({"event": event_id, "content": content, "txn": txn_id, "text": self.full_text,
                            "answer": list(self.event_ids)})
 
     async def _edit(self, new: dict, txn_id: str | None = None, finishing: bool = False) -> bool:
@@ -351,7 +353,7 @@ class Answer:
                     self._new_txn = self.placeholder_txn if not self.event_ids else (txn_id or self.txn_ids.next())
                     again = self.reused or (not self.event_ids and self._posting is not None)
                 if finishing:
-                    self._finishing(None, new, self._new_txn)
+                    await self._finishing(None, new, self._new_txn)
                 event_id = await self._send(new, self._new_txn)
                 self._new_txn = None
                 self._added(event_id)
@@ -362,7 +364,7 @@ class Answer:
                     await self._replace(event_id, new)
                 return True
             if finishing:
-                self._finishing(self.event_ids[-1], new, txn_id or "")
+                await self._finishing(self.event_ids[-1], new, txn_id or "")
             await self._replace(self.event_ids[-1], new, txn_id)
             ok = True
         except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:

@@ -118,15 +118,20 @@ async def _agent_turn(pool, run: TurnRun):
         await turn.__aexit__(None, None, None)
 
 
-def unseen_lines(portal: "Portal", agent: str, current_message_id: str, fresh: bool) -> list[Line]:
+async def unseen_lines(portal: "Portal", agent: str, current_message_id: str | None, fresh: bool) -> list[Line]:
+    """What `agent` has not seen in the channel, as context lines (read on the database thread)."""
     store, limit = portal.bridge.store, portal.bridge.config.context_messages
-    member = store.member(portal.channel.id, agent)
-    after = None if fresh or member is None else member.last_seen
+    channel_id, queued = portal.channel.id, portal.pending()
+
+    def read():
+        member = store.member(channel_id, agent)
+        after = None if fresh or member is None else member.last_seen
+        return store.messages_after(channel_id, after, limit + 1 + queued)
+    messages = await portal.bridge.db.run(read) if limit else []
     # user messages after the current one are queued: each is told in its own turn, not before
-    messages = store.messages_after(portal.channel.id, after, limit + 1 + portal.pending())
     return [Line("user" if m.role == "user" else m.sender, m.text)
             for m in messages if m.id != current_message_id
-            and not (m.role == "user" and m.id > current_message_id)
+            and not (m.role == "user" and current_message_id is not None and m.id > current_message_id)
             and (fresh or m.role != "agent" or m.sender != agent)][-limit:] if limit else []
 
 
@@ -170,7 +175,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     bridge = portal.bridge
     config = bridge.config
     turn = Turn(record.agent, record.text, record.alone)
-    journal = Journal(bridge.store.turns, bridge.dispatcher.outage.later, record, portal.room_id)
+    journal = Journal(bridge.db, bridge.dispatcher.outage.later, record, portal.room_id)
     agent_config = config.agents.get(turn.agent)
     if agent_config is None:
         await bridge.notice(portal, f"There is no agent called {turn.agent}.")
@@ -222,7 +227,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 journal.ended(ENDED, answer.event_ids, None)
                 return
             text = turn.text if turn.alone else build_prompt(
-                portal.channel.name, unseen_lines(portal, turn.agent, incoming.message_id, fresh),
+                portal.channel.name, await unseen_lines(portal, turn.agent, incoming.message_id, fresh),
                 turn.text, config.context_messages, config.context_chars)
             prompt: str | list[dict] = text
             if incoming.attachment is not None:  # as the content this agent takes (media.py)
@@ -264,10 +269,12 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                         answer.set_status(tool_status(update.title or known.get("title")))
 
             try:
+                # its record says "prompted" before the agent can have it (at most once), and the
+                # prompt is written the moment that is done
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
                                                  bridge.permission_handler(portal, puppet),
                                                  bridge.elicitation_handler(portal, puppet),
-                                                 on_sent=lambda: _prompt_sent(run))
+                                                 before_send=lambda: _prompting(run))
             finally:
                 think.cancel()
                 typing.cancel()  # the agent is done; a busy homeserver is no reason to type
@@ -370,12 +377,12 @@ def _begin(run: TurnRun, posting: asyncio.Task) -> None:
         run.journal.posted(run.answer.event_ids)
 
 
-def _prompt_sent(run: TurnRun) -> None:
-    """`session/prompt` is written to the agent: from now on the answer has begun, and a stop
-    marks it interrupted instead of running it again. Called with no await since the write,
-    so nothing the agent sent back can have been shown before it."""
+async def _prompting(run: TurnRun) -> None:
+    """`session/prompt` is about to be written to the agent: its record says so first. From
+    then on the answer has begun, and a stop marks it interrupted instead of running it again —
+    a prompt reaches its agent at most once, whenever the bridge is killed."""
+    await run.journal.prompted(run.answer.event_ids)
     run.prompt_sent = True
-    run.journal.prompted(run.answer.event_ids)
 
 
 def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:

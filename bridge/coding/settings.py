@@ -87,13 +87,13 @@ class SessionSettings:
         """A session of `agent_name` in `portal` was just opened or loaded: bring it to the
         owner's choices, store what it offers. Never raises for a choice it cannot apply: one
         line says so in the channel."""
-        store = self.bridge.store
+        settings = self.bridge.db.settings
         channel_id = portal.channel.id
         key = (agent_name, session_id)
         self.where[key] = (channel_id, portal.room_id)
         if new:
-            store.settings.new_session(channel_id, agent_name)
-        member = store.settings.get(channel_id, agent_name)
+            await settings.new_session(channel_id, agent_name)
+        member = await settings.get(channel_id, agent_name)
         choices = Choices.from_json(member.choices if member is not None else {})
         applied = await agent.apply_choices(session_id, choices) if choices else None
         state = agent.state(session_id)
@@ -106,13 +106,17 @@ class SessionSettings:
             await self.bridge.notice(portal, "\n".join(lines), await self.bridge.puppet(agent_name))
 
     def _store_state(self, channel_id: str, agent_name: str, state: SessionState) -> None:
-        settings = self.bridge.store.settings
-        settings.set_snapshot(channel_id, agent_name, state.to_json())
-        if state.usage is not None:
-            u = state.usage
-            settings.set_usage(channel_id, agent_name, u.used, u.size, u.cost, u.currency)
-        if state.title is not None:
-            settings.set_title(channel_id, agent_name, state.title)
+        """What the session offers, its usage and title: written on the database thread, in order."""
+        settings, snapshot = self.bridge.store.settings, state.to_json()
+        usage, title = state.usage, state.title
+
+        def write() -> None:
+            settings.set_snapshot(channel_id, agent_name, snapshot)
+            if usage is not None:
+                settings.set_usage(channel_id, agent_name, usage.used, usage.size, usage.cost, usage.currency)
+            if title is not None:
+                settings.set_title(channel_id, agent_name, title)
+        self.bridge.db.soon(f"the session state of {agent_name}", write)
 
     def on_state(self, agent_name: str, session_id: str, update: Update, state: SessionState) -> None:
         """The Pool's callback (synchronous: it runs in the agent's reader, in order)."""
@@ -121,26 +125,40 @@ class SessionSettings:
             return  # a session not opened through a channel yet: opened() reads its state
         channel_id, room_id = where
         settings = self.bridge.store.settings
+        if update.kind == "usage" and state.usage is not None:
+            u = state.usage
+            self.bridge.db.soon(f"the usage of {agent_name}", lambda: settings.set_usage(
+                channel_id, agent_name, u.used, u.size, u.cost, u.currency))
+        elif update.kind == "session_info":
+            title = state.title
+            self.bridge.db.soon(f"the session title of {agent_name}",
+                                lambda: settings.set_title(channel_id, agent_name, title))
+        elif update.kind in ("mode", "config"):
+            # read what was chosen and write what the agent switched in one go on the database
+            # thread, in the order the agent sent its updates
+            key, now, snapshot = (agent_name, session_id), current_values(state), state.to_json()
+            before = self.known.get(key, {})
+            self.known[key] = now
+
+            def record() -> list[str]:
+                lines = self._switched(channel_id, agent_name, before, now, state)
+                settings.set_snapshot(channel_id, agent_name, snapshot)
+                return lines
+            self.tasks.start(self._switch_lines(room_id, agent_name, record), f"settings line in {room_id}")
+
+    async def _switch_lines(self, room_id: str, agent_name: str, record) -> None:
         try:
-            if update.kind == "usage" and state.usage is not None:
-                u = state.usage
-                settings.set_usage(channel_id, agent_name, u.used, u.size, u.cost, u.currency)
-            elif update.kind == "session_info":
-                settings.set_title(channel_id, agent_name, state.title)
-            elif update.kind in ("mode", "config"):
-                lines = self._switched(channel_id, agent_name, session_id, state)
-                settings.set_snapshot(channel_id, agent_name, state.to_json())
-                if lines:
-                    self.tasks.start(self._tell(room_id, agent_name, lines), f"settings line in {room_id}")
+            lines = await self.bridge.db.run(record)
         except (StoreClosed, StoreError) as exc:
             log.warning("settings of %s not stored: %s", agent_name, exc)
+            return
+        if lines:
+            await self._tell(room_id, agent_name, lines)
 
-    def _switched(self, channel_id: str, agent_name: str, session_id: str, state: SessionState) -> list[str]:
-        """What the agent switched by itself: stored as the choice, one line each."""
-        key = (agent_name, session_id)
-        before = self.known.get(key, {})
-        now = current_values(state)
-        self.known[key] = now
+    def _switched(self, channel_id: str, agent_name: str, before: dict, now: dict,
+                  state: SessionState) -> list[str]:
+        """What the agent switched by itself: stored as the choice, one line each (on the
+        database thread)."""
         member = self.bridge.store.settings.get(channel_id, agent_name)
         choices = member.choices if member is not None else {}
         title = self.bridge.config.agents[agent_name].title
@@ -205,9 +223,9 @@ class SessionSettings:
         session_id, _ = await portal.session_for(agent_name, agent)
         return agent, session_id
 
-    def _offline_state(self, portal: "Portal", agent_name: str) -> SessionState | None:
+    async def _offline_state(self, portal: "Portal", agent_name: str) -> SessionState | None:
         """What the member's session offered when last seen (None if never opened)."""
-        member = self.bridge.store.settings.get(portal.channel.id, agent_name)
+        member = await self.bridge.db.settings.get(portal.channel.id, agent_name)
         if member is None or member.snapshot is None:
             return None
         state = SessionState.from_json(member.snapshot)
@@ -223,19 +241,19 @@ class SessionSettings:
                 state.set_current(selector, value)
         return state
 
-    def _state(self, portal: "Portal", agent_name: str) -> SessionState | None:
+    async def _state(self, portal: "Portal", agent_name: str) -> SessionState | None:
         """The member's session as the running agent knows it, else its snapshot."""
-        member = self.bridge.store.member(portal.channel.id, agent_name)
+        member = await self.bridge.db.member(portal.channel.id, agent_name)
         agent = self.bridge.pool.agent(agent_name)
         if member is not None and member.session_id and agent is not None and member.session_id in agent.sessions:
             return agent.state(member.session_id)
-        return self._offline_state(portal, agent_name)
+        return await self._offline_state(portal, agent_name)
 
     async def _show(self, portal: "Portal", agents: list[str], name: str, key: str | None) -> None:
         parts = []
         for agent_name in agents:
             title = self.bridge.config.agents[agent_name].title
-            state = self._state(portal, agent_name)
+            state = await self._state(portal, agent_name)
             if state is None:  # never opened here: open it to know
                 try:
                     agent, session_id = await self._session(portal, agent_name)
@@ -289,10 +307,10 @@ class SessionSettings:
             await self.bridge.send_notice(puppet, portal.room_id, f"⚠️ {exc}")
             return
         option = selector.key if selector.kind == CONFIG else None
-        self.bridge.store.settings.choose(portal.channel.id, agent_name, selector.kind, chosen, option)
+        await self.bridge.db.settings.choose(portal.channel.id, agent_name, selector.kind, chosen, option)
         state = agent.state(session_id)
         self.known[(agent_name, session_id)] = current_values(state)
-        self.bridge.store.settings.set_snapshot(portal.channel.id, agent_name, state.to_json())
+        await self.bridge.db.settings.set_snapshot(portal.channel.id, agent_name, state.to_json())
         what = WORDS.get(selector.kind) or selector.name
         line = render.setting_change(title, what, choice_name(old, old.current),
                                      choice_name(state.selector(selector.kind, option), chosen) or chosen)
@@ -309,8 +327,8 @@ class SessionSettings:
             state_word = describe_state(bridge.pool.state(agent_name), where)
             if answering is portal:
                 state_word = "answering here"
-            settings = bridge.store.settings.get(portal.channel.id, agent_name)
-            state = self._state(portal, agent_name)
+            settings = await bridge.db.settings.get(portal.channel.id, agent_name)
+            state = await self._state(portal, agent_name)
             mode = model = None
             if state is not None:
                 mode = choice_name(state.selector(MODE), state.mode)

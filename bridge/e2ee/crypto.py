@@ -71,8 +71,9 @@ class E2EE:
             return default
 
     def _save_pending(self) -> None:
-        events = list(self._pending.values())[-PENDING_MAX:]
-        self.bridge.store.set_value(PENDING, json.dumps(events))
+        events = json.dumps(list(self._pending.values())[-PENDING_MAX:])
+        store = self.bridge.store
+        self.bridge.db.soon("the undecryptable events", lambda: store.set_value(PENDING, events))
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -124,7 +125,8 @@ class E2EE:
                 device.forget_settings(room_id)
         if room_id not in self.rooms:
             self.rooms.add(room_id)
-            self.bridge.store.set_value(ROOMS, json.dumps(sorted(self.rooms)))
+            rooms, store = json.dumps(sorted(self.rooms)), self.bridge.store
+            self.bridge.db.soon("the encrypted rooms", lambda: store.set_value(ROOMS, rooms))
             log.info("%s is encrypted: events sent there are encrypted from now on", room_id)
 
     def is_encrypted(self, user_id: str, room_id: str) -> bool:
@@ -185,7 +187,7 @@ class E2EE:
         # the key travels by the devices' /sync, the event by the appservice: a moment apart —
         # but in a room of the bot's alone, the key comes in the transactions, before the event
         # or in a later one (which waits behind this one): no use waiting then
-        by_sync = not (self.bot_reads and self.bridge.portal_for(event["room_id"]) is None)
+        by_sync = not (self.bot_reads and await self.bridge.portal_for(event["room_id"]) is None)
         if plain is None and by_sync and self.bridge.is_owner(str(event.get("sender"))) \
                 and not self._has_key(event):
             if await self._wait_key(event, KEY_WAIT) or self._has_key(event):
@@ -219,7 +221,7 @@ class E2EE:
         if event.get("event_id") not in self._pending or event["event_id"] in self._told:
             return
         self._told.add(event["event_id"])
-        portal = self.bridge.portal_for(event["room_id"])
+        portal = await self.bridge.portal_for(event["room_id"])
         if portal is not None:
             await self.bridge.notice(portal, UNREADABLE)
         elif self.bridge.bot is not None:  # a room of the bot's alone

@@ -209,7 +209,7 @@ def device_traffic(body: dict) -> DeviceTraffic:
 
 class AppserviceServer:
     def __init__(self, hs_token: str, on_transaction: TransactionHandler, on_user_query: UserQuery,
-                 txn_seen: Callable[[str], bool], mark_txn: Callable[[str], None],
+                 txn_seen: Callable[[str], Awaitable[bool]], mark_txn: Callable[[str], Awaitable[None]],
                  on_refused: Callable[[Transaction, BaseException], None] | None = None,
                  order: TransactionOrder | None = None):
         self._token = hs_token.encode("utf-8")
@@ -252,14 +252,14 @@ class AppserviceServer:
         key = transaction.key
         async with self._txn_lock:
             try:
-                if self._txn_seen(key):
+                if await self._txn_seen(key):
                     # handled before (a kill may have come before its number was kept)
                     self._order.handled(txn_id)
                     return web.json_response({})
                 if not self._order.admit(txn_id):
                     return _refused(f"transaction {txn_id} came before an earlier one: send that first")
                 await self._on_transaction(transaction)
-                self._mark_txn(key)  # only a transaction handled in full is recorded
+                await self._mark_txn(key)  # only a transaction handled in full is recorded
                 self._order.handled(txn_id)
             except TransactionRefused as exc:
                 log.warning("%s: the homeserver will send it again", exc)

@@ -110,19 +110,38 @@ class StoreOutage:
         self._writes: deque[tuple[str, Callable[[], object]]] = deque()
 
     def later(self, what: str, write: Callable[[], object]) -> None:
-        """Do `write` (a store call, safe to repeat) now; if the database is down, once it is
-        back, after the ones left before it. A closed store (quitting) drops it: the next start
-        repairs from the pending records."""
+        """Do `write` (a store call, safe to repeat) on the database thread, after every store
+        call made before it; if the database is down, once it is back, after the ones left
+        before it. A closed store (quitting) drops it: the next start repairs from the turn
+        records."""
         self._writes.append((what, write))
+        db = getattr(self.bridge, "db", None)
+        if db is None:  # no database thread (tests of this class alone)
+            self._flush_now(what)
+            return
+        done = db.thread.run(self.flush)
+        done.add_done_callback(lambda future: self._flushed_later(future, what))
+
+    def _flush_now(self, what: str) -> None:
         try:
             self.flush()
         except StoreUnavailable as exc:
             log.info("the database is unavailable: %s is written once it is back", what)
             self.hit(exc, {})
 
+    def _flushed_later(self, future: asyncio.Future, what: str) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if isinstance(exc, StoreUnavailable):
+            log.info("the database is unavailable: %s is written once it is back", what)
+            self.hit(exc, {})
+        elif exc is not None:
+            log.error("%s not written: %s", what, exc)
+
     def flush(self) -> None:
-        """Write what waits, oldest first; StoreUnavailable (and the rest kept) if it is still
-        down."""
+        """Write what waits, oldest first (on the database thread); StoreUnavailable (and the
+        rest kept) if it is still down."""
         while self._writes:
             what, write = self._writes[0]
             try:
@@ -155,11 +174,11 @@ class StoreOutage:
     async def _watch(self) -> None:
         began, told = time.monotonic(), False
         try:
-            while not (self._back() and self._flushed()):
+            while not (await self._back() and await self._flushed()):
                 if not told and time.monotonic() - began >= DOWN_NOTICE_AFTER:
                     told = True
                     await self._say(DOWN_TEXT)
-                await asyncio.sleep(max(0.5, min(self.bridge.store.retry_in(), 5.0)))
+                await asyncio.sleep(max(0.5, min(await self.bridge.db.retry_in(), 5.0)))
         except StoreLockLost as exc:
             self.bridge.halt(f"another bridge took the database ({exc}): this one stops")
             return
@@ -175,20 +194,23 @@ class StoreOutage:
         self.rooms = []
         await self.bridge.ping()
 
-    def _back(self) -> bool:
+    async def _back(self) -> bool:
         """Whether the store takes writes again (a reconnection is tried when one is due)."""
         store = self.bridge.store
-        if not store.available():
-            return False
-        try:
-            store.set_value("outage:probe", str(time.time()))  # SQLite: is it writable again?
-        except StoreUnavailable:
-            return False
-        return True
 
-    def _flushed(self) -> bool:
+        def probe() -> bool:
+            if not store.available():
+                return False
+            try:
+                store.set_value("outage:probe", str(time.time()))  # SQLite: is it writable again?
+            except StoreUnavailable:
+                return False
+            return True
+        return await self.bridge.db.run(probe)
+
+    async def _flushed(self) -> bool:
         try:
-            self.flush()
+            await self.bridge.db.run(self.flush)
         except StoreUnavailable:
             return False
         return True
@@ -232,7 +254,7 @@ class Dispatcher:
         log.debug("transaction %s: %d events, %d ephemeral", transaction.txn_id,
                   len(transaction.events), len(transaction.ephemeral))
         try:
-            self.outage.flush()  # a turn's last writes land before anything newer is handled
+            await self.bridge.db.run(self.outage.flush)  # a turn's last writes land before anything newer
             if transaction.device:
                 await self._run({"event_id": f"crypto traffic of {transaction.txn_id}"},
                                 self.encryption.device_traffic(transaction.device))
@@ -267,14 +289,14 @@ class Dispatcher:
             handler = self._handlers.get(kind)
         if handler is None or not self._acts_on(kind, sender, event):
             return
-        store = self.bridge.store
+        db = self.bridge.db
         event_id = event.get("event_id")
         key = HANDLED + event_id
-        if store.txn_seen(key):
+        if await db.txn_seen(key):
             log.debug("event %s was handled already", event_id)
             return
         await self._run(event, handler(event, room_id, sender, content))
-        store.mark_txn(key)
+        await db.mark_txn(key)
 
     async def decrypted(self, event: dict) -> None:
         """An event the encryption seam decrypted: handled exactly like the plain event."""

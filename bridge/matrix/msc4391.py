@@ -193,21 +193,33 @@ class CommandDescriptions:
         self._later(room_id, agent)
 
     def commands_changed(self, agent: str) -> None:
-        """The agent announced its commands (stored already): every channel of it is updated."""
+        """The agent announced its commands (their write is on its way, on the database
+        thread before this read): every channel of it is updated."""
+        task = asyncio.create_task(self._changed(agent), name=f"msc4391-{agent}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _changed(self, agent: str) -> None:
         store = self.bridge.store
         try:
-            rooms = [channel.room_id for member in store.members_of_agent(agent)
-                     if (channel := store.channel(member.channel_id)) is not None]
+            rooms = await self.bridge.db.run(lambda: [
+                channel.room_id for member in store.members_of_agent(agent)
+                if (channel := store.channel(member.channel_id)) is not None])
         except StoreError:
             return
         for room_id in rooms:
             self._later(room_id, agent)
 
-    def invoked(self, portal: "Portal", content: dict) -> str | None:
+    async def invoked(self, portal: "Portal", content: dict) -> str | None:
         """The text form (`/agent:command args`) of an MSC4391 invocation, or None."""
         bridge = self.bridge
-        found = invocation(content, portal.member_names(), bridge.config.agent_for_user_id,
-                           bridge.store.agent_commands, portal.channel.direct_agent)
+        if not isinstance(content.get(INVOCATION), dict):
+            return None
+        members = portal.member_names()
+        store = bridge.store
+        known = await bridge.db.run(lambda: {m: store.agent_commands(m) for m in members})
+        found = invocation(content, members, bridge.config.agent_for_user_id,
+                           known.get, portal.channel.direct_agent)
         if found is None:
             return None
         agent, name, args = found
@@ -245,13 +257,13 @@ class CommandDescriptions:
         bridge = self.bridge
         if agent not in bridge.config.agents:
             return
-        commands = bridge.store.agent_commands(agent)
+        commands = await bridge.db.agent_commands(agent)
         if commands is None:
             return  # never announced: nothing to offer yet
         puppet = await bridge.puppet(agent)
         wanted = descriptions(commands, puppet.user_id)
         key = DIGEST_KEY.format(room=room_id, agent=agent)
-        if bridge.store.get_value(key) == digest(wanted):
+        if await bridge.db.get_value(key) == digest(wanted):
             return
         status, state = await puppet.intent.request("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state")
         if status != 200 or not isinstance(state, list):
@@ -264,7 +276,7 @@ class CommandDescriptions:
         for state_key_, content in changes.items():
             if not await self._put(puppet, room_id, agent, state_key_, content):
                 return
-        bridge.store.set_value(key, digest(wanted))
+        await bridge.db.set_value(key, digest(wanted))
         if changes:
             log.info("%s: %d command description(s) in %s updated", agent, len(changes), room_id)
 

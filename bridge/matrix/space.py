@@ -74,8 +74,8 @@ class Space:
 
     async def ensure(self) -> str:
         """The space's room id; created (owners invited) the first time."""
-        store, config, bot = self.bridge.store, self.bridge.config, self.bridge.bot
-        space = store.get_value(SPACE_KEY)
+        db, config, bot = self.bridge.db, self.bridge.config, self.bridge.bot
+        space = await db.get_value(SPACE_KEY)
         if space:
             return space
         space = await create_room(bot, {
@@ -85,7 +85,7 @@ class Space:
             "power_level_content_override": {"events_default": 100, "invite": 100},
         })
         await give_power(bot, space, list(config.owners))
-        store.set_value(SPACE_KEY, space)
+        await db.set_value(SPACE_KEY, space)
         return space
 
     async def add(self, room_id: str, parent_setter: "Puppet | None" = None) -> None:
@@ -101,6 +101,6 @@ class Space:
             log.warning("could not add %s to the space: %s", room_id, exc)
 
     async def remove(self, room_id: str) -> None:
-        space = self.bridge.store.get_value(SPACE_KEY)
+        space = await self.bridge.db.get_value(SPACE_KEY)
         if space:
             await put_state(self.bridge.bot, space, "m.space.child", room_id, {})

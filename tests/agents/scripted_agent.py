@@ -9,6 +9,7 @@ Options
                         prompt's turn is over (cancelled ones included), before its reply
   --name N, --version V, --title T     agentInfo (default scripted / 1.0)
   --answer TEXT         the answer (default: "echo: " + prompt text)
+  --echo-last-line      answer "echo: " + the prompt's last line only (its context left out)
   --answer-size N       answer with N generated characters (lines of text)
   --chunks N            split the answer into N agent_message_chunk updates (default 1)
   --delay S             seconds between chunks (default 0)
@@ -294,6 +295,8 @@ class Scripted(AgentBase):
             return generated_text(int(d.get("size") or self.opts.answer_size))
         if self.opts.answer is not None:
             return self.opts.answer
+        if self.opts.echo_last_line:
+            return "echo: " + (text.splitlines() or [""])[-1]
         return "echo: " + text
 
 
@@ -329,6 +332,7 @@ def main() -> None:
     p.add_argument("--version", default="1.0")
     p.add_argument("--title", default=None)
     p.add_argument("--answer")
+    p.add_argument("--echo-last-line", action="store_true")
     p.add_argument("--answer-size", type=int, default=0)
     p.add_argument("--chunks", type=int, default=1)
     p.add_argument("--delay", type=float, default=0.0)

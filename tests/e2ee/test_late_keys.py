@@ -4,6 +4,7 @@ import json
 
 from bridge.e2ee import crypto
 from bridge.e2ee.crypto import E2EE, PENDING
+from store.offloop import OffLoop
 
 
 class Store:
@@ -20,6 +21,7 @@ class Store:
 class Bridge:
     def __init__(self):
         self.store = Store()
+        self.db = OffLoop(self.store)  # the store's calls off the loop, as the bridge makes them
         self.notices = []
         self.bot = None
 
@@ -30,7 +32,7 @@ class Bridge:
     def is_owner(self, user_id):
         return user_id == "@owner:localhost"
 
-    def portal_for(self, room_id):
+    async def portal_for(self, room_id):
         return room_id
 
     async def notice(self, portal, text):
@@ -80,6 +82,7 @@ async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(m
     e2ee._dispatcher = dispatcher
     await e2ee.encrypted_event(EVENT, dispatcher)
     assert dispatcher.handled == []
+    await bridge.db.run(lambda: None)  # the writes made so far are done (the thread keeps order)
     assert [e["event_id"] for e in json.loads(bridge.store.values[PENDING])] == ["$e"]  # kept
     await asyncio.gather(*e2ee._tasks)
     assert device.requests == 1
@@ -93,6 +96,7 @@ async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(m
     e2ee._room_key(device, "!r", "S")
     await asyncio.gather(*e2ee._tasks)
     assert dispatcher.handled == ["$e"]
+    await bridge.db.run(lambda: None)
     assert json.loads(bridge.store.values[PENDING]) == []
     e2ee._room_key(device, "!r", "S")
     await asyncio.gather(*e2ee._tasks)
@@ -116,4 +120,5 @@ async def test_a_strangers_undecryptable_message_is_not_waited_for_nor_told():
     e2ee = E2EE(bridge)
     e2ee.devices[device.user_id] = device
     await e2ee.encrypted_event({**EVENT, "sender": "@stranger:localhost"}, dispatcher)
+    await bridge.db.run(lambda: None)
     assert not e2ee._tasks and not bridge.notices and PENDING not in bridge.store.values

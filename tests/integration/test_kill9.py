@@ -77,13 +77,14 @@ class BridgeProcess:
 
 
 def pending_work(data: Path) -> int:
-    """Rows of work in progress in the bridge's store (read-only, beside the running bridge):
-    owner messages not yet fully answered and answers not yet finished."""
+    """Turns not over in the bridge's store (read-only, beside the running bridge): owner
+    messages not yet answered, answers not yet finished (store/turns.py)."""
     db = data / "sidekicks.db"
     if not db.exists():
         return -1
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as connection:
-        return connection.execute("SELECT count(*) FROM sk_pending").fetchone()[0]
+        return connection.execute("SELECT count(*) FROM sk_turn WHERE state IN "
+                                  "('taken','claimed','posted','prompted','finishing')").fetchone()[0]
 
 
 def prompted_messages(log: Path) -> list[str]:
@@ -230,7 +231,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     prompted = Counter(prompted_messages(agent_log))
     interrupted_unbegun = 0 if extra else sum(1 for text, answer in zip(sent, real)
                                               if answer in interrupted and not prompted[text])
-    rerun = sum(int(n) for n in re.findall(r"(\d+) answer\(s\) the last stop cut before they began",
+    rerun = sum(int(n) for n in re.findall(r"(\d+) answer\(s\) the last stop left before they began",
                                            bridge.log.read_text()))
     stored_users = [m for m in stored if m.role == "user"]
     stored_agent_events = [e for m in stored if m.role == "agent" for e in m.event_ids]

@@ -1,0 +1,198 @@
+"""Exactly once across restarts (SPEC §14): the bridge is stopped again and again — SIGTERM or
+kill -9, at random moments, sometimes while it starts — while the owner keeps writing, also
+while it is down and while it starts. Two agents share one slot (a turn waits for the slot and
+for the other agent); one loads its sessions (`loadSession`), one does not; one room is a plain
+DM, the other an encrypted channel where both answer one message, one after the other.
+
+Checked at the end, from the agents' own logs and the owner's client:
+- each message reached each agent it addressed at most once;
+- it was answered exactly once, or shown interrupted exactly once (an answer of each agent, in
+  the order of the messages; a finished one echoes its message);
+- a message marked interrupted had reached its agent (one that had not is answered instead);
+- no finished answer was ever edited afterwards;
+- nothing is left unfinished in the store.
+
+`SIDEKICKS_RESTARTS` sets the number of stops (default 30); tests/bench/bench_restarts.py runs
+the same scenario with 500 and prints the figures.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sqlite3
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bridge_harness import agent, answers_in, write_config
+from matrix_helpers import caught_up, events_in, private_homeserver, record_figures, sync_until
+from test_e2ee import e2e_login, joined, say, ENCRYPTED
+from test_kill9 import BridgeProcess, prompted_messages
+
+RESTARTS = int(os.environ.get("SIDEKICKS_RESTARTS", "30"))
+STATUS = ("⏳", "💭", "✍️", "🔧", "⏸")
+ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
+
+
+def unfinished_turns(data: Path) -> int:
+    db = data / "sidekicks.db"
+    if not db.exists():
+        return -1
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as connection:
+        return connection.execute("SELECT count(*) FROM sk_turn WHERE state IN "
+                                  "('taken','claimed','posted','prompted','finishing')").fetchone()[0]
+
+
+def is_final(body: str) -> bool:
+    return not body.startswith(STATUS) and body != "…"
+
+
+def echoed(body: str) -> str:
+    return body.splitlines()[-1].removeprefix("echo: ")
+
+
+async def terminate(bridge: BridgeProcess, timeout: float = 120) -> None:
+    """SIGTERM, and the clean stop it starts, within a bounded time."""
+    bridge.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while bridge.proc.poll() is None:
+        assert time.monotonic() < deadline, "the bridge did not stop after SIGTERM"
+        await asyncio.sleep(0.05)
+
+
+async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    async with private_homeserver(tmp_path / "hs") as hs:
+        folder = tmp_path / "bridge"
+        logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
+        config = write_config(hs, folder, {
+            "alice": agent("--chunks", "4", "--delay", "0.05", "--log", str(logs["alice"]), "--echo-last-line",
+                           "--load-session", "--state", str(tmp_path / "alice-state"), title="Alice"),
+            "bob": agent("--chunks", "3", "--delay", "0.05", "--log", str(logs["bob"]), "--echo-last-line",
+                         title="Bob")},
+            encryption="on", limits={"agents_in_memory": 1})
+        bridge = BridgeProcess(config, tmp_path / "xdg", tmp_path / "bridge.log")
+        owner, seen = await e2e_login(hs, hs.owner_id, hs.owner_password)
+        # (room, text, agents it addresses, in answering order)
+        sent: list[tuple[str, str, tuple[str, ...]]] = []
+        counts = Counter()
+        started = time.monotonic()
+        try:
+            bridge.start()
+            await bridge.ready()
+            dm = (await owner.room_create(is_direct=True, invite=[ALICE])).room_id
+            await joined(owner, dm, ALICE)
+            channel = (await owner.room_create(name="restarts", invite=[ALICE, BOB],
+                                               initial_state=ENCRYPTED)).room_id
+            await joined(owner, channel, ALICE)
+            await joined(owner, channel, BOB)
+
+            async def write() -> None:
+                n = len(sent)
+                if rng.random() < 0.4:
+                    room, text, agents = dm, f"dm {n}", ("alice",)
+                else:
+                    text, agents = rng.choice([(f"@alice @bob both {n}", ("alice", "bob")),
+                                               (f"@bob only {n}", ("bob",)),
+                                               (f"@alice only {n}", ("alice",))])
+                    room = channel
+                await say(owner, room, text)
+                sent.append((room, text, agents))
+
+            for _ in range(restarts):
+                for _ in range(rng.choice((1, 1, 2))):
+                    await write()
+                await asyncio.sleep(rng.uniform(0, 1.0))  # a random moment, not a wait
+                if rng.random() < 0.5:
+                    counts["SIGTERM"] += 1
+                    await terminate(bridge)
+                else:
+                    counts["kill -9"] += 1
+                    bridge.kill()
+                if rng.random() < 0.3:
+                    counts["written while down"] += 1
+                    await write()
+                bridge.start()
+                if rng.random() < 0.3:  # while it starts
+                    counts["written while starting"] += 1
+                    await write()
+                if rng.random() < 0.15:  # and stopped again before it is ready
+                    await asyncio.sleep(rng.uniform(0, 1.5))
+                    counts["kill -9 during start-up"] += 1
+                    bridge.kill()
+                    bridge.start()
+                await bridge.ready()
+
+            expected = {(room, name): [text for r, text, agents in sent if r == room and name in agents]
+                        for room in (dm, channel) for name in ("alice", "bob")}
+
+            def answers(room: str, name: str) -> list[dict]:
+                return answers_in(events_in(owner, room), ALICE if name == "alice" else BOB)
+
+            def settled() -> bool:
+                return all(len(answers(room, name)) >= len(texts)
+                           and all(is_final(a["body"]) for a in answers(room, name))
+                           for (room, name), texts in expected.items())
+            await sync_until(owner, settled, timeout=300)
+            data = next((tmp_path / "xdg" / "sidekicks" / "data").iterdir())
+            deadline = time.monotonic() + 120
+            while unfinished_turns(data) != 0:
+                assert time.monotonic() < deadline, f"turns still unfinished: {unfinished_turns(data)}"
+                await asyncio.sleep(0.1)
+            await caught_up(owner, dm)
+            await caught_up(owner, channel)
+            await terminate(bridge)
+        finally:
+            if bridge.proc is not None and bridge.proc.poll() is None:
+                bridge.kill()
+            await owner.close()
+
+    prompted = {name: Counter(prompted_messages(log)) for name, log in logs.items()}
+    figures = {"stops": restarts, **counts, "messages": len(sent), "turns": 0, "finished": 0,
+               "interrupted": 0, "prompted twice": 0, "answered twice or lost": 0, "echoes wrong": 0,
+               "interrupted before it reached the agent": 0, "finished answers edited afterwards": 0,
+               "undecryptable": sum(1 for room, _ in seen.undecryptable if room == channel)}
+    problems = []
+    for (room, name), texts in expected.items():
+        got = answers(room, name)
+        figures["turns"] += len(texts)
+        if len(got) != len(texts):
+            figures["answered twice or lost"] += abs(len(got) - len(texts))
+            problems.append(f"{name} in {'dm' if room == dm else 'channel'}: {len(texts)} messages, "
+                            f"{len(got)} answers: {[a['body'][-40:] for a in got]}")
+        for text, answer in zip(texts, got):
+            body = answer["body"]
+            if "interrupted" in body:
+                figures["interrupted"] += 1
+                if not prompted[name][text]:
+                    figures["interrupted before it reached the agent"] += 1
+                    problems.append(f"{name}: {text!r} interrupted but never prompted")
+            else:
+                figures["finished"] += 1
+                if echoed(body) != text:
+                    figures["echoes wrong"] += 1
+                    problems.append(f"{name}: answer {body[-40:]!r} in the place of {text!r}")
+            finals = [i for i, shown in enumerate(answer["history"]) if is_final(shown)]
+            if finals and any(shown != answer["history"][finals[0]] for shown in answer["history"][finals[0]:]):
+                figures["finished answers edited afterwards"] += 1
+                problems.append(f"{name}: a finished answer was edited afterwards: {answer['history']}")
+    for name, counter in prompted.items():
+        twice = {text: n for text, n in counter.items() if n > 1}
+        figures["prompted twice"] += sum(n - 1 for n in twice.values())
+        if twice:
+            problems.append(f"{name} read these prompts more than once: {twice}")
+    figures["seconds"] = round(time.monotonic() - started)
+    figures["problems"] = problems
+    return figures
+
+
+async def test_restarts_at_random_moments_deliver_once_and_answer_once(tmp_path):
+    figures = await run_scenario(tmp_path, RESTARTS, seed=20261205)
+    problems = figures.pop("problems")
+    record_figures("restarts", figures)
+    assert not problems, "\n".join(problems) + f"\n{figures}"
+    assert figures["undecryptable"] == 0, figures

@@ -176,6 +176,11 @@ async def login(hs: TestHomeserver, user_id: str, password: str,
     return client
 
 
+# A sync returns at most this many events of a room: Synapse's default is 10, and a sync past it
+# is `limited` — the older events of that stretch are never seen (a burst of edits after a restart)
+WHOLE_TIMELINE = {"room": {"timeline": {"limit": 1000}}}
+
+
 async def sync_until(client: nio.AsyncClient,
                      predicate: Callable[[], bool | Awaitable[bool]],
                      timeout: float = PATIENCE) -> None:
@@ -203,7 +208,7 @@ async def sync_until(client: nio.AsyncClient,
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        response = await client.sync(timeout=int(min(remaining, 1.0) * 1000))
+        response = await client.sync(timeout=int(min(remaining, 1.0) * 1000), sync_filter=WHOLE_TIMELINE)
         if not isinstance(response, nio.SyncResponse):
             await asyncio.sleep(0.2)  # a transient error (server busy): try again until the deadline
     name = getattr(predicate, "__qualname__", repr(predicate))

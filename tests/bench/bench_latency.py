@@ -1,8 +1,9 @@
 """Echo floor vs bridge (end to end), the bridge's own latencies, and streaming.
 
 One bridge (in process, probes installed) with two scripted agents: `echo` answers at once,
-`stream` answers 2,000 tokens (4 characters each) at 100 tokens/s. Floor and bridge prompts
-alternate, one at a time, so both see the same machine and the same Synapse at the same moment.
+`stream` answers 2,000 tokens (4 characters each) at 100 tokens/s. Floor and bridge take turns
+in blocks of BLOCK prompts, one at a time, so both see the same machine and the same Synapse,
+and neither side's after-work (receipts, typing) lands in the other's figures.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from floor import EchoFloor
 ECHO = "@sk_echo:localhost"
 STREAM = "@sk_stream:localhost"
 TOKENS, TOKEN_RATE, TOKEN_CHARS = 2000, 100, 4
+BLOCK = 20  # rounds of one side before the other takes its turn
 
 
 async def _dm(owner: Owner, puppet: str) -> str:
@@ -77,17 +79,23 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
             await bridge_once(f"bench-wb{i}")
         probes.reset()
         floor_t, first_t, text_t, final_t = [], [], [], []
-        for i in range(rounds):
-            if i % 2:  # alternate who goes first
-                first, text, final = await bridge_once(f"bench-b{i}")
-                floor_t.append(await floor_once(f"bench-f{i}"))
-            else:
-                floor_t.append(await floor_once(f"bench-f{i}"))
-                first, text, final = await bridge_once(f"bench-b{i}")
-            first_t.append(first)
-            text_t.append(text)
-            final_t.append(final)
-            await asyncio.sleep(0.02)  # let the turn's tail (typing off, store) settle
+        # the two sides take turns in blocks (BLOCK rounds of one, then of the other, who goes
+        # first alternating): each side's own tail (the bridge's read receipt 0.2 s after an
+        # answer, its typing off) falls in its own block, not in the other side's measurement,
+        # and both see the homeserver as its state grows
+        block = max(1, min(BLOCK, rounds // 4))
+        for b in range(0, rounds, block):
+            sides = ("floor", "bridge") if (b // block) % 2 == 0 else ("bridge", "floor")
+            for side in sides:
+                for i in range(b, min(b + block, rounds)):
+                    if side == "floor":
+                        floor_t.append(await floor_once(f"bench-f{i}"))
+                    else:
+                        first, text, final = await bridge_once(f"bench-b{i}")
+                        first_t.append(first)
+                        text_t.append(text)
+                        final_t.append(final)
+                    await asyncio.sleep(0.02)  # the same pause after each, on either side
         out["rounds"] = rounds
         out["floor"] = floor_t
         out["bridge_first"] = first_t

@@ -10,7 +10,7 @@ import re
 import nio
 
 from bridge_harness import agent, answers_in
-from matrix_helpers import events_in, login, sync_until
+from matrix_helpers import WHOLE_TIMELINE, events_in, login, sync_until
 
 BOT, ALICE, BOB = "@sidekicks:localhost", "@sk_alice:localhost", "@sk_bob:localhost"
 LINK = re.compile(r"https://matrix\.to/#/(![^?\s]+)")
@@ -117,7 +117,7 @@ async def test_tell_owners_makes_a_bot_dm_when_there_is_none(homeserver, bridge_
     running = await bridge_factory({"alice": agent(title="Alice")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
-        await owner.sync(timeout=0)
+        await owner.sync(timeout=0, sync_filter=WHOLE_TIMELINE)
         await running.bridge.commands.tell_owners("history is unavailable")
         dm = running.store.get_value(f"bot_dm:{homeserver.owner_id}")
         assert dm is not None

@@ -16,7 +16,7 @@ import nio
 
 from bridge.e2ee.crosssign import verify
 from bridge_harness import agent, answers_in
-from matrix_helpers import _record, caught_up, events_in, sync_until
+from matrix_helpers import WHOLE_TIMELINE, _record, caught_up, events_in, sync_until
 
 MEGOLM = "m.megolm.v1.aes-sha2"
 ALICE = "@sk_alice:localhost"
@@ -80,7 +80,7 @@ async def open_encrypted_dm(owner: nio.AsyncClient, puppet_id: str, encrypted: b
 
 
 async def say(owner: nio.AsyncClient, room_id: str, text: str, **extra) -> str:
-    await owner.sync(timeout=0)  # the puppets' devices, before the room key goes out
+    await owner.sync(timeout=0, sync_filter=WHOLE_TIMELINE)  # the puppets' devices, before the room key goes out
     if owner.should_query_keys:  # as a client's sync loop does (nio's room_send does not)
         assert isinstance(await owner.keys_query(), nio.KeysQueryResponse)
     response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text, **extra},

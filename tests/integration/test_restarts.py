@@ -137,7 +137,18 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
                 return all(len(answers(room, name)) >= len(texts)
                            and all(is_final(a["body"]) for a in answers(room, name))
                            for (room, name), texts in expected.items())
-            await sync_until(owner, settled, timeout=300)
+            try:
+                await sync_until(owner, settled, timeout=300)
+            except AssertionError:
+                report = []
+                for (room, name), texts in expected.items():
+                    got = answers(room, name)
+                    report.append(f"{name} in {'dm' if room == dm else 'channel'}: {len(texts)} messages, "
+                                  f"{len(got)} answers; not final: "
+                                  f"{[a['body'][-60:] for a in got if not is_final(a['body'])]}")
+                undecryptable = [e for r, e in seen.undecryptable if r in (dm, channel)]
+                raise AssertionError("not settled:\n" + "\n".join(report)
+                                     + f"\nundecryptable events: {len(undecryptable)}") from None
             data = next((tmp_path / "xdg" / "sidekicks" / "data").iterdir())
             deadline = time.monotonic() + 120
             while unfinished_turns(data) != 0:

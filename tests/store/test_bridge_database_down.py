@@ -190,3 +190,72 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
         assert again.is_idle()
     finally:
         await again.stop()
+
+
+def _postgres_processes(cluster) -> list[int]:
+    """The server's postmaster and every process it started (backends, background workers)."""
+    import subprocess
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+    return [postmaster, *(int(pid) for pid in children)]
+
+
+@pg
+async def test_an_answer_streaming_in_one_room_goes_on_while_the_database_hangs(
+        homeserver, restartable_postgres, drop_tables, tmp_path):
+    """PostgreSQL stops answering (its processes paused: queries hang, no error comes) while an
+    answer streams in one room and the owner writes in another: the store's calls wait on their
+    own thread (store/offloop.py), so the streaming answer keeps being edited meanwhile. On the
+    event loop, the first call (the next transaction's key) would have frozen every room."""
+    import os
+    import signal
+
+    drop_tables(restartable_postgres.url)
+    cluster = restartable_postgres.cluster
+    bob = "@sk_bob:localhost"
+    running = await start_bridge(homeserver, tmp_path / "bridge", {
+        "alice": agent("--answer-size", "3000", "--chunks", "30", "--delay", "0.2"),
+        "bob": agent()}, database=restartable_postgres.url)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    paused: list[int] = []
+    try:
+        streaming = await open_dm(owner)
+        other = (await owner.room_create(is_direct=True, invite=[bob],
+                                         preset=nio.RoomPreset.trusted_private_chat)).room_id
+        await sync_until(owner, lambda: any(e.get("state_key") == bob and e["content"].get("membership") == "join"
+                                            for e in events_in(owner, other) if e.get("type") == "m.room.member"))
+
+        def shown() -> int:
+            """How much of the answer's text the owner sees (its status line left out)."""
+            answers = answers_in(events_in(owner, streaming), PUPPET)
+            body = answers[-1]["body"] if answers else ""
+            return len(body.split("\n\n", 1)[1]) if body.startswith(STATUS) and "\n\n" in body else 0
+        await owner.room_send(streaming, "m.room.message", {"msgtype": "m.text", "body": "a long one"})
+        await sync_until(owner, lambda: shown() > 0)  # its text has begun to stream
+        paused = _postgres_processes(cluster)
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
+        at_pause = shown()
+        # the owner writes elsewhere: that transaction waits for the database, on its own thread
+        await owner.room_send(other, "m.room.message", {"msgtype": "m.text", "body": "meanwhile"})
+        await sync_until(owner, lambda: shown() >= at_pause + 500, timeout=60)  # it went on streaming
+        assert all(_alive_and_stopped(pid) for pid in paused)  # the database hung all along
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+        paused = []
+        await sync_until(owner, lambda: any(a["body"] == "echo: meanwhile"
+                                            for a in answers_in(events_in(owner, other), bob)), timeout=120)
+        await running.idle()
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+        await owner.close()
+        await running.stop()
+
+
+def _alive_and_stopped(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state == "T"

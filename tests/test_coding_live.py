@@ -110,6 +110,20 @@ async def test_work_keeps_one_message_per_tool_call_and_one_plan():
     assert work.known("1").status == "completed" and len(work.message_ids) == 3
 
 
+async def test_a_todo_tool_call_is_the_turns_checklist_not_a_tool_message():
+    from acp.updates import normalise_update
+    from test_coding_render import todowrite
+    intent = FakeIntent()
+    work = Work(intent, "!r", 1 << 20)
+    for raw in todowrite(("Write hello.py", "completed", "high"), ("Run it", "pending", "medium"), title="2 todos"):
+        assert work.update(normalise_update(raw))
+    await work.close()
+    firsts = [c["body"] for kind, c in intent.sent if kind == "send"]
+    assert firsts and all(body.startswith("📋 To-do list") for body in firsts), intent.sent
+    assert intent.sent[-1][1]["body"] == "📋 To-do list (1/2 done)\n✅ Write hello.py · high priority\n⬜ Run it"
+    assert len(work.message_ids) == 1 and not any("2 todos" in c["body"] for _, c in intent.sent)
+
+
 def test_current_values_name_mode_model_and_the_other_options():
     state = SessionState()
     state.apply_result({"configOptions": [

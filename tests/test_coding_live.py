@@ -92,6 +92,24 @@ async def test_the_same_state_twice_is_not_sent_again():
     assert intent.sent == [("send", body(0))]
 
 
+async def test_closing_with_the_state_of_an_edit_in_flight_sends_it_once():
+    # seen with OpenCode: one "failed" update of a tool call (after a rejection, after !stop) came
+    # just before the turn closed its messages, and its notice was edited twice, identically
+    intent = FakeIntent()
+    message = LiveMessage(intent, "!r", "a tool call")
+    message.show(body(0))
+    await asyncio.sleep(0.05)
+    intent.gate.clear()
+    message.show(body(1))
+    while not intent.in_flight:  # the edit to state 1 is on its way
+        await asyncio.sleep(0.005)
+    closing = asyncio.create_task(message.close(body(1)))
+    await asyncio.sleep(0.02)
+    intent.gate.set()
+    await closing
+    assert intent.sent == [("send", body(0)), ("edit", body(1))]
+
+
 async def test_work_keeps_one_message_per_tool_call_and_one_plan():
     intent = FakeIntent()
     work = Work(intent, "!r", 1 << 20)

@@ -54,6 +54,10 @@ def build(db: pw.Database) -> SimpleNamespace:
         fresh = pw.BooleanField(default=False)
         last_seen = pw.TextField(null=True)
         joined = pw.TextField()  # a new_id(): join order
+        # the working directory the session was opened in: a session belongs to it, and is not
+        # loaded once the agent works elsewhere (NULL: opened before it was kept); added by
+        # migrate_member_session_cwd
+        session_cwd = pw.TextField(null=True)
 
         class Meta:
             table_name = "sk_member"
@@ -172,6 +176,7 @@ def create_tables(db: pw.Database, models: SimpleNamespace) -> None:
     # IF NOT EXISTS everywhere: cheap at open, even with millions of rows.
     with db.atomic():
         migrate_txn_seen(db)  # before the indexes: one is on the column it adds
+        migrate_member_session_cwd(db)
         db.create_tables(models.all, safe=True)
 
 
@@ -185,4 +190,15 @@ def migrate_txn_seen(db: pw.Database) -> bool:
     from .ids import now_ms
     db.execute_sql("ALTER TABLE sk_txn ADD COLUMN seen BIGINT")
     db.execute_sql("UPDATE sk_txn SET seen = %s" % int(now_ms()))
+    return True
+
+
+def migrate_member_session_cwd(db: pw.Database) -> bool:
+    """A store made before sessions kept their working directory: add sk_member.session_cwd
+    (NULL for the sessions it holds: they are used as before). True if it migrated."""
+    if "sk_member" not in db.get_tables():
+        return False
+    if any(column.name == "session_cwd" for column in db.get_columns("sk_member")):
+        return False
+    db.execute_sql("ALTER TABLE sk_member ADD COLUMN session_cwd TEXT")
     return True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,8 @@ class Portal:
                 if m.agent in self.bridge.config.agents]
 
     async def session_for(self, agent_name: str, agent) -> tuple[str, bool]:
-        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4).
+        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4); a
+        session belongs to the working directory it was opened in (`session_fits`).
         A session opened or loaded gets the member's stored mode, model and options again
         (coding/settings.py). One at a time per member: a command (`!mode`, `!commands`) and a
         turn never open two sessions."""
@@ -69,9 +71,11 @@ class Portal:
         if member is None:
             member = store.add_member(self.channel.id, agent_name)
         cwd = self.bridge.config.agents[agent_name].cwd
-        if member.session_id and member.session_id in agent.sessions:
+        where = agent.working_dir(cwd)
+        kept = member.session_id if session_fits(member.session_cwd, where) else None
+        if kept and kept in agent.sessions:
             return member.session_id, member.fresh
-        if member.session_id and agent.load_session:
+        if kept and agent.load_session:
             try:
                 await agent.load_session(member.session_id, cwd)
             except Exception as exc:  # the agent lost it: fall back to a fresh session
@@ -79,8 +83,11 @@ class Portal:
             else:
                 await self.bridge.settings.opened(self, agent_name, agent, member.session_id, new=False)
                 return member.session_id, member.fresh
+        if member.session_id and not kept:
+            log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
+                     agent_name, member.session_id, member.session_cwd, agent_name, where)
         session_id = await agent.new_session(cwd)
-        store.set_session(self.channel.id, agent_name, session_id, fresh=True)
+        store.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where)
         await self.bridge.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True
 
@@ -170,3 +177,10 @@ class Portal:
             if incoming.event_id in self.withdrawn:
                 break  # redacted while an earlier agent answered it
             await run_turn(self, turn, incoming)
+
+
+def session_fits(session_cwd: str | None, cwd: str) -> bool:
+    """A stored session is used again only in the working directory it was opened in: an agent
+    whose `cwd` changed would otherwise go on in the old one (OpenCode then asks permission for
+    everything "outside the project"). One stored before the directory was kept: as before."""
+    return session_cwd is None or os.path.normpath(session_cwd) == os.path.normpath(cwd)

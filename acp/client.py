@@ -169,6 +169,11 @@ class Agent:
     def stderr_tail(self) -> str:
         return self.process.stderr_tail()
 
+    @property
+    def asking(self) -> bool:
+        """A question of the agent's (permission, elicitation) waits for a person."""
+        return self._asking > 0
+
     # -- lifecycle ---------------------------------------------------------------
     async def _watch_exit(self) -> None:
         await self.process.wait()

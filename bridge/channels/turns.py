@@ -25,6 +25,7 @@ from ..matrix.client import MatrixError
 from ..matrix.media import attachment_prompt, outgoing_part, post
 from .render import escape_html
 from .routing import Turn
+from .silence import SilenceWatch
 from .stream import Answer, AnswerNotFinished
 
 if TYPE_CHECKING:
@@ -223,8 +224,11 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
             think = asyncio.get_running_loop().call_later(
                 THINKING_AFTER, lambda: answer.set_status(STATUS_THINKING) if not answer.text else None)
 
+            quiet = SilenceWatch(answer, lambda: agent.asking)  # "nothing received for 30 s"
+
             def on_update(update: Update) -> None:
                 think.cancel()
+                quiet.heard()
                 if update.kind == "text":
                     answer.set_status(STATUS_WRITING)
                     part = outgoing_part(update.raw.get("content"))  # an image, a file (media.py)
@@ -248,12 +252,14 @@ async def run_turn(portal: "Portal", turn: Turn, incoming: "Incoming") -> None:
                         answer.set_status(tool_status(update.title or known.get("title")))
 
             try:
+                quiet.start()
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
                                                  bridge.permission_handler(portal, puppet),
                                                  bridge.elicitation_handler(portal, puppet),
                                                  on_sent=lambda: bridge.recovery.prompt_sent(run))
             finally:
                 think.cancel()
+                quiet.stop()
                 typing.cancel()  # the agent is done; a busy homeserver is no reason to type
         await _shown(work)
         footer = "⏹ stopped" if stop_reason == "cancelled" else coding_render.stop_reason(stop_reason)

@@ -171,8 +171,8 @@ def test_report_shows_structured_error_data_and_only_the_stderr_tail():
     lines = report("a", found)
     assert lines[1].startswith('    error data: {"details": "xxx') and lines[1].endswith("…")
     assert len(lines[1]) == len("    error data: ") + 300
-    assert lines[2] == "    stderr (last 8 lines):"
-    assert lines[3] == "      line 24" and lines[-2] == "      line 30" and len(lines) == 11
+    assert lines[2] == "    stderr (last 12 lines):"
+    assert lines[3] == "      line 20" and lines[-2] == "      line 30" and len(lines) == 15
     assert lines[-1] == "      red"  # the agent's terminal colours are not passed to ours
 
 

@@ -27,7 +27,7 @@ START_LIMIT = 60.0    # seconds for the process to start and answer initialize
 SESSION_LIMIT = 30.0  # seconds for session/new
 COMMANDS_GRACE = 1.0  # seconds to wait for available_commands_update after session/new
 LIST_LIMIT = 12       # values shown per list; the rest are counted
-STDERR_LINES = 8      # lines of a failed agent's stderr shown (its end)
+STDERR_LINES = 12     # lines of a failed agent's stderr shown (its end), as in a crash notice
 LINE_CHARS = 300      # an error's data and each stderr line, cut
 
 

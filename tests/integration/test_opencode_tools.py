@@ -14,8 +14,9 @@ session per test); the last test restarts the bridge in the middle of a turn.
   text and the code only in rawOutput);
 - a rejected edit: the file is not written, the call shows failed, no edit sent twice;
 - `!stop` while a command runs: the command is stopped, the answer says so, no edit sent twice;
-- a restart while OpenCode waits for its model: the answer is marked interrupted; after the
-  restart the session is loaded (the model sees the earlier turn) and nothing is posted twice.
+- a restart while OpenCode waits for its model (its status saying for how long nothing came):
+  the answer is marked interrupted; after the restart the session is loaded (the model sees the
+  earlier turn) and nothing is posted twice.
 
 Skipped, with the reason, only when OpenCode is not cached and the npm registry is unreachable.
 """
@@ -274,7 +275,11 @@ async def test_stop_while_a_command_runs(stack, homeserver):
         await owner.close()
 
 
-async def test_a_restart_while_opencode_waits_for_its_model(stack, homeserver):
+async def test_a_restart_while_opencode_waits_for_its_model(stack, homeserver, monkeypatch):
+    # OpenCode retrying its model for minutes left "getting ready" alone: the status now says
+    # for how long nothing came (30 s in use; 1 s here)
+    from bridge.channels import silence
+    monkeypatch.setattr(silence, "SILENT_AFTER", 1.0)
     release = asyncio.Event()
     stack.model.script["pelican-first"] = [Text("First answer.", hold=release)]
     stack.model.script["pelican-second"] = [Text("Second answer.")]
@@ -282,7 +287,9 @@ async def test_a_restart_while_opencode_waits_for_its_model(stack, homeserver):
     try:
         room_id = await open_dm(owner)
         await say(owner, room_id, "pelican-first: answer once")
-        await sync_until(owner, lambda: stack.model.holding == 1 and answers(owner, room_id), timeout=120)
+        await sync_until(owner, lambda: stack.model.holding == 1 and answers(owner, room_id) and answers(
+            owner, room_id)[0]["body"].startswith("⏳ still working, nothing received for ")
+            and " s — `!stop` to cancel" in answers(owner, room_id)[0]["body"], timeout=120)
         await stack.running.stop()  # the bridge goes in the middle of the turn
         release.set()
         [cut] = answers(owner, room_id)

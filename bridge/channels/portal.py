@@ -71,7 +71,7 @@ class Portal:
         if member is None:
             member = store.add_member(self.channel.id, agent_name)
         cwd = self.bridge.config.agents[agent_name].cwd
-        where = agent.working_dir(cwd)
+        where = agent.working_dir(cwd) if cwd else None  # none configured: wherever the bridge runs
         kept = member.session_id if session_fits(member.session_cwd, where) else None
         if kept and kept in agent.sessions:
             return member.session_id, member.fresh
@@ -179,8 +179,9 @@ class Portal:
             await run_turn(self, turn, incoming)
 
 
-def session_fits(session_cwd: str | None, cwd: str) -> bool:
-    """A stored session is used again only in the working directory it was opened in: an agent
-    whose `cwd` changed would otherwise go on in the old one (OpenCode then asks permission for
-    everything "outside the project"). One stored before the directory was kept: as before."""
-    return session_cwd is None or os.path.normpath(session_cwd) == os.path.normpath(cwd)
+def session_fits(session_cwd: str | None, cwd: str | None) -> bool:
+    """A stored session is used again only in the configured working directory it was opened
+    in: an agent whose `cwd` changed would otherwise go on in the old one (OpenCode then asks
+    permission for everything "outside the project"). None on either side (a session stored
+    before directories were kept, an agent with no `cwd` configured): as before, kept."""
+    return session_cwd is None or cwd is None or os.path.normpath(session_cwd) == os.path.normpath(cwd)

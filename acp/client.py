@@ -169,6 +169,11 @@ class Agent:
     def stderr_tail(self) -> str:
         return self.process.stderr_tail()
 
+    @property
+    def asking(self) -> bool:
+        """A question of the agent's (permission, elicitation) waits for a person."""
+        return self._asking > 0
+
     # -- lifecycle ---------------------------------------------------------------
     async def _watch_exit(self) -> None:
         await self.process.wait()
@@ -252,8 +257,11 @@ class Agent:
         self.auth_methods = list(result.get("authMethods") or [])
         self.info = dict(result.get("agentInfo") or {})
 
-    def _cwd(self, cwd: str | None) -> str:
+    def working_dir(self, cwd: str | None = None) -> str:
+        """The absolute working directory a session opened with `cwd` gets (the configured
+        one by default, else the bridge's own)."""
         return os.path.abspath(os.path.expanduser(cwd or self.spec.cwd or os.getcwd()))
+
 
     def _auth_error(self, exc: RpcError) -> AcpError:
         if exc.code == framing.AUTH_REQUIRED or (self.auth_methods and "auth" in exc.message.lower()):
@@ -261,23 +269,28 @@ class Agent:
         return exc
 
     async def new_session(self, cwd: str | None = None) -> str:
+        return (await self.open_session(cwd))["sessionId"]
+
+    async def open_session(self, cwd: str | None = None) -> dict[str, Any]:
+        """session/new: the whole result (its modes, config options and models besides the
+        session id, for `sidekicks check`); the session is kept as new_session() keeps it."""
         try:
-            result = await self._call("session/new", {"cwd": self._cwd(cwd), "mcpServers": []})
+            result = await self._call("session/new", {"cwd": self.working_dir(cwd), "mcpServers": []})
         except RpcError as exc:
             raise self._auth_error(exc) from None
-        session_id = (result or {}).get("sessionId")
+        session_id = result.get("sessionId") if isinstance(result, dict) else None
         if not isinstance(session_id, str) or not session_id:
             raise AcpError(f"{self.name}: session/new returned no session id")
         self.sessions.add(session_id)
         self.state(session_id).apply_result(result)  # updates sent before it are kept
-        return session_id
+        return result
 
     async def _load_session(self, session_id: str, cwd: str | None = None) -> None:
         if not self.supports_load_session:
             raise AcpError(f"{self.name} cannot load sessions (no loadSession capability)")
         self._loading.add(session_id)  # its replayed history is not for us
         try:
-            result = await self._call("session/load", {"sessionId": session_id, "cwd": self._cwd(cwd),
+            result = await self._call("session/load", {"sessionId": session_id, "cwd": self.working_dir(cwd),
                                                        "mcpServers": []})
         except RpcError as exc:
             raise self._auth_error(exc) from None
@@ -583,7 +596,8 @@ async def start_agent(spec: AgentSpec, on_commands: OnCommands | None = None,
                               None, agent.stderr_tail()) from None
     except RpcError as exc:
         await agent.stop()
-        raise AgentStartError(f"{spec.name}: initialize failed: {exc}", None, agent.stderr_tail()) from None
+        raise AgentStartError(f"{spec.name}: initialize failed: {exc}", None, agent.stderr_tail(),
+                              exc.data) from None
     except BaseException:
         await agent.stop()
         raise

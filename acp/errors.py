@@ -21,9 +21,10 @@ class AcpError(Exception):
 class AgentStartError(AcpError):
     """The agent could not be started or did not get through initialize."""
 
-    def __init__(self, message: str, exit_code: int | None = None, stderr_tail: str = ""):
+    def __init__(self, message: str, exit_code: int | None = None, stderr_tail: str = "", data: Any = None):
         super().__init__(message)
         self.exit_code, self.stderr_tail = exit_code, stderr_tail
+        self.data = data  # the `data` of a JSON-RPC error that ended initialize
 
 
 class AgentCrashed(AcpError):

@@ -10,17 +10,28 @@ ACP v1 (schema: `Plan`, `PlanEntry`, `ToolCall`, `ToolCallUpdate`, `ToolCallCont
 * agents that run commands themselves (codex-acp, claude-code-acp) stream a terminal's output
   in the update's `_meta` when the client announced `_meta.terminal_output`:
   `terminal_info` {terminal_id}, `terminal_output` (or `terminal_output_delta`)
-  {terminal_id, data} — data is appended — and `terminal_exit` {terminal_id, exit_code, signal}.
+  {terminal_id, data} — data is appended — and `terminal_exit` {terminal_id, exit_code, signal};
+* agents that send a command's output as plain text content instead (OpenCode: its `bash` tool's
+  output as a `content` block, the exit code only in `rawOutput.metadata.exit`) get the same
+  terminal view: `ToolCall.text_terminal()`;
+* a to-do tool (OpenCode's `todowrite`, Gemini CLI's `write_todos`: a call whose input is
+  {todos: [{content | description, status, priority}]}) is the agent's plan by another name:
+  `ToolCall.todos` is its list as plan entries (the bridge shows it as the turn's checklist).
 
 `ToolCall.apply()` folds updates into the call's current state; the bridge keeps one per call.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 PLAN_STATUSES = ("pending", "in_progress", "completed")
+TODO_STATUSES = PLAN_STATUSES + ("cancelled",)  # a to-do tool's items may also be cancelled
+# to-do tools by name (the title agents give the call before its input is known), compared in
+# lower case without separators
+TODO_TOOLS = frozenset({"todowrite", "writetodos", "todos", "updatetodos"})
 PRIORITIES = ("high", "medium", "low")
 TOOL_STATUSES = ("pending", "in_progress", "completed", "failed")
 TOOL_KINDS = ("read", "edit", "delete", "move", "search", "execute", "think", "fetch",
@@ -91,6 +102,7 @@ class ToolCall:
     raw_output: Any = None
     terminals: dict[str, Terminal] = field(default_factory=dict)
     updates: int = 0  # how many updates were folded in
+    todo: bool = False  # a to-do tool (see `todos`): once known, it stays so
 
     def apply(self, update: Any) -> None:
         """Fold one normalised `tool_call` / `tool_call_update` (acp.updates.Update) in."""
@@ -119,6 +131,39 @@ class ToolCall:
                 terminal.append(meta.data)
             if meta.exited:
                 terminal.exited, terminal.exit_code, terminal.signal = True, meta.exit_code, meta.signal
+        if not self.todo:
+            self.todo = _todo_list(self.raw_input) is not None or \
+                "".join(ch for ch in self.title.lower() if ch.isalnum()) in TODO_TOOLS
+
+    @property
+    def todos(self) -> list[PlanEntry] | None:
+        """A to-do tool's list, as plan entries: from its input (the list it writes), else from
+        its output; None when this is no to-do tool or its list is not known yet."""
+        if not self.todo:
+            return None
+        found = _todo_list(self.raw_input)
+        if found is None and isinstance(self.raw_output, dict):
+            found = _todo_list(self.raw_output.get("metadata")) or _todo_list(_json(self.raw_output.get("output")))
+        if found is None:
+            return None
+        return parse_plan(found, TODO_STATUSES, ("description", "text", "title"))
+
+    def text_terminal(self) -> Terminal | None:
+        """A command's output sent as text content, as a terminal (its tail and exit status
+        are what matter, not its head): for `execute` calls with no terminal of their own.
+        Finished, it has exited with the code `rawOutput` reports (None if it reports none)."""
+        if self.kind != "execute" or self.terminals:
+            return None
+        texts = [item.text for item in self.content if item.type == "content" and item.text]
+        ended = exit_of(self.raw_output) if self.finished else None
+        if not texts and ended is None:
+            return None
+        term = Terminal()
+        term.append("\n".join(texts))
+        if self.finished:
+            term.exited = True
+            term.exit_code, term.signal = ended or (None, None)
+        return term
 
     @property
     def diffs(self) -> list[ToolContent]:
@@ -135,16 +180,37 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse_plan(value: Any) -> list[PlanEntry]:
+def _todo_list(value: Any) -> list | None:
+    """`todos` of a to-do tool's input (or output), or the list itself; None if not one."""
+    if isinstance(value, dict):
+        value = value.get("todos")
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return value
+    return [] if value == [] else None
+
+
+def _json(value: Any) -> Any:
+    if not isinstance(value, str) or not value.lstrip().startswith(("[", "{")):
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def parse_plan(value: Any, statuses: tuple[str, ...] = PLAN_STATUSES,
+               other_names: tuple[str, ...] = ()) -> list[PlanEntry]:
+    """A plan's entries; `statuses` are the ones kept (any other is pending), `other_names` the
+    keys tried for an entry's text when it has no `content`."""
     entries = []
     for item in value if isinstance(value, list) else []:
         if not isinstance(item, dict):
             continue
-        content = item.get("content")
+        content = next((item[key] for key in ("content", *other_names) if item.get(key) is not None), None)
         if content is None:
             continue
         priority = item.get("priority") if item.get("priority") in PRIORITIES else "medium"
-        status = item.get("status") if item.get("status") in PLAN_STATUSES else "pending"
+        status = item.get("status") if item.get("status") in statuses else "pending"
         entries.append(PlanEntry(str(content), priority, status))
     return entries
 
@@ -186,6 +252,24 @@ def parse_content(value: Any, text_of) -> list[ToolContent] | None:
         elif isinstance(kind, str):
             found.append(ToolContent(kind, text=f"[{kind}]"))
     return found
+
+
+EXIT_KEYS = ("exit", "exitCode", "exit_code")
+
+
+def exit_of(raw_output: Any) -> tuple[int | None, str | None] | None:
+    """The exit code and signal a tool call's `rawOutput` reports, if it names one: `exit`,
+    `exitCode` or `exit_code` at its top or in its `metadata` (OpenCode: {output, metadata:
+    {exit}}); a code of null (a command stopped or timed out) is (None, signal or None)."""
+    for where in (raw_output, raw_output.get("metadata") if isinstance(raw_output, dict) else None):
+        if not isinstance(where, dict):
+            continue
+        for key in EXIT_KEYS:
+            if key in where:
+                code = where[key]
+                signal = _str(where.get("signal"))
+                return (code if isinstance(code, int) and not isinstance(code, bool) else None), signal
+    return None
 
 
 def parse_terminal_meta(meta: Any) -> TerminalMeta | None:

@@ -13,6 +13,8 @@ Versions:
 4. `sk_txn.seen`: when a transaction key was handled, so old keys are pruned
 5. `sk_turn`: one record per turn (store/turns.py); version 4's pending answers and prompts
    carried over as turn records
+6. `sk_member.session_cwd`: the working directory a member's session was opened in (NULL for
+   the sessions an older store holds: used as before)
 """
 
 from __future__ import annotations
@@ -94,12 +96,18 @@ def _add_turns(db: pw.Database, m: SimpleNamespace) -> None:
     P.delete().where(P.kind.in_(list(LEGACY_PENDING))).execute()
 
 
+def _add_session_cwd(db: pw.Database, m: SimpleNamespace) -> None:
+    if not any(column.name == "session_cwd" for column in db.get_columns("sk_member")):
+        db.execute_sql("ALTER TABLE sk_member ADD COLUMN session_cwd TEXT")
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
     (3, _add_member_settings),
     (4, _add_txn_seen),
     (5, _add_turns),
+    (6, _add_session_cwd),
 ]
 LATEST = STEPS[-1][0]
 

@@ -7,7 +7,7 @@ import peewee as pw
 from .compiled import Compiled
 
 MESSAGE_FIELDS = ("id", "channel_id", "sender", "role", "text", "event_ids", "created")
-MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen")
+MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen", "session_cwd")
 
 
 def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:

@@ -19,6 +19,7 @@ class Member:
     session_id: str | None  # the agent's ACP session for this channel
     fresh: bool  # a new session that has not yet been told the channel's past
     last_seen: str | None  # id of the last channel message this agent has seen
+    session_cwd: str | None = None  # the working directory its session was opened in
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,10 @@ def build(db: pw.Database) -> SimpleNamespace:
         fresh = pw.BooleanField(default=False)
         last_seen = pw.TextField(null=True)
         joined = pw.TextField()  # a new_id(): join order
+        # the working directory the session was opened in: a session belongs to it, and is not
+        # loaded once the agent works elsewhere (NULL: opened before it was kept); added by
+        # migration step 6 (store/migrations.py)
+        session_cwd = pw.TextField(null=True)
 
         class Meta:
             table_name = "sk_member"

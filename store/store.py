@@ -272,14 +272,14 @@ class Store:
 
     def _members(self, where) -> list[Member]:
         M = self._m.Member
-        query = M.select(M.channel_id, M.agent, M.session_id, M.fresh, M.last_seen).where(where)
+        query = M.select(M.channel_id, M.agent, M.session_id, M.fresh, M.last_seen, M.session_cwd).where(where)
         return self._to_members(query.order_by(M.joined).tuples())
 
     @staticmethod
     def _to_members(rows: list[tuple]) -> list[Member]:
         return [
-            Member(channel_id, agent, session_id, bool(fresh), last_seen)
-            for channel_id, agent, session_id, fresh, last_seen in rows
+            Member(channel_id, agent, session_id, bool(fresh), last_seen, session_cwd)
+            for channel_id, agent, session_id, fresh, last_seen, session_cwd in rows
         ]
 
     def _one_member(self, channel_id: str, agent: str) -> Member | None:
@@ -313,8 +313,10 @@ class Store:
         return self._one_member(channel_id, agent)
 
     @_operation
-    def set_session(self, channel_id: str, agent: str, session_id: str | None, fresh: bool) -> None:
-        self._update_member(channel_id, agent, session_id=session_id, fresh=bool(fresh))
+    def set_session(self, channel_id: str, agent: str, session_id: str | None, fresh: bool,
+                    cwd: str | None = None) -> None:
+        """The member's session (None: none), and the working directory it was opened in."""
+        self._update_member(channel_id, agent, session_id=session_id, fresh=bool(fresh), session_cwd=cwd)
 
     @_operation
     def set_fresh(self, channel_id: str, agent: str, fresh: bool) -> None:

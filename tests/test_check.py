@@ -145,6 +145,37 @@ def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
     ], result.stdout  # no modes: session/new never answered with any
 
 
+def test_an_agent_error_shows_its_data_and_the_end_of_its_stderr(tmp_path):
+    # Claude Code's ACP adapter as root: "Internal error" alone, the cause in the error's data
+    # and on its stderr (issue 31); check dropped both
+    path = write_config(tmp_path, {"claude": {"command": [
+        sys.executable, SCRIPTED, "--name", "claude-code-acp", "--fail-session",
+        "Query closed before response received"]}})
+    result = check(path)
+    no_traceback(result)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = agent_lines(result.stdout, "claude")
+    assert line == "✗ claude: Internal error (JSON-RPC error -32603)", line
+    assert details(result.stdout, "claude")[:4] == [
+        "error data: Query closed before response received",
+        "stderr (last 2 lines):",
+        "scripted_agent: starting a session",
+        "scripted_agent: --fail-session: cannot run here (on purpose)",
+    ], result.stdout
+    assert "agent: claude-code-acp 1.0; loadSession: no" in details(result.stdout, "claude")
+
+
+def test_report_shows_structured_error_data_and_only_the_stderr_tail():
+    found = Announced(error="Internal error (JSON-RPC error -32603)", error_data={"details": "x" * 400},
+                      stderr="".join(f"line {i}\n" for i in range(31)) + "\x1b[31mred\x1b[0m\x07\n\n")
+    lines = report("a", found)
+    assert lines[1].startswith('    error data: {"details": "xxx') and lines[1].endswith("…")
+    assert len(lines[1]) == len("    error data: ") + 300
+    assert lines[2] == "    stderr (last 12 lines):"
+    assert lines[3] == "      line 20" and lines[-2] == "      line 30" and len(lines) == 15
+    assert lines[-1] == "      red"  # the agent's terminal colours are not passed to ours
+
+
 def test_agent_crashing_at_start_gives_one_clear_line(tmp_path):
     path = write_config(tmp_path, {"broken": {"command": [sys.executable, SCRIPTED, "--crash-at-start"]}})
     result = check(path)
@@ -157,7 +188,9 @@ def test_agent_crashing_at_start_gives_one_clear_line(tmp_path):
     assert "exit code 3" in line
     assert "crashing at start on purpose" in line  # the agent's stderr
     assert "\n" not in line
-    assert details(result.stdout, "broken") == []  # initialize never answered: nothing to tell
+    # initialize never answered: nothing announced to tell, only the end of its stderr
+    assert details(result.stdout, "broken") == ["stderr (last 1 line):",
+                                                "scripted_agent: crashing at start on purpose"], result.stdout
 
 
 def test_missing_executable_says_command_not_found(tmp_path):

@@ -92,6 +92,24 @@ async def test_the_same_state_twice_is_not_sent_again():
     assert intent.sent == [("send", body(0))]
 
 
+async def test_closing_with_the_state_of_an_edit_in_flight_sends_it_once():
+    # seen with OpenCode: one "failed" update of a tool call (after a rejection, after !stop) came
+    # just before the turn closed its messages, and its notice was edited twice, identically
+    intent = FakeIntent()
+    message = LiveMessage(intent, "!r", "a tool call")
+    message.show(body(0))
+    await asyncio.sleep(0.05)
+    intent.gate.clear()
+    message.show(body(1))
+    while not intent.in_flight:  # the edit to state 1 is on its way
+        await asyncio.sleep(0.005)
+    closing = asyncio.create_task(message.close(body(1)))
+    await asyncio.sleep(0.02)
+    intent.gate.set()
+    await closing
+    assert intent.sent == [("send", body(0)), ("edit", body(1))]
+
+
 async def test_work_keeps_one_message_per_tool_call_and_one_plan():
     intent = FakeIntent()
     work = Work(intent, "!r", 1 << 20)
@@ -108,6 +126,20 @@ async def test_work_keeps_one_message_per_tool_call_and_one_plan():
     firsts = [c["body"].splitlines()[0] for kind, c in intent.sent if kind == "send"]
     assert sorted(firsts) == sorted(["📋 Plan (1/1 done)", "📖 Read a.py — ✅ done", "▶️ Run — ⏳ pending"])
     assert work.known("1").status == "completed" and len(work.message_ids) == 3
+
+
+async def test_a_todo_tool_call_is_the_turns_checklist_not_a_tool_message():
+    from acp.updates import normalise_update
+    from test_coding_render import todowrite
+    intent = FakeIntent()
+    work = Work(intent, "!r", 1 << 20)
+    for raw in todowrite(("Write hello.py", "completed", "high"), ("Run it", "pending", "medium"), title="2 todos"):
+        assert work.update(normalise_update(raw))
+    await work.close()
+    firsts = [c["body"] for kind, c in intent.sent if kind == "send"]
+    assert firsts and all(body.startswith("📋 To-do list") for body in firsts), intent.sent
+    assert intent.sent[-1][1]["body"] == "📋 To-do list (1/2 done)\n✅ Write hello.py · high priority\n⬜ Run it"
+    assert len(work.message_ids) == 1 and not any("2 todos" in c["body"] for _, c in intent.sent)
 
 
 def test_current_values_name_mode_model_and_the_other_options():

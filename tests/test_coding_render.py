@@ -1,6 +1,7 @@
 """bridge.coding.render: plans, tool calls, diffs, terminals, permissions, settings, status and
 questions as Matrix messages (pure, no homeserver)."""
 
+import json
 from html.parser import HTMLParser
 
 from acp.elicitation import parse_request
@@ -90,6 +91,86 @@ def test_tool_call_shows_kind_title_status_locations_and_content():
                              "newText": "".join(f"{i}\n" for i in range(600))}]})
     out, attachments = render.tool_call(big)
     assert [a.filename for a in attachments] == ["x.py.diff"] and "attached as a file" in out.body
+
+
+def opencode_bash(output: str, exit_code, status: str = "completed") -> ToolCall:
+    """A command as OpenCode 1.18 reports it: its output as text content while it runs and when
+    it is done, the exit code only in rawOutput.metadata.exit."""
+    text = {"type": "content", "content": {"type": "text", "text": output}}
+    return fold({"sessionUpdate": "tool_call", "toolCallId": "call_b", "title": "seq 1 3000", "kind": "execute",
+                 "status": "pending", "rawInput": {"command": "seq 1 3000"}},
+                {"sessionUpdate": "tool_call_update", "toolCallId": "call_b", "status": "in_progress",
+                 "kind": "execute", "content": [text]},
+                {"sessionUpdate": "tool_call_update", "toolCallId": "call_b", "status": status, "content": [text],
+                 "rawOutput": {"output": output, "metadata": {"output": output, "exit": exit_code,
+                                                              "truncated": False}}})
+
+
+def test_a_command_sent_as_text_shows_its_tail_and_exit_status():
+    output = "".join(f"{i}\n" for i in range(1, 3001))
+    out, _ = render.tool_call(opencode_bash(output, 3))
+    lines = out.body.split("\n")
+    assert lines[0] == "▶️ seq 1 3000 — ✅ done"
+    assert lines[1] == "… 2985 earlier lines" and lines[3] == "2986" and lines[-3] == "3000"
+    assert lines[-1] == "❌ exit code 3" and "\n127\n" not in out.body
+    assert "<pre><code>2986\n" in out.html
+    assert render.tool_call(opencode_bash("ok\n", 0))[0].body.endswith("```\nok\n```\n✅ exit code 0")
+    stopped = render.tool_call(opencode_bash("1\n\n<shell_metadata>\nUser aborted the command\n</shell_metadata>", None))
+    assert stopped[0].body.endswith("</shell_metadata>\n```\n⏹ ended")
+    # while it runs: the tail so far, no exit status yet
+    running = fold({"sessionUpdate": "tool_call", "toolCallId": "x", "title": "make", "kind": "execute",
+                    "status": "in_progress", "content": [{"type": "content", "content": {"type": "text",
+                                                                                         "text": "a\nb\n"}}]})
+    assert render.tool_call(running)[0].body == "▶️ make — 🔄 running\n```\na\nb\n```\n🔄 still running…"
+    # other tools' text is still their text, cut at its head
+    read = fold({"sessionUpdate": "tool_call", "toolCallId": "r", "title": "Read a.py", "kind": "read",
+                 "content": [{"type": "content", "content": {"type": "text", "text": "x" * 3000}}]})
+    assert "🔄 still running" not in render.tool_call(read)[0].body
+
+
+def todowrite(*todos, title: str = "todowrite", status: str = "in_progress") -> list[dict]:
+    """OpenCode 1.18's todowrite as it reports it: pending with the tool's name and no input, then
+    the input, then done with its own title and the list as JSON output (never an ACP plan)."""
+    items = [{"content": c, "status": s, "priority": p} for c, s, p in todos]
+    return [{"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "todowrite", "kind": "other",
+             "status": "pending", "rawInput": {}},
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": status, "kind": "other",
+             "title": "todowrite", "rawInput": {"todos": items}},
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed",
+             "title": title, "content": [{"type": "content", "content": {"type": "text", "text": "[...]"}}],
+             "rawOutput": {"output": json.dumps(items), "metadata": {"todos": items}}}]
+
+
+def test_a_todo_tool_is_a_plan_by_another_name():
+    raws = todowrite(("Write hello.py", "completed", "high"), ("Run it", "in_progress", "medium"),
+                     ("Tidy", "cancelled", "low"), title="3 todos")
+    first = fold(raws[0])
+    assert first.todo and first.todos is None  # known by its name before its input is
+    call = fold(*raws)
+    assert call.todos == [PlanEntry("Write hello.py", "high", "completed"), PlanEntry("Run it", "medium", "in_progress"),
+                          PlanEntry("Tidy", "low", "cancelled")]
+    out = render.plan(call.todos, "To-do list")
+    assert out.body.split("\n") == ["📋 To-do list (1/3 done)", "✅ Write hello.py · high priority", "🔄 Run it",
+                                    "✖️ Tidy · low priority"]
+    assert "<del>Tidy</del>" in out.html
+    # known by its input alone (another name), and from its output when the input never came
+    other = fold({"sessionUpdate": "tool_call", "toolCallId": "w", "title": "Update the list",
+                  "rawInput": {"todos": [{"description": "Read", "status": "pending"}]}})
+    assert other.todos == [PlanEntry("Read", "medium", "pending")]
+    late = fold({"sessionUpdate": "tool_call", "toolCallId": "l", "title": "write_todos"},
+                {"sessionUpdate": "tool_call_update", "toolCallId": "l", "status": "completed",
+                 "rawOutput": {"output": json.dumps([{"content": "A", "status": "completed"}])}})
+    assert late.todos == [PlanEntry("A", "medium", "completed")]
+    assert not fold({"sessionUpdate": "tool_call", "toolCallId": "x", "title": "Read todo.md"}).todo
+
+
+def test_exit_of_reads_the_usual_places():
+    from acp.toolcalls import exit_of
+    assert exit_of({"output": "", "metadata": {"exit": 2}}) == (2, None)
+    assert exit_of({"exitCode": 0}) == (0, None)
+    assert exit_of({"exit_code": None, "signal": "SIGTERM"}) == (None, "SIGTERM")
+    assert exit_of({"metadata": {"exit": True}}) == (None, None)  # not a number: no code
+    assert exit_of({"output": "x"}) is None and exit_of("text") is None and exit_of(None) is None
 
 
 def test_permission_shows_the_diff_or_the_command_and_labels_options_by_kind():

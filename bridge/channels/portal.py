@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +80,8 @@ class Portal:
             self.members.remove(agent)
 
     async def session_for(self, agent_name: str, agent) -> tuple[str, bool]:
-        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4).
+        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4); a
+        session belongs to the working directory it was opened in (`session_fits`).
         A session opened or loaded gets the member's stored mode, model and options again
         (coding/settings.py). One at a time per member: a command (`!mode`, `!commands`) and a
         turn never open two sessions."""
@@ -94,9 +96,11 @@ class Portal:
             await self.joined(agent_name)
             member = await db.member(self.channel.id, agent_name)
         cwd = self.bridge.config.agents[agent_name].cwd
-        if member.session_id and member.session_id in agent.sessions:
+        where = agent.working_dir(cwd) if cwd else None  # none configured: wherever the bridge runs
+        kept = member.session_id if session_fits(member.session_cwd, where) else None
+        if kept and kept in agent.sessions:
             return member.session_id, member.fresh
-        if member.session_id and agent.load_session:
+        if kept and agent.load_session:
             try:
                 await agent.load_session(member.session_id, cwd)
             except Exception as exc:  # the agent lost it: fall back to a fresh session
@@ -104,8 +108,11 @@ class Portal:
             else:
                 await self.bridge.settings.opened(self, agent_name, agent, member.session_id, new=False)
                 return member.session_id, member.fresh
+        if member.session_id and not kept:
+            log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
+                     agent_name, member.session_id, member.session_cwd, agent_name, where)
         session_id = await agent.new_session(cwd)
-        await db.set_session(self.channel.id, agent_name, session_id, fresh=True)
+        await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where)
         await self.bridge.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True
 
@@ -202,3 +209,11 @@ class Portal:
         if incoming.resumed and incoming.attachment is None and restored(incoming.body):
             incoming = await reread(self, incoming)  # after a restart: the file and caption again
         await run_turn(self, claimed, incoming)
+
+
+def session_fits(session_cwd: str | None, cwd: str | None) -> bool:
+    """A stored session is used again only in the configured working directory it was opened
+    in: an agent whose `cwd` changed would otherwise go on in the old one (OpenCode then asks
+    permission for everything "outside the project"). None on either side (a session stored
+    before directories were kept, an agent with no `cwd` configured): as before, kept."""
+    return session_cwd is None or cwd is None or os.path.normpath(session_cwd) == os.path.normpath(cwd)

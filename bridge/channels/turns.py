@@ -27,6 +27,7 @@ from ..matrix.media import attachment_prompt, outgoing_part, post
 from .render import escape_html
 from .routing import Turn
 from .journal import Journal
+from .silence import SilenceWatch
 from .stream import Answer, AnswerNotFinished, TxnIds
 
 if TYPE_CHECKING:
@@ -244,8 +245,11 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             think = asyncio.get_running_loop().call_later(
                 THINKING_AFTER, lambda: answer.set_status(STATUS_THINKING) if not answer.text else None)
 
+            quiet = SilenceWatch(answer, lambda: agent.asking)  # "nothing received for 30 s"
+
             def on_update(update: Update) -> None:
                 think.cancel()
+                quiet.heard()
                 if update.kind == "text":
                     answer.set_status(STATUS_WRITING)
                     part = outgoing_part(update.raw.get("content"))  # an image, a file (media.py)
@@ -269,6 +273,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                         answer.set_status(tool_status(update.title or known.get("title")))
 
             try:
+                quiet.start()
                 # its record says "prompted" before the agent can have it (at most once), and the
                 # prompt is written the moment that is done
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
@@ -277,6 +282,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                                                  before_send=lambda: _prompting(run))
             finally:
                 think.cancel()
+                quiet.stop()
                 typing.cancel()  # the agent is done; a busy homeserver is no reason to type
         await _shown(work)
         footer = "⏹ stopped" if stop_reason == "cancelled" else coding_render.stop_reason(stop_reason)

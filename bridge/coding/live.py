@@ -4,7 +4,9 @@
 sees the first one at once, then at most one edit per EDIT_INTERVAL with the latest content
 (the ones between are skipped, never queued), never more than MAX_EDITS, and `close()` sends
 the last state if it is not shown yet. One request at a time per message, so edits land in
-order. A failed request is logged and the next one carries the latest state again.
+order. A failed request is logged and the next one carries the latest state again. A state
+already shown is never sent again (the same edit twice: an edit in flight when `close()` came
+with the same state, after a rejection or a `!stop`).
 """
 from __future__ import annotations
 
@@ -82,6 +84,8 @@ class LiveMessage:
         if content is not self._wanted and self._wanted is not None:
             content = self._wanted  # a newer state came while waiting for the lock
         self._wanted = None
+        if content == self._shown:
+            return  # the request before this one (an edit in flight at close) showed it already
         try:
             if self.event_id is None:
                 self.event_id = await self.intent.send(self.room_id, content, txn_id=self._txn)

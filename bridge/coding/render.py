@@ -5,14 +5,16 @@ HTML always goes through the project's sanitiser (bridge/channels/render.py: the
 nh3), whatever an agent put in a title, a path or a diff. Plain bodies follow the answer's
 conventions: one line per item, code in fenced blocks.
 
-* `plan()` — the plan as one checklist: ⬜ pending, 🔄 in progress, ✅ done; high and low
-  priorities tagged (medium is the default, not tagged); "n/m done" in the heading.
+* `plan()` — the plan as one checklist: ⬜ pending, 🔄 in progress, ✅ done (✖️ cancelled, for
+  to-do tools); high and low priorities tagged (medium is the default, not tagged); "n/m done"
+  in the heading.
 * `tool_call()` — kind, title, status, locations, then its content: diffs (`diff()`),
   terminal output (`terminal()`), text.
 * `diff()` — a unified diff with the path and +/− counts, inline up to DIFF_INLINE_LINES lines,
   collapsed in `<details>` past that, and past DIFF_ATTACH_LINES lines or DIFF_ATTACH_CHARS
   characters only a summary: `attach` says the diff should go as a file.
-* `terminal()` — the last TERMINAL_TAIL_LINES lines in a code block, then the exit status.
+* `terminal()` — the last TERMINAL_TAIL_LINES lines in a code block, then the exit status; a
+  command whose output came as text content is shown the same way (`ToolCall.text_terminal`).
 * `permission()` — the request with the diff or command it is about; options numbered and
   labelled by kind (allow once / allow always / reject once / reject always).
 * `setting_change()`, `status()`, `elicitation()`, `url_consent()`, `stop_reason()` — one line
@@ -43,7 +45,7 @@ TEXT_CHARS = 1_500            # a tool call's text content, cut
 INPUT_CHARS = 300             # a permission's raw input, cut
 LOCATIONS_SHOWN = 5
 
-PLAN_MARKS = {"pending": "⬜", "in_progress": "🔄", "completed": "✅"}
+PLAN_MARKS = {"pending": "⬜", "in_progress": "🔄", "completed": "✅", "cancelled": "✖️"}
 KIND_ICONS = {"read": "📖", "edit": "✏️", "delete": "🗑️", "move": "📦", "search": "🔍",
               "execute": "▶️", "think": "💭", "fetch": "🌐", "switch_mode": "🔀", "other": "🔧"}
 STATUS_WORDS = {"pending": "⏳ pending", "in_progress": "🔄 running", "completed": "✅ done",
@@ -91,7 +93,7 @@ def plan(entries: list[PlanEntry], heading: str = "Plan") -> Rendered:
         tag = f" · {entry.priority} priority" if entry.priority in ("high", "low") else ""
         body.append(f"{mark} {entry.content}{tag}")
         text = _e(entry.content)
-        if entry.status == "completed":
+        if entry.status in ("completed", "cancelled"):
             text = f"<del>{text}</del>"
         elif entry.status == "in_progress":
             text = f"<strong>{text}</strong>"
@@ -207,7 +209,10 @@ def tool_call(call: ToolCall) -> tuple[Rendered, list[DiffView]]:
         html.append(f"<p>Where: <code>{_e(where)}</code></p>")
     attachments = []
     terminals_shown = set()
+    shell = call.text_terminal()  # a command's output sent as text: its tail, not its head
     for item in call.content:
+        if shell is not None and item.type == "content":
+            continue
         part = _content_part(call, item, attachments, terminals_shown)
         if part is not None:
             body.append(part.body)
@@ -217,6 +222,10 @@ def tool_call(call: ToolCall) -> tuple[Rendered, list[DiffView]]:
             part = terminal(term)
             body.append(part.body)
             html.append(part.html)
+    if shell is not None:
+        part = terminal(shell)
+        body.append(part.body)
+        html.append(part.html)
     return _done(body, html), attachments
 
 

@@ -8,6 +8,8 @@
 * each tool call is one message, posted when the call starts and edited as its updates fold in
   (kind, title, status, locations, diffs, terminal output; `content` replaces the whole list);
   a diff too long for a message goes as a `.diff` file once the call is done;
+* a to-do tool's call (OpenCode's `todowrite`: acp/toolcalls.py `ToolCall.todos`) is the plan by
+  another name: its list is shown in the turn's checklist, and the call has no message of its own;
 * `known(id)` is the call as folded so far, for a permission prompt about it.
 
 Edits are coalesced by `LiveMessage`; `close()` shows every message's final state.
@@ -48,10 +50,7 @@ class Work:
     def update(self, update: Update) -> bool:
         """Take a plan or tool-call update; False for any other kind."""
         if update.kind == "plan":
-            self.plan_updates += 1
-            if self.plan is None:
-                self.plan = LiveMessage(self.intent, self.room_id, "the plan")
-            self.plan.show(render.plan(update.plan or []).content("m.notice"))
+            self._show_plan(update.plan or [])
             return True
         if update.kind not in ("tool_call", "tool_call_update"):
             return False
@@ -64,11 +63,21 @@ class Work:
             call = self.calls[ident] = ToolCall(ident)
         call.apply(update)
         message = self._messages.get(ident)
+        if call.todo and message is None:  # a to-do list: the checklist, no tool-call message
+            if call.todos is not None:
+                self._show_plan(call.todos, "To-do list")
+            return True
         if message is None:
             message = self._messages[ident] = LiveMessage(self.intent, self.room_id, "a tool call")
         shown, _ = render.tool_call(call)
         message.show(shown.content("m.notice"))
         return True
+
+    def _show_plan(self, entries, heading: str = "Plan") -> None:
+        self.plan_updates += 1
+        if self.plan is None:
+            self.plan = LiveMessage(self.intent, self.room_id, "the plan")
+        self.plan.show(render.plan(entries, heading).content("m.notice"))
 
     def known(self, tool_call_id: str | None) -> ToolCall | None:
         return self.calls.get(tool_call_id or "")

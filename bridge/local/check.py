@@ -6,6 +6,10 @@ methods), then `session/new` (modes, config options — models among them — an
 `✗ name: reason`; the details follow on indented lines, also when `session/new` fails after a
 good `initialize` (an agent that wants a login still tells who it is and how to log in).
 
+When a step fails, the JSON-RPC error's `data` and the end of the agent's stderr follow the ✗
+line: the cause is often there and nowhere else (e.g. Claude Code's adapter refusing to run as
+root said so on stderr and answered only "Internal error").
+
 `announced()` talks to the agent; `report()` is a pure function of what was announced.
 """
 from __future__ import annotations
@@ -14,13 +18,17 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from acp import AcpError, AgentSpec, start_agent
-from acp.errors import RpcError
+import json
+import re
+
+from acp import AcpError, AgentSpec, AuthRequired, start_agent
 
 START_LIMIT = 60.0    # seconds for the process to start and answer initialize
 SESSION_LIMIT = 30.0  # seconds for session/new
 COMMANDS_GRACE = 1.0  # seconds to wait for available_commands_update after session/new
 LIST_LIMIT = 12       # values shown per list; the rest are counted
+STDERR_LINES = 12     # lines of a failed agent's stderr shown (its end), as in a crash notice
+LINE_CHARS = 300      # an error's data and each stderr line, cut
 
 
 @dataclass
@@ -35,6 +43,8 @@ class Announced:
     session: dict[str, Any] | None = None  # session/new's result
     commands: list[dict[str, Any]] | None = None
     error: str | None = None
+    error_data: Any = None  # the `data` of the JSON-RPC error, when the agent sent one
+    stderr: str = ""        # the end of its stderr, when it failed
 
 
 async def check_agents(cfg, say) -> int:
@@ -56,6 +66,7 @@ async def announced(spec: AgentSpec) -> Announced:
     found = Announced()
     commands: list[list[dict[str, Any]]] = []
     running = None
+    explained = False
     step = f"no answer to initialize within {START_LIMIT:g} s"
     try:
         running = await asyncio.wait_for(
@@ -67,7 +78,7 @@ async def announced(spec: AgentSpec) -> Announced:
         found.prompt_capabilities = dict(running.prompt_capabilities or {})
         found.auth_methods = [m for m in running.auth_methods or [] if isinstance(m, dict)]
         step = f"no answer to session/new within {SESSION_LIMIT:g} s"
-        found.session = await asyncio.wait_for(_new_session(running, spec.cwd), SESSION_LIMIT)
+        found.session = await asyncio.wait_for(running.open_session(spec.cwd), SESSION_LIMIT)
         # most agents announce their commands just after session/new's reply
         loop = asyncio.get_running_loop()
         deadline = loop.time() + COMMANDS_GRACE
@@ -79,22 +90,15 @@ async def announced(spec: AgentSpec) -> Announced:
         if reason.startswith(f"{spec.name}: "):  # ACP errors already name their agent
             reason = reason[len(spec.name) + 2:]
         found.error = reason
+        found.error_data = getattr(exc, "data", None)
+        found.stderr = getattr(exc, "stderr_tail", "") or ""
+        explained = isinstance(exc, AuthRequired)  # the line says it all: log in first
     finally:
         if running is not None:
             await running.stop()
+            if found.error is not None and not found.stderr and not explained:
+                found.stderr = running.stderr_tail()  # read once it stopped: all of it is in
     return found
-
-
-async def _new_session(running, cwd: str | None) -> dict[str, Any]:
-    """session/new's whole result: `Agent.new_session()` keeps only the session id, and check
-    wants the modes, config options and models beside it. Errors map as new_session()'s do."""
-    try:
-        result = await running._call("session/new", {"cwd": running._cwd(cwd), "mcpServers": []})
-    except RpcError as exc:
-        raise running._auth_error(exc) from None
-    if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-        raise AcpError("session/new returned no session id")
-    return result
 
 
 # ---- the report: pure --------------------------------------------------------------------------
@@ -106,7 +110,7 @@ def report(name: str, found: Announced) -> list[str]:
     if found.error is None:
         lines = [f"✓ {name}: {who}; loadSession: {load}; commands: {_command_names(found.commands)}"]
     else:
-        lines = [f"✗ {name}: {_text(found.error)}"]
+        lines = [f"✗ {name}: {_text(found.error)}"] + _why(found)
         if not found.initialized:
             return lines
         lines.append(f"    agent: {who}; loadSession: {load}")
@@ -118,6 +122,33 @@ def report(name: str, found: Announced) -> list[str]:
     lines.extend(_config_options(found.session.get("configOptions")))
     lines.append(f"    models: {_models(found.session.get('models'))}")
     return lines
+
+
+def _why(found: Announced) -> list[str]:
+    """What the agent said of its failure beyond the message: the error's data, the end of
+    its stderr (where agents write the cause: Claude Code's adapter, for one)."""
+    lines = []
+    if found.error_data not in (None, "", {}, []):
+        data = found.error_data if isinstance(found.error_data, str) else \
+            json.dumps(found.error_data, ensure_ascii=False, default=str)
+        lines.append(f"    error data: {_cut(_text(data))}")
+    tail = [_cut(_printable(line)) for line in found.stderr.splitlines() if _printable(line)][-STDERR_LINES:]
+    if tail:
+        lines.append(f"    stderr (last {len(tail)} line{'s' if len(tail) != 1 else ''}):")
+        lines.extend(f"      {line}" for line in tail)
+    return lines
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")  # colours, cursor moves
+
+
+def _printable(line: str) -> str:
+    """A stderr line as plain text for a terminal: no escape sequences, no control characters."""
+    return _text("".join(ch if ch.isprintable() else " " for ch in ANSI.sub("", line)))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= LINE_CHARS else text[:LINE_CHARS - 1] + "…"
 
 
 def _text(value: Any) -> str:

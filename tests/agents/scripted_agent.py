@@ -30,6 +30,9 @@ Options
                         before answering; answer "allowed" or "rejected", or stop
                         with stopReason "cancelled" if the outcome is cancelled
   --auth                announce an auth method and refuse session/new with -32000
+  --fail-session DATA   write two lines to stderr, then refuse session/new with -32603
+                        "Internal error" and DATA as the error's data (as Claude Code's
+                        adapter does when it cannot run)
   --prompt-caps LIST    promptCapabilities to announce, e.g. "image,audio,embeddedContext"
   --modes SPEC          "id:Name,id2:Name2": session/new returns these modes (the first
                         is current)
@@ -171,6 +174,10 @@ class Scripted(AgentBase):
     async def new_session(self, cwd: str, params: dict) -> str:
         if self.opts.auth:
             raise RpcFailure(AUTH_REQUIRED, "Authentication required")
+        if self.opts.fail_session is not None:
+            os.write(2, b"scripted_agent: starting a session\n"
+                        b"scripted_agent: --fail-session: cannot run here (on purpose)\n")
+            raise RpcFailure(-32603, "Internal error", self.opts.fail_session)
         session_id = await super().new_session(cwd, params)
         self.history[session_id] = []
         if path := self._path(session_id):
@@ -346,6 +353,7 @@ def main() -> None:
     p.add_argument("--state")
     p.add_argument("--permission", action="store_true")
     p.add_argument("--auth", action="store_true")
+    p.add_argument("--fail-session")
     p.add_argument("--prompt-caps")
     p.add_argument("--modes")
     p.add_argument("--config-options")

@@ -424,6 +424,35 @@ async def test_the_puppet_types_while_it_works_and_stops_after(homeserver, bridg
         await owner.close()
 
 
+# ---- an agent silent for a while ---------------------------------------------------------------
+
+async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(homeserver, bridge_factory, tmp_path,
+                                                                    monkeypatch):
+    # an agent that holds after its first part (OpenCode retrying its model showed nothing for
+    # 80 s): the status says how long nothing came and how to stop it; the answer then ends as
+    # usual. SILENT_AFTER is 30 s in use; 0.5 s here.
+    from bridge.channels import silence
+    monkeypatch.setattr(silence, "SILENT_AFTER", 0.5)
+    release = tmp_path / "release"
+    await bridge_factory({"alice": agent()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await room_with(owner)
+        await say(owner, room_id, f"[[chunks:2]] [[hold:{release}]] slowly")
+
+        def silent() -> bool:
+            found = answers(owner, room_id)
+            return bool(found) and found[0]["body"].startswith(
+                "⏳ still working, nothing received for 0.5 s — `!stop` to cancel\n\necho: ")
+        await sync_until(owner, silent)
+        release.touch()
+        [answer] = await wait_final(owner, room_id)
+        assert answer["body"] == "echo: [[chunks:2]] [[hold:" + str(release) + "]] slowly"
+    finally:
+        release.touch()
+        await owner.close()
+
+
 # ---- crash ----------------------------------------------------------------------------------------
 
 async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agent(

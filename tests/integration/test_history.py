@@ -231,6 +231,48 @@ async def test_restart_agent_with_load_session_gets_its_stored_session(homeserve
         await owner.close()
 
 
+async def test_a_session_belongs_to_its_working_directory(homeserver, bridge_factory, tmp_path):
+    # the config moved alice to another folder: her stored session (made in the old one) is not
+    # loaded, a new one is opened there, told the channel's past; that one is loaded from then on
+    log, folder, first, second = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+
+    def alice(cwd: Path) -> dict:
+        return agent("--load-session", "--state", str(tmp_path / "sessions"), "--log", str(log), cwd=str(cwd))
+    running = await bridge_factory({"alice": alice(first)}, folder=folder)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_dm(owner, ALICE)
+        await say(owner, room_id, "one")
+        await wait_answers(owner, room_id, ALICE, done=lambda a: a["body"] == "echo: one")
+        channel = running.store.channel_by_room(room_id)
+        old = running.store.member(channel.id, "alice")
+        assert old.session_cwd == str(first)
+        await running.idle()
+        await running.stop()
+
+        running = await bridge_factory({"alice": alice(second)}, folder=folder)
+        await say(owner, room_id, "two")
+        await wait_answers(owner, room_id, ALICE, count=2, done=lambda a: a["body"].startswith("echo: "))
+        assert not calls(log, "session/load")
+        opened = calls(log, "session/new")
+        assert [m["params"]["cwd"] for m in opened] == [str(first), str(second)]
+        new = running.store.member(channel.id, "alice")
+        assert new.session_id != old.session_id and new.session_cwd == str(second)
+        told = prompts(log)[1]  # a fresh session: told the channel's past
+        assert "user: one\nalice: echo: one\n" in told and told.endswith(f"{CLOSING}\ntwo"), told
+        await running.idle()
+        await running.stop()
+
+        running = await bridge_factory({"alice": alice(second)}, folder=folder)
+        await say(owner, room_id, "three")
+        await wait_answers(owner, room_id, ALICE, count=3, done=lambda a: a["body"].startswith("echo: "))
+        assert [m["params"]["sessionId"] for m in calls(log, "session/load")] == [new.session_id]
+        assert len(calls(log, "session/new")) == 2 and prompts(log)[2] == "three"
+    finally:
+        await owner.close()
+
+
 @pytest.mark.parametrize("database", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def test_restart_agent_without_load_session_gets_a_fresh_session_told_the_past(
         homeserver, bridge_factory, tmp_path, request, database):

@@ -11,7 +11,7 @@ from store.connect import connect
 from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
-ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"]}  # version 4 adds a column
+ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"]}  # versions 4 and 6 add a column
 
 
 def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None:
@@ -25,6 +25,8 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
             if v < 4:
                 db.execute_sql("DROP INDEX IF EXISTS sk_txn_seen")
                 db.execute_sql("ALTER TABLE sk_txn DROP COLUMN seen")
+            if v < 6:
+                db.execute_sql("ALTER TABLE sk_member DROP COLUMN session_cwd")
             m.Channel.insert(id="c1", room_id="!r:hs", name="general", created=1).execute()
             m.Member.insert(channel_id="c1", agent="alice", session_id="s1", joined="j1").execute()
             m.Message.insert(channel_id="c1", id="m1", sender="@me:hs", role="user", text="hello",
@@ -53,6 +55,7 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     assert version(store._db, store._m) == LATEST
     assert [c.room_id for c in store.channels()] == ["!r:hs"]
     assert store.member("c1", "alice").session_id == "s1"
+    assert store.member("c1", "alice").session_cwd is None  # opened before cwds were kept: used as before
     assert store.message_by_event("$e1").text == "hello"
     assert store.get_value("k") == "v"
     assert store.txn_seen("txn-1")

@@ -113,6 +113,33 @@ def test_member_state(store):
     assert store.member(channel.id, "bob") is None
 
 
+def test_a_session_keeps_the_working_directory_it_was_opened_in(store):
+    channel = store.create_channel("!room:hs", "general")
+    store.add_member(channel.id, "alice")
+    assert store.member(channel.id, "alice").session_cwd is None
+    store.set_session(channel.id, "alice", "s1", True, cwd="/home/me/work")
+    assert store.member(channel.id, "alice") == Member(channel.id, "alice", "s1", True, None, "/home/me/work")
+    assert store.members(channel.id)[0].session_cwd == "/home/me/work"
+    store.set_session(channel.id, "alice", None, False)  # no session: no directory either
+    assert store.member(channel.id, "alice").session_cwd is None
+
+
+def test_an_older_store_gains_the_session_directory(open_durable):
+    # a store made before sessions kept their directory: sk_member without session_cwd
+    store = open_durable()
+    channel = store.create_channel("!room:hs", "general")
+    store.add_member(channel.id, "alice")
+    store.set_session(channel.id, "alice", "old-session", False)
+    store._db.execute_sql("ALTER TABLE sk_member DROP COLUMN session_cwd")
+    store._db.execute_sql("UPDATE sk_schema SET version = 5")  # the version before the column
+    store.close()
+    again = open_durable()
+    member = again.member(channel.id, "alice")
+    assert (member.session_id, member.session_cwd) == ("old-session", None)  # used as before
+    again.set_session(channel.id, "alice", "new-session", True, cwd="/w")
+    assert again.member(channel.id, "alice").session_cwd == "/w"
+
+
 def test_updating_a_removed_member_is_a_no_op(store):
     # An answer can finish after its agent was removed from the channel.
     channel = store.create_channel("!room:hs", "general")

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from store import StoreClosed
 
 from ..matrix.media import read_message
+from .mentions import named
 from .portal import Incoming
 from .replies import replied_to, without_fallback
 
@@ -170,13 +171,18 @@ class Inbound:
         mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
         mentions = mentions if isinstance(mentions, list) else []
         command = bridge.command_descriptions.invoked(portal, content)  # MSC4391: `/agent:command args`
+        stored = read.stored
         if command is not None:
-            body, formatted, mentions = command, None, []
+            body, formatted, mentions, stored = command, None, [], command
         elif not read.passed_on:
             return
+        else:  # a pill's display name reaches agents as `@name`, now and in context lines (SPEC §6)
+            config = bridge.config
+            titles = {name: agent.title for name, agent in config.agents.items()}
+            body, stored = (named(text, formatted, mentions, config.agent_for_user_id, titles)
+                            for text in (body, stored))
         bridge.recovery.prompt_taken(event_id, room_id)
-        message = bridge.store.add_message(portal.channel.id, sender, "user",
-                                           body if command is not None else read.stored, [event_id])
+        message = bridge.store.add_message(portal.channel.id, sender, "user", stored, [event_id])
         portal.submit(Incoming(message.id, event_id, body, formatted,
                                [m for m in mentions if isinstance(m, str)], attachment=read.attachment))
 

@@ -121,6 +121,25 @@ async def test_bot_dm_greets_and_help_teaches_both_ways(homeserver, bridge_facto
         await owner.close()
 
 
+async def test_the_bot_marks_read_the_commands_in_its_dm(homeserver, bridge_factory):
+    """A command in the bot's DM gets the bot's read receipt (it used to get none: the owner
+    could not tell whether the bridge had seen it)."""
+    from test_strangers import read_receipts
+    await bridge_factory({"alice": agent(title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        dm = await open_bot_dm(owner)
+        before = len(notices(owner, dm, BOT))
+        sent = await say(owner, dm, "!agents")
+        await sync_until(owner, lambda: len(notices(owner, dm, BOT)) > before)
+
+        async def read_by_bot() -> bool:
+            return (await read_receipts(homeserver, owner.access_token, dm)).get(BOT) == sent
+        await sync_until(owner, read_by_bot)
+    finally:
+        await owner.close()
+
+
 async def test_tell_owners_makes_a_bot_dm_when_there_is_none(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent(title="Alice")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)

@@ -7,9 +7,12 @@ in the background: the banner is not delayed. `trouble()` turns what failed into
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import Awaitable, Callable
+
+import aiohttp
 
 from .check import announced, spec_of
 
@@ -44,10 +47,11 @@ def trouble(name: str, error: str, path: str) -> str:
     return f"agent {name}: {error} — `sidekicks check -c {path}` shows more"
 
 
-async def check_at_start(cfg, say: Callable[[str], None],
-                         tell: Callable[[str], Awaitable[None]]) -> list[str]:
-    """Check every agent, one after the other; say each failure (`✗ …`) and tell it to the
-    owners, then one line of summary. Returns the failure lines."""
+async def check_at_start(cfg, say: Callable[[str], None], tell: Callable[[str], Awaitable[None]],
+                         readable: Callable[[], Awaitable[None]] | None = None) -> list[str]:
+    """Check every agent, one after the other; say each failure (`✗ …`) at once, then one line
+    of summary; then, once `readable()` returns (the owners can read the bot's DM), tell the
+    owners each failure. Returns the failure lines."""
     failures = []
     for name, agent in cfg.agents.items():
         found = await announced(spec_of(name, agent))
@@ -56,14 +60,37 @@ async def check_at_start(cfg, say: Callable[[str], None],
         line = trouble(name, found.error, str(cfg.path))
         failures.append(line)
         say(f"✗ {line}")
+    count = len(cfg.agents)
+    if not failures:
+        say(f"• checked {count} agent{'s' if count != 1 else ''}: each starts")
+        return failures
+    say(f"• checked {count} agent{'s' if count != 1 else ''}: {len(failures)} cannot start "
+        "(also said in your DM with the bridge bot)")
+    if readable is not None:
+        await readable()
+    for line in failures:
         try:
             await tell(f"⚠️ {line}")
         except Exception as exc:   # the terminal has it; the DM is a courtesy
-            log.warning("could not tell the owners that %s cannot start: %s", name, exc)
-    count = len(cfg.agents)
-    if failures:
-        say(f"• checked {count} agent{'s' if count != 1 else ''}: {len(failures)} cannot start "
-            "(also said in your DM with the bridge bot)")
-    else:
-        say(f"• checked {count} agent{'s' if count != 1 else ''}: each starts")
+            log.warning("could not tell the owners: %s (%s)", line, exc)
     return failures
+
+
+async def owners_have_a_device(bridge, every: float = 2.0) -> None:
+    """Until every owner has a device: a line the bot sends into an encrypted DM before the
+    owner has logged in anywhere is encrypted for no device of theirs, and the client they log
+    in with next cannot read it (seen in nheko 0.11.3: "There is no key to unlock this message").
+    `sidekicks up` is started before the owner logs in, so its start check waits for this."""
+    owners = list(bridge.config.owners)
+    if not bridge.config.encryption:
+        return
+    while True:
+        try:
+            status, body = await bridge.bot.intent.request(
+                "POST", "/_matrix/client/v3/keys/query", {"device_keys": {owner: [] for owner in owners}})
+        except aiohttp.ClientError:
+            status, body = 0, {}
+        found = body.get("device_keys") if status == 200 and isinstance(body, dict) else None
+        if isinstance(found, dict) and all(found.get(owner) for owner in owners):
+            return
+        await asyncio.sleep(every)

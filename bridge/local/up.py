@@ -200,11 +200,12 @@ async def join(cfg, registration, stop: asyncio.Event, say) -> int:
 
 def checker(cfg, say):
     """Once the bridge runs: each agent checked as `sidekicks check` does, a failure said in the
-    terminal and in the owner's DM with the bot (bridge/local/start_check.py)."""
-    from .start_check import check_at_start
+    terminal at once and in the owner's DM with the bot once the owner has a device to read it
+    with (bridge/local/start_check.py)."""
+    from .start_check import check_at_start, owners_have_a_device
 
     async def check(bridge) -> None:
-        await check_at_start(cfg, say, bridge.commands.tell_owners)
+        await check_at_start(cfg, say, bridge.commands.tell_owners, lambda: owners_have_a_device(bridge))
     return check
 
 

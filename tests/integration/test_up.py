@@ -153,14 +153,16 @@ SCRIPTED = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
 async def test_up_says_an_agent_that_cannot_start_in_the_terminal_and_the_bots_dm(tmp_path):
     """A wrong command path or module name is said once `up` runs — after the banner, which it
     does not delay — in one line with the fix, in the terminal and in the owner's DM with the bot
-    (issue 27: the owner used to learn it from a notice on the first message)."""
+    (issue 27: the owner used to learn it from a notice on the first message). The DM is
+    encrypted (the default) and the owner logs in only after the terminal said it, as a person
+    does: the bot waits for the owner's device, so the client reads the lines."""
+    from test_e2ee import e2e_login, unreadable
     xdg = tmp_path / "xdg"
     hs_port, as_port = free_port(), free_port()
     config = tmp_path / "config.yaml"
     config.write_text(f"""owner: "@me:localhost"
 homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
 appservice: {{listen: "127.0.0.1:{as_port}"}}
-encryption: off   # the bot's DM in the clear: this owner's client logs in after the line was sent
 agents:
   good:
     command: [{sys.executable}, {SCRIPTED}]
@@ -192,7 +194,7 @@ agents:
                             registration_path=tmp_path / "registration.yaml", owner_id="@me:localhost",
                             owner_password=password, stranger_id="", stranger_password="",
                             folder=tmp_path, server=None)
-        owner = await login(hs, "@me:localhost", password)
+        owner, seen = await e2e_login(hs, "@me:localhost", password)
         try:
             await sync_until(owner, lambda: owner.invited_rooms or owner.rooms)
             [dm] = list(owner.invited_rooms) or list(owner.rooms)
@@ -204,6 +206,7 @@ agents:
                         if e.get("type") == "m.room.message" and e.get("sender") == "@sidekicks:localhost"]
             await sync_until(owner, lambda: len(told()) >= 2)
             assert told() == [f"⚠️ {line[2:]}" for line in said]
+            assert owner.rooms[dm].encrypted and unreadable(seen, dm) == []
         finally:
             await owner.close()
     finally:

@@ -1,6 +1,8 @@
 """Who a message names (SPEC §6): pills, m.mentions, plain @name, slash commands. Pure."""
 from __future__ import annotations
 
+from hypothesis import given, strategies as st
+
 from bridge.channels.mentions import SlashCommand, named, parse
 
 AGENTS = ("alice", "bob", "carol")
@@ -220,3 +222,12 @@ def test_routing_reads_the_rewritten_text_the_same():
     formatted = f"{pill('alice')} then {pill('bob')}"
     text = as_read("Alice then Bob", formatted)
     assert mentions(text) == mentions("Alice then Bob", formatted) == ("alice", "bob")
+
+
+@given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=200)),
+       st.lists(st.one_of(st.text(max_size=30), st.integers(), st.none()), max_size=4))
+def test_named_never_fails_and_leaves_text_without_mentions_alone(body, formatted, ids):
+    out = named(body, formatted, ids, local_of, TITLES)
+    assert isinstance(out, str)
+    if "@" not in body and not (formatted and "matrix.to" in formatted) and not ids:
+        assert out == body

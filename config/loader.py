@@ -1,7 +1,9 @@
 """Load and validate the per-user YAML file (SPEC §3).
 
 Every problem is collected, not just the first, and reported as one line:
-`config.yaml: agents.alice.command: must be a non-empty list of strings`.
+`config.yaml: agents.alice.command: must be a non-empty list of strings`. A key the loader does
+not read is a problem too (`agents.alice.titel: unknown key — did you mean title?`), and so are
+non-finite numbers and a file that is not UTF-8.
 """
 from __future__ import annotations
 

@@ -86,11 +86,8 @@ async def owners_have_a_device(bridge, every: float = 2.0) -> None:
         return
     while True:
         try:
-            status, body = await bridge.bot.intent.request(
-                "POST", "/_matrix/client/v3/keys/query", {"device_keys": {owner: [] for owner in owners}})
+            if await bridge.bot.intent.has_devices(owners):
+                return
         except aiohttp.ClientError:
-            status, body = 0, {}
-        found = body.get("device_keys") if status == 200 and isinstance(body, dict) else None
-        if isinstance(found, dict) and all(found.get(owner) for owner in owners):
-            return
+            pass
         await asyncio.sleep(every)

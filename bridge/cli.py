@@ -81,7 +81,9 @@ def _check_port(cfg: configuration.Config, store_locked: bool) -> None:
                     f"{where} (appservice.listen): stop it or choose another port")
 
 
-async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=None) -> None:
+async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=None, at_start=None) -> None:
+    """Run the bridge until `stop` is set. `on_ready()` once it is ready; `at_start(bridge)`, a
+    coroutine, then runs beside it (cancelled if still running when the bridge stops)."""
     from .bridge import Bridge
 
     registration = registrations.read(cfg.registration_path)
@@ -97,16 +99,22 @@ async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=No
         store.close()
         raise
     bridge = Bridge(cfg, registration, store, history_unavailable=unavailable)
+    beside = None
     try:
         await bridge.start(progress=lambda text: say(f"• {text}"))
         if on_ready is not None:
             on_ready()
+        if at_start is not None:
+            beside = asyncio.ensure_future(at_start(bridge))
         stopping = asyncio.ensure_future(stop.wait())
         halting = asyncio.ensure_future(bridge.halted.wait())
         await asyncio.wait({stopping, halting}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         halting.cancel()
     finally:
+        if beside is not None:
+            beside.cancel()
+            await asyncio.gather(beside, return_exceptions=True)
         say("• stopping the bridge …")
         await bridge.stop()
     if bridge.halted.is_set():

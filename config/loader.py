@@ -1,12 +1,17 @@
 """Load and validate the per-user YAML file (SPEC §3).
 
 Every problem is collected, not just the first, and reported as one line:
-`config.yaml: agents.alice.command: must be a non-empty list of strings`.
+`config.yaml: agents.alice.command: must be a non-empty list of strings`. A key the loader does
+not read is a problem too (`agents.alice.titel: unknown key — did you mean title?`), and so are
+non-finite numbers and a file that is not UTF-8.
 """
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,53 @@ LOCALPART = re.compile(r"^[a-z0-9._=\-]+$")
 AGENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 DOMAIN = re.compile(r"^[A-Za-z0-9.\-]+(:\d+)?$")
 MAX_ATTACHMENT_MIB = 100  # base64 in one JSON line to the agent: ~133 MiB
+
+# Every key the loader reads, per section ("agents.*": each agent's settings). A key not here is a
+# typo or a setting this version does not have: refused, naming the closest known key (SPEC §17).
+KNOWN_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
+    "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
+    "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
+    "agents.*": ("title", "command", "cwd", "env", "timeout"),
+    "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib"),
+}
+
+
+def unknown_keys(data: dict, known: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """The keys of `data` not in `known`, each with the closest known key (or None), in file order."""
+    found = []
+    for key in data:
+        if isinstance(key, str) and key in known:
+            continue
+        name = key if isinstance(key, str) else shown(key)
+        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+        found.append((name, close[0] if close else None))
+    return found
+
+
+def shown(value: Any) -> str:
+    """A value as the user wrote it in YAML: `.nan`, `.inf`, not Python's `nan`, `inf`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    return repr(value)
+
+
+def split_command(value: Any) -> tuple[list[str] | None, str | None]:
+    """`command:` as a list of strings, or one command line split as a shell would (no shell runs):
+    "opencode acp" and [opencode, acp] are the same. Returns (parts, None) or (None, why not)."""
+    if isinstance(value, str):
+        try:
+            value = shlex.split(value)
+        except ValueError as exc:   # an unclosed quote
+            return None, f"cannot be split into words ({str(exc).lower()}): write it as a list"
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(part, str) and part for part in value)):
+        return None, COMMAND_SHAPE
+    return value, None
+
+
+COMMAND_SHAPE = ("must be a non-empty list of strings, like [opencode, acp], "
+                 "or one string, like \"opencode acp\"")
 
 
 class ConfigError(Exception):
@@ -38,6 +90,21 @@ class _Checker:
     def problem(self, key: str, text: str) -> None:
         self.problems.append(f"{self.label}: {key}: {text}" if key else f"{self.label}: {text}")
 
+    def known(self, data: dict, section: str, path: str | None = None) -> set[str]:
+        """Say each unknown key of `data` (a mapping at `path`); returns the known keys suggested,
+        so a misspelt required key is named once, as a typo, not again as missing."""
+        path = section if path is None else path
+        suggested = set()
+        known = KNOWN_KEYS[section]
+        for key, close in unknown_keys(data, known):
+            where = f"{path}.{key}" if path else key
+            if close is not None:
+                self.problem(where, f"unknown key — did you mean {close}?")
+                suggested.add(close)
+            else:
+                self.problem(where, f"unknown key (known here: {', '.join(known)})")
+        return suggested
+
     def section(self, data: dict, key: str) -> dict:
         value = data.get(key)
         if value is None:
@@ -45,6 +112,7 @@ class _Checker:
         if not isinstance(value, dict):
             self.problem(key, "must be a mapping")
             return {}
+        self.known(value, key)
         return value
 
     def string(self, data: dict, key: str, path: str, default: str | None = None,
@@ -63,14 +131,15 @@ class _Checker:
     def integer(self, data: dict, key: str, path: str, default: int, low: int, high: int) -> int:
         value = data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            self.problem(path, f"must be a whole number from {low} to {high}, got {value!r}")
+            self.problem(path, f"must be a whole number from {low} to {high}, got {shown(value)}")
             return default
         return value
 
     def number(self, data: dict, key: str, path: str, default: float, low: float) -> float:
         value = data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
-            self.problem(path, f"must be a number of at least {low}, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or value < low):
+            self.problem(path, f"must be a finite number of at least {low:g}, got {shown(value)}")
             return default
         return float(value)
 
@@ -80,17 +149,25 @@ def load(path: str | os.PathLike, label: str | None = None) -> Config:
     path = Path(path)
     label = label or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError([f"{label}: file not found"]) from None
     except OSError as exc:
         raise ConfigError([f"{label}: cannot read: {exc.strerror}"]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError([f"{label}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}): "
+                           "save the file as UTF-8"]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
         raise ConfigError([f"{label}: {where}not valid YAML ({getattr(exc, 'problem', exc)})"]) from None
+    except RecursionError:
+        raise ConfigError([f"{label}: not a usable configuration (nested too deeply)"]) from None
     if not isinstance(data, dict):
         raise ConfigError([f"{label}: must be a YAML mapping of keys (owner, homeserver, agents, ...)"])
     return parse(data, path, label)
@@ -98,10 +175,13 @@ def load(path: str | os.PathLike, label: str | None = None) -> Config:
 
 def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     c = _Checker(label)
+    suggested = c.known(data, "")
 
     owners_raw = data.get("owner")
     owners: list[str] = []
-    if owners_raw is None:
+    if owners_raw is None and "owner" in suggested:
+        pass   # already said: a misspelt `owner`
+    elif owners_raw is None:
         c.problem("owner", "is required: the Matrix user id allowed to talk to agents, e.g. \"@me:localhost\"")
     else:
         items = owners_raw if isinstance(owners_raw, list) else [owners_raw]
@@ -217,13 +297,10 @@ def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
         if not isinstance(spec, dict):
             c.problem(key, "must be a mapping with at least `command`")
             continue
-        command = spec.get("command")
-        if isinstance(command, str) and command.strip():
-            command = command.split()
-        if (not isinstance(command, list) or not command
-                or not all(isinstance(part, str) and part for part in command)):
-            c.problem(f"{key}.command", "must be a non-empty list of strings")
-            command = None
+        suggested = c.known(spec, "agents.*", key)
+        command, why = split_command(spec.get("command"))
+        if command is None and not ("command" not in spec and "command" in suggested):
+            c.problem(f"{key}.command", why)
         title = spec.get("title", name)
         if not isinstance(title, str) or not title.strip():
             c.problem(f"{key}.title", "must be a non-empty string")

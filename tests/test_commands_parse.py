@@ -58,10 +58,10 @@ def test_describe_state_in_words():
     assert describe_state("ready") == "ready"
     assert describe_state("starting") == "starting"
     assert describe_state("waiting") == "waiting for a free slot"
-    assert describe_state("busy", "general") == "answering in #general"
+    assert describe_state("busy", "#general") == "answering in #general"
     assert describe_state("busy") == "answering"
-    assert describe_state("starting", "general") == "answering in #general"
-    assert describe_state("waiting", "general") == "waiting for a free slot"
+    assert describe_state("starting", "#general") == "answering in #general"
+    assert describe_state("waiting", "#general") == "waiting for a free slot"
 
 
 def test_format_commands_alone_and_with_several_members():

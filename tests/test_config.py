@@ -68,6 +68,7 @@ BAD = [
     ({**GOOD, "database": "mysql://x"}, "database: must be \"sqlite\" or a postgresql://"),
     ({**GOOD, "agents": {"Alice Smith": {"command": ["x"]}}}, "agents.Alice Smith: the name must be"),
     ({**GOOD, "agents": {"alice": {"command": ["x"], "cwd": "/does/not/exist"}}}, "agents.alice.cwd: folder does not exist"),
+    ({**GOOD, "agents": {"alice": {"command": "run 'x"}}}, "agents.alice.command: cannot be split into words (no closing quotation)"),
     ("owner: [unclosed", "not valid YAML"),
     ("- just\n- a list\n", "must be a YAML mapping"),
 ]
@@ -80,6 +81,91 @@ def test_bad_config_names_file_key_and_problem(tmp_path, data, expected):
         config.load(path)
     assert any(line.startswith(f"{path}: ") and expected in line for line in caught.value.problems), \
         caught.value.problems
+
+
+# -- typos, non-finite numbers, bytes that are not text (issue 27 point 3, issue 26 point 9) --------
+
+TYPOS = [
+    ({**GOOD, "agents": {"alice": {"command": ["x"], "titel": "Alice"}}},
+     "agents.alice.titel: unknown key — did you mean title?"),
+    ({**GOOD, "agents": {"alice": {"comand": ["x"]}}}, "agents.alice.comand: unknown key — did you mean command?"),
+    ({**{k: v for k, v in GOOD.items() if k != "owner"}, "ownr": "@me:localhost"},
+     "ownr: unknown key — did you mean owner?"),
+    ({**GOOD, "limits": {"context_message": 5}}, "limits.context_message: unknown key — did you mean context_messages?"),
+    ({**GOOD, "homeserver": {"url": "http://127.0.0.1:8008", "domian": "localhost"}},
+     "homeserver.domian: unknown key — did you mean domain?"),
+    ({**GOOD, "appservice": {"puppet_prefx": "sk_"}}, "appservice.puppet_prefx: unknown key — did you mean puppet_prefix?"),
+    ({**GOOD, "encrypton": "off"}, "encrypton: unknown key — did you mean encryption?"),
+    ({**GOOD, "zzz": 1}, "zzz: unknown key (known here: owner, homeserver, appservice, agents, limits, encryption, database)"),
+]
+
+
+@pytest.mark.parametrize("data,expected", TYPOS, ids=[e.split(":")[0] for _, e in TYPOS])
+def test_an_unknown_key_is_one_line_naming_the_closest_known_key(tmp_path, data, expected):
+    """A misspelt key is never silently ignored (the agent losing its title without a word), and a
+    misspelt required key is named as the typo, not reported again as missing."""
+    path = write(tmp_path, data)
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    assert caught.value.problems == [f"{path}: {expected}"]
+
+
+def test_a_typo_exits_2_from_the_command_line_in_one_line(tmp_path):
+    path = write(tmp_path, "owner: '@me:localhost'\nagents:\n  alice:\n    titel: Alice\n    comand: [x]\n")
+    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", path],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines() == [
+        f"{path}: agents.alice.titel: unknown key — did you mean title?",
+        f"{path}: agents.alice.comand: unknown key — did you mean command?",
+    ]
+
+
+def test_every_shipped_config_uses_known_keys_only(tmp_path):
+    from bridge.local.up import write_default_config
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shipped = [os.path.join(root, "deploy", "compose", "sidekicks.yaml")]
+    shipped += [os.path.join(root, "deploy", "examples", n) for n in os.listdir(os.path.join(root, "deploy", "examples"))]
+    write_default_config(tmp_path / "default.yaml", user="ana")
+    for path in shipped + [str(tmp_path / "default.yaml")]:
+        config.load(path)   # raises on any unknown key
+
+
+@pytest.mark.parametrize("command,parts", [
+    ("opencode acp", ("opencode", "acp")),
+    ("python -m x --name 'Big model'", ("python", "-m", "x", "--name", "Big model")),
+    (["ssh", "box", "cd ~/src && exec agent"], ("ssh", "box", "cd ~/src && exec agent")),
+])
+def test_command_is_a_list_or_one_command_line_split_as_a_shell_would(tmp_path, command, parts):
+    cfg = config.load(write(tmp_path, {**GOOD, "agents": {"alice": {"command": command}}}))
+    assert cfg.agents["alice"].command == parts
+
+
+NON_FINITE = [
+    ("agents:\n  alice:\n    command: [x]\n    timeout: .nan\n", "agents.alice.timeout: must be a finite number of at least 1, got .nan"),
+    ("appservice:\n  permission_timeout: .inf\n", "appservice.permission_timeout: must be a finite number of at least 1, got .inf"),
+    ("limits:\n  attachment_mib: .nan\n", "limits.attachment_mib: must be a finite number of at least 0.01, got .nan"),
+    ("limits:\n  context_chars: -.inf\n", "limits.context_chars: must be a whole number from 1 to 1000000, got -.inf"),
+]
+
+
+@pytest.mark.parametrize("text,expected", NON_FINITE, ids=[e.split(":")[0] for _, e in NON_FINITE])
+def test_a_non_finite_number_is_one_line_and_exit_2(tmp_path, text, expected):
+    path = write(tmp_path, "owner: '@me:localhost'\n" + text)
+    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", path],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines() == [f"{path}: {expected}"]
+
+
+def test_a_file_that_is_not_utf8_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"owner: '@me:localhost'\nagents:\n  alice:\n    title: Ren\xe9\n    command: [x]\n")
+    result = subprocess.run([sys.executable, "-m", "bridge", "run", "-c", str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines() == [
+        f"{path}: line 4: not UTF-8 text (byte 0xe9): save the file as UTF-8"]
 
 
 def test_every_problem_is_reported_at_once(tmp_path):

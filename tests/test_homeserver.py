@@ -73,6 +73,23 @@ async def test_owner_creates_an_unencrypted_room_and_talks(homeserver):
         await owner.close()
 
 
+async def test_rooms_are_of_a_version_every_named_client_reads(homeserver):
+    """nheko 0.11 (Debian's) cannot parse version-12 room ids (no `:server`) nor a version-11
+    m.room.create (no `creator`): a room a client makes on the embedded homeserver is version 10,
+    as its m.room.create says — what a client reads."""
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        created = await owner.room_create(name="which version")
+        assert isinstance(created, nio.RoomCreateResponse), created
+        assert created.room_id.startswith("!") and created.room_id.endswith(":localhost")
+        state = await owner.room_get_state_event(created.room_id, "m.room.create")
+        assert isinstance(state, nio.RoomGetStateEventResponse), state
+        assert state.content["room_version"] == "10"
+        assert state.content["creator"] == homeserver.owner_id
+    finally:
+        await owner.close()
+
+
 async def test_sync_until_names_the_condition_on_timeout(homeserver):
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:

@@ -1,7 +1,9 @@
 """Who a message names (SPEC §6): pills, m.mentions, plain @name, slash commands. Pure."""
 from __future__ import annotations
 
-from bridge.channels.mentions import SlashCommand, parse
+from hypothesis import given, strategies as st
+
+from bridge.channels.mentions import SlashCommand, named, parse
 
 AGENTS = ("alice", "bob", "carol")
 ALIASES = {**{a: a for a in AGENTS}, **{f"sk_{a}": a for a in AGENTS}}
@@ -153,3 +155,79 @@ def test_not_a_command():
     assert slash("/review x") is None           # no agent named
     assert slash("look at /alice:review") is None  # not at the start
     assert slash("@alice /tmp/x.log is empty, why?") is None  # a path, not a command
+
+
+# ---- what the agent reads: `@name`, whatever the client put in the body (SPEC §6) ---------------
+
+TITLES = {"alice": "Alice", "bob": "Bob", "carol": "Carol", "local": "SmolLM2 · runs on this computer"}
+
+
+def local_of(user_id: str) -> str | None:
+    return "local" if user_id == "@sk_local:localhost" else agent_of(user_id)
+
+
+def as_read(body: str, formatted: str | None = None, ids=()) -> str:
+    return named(body, formatted, list(ids), local_of, TITLES)
+
+
+def test_elements_pill_label_becomes_the_agents_name():
+    label = "SmolLM2 · runs on this computer"
+    formatted = f'<a href="https://matrix.to/#/@sk_local:localhost">{label}</a> what is 2 plus 2?'
+    assert as_read(f"{label} what is 2 plus 2?", formatted, ["@sk_local:localhost"]) == "@local what is 2 plus 2?"
+
+
+def test_label_html_escaped_in_the_link_and_a_leading_colon_kept():
+    formatted = '<a href="https://matrix.to/#/@sk_bob:localhost">Bob &amp; Co</a>: hi'
+    assert as_read("Bob & Co: hi", formatted) == "@bob: hi"
+
+
+def test_several_pills_each_in_its_place():
+    formatted = f"{pill('alice')} and {pill('bob')}, what do you think?"
+    assert as_read("Alice and Bob, what do you think?", formatted) == "@alice and @bob, what do you think?"
+
+
+def test_the_pill_occurrence_is_the_one_where_the_pill_sits():
+    """The label also appears as an ordinary word earlier: only the pill's place changes."""
+    formatted = f"Ask Bob's friend, not {pill('bob')}"
+    assert as_read("Ask Bob's friend, not Bob", formatted) == "Ask Bob's friend, not @bob"
+
+
+def test_a_label_inside_a_longer_word_is_not_the_pill():
+    formatted = f"Alicent, ask {pill('alice')}"
+    assert as_read("Alicent, ask Alice", formatted) == "Alicent, ask @alice"
+
+
+def test_a_client_that_writes_the_at_sign_gets_no_double_one():
+    assert as_read("@Alice hi", f"@{pill('alice')} hi") == "@alice hi"
+
+
+def test_a_pill_to_someone_else_and_text_that_is_not_there_stay():
+    formatted = '<a href="https://matrix.to/#/@owner:localhost">Me</a> and <a href="https://matrix.to/#/@sk_bob:localhost">Robert</a>'
+    assert as_read("Me and Bob", formatted) == "Me and Bob"
+
+
+def test_m_mentions_without_a_pill_replace_the_title_at_word_boundaries():
+    assert as_read("Carol: hi", None, ["@sk_carol:localhost"]) == "@carol: hi"
+    assert as_read("Caroline says hi", None, ["@sk_carol:localhost"]) == "Caroline says hi"
+    assert as_read("Carol hi", None, []) == "Carol hi"   # not mentioned: a word like any other
+
+
+def test_a_puppets_user_id_becomes_the_name_and_plain_names_stay():
+    assert as_read("@sk_alice:localhost and @bob, hi") == "@alice and @bob, hi"
+    assert as_read("mail me@example.org") == "mail me@example.org"
+
+
+def test_routing_reads_the_rewritten_text_the_same():
+    """The stored text (what context lines and a restart read) routes to the same agents."""
+    formatted = f"{pill('alice')} then {pill('bob')}"
+    text = as_read("Alice then Bob", formatted)
+    assert mentions(text) == mentions("Alice then Bob", formatted) == ("alice", "bob")
+
+
+@given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=200)),
+       st.lists(st.one_of(st.text(max_size=30), st.integers(), st.none()), max_size=4))
+def test_named_never_fails_and_leaves_text_without_mentions_alone(body, formatted, ids):
+    out = named(body, formatted, ids, local_of, TITLES)
+    assert isinstance(out, str)
+    if "@" not in body and not (formatted and "matrix.to" in formatted) and not ids:
+        assert out == body

@@ -15,6 +15,7 @@ import aiohttp
 from .background import Background
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
                             find_channels, format_commands, parse, resolve_agent, split_delete)
+from .places import place_of
 from ..coding.settings import COMMANDS as SETTINGS_COMMANDS
 from ..matrix.client import MatrixError
 from ..matrix.space import Space, create_room, give_power, membership, room_link
@@ -50,6 +51,10 @@ class BotCommands:
                 await self._in_channel(portal, command)
                 return True
             if await self._is_bot_room(room_id, sender):
+                event_id = event.get("event_id")
+                if isinstance(event_id, str):   # the bot has read it, as a person would
+                    self.tasks.start(self.bridge.bot.intent.read_up_to(room_id, event_id),
+                                     f"read receipt in {room_id}")
                 await self._in_bot_room(room_id, sender, command)
                 return True
         except (MatrixError, aiohttp.ClientError) as exc:
@@ -144,7 +149,7 @@ class BotCommands:
         lines = ["Agents:"]
         for name, agent in bridge.config.agents.items():
             portal = bridge.active_turns.get(name)
-            state = describe_state(bridge.pool.state(name), portal.channel.name if portal else None)
+            state = describe_state(bridge.pool.state(name), place_of(portal.channel) if portal else None)
             lines.append(f"  {name} — {agent.title} — {state}")
         await self._say(room_id, "\n".join(lines))
 

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from store import StoreClosed
 
 from ..matrix.media import read_message
+from .mentions import named
 from .portal import Incoming
 from .replies import replied_to, without_fallback
 
@@ -173,15 +174,21 @@ class Inbound:
         mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
         mentions = mentions if isinstance(mentions, list) else []
         command = await bridge.command_descriptions.invoked(portal, content)  # MSC4391: `/agent:command args`
+        stored = read.stored
         if command is not None:
-            body, formatted, mentions = command, None, []
+            body, formatted, mentions, stored = command, None, [], command
         elif not read.passed_on:
             return
+        else:  # a pill's display name reaches agents as `@name`, now and in context lines (SPEC §6)
+            config = bridge.config
+            titles = {name: agent.title for name, agent in config.agents.items()}
+            body, stored = (named(text, formatted, mentions, config.agent_for_user_id, titles)
+                            for text in (body, stored))
         mentions = [m for m in mentions if isinstance(m, str)]
         decision = await portal.route(body, formatted, mentions)
         # the message and its turns, stored together (store/turns.py): from here on every turn
         # starts once, whatever stops the bridge and whichever path finds it first
-        taken = await bridge.db.turns.take(portal.channel.id, sender, body if command is not None else read.stored,
+        taken = await bridge.db.turns.take(portal.channel.id, sender, stored,
                                            event_id, [(t.agent, t.text, t.alone) for t in decision.turns],
                                            bridge.run_id)
         if taken is None:

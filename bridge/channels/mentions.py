@@ -119,3 +119,83 @@ def _leading_mention(body: str, formatted_body: str | None, names: dict[str, str
 
 def _unquote(value: str) -> str:
     return unquote(value)
+
+
+# ---- what the agent reads: `@name` for each mention, whatever the client put in the body -------
+
+WORD = re.compile(r"\w")
+
+
+def named(text: str, formatted_body: str | None, mention_ids: Iterable[str],
+          agent_of: Callable[[str], str | None], titles: dict[str, str]) -> str:
+    """`text` with each mention of an agent written `@name` (SPEC §6, ADR §3: `user: @alice …`).
+
+    Element and nheko put a pill's label — the puppet's display name, "SmolLM2 · runs on this
+    computer" — in the body, and the link only in `formatted_body`; a small model reads that
+    label as part of the question. Each pill to a puppet has its label in `text` replaced: the
+    occurrence nearest to where the pill sits in the formatted text, at word boundaries when
+    there is one. An agent named only in `m.mentions` has its title replaced (at word
+    boundaries); a puppet's full user id in the text (`@sk_alice:localhost`) becomes `@alice`.
+    Text that is not found stays as it is."""
+    spans: list[tuple[int, int, str]] = []   # (start, end, replacement) in `text`, not overlapping
+
+    def free(start: int, end: int) -> bool:
+        return all(end <= s or start >= e for s, e, _ in spans)
+
+    def place(label: str, agent: str, hint: int | None) -> bool:
+        label = label.strip()
+        if not label or label == f"@{agent}":
+            return label == f"@{agent}" and label in text
+        found = []
+        at = text.find(label)
+        while at >= 0:
+            start, end = at, at + len(label)
+            if start > 0 and text[start - 1] == "@":
+                start -= 1   # a client that wrote "@Alice": not "@@alice"
+            if free(start, end):
+                found.append((start, end))
+            at = text.find(label, at + 1)
+        bounded = [(s, e) for s, e in found if _boundary(text, s, e)]
+        candidates = bounded or ([] if hint is None else found)
+        if not candidates:
+            return False
+        start, end = min(candidates, key=lambda span: abs(span[0] - hint)) if hint is not None else candidates[0]
+        spans.append((start, end, f"@{agent}"))
+        return True
+
+    pilled = set()
+    if formatted_body:
+        for match in PILL.finditer(formatted_body):
+            agent = agent_of(_unquote(match.group(1)))
+            if agent is None:
+                continue
+            label = html.unescape(TAG.sub("", match.group(2)))
+            hint = len(html.unescape(TAG.sub("", formatted_body[:match.start()])))
+            place(label, agent, hint)
+            pilled.add(agent)
+    for user_id in mention_ids or ():
+        agent = agent_of(user_id) if isinstance(user_id, str) else None
+        if agent is not None and agent not in pilled and agent in titles:
+            place(titles[agent], agent, None)
+            pilled.add(agent)
+    for match in PLAIN.finditer(text):
+        token = match.group(1)
+        agent = agent_of("@" + token) if ":" in token else None
+        if agent is not None and free(match.start(), match.end()):
+            spans.append((match.start(), match.end(), f"@{agent}"))
+    if not spans:
+        return text
+    out, cursor = [], 0
+    for start, end, replacement in sorted(spans):
+        out.append(text[cursor:start])
+        out.append(replacement)
+        cursor = end
+    out.append(text[cursor:])
+    return "".join(out)
+
+
+def _boundary(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] is not part of a longer word on either side."""
+    before = start == 0 or not (WORD.match(text[start - 1]) and WORD.match(text[start]))
+    after = end == len(text) or not (WORD.match(text[end]) and WORD.match(text[end - 1]))
+    return before and after

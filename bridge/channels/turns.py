@@ -146,11 +146,12 @@ def _queues(bridge) -> dict[str, list[TurnRun]]:
 
 def waiting_note(bridge, agent: str, ahead: int | None = None) -> str:
     """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts."""
+    from .places import place_of   # here: a DM is "your direct chat", not "#local"
     busy_in = bridge.active_turns.get(agent)
     if busy_in is not None:
         if ahead is None:
             ahead = len(_queues(bridge).get(agent, []))
-        where = f"answering in #{busy_in.channel.name}"
+        where = f"answering in {place_of(busy_in.channel)}"
         if ahead == 0:
             return f"{where}; this channel is next"
         return f"{where}; {ahead} channel{'s' if ahead > 1 else ''} before this one"

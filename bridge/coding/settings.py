@@ -27,6 +27,7 @@ from store import StoreClosed, StoreError
 
 from ..channels.background import Background
 from ..channels.command_parse import describe_state, resolve_agent
+from ..channels.places import place_of
 from ..channels.render import escape_html, sanitise
 from . import render
 
@@ -323,7 +324,7 @@ class SessionSettings:
         for agent_name in members:
             title = bridge.config.agents[agent_name].title
             answering = bridge.active_turns.get(agent_name)
-            where = answering.channel.name if answering is not None else None
+            where = place_of(answering.channel) if answering is not None else None
             state_word = describe_state(bridge.pool.state(agent_name), where)
             if answering is portal:
                 state_word = "answering here"

@@ -52,13 +52,17 @@ async def check_agents(cfg, say) -> int:
     say(f"{cfg.path}: configuration is valid ({count} agent{'s' if count != 1 else ''})")
     failures = 0
     for name, agent in cfg.agents.items():
-        spec = AgentSpec(name=name, command=list(agent.command), cwd=agent.cwd, env=dict(agent.env),
-                         title=agent.title, timeout=agent.timeout)
-        found = await announced(spec)
+        found = await announced(spec_of(name, agent))
         failures += found.error is not None
         for line in report(name, found):
             say(line)
     return 1 if failures else 0
+
+
+def spec_of(name: str, agent) -> AgentSpec:
+    """How to start the configured agent `name` (a config.AgentConfig)."""
+    return AgentSpec(name=name, command=list(agent.command), cwd=agent.cwd, env=dict(agent.env),
+                     title=agent.title, timeout=agent.timeout)
 
 
 async def announced(spec: AgentSpec) -> Announced:

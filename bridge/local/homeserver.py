@@ -10,7 +10,8 @@ files up to date, so accounts, rooms and access tokens survive restarts.
 
 The server is for one machine: it listens on 127.0.0.1 only, has no federation listener and
 refuses federation both ways, and nobody can sign up (accounts come from the shared-secret admin
-API, see `register_user`). Element reads `io.element.e2ee` from the well-known file: with the
+API, see `register_user`). Its rooms are version 10 (ROOM_VERSION), the newest every client the
+README names can read. Element reads `io.element.e2ee` from the well-known file: with the
 bridge's encryption on (the default) new rooms are encrypted as on any homeserver; with it off
 the well-known file and the server default new rooms to unencrypted.
 """
@@ -48,6 +49,8 @@ _RATE_LIMIT_KEYS = (
     "rc_third_party_invite", "rc_media_create", "rc_presence.per_user", "rc_delayed_event_mgmt",
     "rc_room_creation", "rc_reports", "rc_user_directory", "rc_profile",
 )
+# The version of the rooms this homeserver makes (see _config: the newest nheko 0.11 reads).
+ROOM_VERSION = "10"
 _SECRET_KEYS = ("registration_shared_secret", "macaroon_secret_key", "form_secret")
 _STOP_GRACE = 15.0   # seconds Synapse gets to finish after SIGTERM before SIGKILL
 _TAIL_LINES = 12     # lines of log shown when the server fails to start
@@ -185,6 +188,10 @@ class Homeserver:
             "federation_domain_whitelist": [],
             # puppets are online while the bridge runs, offline after (SPEC §5; bridge/matrix/presence.py)
             "presence": {"enabled": True},
+            # Rooms every client the README names can read (SPEC §4). Synapse's default, 12, gives
+            # rooms ids without `:server`, which nheko 0.11 (Debian's) cannot parse; 11 drops
+            # `creator` from m.room.create, which its mtxclient 0.9 requires. 10 has both.
+            "default_room_version": ROOM_VERSION,
             "url_preview_enabled": False,
             # Element decides "encrypt new rooms?" from the well-known file; Synapse from this.
             "extra_well_known_client_content": {"io.element.e2ee": {"default": self.encryption}},

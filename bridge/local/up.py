@@ -142,14 +142,14 @@ async def up(path: Path, args, stop: asyncio.Event, say) -> int:
         def ready() -> None:
             agent = next(iter(cfg.agents), "agent")
             say("")
-            say("Sidekicks is running. Log in with Element (desktop or web):")
-            say(f"  homeserver:  {server.url}")
+            say("Sidekicks is running. Log in with Element (desktop or web) or nheko:")
+            say(f"  homeserver:  {server.url}   (type it in: no client finds it from the user name)")
             say(f"  user:        {cfg.owners[0]}")
             say(f"  password:    in {password_file(cfg)}")
             say(f"  then start a direct message with @{cfg.puppet_prefix}{agent}:{cfg.domain}")
             say("Ctrl-C stops everything.")
 
-        await run_bridge(cfg, stop, on_ready=ready)
+        await run_bridge(cfg, stop, on_ready=ready, at_start=checker(cfg, say))
     finally:
         say("• stopping the homeserver …")
         await server.stop()
@@ -194,8 +194,19 @@ async def join(cfg, registration, stop: asyncio.Event, say) -> int:
             f"{cfg.owners[0]}, then start a direct message with @{cfg.puppet_prefix}{agent}:{cfg.domain}")
         say("Ctrl-C stops this bridge (the homeserver keeps running).")
 
-    await run_bridge(cfg, stop, on_ready=ready)
+    await run_bridge(cfg, stop, on_ready=ready, at_start=checker(cfg, say))
     return 0
+
+
+def checker(cfg, say):
+    """Once the bridge runs: each agent checked as `sidekicks check` does, a failure said in the
+    terminal at once and in the owner's DM with the bot once the owner has a device to read it
+    with (bridge/local/start_check.py)."""
+    from .start_check import check_at_start, owners_have_a_device
+
+    async def check(bridge) -> None:
+        await check_at_start(cfg, say, bridge.commands.tell_owners, lambda: owners_have_a_device(bridge))
+    return check
 
 
 def password_file(cfg) -> Path:

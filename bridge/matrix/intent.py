@@ -307,3 +307,11 @@ class Intent:
         """A request the Intent has no method for (reads: messages, relations, state). Returns
         (status, json body). Never use it to send an event: that is what send() is for."""
         return await self.client.raw(method, path, body, masquerade=masquerade)
+
+    async def has_devices(self, user_ids: list[str]) -> bool:
+        """Whether every one of `user_ids` has a device with keys (POST /keys/query, a read):
+        someone who has not logged in anywhere yet cannot read what is encrypted for them now."""
+        status, body = await self.client.raw("POST", "/_matrix/client/v3/keys/query",
+                                             {"device_keys": {user: [] for user in user_ids}})
+        found = body.get("device_keys") if status == 200 and isinstance(body, dict) else None
+        return isinstance(found, dict) and all(found.get(user) for user in user_ids)

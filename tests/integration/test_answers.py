@@ -302,6 +302,29 @@ async def test_a_stop_reaction_on_the_answer_cancels_it(homeserver, bridge_facto
 
 # ---- whose turn it is ----------------------------------------------------------------------------
 
+async def test_an_agent_busy_in_its_direct_chat_is_said_so_not_as_a_channel(homeserver, bridge_factory, tmp_path):
+    """The DM with an agent is a direct channel stored under the agent's name; the waiting note
+    in another room says "your direct chat", never "#alice", a channel the owner never made."""
+    release = tmp_path / "release"
+    await bridge_factory({"alice": agent(title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        created = await owner.room_create(is_direct=True, invite=[ALICE], preset=nio.RoomPreset.trusted_private_chat)
+        assert isinstance(created, nio.RoomCreateResponse), created
+        direct = created.room_id
+        await sync_until(owner, lambda: joined(owner, direct, ALICE))
+        other = await room_with(owner, name="second")
+        await _held_answer_started(owner, direct, release, "a long one")
+        await say(owner, other, "short one")
+        await sync_until(owner, lambda: any("this channel is next" in a["body"] for a in answers(owner, other)))
+        release.touch()
+        done = await wait_final(owner, other)
+        assert done[0]["history"][0] == "⏳ Alice is getting ready… (answering in your direct chat; this channel is next)"
+        await wait_final(owner, direct)
+    finally:
+        await owner.close()
+
+
 async def test_a_message_for_an_agent_busy_elsewhere_waits_and_says_whose_turn(homeserver, bridge_factory, tmp_path):
     release = tmp_path / "release"
     await bridge_factory({"alice": agent(title="Alice")})

@@ -134,9 +134,9 @@ async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(
     try:
         room_id = await group(owner, ALICE, BOB)
         # alice named first as plain text, bob second as an Element pill (+ m.mentions)
-        text = "@alice and Bob: review this"
         html = f'@alice and <a href="https://matrix.to/#/{BOB}">Bob</a>: review this'
-        await say(owner, room_id, text, html, [BOB])
+        await say(owner, room_id, "@alice and Bob: review this", html, [BOB])
+        text = "@alice and @bob: review this"   # what both read: the pill as @name
         await wait_answers(owner, room_id, BOB)
         alice_answer = (await wait_answers(owner, room_id, ALICE))[0]
         bob_answer = finished_answers(owner, room_id, BOB)[0]
@@ -149,6 +149,35 @@ async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(
         channel = running.store.channel_by_room(room_id)
         assert [(m.sender, m.role) for m in running.store.last_messages(channel.id, 10)][1:] == [
             ("alice", "agent"), ("bob", "agent")]
+    finally:
+        await owner.close()
+
+
+async def test_an_element_pill_reaches_the_agent_and_the_context_as_at_name(
+        homeserver, bridge_factory, tmp_path):
+    """Element (and nheko) put the puppet's display name in the body for a pill; the agent reads
+    `@local`, in its prompt and in another agent's context lines (SPEC §6, ADR §3)."""
+    title, local = "SmolLM2 · runs on this computer", "@sk_local:localhost"
+    logs = {"local": tmp_path / "local.log", "bob": tmp_path / "bob.log"}
+    running = await bridge_factory({"local": agent("--log", str(logs["local"]), title=title),
+                                    "bob": agent("--log", str(logs["bob"]), title="Bob")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await group(owner, local, BOB)
+        # Element Web's event for a pill, as sent
+        await say(owner, room_id, f"{title} what is 2 plus 2?",
+                  f'<a href="https://matrix.to/#/{local}">{title}</a> what is 2 plus 2?', [local])
+        await wait_answers(owner, room_id, local)
+        assert prompts(logs["local"]) == ["@local what is 2 plus 2?"]
+        await running.idle()
+        channel = running.store.channel_by_room(room_id)
+        assert running.store.last_messages(channel.id, 10)[0].text == "@local what is 2 plus 2?"
+
+        await say(owner, room_id, "@bob and you?")
+        await wait_answers(owner, room_id, BOB)
+        assert prompts(logs["bob"]) == [
+            f"{header('general')}\nuser: @local what is 2 plus 2?\nlocal: echo: @local what is 2 plus 2?\n"
+            f"[End of the messages]\n{CLOSING}\n@bob and you?"]
     finally:
         await owner.close()
 

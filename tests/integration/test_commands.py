@@ -95,6 +95,14 @@ async def state_of(client, room_id: str) -> list[dict]:
     return response.events
 
 
+def readable_by_every_client(room_id: str, state: list[dict]) -> bool:
+    """Made as version 10 (bridge/local/homeserver.py): an id with `:server` and a `creator` in
+    m.room.create, which nheko 0.11 needs (version 12 has neither, 11 no `creator`)."""
+    [create] = [e["content"] for e in state if e["type"] == "m.room.create"]
+    return (room_id.endswith(":localhost") and create.get("room_version") == "10"
+            and create.get("creator", "").startswith("@"))
+
+
 async def test_bot_dm_greets_and_help_teaches_both_ways(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent(title="Alice")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
@@ -113,6 +121,25 @@ async def test_bot_dm_greets_and_help_teaches_both_ways(homeserver, bridge_facto
         await owner.close()
 
 
+async def test_the_bot_marks_read_the_commands_in_its_dm(homeserver, bridge_factory):
+    """A command in the bot's DM gets the bot's read receipt (it used to get none: the owner
+    could not tell whether the bridge had seen it)."""
+    from test_strangers import read_receipts
+    await bridge_factory({"alice": agent(title="Alice")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        dm = await open_bot_dm(owner)
+        before = len(notices(owner, dm, BOT))
+        sent = await say(owner, dm, "!agents")
+        await sync_until(owner, lambda: len(notices(owner, dm, BOT)) > before)
+
+        async def read_by_bot() -> bool:
+            return (await read_receipts(homeserver, owner.access_token, dm)).get(BOT) == sent
+        await sync_until(owner, read_by_bot)
+    finally:
+        await owner.close()
+
+
 async def test_tell_owners_makes_a_bot_dm_when_there_is_none(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent(title="Alice")})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
@@ -125,6 +152,7 @@ async def test_tell_owners_makes_a_bot_dm_when_there_is_none(homeserver, bridge_
         await sync_until(owner, lambda: notices(owner, dm, BOT) == ["history is unavailable"])
         state = await state_of(owner, dm)
         assert [e["sender"] for e in state if e["type"] == "m.room.create"] == [BOT]
+        assert readable_by_every_client(dm, state)
         assert not [e for e in state if e["type"] == "m.room.encryption"]
         # the DM is kept: the next word goes there, and commands work in it
         await running.bridge.commands.tell_owners("again")
@@ -174,11 +202,13 @@ async def test_new_makes_an_unencrypted_channel_in_the_space(homeserver, bridge_
         state = await state_of(owner, room)
         assert not [e for e in state if e["type"] == "m.room.encryption"]
         assert [e["content"]["name"] for e in state if e["type"] == "m.room.name"] == ["code review"]
+        assert readable_by_every_client(room, state)
         space = running.store.get_value("space")
         assert [e["state_key"] for e in state if e["type"] == "m.space.parent"] == [space]
         await join_invited(owner, space)
         space_state = await state_of(owner, space)
         assert [e["content"].get("type") for e in space_state if e["type"] == "m.room.create"] == ["m.space"]
+        assert readable_by_every_client(space, space_state)
         children = {e["state_key"]: e["content"] for e in space_state if e["type"] == "m.space.child"}
         assert children[room] == {"via": ["localhost"]}
         # the channel works, and !channels lists it with its members
@@ -209,6 +239,7 @@ async def test_dm_command_opens_a_direct_channel_made_by_the_puppet(homeserver, 
         await join_invited(owner, room)
         state = await state_of(owner, room)
         assert [e["sender"] for e in state if e["type"] == "m.room.create"] == [ALICE]
+        assert readable_by_every_client(room, state)
         assert not [e for e in state if e["type"] == "m.room.encryption"]
         history = await owner.room_messages(room, start="", direction=nio.MessageDirection.back, limit=50)
         assert isinstance(history, nio.RoomMessagesResponse), history

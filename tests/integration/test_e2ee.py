@@ -323,7 +323,9 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
         alice_2 = answers_in(events_in(owner, room_id), ALICE)[1]
         bob_2 = answers_in(events_in(owner, room_id), BOB)[1]
         assert ids.index(alice_2["event_id"]) < ids.index(bob_2["event_id"])
-        assert prompts_of(logs["alice"])[-1].endswith(f"answer directly, without your name in front):\n{text}")
+        # the pill reaches the agent as @name, decrypted as in the clear
+        assert prompts_of(logs["alice"])[-1].endswith(
+            "answer directly, without your name in front):\n@alice and @bob: review this")
 
         # a permission asked by bob, decided by the owner's reaction (in the clear, as Element sends it)
         await say(owner, room_id, "@bob [[permission]] please write notes")

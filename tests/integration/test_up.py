@@ -17,8 +17,6 @@ from bridge.local.homeserver import free_port
 from bridge_harness import answers_in
 from matrix_helpers import TestHomeserver, events_in, login, sync_until
 
-pytestmark = pytest.mark.model
-
 
 async def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
     """Start `sidekicks up`; its output goes to a file (a pipe nobody reads would fill up).
@@ -83,6 +81,7 @@ async def ask(client: nio.AsyncClient, room_id: str, text: str, count: int) -> d
     return answers_in(events_in(client, room_id), puppet)[count - 1]
 
 
+@pytest.mark.model
 async def test_up_runs_the_whole_stack_and_the_local_model_answers(tmp_path):
     xdg, sessions = tmp_path / "xdg", tmp_path / "agent-sessions"
     hs_port, as_port = free_port(), free_port()
@@ -146,3 +145,69 @@ agents:
         assert len(texts) == 4
     finally:
         store.close()
+
+
+SCRIPTED = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
+
+
+async def test_up_says_an_agent_that_cannot_start_in_the_terminal_and_the_bots_dm(tmp_path):
+    """A wrong command path or module name is said once `up` runs — after the banner, which it
+    does not delay — in one line with the fix, in the terminal and in the owner's DM with the bot
+    (issue 27: the owner used to learn it from a notice on the first message). The DM is
+    encrypted (the default) and the owner logs in only after the terminal said it, as a person
+    does: the bot waits for the owner's device, so the client reads the lines."""
+    from test_e2ee import e2e_login, unreadable
+    xdg = tmp_path / "xdg"
+    hs_port, as_port = free_port(), free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""owner: "@me:localhost"
+homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
+appservice: {{listen: "127.0.0.1:{as_port}"}}
+agents:
+  good:
+    command: [{sys.executable}, {SCRIPTED}]
+  missing:
+    command: [no-such-agent-program]
+  nomodule:
+    command: [{sys.executable}, -m, no_such_agent_module]
+""")
+    proc, out = await start_up(config, xdg)
+    try:
+        deadline = time.monotonic() + 120
+        while "• checked 3 agents" not in out.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+            await asyncio.sleep(0.1)
+        lines = out.read_text().splitlines()
+        banner = lines.index("Ctrl-C stops everything.")
+        said = [line for line in lines if line.startswith("✗ ")]
+        assert said == [
+            f"✗ agent missing: command `no-such-agent-program` not found — fix agents.missing.command in {config}",
+            f"✗ agent nomodule: stops at start (exit code 1: {sys.executable}: No module named "
+            f"no_such_agent_module) — fix agents.nomodule.command in {config}; `sidekicks check` shows more"]
+        assert all(lines.index(line) > banner for line in said)
+        assert "• checked 3 agents: 2 cannot start (also said in your DM with the bridge bot)" in lines
+        assert not [line for line in lines if "agent good" in line]
+
+        [data_dir] = list((xdg / "sidekicks" / "data").iterdir())
+        password = (data_dir / "owner-password").read_text().strip()
+        hs = TestHomeserver(url=f"http://127.0.0.1:{hs_port}", domain="localhost", as_port=as_port,
+                            registration_path=tmp_path / "registration.yaml", owner_id="@me:localhost",
+                            owner_password=password, stranger_id="", stranger_password="",
+                            folder=tmp_path, server=None)
+        owner, seen = await e2e_login(hs, "@me:localhost", password)
+        try:
+            await sync_until(owner, lambda: owner.invited_rooms or owner.rooms)
+            [dm] = list(owner.invited_rooms) or list(owner.rooms)
+            if dm not in owner.rooms:
+                assert isinstance(await owner.join(dm), nio.JoinResponse)
+
+            def told() -> list[str]:
+                return [e["content"].get("body", "") for e in events_in(owner, dm)
+                        if e.get("type") == "m.room.message" and e.get("sender") == "@sidekicks:localhost"]
+            await sync_until(owner, lambda: len(told()) >= 2)
+            assert told() == [f"⚠️ {line[2:]}" for line in said]
+            assert owner.rooms[dm].encrypted and unreadable(seen, dm) == []
+        finally:
+            await owner.close()
+    finally:
+        await stop_up(proc, out)

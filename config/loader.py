@@ -32,8 +32,9 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
-    "agents.*": ("title", "command", "cwd", "env", "timeout"),
-    "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib"),
+    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools"),
+    "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib",
+               "tool_calls_per_turn", "history_messages", "schedules_per_conversation"),
 }
 
 
@@ -246,6 +247,9 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     ctx_messages = c.integer(limits, "context_messages", "limits.context_messages", 20, 0, 10_000)
     ctx_chars = c.integer(limits, "context_chars", "limits.context_chars", 1500, 1, 1_000_000)
     attachment_mib = c.number(limits, "attachment_mib", "limits.attachment_mib", 10.0, 0.01)
+    tool_calls = c.integer(limits, "tool_calls_per_turn", "limits.tool_calls_per_turn", 30, 1, 10_000)
+    history_messages = c.integer(limits, "history_messages", "limits.history_messages", 100, 1, 10_000)
+    schedules = c.integer(limits, "schedules_per_conversation", "limits.schedules_per_conversation", 20, 0, 1_000)
     if attachment_mib > MAX_ATTACHMENT_MIB:
         c.problem("limits.attachment_mib", f"must be at most {MAX_ATTACHMENT_MIB} (MiB), got {attachment_mib:g}")
 
@@ -274,6 +278,8 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         registration_path=(base / os.path.expanduser(reg)).resolve(), agents=agents,
         agents_in_memory=in_memory, context_messages=ctx_messages, context_chars=ctx_chars,
         attachment_bytes=int(attachment_mib * 1024 * 1024),
+        tool_calls_per_turn=tool_calls, history_messages=history_messages,
+        schedules_per_conversation=schedules,
         database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
         public_url=public_url.rstrip("/") if public_url else None,
         homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
@@ -319,7 +325,13 @@ def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
             env = {}
         env = {k: str(v) for k, v in env.items()}
         timeout = c.number(spec, "timeout", f"{key}.timeout", 300.0, 1.0)
+        tools = spec.get("tools", True)  # YAML reads on/off as true/false
+        if isinstance(tools, str) and tools.strip().lower() in ("on", "off"):
+            tools = tools.strip().lower() == "on"
+        if not isinstance(tools, bool):
+            c.problem(f"{key}.tools", f"must be on or off, got {shown(tools)}")
+            tools = True
         if command is not None and isinstance(title, str):
             agents[name] = AgentConfig(name=name, title=title.strip(), command=tuple(command),
-                                       cwd=cwd, env=env, timeout=timeout)
+                                       cwd=cwd, env=env, timeout=timeout, tools=tools)
     return agents

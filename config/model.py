@@ -13,6 +13,9 @@ class AgentConfig:
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     timeout: float = 300.0
+    # the bridge's MCP server `matrix` in its sessions (bridge/mcp): history, send_file, react,
+    # schedule… (`tools: on | off`)
+    tools: bool = True
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,11 @@ class Config:
     homeserver_config: Path | None = None
     # the largest attachment passed between the owner and an agent, either way (limits.attachment_mib)
     attachment_bytes: int = 10 * 1024 * 1024
+    # the agents' MCP tools (bridge/mcp): calls per turn, messages one `history` call returns,
+    # active schedules per conversation
+    tool_calls_per_turn: int = 30
+    history_messages: int = 100
+    schedules_per_conversation: int = 20
     # end-to-end encryption (`encryption: on | off`): each identity its own device (bridge/e2ee)
     encryption: bool = True
     # the homeserver sends the appservice its users' crypto traffic in transactions (MSC2409

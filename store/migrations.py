@@ -15,6 +15,7 @@ Versions:
    carried over as turn records
 6. `sk_member.session_cwd`: the working directory a member's session was opened in (NULL for
    the sessions an older store holds: used as before)
+7. `sk_schedule`: work agents scheduled for later (store/schedules.py)
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ def _add_session_cwd(db: pw.Database, m: SimpleNamespace) -> None:
         db.execute_sql("ALTER TABLE sk_member ADD COLUMN session_cwd TEXT")
 
 
+def _add_schedules(db: pw.Database, m: SimpleNamespace) -> None:
+    db.create_tables([m.Schedule], safe=True)
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
@@ -108,6 +113,7 @@ STEPS = [
     (4, _add_txn_seen),
     (5, _add_turns),
     (6, _add_session_cwd),
+    (7, _add_schedules),
 ]
 LATEST = STEPS[-1][0]
 

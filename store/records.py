@@ -49,3 +49,18 @@ class TurnRecord:
     attempt: int  # how many times it was claimed
     answer: tuple[str, ...]  # event ids of the answer's messages so far
     final: dict | None  # the final send in flight: {event, content, txn, text}
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """Work an agent scheduled for later (store/schedules.py)."""
+    id: str
+    channel_id: str
+    conversation: str
+    number: int  # per channel: `!schedules` shows it, `!unschedule N` and the tools take it
+    agent: str
+    prompt: str
+    cron: str | None  # a cron expression, or None for a single run
+    due: int | None  # the next run (ms since the epoch); None once over
+    state: str  # active | done | cancelled
+    created: int

@@ -21,6 +21,7 @@ TABLES = (
     "sk_value",
     "sk_pending",
     "sk_turn",
+    "sk_schedule",
     "sk_schema",
 )
 
@@ -180,6 +181,24 @@ def build(db: pw.Database) -> SimpleNamespace:
             table_name = "sk_turn"
             indexes = ((("prompt_event", "agent", "conversation"), True),)
 
+    class Schedule(Base):
+        # Work an agent scheduled for later (its `schedule` tool, bridge/mcp): each run is a turn
+        # whose prompt key is `schedule:<id>:<due>` (store/schedules.py); added by migration step 7
+        id = pw.TextField(primary_key=True)  # a new_id()
+        channel_id = pw.TextField(index=True)
+        conversation = pw.TextField(default="")  # "" the main timeline; else a thread's root event
+        number = pw.IntegerField()  # per channel: what `!schedules` shows and `!unschedule N` takes
+        agent = pw.TextField()
+        prompt = pw.TextField()
+        cron = pw.TextField(null=True)  # a cron expression: runs again after each run
+        due = pw.BigIntegerField(null=True, index=True)  # the next run (ms); NULL once over
+        state = pw.TextField(default="active")  # active | done | cancelled
+        created = pw.BigIntegerField()
+
+        class Meta:
+            table_name = "sk_schedule"
+            indexes = ((("channel_id", "number"), True),)
+
     class Schema(Base):
         # One row: the store's schema version (store/migrations.py).
         version = pw.IntegerField()
@@ -199,11 +218,12 @@ def build(db: pw.Database) -> SimpleNamespace:
         Value=Value,
         Pending=Pending,
         Turn=Turn,
+        Schedule=Schedule,
         Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
     models.all = [Channel, Member, MemberSetting, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
-                  Turn, Schema]
+                  Turn, Schedule, Schema]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 

@@ -134,6 +134,14 @@ class Store:
             self._turns = Turns(self)
         return self._turns
 
+    @property
+    def schedules(self):
+        """Work agents scheduled for later (store/schedules.py)."""
+        from .schedules import Schedules
+        if self.__dict__.get("_schedules") is None:
+            self._schedules = Schedules(self)
+        return self._schedules
+
     def _run(self, operation, *args, **kwargs):
         """Run `operation(self, ...)` as a store operation: for the store's other modules."""
         return _operation(operation)(self, *args, **kwargs)
@@ -262,6 +270,7 @@ class Store:
             m.Message.delete().where(m.Message.channel_id == channel_id).execute()
             m.Member.delete().where(m.Member.channel_id == channel_id).execute()
             m.Turn.delete().where(m.Turn.channel_id == channel_id).execute()
+            m.Schedule.delete().where(m.Schedule.channel_id == channel_id).execute()
             m.Channel.delete().where(m.Channel.id == channel_id).execute()
 
     def _require_channel(self, channel_id: str) -> None:

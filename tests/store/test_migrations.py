@@ -11,7 +11,7 @@ from store.connect import connect
 from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
-ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"]}  # versions 4 and 6 add a column
+ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"]}  # 4 and 6 add a column
 
 
 def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None:
@@ -65,6 +65,8 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     assert store.settings.get("c1", "alice").mode == "plan"
     taken = store.turns.take("c1", "@me:hs", "again", "$e2", [("alice", "again", False)], "run")
     assert taken is not None and store.turns.claim(taken[1][0].id, "run") is not None
+    made = store.schedules.add("c1", "", "alice", "look again", due=5, cron=None, most=10)
+    assert [s.number for s in store.schedules.listed("c1")] == [made.number]
 
 
 @pytest.mark.parametrize("v", [1, 2, 4])

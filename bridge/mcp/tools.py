@@ -1,0 +1,165 @@
+"""The `matrix` MCP server's tools: names, descriptions, argument schemas and checking, and how
+results read. Pure: no Matrix, no store (tests/test_mcp_tools.py).
+
+Every tool acts on the conversation of the session that calls it, never another; its result is
+text. A call with bad arguments gets an error result saying what is wrong, never a traceback.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+SERVER_NAME = "matrix"
+HISTORY_DEFAULT = 20     # messages `history` returns when no limit is given
+HISTORY_CHARS = 2000     # each message's text is cut here
+HISTORY_TOTAL = 40_000   # characters of one `history` result at most (the oldest lines go first)
+PROMPT_CHARS = 4000      # a scheduled prompt at most
+KEY_CHARS = 64           # a reaction key at most
+MAX_IN_SECONDS = 366 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    schema: dict[str, Any]
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool("history", "The messages of this Matrix conversation, as stored by the bridge, newest last: "
+                    "time, sender, text. `query` keeps only messages containing it (case does not matter).",
+         {"type": "object", "properties": {
+             "limit": {"type": "integer", "minimum": 1, "description": "how many messages (default 20)"},
+             "query": {"type": "string", "description": "only messages containing this text"}}}),
+    Tool("send_file", "Post a file from your working directory in this conversation (encrypted where the "
+                      "room is). Only regular files under your working directory, up to the attachment "
+                      "size limit.",
+         {"type": "object", "properties": {
+             "path": {"type": "string", "description": "the file, absolute or relative to your working directory"},
+             "caption": {"type": "string", "description": "a line posted with it"}},
+          "required": ["path"]}),
+    Tool("react", "React to a message of this conversation with an emoji or short text.",
+         {"type": "object", "properties": {
+             "event_id": {"type": "string", "description": "the Matrix event id of the message ($…)"},
+             "key": {"type": "string", "description": "the reaction, e.g. 👍"}},
+          "required": ["event_id", "key"]}),
+    Tool("schedule", "Run `prompt` later as a turn of yours in this conversation: once after `in_seconds`, "
+                     "once at `at` (ISO 8601; without an offset, the bridge's local time), or repeatedly on "
+                     "`cron` (5 fields, the bridge's local time). Give exactly one of the three. Returns "
+                     "the schedule's id.",
+         {"type": "object", "properties": {
+             "prompt": {"type": "string", "description": "what you will be told when it runs"},
+             "in_seconds": {"type": "number", "minimum": 1},
+             "at": {"type": "string", "description": "e.g. 2026-12-05T09:00:00+01:00"},
+             "cron": {"type": "string", "description": "e.g. 0 9 * * 1-5"}},
+          "required": ["prompt"]}),
+    Tool("schedules", "The schedules of this conversation: id, agent, when it runs next, prompt.",
+         {"type": "object", "properties": {}}),
+    Tool("cancel_schedule", "Cancel a schedule of this conversation by its id.",
+         {"type": "object", "properties": {"id": {"type": ["integer", "string"]}}, "required": ["id"]}),
+)
+NAMES = tuple(tool.name for tool in TOOLS)
+
+
+class BadArguments(ValueError):
+    """What is wrong with a call's arguments, in one line for the agent."""
+
+
+def _text(args: dict, key: str, required: bool, most: int | None = None) -> str | None:
+    value = args.get(key)
+    if value is None:
+        if required:
+            raise BadArguments(f"`{key}` is required")
+        return None
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise BadArguments(f"`{key}` must be a non-empty string")
+    if most is not None and len(value) > most:
+        raise BadArguments(f"`{key}` is {len(value)} characters, more than {most}")
+    return value
+
+
+def check(name: str, args: Any, history_most: int) -> dict[str, Any]:
+    """The call's arguments, checked and normalised; BadArguments saying what is wrong."""
+    if name not in NAMES:
+        raise BadArguments(f"there is no tool {name!r}; the tools are {', '.join(NAMES)}")
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise BadArguments("the arguments must be an object")
+    known = set(next(t for t in TOOLS if t.name == name).schema["properties"])
+    unknown = sorted(str(k) for k in args if k not in known)
+    if unknown:
+        raise BadArguments(f"unknown argument {unknown[0]!r} (known: {', '.join(sorted(known)) or 'none'})")
+    if name == "history":
+        limit = args.get("limit", HISTORY_DEFAULT)
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise BadArguments("`limit` must be a whole number of at least 1")
+        return {"limit": min(limit, history_most), "query": _text(args, "query", False, 500)}
+    if name == "send_file":
+        return {"path": _text(args, "path", True, 4096), "caption": _text(args, "caption", False, 4000)}
+    if name == "react":
+        event_id = _text(args, "event_id", True, 255)
+        if not event_id.startswith("$"):
+            raise BadArguments("`event_id` must be a Matrix event id, starting with $")
+        return {"event_id": event_id, "key": _text(args, "key", True, KEY_CHARS)}
+    if name == "schedule":
+        prompt = _text(args, "prompt", True, PROMPT_CHARS)
+        given = [k for k in ("in_seconds", "at", "cron") if args.get(k) is not None]
+        if len(given) != 1:
+            raise BadArguments("give exactly one of `in_seconds`, `at` or `cron`")
+        when = given[0]
+        if when == "in_seconds":
+            seconds = args["in_seconds"]
+            if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds)
+                    or not 1 <= seconds <= MAX_IN_SECONDS):
+                raise BadArguments(f"`in_seconds` must be a number from 1 to {MAX_IN_SECONDS}")
+            return {"prompt": prompt, "in_seconds": float(seconds)}
+        return {"prompt": prompt, when: _text(args, when, True, 200)}
+    if name == "cancel_schedule":
+        return {"id": schedule_number(args.get("id"))}
+    return {}
+
+
+def schedule_number(value: Any) -> int:
+    """A schedule's id as the agent or the owner gives it: 3, "3", "#3"."""
+    if isinstance(value, str):
+        value = value.strip().lstrip("#")
+        if value.isdigit():
+            value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadArguments("`id` must be a schedule's id, a whole number (see `schedules`)")
+    return value
+
+
+def clock(ms: int, tz: timezone | None = None) -> str:
+    """A stored time (ms) as the tools show it: 2026-12-05 07:30:15 +0000 (the bridge's zone)."""
+    when = datetime.fromtimestamp(ms / 1000, tz or timezone.utc)
+    if tz is None:
+        when = when.astimezone()
+    return when.strftime("%Y-%m-%d %H:%M:%S %z")
+
+
+def history_text(lines: list[tuple[int, str, str]], query: str | None, tz: timezone | None = None) -> str:
+    """`history`'s result: (time ms, sender, text) oldest first → one line each, newest last, each
+    text cut at HISTORY_CHARS, the oldest dropped past HISTORY_TOTAL."""
+    if not lines:
+        return f"No stored message contains {query!r}." if query else "No messages are stored yet."
+    shown: list[str] = []
+    total = 0
+    for ms, sender, text in reversed(lines):
+        if len(text) > HISTORY_CHARS:
+            text = text[:HISTORY_CHARS] + "… [cut]"
+        line = f"[{clock(ms, tz)}] {sender}: {text}"
+        if total + len(line) > HISTORY_TOTAL and shown:
+            break
+        shown.append(line)
+        total += len(line) + 1
+    return "\n".join(reversed(shown))
+
+
+def matches(text: str, query: str | None) -> bool:
+    return query is None or query.casefold() in text.casefold()

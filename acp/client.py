@@ -114,8 +114,9 @@ class _LoadSession:
     def __bool__(self) -> bool:
         return self._agent.supports_load_session
 
-    def __call__(self, session_id: str, cwd: str | None = None) -> Awaitable[None]:
-        return self._agent._load_session(session_id, cwd)
+    def __call__(self, session_id: str, cwd: str | None = None,
+                 mcp_servers: list[dict[str, Any]] | None = None) -> Awaitable[None]:
+        return self._agent._load_session(session_id, cwd, mcp_servers)
 
     def __repr__(self) -> str:
         return repr(bool(self))
@@ -143,6 +144,7 @@ class Agent:
         self.supports_load_session = False
         self.load_session = _LoadSession(self)
         self.prompt_capabilities: dict[str, Any] = {}
+        self.mcp_capabilities: dict[str, Any] = {}  # agentCapabilities.mcpCapabilities: http, sse
         self.auth_methods: list[dict[str, Any]] = []
         self.commands: list[dict[str, Any]] | None = None
         self.sessions: set[str] = set()
@@ -254,6 +256,8 @@ class Agent:
         caps = result.get("agentCapabilities") or {}
         self.supports_load_session = bool(caps.get("loadSession"))
         self.prompt_capabilities = dict(caps.get("promptCapabilities") or {})
+        mcp = caps.get("mcpCapabilities")
+        self.mcp_capabilities = dict(mcp) if isinstance(mcp, dict) else {}
         self.auth_methods = list(result.get("authMethods") or [])
         self.info = dict(result.get("agentInfo") or {})
 
@@ -268,14 +272,17 @@ class Agent:
             return AuthRequired(self.name, self.auth_methods)
         return exc
 
-    async def new_session(self, cwd: str | None = None) -> str:
-        return (await self.open_session(cwd))["sessionId"]
+    async def new_session(self, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None) -> str:
+        return (await self.open_session(cwd, mcp_servers))["sessionId"]
 
-    async def open_session(self, cwd: str | None = None) -> dict[str, Any]:
+    async def open_session(self, cwd: str | None = None,
+                           mcp_servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """session/new: the whole result (its modes, config options and models besides the
-        session id, for `sidekicks check`); the session is kept as new_session() keeps it."""
+        session id, for `sidekicks check`); the session is kept as new_session() keeps it.
+        `mcp_servers`: ACP McpServer entries the session gets (the bridge's `matrix` server)."""
         try:
-            result = await self._call("session/new", {"cwd": self.working_dir(cwd), "mcpServers": []})
+            result = await self._call("session/new", {"cwd": self.working_dir(cwd),
+                                                      "mcpServers": list(mcp_servers or [])})
         except RpcError as exc:
             raise self._auth_error(exc) from None
         session_id = result.get("sessionId") if isinstance(result, dict) else None
@@ -285,13 +292,14 @@ class Agent:
         self.state(session_id).apply_result(result)  # updates sent before it are kept
         return result
 
-    async def _load_session(self, session_id: str, cwd: str | None = None) -> None:
+    async def _load_session(self, session_id: str, cwd: str | None = None,
+                            mcp_servers: list[dict[str, Any]] | None = None) -> None:
         if not self.supports_load_session:
             raise AcpError(f"{self.name} cannot load sessions (no loadSession capability)")
         self._loading.add(session_id)  # its replayed history is not for us
         try:
             result = await self._call("session/load", {"sessionId": session_id, "cwd": self.working_dir(cwd),
-                                                       "mcpServers": []})
+                                                       "mcpServers": list(mcp_servers or [])})
         except RpcError as exc:
             raise self._auth_error(exc) from None
         finally:

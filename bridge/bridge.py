@@ -33,6 +33,8 @@ from .channels.permissions import Permissions
 from .matrix.presence import Presence
 from .matrix.puppet import Puppet
 from .channels.recovery import Recovery
+from .channels.scheduler import Scheduler
+from .mcp.service import McpService
 from .channels.turns import background_tasks
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,8 @@ class Bridge:
         self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
         self.presence = Presence(self)                       # online while running (presence.py)
         self.command_descriptions = CommandDescriptions(self)  # MSC4391 (msc4391.py)
+        self.mcp = McpService(self)            # the agents' `matrix` MCP server (bridge/mcp)
+        self.scheduler = Scheduler(self)       # scheduled work (channels/scheduler.py)
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -119,11 +123,13 @@ class Bridge:
                 except Exception:
                     log.exception("could not tell the owners that the devices are new")
         self.presence.start()
+        await self.mcp.start()
         if self.history_unavailable:
             await self._say_history_unavailable(progress)
         # the turns earlier runs left: queued before any portal starts, so they go first
         recovered = await self.recovery.start()
         self.recovered.set()
+        self.scheduler.start()  # after recovery: a run an earlier run took goes first, once
         if recovered.interrupted:
             progress(f"{recovered.interrupted} answer(s) cut by the last stop marked as interrupted")
         if recovered.refinished:
@@ -151,6 +157,7 @@ class Bridge:
                 portal.worker.cancel()
         workers = [p.worker for p in self.portals.values() if p.worker is not None]
         try:
+            await self.scheduler.stop()
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)
                 await asyncio.gather(*workers, return_exceptions=True)
             await self.dispatcher.outage.close()
@@ -162,6 +169,7 @@ class Bridge:
                 task.cancel()
             await asyncio.gather(*later, return_exceptions=True)
             await self.pool.close()
+            await self.mcp.stop()
             await self.server.stop()
             if self.e2ee is not None:
                 await self.e2ee.stop()

@@ -1,4 +1,4 @@
-"""`sidekicks` command line (SPEC §4): up, run, registration, check.
+"""`sidekicks` command line (SPEC §4): up, run, registration, check; and `mcp`, which agents start.
 
 User errors end in one clear line (exit 2 for a bad configuration), never a traceback.
 """
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     reg = sub.add_parser("registration", parents=[common], help="write the appservice registration YAML")
     reg.add_argument("-o", "--output", help="where to write it (default: appservice.registration)")
     sub.add_parser("check", parents=[common], help="validate the config and start each agent once")
+    sub.add_parser("mcp", help="the bridge's MCP server over stdio (agents start it from their session's mcpServers)")
     return parser
 
 
@@ -175,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "registration":
             return cmd_registration(args)
+        if args.command == "mcp":  # stdout is the MCP stream: nothing else may write there
+            from .mcp.stdio import main as mcp_main
+            return mcp_main()
         command = {"run": _cmd_run, "check": _cmd_check, "up": _cmd_up}[args.command]
         return asyncio.run(command(args))
     except ConfigError as exc:

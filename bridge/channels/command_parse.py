@@ -35,6 +35,8 @@ In a channel:
   !mode [AGENT] [MODE]   see or change an agent's mode (ask, plan, code… as the agent offers)
   !model [AGENT] [MODEL] see or change an agent's model
   !config [AGENT] [OPTION VALUE]  see or change the agent's other options
+  !schedules             the work agents scheduled here (their `schedule` tool)
+  !unschedule N          cancel schedule N
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 
@@ -47,7 +49,7 @@ With no mention, the agent who spoke last answers."""
 
 CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the agents' slash "
                 "commands), !status, !mode, !model, !config (the agents' state and settings), "
-                "!delete (delete this channel's history). Everything else is in my DM: !help.")
+                "!schedules, !unschedule N (work the agents scheduled), !delete (delete this channel's history). Everything else is in my DM: !help.")
 
 
 @dataclass(frozen=True)

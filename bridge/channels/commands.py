@@ -263,10 +263,29 @@ class BotCommands:
         elif command.name in SETTINGS_COMMANDS:  # may start an agent: never in the transaction
             self.tasks.start(self.bridge.settings.command(portal, command.name, command.args),
                         f"!{command.name} in {portal.room_id}")
+        elif command.name == "schedules":
+            await self.bridge.notice(portal, await self.bridge.scheduler.listing(portal.channel.id))
+        elif command.name == "unschedule":
+            await self._unschedule(portal, command.args)
         elif command.name == "help":
             await self.bridge.notice(portal, CHANNEL_HELP + "\n\n" + HELP)
         else:
             await self.bridge.notice(portal, f"There is no !{command.name} here. {CHANNEL_HELP}")
+
+    async def _unschedule(self, portal: "Portal", args: tuple[str, ...]) -> None:
+        """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them)."""
+        from ..mcp.tools import BadArguments, schedule_number
+        try:
+            number = schedule_number(args[0] if len(args) == 1 else None)
+        except BadArguments:
+            await self.bridge.notice(portal, "Say which: !unschedule N, with N from !schedules.")
+            return
+        cancelled = await self.bridge.db.schedules.cancel(portal.channel.id, number)
+        if cancelled is None:
+            await self.bridge.notice(portal, f"There is no schedule {number} here (see !schedules).")
+            return
+        self.bridge.scheduler.changed()
+        await self.bridge.notice(portal, f"Cancelled schedule {number} of {cancelled.agent}: {cancelled.prompt}")
 
     async def _stop(self, portal: "Portal") -> None:
         run = portal.current
@@ -328,7 +347,8 @@ class BotCommands:
             portal.queued.clear()
             if portal.current is not None:
                 await portal.current.cancel()
-        await bridge.db.delete_channel(channel.id)
+        await bridge.db.delete_channel(channel.id)  # its schedules too
+        bridge.mcp.forget_channel(channel.id)
         for agent in members:
             if agent in bridge.config.agents:
                 await (await bridge.puppet(agent)).intent.leave(channel.room_id)

@@ -100,9 +100,10 @@ class Portal:
         kept = member.session_id if session_fits(member.session_cwd, where) else None
         if kept and kept in agent.sessions:
             return member.session_id, member.fresh
+        servers = self.bridge.mcp.servers_for(self, agent_name, agent)  # the `matrix` MCP server (bridge/mcp)
         if kept and agent.load_session:
             try:
-                await agent.load_session(member.session_id, cwd)
+                await agent.load_session(member.session_id, cwd, servers)
             except Exception as exc:  # the agent lost it: fall back to a fresh session
                 log.info("session/load of %s failed (%s); opening a new session", agent_name, exc)
             else:
@@ -111,7 +112,7 @@ class Portal:
         if member.session_id and not kept:
             log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
                      agent_name, member.session_id, member.session_cwd, agent_name, where)
-        session_id = await agent.new_session(cwd)
+        session_id = await agent.new_session(cwd, servers)
         await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where)
         await self.bridge.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True
@@ -206,7 +207,9 @@ class Portal:
             if not await self.add_agent(claimed.agent, announce=True):
                 await bridge.db.turns.end(claimed.id, DROPPED)
                 return
-        if incoming.resumed and incoming.attachment is None and restored(incoming.body):
+        if claimed.message_id is None:  # a scheduled run: one line says who scheduled what
+            await bridge.scheduler.announce(self, claimed)
+        elif incoming.resumed and incoming.attachment is None and restored(incoming.body):
             incoming = await reread(self, incoming)  # after a restart: the file and caption again
         await run_turn(self, claimed, incoming)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from store.schedules import parse_run_key
 from store.turns import DROPPED, INTERRUPTED
 
 from .recovery_plan import Drop, Interrupt, Refinish, Route, Run, plan
@@ -92,6 +93,8 @@ class Recovery:
 
     async def _incoming(self, turn):
         from .portal import Incoming
+        if parse_run_key(turn.prompt_event) is not None:  # a scheduled run: its prompt is the turn's text
+            return Incoming(None, turn.prompt_event, turn.text, resumed=True)
         message = await self.bridge.db.message_by_event(turn.prompt_event)
         if message is None:
             return None

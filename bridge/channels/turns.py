@@ -240,7 +240,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                     await _end(answer, f"⚠️ {refused}")
                     journal.ended(ENDED, answer.event_ids, None)
                     return
-            _background(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
+            if incoming.message_id is not None:  # a scheduled run answers no message of the room
+                _background(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
             # "thinking" only when the agent is slow to start: an edit in flight would hold
             # back its first part
             think = asyncio.get_running_loop().call_later(

@@ -1,0 +1,124 @@
+"""What each tool of the `matrix` MCP server does, always within the caller's own conversation
+(`Scope`: its channel's room, its conversation, its agent). Arguments come checked (tools.py);
+a refusal is `Refused` with one line for the agent, and nothing is done.
+"""
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from store.ids import now_ms
+from store.schedules import TooManySchedules
+
+from ..channels.agent_files import Refused as FileRefused
+from ..channels.agent_files import read_agent_file, roots_for
+from ..channels.schedule_times import first_due, when_text
+from ..matrix.media import MediaError, OutgoingMedia, mib, post
+from .tools import history_text, matches
+
+if TYPE_CHECKING:
+    from ..bridge import Bridge
+
+HISTORY_SCAN = 5000  # messages a `history` query looks through at most (the newest)
+
+
+class Refused(Exception):
+    """The tool did nothing; the line says why."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one session's tools can reach: its conversation, and who it is."""
+    channel_id: str
+    room_id: str
+    conversation: str  # "" the room's main timeline
+    agent: str
+
+
+async def run(bridge: "Bridge", scope: Scope, tool: str, args: dict[str, Any]) -> str:
+    return await _ACTIONS[tool](bridge, scope, **args)
+
+
+async def history(bridge: "Bridge", scope: Scope, limit: int, query: str | None) -> str:
+    store = bridge.store
+    scan = HISTORY_SCAN if query else limit
+    messages = await bridge.db.run(lambda: store.last_messages(scope.channel_id, scan))
+    found = [(m.created, m.sender, m.text) for m in messages if matches(m.text, query)][-limit:]
+    return history_text(found, query)
+
+
+def _working_dir(bridge: "Bridge", agent: str) -> str:
+    cwd = bridge.config.agents[agent].cwd
+    return os.path.abspath(os.path.expanduser(cwd)) if cwd else os.getcwd()
+
+
+async def send_file(bridge: "Bridge", scope: Scope, path: str, caption: str | None) -> str:
+    """Through the one gate for files an agent hands the bridge (channels/agent_files.py)."""
+    config = bridge.config
+    wanted = path if os.path.isabs(os.path.expanduser(path)) else os.path.join(_working_dir(bridge, scope.agent), path)
+    wanted = os.path.expanduser(wanted)
+    roots = roots_for(config, scope.agent)
+    read = await asyncio.to_thread(read_agent_file, wanted, roots.allowed, roots.forbidden, config.attachment_bytes)
+    name = Path(wanted).name or "file"
+    if isinstance(read, FileRefused):
+        raise Refused(f"{path} was not posted: {read.reason}")
+    mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    msgtype = "m.image" if mime.startswith("image/") and mime != "image/svg+xml" else (
+        "m.audio" if mime.startswith("audio/") else "m.file")
+    puppet = await bridge.puppet(scope.agent)
+    try:
+        event_id = await post(puppet.intent, scope.room_id, OutgoingMedia(msgtype, name, mime, read),
+                              config.attachment_bytes)
+    except MediaError as exc:
+        raise Refused(f"{path} was not posted: {exc}") from None
+    if caption:
+        await puppet.intent.send(scope.room_id, {"msgtype": "m.text", "body": caption})
+    return f"Posted {name} ({mib(len(read))}) in the conversation as {event_id}."
+
+
+async def react(bridge: "Bridge", scope: Scope, event_id: str, key: str) -> str:
+    """Only on an event of this room: the homeserver is asked for it in this room."""
+    puppet = await bridge.puppet(scope.agent)
+    status, event = await puppet.intent.request(
+        "GET", f"/_matrix/client/v3/rooms/{quote(scope.room_id, safe='')}/event/{quote(event_id, safe='')}")
+    if status != 200 or not isinstance(event, dict) or event.get("room_id", scope.room_id) != scope.room_id:
+        raise Refused(f"there is no message {event_id} in this conversation")
+    await puppet.intent.react(scope.room_id, event_id, key)
+    return f"Reacted {key} to {event_id}."
+
+
+async def schedule(bridge: "Bridge", scope: Scope, prompt: str, in_seconds: float | None = None,
+                   at: str | None = None, cron: str | None = None) -> str:
+    due = first_due(now_ms(), in_seconds=in_seconds, at=at, cron=cron)
+    try:
+        made = await bridge.db.schedules.add(scope.channel_id, scope.conversation, scope.agent, prompt, due,
+                                             cron.strip() if cron else None,
+                                             bridge.config.schedules_per_conversation)
+    except TooManySchedules as exc:
+        raise Refused(f"not scheduled: {exc} (limits.schedules_per_conversation); cancel one first") from None
+    bridge.scheduler.changed()
+    return f"Scheduled as id {made.number}: {when_text(made.due, made.cron)}."
+
+
+async def schedules(bridge: "Bridge", scope: Scope) -> str:
+    listed = await bridge.db.schedules.listed(scope.channel_id, scope.conversation)
+    if not listed:
+        return "Nothing is scheduled in this conversation."
+    return "\n".join(f"id {s.number} ({s.agent}, {when_text(s.due, s.cron)}): {s.prompt}" for s in listed)
+
+
+async def cancel_schedule(bridge: "Bridge", scope: Scope, id: int) -> str:
+    cancelled = await bridge.db.schedules.cancel(scope.channel_id, id, scope.conversation)
+    if cancelled is None:
+        raise Refused(f"there is no schedule {id} in this conversation (see `schedules`)")
+    bridge.scheduler.changed()
+    return f"Cancelled schedule {id}: {cancelled.prompt}"
+
+
+_ACTIONS = {"history": history, "send_file": send_file, "react": react, "schedule": schedule,
+            "schedules": schedules, "cancel_schedule": cancel_schedule}

@@ -1,0 +1,192 @@
+"""The bridge's side of the `matrix` MCP server: the private socket, one secret per session's
+conversation, the `mcpServers` entries a session is opened with, and each call dispatched.
+
+- The socket is `mcp.sock` in the data folder (0700; the socket 0600), or, when that path is too
+  long for a Unix socket (108 bytes), in a private temporary folder (0700) made for this run.
+- A secret (32 random bytes, hex) stands for one (channel, conversation, agent) for the life of
+  this bridge run: it is given to the agent in the `env` of the stdio entry (and as a header of
+  the HTTP entry) when the session is opened or loaded, and a call carrying it acts there and
+  nowhere else. Secrets are kept hashed; after a restart the sessions are loaded again and get
+  new ones.
+- Limits: `limits.tool_calls_per_turn` calls per turn of the agent in that conversation.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from store.errors import StoreError
+
+from . import actions, tools, wire
+from .actions import Refused, Scope
+
+if TYPE_CHECKING:
+    from ..bridge import Bridge
+    from ..channels.portal import Portal
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "mcp.sock"
+MAX_SOCKET_PATH = 100  # bytes: sun_path holds 108, with its NUL
+READ_TIMEOUT = 30.0    # seconds a connection may take to send its request
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def stdio_command() -> tuple[str, list[str]]:
+    """How an agent starts `sidekicks mcp`: this Python, so it works whatever is on PATH."""
+    return sys.executable, ["-m", "bridge", "mcp"]
+
+
+class McpService:
+    def __init__(self, bridge: "Bridge") -> None:
+        self.bridge = bridge
+        self.path: Path | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._private_dir: str | None = None
+        self._scopes: dict[str, Scope] = {}           # hash of a secret → its scope
+        self._secrets: dict[Scope, str] = {}          # scope → its secret
+        self._calls: dict[Scope, tuple[Any, int]] = {}  # scope → (the turn counted, calls in it)
+        self.calls = 0  # calls answered (for tests and logs)
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    async def start(self) -> None:
+        if not any(agent.tools for agent in self.bridge.config.agents.values()):
+            return
+        folder = Path(self.bridge.config.data_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+        path = folder / SOCKET_NAME
+        if len(os.fsencode(str(path))) > MAX_SOCKET_PATH:
+            self._private_dir = tempfile.mkdtemp(prefix="sidekicks-mcp-")  # 0700
+            path = Path(self._private_dir) / SOCKET_NAME
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)  # left by a bridge that was killed (the store's lock says none runs)
+        except FileNotFoundError:
+            pass
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._client, path=str(path), limit=wire.MAX_LINE + 1)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self.path = path
+        log.info("the agents' MCP server listens on %s", path)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            except asyncio.TimeoutError:
+                pass
+            self._server = None
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
+
+    # -- what a session is opened with -------------------------------------------------------------
+
+    def servers_for(self, portal: "Portal", agent_name: str, agent: Any = None) -> list[dict]:
+        """The `mcpServers` of a session of `agent_name` in `portal`'s main conversation: the
+        stdio entry (`sidekicks mcp`); none with `tools: off`."""
+        agent_config = self.bridge.config.agents.get(agent_name)
+        if agent_config is None or not agent_config.tools or self.path is None:
+            return []
+        secret = self.secret_for(Scope(portal.channel.id, portal.room_id, "", agent_name))
+        command, args = stdio_command()
+        return [{"name": tools.SERVER_NAME, "command": command, "args": args,
+                 "env": [{"name": wire.ENV_SOCKET, "value": str(self.path)},
+                         {"name": wire.ENV_SECRET, "value": secret}]}]
+
+    def secret_for(self, scope: Scope) -> str:
+        secret = self._secrets.get(scope)
+        if secret is None:
+            secret = self._secrets[scope] = secrets.token_hex(32)
+            self._scopes[_hash(secret)] = scope
+        return secret
+
+    def forget_channel(self, channel_id: str) -> None:
+        """The channel is deleted: its secrets reach nothing any more."""
+        for scope in [s for s in self._secrets if s.channel_id == channel_id]:
+            self._scopes.pop(_hash(self._secrets.pop(scope)), None)
+            self._calls.pop(scope, None)
+
+    # -- calls -------------------------------------------------------------------------------------
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
+                request = wire.read_request(line)
+            except (ValueError, asyncio.LimitOverrunError, asyncio.TimeoutError) as exc:
+                text, error = f"bad request: {exc or type(exc).__name__}", True
+            else:
+                text, error = await self.call(request.secret, request.tool, request.arguments)
+            writer.write(wire.reply_line(text, error))
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def call(self, secret: str, tool: str, arguments: dict) -> tuple[str, bool]:
+        """One tool call: (the result's text, whether it is an error)."""
+        scope = self._scopes.get(_hash(secret))
+        if scope is None:
+            return ("this session is not known to the running bridge (it was restarted since, or the "
+                    "conversation was deleted): the tools work again in the next turn"), True
+        config = self.bridge.config
+        if scope.agent not in config.agents or not config.agents[scope.agent].tools:
+            return f"{scope.agent} has no tools (agents.{scope.agent}.tools: off)", True
+        try:
+            args = tools.check(tool, arguments, config.history_messages)
+        except tools.BadArguments as exc:
+            return str(exc), True
+        refused = self._count(scope)
+        if refused:
+            return refused, True
+        self.calls += 1
+        try:
+            return await actions.run(self.bridge, scope, tool, args), False
+        except (Refused, tools.BadArguments) as exc:
+            log.info("%s in %s: %s refused: %s", scope.agent, scope.room_id, tool, exc)
+            return str(exc), True
+        except StoreError as exc:
+            return f"the bridge's database failed ({exc}): nothing was done", True
+        except Exception as exc:
+            log.exception("%s in %s: %s failed", scope.agent, scope.room_id, tool)
+            return f"the bridge could not do this ({type(exc).__name__}: {exc})", True
+
+    def _count(self, scope: Scope) -> str | None:
+        """None if the call may go on (and it is counted), else why not."""
+        portal = self.bridge.portals.get(scope.room_id)
+        current = portal.current if portal is not None else None
+        turn = current if current is not None and current.agent_name == scope.agent else None
+        counted, calls = self._calls.get(scope, (None, 0))
+        if counted is not turn:
+            calls = 0
+        limit = self.bridge.config.tool_calls_per_turn
+        if calls >= limit:
+            return f"at most {limit} tool calls per turn (limits.tool_calls_per_turn): this one was not made"
+        self._calls[scope] = (turn, calls + 1)
+        return None

@@ -1,0 +1,112 @@
+"""A scripted ACP agent that uses MCP tools as a real agent does: `python tests/agents/mcp_agent.py`.
+
+It keeps the `mcpServers` each session was opened (or loaded) with, and on a directive in the
+prompt starts the stdio server of that entry with the official MCP client (`mcp` SDK:
+stdio_client + ClientSession: initialize, tools/call) and answers with the tool's result:
+
+  (a directive counts on the prompt's last line: the context before it may quote earlier ones)
+  [[tool:NAME {"json": "arguments"}]]   call NAME of the `matrix` server; the answer is
+                                        "NAME: <result text>" or "NAME error: <result text>"
+  [[tools]]                             list the server's tools: "tools: a, b, c"
+  anything else                         "echo: " + the prompt's last line
+
+Options: --log FILE (every JSON-RPC message received, one JSON a line, and each tool result as
+{"tool": NAME, "text": …, "error": …}), --load-session (announce loadSession; a session loaded
+keeps the mcpServers of the load), --http (announce mcpCapabilities.http).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `acp`
+
+from acp.agent_kit import AgentBase, Turn, run  # noqa: E402
+
+TOOL = re.compile(r"\[\[tool:([a-z_]+)\s*(\{.*?\})?\]\]", re.DOTALL)
+
+
+class McpAgent(AgentBase):
+    name = "mcp-scripted"
+    version = "1.0"
+
+    def __init__(self, opts: argparse.Namespace):
+        super().__init__()
+        self.opts = opts
+        self.load_session = opts.load_session
+        self.servers: dict[str, list[dict]] = {}
+
+    async def initialize(self, params: dict) -> dict:
+        result = await super().initialize(params)
+        if self.opts.http:
+            result["agentCapabilities"]["mcpCapabilities"] = {"http": True, "sse": False}
+        return result
+
+    def received(self, message: dict) -> None:
+        self.log(message)
+
+    def log(self, record: dict) -> None:
+        if self.opts.log:
+            with open(self.opts.log, "a", encoding="utf-8") as out:
+                out.write(json.dumps(record) + "\n")
+
+    async def new_session(self, cwd: str, params: dict) -> str:
+        session_id = await super().new_session(cwd, params)
+        self.servers[session_id] = list(params.get("mcpServers") or [])
+        return session_id
+
+    async def load(self, session_id: str, cwd: str, params: dict) -> None:
+        self.servers[session_id] = list(params.get("mcpServers") or [])
+
+    def _entry(self, session_id: str) -> dict | None:
+        return next((s for s in self.servers.get(session_id, []) if s.get("name") == "matrix"
+                     and "command" in s), None)
+
+    async def prompt(self, turn: Turn) -> str:
+        # the directive of this prompt only: the context before it may quote earlier ones
+        last = (turn.text.splitlines() or [""])[-1]
+        call = TOOL.search(last)
+        entry = self._entry(turn.session_id)
+        if "[[tools]]" in last:
+            names = await self._session(entry, lambda s: s.list_tools()) if entry else None
+            await turn.say("tools: " + (", ".join(t.name for t in names.tools) if names else "none"))
+            return "end_turn"
+        if call is None:
+            await turn.say("echo: " + last)
+            return "end_turn"
+        name, arguments = call.group(1), json.loads(call.group(2) or "{}")
+        if entry is None:
+            await turn.say(f"{name} error: no matrix MCP server in this session")
+            return "end_turn"
+        result = await self._session(entry, lambda s: s.call_tool(name, arguments))
+        text = "".join(getattr(block, "text", "") for block in result.content)
+        self.log({"tool": name, "text": text, "error": bool(result.is_error)})
+        await turn.say(f"{name}{' error' if result.is_error else ''}: {text}")
+        return "end_turn"
+
+    @staticmethod
+    async def _session(entry: dict, use):
+        from mcp.client.session import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        params = StdioServerParameters(command=entry["command"], args=list(entry.get("args") or []),
+                                       env={e["name"]: e["value"] for e in entry.get("env") or []})
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await use(session)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--log")
+    p.add_argument("--load-session", action="store_true")
+    p.add_argument("--http", action="store_true")
+    run(McpAgent(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -110,6 +110,7 @@ def test_modes_config_options_models_and_capabilities_are_listed(tmp_path):
     assert details(result.stdout, "coder") == [
         "protocol: ACP v1; prompts: text, image, embedded context",
         "auth methods: none",
+        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
         'modes: ask "Ask first" (current), code "Write code"',
         "config options:",
         'model "Model" [model]: small "Small model", big "Big model" (current)',
@@ -124,8 +125,15 @@ def test_agent_without_modes_or_options_says_none(tmp_path):
     result = check(path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert details(result.stdout, "plain") == [
-        "protocol: ACP v1; prompts: text", "auth methods: none", "modes: none",
+        "protocol: ACP v1; prompts: text", "auth methods: none", "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule", "modes: none",
         "config options: none", "models: none"], result.stdout
+
+
+def test_an_agent_without_tools_says_so(tmp_path):
+    path = write_config(tmp_path, {"plain": {"command": [sys.executable, SCRIPTED], "tools": "off"}})
+    result = check(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tools: none (agents.plain.tools: off)" in details(result.stdout, "plain"), result.stdout
 
 
 def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
@@ -142,6 +150,7 @@ def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
         "agent: gemini-cli 0.61.0; loadSession: yes",
         "protocol: ACP v1; prompts: text, image, audio, embedded context",
         "auth methods: scripted-login (Scripted login)",
+        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
     ], result.stdout  # no modes: session/new never answered with any
 
 

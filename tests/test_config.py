@@ -322,3 +322,25 @@ def test_default_config_for_a_second_person_gets_names_of_its_own(tmp_path):
     assert one.registration_path != two.registration_path
     registration.ensure(one, others=[])
     registration.ensure(two, others=[one.registration_path])   # no clash
+
+
+def test_tools_are_on_by_default_and_off_on_request_with_their_limits(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD))
+    assert cfg.agents["alice"].tools is True
+    assert (cfg.tool_calls_per_turn, cfg.history_messages, cfg.schedules_per_conversation) == (30, 100, 20)
+    data = {**GOOD, "agents": {"alice": {**GOOD["agents"]["alice"], "tools": "off"}, "bob": {"command": "b", "tools": True}},
+            "limits": {**GOOD["limits"], "tool_calls_per_turn": 5, "history_messages": 10,
+                       "schedules_per_conversation": 0}}
+    cfg = config.load(write(tmp_path, data))
+    assert cfg.agents["alice"].tools is False and cfg.agents["bob"].tools is True
+    assert (cfg.tool_calls_per_turn, cfg.history_messages, cfg.schedules_per_conversation) == (5, 10, 0)
+
+
+def test_a_bad_tools_value_is_one_line(tmp_path):
+    data = {**GOOD, "agents": {"alice": {**GOOD["agents"]["alice"], "tools": "maybe"}}}
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(write(tmp_path, data))
+    assert caught.value.problems == [f"{write(tmp_path, data)}: agents.alice.tools: must be on or off, got 'maybe'"]
+    data = {**GOOD, "agents": {"alice": {**GOOD["agents"]["alice"], "tool": "on"}}}
+    with pytest.raises(config.ConfigError, match="agents.alice.tool: unknown key — did you mean tools"):
+        config.load(write(tmp_path, data))

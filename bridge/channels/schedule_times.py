@@ -6,7 +6,7 @@ the bridge's local time zone (`tz`, the machine's by default): the agent and the
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, tzinfo
 
 from croniter import croniter
 
@@ -89,5 +89,3 @@ def when_text(due_ms: int | None, cron: str | None, tz: tzinfo | None = None) ->
     return f"{text}, then on cron {cron}" if cron else text
 
 
-def delay(due_ms: int, now_ms: int) -> timedelta:
-    return timedelta(milliseconds=max(0, due_ms - now_ms))

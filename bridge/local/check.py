@@ -38,6 +38,7 @@ class Announced:
     protocol: int = 0
     load_session: bool = False
     prompt_capabilities: dict[str, Any] = field(default_factory=dict)
+    mcp_capabilities: dict[str, Any] = field(default_factory=dict)  # agentCapabilities.mcpCapabilities
     auth_methods: list[dict[str, Any]] = field(default_factory=list)
     initialized: bool = False
     session: dict[str, Any] | None = None  # session/new's result
@@ -54,7 +55,7 @@ async def check_agents(cfg, say) -> int:
     for name, agent in cfg.agents.items():
         found = await announced(spec_of(name, agent))
         failures += found.error is not None
-        for line in report(name, found):
+        for line in report(name, found, tools=agent.tools):
             say(line)
     return 1 if failures else 0
 
@@ -80,6 +81,7 @@ async def announced(spec: AgentSpec) -> Announced:
         found.protocol = running.protocol_version
         found.load_session = bool(running.load_session)
         found.prompt_capabilities = dict(running.prompt_capabilities or {})
+        found.mcp_capabilities = dict(running.mcp_capabilities or {})
         found.auth_methods = [m for m in running.auth_methods or [] if isinstance(m, dict)]
         step = f"no answer to session/new within {SESSION_LIMIT:g} s"
         found.session = await asyncio.wait_for(running.open_session(spec.cwd), SESSION_LIMIT)
@@ -107,8 +109,9 @@ async def announced(spec: AgentSpec) -> Announced:
 
 # ---- the report: pure --------------------------------------------------------------------------
 
-def report(name: str, found: Announced) -> list[str]:
-    """The lines `check` prints for one agent: the ✓/✗ line, then indented details."""
+def report(name: str, found: Announced, tools: bool = True) -> list[str]:
+    """The lines `check` prints for one agent: the ✓/✗ line, then indented details (`tools`:
+    the agent's `tools` setting, for the line naming the bridge's MCP tools it is offered)."""
     who = f"{_text(found.info.get('name')) or '?'} {_text(found.info.get('version'))}".rstrip()
     load = "yes" if found.load_session else "no"
     if found.error is None:
@@ -120,12 +123,21 @@ def report(name: str, found: Announced) -> list[str]:
         lines.append(f"    agent: {who}; loadSession: {load}")
     lines.append(f"    protocol: ACP v{found.protocol}; prompts: {_prompt_kinds(found.prompt_capabilities)}")
     lines.append(f"    auth methods: {_auth(found.auth_methods)}")
+    lines.append(f"    tools: {_tools(name, tools, found.mcp_capabilities)}")
     if found.session is None:
         return lines
     lines.append(f"    modes: {_modes(found.session.get('modes'))}")
     lines.extend(_config_options(found.session.get("configOptions")))
     lines.append(f"    models: {_models(found.session.get('models'))}")
     return lines
+
+
+def _tools(name: str, on: bool, mcp: dict[str, Any]) -> str:
+    """The bridge's MCP server as this agent is offered it (bridge/mcp)."""
+    if not on:
+        return f"none (agents.{name}.tools: off)"
+    from ..mcp.tools import NAMES, SERVER_NAME
+    return f"MCP server `{SERVER_NAME}` over stdio — {', '.join(NAMES)}"
 
 
 def _why(found: Announced) -> list[str]:

@@ -254,3 +254,44 @@ async def test_tools_off_gives_the_session_no_mcp_servers(homeserver, bridge_fac
         await running.idle()
     finally:
         await owner.close()
+
+
+async def test_the_owner_lists_and_cancels_schedules_and_a_stranger_can_do_neither(
+        homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": mcp_agent(log, tmp_path)})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
+    try:
+        response = await owner.room_create(name="shared", invite=[ALICE, homeserver.stranger_id])
+        room = response.room_id
+        assert isinstance(await stranger.join(room), nio.JoinResponse)
+        await sync_until(owner, lambda: any(e.get("type") == "m.room.member" and e.get("state_key") == ALICE
+                                            and e["content"].get("membership") == "join"
+                                            for e in events_in(owner, room)))
+        await ask(owner, room, '[[tool:schedule {"prompt": "far away", "cron": "0 3 1 1 *"}]]', "schedule")
+        await ask(owner, room, '[[tool:schedule {"prompt": "also later", "in_seconds": 3600}]]', "schedule")
+        await running.idle()
+        seen = len(notices(owner, room))
+        for attempt in ("!schedules", "!unschedule 1", "[[tool:cancel_schedule {\"id\": 2}]]"):
+            sent = await stranger.room_send(room, "m.room.message", {"msgtype": "m.text", "body": attempt})
+            await running.handled(sent.event_id)
+        await running.idle()
+        await caught_up(owner, room)
+        assert len(notices(owner, room)) == seen  # no listing, no cancelling, for the stranger
+        channel_id = running.store.channel_by_room(room).id
+        assert [s.prompt for s in running.store.schedules.listed(channel_id)] == ["far away", "also later"]
+        await say(owner, room, "!schedules")
+        await sync_until(owner, lambda: any(n.startswith("Scheduled here:") for n in notices(owner, room)))
+        listing = next(n for n in notices(owner, room) if n.startswith("Scheduled here:"))
+        assert "1. alice, next at" in listing and "then on cron 0 3 1 1 *: far away" in listing
+        assert "2. alice" in listing and "also later" in listing
+        await say(owner, room, "!unschedule 1")
+        await sync_until(owner, lambda: any(n.startswith("Cancelled schedule 1 of alice: far away")
+                                            for n in notices(owner, room)))
+        assert [s.prompt for s in running.store.schedules.listed(channel_id)] == ["also later"]
+        await say(owner, room, "!unschedule 9")
+        await sync_until(owner, lambda: any(n.startswith("There is no schedule 9 here") for n in notices(owner, room)))
+    finally:
+        await owner.close()
+        await stranger.close()

@@ -1,0 +1,127 @@
+"""The bridge's side of the MCP server (bridge/mcp/service.py), without Matrix: a secret reaches
+its own conversation only, an unknown one nothing; calls per turn are capped; the socket is
+private; a call over the socket gets its answer as a line."""
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+from bridge.mcp import actions, wire
+from bridge.mcp.service import McpService
+from bridge.mcp.stdio import forward
+
+
+def fake_bridge(tmp_path, limit=3, tools=True):
+    agents = {"alice": SimpleNamespace(tools=tools), "bob": SimpleNamespace(tools=True)}
+    config = SimpleNamespace(agents=agents, data_dir=tmp_path / "data", tool_calls_per_turn=limit,
+                             history_messages=100)
+    return SimpleNamespace(config=config, portals={})
+
+
+def portal(room_id, channel_id):
+    return SimpleNamespace(room_id=room_id, channel=SimpleNamespace(id=channel_id), current=None)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = []
+
+    async def run(bridge, scope, tool, args):
+        seen.append((scope, tool, args))
+        return f"{tool} in {scope.room_id}"
+    monkeypatch.setattr(actions, "run", run)
+    return seen
+
+
+async def test_a_secret_acts_on_its_own_conversation_and_an_unknown_one_on_nothing(tmp_path, calls):
+    bridge = fake_bridge(tmp_path)
+    service = McpService(bridge)
+    await service.start()
+    try:
+        here, there = portal("!here:hs", "c1"), portal("!there:hs", "c2")
+        (entry,) = service.servers_for(here, "alice")
+        secret = {e["name"]: e["value"] for e in entry["env"]}[wire.ENV_SECRET]
+        assert service.servers_for(here, "alice") == [entry]  # the same secret for that conversation
+        other = {e["name"]: e["value"] for e in service.servers_for(there, "alice")[0]["env"]}[wire.ENV_SECRET]
+        assert other != secret
+        assert await service.call(secret, "history", {}) == ("history in !here:hs", False)
+        assert await service.call(other, "history", {}) == ("history in !there:hs", False)
+        text, error = await service.call("guessed", "history", {})
+        assert error and "not known" in text
+        text, error = await service.call(secret, "history", {"limit": "all"})
+        assert error and "`limit`" in text
+        assert len(calls) == 2
+        service.forget_channel("c1")
+        assert (await service.call(secret, "history", {}))[1] is True
+    finally:
+        await service.stop()
+
+
+async def test_calls_per_turn_are_capped_and_a_new_turn_starts_again(tmp_path, calls):
+    bridge = fake_bridge(tmp_path, limit=2)
+    service = McpService(bridge)
+    await service.start()
+    try:
+        room = portal("!r:hs", "c1")
+        bridge.portals["!r:hs"] = room
+        secret = service.servers_for(room, "alice")[0]["env"][1]["value"]
+        room.current = SimpleNamespace(agent_name="alice")
+        assert [(await service.call(secret, "schedules", {}))[1] for _ in range(3)] == [False, False, True]
+        text, _ = await service.call(secret, "schedules", {})
+        assert "at most 2 tool calls per turn" in text
+        room.current = SimpleNamespace(agent_name="alice")  # the next turn
+        assert (await service.call(secret, "schedules", {}))[1] is False
+        assert len(calls) == 3
+    finally:
+        await service.stop()
+
+
+async def test_tools_off_offers_no_server(tmp_path, calls):
+    bridge = fake_bridge(tmp_path, tools=False)
+    service = McpService(bridge)
+    await service.start()
+    try:
+        assert service.servers_for(portal("!r:hs", "c1"), "alice") == []
+        assert service.servers_for(portal("!r:hs", "c1"), "bob") != []
+    finally:
+        await service.stop()
+
+
+async def test_the_socket_is_private_and_answers_a_line(tmp_path, calls):
+    bridge = fake_bridge(tmp_path)
+    service = McpService(bridge)
+    await service.start()
+    try:
+        assert stat.S_IMODE(os.stat(service.path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(service.path.parent).st_mode) == 0o700
+        secret = service.servers_for(portal("!r:hs", "c1"), "alice")[0]["env"][1]["value"]
+        assert await forward(str(service.path), secret, "schedules", None) == ("schedules in !r:hs", False)
+        reader, writer = await asyncio.open_unix_connection(str(service.path))
+        writer.write(b"garbage\n")
+        text, error = wire.read_reply(await reader.readline())
+        writer.close()
+        assert error and text.startswith("bad request")
+    finally:
+        await service.stop()
+    assert not service.path.exists()
+    text, error = await forward(str(service.path), "x", "history", {})
+    assert error and "not reachable" in text
+
+
+async def test_a_data_folder_too_deep_for_a_socket_gets_a_private_one(tmp_path, calls):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    bridge = fake_bridge(deep)
+    service = McpService(bridge)
+    await service.start()
+    try:
+        assert len(str(service.path)) <= 100 and not str(service.path).startswith(str(deep))
+        assert stat.S_IMODE(os.stat(service.path.parent).st_mode) == 0o700
+        secret = service.servers_for(portal("!r:hs", "c1"), "alice")[0]["env"][1]["value"]
+        assert (await forward(str(service.path), secret, "schedules", None))[1] is False
+    finally:
+        await service.stop()
+    assert not service.path.parent.exists()

@@ -8,6 +8,8 @@ conversation, the `mcpServers` entries a session is opened with, and each call d
   the HTTP entry) when the session is opened or loaded, and a call carrying it acts there and
   nowhere else. Secrets are kept hashed; after a restart the sessions are loaded again and get
   new ones.
+- Over HTTP too (http.py: the SDK's streamable HTTP on 127.0.0.1, the secret as a bearer token)
+  for agents that announce `mcpCapabilities.http`.
 - Limits: `limits.tool_calls_per_turn` calls per turn of the agent in that conversation.
 """
 from __future__ import annotations
@@ -59,6 +61,8 @@ class McpService:
         self._secrets: dict[Scope, str] = {}          # scope → its secret
         self._calls: dict[Scope, tuple[Any, int]] = {}  # scope → (the turn counted, calls in it)
         self.calls = 0  # calls answered (for tests and logs)
+        self._http = None
+        self.http_url: str | None = None  # the HTTP endpoint, for agents that announce mcpCapabilities.http
 
     @property
     def running(self) -> bool:
@@ -87,8 +91,18 @@ class McpService:
         os.chmod(path, 0o600)
         self.path = path
         log.info("the agents' MCP server listens on %s", path)
+        from .http import HttpMcp
+        http = HttpMcp(self.call, lambda secret: _hash(secret) in self._scopes)
+        try:
+            self.http_url = await http.start()
+            self._http = http
+        except Exception as exc:  # stdio is what every agent has: the bridge goes on without HTTP
+            log.warning("the MCP server over HTTP could not start (%s): agents get it over stdio only", exc)
 
     async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.stop()
+            self._http, self.http_url = None, None
         if self._server is not None:
             self._server.close()
             try:
@@ -108,15 +122,22 @@ class McpService:
 
     def servers_for(self, portal: "Portal", agent_name: str, agent: Any = None) -> list[dict]:
         """The `mcpServers` of a session of `agent_name` in `portal`'s main conversation: the
-        stdio entry (`sidekicks mcp`); none with `tools: off`."""
+        stdio entry (`sidekicks mcp`), then, where the agent announces `mcpCapabilities.http`,
+        the HTTP entry of the same name (agents key their servers by name: the later one is
+        used); none with `tools: off`."""
         agent_config = self.bridge.config.agents.get(agent_name)
         if agent_config is None or not agent_config.tools or self.path is None:
             return []
         secret = self.secret_for(Scope(portal.channel.id, portal.room_id, "", agent_name))
         command, args = stdio_command()
-        return [{"name": tools.SERVER_NAME, "command": command, "args": args,
-                 "env": [{"name": wire.ENV_SOCKET, "value": str(self.path)},
-                         {"name": wire.ENV_SECRET, "value": secret}]}]
+        servers = [{"name": tools.SERVER_NAME, "command": command, "args": args,
+                    "env": [{"name": wire.ENV_SOCKET, "value": str(self.path)},
+                            {"name": wire.ENV_SECRET, "value": secret}]}]
+        announced = getattr(agent, "mcp_capabilities", None) or {}
+        if announced.get("http") and self.http_url:
+            servers.append({"type": "http", "name": tools.SERVER_NAME, "url": self.http_url,
+                            "headers": [{"name": "Authorization", "value": f"Bearer {secret}"}]})
+        return servers
 
     def secret_for(self, scope: Scope) -> str:
         secret = self._secrets.get(scope)

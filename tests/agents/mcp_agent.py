@@ -62,8 +62,13 @@ class McpAgent(AgentBase):
         self.servers[session_id] = list(params.get("mcpServers") or [])
 
     def _entry(self, session_id: str) -> dict | None:
-        return next((s for s in self.servers.get(session_id, []) if s.get("name") == "matrix"
-                     and "command" in s), None)
+        """The matrix server to use: over HTTP with --http (where the client gave one), else stdio."""
+        servers = [s for s in self.servers.get(session_id, []) if s.get("name") == "matrix"]
+        if self.opts.http:
+            http = next((s for s in servers if s.get("type") == "http"), None)
+            if http is not None:
+                return http
+        return next((s for s in servers if "command" in s), None)
 
     async def prompt(self, turn: Turn) -> str:
         # the directive of this prompt only: the context before it may quote earlier ones
@@ -83,7 +88,7 @@ class McpAgent(AgentBase):
             return "end_turn"
         result = await self._session(entry, lambda s: s.call_tool(name, arguments))
         text = "".join(getattr(block, "text", "") for block in result.content)
-        self.log({"tool": name, "text": text, "error": bool(result.is_error)})
+        self.log({"tool": name, "text": text, "error": bool(result.is_error), "via": entry.get("type", "stdio")})
         await turn.say(f"{name}{' error' if result.is_error else ''}: {text}")
         return "end_turn"
 
@@ -92,6 +97,15 @@ class McpAgent(AgentBase):
         from mcp.client.session import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
+        if entry.get("type") == "http":
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+            headers = {h["name"]: h["value"] for h in entry.get("headers") or []}
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+                async with streamable_http_client(entry["url"], http_client=http) as (read, write, *_):
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        return await use(session)
         params = StdioServerParameters(command=entry["command"], args=list(entry.get("args") or []),
                                        env={e["name"]: e["value"] for e in entry.get("env") or []})
         async with stdio_client(params) as (read, write):

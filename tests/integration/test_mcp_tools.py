@@ -295,3 +295,27 @@ async def test_the_owner_lists_and_cancels_schedules_and_a_stranger_can_do_neith
     finally:
         await owner.close()
         await stranger.close()
+
+
+async def test_an_agent_announcing_http_gets_the_server_over_http_too(homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": mcp_agent(log, tmp_path, "--http")})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = await channel_with_alice(owner, "over http")
+        await ask(owner, room, "a cherry", "echo:")
+        result = await ask(owner, room, '[[tool:history {"limit": 5}]]', "history")
+        assert "a cherry" in result
+        (new,) = [m for m in received(log) if m.get("method") == "session/new"]
+        stdio, http = new["params"]["mcpServers"]
+        assert "command" in stdio and http["type"] == "http" and http["name"] == "matrix"
+        assert http["url"].startswith("http://127.0.0.1:")
+        assert [r["via"] for r in received(log) if "tool" in r] == ["http"]
+        # without the secret, nothing
+        import aiohttp
+        async with aiohttp.ClientSession() as session:
+            async with session.post(http["url"], json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}) as reply:
+                assert reply.status == 401
+        await running.idle()
+    finally:
+        await owner.close()

@@ -14,6 +14,8 @@ session per test); the last test restarts the bridge in the middle of a turn.
   text and the code only in rawOutput);
 - a rejected edit: the file is not written, the call shows failed, no edit sent twice;
 - `!stop` while a command runs: the command is stopped, the answer says so, no edit sent twice;
+- the bridge's own `matrix` MCP server: the model calls `matrix_history`, OpenCode runs it
+  through `sidekicks mcp`, and the result is this room's history (issue 30);
 - a restart while OpenCode waits for its model (its status saying for how long nothing came):
   the answer is marked interrupted; after the restart the session is loaded (the model sees the
   earlier turn) and nothing is posted twice.
@@ -271,6 +273,38 @@ async def test_stop_while_a_command_runs(stack, homeserver):
         assert not never.exists()  # the command was stopped, not left to finish
         for message in messages(owner, room_id):
             no_edit_twice(message)
+    finally:
+        await owner.close()
+
+
+async def test_opencode_calls_the_bridges_matrix_history_tool(stack, homeserver):
+    """OpenCode starts the bridge's `matrix` MCP server from the mcpServers of its session (stdio,
+    `sidekicks mcp`) and its model calls `history` (OpenCode names it matrix_history): the result
+    is this room's stored messages, and no other room's (issue 30)."""
+    stack.model.script["pelican-recall"] = [Text("Noted: the secret word is marmalade.")]
+    stack.model.script["pelican-history"] = [Tools(("matrix_history", {"limit": 10})),
+                                             Text("I read the history.")]
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await open_dm(owner)
+        other = await open_dm(owner)
+        await say(owner, other, "pelican-recall: the other room's word is quince")
+        await wait_final(owner, other)
+        await say(owner, room_id, "pelican-recall: remember marmalade")
+        await wait_final(owner, room_id)
+        await say(owner, room_id, "pelican-history: what did we say?")
+        await wait_final(owner, room_id, count=2, timeout=180)
+        offered = {t.get("function", {}).get("name") for r in stack.model.calls_for("pelican-history")
+                   for t in r.get("tools") or []}
+        assert "matrix_history" in offered, sorted(n for n in offered if n)
+        calls = stack.model.calls_for("pelican-history")
+        results = [m for r in calls for m in r.get("messages") or [] if m.get("role") == "tool"]
+        assert results, [r.get("messages") for r in calls]
+        text = json.dumps(results[-1].get("content"))
+        assert "remember marmalade" in text and "Noted: the secret word is marmalade." in text
+        assert "quince" not in text
+        assert answers(owner, room_id)[-1]["body"] == "I read the history."
+        await stack.running.idle()
     finally:
         await owner.close()
 

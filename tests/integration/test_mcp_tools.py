@@ -319,3 +319,40 @@ async def test_an_agent_announcing_http_gets_the_server_over_http_too(homeserver
         await running.idle()
     finally:
         await owner.close()
+
+
+async def test_a_run_taken_by_an_earlier_run_of_the_bridge_but_not_begun_runs_once_after_the_start(
+        homeserver, bridge_factory, tmp_path):
+    """The bridge stopped between taking a scheduled run and prompting it: the next start's
+    recovery runs it (it is a turn record like any other), once; the scheduler takes it no more."""
+    from store import Store
+
+    log = tmp_path / "alice.log"
+    agents = {"alice": mcp_agent(log, tmp_path)}
+    folder = tmp_path / "bridge"
+    running = await bridge_factory(agents, folder=folder)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = await channel_with_alice(owner, "taken")
+        await ask(owner, room, '[[tool:schedule {"prompt": "taken before the stop", "in_seconds": 3600}]]',
+                  "schedule")
+        await running.idle()
+        channel_id = running.store.channel_by_room(room).id
+        (schedule,) = running.store.schedules.listed(channel_id)
+        data_dir = running.config.data_dir
+        await running.stop()
+        store = Store.open("sqlite", data_dir)
+        try:  # what the stopped run had done: the run taken, its turn not begun
+            assert store.schedules.fire(schedule.id, schedule.due, None, "an-earlier-run") is not None
+        finally:
+            store.close()
+        running = await bridge_factory(agents, folder=folder)
+        await sync_until(owner, lambda: "echo: taken before the stop" in answers(owner, room))
+        await running.idle()
+        await caught_up(owner, room)
+        assert len(runs(owner, room, "taken before the stop")) == 1
+        assert answers(owner, room).count("echo: taken before the stop") == 1
+        assert running.store.schedules.listed(channel_id) == []
+        assert running.bridge.scheduler.fired == 0
+    finally:
+        await owner.close()

@@ -86,6 +86,10 @@ class McpService:
         old = os.umask(0o177)
         try:
             self._server = await asyncio.start_unix_server(self._client, path=str(path), limit=wire.MAX_LINE + 1)
+        except OSError as exc:  # the bridge goes on: agents just get no tools this time
+            log.warning("the agents' MCP server cannot listen on %s (%s): agents get no tools this run",
+                        path, exc.strerror or exc)
+            return
         finally:
             os.umask(old)
         os.chmod(path, 0o600)

@@ -214,3 +214,27 @@ def test_no_event_leaves_the_bridge_but_through_an_intent():
             if match.group(1) != "GET":
                 offenders.append(f"{path.relative_to(BRIDGE.parent)}: intent.request({match.group(1)})")
     assert offenders == []
+
+
+async def test_a_join_the_homeserver_cannot_do_now_is_tried_again_then_raised(homeserver, monkeypatch):
+    from bridge.matrix import intent as intent_module
+    monkeypatch.setattr(intent_module, "JOIN_RETRIES", (0.0, 0.0))
+    intent = intent_for(homeserver)
+    homeserver.status = 502
+    with pytest.raises(MatrixError) as caught:  # the event that asked for it comes again
+        await intent.join(ROOM)
+    assert caught.value.transient
+    joins = [r for r in homeserver.requests if r["path"].endswith(f"/join/{ROOM}")]
+    assert len(joins) == 3  # the first try and two more
+    homeserver.status = 403  # a refusal is final: no retry, no error
+    assert await intent.join(ROOM) is False
+    assert len([r for r in homeserver.requests if r["path"].endswith(f"/join/{ROOM}")]) == 4
+    homeserver.status = 200
+    assert await intent.join(ROOM) is True
+
+
+async def test_a_join_whose_answer_is_lost_is_tried_again(homeserver, monkeypatch):
+    from bridge.matrix import intent as intent_module
+    monkeypatch.setattr(intent_module, "JOIN_RETRIES", (0.0,))
+    homeserver.drop_first = 1  # the connection closes without an answer, once
+    assert await intent_for(homeserver).join(ROOM) is True

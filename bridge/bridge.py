@@ -38,7 +38,8 @@ from .channels.turns import background_tasks
 log = logging.getLogger(__name__)
 
 TXN_ORDER = "appservice/transaction-order"
-STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes  # the last transaction number handled (appservice.py)
+STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes
+GAP_RETRY_AFTER = 0.05  # seconds after refusing a transaction for a gap before the ping  # the last transaction number handled (appservice.py)
 
 
 class Bridge:
@@ -68,7 +69,9 @@ class Bridge:
                                        TransactionOrder(lambda: store.get_value(TXN_ORDER),
                                                         lambda value: self.db.soon(
                                                             "the last transaction number",
-                                                            lambda: store.set_value(TXN_ORDER, value))))
+                                                            lambda: store.set_value(TXN_ORDER, value))),
+                                       on_gap=self._retry_soon)
+        self._gap_pings: set[asyncio.Task] = set()
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
         self.halt_reason = ""
         self.session: aiohttp.ClientSession | None = None
@@ -157,7 +160,7 @@ class Bridge:
             await self.command_descriptions.close()
             await self.settings.close()
             await self.presence.stop()
-            later = [*self.commands.tasks, *background_tasks()]  # replies, receipts on their way
+            later = [*self.commands.tasks, *background_tasks(), *self._gap_pings]  # replies, receipts on their way
             for task in later:
                 task.cancel()
             await asyncio.gather(*later, return_exceptions=True)
@@ -204,6 +207,16 @@ class Bridge:
 
     async def ping(self) -> None:
         await self._ping()
+
+    def _retry_soon(self) -> None:
+        """A transaction was refused for a gap (appservice.TransactionOrder): once the homeserver
+        has its answer, ping it, so it sends what is unsent now instead of after its backoff."""
+        async def later() -> None:
+            await asyncio.sleep(GAP_RETRY_AFTER)
+            await self._ping()
+        task = asyncio.ensure_future(later())
+        self._gap_pings.add(task)
+        task.add_done_callback(self._gap_pings.discard)
 
     async def _ping(self) -> None:
         """Ask the homeserver to call us now: a backlog of transactions is retried at once."""

@@ -32,6 +32,7 @@ from .channels.permissions import Permissions
 from .matrix.presence import Presence
 from .matrix.puppet import Puppet
 from .channels.recovery import Recovery
+from .channels.stream import trimmed
 from .channels.turns import background_tasks
 
 log = logging.getLogger(__name__)
@@ -244,8 +245,9 @@ class Bridge:
         await self.send_notice(sender, portal.room_id, text)
 
     async def send_notice(self, sender: Puppet, room_id: str, text: str, html: str | None = None) -> None:
-        content: dict[str, Any] = {"msgtype": "m.notice", "body": text}
-        if html:
+        short = trimmed(text)  # an agent's words may be any size: a notice is one event
+        content: dict[str, Any] = {"msgtype": "m.notice", "body": short}
+        if html and short == text:
             content.update({"format": "org.matrix.custom.html", "formatted_body": html})
         try:
             await sender.intent.send(room_id, content)

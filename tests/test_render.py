@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from bridge.channels.render import markdown_to_html, needs_html
-from bridge.matrix.intent import edit_content
-from bridge.channels.stream import SPLIT_BYTES, edit_interval, message_content, split_point
+from bridge.matrix.intent import weight
+from bridge.channels.stream import SPLIT_WEIGHT, edit_interval, message_content, split_point, trimmed
 
 
 def test_markdown_is_rendered():
@@ -40,15 +40,19 @@ def test_status_line_shows_above_the_text_and_goes_in_the_final():
 def test_split_point_keeps_messages_under_the_limit_at_a_boundary():
     text = ("word " * 2000 + "\n\n") * 4
     at = split_point(text)
-    assert len(text[:at].encode()) <= SPLIT_BYTES and text[:at].endswith(("\n", " "))
-    wide = "é" * 20000  # two bytes each: the limit is in bytes, not characters
-    assert len(wide[: split_point(wide)].encode()) <= SPLIT_BYTES
+    assert weight(text[:at]) <= SPLIT_WEIGHT and text[:at].endswith(("\n", " "))
+    # the limit is the text's weight in an event's JSON: é is \u00e9 (6), 😀 a surrogate pair (12)
+    for wide in ("é" * 20000, "😀" * 5000, '"\\' * 9000, "\x01" * 9000):
+        at = split_point(wide)
+        assert 0 < at < len(wide) and SPLIT_WEIGHT * 0.95 < weight(wide[:at]) <= SPLIT_WEIGHT
+    assert split_point("short") == 5
 
 
-def test_an_edit_of_a_full_message_fits_in_an_event():
-    text = "<b>&</b> " * (SPLIT_BYTES // 9)
-    content = edit_content("$orig", message_content(text, None))
-    assert len(json.dumps(content, ensure_ascii=False).encode()) < 64 * 1024
+def test_a_notice_too_long_is_trimmed_and_says_so():
+    assert trimmed("hello") == "hello"
+    text = "line of text\n" * 5000
+    short = trimmed(text)
+    assert weight(short) <= SPLIT_WEIGHT + 100 and short.endswith("more characters)") and "(cut: " in short
 
 
 def test_edits_slow_down_as_a_message_grows():

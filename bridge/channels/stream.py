@@ -9,9 +9,16 @@ Media from the agent (an image, a file: `add_media`) goes in the answer's place:
 it closes its message, the media event follows, and later text continues in a new message.
 
 Edits are throttled: the first part shows at once, later ones at most about twice a second and
-less often as the message grows, never more than MAX_EDITS per message. Past SPLIT_BYTES the
-answer continues in a new message: an event is at most 64 KiB and an edit carries its text
-several times (fallback body, new body, HTML).
+less often as the message grows, never more than MAX_EDITS per message. Past SPLIT_WEIGHT (the
+text's size as escaped in JSON: intent.weight) the answer continues in a new message: an event
+is at most 64 KiB as sent, encryption makes it about a third larger, and an edit carries its
+text twice (new body and HTML; its fallback body is cut by the Intent when that is needed).
+Every event is measured after encryption by the Intent, which drops a message's HTML if that is
+what it takes; an event that still would not fit (EventTooLarge, never sent) makes this answer
+split its text at half the size and try again.
+
+An answer has a total cap, MAX_ANSWER_BYTES of text: what the agent writes past it is dropped,
+and the answer ends with a line saying it was cut.
 """
 from __future__ import annotations
 
@@ -23,14 +30,17 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
-from ..matrix.intent import Intent
+from ..matrix.intent import EventTooLarge, Intent, weight
 from .background import stop_task
 from ..matrix.client import MatrixError
 from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
 
-SPLIT_BYTES = 15_000
+SPLIT_WEIGHT = 12_000    # a message's text, as escaped in JSON (intent.weight): see above
+MIN_SPLIT_WEIGHT = 1_000  # the least an event that did not fit is split to
+MAX_ANSWER_BYTES = 1024 * 1024  # the text of one answer (UTF-8); the rest is dropped
+CUT_LINE = "✂️ The answer was cut here: it passed the 1 MiB limit of one answer."
 MAX_EDITS = 99           # intermediate edits + the final one stay within 100 per message
 BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
 # After a quick first part, how long the first message waits for the answer's end: an answer
@@ -51,18 +61,40 @@ def edit_interval(edits: int) -> float:
     return BASE_INTERVAL * (1 + edits / 25)
 
 
-def split_point(text: str, limit: int = SPLIT_BYTES) -> int:
-    """Where to cut `text` so the head stays under `limit` UTF-8 bytes, at a paragraph, line or
-    word boundary when one is near."""
-    encoded = text.encode("utf-8")
-    if len(encoded) <= limit:
+def _char_weight(char: str) -> int:
+    code = ord(char)
+    if 0x20 <= code < 0x7F:
+        return 2 if char in '"\\' else 1
+    if code < 0x20:
+        return 2 if char in "\n\r\t\b\f" else 6
+    return 12 if code > 0xFFFF else 6
+
+
+def split_point(text: str, limit: int = SPLIT_WEIGHT) -> int:
+    """Where to cut `text` so the head weighs at most `limit` (intent.weight: its size escaped
+    in an event's JSON), at a paragraph, line or word boundary when one is near."""
+    if len(text) * 12 <= limit or weight(text) <= limit:
         return len(text)
-    head = encoded[:limit].decode("utf-8", errors="ignore")
+    total, end = 0, 0
+    for end, char in enumerate(text):
+        total += _char_weight(char)
+        if total > limit:
+            break
+    head = text[:max(end, 1)]
     for sep in ("\n\n", "\n", " "):
         at = head.rfind(sep)
         if at > len(head) * 0.8:
             return at + len(sep)
     return len(head)
+
+
+def trimmed(text: str, limit: int = SPLIT_WEIGHT) -> str:
+    """`text` cut to weigh about `limit` at most (a boundary when near), saying it was cut: for
+    one-off messages (notices) that are not split."""
+    at = split_point(text, limit)
+    if at == len(text):
+        return text
+    return text[:at].rstrip() + f"\n… (cut: {len(text) - at:,} more characters)"
 
 
 def message_content(text: str, status: str | None, live: bool = False) -> dict:
@@ -111,6 +143,10 @@ class Answer:
         # it): it is edited, never taken for the final message (recovery.py)
         self.reused = False
         self._new_txn: str | None = None  # the transaction id of a new message not yet answered
+        self.split_weight = SPLIT_WEIGHT  # halved when an event did not fit (EventTooLarge)
+        self._too_large = False           # the last edit did not fit: split smaller, at once
+        self._bytes = 0                   # UTF-8 bytes of text taken so far (MAX_ANSWER_BYTES)
+        self.cut = False                  # the answer passed MAX_ANSWER_BYTES
 
     @property
     def full_text(self) -> str:
@@ -128,7 +164,7 @@ class Answer:
                 if self.text and not self._closing.is_set():  # a first part, not yet the end
                     await _until(self._closing, SETTLE)
             if (self._closing.is_set() and not self._media and not self.reused
-                    and len(self.text.encode("utf-8")) <= SPLIT_BYTES):
+                    and weight(self.text) <= self.split_weight):
                 return await self._post_final()
             return await self.start(note)
         self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
@@ -141,8 +177,8 @@ class Answer:
             self.status = status
         # a transaction id known in advance: after a crash mid-request the next start asks the
         # homeserver again with it and learns the event id without posting a second message.
-        # Text past SPLIT_BYTES (a huge first part) waits for the edit loop, which splits it.
-        head = self.text[:split_point(self.text)]
+        # Text past the split (a huge first part) waits for the edit loop, which splits it.
+        head = self.text[:split_point(self.text, self.split_weight)]
         event_id = await self._send(message_content(head, self.status, live=True), self.placeholder_txn)
         self.event_ids.append(event_id)
         self._open = True
@@ -172,8 +208,16 @@ class Answer:
             self._dirty.set()
 
     def append(self, chunk: str) -> None:
-        if not chunk:
+        if not chunk or self.cut:
             return
+        size = len(chunk.encode("utf-8", errors="replace"))
+        if self._bytes + size > MAX_ANSWER_BYTES:  # the rest of the answer is dropped
+            room = MAX_ANSWER_BYTES - self._bytes
+            chunk = chunk.encode("utf-8", errors="replace")[:room].decode("utf-8", errors="ignore")
+            chunk += ("" if (self.text + chunk).endswith("\n") or not (self.text + chunk) else "\n") + f"\n{CUT_LINE}"
+            self.cut = True
+            log.warning("the answer in %s passed %d bytes: the rest is dropped", self.room_id, MAX_ANSWER_BYTES)
+        self._bytes += size
         self._news.set()
         self.text += chunk
         self._dirty.set()
@@ -229,14 +273,18 @@ class Answer:
             # an edit in flight is never cancelled: a cancelled request may still land on the
             # homeserver after the final edit and leave a status line showing
             await self._stop_pump()
-            for attempt in range(FINAL_ATTEMPTS):
+            attempt = 0
+            while attempt < FINAL_ATTEMPTS:
                 if await self._split_if_needed() and (
                         (self._closed and not self.text)  # nothing after the last media: no message
                         or await self._edit(message_content(self.text or "(no answer)", None))):
                     self.finished = True
                     return list(self.event_ids) + self.media_event_ids
-                if attempt + 1 < FINAL_ATTEMPTS:
-                    await asyncio.sleep(FINAL_RETRY * (attempt + 1))
+                if self._shrunk():
+                    continue  # it did not fit: split smaller and try again at once
+                attempt += 1
+                if attempt < FINAL_ATTEMPTS:
+                    await asyncio.sleep(FINAL_RETRY * attempt)
         raise AnswerNotFinished(f"the final text of the answer in {self.room_id} could not be sent")
 
     async def _stop_pump(self) -> None:
@@ -257,24 +305,39 @@ class Answer:
             async with self._send_lock:
                 if await self._split_if_needed():
                     if not (self._closed and not self.text):  # a status alone opens no message
-                        await self._edit(message_content(self.text, self.status, live=True))
+                        if not await self._edit(message_content(self.text, self.status, live=True)) \
+                                and self._shrunk():
+                            self._dirty.set()  # it did not fit: split smaller at the next edit
             if self.text:
                 self._first_part = False
 
     async def _split_if_needed(self) -> bool:
-        """Post the media that came, then close the current message at SPLIT_BYTES while the
+        """Post the media that came, then close the current message at split_weight while the
         text is longer; the rest goes into a new message (sent by the next edit). False if a
         message could not be closed: nothing is lost, the next edit tries again."""
         await self._flush_media()
-        while len(self.text.encode("utf-8")) > SPLIT_BYTES:
-            at = split_point(self.text)
+        while weight(self.text) > self.split_weight:
+            at = split_point(self.text, self.split_weight)
             head = self.text[:at]
             if not await self._edit(message_content(head, None)):
+                if self._shrunk():
+                    continue
                 return False
             self.text = self.text[at:]
             self.done_text.append(head)
             self._open = False
             self.edits = 0
+        return True
+
+    def _shrunk(self) -> bool:
+        """After an edit that did not fit: split at half the size from now on (True), unless
+        already at the least (False: it counts as a failed edit)."""
+        if not self._too_large or self.split_weight <= MIN_SPLIT_WEIGHT:
+            return False
+        self._too_large = False
+        self.split_weight = max(MIN_SPLIT_WEIGHT, self.split_weight // 2)
+        log.info("an event of the answer in %s did not fit: split at %d from now on", self.room_id,
+                 self.split_weight)
         return True
 
     async def _send(self, content: dict, tx_id: str | None = None) -> str:
@@ -291,6 +354,7 @@ class Answer:
         the homeserver did not take it: one failed edit must not end the turn; the next one
         carries it all."""
         ok = False
+        self._too_large = False
         try:
             if not self._open:  # the placeholder never got out, split, or media came last
                 # one transaction id per new message until the homeserver answers: a send that
@@ -311,6 +375,9 @@ class Answer:
                 return True
             await self._replace(self.event_ids[-1], new)
             ok = True
+        except EventTooLarge as exc:  # nothing was sent: the caller splits smaller
+            self._too_large = True
+            log.warning("edit too large in %s: %s", self.room_id, exc)
         except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning("edit failed in %s: %s", self.room_id, exc)
         except Exception:

@@ -518,6 +518,15 @@ class Device:
             self.settings[room_id] = body if status == 200 else {}
         return self.settings[room_id]
 
+    async def encryption_state(self, room_id: str) -> dict | None:
+        """The room's m.room.encryption state as the homeserver has it now ({} when it has none),
+        or None when this identity cannot read the room's state. Not cached."""
+        status, body = await self._raw(
+            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
+        if status == 200:
+            return body if isinstance(body, dict) else {}
+        return {} if status == 404 else None
+
     def forget_settings(self, room_id: str) -> None:
         self.settings.pop(room_id, None)
         self.outbound.pop(room_id, None)  # new settings: a new room key

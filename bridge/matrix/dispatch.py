@@ -77,8 +77,11 @@ class Encryption:
         await self.inbound.say_encrypted(room_id)
 
     async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
-        """An m.room.encrypted event: decrypt it and pass it on with `dispatcher.decrypted`."""
-        await self.inbound.say_encrypted(event["room_id"])
+        """An m.room.encrypted event: decrypt it and pass it on with `dispatcher.decrypted`.
+        This one tells the room once that it cannot be read — when the owner wrote it (anyone
+        can send an m.room.encrypted event into a plain room)."""
+        if self.inbound.bridge.is_owner(str(event.get("sender"))):
+            await self.inbound.say_encrypted(event["room_id"])
 
 
 DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
@@ -262,6 +265,8 @@ class Dispatcher:
             await self._run(event, self.encryption.encrypted_event(event, self))
             return
         if kind == "m.room.encryption":
+            if event.get("state_key") != "":  # a message of that type is not the room's state
+                return
             handler = self._room_encrypted
         else:
             handler = self._handlers.get(kind)

@@ -1,0 +1,191 @@
+"""Trust boundaries, end to end (issue 26, SPEC §17): a hostile agent (tests/agents/hostile_agent.py)
+cannot make the bridge post files it should not, freeze it or flood it; a stranger changes
+nothing; every answer arrives, also a long one in an encrypted room.
+
+Real Synapse, the real bridge in-process, real agent processes, the owner's matrix-nio client
+(with encryption where the test says so) and a stranger's.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import nio
+
+from bridge.channels.stream import CUT_LINE, MAX_ANSWER_BYTES
+from bridge_harness import answers_in
+from matrix_helpers import caught_up, events_in, login, sync_until
+from test_e2ee import ENCRYPTED, all_encrypted, e2e_login, unreadable
+from test_e2ee import say as say_encrypted
+
+ALICE = "@sk_alice:localhost"
+HOSTILE = Path(__file__).resolve().parents[1] / "agents" / "hostile_agent.py"
+STATUS = ("⏳", "💭", "✍️", "🔧")
+
+
+_spec = importlib.util.spec_from_file_location("hostile_agent", HOSTILE)
+hostile_agent = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hostile_agent)  # its text generators: what the owner must read back
+
+
+def hostile(**extra) -> dict:
+    return {"command": [sys.executable, str(HOSTILE)], **extra}
+
+
+def joined(client, room_id, user_id) -> bool:
+    state = [e for e in events_in(client, room_id)
+             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
+    return bool(state) and state[-1]["content"].get("membership") == "join"
+
+
+async def direct_room(owner, puppet_id: str = ALICE, **options) -> str:
+    response = await owner.room_create(is_direct=True, invite=[puppet_id],
+                                       preset=nio.RoomPreset.trusted_private_chat, **options)
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
+    return response.room_id
+
+
+async def say(client, room_id: str, body: str) -> str:
+    response = await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": body})
+    assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
+
+
+def final(messages: list[dict]) -> bool:
+    return bool(messages) and not any(m["body"].startswith(STATUS) or "getting ready" in m["body"]
+                                      for m in messages)
+
+
+async def answered(owner, room_id: str, needle: str, sender: str = ALICE) -> list[dict]:
+    """Until a final message of `sender` contains `needle`; all of `sender`'s messages."""
+    def done() -> bool:
+        messages = answers_in(events_in(owner, room_id), sender)
+        return final(messages) and any(needle in m["body"] for m in messages)
+    await sync_until(owner, done)
+    return answers_in(events_in(owner, room_id), sender)
+
+
+# ---- 1. files an agent hands the bridge ---------------------------------------------------------
+
+async def test_an_agent_posts_only_regular_files_of_its_working_directory(homeserver, bridge_factory, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ok.txt").write_text("fine to share\n")
+    os.mkfifo(work / "pipe")
+    (work / "escape").symlink_to("/etc/passwd")
+    (work / "zero").symlink_to("/dev/zero")
+    bridge_folder = work / "bridge"  # the bridge's config and data folder inside the agent's cwd
+    running = await bridge_factory({"alice": hostile(cwd=str(work))}, folder=bridge_folder)
+    secret = running.bridge.registration.as_token
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await direct_room(owner)
+        links = [homeserver.registration_path, bridge_folder / "config.yaml", "/proc/self/environ",
+                 "/dev/zero", work / "zero", work / "pipe", work / "escape", work / "ok.txt"]
+        await say(owner, room_id, " ".join(f"[[link:file://{path}]]" for path in links))
+        messages = await answered(owner, room_id, "links sent")
+        text = "\n".join(m["body"] for m in messages)
+        refusals = [line for line in text.splitlines() if "could not be posted" in line]
+        assert len(refusals) == 7, text
+        assert "registration.yaml] could not be posted: it is in the bridge's own configuration or data folder" in text
+        assert "config.yaml] could not be posted: it is in the bridge's own configuration or data folder" in text
+        assert "environ] could not be posted: it is outside" in text
+        assert "pipe] could not be posted: it is not a regular file (a pipe)" in text
+        assert "escape] could not be posted: it is outside" in text
+        files = [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
+                 and (e.get("content") or {}).get("msgtype") == "m.file"]
+        assert [f["content"]["body"] for f in files] == ["ok.txt"]
+        assert not any(secret in str(e) for e in events_in(owner, room_id))
+        # the channel is not wedged: the next message is answered
+        await say(owner, room_id, "[[answer:still here]]")
+        await answered(owner, room_id, "still here")
+        await running.idle()
+    finally:
+        await owner.close()
+
+
+# ---- 2. every answer arrives: each event fits as sent ---------------------------------------------
+
+async def test_a_30000_character_answer_in_an_encrypted_dm_is_decrypted_whole(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": hostile()}, encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await direct_room(owner, initial_state=ENCRYPTED)
+        await say_encrypted(owner, room_id, "[[markdown:30000]]")
+        expected = hostile_agent.markdown(30000)
+
+        def whole() -> bool:
+            messages = answers_in(events_in(owner, room_id), ALICE)
+            return final(messages) and "".join(m["body"] for m in messages) == expected
+        await sync_until(owner, whole)
+        await running.idle()  # the bridge went idle: the answer was taken and stored
+        messages = answers_in(events_in(owner, room_id), ALICE)
+        assert len(messages) >= 3 and all(m["html"] for m in messages)  # split, and still formatted
+        all_encrypted(seen, owner, room_id, ALICE)
+        assert not unreadable(seen, room_id)
+        channel = running.store.channel_by_room(room_id)
+        assert running.store.last_messages(channel.id, 1)[0].text == expected
+    finally:
+        await owner.close()
+
+
+async def test_html_five_times_its_text_and_an_8_mib_answer_arrive_in_a_plain_room(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": hostile()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await direct_room(owner)
+        await say(owner, room_id, "[[amps:30000]]")
+        expected = hostile_agent.amps(30000)
+
+        def whole() -> bool:
+            messages = answers_in(events_in(owner, room_id), ALICE)
+            return final(messages) and "".join(m["body"] for m in messages) == expected
+        await sync_until(owner, whole)
+        await running.idle()
+        first = len(answers_in(events_in(owner, room_id), ALICE))
+
+        await say(owner, room_id, f"[[bytes:{8 * 1024 * 1024}]]")
+        await sync_until(owner, lambda: final(answers_in(events_in(owner, room_id), ALICE)[first:])
+                         and CUT_LINE in answers_in(events_in(owner, room_id), ALICE)[-1]["body"])
+        await running.idle()
+        capped = answers_in(events_in(owner, room_id), ALICE)[first:]
+        text = "".join(m["body"] for m in capped)
+        assert text.endswith(CUT_LINE)
+        assert MAX_ANSWER_BYTES <= len(text.encode()) <= MAX_ANSWER_BYTES + 200
+        assert len(capped) <= 120  # not the ~700 messages of 8 MiB
+    finally:
+        await owner.close()
+
+
+# ---- 5. a stranger cannot switch a room to encrypted answers --------------------------------------
+
+async def test_a_strangers_fake_encrypted_event_does_not_make_a_plain_room_encrypted(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": hostile()}, encryption="on")
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
+    try:
+        created = await owner.room_create(name="plain", invite=[ALICE, homeserver.stranger_id])
+        assert isinstance(created, nio.RoomCreateResponse), created
+        room_id = created.room_id
+        await sync_until(owner, lambda: joined(owner, room_id, ALICE))
+        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+        fake = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
+                "sender_key": "x" * 43, "device_id": "STRANGER", "session_id": "y" * 43}
+        sent = await stranger.room_send(room_id, "m.room.encrypted", fake)
+        assert isinstance(sent, nio.RoomSendResponse), sent
+        await running.handled(sent.event_id)
+        assert not running.bridge.e2ee.is_encrypted(ALICE, room_id)
+        await say(owner, room_id, "[[answer:readable]]")
+        await answered(owner, room_id, "readable")
+        mine = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
+                and e.get("type") not in ("m.room.member",)]
+        assert mine and all(e["type"] == "m.room.message" for e in mine), [e["type"] for e in mine]
+        # no "cannot read" notice either: the stranger's event changed nothing
+        assert not any("cannot read" in (e.get("content") or {}).get("body", "") for e in mine)
+        await running.idle()
+    finally:
+        await owner.close()
+        await stranger.close()

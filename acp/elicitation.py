@@ -20,10 +20,13 @@ reply to the numbered questions (see its docstring) into the content to send.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+import re2
 
 ACCEPT, DECLINE, CANCEL = "accept", "decline", "cancel"
 FIELD_TYPES = ("string", "number", "integer", "boolean", "array")
@@ -297,13 +300,35 @@ def parse_value(f: Field, text: str) -> Any:
         raise ValueError(f"{f.label}: at least {f.min_length} characters")
     if f.max_length is not None and len(text) > f.max_length:
         raise ValueError(f"{f.label}: at most {f.max_length} characters")
-    if f.pattern:
-        try:
-            if re.search(f.pattern, text) is None:  # JSON Schema patterns are not anchored
-                raise ValueError(f"{f.label}: {text!r} does not have the expected form")
-        except re.error:
-            pass  # an agent's broken pattern is not the person's fault
+    if f.pattern and pattern_matches(f.pattern, text) is False:
+        raise ValueError(f"{f.label}: {text!r} does not have the expected form")
     return text
+
+
+MAX_PATTERN = 2_000  # characters of an agent's pattern; a longer one is not checked
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str):
+    options = re2.Options()
+    options.max_mem = 1 << 20  # 1 MiB of automaton: a pattern that needs more is not checked
+    options.log_errors = False
+    return re2.compile(pattern, options)
+
+
+def pattern_matches(pattern: str, text: str) -> bool | None:
+    """Whether `text` has the form of the agent's `pattern` (JSON Schema: not anchored), or None
+    when the pattern cannot be used (too long, not valid, or needing what a linear-time engine
+    lacks: back-references, look-around) — an agent's broken pattern is not the person's fault.
+
+    The agent wrote the pattern: it runs on RE2 (google-re2), whose time is linear in the text
+    whatever the pattern, so `^(a+)+$` cannot hold the event loop as Python's `re` would."""
+    if len(pattern) > MAX_PATTERN:
+        return None
+    try:
+        return _compiled(pattern).search(text) is not None
+    except (re2.error, ValueError, TypeError):
+        return None
 
 
 def parse_answer(fields: tuple[Field, ...], reply: str) -> tuple[dict[str, Any], list[str]]:

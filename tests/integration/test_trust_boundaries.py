@@ -7,8 +7,10 @@ Real Synapse, the real bridge in-process, real agent processes, the owner's matr
 """
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
+import time
 import sys
 from pathlib import Path
 
@@ -66,6 +68,36 @@ async def answered(owner, room_id: str, needle: str, sender: str = ALICE) -> lis
         return final(messages) and any(needle in m["body"] for m in messages)
     await sync_until(owner, done)
     return answers_in(events_in(owner, room_id), sender)
+
+
+class LoopLag:
+    """The event loop's worst lateness while it runs: a task asks to wake every 10 ms and
+    records how late it woke (the bridge runs in this loop: a stall of the bridge is a stall here)."""
+
+    def __init__(self, every: float = 0.01):
+        self.every = every
+        self.worst = 0.0
+        self.samples = 0
+        self._task: asyncio.Task | None = None
+
+    async def _watch(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(self.every)
+            self.worst = max(self.worst, time.perf_counter() - before - self.every)
+            self.samples += 1
+
+    async def __aenter__(self) -> "LoopLag":
+        self._task = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+def messages_of(client, room_id: str, sender: str = ALICE) -> list[dict]:
+    return answers_in(events_in(client, room_id), sender)
 
 
 # ---- 1. files an agent hands the bridge ---------------------------------------------------------
@@ -189,3 +221,24 @@ async def test_a_strangers_fake_encrypted_event_does_not_make_a_plain_room_encry
     finally:
         await owner.close()
         await stranger.close()
+
+
+# ---- 4. an agent's regular expression --------------------------------------------------------------
+
+async def test_a_catastrophic_pattern_does_not_stall_the_bridge(homeserver, bridge_factory):
+    running = await bridge_factory({"alice": hostile()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room_id = await direct_room(owner)
+        await say(owner, room_id, "[[pattern:x]]")
+        await sync_until(owner, lambda: any("Your code?" in m["body"] for m in messages_of(owner, room_id)))
+        async with LoopLag() as lag:
+            # ^(a+)+$ on 28 a's and a '!': about 2^28 steps for Python's re, minutes of a frozen loop
+            await say(owner, room_id, "a" * 28 + "!")
+            await sync_until(owner, lambda: any("does not fit" in m["body"] for m in messages_of(owner, room_id)))
+            await say(owner, room_id, "aaaa")
+            await answered(owner, room_id, 'elicitation: {"action": "accept", "content": {"code": "aaaa"}}')
+        assert lag.samples > 10 and lag.worst < 1.0, f"the loop stalled {lag.worst:.3f} s"
+        await running.idle()
+    finally:
+        await owner.close()

@@ -32,7 +32,7 @@ from .channels.permissions import Permissions
 from .matrix.presence import Presence
 from .matrix.puppet import Puppet
 from .channels.recovery import Recovery
-from .channels.stream import trimmed
+from .channels.stream import notice_parts
 from .channels.turns import background_tasks
 
 log = logging.getLogger(__name__)
@@ -245,16 +245,21 @@ class Bridge:
         await self.send_notice(sender, portal.room_id, text)
 
     async def send_notice(self, sender: Puppet, room_id: str, text: str, html: str | None = None) -> None:
-        short = trimmed(text)  # an agent's words may be any size: a notice is one event
-        content: dict[str, Any] = {"msgtype": "m.notice", "body": short}
-        if html and short == text:
-            content.update({"format": "org.matrix.custom.html", "formatted_body": html})
-        try:
-            await sender.intent.send(room_id, content)
-        except (MatrixError, aiohttp.ClientError) as exc:
-            log.warning("could not send a notice to %s: %s", room_id, exc)
-        except Exception:
-            log.exception("could not send a notice to %s", room_id)
+        """A notice; a long one (a listing, an agent's words: any size) in several, each fitting
+        an event, at most MAX_NOTICE_PARTS (stream.notice_parts); then without its HTML."""
+        parts = notice_parts(text)
+        for part in parts:
+            content: dict[str, Any] = {"msgtype": "m.notice", "body": part}
+            if html and len(parts) == 1:
+                content.update({"format": "org.matrix.custom.html", "formatted_body": html})
+            try:
+                await sender.intent.send(room_id, content)
+            except (MatrixError, aiohttp.ClientError) as exc:
+                log.warning("could not send a notice to %s: %s", room_id, exc)
+                return
+            except Exception:
+                log.exception("could not send a notice to %s", room_id)
+                return
 
     def portal_for(self, room_id: str) -> Portal | None:
         portal = self.portals.get(room_id)

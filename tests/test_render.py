@@ -5,7 +5,7 @@ import json
 
 from bridge.channels.render import markdown_to_html, needs_html
 from bridge.matrix.intent import weight
-from bridge.channels.stream import SPLIT_WEIGHT, edit_interval, message_content, split_point, trimmed
+from bridge.channels.stream import SPLIT_WEIGHT, edit_interval, message_content, split_point, notice_parts, MAX_NOTICE_PARTS
 
 
 def test_markdown_is_rendered():
@@ -48,11 +48,15 @@ def test_split_point_keeps_messages_under_the_limit_at_a_boundary():
     assert split_point("short") == 5
 
 
-def test_a_notice_too_long_is_trimmed_and_says_so():
-    assert trimmed("hello") == "hello"
-    text = "line of text\n" * 5000
-    short = trimmed(text)
-    assert weight(short) <= SPLIT_WEIGHT + 100 and short.endswith("more characters)") and "(cut: " in short
+def test_a_long_notice_goes_in_parts_that_fit_and_an_endless_one_says_it_was_cut():
+    assert notice_parts("hello") == ["hello"]
+    text = "line of text\n" * 3000  # ~45,000 in weight: four parts
+    parts = notice_parts(text)
+    assert len(parts) == 4 and "".join(parts) == text
+    assert all(weight(part) <= SPLIT_WEIGHT for part in parts)
+    endless = notice_parts("x " * 1_000_000)
+    assert len(endless) == MAX_NOTICE_PARTS and endless[-1].endswith("more characters)")
+    assert all(weight(part) <= SPLIT_WEIGHT + 100 for part in endless)
 
 
 def test_edits_slow_down_as_a_message_grows():

@@ -88,13 +88,20 @@ def split_point(text: str, limit: int = SPLIT_WEIGHT) -> int:
     return len(head)
 
 
-def trimmed(text: str, limit: int = SPLIT_WEIGHT) -> str:
-    """`text` cut to weigh about `limit` at most (a boundary when near), saying it was cut: for
-    one-off messages (notices) that are not split."""
-    at = split_point(text, limit)
-    if at == len(text):
-        return text
-    return text[:at].rstrip() + f"\n… (cut: {len(text) - at:,} more characters)"
+MAX_NOTICE_PARTS = 8  # a long notice (a listing, an agent's words) goes in this many messages at most
+
+
+def notice_parts(text: str, limit: int = SPLIT_WEIGHT, parts: int = MAX_NOTICE_PARTS) -> list[str]:
+    """`text` in pieces that each weigh at most about `limit` (cut at a boundary when near), at
+    most `parts` of them; the last says what was left out, if anything was."""
+    pieces: list[str] = []
+    while text and len(pieces) < parts:
+        at = split_point(text, limit)
+        pieces.append(text[:at])
+        text = text[at:]
+    if text:
+        pieces[-1] = pieces[-1].rstrip() + f"\n… (cut: {len(text):,} more characters)"
+    return pieces or [""]
 
 
 def message_content(text: str, status: str | None, live: bool = False) -> dict:

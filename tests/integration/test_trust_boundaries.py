@@ -242,3 +242,40 @@ async def test_a_catastrophic_pattern_does_not_stall_the_bridge(homeserver, brid
         await running.idle()
     finally:
         await owner.close()
+
+
+# ---- 7. a thousand commands ---------------------------------------------------------------------
+
+async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work(homeserver, bridge_factory):
+    from bridge.matrix.msc4391 import MAX_DESCRIPTIONS
+    from bridge_harness import wait_until
+    from test_conventions import descriptions_in
+    running = await bridge_factory({"alice": hostile()})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        made = await owner.room_create(name="many commands", invite=[ALICE],
+                                       power_level_override={"users": {ALICE: 50}})
+        assert isinstance(made, nio.RoomCreateResponse), made
+        room_id = made.room_id
+        await sync_until(owner, lambda: joined(owner, room_id, ALICE))
+        await say(owner, room_id, "[[commands:1000]]")
+        await answered(owner, room_id, "1000 commands")
+        await wait_until(lambda: len(running.store.agent_commands("alice") or []) == 1000, what="stored")
+
+        async def published() -> bool:
+            await running.bridge.command_descriptions.idle()
+            return len(await descriptions_in(homeserver, owner, room_id, ALICE)) == MAX_DESCRIPTIONS
+        await wait_until(published, what="50 descriptions")
+        await running.bridge.command_descriptions.idle()
+        found = await descriptions_in(homeserver, owner, room_id, ALICE)
+        assert sorted(c["command"] for c in found.values()) == sorted(f"cmd{i}" for i in range(50))
+
+        # !commands lists every one; the 1,000th still runs as text
+        await say(owner, room_id, "!commands")
+        await sync_until(owner, lambda: any("cmd999" in (e.get("content") or {}).get("body", "")
+                                            for e in events_in(owner, room_id)))
+        await say(owner, room_id, "/alice:cmd999 now")
+        await answered(owner, room_id, "echo: /cmd999 now")
+        await running.idle()
+    finally:
+        await owner.close()

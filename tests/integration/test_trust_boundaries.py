@@ -279,3 +279,51 @@ async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work
         await running.idle()
     finally:
         await owner.close()
+
+
+# ---- 9. a room key asked of the sender's device is taken when it comes ----------------------------
+
+async def test_a_room_key_asked_of_the_owners_device_is_accepted_when_forwarded(homeserver, bridge_factory):
+    """The owner's client withholds a message's room key from the puppet's device (blacklisted
+    for one message, as a client that did not know the device yet would): the bridge asks the
+    owner's device for it; the owner's client forwards it (m.forwarded_room_key, Olm-encrypted,
+    as Element does for a device it had shared the session with) and the message is answered."""
+    running = await bridge_factory({"alice": hostile()}, encryption="on")
+    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    requests: list = []
+
+    handle = owner.olm._handle_key_requests  # nio hands key requests to no callback: seen here
+
+    def seen_request(event):
+        requests.append(event)
+        return handle(event)
+    owner.olm._handle_key_requests = seen_request
+    try:
+        room_id = await direct_room(owner, initial_state=ENCRYPTED)
+        await say_encrypted(owner, room_id, "[[answer:first]]")
+        await answered(owner, room_id, "first")
+        puppet_device = running.bridge.e2ee.devices[ALICE]
+        device = owner.device_store[ALICE][puppet_device.device_id]
+
+        # the second message goes out in a new session the puppet's device is not given
+        owner.blacklist_device(device)
+        owner.olm.outbound_group_sessions.pop(room_id, None)
+        await say_encrypted(owner, room_id, "[[answer:second]]")
+        session_id = owner.olm.outbound_group_sessions[room_id].id
+        owner.unblacklist_device(device)
+        await sync_until(owner, lambda: any(r.session_id == session_id for r in requests))
+        # the bridge's request is registered with nio, which drops forwarded keys nobody asked for
+        assert session_id in puppet_device.nio.olm.outgoing_key_requests
+
+        olm = owner.olm
+        group_session = olm.inbound_group_store.get(room_id, olm.account.identity_keys["curve25519"], session_id)
+        olm_session = olm.session_store.get(device.curve25519)
+        assert group_session is not None and olm_session is not None
+        forwarded = olm._encrypt_forwarding_key(room_id, group_session, olm_session, device)
+        assert isinstance(await owner.to_device(forwarded), nio.ToDeviceResponse)
+        await answered(owner, room_id, "second")
+        await running.idle()
+        assert session_id not in puppet_device.nio.olm.outgoing_key_requests  # done with
+        all_encrypted(seen, owner, room_id, ALICE)
+    finally:
+        await owner.close()

@@ -325,3 +325,14 @@ async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line()
     outage.hit(ValueError("not the store"), {"room_id": "!r"})
     assert outage._task is None  # only the store's unavailability is watched
     assert issubclass(StoreLockLost, Exception) and not issubclass(StoreLockLost, StoreUnavailable)
+
+
+def test_a_tombstone_points_to_its_replacement_only_when_it_is_one():
+    from bridge.channels.upgrade import replacement_of
+    event = {"type": "m.room.tombstone", "state_key": "", "content": {"replacement_room": "!new:hs"}}
+    assert replacement_of(event, "!old:hs") == "!new:hs"
+    assert replacement_of({**event, "state_key": "x"}, "!old:hs") is None           # not the room's state
+    assert replacement_of({**event, "content": {"replacement_room": "!old:hs"}}, "!old:hs") is None
+    assert replacement_of({**event, "content": {"replacement_room": "#alias:hs"}}, "!old:hs") is None
+    assert replacement_of({**event, "content": {"replacement_room": 7}}, "!old:hs") is None
+    assert replacement_of({**event, "content": "x"}, "!old:hs") is None

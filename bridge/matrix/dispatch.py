@@ -40,6 +40,7 @@ from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
 
 from .appservice import DeviceTraffic, Transaction, TransactionRefused
 from ..channels.inbound import Inbound
+from ..channels.upgrade import room_upgraded
 from .client import MatrixError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ HANDLED = "ev:"  # the key of a handled event, beside the transaction keys in th
 # the kinds handled for anyone (the others only for an owner; memberships only of our users)
 FOR_ANYONE = ("m.room.encryption",)
 OWNER_KINDS = ("m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
-               "m.reaction", "m.room.redaction", "m.room.name")
+               "m.reaction", "m.room.redaction", "m.room.name", "m.room.tombstone")
 
 
 def transient(exc: BaseException) -> bool:
@@ -226,6 +227,7 @@ class Dispatcher:
             "m.reaction": self.inbound.reaction,
             "m.room.redaction": self.inbound.redaction,
             "m.room.name": self.inbound.room_name,
+            "m.room.tombstone": self._room_upgraded,                # the channel moves (channels/upgrade.py)
         }
 
     # ---- entry points -------------------------------------------------------------------------
@@ -286,6 +288,9 @@ class Dispatcher:
         if event.get("type") in ("m.room.encrypted", "m.room.encryption"):
             return  # never again through the seam it came out of
         await self.event(event)
+
+    async def _room_upgraded(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        await room_upgraded(self.bridge, event, room_id, sender, content)
 
     async def _room_encrypted(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         await self.encryption.room_encrypted(room_id)

@@ -327,3 +327,69 @@ async def test_a_room_key_asked_of_the_owners_device_is_accepted_when_forwarded(
         all_encrypted(seen, owner, room_id, ALICE)
     finally:
         await owner.close()
+
+
+# ---- 8. a room upgrade moves the channel -----------------------------------------------------------
+
+async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(homeserver, bridge_factory, tmp_path):
+    import json
+
+    from bridge_harness import agent
+    from test_conventions import request
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--log", str(log), "--load-session",
+                                                   "--state", str(tmp_path / "sessions"))})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+
+    def received() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    try:
+        # alice may post at 50: an upgrade mutes the old room for users below that (Synapse)
+        made = await owner.room_create(name="project", invite=[ALICE], preset=nio.RoomPreset.private_chat,
+                                       power_level_override={"users": {ALICE: 50}})  # room v12: the creator is not listed
+        assert isinstance(made, nio.RoomCreateResponse), made
+        old = made.room_id
+        await sync_until(owner, lambda: joined(owner, old, ALICE))
+        await say(owner, old, "remember the word kumquat")
+        await answered(owner, old, "kumquat")
+        await running.idle()
+        channel = running.store.channel_by_room(old)
+        first_session = running.store.member(channel.id, "alice").session_id
+
+        # the owner upgrades the room, and (as Element does) invites its members to the new one
+        status, version = await request(homeserver, owner, "GET",
+                                        f"/_matrix/client/v3/rooms/{old}/state/m.room.create/")
+        assert status == 200, version
+        status, upgraded = await request(homeserver, owner, "POST", f"/_matrix/client/v3/rooms/{old}/upgrade",
+                                         {"new_version": version.get("room_version", "1")})
+        assert status == 200, upgraded
+        new = upgraded["replacement_room"]
+        assert isinstance(await owner.room_invite(new, ALICE), nio.RoomInviteResponse)
+        await sync_until(owner, lambda: joined(owner, new, ALICE)
+                         and any("moved to the upgraded room" in (e.get("content") or {}).get("body", "")
+                                 and new in e["content"]["body"] for e in events_in(owner, old)))
+
+        # the channel is the same one, now in the new room: history, member, session
+        moved = running.store.channel_by_room(new)
+        assert moved is not None and moved.id == channel.id and moved.name == "project"
+        assert running.store.channel_by_room(old) is None
+        await say(owner, new, "which word?")
+        await answered(owner, new, "which word?")
+        await running.idle()
+        assert running.store.member(channel.id, "alice").session_id == first_session
+        assert sum(1 for m in received() if m.get("method") == "session/new") == 1
+        prompts = [m for m in received() if m.get("method") == "session/prompt"]
+        assert prompts[-1]["params"]["sessionId"] == first_session
+        assert [m.text for m in running.store.last_messages(channel.id, 10)][:1] == ["remember the word kumquat"]
+        assert running.store.count_messages(channel.id) == 4
+
+        # the old room is no channel any more: a message there is not answered
+        stale = await say(owner, old, "anyone here?")
+        await running.handled(stale)
+        await running.idle()
+        await caught_up(owner, old)
+        assert not any("anyone here" in m["body"] for m in messages_of(owner, old))
+        assert running.store.count_messages(channel.id) == 4
+    finally:
+        await owner.close()

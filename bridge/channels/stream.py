@@ -61,26 +61,26 @@ def edit_interval(edits: int) -> float:
     return BASE_INTERVAL * (1 + edits / 25)
 
 
-def _char_weight(char: str) -> int:
-    code = ord(char)
-    if 0x20 <= code < 0x7F:
-        return 2 if char in '"\\' else 1
-    if code < 0x20:
-        return 2 if char in "\n\r\t\b\f" else 6
-    return 12 if code > 0xFFFF else 6
+def fits(text: str, limit: int = SPLIT_WEIGHT) -> bool:
+    """Whether `text` weighs at most `limit` (a character weighs at least 1: a longer text is
+    not even measured)."""
+    return len(text) <= limit and weight(text) <= limit
 
 
 def split_point(text: str, limit: int = SPLIT_WEIGHT) -> int:
     """Where to cut `text` so the head weighs at most `limit` (intent.weight: its size escaped
-    in an event's JSON), at a paragraph, line or word boundary when one is near."""
-    if len(text) * 12 <= limit or weight(text) <= limit:
+    in an event's JSON), at a paragraph, line or word boundary when one is near. Measured by
+    halving (json's encoder, in C), never character by character: a megabyte arrives at once."""
+    if fits(text, limit):
         return len(text)
-    total, end = 0, 0
-    for end, char in enumerate(text):
-        total += _char_weight(char)
-        if total > limit:
-            break
-    head = text[:max(end, 1)]
+    low, high = 0, min(len(text), limit)  # the longest head that fits is in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if weight(text[:middle]) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    head = text[:max(low, 1)]
     for sep in ("\n\n", "\n", " "):
         at = head.rfind(sep)
         if at > len(head) * 0.8:
@@ -116,6 +116,17 @@ def message_content(text: str, status: str | None, live: bool = False) -> dict:
     if live:
         content[LIVE] = {}
     return content
+
+
+RENDER_INLINE = 2_000  # characters rendered on the event loop; a longer text in a thread
+
+
+async def rendered(text: str, status: str | None, live: bool = False) -> dict:
+    """message_content, off the event loop when the text is long: Markdown of a full message
+    (~12,000 characters) takes markdown-it 30–100 ms, which would hold every room meanwhile."""
+    if len(text) <= RENDER_INLINE:
+        return message_content(text, status, live)
+    return await asyncio.to_thread(message_content, text, status, live)
 
 
 class Answer:
@@ -171,7 +182,7 @@ class Answer:
                 if self.text and not self._closing.is_set():  # a first part, not yet the end
                     await _until(self._closing, SETTLE)
             if (self._closing.is_set() and not self._media and not self.reused
-                    and weight(self.text) <= self.split_weight):
+                    and fits(self.text, self.split_weight)):
                 return await self._post_final()
             return await self.start(note)
         self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
@@ -186,7 +197,7 @@ class Answer:
         # homeserver again with it and learns the event id without posting a second message.
         # Text past the split (a huge first part) waits for the edit loop, which splits it.
         head = self.text[:split_point(self.text, self.split_weight)]
-        event_id = await self._send(message_content(head, self.status, live=True), self.placeholder_txn)
+        event_id = await self._send(await rendered(head, self.status, live=True), self.placeholder_txn)
         self.event_ids.append(event_id)
         self._open = True
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
@@ -198,7 +209,7 @@ class Answer:
         """The answer ended before its first message went out: that message is the final one,
         sent with the placeholder's transaction id (recovery knows the answer by it)."""
         self._final_posted = True
-        event_id = await self._send(message_content(self.text or "(no answer)", None),
+        event_id = await self._send(await rendered(self.text or "(no answer)", None),
                                     self.placeholder_txn)
         self.event_ids.append(event_id)
         self._open = True
@@ -245,7 +256,7 @@ class Answer:
             if head or self._open:
                 # the text before it closes its message (one that showed only a status says
                 # what follows, rather than stay empty)
-                await self._edit(message_content(head or tag, None))
+                await self._edit(await rendered(head or tag, None))
             self.done_text.append(f"{head}\n{tag}\n" if head and not head.endswith("\n") else f"{head}{tag}\n")
             self._open = False
             self._closed = True
@@ -284,7 +295,7 @@ class Answer:
             while attempt < FINAL_ATTEMPTS:
                 if await self._split_if_needed() and (
                         (self._closed and not self.text)  # nothing after the last media: no message
-                        or await self._edit(message_content(self.text or "(no answer)", None))):
+                        or await self._edit(await rendered(self.text or "(no answer)", None))):
                     self.finished = True
                     return list(self.event_ids) + self.media_event_ids
                 if self._shrunk():
@@ -312,7 +323,7 @@ class Answer:
             async with self._send_lock:
                 if await self._split_if_needed():
                     if not (self._closed and not self.text):  # a status alone opens no message
-                        if not await self._edit(message_content(self.text, self.status, live=True)) \
+                        if not await self._edit(await rendered(self.text, self.status, live=True)) \
                                 and self._shrunk():
                             self._dirty.set()  # it did not fit: split smaller at the next edit
             if self.text:
@@ -323,10 +334,10 @@ class Answer:
         text is longer; the rest goes into a new message (sent by the next edit). False if a
         message could not be closed: nothing is lost, the next edit tries again."""
         await self._flush_media()
-        while weight(self.text) > self.split_weight:
+        while not fits(self.text, self.split_weight):
             at = split_point(self.text, self.split_weight)
             head = self.text[:at]
-            if not await self._edit(message_content(head, None)):
+            if not await self._edit(await rendered(head, None)):
                 if self._shrunk():
                     continue
                 return False

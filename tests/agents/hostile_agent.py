@@ -15,7 +15,7 @@ Directives inside the prompt text
                       answer says what came back
   [[commands:N]]      available_commands_update with N commands, then "N commands"
   [[fuzz:SEED:N]]     N random session/update notifications (random kinds, sizes, nesting,
-                      unicode), then "fuzz SEED done"
+                      unicode), then "fuzz SEED done: " and the prompt's text
   [[answer:TEXT]]     answer TEXT
 """
 from __future__ import annotations
@@ -122,7 +122,7 @@ class Hostile(AgentBase):
                 for _ in range(int(count or 50)):
                     update = fuzz_update(rng)
                     self.conn.notify("session/update", {"sessionId": turn.session_id, "update": update})
-                await turn.say(f"fuzz {seed} done")
+                await turn.say(f"fuzz {seed} done: {turn.text}")  # what it read: where it should go
                 said.append("fuzz")
             elif name == "answer":
                 await turn.say(value)

@@ -129,6 +129,11 @@ async def test_the_dispatcher_gives_keys_first_then_events_and_decrypted_events_
          "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
         {"event_id": "$5", "type": "m.room.message", "room_id": "!r", "sender": "@owner:localhost",
          "content": "not an object"},
+        # a timeline event of that type, or a state event with another key, is not the room's state
+        {"event_id": "$6", "type": "m.room.encryption", "room_id": "!plain", "sender": "@owner:localhost",
+         "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
+        {"event_id": "$7", "type": "m.room.encryption", "room_id": "!plain", "sender": "@owner:localhost",
+         "state_key": "x", "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
     ]
     await dispatcher.transaction(Transaction("1", events, [], DeviceTraffic(to_device=[TO_DEVICE])))
     assert order == [("keys", 1), ("encrypted", "$1"), ("message", "$1", "decrypted"),

@@ -197,5 +197,5 @@ async def test_an_answer_past_the_total_cap_ends_with_a_line_saying_it_was_cut()
     full = answer.full_text
     assert full.endswith(stream.CUT_LINE) and "".join(intent.shown()) == full
     assert stream.MAX_ANSWER_BYTES <= len(full.encode()) <= stream.MAX_ANSWER_BYTES + 200
-    # about 1 MiB in messages of SPLIT_WEIGHT: ~90, not the ~700 of 8 MiB
+    # about 1 MiB in messages of SPLIT_WEIGHT: ~70, not the ~560 of 8 MiB
     assert len(intent.messages) <= stream.MAX_ANSWER_BYTES // (SPLIT_WEIGHT // 2)

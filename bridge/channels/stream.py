@@ -37,7 +37,7 @@ from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
 
-SPLIT_WEIGHT = 12_000    # a message's text, as escaped in JSON (intent.weight): see above
+SPLIT_WEIGHT = 15_000    # a message's text, as escaped in JSON (intent.weight): see above
 MIN_SPLIT_WEIGHT = 1_000  # the least an event that did not fit is split to
 MAX_ANSWER_BYTES = 1024 * 1024  # the text of one answer (UTF-8); the rest is dropped
 CUT_LINE = "✂️ The answer was cut here: it passed the 1 MiB limit of one answer."
@@ -123,7 +123,7 @@ RENDER_INLINE = 2_000  # characters rendered on the event loop; a longer text in
 
 async def rendered(text: str, status: str | None, live: bool = False) -> dict:
     """message_content, off the event loop when the text is long: Markdown of a full message
-    (~12,000 characters) takes markdown-it 30–100 ms, which would hold every room meanwhile."""
+    (~15,000 characters) takes markdown-it 30–100 ms, which would hold every room meanwhile."""
     if len(text) <= RENDER_INLINE:
         return message_content(text, status, live)
     return await asyncio.to_thread(message_content, text, status, live)

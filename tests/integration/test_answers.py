@@ -377,15 +377,15 @@ def scripted_text(size: int) -> str:
     return module.generated_text(size)
 
 
-async def test_a_40000_character_answer_arrives_in_four_messages(homeserver, bridge_factory, tmp_path):
+async def test_a_40000_character_answer_arrives_in_three_messages(homeserver, bridge_factory, tmp_path):
     running = await bridge_factory({"alice": agent()})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room_id = await room_with(owner)
         await say(owner, room_id, "[[size:40000]]")
         expected = scripted_text(40000)
-        # 40,714 in weight (each line's newline is 2 escaped in JSON): four messages of at most 12,000
-        await sync_until(owner, lambda: len(answers(owner, room_id)) == 4
+        # 40,714 in weight (each line's newline is 2 escaped in JSON): three messages of at most 15,000
+        await sync_until(owner, lambda: len(answers(owner, room_id)) == 3
                          and "".join(a["body"] for a in answers(owner, room_id)) == expected)
         found = answers(owner, room_id)
         assert all(weight(a["body"]) <= SPLIT_WEIGHT for a in found)

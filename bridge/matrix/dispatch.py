@@ -40,6 +40,7 @@ from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
 
 from .appservice import DeviceTraffic, Transaction, TransactionRefused
 from ..channels.inbound import Inbound
+from ..channels.upgrade import room_upgraded
 from .client import MatrixError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ HANDLED = "ev:"  # the key of a handled event, beside the transaction keys in th
 # the kinds handled for anyone (the others only for an owner; memberships only of our users)
 FOR_ANYONE = ("m.room.encryption",)
 OWNER_KINDS = ("m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
-               "m.reaction", "m.room.redaction", "m.room.name")
+               "m.reaction", "m.room.redaction", "m.room.name", "m.room.tombstone")
 
 
 def transient(exc: BaseException) -> bool:
@@ -77,8 +78,11 @@ class Encryption:
         await self.inbound.say_encrypted(room_id)
 
     async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
-        """An m.room.encrypted event: decrypt it and pass it on with `dispatcher.decrypted`."""
-        await self.inbound.say_encrypted(event["room_id"])
+        """An m.room.encrypted event: decrypt it and pass it on with `dispatcher.decrypted`.
+        This one tells the room once that it cannot be read — when the owner wrote it (anyone
+        can send an m.room.encrypted event into a plain room)."""
+        if self.inbound.bridge.is_owner(str(event.get("sender"))):
+            await self.inbound.say_encrypted(event["room_id"])
 
 
 DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
@@ -245,6 +249,7 @@ class Dispatcher:
             "m.reaction": self.inbound.reaction,
             "m.room.redaction": self.inbound.redaction,
             "m.room.name": self.inbound.room_name,
+            "m.room.tombstone": self._room_upgraded,                # the channel moves (channels/upgrade.py)
         }
 
     # ---- entry points -------------------------------------------------------------------------
@@ -284,6 +289,8 @@ class Dispatcher:
             await self._run(event, self.encryption.encrypted_event(event, self))
             return
         if kind == "m.room.encryption":
+            if event.get("state_key") != "":  # a message of that type is not the room's state
+                return
             handler = self._room_encrypted
         else:
             handler = self._handlers.get(kind)
@@ -303,6 +310,9 @@ class Dispatcher:
         if event.get("type") in ("m.room.encrypted", "m.room.encryption"):
             return  # never again through the seam it came out of
         await self.event(event)
+
+    async def _room_upgraded(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        await room_upgraded(self.bridge, event, room_id, sender, content)
 
     async def _room_encrypted(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         await self.encryption.room_encrypted(room_id)

@@ -143,6 +143,10 @@ class StoreOutage:
         elif exc is not None:
             log.error("%s not written: %s", what, exc)
 
+    def waiting(self) -> bool:
+        """Whether writes wait for the database (or are on their way to it)."""
+        return bool(self._writes)
+
     def flush(self) -> None:
         """Write what waits, oldest first (on the database thread); StoreUnavailable (and the
         rest kept) if it is still down."""
@@ -259,7 +263,8 @@ class Dispatcher:
         log.debug("transaction %s: %d events, %d ephemeral", transaction.txn_id,
                   len(transaction.events), len(transaction.ephemeral))
         try:
-            await self.bridge.db.run(self.outage.flush)  # a turn's last writes land before anything newer
+            if self.outage.waiting():  # a turn's last writes land before anything newer
+                await self.bridge.db.run(self.outage.flush)
             if transaction.device:
                 await self._run({"event_id": f"crypto traffic of {transaction.txn_id}"},
                                 self.encryption.device_traffic(transaction.device))

@@ -20,11 +20,13 @@ reply to the numbered questions (see its docstring) into the content to send.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+
+import re2
 
 ACCEPT, DECLINE, CANCEL = "accept", "decline", "cancel"
 FIELD_TYPES = ("string", "number", "integer", "boolean", "array")
@@ -77,6 +79,12 @@ class ElicitationRequest:
     def host(self) -> str | None:
         return url_host(self.url)
 
+    @property
+    def link(self) -> str | None:
+        """The URL as it is offered to the person (normalised, see safe_link), or None."""
+        safe = safe_link(self.url)
+        return safe[0] if safe else None
+
 
 @dataclass(frozen=True)
 class ElicitationAnswer:
@@ -108,15 +116,61 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+_AUTHORITY = re.compile(r"(?P<scheme>https?)://(?P<authority>[^/?#]*)(?P<rest>[/?#].*)?", re.IGNORECASE | re.DOTALL)
+_IPV6 = re.compile(r"\[[0-9a-fA-F:.]+\]")
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+# characters a browser reads otherwise than a parser might (a backslash is a slash to it; tabs
+# and newlines are dropped) or that break out of an attribute or of Markdown: never in a link
+_REFUSED = frozenset('\\"\'<>`{}|^ ')
+
+
+def safe_link(url: Any) -> tuple[str, str] | None:
+    """(the link, its host) when `url` is an http(s) URL whose host reads the same to a browser
+    (WHATWG URL parsing) and to the person it is shown to; else None. Refused: anything but
+    printable ASCII (no Unicode host: an agent sends its punycode), backslashes, quotes, `<>`
+    and the like, userinfo (`user@`: the text before the @ is what a reader takes for the
+    host), a percent-encoded or empty host, a host whose last label is a number but which is
+    not a plain dotted-quad IPv4 address (`0x7f.1` is 127.0.0.1 to a browser), a bad port.
+    The link is the URL with its scheme and host in lower case."""
+    if not isinstance(url, str) or not url or len(url) > 4096:
+        return None
+    if any(not 0x21 <= ord(char) <= 0x7E or char in _REFUSED for char in url):
+        return None
+    match = _AUTHORITY.fullmatch(url)
+    if match is None:
+        return None
+    authority = match.group("authority")
+    if "@" in authority or "%" in authority:
+        return None
+    if authority.startswith("["):
+        close = authority.find("]") + 1
+        host, port = authority[:close], authority[close:]
+        if not close or not _IPV6.fullmatch(host) or (port and not port.startswith(":")):
+            return None
+        port = port[1:]
+    else:
+        host, _, port = authority.partition(":")
+        if ":" in port:
+            return None
+        host = host.lower()
+        labels = host.split(".")
+        if not host or not all(_LABEL.fullmatch(label) for label in labels):
+            return None
+        if labels[-1].isdigit() or re.fullmatch(r"0x[0-9a-f]*", labels[-1]):  # an IPv4 address to a browser
+            if len(labels) != 4 or not all(l.isdigit() and str(int(l)) == l and int(l) <= 255 for l in labels):
+                return None
+    if port and (not port.isdigit() or int(port) > 65535):
+        return None
+    scheme = match.group("scheme").lower()
+    authority = host.lower() + (f":{port}" if port else "")
+    return f"{scheme}://{authority}{match.group('rest') or '/'}", host.lower()
+
+
 def url_host(url: str) -> str | None:
-    """The host of an http(s) URL, else None: nothing else is offered to the person."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        return None
-    return parts.hostname
+    """The host of an http(s) URL a browser would open (safe_link), else None: nothing else is
+    offered to the person."""
+    safe = safe_link(url)
+    return safe[1] if safe else None
 
 
 def _options(schema: dict[str, Any]) -> tuple[Option, ...]:
@@ -246,13 +300,35 @@ def parse_value(f: Field, text: str) -> Any:
         raise ValueError(f"{f.label}: at least {f.min_length} characters")
     if f.max_length is not None and len(text) > f.max_length:
         raise ValueError(f"{f.label}: at most {f.max_length} characters")
-    if f.pattern:
-        try:
-            if re.search(f.pattern, text) is None:  # JSON Schema patterns are not anchored
-                raise ValueError(f"{f.label}: {text!r} does not have the expected form")
-        except re.error:
-            pass  # an agent's broken pattern is not the person's fault
+    if f.pattern and pattern_matches(f.pattern, text) is False:
+        raise ValueError(f"{f.label}: {text!r} does not have the expected form")
     return text
+
+
+MAX_PATTERN = 2_000  # characters of an agent's pattern; a longer one is not checked
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str):
+    options = re2.Options()
+    options.max_mem = 1 << 20  # 1 MiB of automaton: a pattern that needs more is not checked
+    options.log_errors = False
+    return re2.compile(pattern, options)
+
+
+def pattern_matches(pattern: str, text: str) -> bool | None:
+    """Whether `text` has the form of the agent's `pattern` (JSON Schema: not anchored), or None
+    when the pattern cannot be used (too long, not valid, or needing what a linear-time engine
+    lacks: back-references, look-around) — an agent's broken pattern is not the person's fault.
+
+    The agent wrote the pattern: it runs on RE2 (google-re2), whose time is linear in the text
+    whatever the pattern, so `^(a+)+$` cannot hold the event loop as Python's `re` would."""
+    if len(pattern) > MAX_PATTERN:
+        return None
+    try:
+        return _compiled(pattern).search(text) is not None
+    except (re2.error, ValueError, TypeError):
+        return None
 
 
 def parse_answer(fields: tuple[Field, ...], reply: str) -> tuple[dict[str, Any], list[str]]:

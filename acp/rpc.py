@@ -37,6 +37,7 @@ RequestHandler = Callable[[str, Any], Awaitable[Any]]
 NotificationHandler = Callable[[str, Any], Any]
 
 READ_SIZE = 1 << 16
+YIELD_AFTER = 0.005    # seconds of handling one read's messages before the loop is given back
 CANCEL_REQUEST = "$/cancel_request"
 REQUEST_CANCELLED = -32800
 
@@ -137,8 +138,12 @@ class Peer:
                         await self._handle(framing.decode(tail))
                     break
                 self.last_activity = time.monotonic()
+                since = time.perf_counter()
                 for message in framing.iter_messages(buffer, data):
                     await self._handle(message)
+                    if time.perf_counter() - since > YIELD_AFTER:  # a flood of small messages
+                        await asyncio.sleep(0)  # lets every other room have the loop a moment
+                        since = time.perf_counter()
         except asyncio.CancelledError:
             reason = "closed"
             raise

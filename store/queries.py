@@ -11,7 +11,7 @@ MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen", "ses
 
 
 def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
-    C, M, E, P, T, V = m.Channel, m.Message, m.MessageEvent, m.Pending, m.Txn, m.Value
+    C, M, E, T, V = m.Channel, m.Message, m.MessageEvent, m.Txn, m.Value
     R = m.Member
     columns = [getattr(M, name) for name in MESSAGE_FIELDS]
     member_columns = [getattr(R, name) for name in MEMBER_FIELDS]
@@ -87,19 +87,4 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
             "last_seen",
         ),
         get_value=Compiled(db, lambda key: V.select(V.value).where(V.key == key), "key"),
-        put_pending=Compiled(
-            db,
-            lambda kind, key, data: P.insert(kind=kind, key=key, data=data).on_conflict(
-                conflict_target=[P.kind, P.key], preserve=[P.data]
-            ),
-            "kind",
-            "key",
-            "data",
-        ),
-        drop_pending=Compiled(
-            db, lambda kind, key: P.delete().where((P.kind == kind) & (P.key == key)), "kind", "key"
-        ),
-        pending_item=Compiled(
-            db, lambda kind, key: P.select(P.data).where((P.kind == kind) & (P.key == key)), "kind", "key"
-        ),
     )

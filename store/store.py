@@ -7,7 +7,7 @@ shared by all threads) and returns frozen records, never database rows.
 import functools
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import peewee as pw
@@ -263,6 +263,26 @@ class Store:
         C.update(name=name).where(C.id == channel_id).execute()
 
     @_operation
+    def move_channel(self, channel_id: str, room_id: str) -> Channel:
+        """The channel now lives in `room_id` (its room was upgraded: m.room.tombstone). Its
+        members, sessions, history and settings hang on its id and go with it. A channel already
+        in `room_id` without history (an invite came before the tombstone) makes way; one with
+        history raises ValueError."""
+        m = self._m
+        with self._db.atomic():
+            self._require_channel(channel_id)
+            for other in self._channels(m.Channel.room_id == room_id):
+                if other.id == channel_id:
+                    continue
+                if m.Message.select().where(m.Message.channel_id == other.id).exists():
+                    raise ValueError(f"room {room_id} already has a channel with history")
+                m.Member.delete().where(m.Member.channel_id == other.id).execute()
+                m.Turn.delete().where(m.Turn.channel_id == other.id).execute()
+                m.Channel.delete().where(m.Channel.id == other.id).execute()
+            m.Channel.update(room_id=room_id).where(m.Channel.id == channel_id).execute()
+            return self._channels(m.Channel.id == channel_id)[0]
+
+    @_operation
     def delete_channel(self, channel_id: str) -> None:
         m = self._m
         with self._db.atomic():
@@ -467,44 +487,3 @@ class Store:
     def delete_value(self, key: str) -> None:
         V = self._m.Value
         V.delete().where(V.key == key).execute()
-
-    # --- work in progress that must survive a crash ---------------------------
-    # Items of some `kind`, each a JSON object under a key: written when work
-    # starts, crossed out when it ends, read back at the next start.
-
-    @_operation
-    def update_pending(
-        self, kind: str, put: Mapping[str, dict] | None = None, drop: Iterable[str] = ()
-    ) -> None:
-        """Write the items of `put` and cross out the keys of `drop`, in one transaction."""
-        hot = self._hot
-        with self._db.atomic():
-            for key in drop:
-                hot.drop_pending.run(kind=kind, key=key)
-            for key, data in (put or {}).items():
-                hot.put_pending.run(kind=kind, key=key, data=json.dumps(data, sort_keys=True))
-
-    @_operation
-    def pending(self, kind: str) -> dict[str, dict]:
-        """Every item of `kind`, by key; an item that is not a JSON object is skipped."""
-        P = self._m.Pending
-        found = {}
-        for key, data in P.select(P.key, P.data).where(P.kind == kind).order_by(P.key).tuples():
-            value = _json_object(data)
-            if value is not None:
-                found[key] = value
-        return found
-
-    @_operation
-    def pending_item(self, kind: str, key: str) -> dict | None:
-        rows = self._hot.pending_item.rows(kind=kind, key=key)
-        return _json_object(rows[0][0]) if rows else None
-
-
-def _json_object(text: str) -> dict | None:
-    """A pending item's data, or None if it is not a JSON object (written by hand, damaged)."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None

@@ -137,6 +137,11 @@ async def test_the_dispatcher_gives_keys_first_then_events_and_decrypted_events_
          "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
         {"event_id": "$5", "type": "m.room.message", "room_id": "!r", "sender": "@owner:localhost",
          "content": "not an object"},
+        # a timeline event of that type, or a state event with another key, is not the room's state
+        {"event_id": "$6", "type": "m.room.encryption", "room_id": "!plain", "sender": "@owner:localhost",
+         "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
+        {"event_id": "$7", "type": "m.room.encryption", "room_id": "!plain", "sender": "@owner:localhost",
+         "state_key": "x", "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
     ]
     await dispatcher.transaction(Transaction("1", events, [], DeviceTraffic(to_device=[TO_DEVICE])))
     assert order == [("keys", 1), ("encrypted", "$1"), ("message", "$1", "decrypted"),
@@ -335,3 +340,14 @@ async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line()
     outage.hit(ValueError("not the store"), {"room_id": "!r"})
     assert outage._task is None  # only the store's unavailability is watched
     assert issubclass(StoreLockLost, Exception) and not issubclass(StoreLockLost, StoreUnavailable)
+
+
+def test_a_tombstone_points_to_its_replacement_only_when_it_is_one():
+    from bridge.channels.upgrade import replacement_of
+    event = {"type": "m.room.tombstone", "state_key": "", "content": {"replacement_room": "!new:hs"}}
+    assert replacement_of(event, "!old:hs") == "!new:hs"
+    assert replacement_of({**event, "state_key": "x"}, "!old:hs") is None           # not the room's state
+    assert replacement_of({**event, "content": {"replacement_room": "!old:hs"}}, "!old:hs") is None
+    assert replacement_of({**event, "content": {"replacement_room": "#alias:hs"}}, "!old:hs") is None
+    assert replacement_of({**event, "content": {"replacement_room": 7}}, "!old:hs") is None
+    assert replacement_of({**event, "content": "x"}, "!old:hs") is None

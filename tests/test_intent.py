@@ -2,6 +2,7 @@
 mentions, the outgoing hook, and that no event leaves the bridge any other way."""
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
@@ -11,7 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bridge.matrix.intent import Intent, Outgoing, declare_mentions, edit_content
+from bridge.channels.render import markdown_to_html
+from bridge.channels.stream import SPLIT_WEIGHT, message_content
+from bridge.matrix.intent import MAX_EVENT_BYTES, EventTooLarge, Intent, Outgoing, declare_mentions, edit_content
 from bridge.matrix.client import AppserviceClient, MatrixError
 
 ALICE = "@sk_alice:localhost"
@@ -112,13 +115,71 @@ def test_declared_mentions_replace_a_malformed_one_and_keep_the_callers():
     assert "m.mentions" not in content  # not changed in place
 
 
-def test_an_edit_too_big_for_an_event_keeps_its_mentions():
-    text = "é" * 7_500  # a full message (SPLIT_BYTES), escaped as \u00e9 by JSON: 6 bytes each
-    content = edit_content("$orig", {"msgtype": "m.text", "body": text, "format": "org.matrix.custom.html",
-                                     "formatted_body": f"<p>{text}</p>"})
-    assert len(json.dumps(content).encode()) < 64 * 1024
-    assert content["m.new_content"]["m.mentions"] == {} and content["m.mentions"] == {}
-    assert content["m.new_content"]["body"] == text
+class Inflating(Outgoing):
+    """Stands in for Megolm's size: the content sealed as base64 of its JSON (about 4/3 of it,
+    as an m.room.encrypted event is), the relation in the clear."""
+
+    def __init__(self):
+        self.prepared = 0
+
+    async def prepare(self, user_id, room_id, event_type, content):
+        self.prepared += 1
+        plain = json.dumps({"type": event_type, "content": content, "room_id": room_id}).encode()
+        sealed = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": base64.b64encode(plain).decode(),
+                  "sender_key": "k" * 43, "device_id": "DEVICE", "session_id": "s" * 43}
+        if "m.relates_to" in content:
+            sealed["m.relates_to"] = content["m.relates_to"]
+        return "m.room.encrypted", sealed
+
+
+def as_sent(request: dict) -> int:
+    return len(request["raw"])
+
+
+async def test_every_event_is_measured_as_sent_after_encryption(homeserver):
+    intent = intent_for(homeserver, Inflating())
+    markdown = ("Some **bold** text and `code` here.\n\n" * 400)[:SPLIT_WEIGHT]
+    html = markdown_to_html(markdown)
+    # plain, this edit fits (text twice + HTML); sealed, it would not: the fallback is cut first
+    new = {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html", "formatted_body": html,
+           "m.mentions": {"user_ids": ["@owner:localhost"]}}
+    assert len(json.dumps(edit_content("$orig", new))) < MAX_EVENT_BYTES
+    await intent.edit(ROOM, "$orig", new)
+    sent = homeserver.sends()[-1]
+    assert as_sent(sent) <= MAX_EVENT_BYTES
+    inner = json.loads(base64.b64decode(sent["body"]["ciphertext"]))["content"]
+    assert inner["m.new_content"]["body"] == markdown and inner["m.new_content"]["formatted_body"] == html
+    assert inner["m.new_content"]["m.mentions"] == {"user_ids": ["@owner:localhost"]}  # kept
+    assert len(inner["body"]) < 1100 and inner["body"].endswith("…")  # only the fallback was cut
+
+
+async def test_html_that_grows_five_times_is_dropped_and_the_text_kept(homeserver):
+    for outgoing in (None, Inflating()):
+        intent = intent_for(homeserver, outgoing)
+        text = ("**" + "&<&>&" * 12 + "**\n\n") * 190  # bold: each & < > weighs 4-5 in its HTML
+        content = message_content(text, None)
+        assert len(json.dumps(content)) > MAX_EVENT_BYTES  # as it was sent before
+        await intent.send(ROOM, content)  # a first message posted final
+        await intent.edit(ROOM, "$orig", content)  # and an edit
+        for sent in homeserver.sends()[-2:]:
+            assert as_sent(sent) <= MAX_EVENT_BYTES
+            body = sent["body"] if outgoing is None else \
+                json.loads(base64.b64decode(sent["body"]["ciphertext"]))["content"]
+            shown = body.get("m.new_content", body)
+            assert shown["body"] == text and "formatted_body" not in shown
+
+
+async def test_an_event_that_cannot_fit_is_refused_before_it_is_sent(homeserver):
+    inflating = Inflating()
+    intent = intent_for(homeserver, inflating)
+    before = len(homeserver.requests)
+    with pytest.raises(EventTooLarge, match="over the 60,000-byte limit") as refused:
+        await intent.send(ROOM, {"msgtype": "m.text", "body": "x" * 50_000})  # 67 KB sealed
+    assert refused.value.size > MAX_EVENT_BYTES and isinstance(refused.value, MatrixError)
+    with pytest.raises(EventTooLarge):
+        await intent.send(ROOM, {"blob": "x" * 70_000}, event_type="org.example.big")
+    assert len(homeserver.requests) == before  # nothing reached the homeserver
+    assert inflating.prepared == 1  # a form too big before encryption is not even encrypted
 
 
 class Sealing(Outgoing):
@@ -214,3 +275,27 @@ def test_no_event_leaves_the_bridge_but_through_an_intent():
             if match.group(1) != "GET":
                 offenders.append(f"{path.relative_to(BRIDGE.parent)}: intent.request({match.group(1)})")
     assert offenders == []
+
+
+async def test_a_join_the_homeserver_cannot_do_now_is_tried_again_then_raised(homeserver, monkeypatch):
+    from bridge.matrix import intent as intent_module
+    monkeypatch.setattr(intent_module, "JOIN_RETRIES", (0.0, 0.0))
+    intent = intent_for(homeserver)
+    homeserver.status = 502
+    with pytest.raises(MatrixError) as caught:  # the event that asked for it comes again
+        await intent.join(ROOM)
+    assert caught.value.transient
+    joins = [r for r in homeserver.requests if r["path"].endswith(f"/join/{ROOM}")]
+    assert len(joins) == 3  # the first try and two more
+    homeserver.status = 403  # a refusal is final: no retry, no error
+    assert await intent.join(ROOM) is False
+    assert len([r for r in homeserver.requests if r["path"].endswith(f"/join/{ROOM}")]) == 4
+    homeserver.status = 200
+    assert await intent.join(ROOM) is True
+
+
+async def test_a_join_whose_answer_is_lost_is_tried_again(homeserver, monkeypatch):
+    from bridge.matrix import intent as intent_module
+    monkeypatch.setattr(intent_module, "JOIN_RETRIES", (0.0,))
+    homeserver.drop_first = 1  # the connection closes without an answer, once
+    assert await intent_for(homeserver).join(ROOM) is True

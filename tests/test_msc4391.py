@@ -90,3 +90,19 @@ def test_a_creator_of_a_version_12_room_may_raise_without_being_listed():
     assert raised_levels(levels, ALICE, "@sidekicks:localhost") is None
     raised = raised_levels(levels, ALICE, "@sidekicks:localhost", frozenset({"@sidekicks:localhost"}))
     assert raised["users"] == {"@owner:localhost": 100, ALICE: 50}
+
+
+def test_an_agent_announcing_a_thousand_commands_publishes_fifty_short_ones():
+    from bridge.matrix.msc4391 import MAX_DESCRIPTIONS, MAX_TEXT
+    commands = [{"name": f"cmd{i}", "description": "x" * 5000, "input": {"hint": "h" * 5000}}
+                for i in range(1000)]
+    found = descriptions(commands, ALICE)
+    assert MAX_DESCRIPTIONS == 50 and len(found) == 50
+    assert [c["command"] for c in found.values()] == [f"cmd{i}" for i in range(50)]  # its first ones
+    for content in found.values():
+        assert len(content["description"]["m.text"][0]["body"]) == MAX_TEXT
+        assert len(content["parameters"][0]["description"]["m.text"][0]["body"]) == MAX_TEXT
+    # unusable ones do not count against the cap; an absurdly long name is not published
+    mixed = [{"name": "bad name"}, {"name": "y" * 65}] * 100 + [{"name": "ok"}]
+    assert [c["command"] for c in descriptions(mixed, ALICE).values()] == ["ok"]
+    assert descriptions("not a list", ALICE) == {}

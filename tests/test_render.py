@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from bridge.channels.render import markdown_to_html, needs_html
-from bridge.matrix.intent import edit_content
-from bridge.channels.stream import SPLIT_BYTES, edit_interval, message_content, split_point
+from bridge.matrix.intent import weight
+from bridge.channels.stream import SPLIT_WEIGHT, edit_interval, message_content, split_point, notice_parts, MAX_NOTICE_PARTS
 
 
 def test_markdown_is_rendered():
@@ -40,15 +40,23 @@ def test_status_line_shows_above_the_text_and_goes_in_the_final():
 def test_split_point_keeps_messages_under_the_limit_at_a_boundary():
     text = ("word " * 2000 + "\n\n") * 4
     at = split_point(text)
-    assert len(text[:at].encode()) <= SPLIT_BYTES and text[:at].endswith(("\n", " "))
-    wide = "é" * 20000  # two bytes each: the limit is in bytes, not characters
-    assert len(wide[: split_point(wide)].encode()) <= SPLIT_BYTES
+    assert weight(text[:at]) <= SPLIT_WEIGHT and text[:at].endswith(("\n", " "))
+    # the limit is the text's weight in an event's JSON: é is \u00e9 (6), 😀 a surrogate pair (12)
+    for wide in ("é" * 20000, "😀" * 5000, '"\\' * 9000, "\x01" * 9000):
+        at = split_point(wide)
+        assert 0 < at < len(wide) and SPLIT_WEIGHT * 0.95 < weight(wide[:at]) <= SPLIT_WEIGHT
+    assert split_point("short") == 5
 
 
-def test_an_edit_of_a_full_message_fits_in_an_event():
-    text = "<b>&</b> " * (SPLIT_BYTES // 9)
-    content = edit_content("$orig", message_content(text, None))
-    assert len(json.dumps(content, ensure_ascii=False).encode()) < 64 * 1024
+def test_a_long_notice_goes_in_parts_that_fit_and_an_endless_one_says_it_was_cut():
+    assert notice_parts("hello") == ["hello"]
+    text = "line of text\n" * 4000  # ~56,000 in weight: four parts
+    parts = notice_parts(text)
+    assert len(parts) == 4 and "".join(parts) == text
+    assert all(weight(part) <= SPLIT_WEIGHT for part in parts)
+    endless = notice_parts("x " * 1_000_000)
+    assert len(endless) == MAX_NOTICE_PARTS and endless[-1].endswith("more characters)")
+    assert all(weight(part) <= SPLIT_WEIGHT + 100 for part in endless)
 
 
 def test_edits_slow_down_as_a_message_grows():

@@ -6,7 +6,8 @@ import pytest
 
 from bridge.channels import stream
 from bridge.matrix.client import MatrixError
-from bridge.channels.stream import SPLIT_BYTES, Answer, AnswerNotFinished
+from bridge.channels.stream import SPLIT_WEIGHT, Answer, AnswerNotFinished
+from bridge.matrix.intent import EventTooLarge, weight
 
 
 class FakeIntent:
@@ -44,7 +45,7 @@ def quick(monkeypatch):
     monkeypatch.setattr(stream, "FINAL_RETRY", 0.01)
 
 
-async def stream_long_answer(answer: Answer, size: int = 2 * SPLIT_BYTES + 5000) -> str:
+async def stream_long_answer(answer: Answer, size: int = 2 * SPLIT_WEIGHT + 5000) -> str:
     await answer.start()
     text = ""
     line = "word " * 19 + "\n"
@@ -67,7 +68,7 @@ async def test_a_failed_send_while_an_answer_splits_loses_nothing():
     shown = intent.shown()
     assert not any(body.startswith(("✍️", "⏳", "💭")) for body in shown)
     assert "".join(shown) == answer.full_text == text
-    assert all(len(body.encode()) <= SPLIT_BYTES for body in shown)
+    assert all(weight(body) <= SPLIT_WEIGHT for body in shown)
 
 
 async def test_a_failed_close_of_a_full_message_is_tried_again():
@@ -135,7 +136,7 @@ async def test_a_new_message_whose_answer_was_lost_is_not_posted_twice():
     # the split's new message lands, its answer is lost; the next try must not post another
     intent = LosingIntent(lose_sends={2})
     answer = Answer(intent, "!r", "Alice")
-    text = await stream_long_answer(answer, size=SPLIT_BYTES + 3000)
+    text = await stream_long_answer(answer, size=SPLIT_WEIGHT + 3000)
     await answer.finish()
     assert len(intent.messages) == 2 and answer.finished
     assert "".join(intent.shown()) == text  # the retried message shows its latest text, not the first
@@ -148,3 +149,53 @@ async def test_a_placeholder_whose_answer_was_lost_is_the_answers_message():
     answer.append("hello")
     await answer.finish()
     assert posting.done() and len(intent.messages) == 1 and intent.shown() == ["hello"] and answer.finished
+
+
+class SmallEvents(FakeIntent):
+    """A homeserver (or an encryption) on which a message over `limit` in weight does not fit:
+    the Intent refuses it (EventTooLarge) before sending, as intent.Intent does."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+        self.refused = 0
+
+    def _check(self, content):
+        if weight(content["body"]) > self.limit:
+            self.refused += 1
+            raise EventTooLarge("m.room.message", 70_000)
+
+    async def send(self, room_id, content, *, event_type="m.room.message", txn_id=None):
+        self._check(content)
+        return await super().send(room_id, content, event_type=event_type, txn_id=txn_id)
+
+    async def edit(self, room_id, event_id, new_content, *, txn_id=None):
+        self._check(new_content)
+        return await super().edit(room_id, event_id, new_content, txn_id=txn_id)
+
+
+async def test_an_event_that_does_not_fit_makes_the_answer_split_smaller_at_once():
+    intent = SmallEvents(limit=3_000)
+    answer = Answer(intent, "!r", "Alice")
+    text = await stream_long_answer(answer, size=20_000)
+    await answer.finish()
+    assert answer.finished and intent.refused > 0
+    shown = intent.shown()
+    assert "".join(shown) == text == answer.full_text  # nothing lost, nothing twice
+    assert all(weight(body) <= 3_000 for body in shown) and len(shown) >= 7
+
+
+async def test_an_answer_past_the_total_cap_ends_with_a_line_saying_it_was_cut():
+    intent = FakeIntent()
+    answer = Answer(intent, "!r", "Alice")
+    await answer.start()
+    line = ("0123456789abcdef" * 4 + "\n") * 1024  # 65 KiB, as an agent might flood
+    for _ in range(8 * 16):  # 8 MiB
+        answer.append(line)
+    await answer.finish()
+    assert answer.finished and answer.cut
+    full = answer.full_text
+    assert full.endswith(stream.CUT_LINE) and "".join(intent.shown()) == full
+    assert stream.MAX_ANSWER_BYTES <= len(full.encode()) <= stream.MAX_ANSWER_BYTES + 200
+    # about 1 MiB in messages of SPLIT_WEIGHT: ~70, not the ~560 of 8 MiB
+    assert len(intent.messages) <= stream.MAX_ANSWER_BYTES // (SPLIT_WEIGHT // 2)

@@ -164,8 +164,6 @@ class Inbound:
         if portal is None or read.silent:
             return
         event_id = event.get("event_id", "")
-        if await bridge.db.message_by_event(event_id) is not None:
-            return  # already taken (a transaction delivered again after a crash)
         if read.note is not None:
             await bridge.notice(portal, read.note)
             return
@@ -185,12 +183,9 @@ class Inbound:
             body, stored = (named(text, formatted, mentions, config.agent_for_user_id, titles)
                             for text in (body, stored))
         mentions = [m for m in mentions if isinstance(m, str)]
-        decision = await portal.route(body, formatted, mentions)
-        # the message and its turns, stored together (store/turns.py): from here on every turn
+        # routed and stored with its turns together (store/turns.py): from here on every turn
         # starts once, whatever stops the bridge and whichever path finds it first
-        taken = await bridge.db.turns.take(portal.channel.id, sender, stored,
-                                           event_id, [(t.agent, t.text, t.alone) for t in decision.turns],
-                                           bridge.run_id)
+        decision, taken = await portal.take(sender, stored, event_id, body, formatted, mentions)
         if taken is None:
             return  # already taken (a transaction delivered again)
         message, turns = taken

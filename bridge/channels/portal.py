@@ -139,20 +139,38 @@ class Portal:
         return False
 
     async def route(self, body: str, formatted_body: str | None, mention_ids: list[str]) -> Route:
-        """Who answers this message (routing.py), decided when it arrives. The last speaker is
-        the one who will have spoken last once the turns queued before it are done."""
-        config, channel_id = self.bridge.config, self.channel.id
-        members = self.member_names()
-        speaker = await self._last_speaker(channel_id)
-        if speaker is not None and speaker not in members and speaker in config.agents:
-            members = [*members, speaker]  # invited when its queued turn runs
-        parsed = parse(body, formatted_body, mention_ids, config.agent_for_user_id, self.bridge.aliases)
-        return route(body, parsed, members, speaker, self.channel.direct_agent)
+        """Who answers this message (routing.py). The last speaker is the one who will have
+        spoken last once the turns queued before it are done."""
+        store, router = self.bridge.store, self._router(body, formatted_body, mention_ids)
+        channel_id = self.channel.id
+        return await self.bridge.db.run(lambda: router(_last_speaker(store, channel_id)))
 
-    async def _last_speaker(self, channel_id: str) -> str | None:
-        store = self.bridge.store
-        return await self.bridge.db.run(
-            lambda: store.turns.last_live_agent(channel_id) or store.last_agent_sender(channel_id))
+    async def take(self, sender: str, stored: str, event_id: str, body: str, formatted_body: str | None,
+                   mention_ids: list[str]) -> tuple[Route, tuple | None]:
+        """Route a new owner message and store it with its turns (store/turns.py), in one call
+        on the database thread: (who answers, (message, turns)) — None for the message when it
+        was taken already (the homeserver sent it again)."""
+        store, router = self.bridge.store, self._router(body, formatted_body, mention_ids)
+        channel_id, run = self.channel.id, self.bridge.run_id
+
+        def work():
+            decision = router(_last_speaker(store, channel_id))
+            turns = [(t.agent, t.text, t.alone) for t in decision.turns]
+            return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run)
+        return await self.bridge.db.run(work)
+
+    def _router(self, body: str, formatted_body: str | None, mention_ids: list[str]):
+        """routing.route for this message, given the last speaker (pure: runs anywhere)."""
+        config, members = self.bridge.config, self.member_names()
+        parsed = parse(body, formatted_body, mention_ids, config.agent_for_user_id, self.bridge.aliases)
+        direct = self.channel.direct_agent
+
+        def decide(speaker: str | None) -> Route:
+            known = members
+            if speaker is not None and speaker not in members and speaker in config.agents:
+                known = [*members, speaker]  # invited when its queued turn runs
+            return route(body, parsed, known, speaker, direct)
+        return decide
 
     def submit(self, turn: TurnRecord, incoming: Incoming) -> None:
         """Queue a turn; one already queued is not queued again."""
@@ -220,3 +238,8 @@ def session_fits(session_cwd: str | None, cwd: str | None) -> bool:
     permission for everything "outside the project"). None on either side (a session stored
     before directories were kept, an agent with no `cwd` configured): as before, kept."""
     return session_cwd is None or cwd is None or os.path.normpath(session_cwd) == os.path.normpath(cwd)
+
+
+def _last_speaker(store, channel_id: str) -> str | None:
+    """The agent of the newest turn not over, else of the newest stored answer (database thread)."""
+    return store.turns.last_live_agent(channel_id) or store.last_agent_sender(channel_id)

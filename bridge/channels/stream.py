@@ -9,9 +9,16 @@ Media from the agent (an image, a file: `add_media`) goes in the answer's place:
 it closes its message, the media event follows, and later text continues in a new message.
 
 Edits are throttled: the first part shows at once, later ones at most about twice a second and
-less often as the message grows, never more than MAX_EDITS per message. Past SPLIT_BYTES the
-answer continues in a new message: an event is at most 64 KiB and an edit carries its text
-several times (fallback body, new body, HTML).
+less often as the message grows, never more than MAX_EDITS per message. Past SPLIT_WEIGHT (the
+text's size as escaped in JSON: intent.weight) the answer continues in a new message: an event
+is at most 64 KiB as sent, encryption makes it about a third larger, and an edit carries its
+text twice (new body and HTML; its fallback body is cut by the Intent when that is needed).
+Every event is measured after encryption by the Intent, which drops a message's HTML if that is
+what it takes; an event that still would not fit (EventTooLarge, never sent) makes this answer
+split its text at half the size and try again.
+
+An answer has a total cap, MAX_ANSWER_BYTES of text: what the agent writes past it is dropped,
+and the answer ends with a line saying it was cut.
 """
 from __future__ import annotations
 
@@ -23,14 +30,17 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
-from ..matrix.intent import Intent
+from ..matrix.intent import EventTooLarge, Intent, weight
 from .background import stop_task
 from ..matrix.client import MatrixError
 from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
 
-SPLIT_BYTES = 15_000
+SPLIT_WEIGHT = 15_000    # a message's text, as escaped in JSON (intent.weight): see above
+MIN_SPLIT_WEIGHT = 1_000  # the least an event that did not fit is split to
+MAX_ANSWER_BYTES = 1024 * 1024  # the text of one answer (UTF-8); the rest is dropped
+CUT_LINE = "✂️ The answer was cut here: it passed the 1 MiB limit of one answer."
 MAX_EDITS = 99           # intermediate edits + the final one stay within 100 per message
 BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
 # After a quick first part, how long the first message waits for the answer's end: an answer
@@ -66,18 +76,47 @@ def edit_interval(edits: int) -> float:
     return BASE_INTERVAL * (1 + edits / 25)
 
 
-def split_point(text: str, limit: int = SPLIT_BYTES) -> int:
-    """Where to cut `text` so the head stays under `limit` UTF-8 bytes, at a paragraph, line or
-    word boundary when one is near."""
-    encoded = text.encode("utf-8")
-    if len(encoded) <= limit:
+def fits(text: str, limit: int = SPLIT_WEIGHT) -> bool:
+    """Whether `text` weighs at most `limit` (a character weighs at least 1: a longer text is
+    not even measured)."""
+    return len(text) <= limit and weight(text) <= limit
+
+
+def split_point(text: str, limit: int = SPLIT_WEIGHT) -> int:
+    """Where to cut `text` so the head weighs at most `limit` (intent.weight: its size escaped
+    in an event's JSON), at a paragraph, line or word boundary when one is near. Measured by
+    halving (json's encoder, in C), never character by character: a megabyte arrives at once."""
+    if fits(text, limit):
         return len(text)
-    head = encoded[:limit].decode("utf-8", errors="ignore")
+    low, high = 0, min(len(text), limit)  # the longest head that fits is in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if weight(text[:middle]) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    head = text[:max(low, 1)]
     for sep in ("\n\n", "\n", " "):
         at = head.rfind(sep)
         if at > len(head) * 0.8:
             return at + len(sep)
     return len(head)
+
+
+MAX_NOTICE_PARTS = 8  # a long notice (a listing, an agent's words) goes in this many messages at most
+
+
+def notice_parts(text: str, limit: int = SPLIT_WEIGHT, parts: int = MAX_NOTICE_PARTS) -> list[str]:
+    """`text` in pieces that each weigh at most about `limit` (cut at a boundary when near), at
+    most `parts` of them; the last says what was left out, if anything was."""
+    pieces: list[str] = []
+    while text and len(pieces) < parts:
+        at = split_point(text, limit)
+        pieces.append(text[:at])
+        text = text[at:]
+    if text:
+        pieces[-1] = pieces[-1].rstrip() + f"\n… (cut: {len(text):,} more characters)"
+    return pieces or [""]
 
 
 def message_content(text: str, status: str | None, live: bool = False) -> dict:
@@ -92,6 +131,17 @@ def message_content(text: str, status: str | None, live: bool = False) -> dict:
     if live:
         content[LIVE] = {}
     return content
+
+
+RENDER_INLINE = 2_000  # characters rendered on the event loop; a longer text in a thread
+
+
+async def rendered(text: str, status: str | None, live: bool = False) -> dict:
+    """message_content, off the event loop when the text is long: Markdown of a full message
+    (~15,000 characters) takes markdown-it 30–100 ms, which would hold every room meanwhile."""
+    if len(text) <= RENDER_INLINE:
+        return message_content(text, status, live)
+    return await asyncio.to_thread(message_content, text, status, live)
 
 
 class Answer:
@@ -134,6 +184,10 @@ class Answer:
         # it): it is edited, never taken for the final message (recovery.py)
         self.reused = False
         self._new_txn: str | None = None  # the transaction id of a new message not yet answered
+        self.split_weight = SPLIT_WEIGHT  # halved when an event did not fit (EventTooLarge)
+        self._too_large = False           # the last edit did not fit: split smaller, at once
+        self._bytes = 0                   # UTF-8 bytes of text taken so far (MAX_ANSWER_BYTES)
+        self.cut = False                  # the answer passed MAX_ANSWER_BYTES
 
     @property
     def full_text(self) -> str:
@@ -151,7 +205,7 @@ class Answer:
                 if self.text and not self._closing.is_set():  # a first part, not yet the end
                     await _until(self._closing, SETTLE)
             if (self._closing.is_set() and not self._media and not self.reused
-                    and len(self.text.encode("utf-8")) <= SPLIT_BYTES):
+                    and fits(self.text, self.split_weight)):
                 return await self._post_final()
             return await self.start(note)
         self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
@@ -164,9 +218,9 @@ class Answer:
             self.status = status
         # a transaction id known in advance: after a crash mid-request the next start asks the
         # homeserver again with it and learns the event id without posting a second message.
-        # Text past SPLIT_BYTES (a huge first part) waits for the edit loop, which splits it.
-        head = self.text[:split_point(self.text)]
-        event_id = await self._send(message_content(head, self.status, live=True), self.placeholder_txn)
+        # Text past the split (a huge first part) waits for the edit loop, which splits it.
+        head = self.text[:split_point(self.text, self.split_weight)]
+        event_id = await self._send(await rendered(head, self.status, live=True), self.placeholder_txn)
         self._added(event_id)
         self._open = True
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
@@ -178,7 +232,7 @@ class Answer:
         """The answer ended before its first message went out: that message is the final one,
         sent with the placeholder's transaction id (recovery knows the answer by it)."""
         self._final_posted = True
-        content = message_content(self.text or "(no answer)", None)
+        content = await rendered(self.text or "(no answer)", None)
         await self._finishing(None, content, self.placeholder_txn)
         event_id = await self._send(content, self.placeholder_txn)
         self._added(event_id)
@@ -196,7 +250,7 @@ class Answer:
         async with self._send_lock:
             await self._stop_pump()
             if self.event_ids and not self.finished:
-                await self._edit(message_content(self.text, self.status))
+                await self._edit(await rendered(self.text, self.status))
 
     def set_status(self, status: str | None) -> None:
         if status != self.status:
@@ -204,8 +258,16 @@ class Answer:
             self._dirty.set()
 
     def append(self, chunk: str) -> None:
-        if not chunk:
+        if not chunk or self.cut:
             return
+        size = len(chunk.encode("utf-8", errors="replace"))
+        if self._bytes + size > MAX_ANSWER_BYTES:  # the rest of the answer is dropped
+            room = MAX_ANSWER_BYTES - self._bytes
+            chunk = chunk.encode("utf-8", errors="replace")[:room].decode("utf-8", errors="ignore")
+            chunk += ("" if (self.text + chunk).endswith("\n") or not (self.text + chunk) else "\n") + f"\n{CUT_LINE}"
+            self.cut = True
+            log.warning("the answer in %s passed %d bytes: the rest is dropped", self.room_id, MAX_ANSWER_BYTES)
+        self._bytes += size
         self._news.set()
         self.text += chunk
         self._dirty.set()
@@ -226,7 +288,7 @@ class Answer:
             if head or self._open:
                 # the text before it closes its message (one that showed only a status says
                 # what follows, rather than stay empty)
-                await self._edit(message_content(head or tag, None))
+                await self._edit(await rendered(head or tag, None))
             self.done_text.append(f"{head}\n{tag}\n" if head and not head.endswith("\n") else f"{head}{tag}\n")
             self._open = False
             self._closed = True
@@ -267,9 +329,10 @@ class Answer:
             # nothing looks finished before the final send (and its record, journal.py) is made
             self.status = None
             final: dict | None = None
-            for attempt in range(FINAL_ATTEMPTS):
+            attempt = 0
+            while attempt < FINAL_ATTEMPTS:
                 split = await self._split_if_needed()
-                content = message_content(self.text or "(no answer)", None)
+                content = await rendered(self.text or "(no answer)", None)
                 if content != final:  # the same final text is sent again with the same id
                     final, final_txn = content, self.txn_ids.next()
                 if split and (
@@ -277,8 +340,11 @@ class Answer:
                         or await self._edit(final, final_txn, finishing=True)):
                     self.finished = True
                     return list(self.event_ids) + self.media_event_ids
-                if attempt + 1 < FINAL_ATTEMPTS:
-                    await asyncio.sleep(FINAL_RETRY * (attempt + 1))
+                if self._shrunk():
+                    continue  # it did not fit: split smaller and try again at once
+                attempt += 1
+                if attempt < FINAL_ATTEMPTS:
+                    await asyncio.sleep(FINAL_RETRY * attempt)
         raise AnswerNotFinished(f"the final text of the answer in {self.room_id} could not be sent")
 
     async def _stop_pump(self) -> None:
@@ -299,24 +365,39 @@ class Answer:
             async with self._send_lock:
                 if await self._split_if_needed():
                     if not (self._closed and not self.text):  # a status alone opens no message
-                        await self._edit(message_content(self.text, self.status, live=True))
+                        if not await self._edit(await rendered(self.text, self.status, live=True)) \
+                                and self._shrunk():
+                            self._dirty.set()  # it did not fit: split smaller at the next edit
             if self.text:
                 self._first_part = False
 
     async def _split_if_needed(self) -> bool:
-        """Post the media that came, then close the current message at SPLIT_BYTES while the
+        """Post the media that came, then close the current message at split_weight while the
         text is longer; the rest goes into a new message (sent by the next edit). False if a
         message could not be closed: nothing is lost, the next edit tries again."""
         await self._flush_media()
-        while len(self.text.encode("utf-8")) > SPLIT_BYTES:
-            at = split_point(self.text)
+        while not fits(self.text, self.split_weight):
+            at = split_point(self.text, self.split_weight)
             head = self.text[:at]
-            if not await self._edit(message_content(head, None)):
+            if not await self._edit(await rendered(head, None)):
+                if self._shrunk():
+                    continue
                 return False
             self.text = self.text[at:]
             self.done_text.append(head)
             self._open = False
             self.edits = 0
+        return True
+
+    def _shrunk(self) -> bool:
+        """After an edit that did not fit: split at half the size from now on (True), unless
+        already at the least (False: it counts as a failed edit)."""
+        if not self._too_large or self.split_weight <= MIN_SPLIT_WEIGHT:
+            return False
+        self._too_large = False
+        self.split_weight = max(MIN_SPLIT_WEIGHT, self.split_weight // 2)
+        log.info("an event of the answer in %s did not fit: split at %d from now on", self.room_id,
+                 self.split_weight)
         return True
 
     async def _send(self, content: dict, tx_id: str | None = None) -> str:
@@ -343,6 +424,7 @@ class Answer:
         the homeserver did not take it: one failed edit must not end the turn; the next one
         carries it all."""
         ok = False
+        self._too_large = False
         try:
             if not self._open:  # the placeholder never got out, split, or media came last
                 # one transaction id per new message until the homeserver answers: a send that
@@ -367,6 +449,9 @@ class Answer:
                 await self._finishing(self.event_ids[-1], new, txn_id or "")
             await self._replace(self.event_ids[-1], new, txn_id)
             ok = True
+        except EventTooLarge as exc:  # nothing was sent: the caller splits smaller
+            self._too_large = True
+            log.warning("edit too large in %s: %s", self.room_id, exc)
         except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.warning("edit failed in %s: %s", self.room_id, exc)
         except Exception:

@@ -24,6 +24,7 @@ from ..coding.work import Work
 from .context import Line, build_prompt
 from ..matrix.client import MatrixError
 from ..matrix.media import attachment_prompt, outgoing_part, post
+from .agent_files import roots_for
 from .render import escape_html
 from .routing import Turn
 from .journal import Journal
@@ -259,7 +260,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                         answer.append(update.text if part is None else part)
                     else:
                         answer.add_media(partial(post, puppet.intent, portal.room_id, part,
-                                                 config.attachment_bytes), part.tag)
+                                                 config.attachment_bytes, roots_for(config, turn.agent)),
+                                         part.tag)
                 elif update.kind == "thought":
                     answer.set_status(STATUS_THINKING)
                 elif update.kind == "plan":

@@ -25,6 +25,7 @@ conventions: one line per item, code in fenced blocks.
 from __future__ import annotations
 
 import difflib
+import html
 import json
 import os
 from dataclasses import dataclass
@@ -445,7 +446,9 @@ def url_link(request: ElicitationRequest) -> Rendered:
     if request.host is None:
         return Rendered("The agent's link is not an http(s) URL; it is not shown.",
                         sanitise("<p>The agent's link is not an http(s) URL; it is not shown.</p>"))
-    return Rendered(f"Open: {request.url}", sanitise(f'<p>Open: <a href="{_e(request.url)}">{_e(request.host or request.url)}</a></p>'))
+    link = request.link or ""  # checked by acp.elicitation.safe_link: no quote, no backslash
+    return Rendered(f"Open: {link}", sanitise(f'<p>Open: <a href="{html.escape(link, quote=True)}">'
+                                              f'{_e(request.host)}</a></p>'))
 
 
 def elicitation_outcome(action: str) -> str:

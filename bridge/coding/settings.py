@@ -328,6 +328,8 @@ class SessionSettings:
             state_word = describe_state(bridge.pool.state(agent_name), where)
             if answering is portal:
                 state_word = "answering here"
+            elif answering is not None:  # the room may hold others: it names no other room
+                state_word = "answering in another channel"
             settings = await bridge.db.settings.get(portal.channel.id, agent_name)
             state = await self._state(portal, agent_name)
             mode = model = None

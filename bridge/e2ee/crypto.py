@@ -129,6 +129,26 @@ class E2EE:
             self.bridge.db.soon("the encrypted rooms", lambda: store.set_value(ROOMS, rooms))
             log.info("%s is encrypted: events sent there are encrypted from now on", room_id)
 
+    async def _confirm_encrypted(self, room_id: str) -> None:
+        """Mark `room_id` encrypted if its state says so (an encrypted event came where the
+        bridge had not seen the state: a room older than its invite, a mark lost)."""
+        devices = sorted((d for d in self.devices.values() if d.nio is not None),
+                         key=lambda d: room_id not in d.nio.rooms)  # members of the room first
+        for device in devices:
+            try:
+                state = await device.encryption_state(room_id)
+            except Exception as exc:  # the homeserver away: the next encrypted event asks again
+                log.info("%s: the encryption state of %s could not be read: %s", device.user_id, room_id, exc)
+                return
+            if state is None:
+                continue
+            if state.get("algorithm"):
+                self.mark_encrypted(room_id)
+            else:
+                log.info("%s: an m.room.encrypted event in a room without encryption: the room stays "
+                         "unencrypted", room_id)
+            return
+
     def is_encrypted(self, user_id: str, room_id: str) -> bool:
         if room_id in self.rooms:
             return True
@@ -182,7 +202,10 @@ class E2EE:
         if content.get("algorithm") != MEGOLM or not isinstance(content.get("session_id"), str):
             log.info("%s: not a Megolm event (%s): skipped", event.get("event_id"), content.get("algorithm"))
             return
-        self.mark_encrypted(event["room_id"])
+        if event["room_id"] not in self.rooms:
+            # only the room's m.room.encryption state says it is encrypted: anyone can send an
+            # m.room.encrypted event into a plain room (SPEC §17)
+            await self._confirm_encrypted(event["room_id"])
         plain = self._try(event)
         # the key travels by the devices' /sync, the event by the appservice: a moment apart —
         # but in a room of the bot's alone, the key comes in the transactions, before the event

@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 import aiohttp
 import nio
-from nio.crypto import OutboundGroupSession
+from nio.crypto import OutboundGroupSession, OutgoingKeyRequest
 from nio.store import SqliteStore
 
 from config.paths import write_private
@@ -268,6 +268,31 @@ class Device:
             return False
         self.nio = client
         client.add_to_device_callback(self._room_key, (nio.RoomKeyEvent, nio.ForwardedRoomKeyEvent))
+        nio_accepts = client.olm._should_accept_forward  # nio: only from our own verified devices
+        client.olm._should_accept_forward = (  # type: ignore[method-assign]
+            lambda sender, sender_key, event: nio_accepts(sender, sender_key, event)
+            or self._accept_forward(sender, sender_key, event))
+        return True
+
+    def _accept_forward(self, sender: str, sender_key: str, event: "nio.ForwardedRoomKeyEvent") -> bool:
+        """A room key forwarded to this device that nio would drop (it takes forwarded keys
+        only from its own user's verified devices): taken when it answers a request of ours
+        (request_key) and comes, Olm-encrypted, from an owner's device that made the session
+        itself — no forwarding chain, the session's sender key is the forwarder's, its claimed
+        ed25519 key that device's. That is what an m.room_key from that device would be."""
+        olm = self.nio.olm
+        request = olm.outgoing_key_requests.get(event.session_id)
+        content = event.source.get("content") if isinstance(event.source, dict) else None
+        if request is None or not isinstance(content, dict) or event.algorithm != MEGOLM \
+                or event.room_id != request.room_id or not self.may_request(sender):
+            return False
+        if content.get("sender_key") != sender_key or content.get("forwarding_curve25519_key_chain"):
+            return False  # passed along by another device: not the maker's word
+        device = olm.device_store.device_from_sender_key(sender, sender_key)
+        if device is None or device.ed25519 != content.get("sender_claimed_ed25519_key"):
+            return False
+        log.info("%s: the room key of %s came from %s's device %s, as asked", self.user_id,
+                 event.room_id, sender, device.device_id)
         return True
 
     # ---- keys -----------------------------------------------------------------------------------
@@ -499,15 +524,26 @@ class Device:
         return plain
 
     async def request_key(self, event: dict) -> None:
-        """Ask the sender's device (and this identity's own devices) for an event's room key."""
+        """Ask the sender's device (and this identity's own devices) for an event's room key.
+        The request is registered with nio (`outgoing_key_requests`, kept in its crypto store,
+        by session id as nio keeps its own): nio drops a forwarded key nobody asked for."""
         content = event["content"]
+        session_id = str(content.get("session_id") or "")
+        olm = self.nio.olm
+        if session_id not in olm.outgoing_key_requests:
+            request = OutgoingKeyRequest(session_id, session_id, event["room_id"], MEGOLM)
+            olm.outgoing_key_requests[session_id] = request
+            olm.store.add_outgoing_key_request(request)
         body = {"action": "request", "requesting_device_id": self.device_id,
-                "request_id": uuid.uuid4().hex,
+                "request_id": session_id,  # nio's convention: its cancellation says the same
                 "body": {"algorithm": MEGOLM, "room_id": event["room_id"],
-                         "sender_key": content.get("sender_key"), "session_id": content.get("session_id")}}
+                         "sender_key": content.get("sender_key"), "session_id": session_id}}
         device = content.get("device_id") or "*"
-        await self._raw("PUT", f"/_matrix/client/v3/sendToDevice/m.room_key_request/{uuid.uuid4().hex}",
-                        {"messages": {event["sender"]: {device: body}}})
+        status, answer = await self._raw(
+            "PUT", f"/_matrix/client/v3/sendToDevice/m.room_key_request/{uuid.uuid4().hex}",
+            {"messages": {event["sender"]: {device: body}}})
+        if status != 200:
+            raise MatrixError(f"{self.user_id}: key request refused: {status} {answer}", status)
 
     # ---- room keys out, and encrypting ----------------------------------------------------------
 
@@ -517,6 +553,15 @@ class Device:
                 "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
             self.settings[room_id] = body if status == 200 else {}
         return self.settings[room_id]
+
+    async def encryption_state(self, room_id: str) -> dict | None:
+        """The room's m.room.encryption state as the homeserver has it now ({} when it has none),
+        or None when this identity cannot read the room's state. Not cached."""
+        status, body = await self._raw(
+            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
+        if status == 200:
+            return body if isinstance(body, dict) else {}
+        return {} if status == 404 else None
 
     def forget_settings(self, room_id: str) -> None:
         self.settings.pop(room_id, None)

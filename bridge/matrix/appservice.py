@@ -58,35 +58,40 @@ class Transaction:
 class TransactionOrder:
     """Keeps a homeserver's numbered transactions in their order.
 
-    Synapse numbers an appservice's transactions 1, 2, 3 … and sends them one at a time, oldest
-    first — with one gap: when it recovers from a failed send, a transaction made in the instant
-    between its recoverer finding nothing left to send and the service being marked up again is
-    stored unsent and left behind, while the next ones go out at once. It would come only after
-    the next failure — minutes or days later, an owner's message answered after the ones that
-    followed it. A number skipped is that case: the transaction after the gap is refused, so the
-    homeserver recovers again and sends the oldest unsent one first, then the refused one.
+    Synapse numbers transactions 1, 2, 3 … and sends them one at a time, oldest first — with one
+    gap: when it recovers from a failed send, a transaction made in the instant between its
+    recoverer finding nothing left to send and the service being marked up again is stored
+    unsent, while the next ones go out at once. It would come only after the next failure —
+    minutes or days later, an owner's message answered after the ones that followed it.
 
-    Only where ids have been seen to count up by one (twice in a row; Synapse's do from the
-    start): a homeserver numbering otherwise is never held back. A gap that stays open PATIENCE
-    seconds is let through, and the counting starts again. The last number handled (and since
-    when a gap waits) is kept (`save`), so a gap across a restart of the bridge is seen too and
-    its patience does not start again; a transaction acknowledged as seen counts as handled (a
-    kill may have come between recording it and keeping its number).
+    But Synapse numbers the transactions of *all* its appservices from one sequence: with other
+    appservices on the homeserver (other bridges, other people's Sidekicks) a skipped number is
+    usually theirs, and holding every transaction after a gap back would delay messages again and
+    again. A transaction is left behind only when Synapse recovers this appservice — after the
+    bridge was away, or refused a transaction — and a refusal makes it recover: it then sends
+    every unsent transaction of ours, oldest first. So the check is *armed* at start and after
+    every refusal (`refused`); while armed, the first transaction after a gap is refused once
+    (`on_gap` is told, to ask the homeserver to retry at once); what comes next is in order —
+    the one left behind first if there was one, else the refused one again, which is let through
+    — and the check is disarmed. A gap still open PATIENCE seconds after it was first seen is let
+    through. The last number handled (and since when a gap waits) is kept (`save`), so a gap
+    across a restart of the bridge is seen too; a transaction acknowledged as seen counts as
+    handled (a kill may have come between recording it and keeping its number).
     """
 
     PATIENCE = 10.0  # seconds a gap may hold the next transactions back (Synapse retries in 2)
-    STEPS = 2        # counted-up-by-one steps that show the homeserver numbers its transactions
 
     def __init__(self, load: Callable[[], str | None] = lambda: None,
                  save: Callable[[str], None] = lambda value: None, clock: Callable[[], float] = time.time):
         self._save, self._clock = save, clock
         self.last: int | None = None
-        self.steps = 0
+        self.armed = True  # a start: Synapse may be recovering this appservice
+        self._refused: str | None = None  # the transaction refused for a gap, once
         self._gap_since: float | None = None
         try:
             kept = json.loads(load() or "null")
             if isinstance(kept, dict) and isinstance(kept.get("last"), int):
-                self.last, self.steps = kept["last"], int(kept.get("steps") or 0)
+                self.last = kept["last"]
                 if isinstance(kept.get("gap_since"), (int, float)):
                     self._gap_since = float(kept["gap_since"])  # patience runs across restarts
         except Exception:  # unreadable, or the store is away: start counting again
@@ -96,35 +101,46 @@ class TransactionOrder:
     def _number(txn_id: str) -> int | None:
         return int(txn_id) if txn_id.isascii() and txn_id.isdigit() and len(txn_id) <= 18 else None
 
+    def refused(self) -> None:
+        """The appservice refused a transaction (for whatever reason): Synapse recovers now,
+        and may leave one behind at its end."""
+        self.armed = True
+
     def admit(self, txn_id: str) -> bool:
-        """Whether `txn_id` may be handled now; False while an earlier one is missing."""
+        """Whether `txn_id` may be handled now; False (once) while an earlier one may be missing."""
         n = self._number(txn_id)
-        if n is None or self.last is None or n <= self.last + 1 or self.steps < self.STEPS:
+        if n is None or self.last is None or n <= self.last + 1 or not self.armed:
+            return True
+        if txn_id == self._refused:  # sent again after the refusal: nothing older was left unsent
             return True
         now = self._clock()
         if self._gap_since is None:
             self._gap_since = now
             self._keep()
-        if now - self._gap_since < self.PATIENCE:
-            log.info("transaction %s came before %s: refused, so the homeserver sends the one it left "
-                     "behind first", txn_id, self.last + 1)
-            return False
-        log.warning("transaction %s: %s never came; going on without it", txn_id, self.last + 1)
-        return True
+        if now - self._gap_since >= self.PATIENCE:
+            log.warning("transaction %s: %s never came; going on without it", txn_id, self.last + 1)
+            return True
+        log.info("transaction %s came after a gap (%s expected): refused once, so that a recovering "
+                 "homeserver sends one it left behind first", txn_id, self.last + 1)
+        self._refused = txn_id
+        return False
 
     def handled(self, txn_id: str) -> None:
         """`txn_id` was handled in full."""
         n = self._number(txn_id)
         if n is None:
             return
+        gap = self.last is not None and n > self.last + 1
+        if self.armed and (txn_id == self._refused or gap):
+            # the refused one came again (after any left behind), or a gap outlived its patience
+            self.armed, self._refused = False, None
         if self.last is not None and n < self.last and n != 1:
             return  # a late one let through a gap: the count goes on from the newest
-        self.steps = self.steps + 1 if self.last is not None and n == self.last + 1 else 0
         self.last, self._gap_since = n, None
         self._keep()
 
     def _keep(self) -> None:
-        kept = {"last": self.last, "steps": min(self.steps, self.STEPS)}
+        kept = {"last": self.last}
         if self._gap_since is not None:
             kept["gap_since"] = self._gap_since
         try:
@@ -211,7 +227,7 @@ class AppserviceServer:
     def __init__(self, hs_token: str, on_transaction: TransactionHandler, on_user_query: UserQuery,
                  txn_seen: Callable[[str], Awaitable[bool]], mark_txn: Callable[[str], Awaitable[None]],
                  on_refused: Callable[[Transaction, BaseException], None] | None = None,
-                 order: TransactionOrder | None = None):
+                 order: TransactionOrder | None = None, on_gap: Callable[[], None] | None = None):
         self._token = hs_token.encode("utf-8")
         self._on_refused = on_refused  # told of each transaction refused, and why
         self._on_transaction = on_transaction
@@ -220,6 +236,7 @@ class AppserviceServer:
         self._mark_txn = mark_txn
         self._txn_lock = asyncio.Lock()  # one transaction at a time keeps events in order
         self._order = order or TransactionOrder()
+        self._on_gap = on_gap  # a transaction was refused for a gap: ask for a retry at once
         self.pinged = asyncio.Event()
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         for prefix in ("/_matrix/app/v1", ""):  # unprefixed paths: legacy homeservers
@@ -257,7 +274,9 @@ class AppserviceServer:
                     self._order.handled(txn_id)
                     return web.json_response({})
                 if not self._order.admit(txn_id):
-                    return _refused(f"transaction {txn_id} came before an earlier one: send that first")
+                    if self._on_gap is not None:
+                        self._on_gap()
+                    return _refused(f"transaction {txn_id} came after a gap: send any earlier one first")
                 await self._on_transaction(transaction)
                 await self._mark_txn(key)  # only a transaction handled in full is recorded
                 self._order.handled(txn_id)
@@ -272,6 +291,7 @@ class AppserviceServer:
         return web.json_response({})
 
     def _refused_because(self, transaction: Transaction, exc: BaseException) -> None:
+        self._order.refused()  # the homeserver recovers: it may leave one behind
         if self._on_refused is not None:
             try:
                 self._on_refused(transaction, exc)

@@ -40,6 +40,7 @@ from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
 
 from .appservice import DeviceTraffic, Transaction, TransactionRefused
 from ..channels.inbound import Inbound
+from ..channels.upgrade import room_upgraded
 from .client import MatrixError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ HANDLED = "ev:"  # the key of a handled event, beside the transaction keys in th
 # the kinds handled for anyone (the others only for an owner; memberships only of our users)
 FOR_ANYONE = ("m.room.encryption",)
 OWNER_KINDS = ("m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
-               "m.reaction", "m.room.redaction", "m.room.name")
+               "m.reaction", "m.room.redaction", "m.room.name", "m.room.tombstone")
 
 
 def transient(exc: BaseException) -> bool:
@@ -77,8 +78,11 @@ class Encryption:
         await self.inbound.say_encrypted(room_id)
 
     async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
-        """An m.room.encrypted event: decrypt it and pass it on with `dispatcher.decrypted`."""
-        await self.inbound.say_encrypted(event["room_id"])
+        """An m.room.encrypted event: decrypt it and pass it on with `dispatcher.decrypted`.
+        This one tells the room once that it cannot be read — when the owner wrote it (anyone
+        can send an m.room.encrypted event into a plain room)."""
+        if self.inbound.bridge.is_owner(str(event.get("sender"))):
+            await self.inbound.say_encrypted(event["room_id"])
 
 
 DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
@@ -138,6 +142,10 @@ class StoreOutage:
             self.hit(exc, {})
         elif exc is not None:
             log.error("%s not written: %s", what, exc)
+
+    def waiting(self) -> bool:
+        """Whether writes wait for the database (or are on their way to it)."""
+        return bool(self._writes)
 
     def flush(self) -> None:
         """Write what waits, oldest first (on the database thread); StoreUnavailable (and the
@@ -245,6 +253,7 @@ class Dispatcher:
             "m.reaction": self.inbound.reaction,
             "m.room.redaction": self.inbound.redaction,
             "m.room.name": self.inbound.room_name,
+            "m.room.tombstone": self._room_upgraded,                # the channel moves (channels/upgrade.py)
         }
 
     # ---- entry points -------------------------------------------------------------------------
@@ -254,7 +263,8 @@ class Dispatcher:
         log.debug("transaction %s: %d events, %d ephemeral", transaction.txn_id,
                   len(transaction.events), len(transaction.ephemeral))
         try:
-            await self.bridge.db.run(self.outage.flush)  # a turn's last writes land before anything newer
+            if self.outage.waiting():  # a turn's last writes land before anything newer
+                await self.bridge.db.run(self.outage.flush)
             if transaction.device:
                 await self._run({"event_id": f"crypto traffic of {transaction.txn_id}"},
                                 self.encryption.device_traffic(transaction.device))
@@ -284,6 +294,8 @@ class Dispatcher:
             await self._run(event, self.encryption.encrypted_event(event, self))
             return
         if kind == "m.room.encryption":
+            if event.get("state_key") != "":  # a message of that type is not the room's state
+                return
             handler = self._room_encrypted
         else:
             handler = self._handlers.get(kind)
@@ -303,6 +315,9 @@ class Dispatcher:
         if event.get("type") in ("m.room.encrypted", "m.room.encryption"):
             return  # never again through the seam it came out of
         await self.event(event)
+
+    async def _room_upgraded(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        await room_upgraded(self.bridge, event, room_id, sender, content)
 
     async def _room_encrypted(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         await self.encryption.room_encrypted(room_id)

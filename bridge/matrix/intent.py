@@ -10,6 +10,11 @@ Every room event goes out through `Intent.send` (`edit` and `react` build on it)
 - `Outgoing.prepare(user_id, room_id, event_type, content)` sees it last and may change its type
   and content: the one place where a room's events are transformed (encryption plugs in here:
   `m.room.encrypted`, with `m.relates_to` left in the clear). The default sends as is.
+- it is measured as it will be sent, after `prepare` (encryption makes an event about a third
+  larger): an event over MAX_EVENT_BYTES is made smaller — an edit's fallback body shortened,
+  then a message's HTML dropped, each prepared (encrypted) and measured again — and what still
+  does not fit raises EventTooLarge, before anything reaches the homeserver. This is the one
+  place every outgoing event is measured (answers split their text to fit: channels/stream.py).
 State events, redactions, typing, receipts and membership are never transformed (the spec
 keeps them in the clear). `request` is the escape hatch for reads the Intent has no method for.
 """
@@ -29,7 +34,10 @@ from .client import AppserviceClient, MatrixError, check
 log = logging.getLogger(__name__)
 
 RECEIPT_DELAY = 0.2      # seconds a read receipt waits for a newer one in the same room
-MAX_EVENT_BYTES = 60_000  # an event is at most 64 KiB; an edit is kept below this
+# an event is at most 64 KiB as the homeserver stores it (its content, plus ~2 KiB of envelope:
+# ids, hashes, signatures); a room event's content as sent is kept below this
+MAX_EVENT_BYTES = 60_000
+FALLBACK_CHARS = 1_000   # an edit too big keeps this much of its fallback body (clients without edits)
 TYPING_TIMEOUT_MS = 30_000
 
 
@@ -42,6 +50,22 @@ class TooLarge(Exception):
 
 
 JOIN_RETRIES = (0.5, 1.0, 2.0, 4.0)  # seconds between attempts to join a room
+
+
+class EventTooLarge(MatrixError):
+    """A room event that does not fit in an event as sent, even without its HTML; nothing was
+    sent. `size` is its size in bytes, as it would have gone out."""
+
+    def __init__(self, event_type: str, size: int):
+        super().__init__(f"a {event_type} event of {size:,} bytes as sent is over the "
+                         f"{MAX_EVENT_BYTES:,}-byte limit", 413)
+        self.size = size
+
+
+def weight(text: str) -> int:
+    """What `text` weighs inside an event's JSON (escaped as nio sends it: \\uXXXX for every
+    non-ASCII character), which is never less than it weighs when the homeserver stores it."""
+    return len(json.dumps(text)) - 2
 
 
 def new_txn_id() -> str:
@@ -89,20 +113,36 @@ def _size(content: dict) -> int:
 def edit_content(original_event_id: str, new: dict) -> dict:
     """The `m.replace` event replacing `original_event_id` with `new`: `m.new_content` carries
     the new message and its mentions; the outer body is the fallback for clients without edits,
-    and the outer `m.mentions` is `{}` (an edit never notifies anyone anew)."""
+    and the outer `m.mentions` is `{}` (an edit never notifies anyone anew). Its size is
+    checked where it is sent (`Intent.send`, after encryption)."""
     new = declare_mentions(new)
     msgtype = new.get("msgtype", "m.text")
     body = str(new.get("body", ""))
-    content = {"msgtype": msgtype, "body": "* " + body, "m.new_content": new, "m.mentions": {},
-               "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
-    if _size(content) > MAX_EVENT_BYTES:
-        # keep under the 64 KiB event limit: drop the HTML rather than the text
-        content["m.new_content"] = {"msgtype": msgtype, "body": body, "m.mentions": new["m.mentions"],
-                                    **{k: v for k, v in new.items() if k == "org.matrix.msc4357.live"}}
-    if _size(content) > MAX_EVENT_BYTES:
-        # text escaped as \uXXXX weighs more: shorten the fallback for clients without edits
-        content["body"] = "* " + body[:2000] + "…"
-    return content
+    return {"msgtype": msgtype, "body": "* " + body, "m.new_content": new, "m.mentions": {},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
+
+
+def _without_html(content: dict) -> dict:
+    return {k: v for k, v in content.items() if k not in ("format", "formatted_body")}
+
+
+def smaller_versions(event_type: str, content: dict):
+    """`content`, then smaller forms of it that say the same to a person, smallest last: an
+    edit with its fallback body cut to FALLBACK_CHARS (clients that know edits never show it),
+    then the message without its HTML (the text stays whole). Only messages have smaller forms."""
+    yield content
+    if event_type != "m.room.message":
+        return
+    new = content.get("m.new_content")
+    if isinstance(new, dict):
+        body = str(content.get("body", ""))
+        if len(body) > FALLBACK_CHARS:
+            content = {**_without_html(content), "body": body[:FALLBACK_CHARS] + "…"}
+            yield content
+        if "formatted_body" in new or "formatted_body" in content:
+            yield {**_without_html(content), "m.new_content": _without_html(new)}
+    elif "formatted_body" in content:
+        yield _without_html(content)
 
 
 class Intent:
@@ -123,9 +163,27 @@ class Intent:
         """Send a room event; its event id. MatrixError when the homeserver refuses it."""
         if event_type == "m.room.message":
             content = declare_mentions(content)
-        event_type, content = await self.outgoing.prepare(self.user_id, room_id, event_type, content)
-        response = await self.client.put_event(room_id, event_type, content, txn_id or new_txn_id())
-        return check(response, f"sending {event_type} as {self.user_id}").event_id
+        sent_type, sent = await self._fitting(room_id, event_type, content)
+        response = await self.client.put_event(room_id, sent_type, sent, txn_id or new_txn_id())
+        return check(response, f"sending {sent_type} as {self.user_id}").event_id
+
+    async def _fitting(self, room_id: str, event_type: str, content: dict) -> tuple[str, dict]:
+        """The event as it will be sent (prepared: encrypted where the room is), in the first of
+        its forms (smaller_versions) that fits MAX_EVENT_BYTES once prepared. EventTooLarge if
+        none does. A form whose plain size alone is over the limit is not prepared at all."""
+        size = 0
+        for version in smaller_versions(event_type, content):
+            if _size(version) > MAX_EVENT_BYTES:
+                size = _size(version)
+                continue
+            sent_type, sent = await self.outgoing.prepare(self.user_id, room_id, event_type, version)
+            size = _size(sent)
+            if size <= MAX_EVENT_BYTES:
+                if version is not content:
+                    log.info("%s: a %s in %s made smaller to fit an event (%s bytes as sent)",
+                             self.user_id, event_type, room_id, f"{size:,}")
+                return sent_type, sent
+        raise EventTooLarge(event_type, size)
 
     async def edit(self, room_id: str, event_id: str, new_content: dict, *,
                    txn_id: str | None = None) -> str:

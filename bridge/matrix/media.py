@@ -35,6 +35,7 @@ from urllib.parse import quote, unquote, urlparse
 from nio.crypto.attachments import decrypt_attachment, encrypt_attachment
 from nio.exceptions import EncryptionError
 
+from ..channels.agent_files import FileRoots, Refused, read_agent_file
 from .intent import TooLarge
 
 if TYPE_CHECKING:
@@ -427,11 +428,19 @@ def _decrypt(attachment: Attachment, data: bytes) -> bytes:
         raise MediaError(f"{attachment.name} could not be decrypted ({exc}), so it was not passed on.") from None
 
 
-async def post(intent: "Intent", room_id: str, media: OutgoingMedia, limit: int) -> str:
-    """Upload `media` and send it into `room_id`; its event id. MediaError when it cannot be."""
+async def post(intent: "Intent", room_id: str, media: OutgoingMedia, limit: int,
+               roots: FileRoots | None = None) -> str:
+    """Upload `media` and send it into `room_id`; its event id. MediaError when it cannot be —
+    a local file the agent named is read only through the gate of channels/agent_files.py,
+    within `roots` (none: refused)."""
     data = media.data
     if data is None and media.path is not None:
-        data = await asyncio.to_thread(_read_local, media.path, limit)
+        roots = roots or FileRoots(None)
+        read = await asyncio.to_thread(read_agent_file, media.path, roots.allowed, roots.forbidden, limit)
+        if isinstance(read, Refused):
+            log.warning("%s asked to post %s: refused, %s", roots.agent or "an agent", media.path, read.reason)
+            raise MediaError(read.reason)
+        data = read
     data = data or b""
     if len(data) > limit:
         raise MediaError(f"{media.name} is {mib(len(data))}, more than the {mib(limit)} "
@@ -445,17 +454,6 @@ async def post(intent: "Intent", room_id: str, media: OutgoingMedia, limit: int)
     else:
         content["url"] = await intent.upload(data, media.mimetype, media.name)
     return await intent.send(room_id, content)
-
-
-def _read_local(path: Path, limit: int) -> bytes:
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise MediaError(f"{path.name} is {mib(size)}, more than the {mib(limit)} limit "
-                             "(limits.attachment_mib)")
-        return path.read_bytes()
-    except OSError as exc:
-        raise MediaError(f"{path.name} could not be read: {exc.strerror or exc}") from None
 
 
 async def reread(portal: "Portal", incoming: "Incoming") -> "Incoming":

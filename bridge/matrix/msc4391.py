@@ -18,6 +18,11 @@ A message carrying `org.matrix.msc4391.command` ({command, arguments}) runs that
 agent it names (its `m.mentions`, else the channel's direct agent, else the member that has the
 command) as `/command args` — the same as typing `/agent:command args`.
 
+At most MAX_DESCRIPTIONS commands per agent are published (its first ones, in its order), each
+description and hint cut to a few hundred characters: an agent announcing a thousand commands
+writes no more than that into every room (SPEC §17). The rest still run as text
+(`/agent:command`), and `!commands` lists them all.
+
 Sending state needs power in the room. A puppet that made the room (`!dm`) has it; in a room the
 bridge bot made (`!new`), the bot raises the puppet to the level the event needs; in a room the
 owner made, a refusal is logged once per room and run (the owner may give the puppet that
@@ -50,6 +55,9 @@ INVOCATION = "org.matrix.msc4391.command"
 ARGS = "args"
 DIGEST_KEY = "msc4391:{room}:{agent}"
 STATE_DEFAULT = 50  # the Matrix default level for state events a room's power levels leave out
+MAX_DESCRIPTIONS = 50   # command descriptions published per agent and room
+MAX_NAME = 64           # characters of a command's name; a longer one is not published
+MAX_TEXT = 300          # characters of a description or a hint
 
 
 def _q(value: str) -> str:
@@ -64,13 +72,15 @@ def state_key(command: str, user_id: str) -> str:
 
 
 def _text(body: str) -> dict:
+    if len(body) > MAX_TEXT:
+        body = body[:MAX_TEXT - 1] + "…"
     return {"m.text": [{"body": body}]}
 
 
 def command_name(command: dict) -> str | None:
     name = command.get("name") if isinstance(command, dict) else None
     name = name.strip().lstrip("/") if isinstance(name, str) else ""
-    return name if name and not any(c.isspace() for c in name) else None
+    return name if name and len(name) <= MAX_NAME and not any(c.isspace() for c in name) else None
 
 
 def description(command: dict) -> dict | None:
@@ -95,12 +105,15 @@ def description(command: dict) -> dict | None:
 
 
 def descriptions(commands: list[dict] | None, user_id: str) -> dict[str, dict]:
-    """State key → content of every command an agent announced, as its puppet `user_id`."""
+    """State key → content of the commands an agent announced (its first MAX_DESCRIPTIONS
+    usable ones), as its puppet `user_id`."""
     found: dict[str, dict] = {}
-    for command in commands or []:
+    for command in commands if isinstance(commands, list) else []:
         content = description(command) if isinstance(command, dict) else None
         if content is not None:
             found[state_key(content["command"], user_id)] = content
+            if len(found) >= MAX_DESCRIPTIONS:
+                break
     return found
 
 

@@ -1,5 +1,7 @@
 """Presence: the bridge bot and every puppet are online while the bridge runs, offline after
-(SPEC §5); a puppet answering in a channel says where in its status message.
+(SPEC §5); a puppet answering says so in its status message, never where: presence is seen by
+anyone who shares any room with the puppet, so it names no room (SPEC §17). Where an agent is
+busy is told only to the owner: in the bot's DM (`!agents`) and in the room that waits for it.
 
 A user who never set a presence shows as offline, and a homeserver takes a user that stopped
 syncing for offline after a while (Synapse: 30 s, `presence.sync_online_timeout`), so `online`
@@ -8,7 +10,7 @@ own timeout brings it. A homeserver with presence off answers every presence rea
 "offline": then nothing more is sent (logged once).
 
 Status messages follow turns with a delay, so that quick answers cost no request: an answer
-that lasts BUSY_AFTER seconds shows "answering in #channel" until IDLE_AFTER after its turn
+that lasts BUSY_AFTER seconds shows "answering" until IDLE_AFTER after its turn
 (a next turn then simply replaces it).
 """
 from __future__ import annotations
@@ -31,8 +33,12 @@ IDLE_AFTER = 1.0   # seconds after a turn before that status message goes
 STOP_TIMEOUT = 5.0 # seconds the "offline" updates may take when the bridge stops
 
 
+BUSY_STATUS = "answering"
+
+
 def busy_status(channel: str) -> str:
-    return f"answering in #{channel.lstrip('#')}"
+    """The status message of a puppet answering in `channel`: the same wherever it answers."""
+    return BUSY_STATUS
 
 
 class Presence:

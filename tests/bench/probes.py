@@ -18,6 +18,7 @@ from acp import rpc as acp_rpc
 from bridge import bridge as bridge_module
 from bridge.channels import portal as portal_module, stream
 from bridge.matrix import appservice, dispatch
+from store import offloop
 
 now = time.perf_counter
 TOKEN = re.compile(r"bench-[a-z0-9-]+")
@@ -116,13 +117,26 @@ def install() -> None:
 
     # awaited before the prompt; the first message and the read receipt go out beside it
     timed(portal_module.Portal, "session_for", "Portal.session_for")
+    timed(portal_module.Portal, "route", "Portal.route")
     timed(bridge_module.Bridge, "puppet", "Bridge.puppet")
+    timed(dispatch.Dispatcher, "event", "Dispatcher.event (whole event)")
+
+    # every store call the bridge awaits: queued on the database thread, run, answered
+    original_run = offloop.DatabaseThread.run
+
+    def run(self, fn):
+        t = now()
+        future = original_run(self, fn)
+        future.add_done_callback(lambda _: phases.setdefault("database call", []).append(now() - t))
+        return future
+
+    offloop.DatabaseThread.run = run
 
     Answer = stream.Answer
     original_init = Answer.__init__
 
-    def init(self, intent, room_id, title):
-        original_init(self, intent, room_id, title)
+    def init(self, intent, room_id, title, *args, **kwargs):
+        original_init(self, intent, room_id, title, *args, **kwargs)
         self._bench = {"room": room_id, "created": now(), "first_part": None,
                        "first_part_send": None, "sends": [], "stop": None,
                        "finish_start": None, "finish_end": None, "chars": 0}
@@ -169,10 +183,10 @@ def install() -> None:
 
     original_finish = Answer.finish
 
-    async def finish(self, footer=None):
+    async def finish(self, footer=None, *args, **kwargs):
         self._bench["finish_start"] = now()
         try:
-            return await original_finish(self, footer)
+            return await original_finish(self, footer, *args, **kwargs)
         finally:
             self._bench["finish_end"] = now()
 

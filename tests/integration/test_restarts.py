@@ -21,7 +21,6 @@ import asyncio
 import os
 import random
 import signal
-import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,20 +30,11 @@ import pytest
 from bridge_harness import agent, answers_in, write_config
 from matrix_helpers import caught_up, events_in, private_homeserver, record_figures, sync_until
 from test_e2ee import e2e_login, joined, say, ENCRYPTED
-from test_kill9 import BridgeProcess, prompted_messages
+from test_kill9 import BridgeProcess, pending_work, prompted_messages
 
 RESTARTS = int(os.environ.get("SIDEKICKS_RESTARTS", "30"))
 STATUS = ("⏳", "💭", "✍️", "🔧", "⏸")
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
-
-
-def unfinished_turns(data: Path) -> int:
-    db = data / "sidekicks.db"
-    if not db.exists():
-        return -1
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as connection:
-        return connection.execute("SELECT count(*) FROM sk_turn WHERE state IN "
-                                  "('taken','claimed','posted','prompted','finishing')").fetchone()[0]
 
 
 def is_final(body: str) -> bool:
@@ -151,8 +141,8 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
                                      + f"\nundecryptable events: {len(undecryptable)}") from None
             data = next((tmp_path / "xdg" / "sidekicks" / "data").iterdir())
             deadline = time.monotonic() + 120
-            while unfinished_turns(data) != 0:
-                assert time.monotonic() < deadline, f"turns still unfinished: {unfinished_turns(data)}"
+            while pending_work(data) != 0:
+                assert time.monotonic() < deadline, f"turns still unfinished: {pending_work(data)}"
                 await asyncio.sleep(0.1)
             await caught_up(owner, dm)
             await caught_up(owner, channel)

@@ -98,15 +98,15 @@ async def test_a_store_error_while_a_message_is_taken_loses_nothing(homeserver, 
     try:
         room = await open_dm(owner)
         store = running.store
-        original, failures = store.add_message, []
+        original, failures = store.turns.take, []
 
-        def add_message(channel_id, sender, role, text, event_ids):
-            if role == "user" and not failures:
+        def take(channel_id, sender, text, *args, **kwargs):  # the message and its turns
+            if not failures:
                 failures.append(text)
-                raise StoreError("add_message failed: database is locked")
-            return original(channel_id, sender, role, text, event_ids)
+                raise StoreError("take failed: database is locked")
+            return original(channel_id, sender, text, *args, **kwargs)
 
-        store.add_message = add_message
+        store.turns.take = take
         await say(owner, room, "do not lose me")
         await sync_until(owner, lambda: any(a["body"] == "echo: do not lose me"
                                             for a in answers_in(events_in(owner, room), ALICE)), timeout=90)

@@ -83,9 +83,9 @@ def test_restarts_under_a_stream_of_writes_lose_nothing_and_write_nothing_twice(
         n += 1
         event_id = f"$m{n}"
         try:
-            store.add_message(channel.id, "@me:hs", "user", f"message {n}", [event_id])
+            # a message and its turn, one transaction (the first try may have landed: not twice)
+            store.turns.take(channel.id, "@me:hs", f"message {n}", event_id, [("alice", f"message {n}", False)], "run")
             store.mark_txn(f"txn-{n}")
-            store.update_pending("prompt", put={event_id: {"n": n}})
             done.append(n)
         except StoreUnavailable as exc:  # the server is down for a moment: nothing of it written
             assert "\n" not in str(exc)
@@ -101,7 +101,7 @@ def test_restarts_under_a_stream_of_writes_lose_nothing_and_write_nothing_twice(
     assert len(texts) == len(set(texts))  # written once each
     assert all(f"message {n}" in texts for n in done)  # done means written
     assert all(store.txn_seen(f"txn-{n}") for n in done)
-    assert set(store.pending("prompt")) >= {f"$m{n}" for n in done}
+    assert {t.prompt_event for t in store.turns.unfinished()} >= {f"$m{n}" for n in done}
     assert store.reconnects >= 1
     with pytest.raises(StoreLocked):
         Store.open(restartable_postgres.url)
@@ -210,10 +210,10 @@ def test_a_full_sqlite_database_refuses_writes_and_records_nothing(tmp_path):
         assert message == (f"add_message: cannot write {tmp_path / 'data' / 'sidekicks.db'}: the disk is full")
         assert isinstance(caught.value, StoreUnavailable)  # the bridge waits on it like on a restart
         with pytest.raises(StoreUnwritable):
-            store.update_pending("prompt", put={f"$p{i}": {"text": "y" * 10_000} for i in range(50)})
+            store.turns.take(channel.id, "@me:hs", "y" * 500_000, "$p", [("alice", "y" * 500_000, False)], "run")
         # nothing of the failed calls is recorded; reads still work
         assert [m.text for m in store.last_messages(channel.id, 10)] == ["fits"]
-        assert store.message_by_event("$big") is None and store.pending("prompt") == {}
+        assert store.message_by_event("$big") is None and store.turns.unfinished() == []
         store._db.execute_sql("PRAGMA max_page_count = 1073741823")  # space again
         store.add_message(channel.id, "@me:hs", "user", "x" * 200_000, ["$big"])
         assert store.message_by_event("$big") is not None
@@ -229,11 +229,11 @@ def test_a_read_only_sqlite_database_refuses_writes_and_records_nothing(tmp_path
         store._db.execute_sql("PRAGMA query_only = 1")  # SQLite refuses every write: SQLITE_READONLY
         for write in (lambda: store.mark_txn("during"),
                       lambda: store.add_message(channel.id, "@me:hs", "user", "lost?", ["$x"]),
-                      lambda: store.update_pending("prompt", put={"$x": {}})):
+                      lambda: store.turns.take(channel.id, "@me:hs", "lost?", "$y", [("alice", "x", False)], "run")):
             with pytest.raises(StoreUnwritable, match="it is read-only$"):
                 write()
         assert store.txn_seen("before") and not store.txn_seen("during")
-        assert store.last_messages(channel.id, 10) == [] and store.pending("prompt") == {}
+        assert store.last_messages(channel.id, 10) == [] and store.turns.unfinished() == []
         store._db.execute_sql("PRAGMA query_only = 0")
         store.mark_txn("during")
         assert store.txn_seen("during")

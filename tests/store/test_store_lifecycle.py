@@ -87,9 +87,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "set_value": ("k", "v"),
         "get_value": ("k",),
         "delete_value": ("k",),
-        "update_pending": ("prompt", {"$e": {"room": "!room:hs"}}, ["$old"]),
-        "pending": ("prompt",),
-        "pending_item": ("prompt", "$e"),
+        "move_channel": (channel_id, "!moved:hs"),
         "remove_member": (channel_id, "alice"),
         "delete_channel": (channel_id,),
     }

@@ -1,0 +1,55 @@
+"""bridge/channels/inbound.py without a homeserver: what an invite of a puppet leaves behind
+when its join fails (a refusal, or a homeserver that cannot do it now)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from bridge.channels.inbound import Inbound
+from bridge.matrix.client import MatrixError
+from store import Store
+from store.offloop import OffLoop
+
+OWNER, PUPPET, ROOM = "@owner:hs", "@sk_alice:hs", "!room:hs"
+INVITE = {"type": "m.room.member", "state_key": PUPPET, "event_id": "$invite", "room_id": ROOM,
+          "sender": OWNER, "content": {"membership": "invite", "is_direct": True}}
+
+
+def bridge_whose_join(result):
+    store = Store.open(":memory:")
+
+    async def join(room_id):
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    puppet = SimpleNamespace(intent=SimpleNamespace(join=join))
+
+    async def get_puppet(agent):
+        return puppet
+
+    async def portal_for(room_id):
+        return None
+    config = SimpleNamespace(bot_user_id="@bot:hs", agent_for_user_id=lambda u: "alice" if u == PUPPET else None)
+    return SimpleNamespace(store=store, db=OffLoop(store), config=config, puppet=get_puppet,
+                           is_owner=lambda u: u == OWNER, portal_for=portal_for)
+
+
+async def test_a_refused_join_leaves_no_channel_and_no_member():
+    bridge = bridge_whose_join(False)
+    try:
+        await Inbound(bridge).member(INVITE, ROOM, OWNER, INVITE["content"])
+        assert bridge.store.channels() == []
+    finally:
+        bridge.store.close()
+
+
+async def test_a_join_the_homeserver_could_not_do_raises_so_the_invite_comes_again():
+    bridge = bridge_whose_join(MatrixError("joining: 502", 502))
+    try:
+        with pytest.raises(MatrixError):  # the dispatcher refuses the transaction: sent again later
+            await Inbound(bridge).member(INVITE, ROOM, OWNER, INVITE["content"])
+        assert bridge.store.channels() == []  # and no member that is not in the room
+    finally:
+        bridge.store.close()

@@ -1,0 +1,37 @@
+"""bridge/matrix/presence.py against a fake bridge: a puppet's presence names no room (issue 26,
+SPEC §17) — anyone who shares any room with it sees its status message."""
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from bridge.matrix import presence as presence_module
+from bridge.matrix.presence import Presence
+
+
+class FakeIntent:
+    def __init__(self):
+        self.sent: list[tuple[str, str | None]] = []
+
+    async def set_presence(self, presence, status_msg=None):
+        self.sent.append((presence, status_msg))
+
+
+async def test_an_answering_puppets_status_names_no_room(monkeypatch):
+    monkeypatch.setattr(presence_module, "BUSY_AFTER", 0.0)
+    monkeypatch.setattr(presence_module, "IDLE_AFTER", 0.0)
+    intent = FakeIntent()
+    puppet = SimpleNamespace(agent="alice", user_id="@sk_alice:localhost", intent=intent)
+    bridge = SimpleNamespace(bot=None, puppets={"alice": puppet})
+    presence = Presence(bridge)
+    presence.answering("alice", "secret-project")
+    while not intent.sent:
+        await asyncio.sleep(0.01)
+    assert intent.sent[-1] == ("online", "answering")
+    presence.answering("alice", "other-room")  # the same status: nothing new to send
+    presence.answering("alice", None)
+    while len(intent.sent) < 2:
+        await asyncio.sleep(0.01)
+    assert intent.sent[-1] == ("online", None)
+    assert not any("secret" in str(status) or "#" in str(status) for _, status in intent.sent)
+    await presence.stop()

@@ -19,7 +19,11 @@ def fake_bridge(tmp_path, limit=3, tools=True):
     agents = {"alice": SimpleNamespace(tools=tools), "bob": SimpleNamespace(tools=True)}
     config = SimpleNamespace(agents=agents, data_dir=tmp_path / "data", tool_calls_per_turn=limit,
                              history_messages=100)
-    return SimpleNamespace(config=config, portals={})
+    channels = {"c1": SimpleNamespace(id="c1", room_id="!here:hs"), "c2": SimpleNamespace(id="c2", room_id="!there:hs")}
+
+    async def channel(channel_id):
+        return channels.get(channel_id)
+    return SimpleNamespace(config=config, portals={}, channels=channels, db=SimpleNamespace(channel=channel))
 
 
 def portal(room_id, channel_id):
@@ -55,6 +59,11 @@ async def test_a_secret_acts_on_its_own_conversation_and_an_unknown_one_on_nothi
         text, error = await service.call(secret, "history", {"limit": "all"})
         assert error and "`limit`" in text
         assert len(calls) == 2
+        bridge.channels["c2"] = SimpleNamespace(id="c2", room_id="!upgraded:hs")  # the room was upgraded
+        assert await service.call(other, "history", {}) == ("history in !upgraded:hs", False)
+        del bridge.channels["c2"]  # deleted meanwhile
+        text, error = await service.call(other, "history", {})
+        assert error and "deleted" in text
         service.forget_channel("c1")
         assert (await service.call(secret, "history", {}))[1] is True
     finally:
@@ -66,8 +75,8 @@ async def test_calls_per_turn_are_capped_and_a_new_turn_starts_again(tmp_path, c
     service = McpService(bridge)
     await service.start()
     try:
-        room = portal("!r:hs", "c1")
-        bridge.portals["!r:hs"] = room
+        room = portal("!here:hs", "c1")
+        bridge.portals["!here:hs"] = room
         secret = service.servers_for(room, "alice")[0]["env"][1]["value"]
         room.current = SimpleNamespace(agent_name="alice")
         assert [(await service.call(secret, "schedules", {}))[1] for _ in range(3)] == [False, False, True]
@@ -99,7 +108,7 @@ async def test_the_socket_is_private_and_answers_a_line(tmp_path, calls):
         assert stat.S_IMODE(os.stat(service.path).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(service.path.parent).st_mode) == 0o700
         secret = service.servers_for(portal("!r:hs", "c1"), "alice")[0]["env"][1]["value"]
-        assert await forward(str(service.path), secret, "schedules", None) == ("schedules in !r:hs", False)
+        assert await forward(str(service.path), secret, "schedules", None) == ("schedules in !here:hs", False)
         reader, writer = await asyncio.open_unix_connection(str(service.path))
         writer.write(b"garbage\n")
         text, error = wire.read_reply(await reader.readline())

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store import Channel, TurnRecord
+from store.schedules import parse_run_key
 from store.turns import DROPPED
 
 from ..matrix.media import reread, restored
@@ -221,11 +222,15 @@ class Portal:
         claimed = await bridge.db.turns.claim(turn.id, bridge.run_id)
         if claimed is None:
             return  # started already (in this run, or begun in an earlier one) or over
+        scheduled = parse_run_key(claimed.prompt_event) is not None  # a run of scheduled work
         if claimed.agent in bridge.config.agents and claimed.agent not in self.member_names():
+            if scheduled:  # its agent left the room: the schedule ends, nobody is invited back
+                await bridge.scheduler.agent_gone(claimed)
+                return
             if not await self.add_agent(claimed.agent, announce=True):
                 await bridge.db.turns.end(claimed.id, DROPPED)
                 return
-        if claimed.message_id is None:  # a scheduled run: one line says who scheduled what
+        if scheduled:  # one line says who scheduled what
             await bridge.scheduler.announce(self, claimed)
         elif incoming.resumed and incoming.attachment is None and restored(incoming.body):
             incoming = await reread(self, incoming)  # after a restart: the file and caption again

@@ -112,10 +112,21 @@ class Scheduler:
         except Exception as exc:  # the answer matters more than its heading
             log.warning("the line of scheduled run %s could not be posted: %s", turn.id, exc)
 
+    async def agent_gone(self, turn: TurnRecord) -> None:
+        """A run whose agent is no longer in the room: not run, and its schedule is cancelled."""
+        db = self.bridge.db
+        await db.turns.end(turn.id, DROPPED)
+        key = parse_run_key(turn.prompt_event)
+        schedule = await db.schedules.get(key[0]) if key is not None else None
+        if schedule is not None:
+            await db.schedules.cancel(schedule.channel_id, schedule.number)
+            log.info("schedule %d of %s cancelled: %s left the room", schedule.number, schedule.agent, schedule.agent)
+
     async def listing(self, channel_id: str) -> str:
         """What `!schedules` says."""
         listed = await self.bridge.db.schedules.listed(channel_id)
         if not listed:
             return "Nothing is scheduled here. Agents schedule work with their `schedule` tool."
-        lines = [f"{s.number}. {s.agent}, {when_text(s.due, s.cron)}: {s.prompt}" for s in listed]
+        lines = [f"{s.number}. {s.agent}, {when_text(s.due, s.cron)}: "
+                 f"{s.prompt if len(s.prompt) <= 300 else s.prompt[:300] + '…'}" for s in listed]
         return "Scheduled here:\n" + "\n".join(lines) + "\n!unschedule N cancels one."

@@ -23,6 +23,7 @@ import shutil
 import stat
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +181,12 @@ class McpService:
         if scope is None:
             return ("this session is not known to the running bridge (it was restarted since, or the "
                     "conversation was deleted): the tools work again in the next turn"), True
+        channel = await self.bridge.db.channel(scope.channel_id)
+        if channel is None:
+            return "this conversation's channel was deleted: there is nothing here to act on", True
+        key = scope
+        if channel.room_id != scope.room_id:  # the room was upgraded: the channel lives on in the new one
+            scope = replace(scope, room_id=channel.room_id)
         config = self.bridge.config
         if scope.agent not in config.agents or not config.agents[scope.agent].tools:
             return f"{scope.agent} has no tools (agents.{scope.agent}.tools: off)", True
@@ -187,7 +194,7 @@ class McpService:
             args = tools.check(tool, arguments, config.history_messages)
         except tools.BadArguments as exc:
             return str(exc), True
-        refused = self._count(scope)
+        refused = self._count(key, scope.room_id)
         if refused:
             return refused, True
         self.calls += 1
@@ -202,9 +209,9 @@ class McpService:
             log.exception("%s in %s: %s failed", scope.agent, scope.room_id, tool)
             return f"the bridge could not do this ({type(exc).__name__}: {exc})", True
 
-    def _count(self, scope: Scope) -> str | None:
+    def _count(self, scope: Scope, room_id: str) -> str | None:
         """None if the call may go on (and it is counted), else why not."""
-        portal = self.bridge.portals.get(scope.room_id)
+        portal = self.bridge.portals.get(room_id)
         current = portal.current if portal is not None else None
         turn = current if current is not None and current.agent_name == scope.agent else None
         counted, calls = self._calls.get(scope, (None, 0))

@@ -356,3 +356,27 @@ async def test_a_run_taken_by_an_earlier_run_of_the_bridge_but_not_begun_runs_on
         assert running.bridge.scheduler.fired == 0
     finally:
         await owner.close()
+
+
+async def test_a_run_whose_agent_left_the_room_is_dropped_and_its_schedule_cancelled(
+        homeserver, bridge_factory, tmp_path):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": mcp_agent(log, tmp_path)})
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        room = await channel_with_alice(owner, "kicked")
+        await ask(owner, room, '[[tool:schedule {"prompt": "after the kick", "cron": "* * * * *"}]]', "schedule")
+        await running.idle()
+        store = running.store
+        channel_id = store.channel_by_room(room).id
+        assert isinstance(await owner.room_kick(room, ALICE), nio.RoomKickResponse)
+        await wait_until(lambda: store.member(channel_id, "alice") is None, what="alice is no member")
+        await wait_until(lambda: store.schedules.listed(channel_id) == [], timeout=90,
+                         what="the schedule is cancelled at its first run")
+        await running.idle()
+        await caught_up(owner, room)
+        assert runs(owner, room, "after the kick") == []
+        members = [e for e in events_in(owner, room) if e.get("type") == "m.room.member" and e.get("state_key") == ALICE]
+        assert members[-1]["content"]["membership"] == "leave"  # not invited back
+    finally:
+        await owner.close()

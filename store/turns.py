@@ -1,6 +1,6 @@
 """Turn records: one row per turn — one agent answering one prompt in one conversation (SPEC §14).
 
-    taken ──claim──▶ claimed ──▶ posted ──▶ prompted ──▶ finishing ──▶ done
+    taken ──claim──▶ claimed ──▶ posted ──▶ prompting ──▶ prompted ──▶ finishing ──▶ done
       ▲                 │           │           │             (answer stored, same transaction)
       └────release──────┴───────────┘           ├──▶ ended        (stopped, the agent crashed…)
                                                 └──▶ interrupted  (the bridge stopped or failed)
@@ -30,9 +30,10 @@ if TYPE_CHECKING:
     from .store import Store
 
 TAKEN, CLAIMED, POSTED, PROMPTED, FINISHING = "taken", "claimed", "posted", "prompted", "finishing"
+PROMPTING = "prompting"  # written before the prompt goes to the agent; `prompted` once it went
 DONE, ENDED, INTERRUPTED, DROPPED = "done", "ended", "interrupted", "dropped"
 TERMINAL = (DONE, ENDED, INTERRUPTED, DROPPED)
-LIVE = (TAKEN, CLAIMED, POSTED, PROMPTED, FINISHING)
+LIVE = (TAKEN, CLAIMED, POSTED, PROMPTING, PROMPTED, FINISHING)
 NOT_BEGUN = (TAKEN, CLAIMED, POSTED)  # the agent has not been prompted: it can start (again)
 COLUMNS = ("id", "channel_id", "conversation", "prompt_event", "agent", "message_id", "text", "alone",
            "state", "run", "attempt", "answer", "final")
@@ -86,13 +87,21 @@ class Turns:
         """The answer's messages so far (a new one after a split)."""
         self._store._run(_set, turn_id, {"answer": json.dumps(list(answer))}, LIVE)
 
+    def prompting(self, turn_id: str, answer: Sequence[str]) -> None:
+        """The prompt is about to be written to the agent (so it is never written twice: a start
+        after a stop here marks the answer interrupted, saying the message may not have reached
+        the agent)."""
+        self._store._run(_set, turn_id, {"state": PROMPTING, "answer": json.dumps(list(answer))}, NOT_BEGUN)
+
     def prompted(self, turn_id: str, answer: Sequence[str]) -> None:
-        self._store._run(_set, turn_id, {"state": PROMPTED, "answer": json.dumps(list(answer))}, NOT_BEGUN)
+        """The prompt was written to the agent."""
+        self._store._run(_set, turn_id, {"state": PROMPTED, "answer": json.dumps(list(answer))},
+                         (*NOT_BEGUN, PROMPTING))
 
     def finishing(self, turn_id: str, final: dict, answer: Sequence[str]) -> None:
         """The final text is about to be sent (`final`: how, so that it can be sent again)."""
         self._store._run(_set, turn_id, {"state": FINISHING, "final": json.dumps(final, sort_keys=True),
-                                         "answer": json.dumps(list(answer))}, (PROMPTED, FINISHING))
+                                         "answer": json.dumps(list(answer))}, (PROMPTING, PROMPTED, FINISHING))
 
     def answered(self, turn_id: str, channel_id: str, agent: str, text: str, event_ids: Sequence[str],
                  seen_upto: str | None) -> Message | None:

@@ -166,3 +166,13 @@ def test_turn_end_writes_wait_for_the_database_in_order_and_a_closed_store_drops
     Flaky.state = "up"
     outage.flush()
     assert done == ["first", "second", "third"]
+
+
+async def test_a_prompt_being_handed_over_is_marked_saying_it_may_not_have_arrived(scene):
+    from bridge.channels.recovery import UNSURE_TEXT
+    store, turn, intent = scene.store, scene.turn, scene.intent
+    store.turns.claim(turn.id, BEFORE)
+    store.turns.prompting(turn.id, ["$answer"])
+    await Recovery(scene.bridge).start()
+    assert [s[:3] for s in intent.sends][0][0] == "edit" and UNSURE_TEXT in intent.sends[0][3]
+    assert scene.submitted == [] and store.turns.get(turn.id).state == INTERRUPTED  # never sent twice

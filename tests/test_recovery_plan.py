@@ -25,6 +25,8 @@ def turn(state, run=BEFORE, agent="alice", channel="c1", final=None, id="t1", te
     (turn("taken", run=None), Run),
     # the agent had the prompt: marked interrupted, never prompted again
     (turn("prompted"), Interrupt),
+    # stopped as the prompt was handed over: interrupted (saying it may not have arrived), never sent twice
+    (turn("prompting"), Interrupt),
     # the final text was on its way: sent again (same transaction id) and stored
     (turn("finishing", final={"event": "$e", "content": {}, "txn": "x", "text": "done"}), Refinish),
     (turn("finishing"), Interrupt),  # no final send recorded
@@ -50,3 +52,9 @@ def test_actions_keep_the_order_turns_were_taken_in():
     records = [turn("prompted", id="t1"), turn("taken", id="t2", agent="bob"), turn("posted", id="t3")]
     actions = plan(records, NOW, agents={"alice", "bob"}, channels={"c1"})
     assert [(type(a), a.turn.id) for a in actions] == [(Interrupt, "t1"), (Run, "t2"), (Run, "t3")]
+
+
+def test_a_prompt_being_handed_over_is_interrupted_saying_it_may_not_have_arrived():
+    (stopped,) = plan([turn("prompting")], NOW, agents={"alice"}, channels={"c1"})
+    (cut,) = plan([turn("prompted")], NOW, agents={"alice"}, channels={"c1"})
+    assert stopped.unsure and not cut.unsure

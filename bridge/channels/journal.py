@@ -40,9 +40,14 @@ class Journal:
         turns, turn_id = self._db.target.turns, self.record.id
         self._soon("answer messages", lambda: turns.set_answer(turn_id, answer))
 
-    async def prompted(self, answer: list[str]) -> None:
+    async def prompting(self, answer: list[str]) -> None:
         """Before `session/prompt` is written: awaited, so that the record says so first."""
-        await self._turns.prompted(self.record.id, answer)
+        await self._turns.prompting(self.record.id, answer)
+
+    def prompted(self, answer: list[str]) -> None:
+        """`session/prompt` was written (as it was: told with no await since)."""
+        turns, turn_id = self._db.target.turns, self.record.id
+        self._soon("prompt written", lambda: turns.prompted(turn_id, answer))
 
     async def finishing(self, final: dict) -> None:
         """Before the final text is sent: awaited, so that a stop after it never marks that

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERRUPTED_TEXT = "⚠️ interrupted: the bridge stopped before this answer was finished"
+UNSURE_TEXT = ("⚠️ interrupted: the bridge stopped just as your message was being handed to the agent; "
+               "it may not have reached it — send it again if you still want an answer")
 MARK = "⚠️ interrupted"
 STATUS_PREFIXES = ("⏳", "💭", "✍️", "🔧", "⏸")
 
@@ -48,10 +50,10 @@ def shown_text(body: str) -> str:
     return "" if body == "…" else body
 
 
-def interrupted_text(body: str) -> str:
+def interrupted_text(body: str, mark: str = INTERRUPTED_TEXT) -> str:
     """The text shown so far, as it was (up to its last character), then the mark."""
     text = shown_text(body).rstrip("\n")
-    return f"{text}\n\n{INTERRUPTED_TEXT}" if text.strip() else INTERRUPTED_TEXT
+    return f"{text}\n\n{mark}" if text.strip() else mark
 
 
 @dataclass
@@ -83,7 +85,8 @@ class Recovery:
                 elif isinstance(action, Route):
                     done.rerun += await self._route(channels[turn.channel_id].room_id, turn)
                 elif isinstance(action, Interrupt):
-                    done.interrupted += await self._interrupt(channels[turn.channel_id].room_id, turn)
+                    done.interrupted += await self._interrupt(channels[turn.channel_id].room_id, turn,
+                                                              UNSURE_TEXT if action.unsure else INTERRUPTED_TEXT)
                 elif isinstance(action, Refinish):
                     await self._refinish(channels[turn.channel_id].room_id, turn)
                     done.refinished += 1
@@ -131,13 +134,13 @@ class Recovery:
         await db.turns.end(turn.id, DROPPED)
         return await self._queue(room_id, made)
 
-    async def _interrupt(self, room_id: str, turn) -> int:
+    async def _interrupt(self, room_id: str, turn, mark: str) -> int:
         """Mark the cut answer interrupted, once; its turn is over."""
         answer = list(turn.answer)
         if not answer:  # the prompt went before the placeholder's send came back
             event_id = await self._event_of(room_id, turn)
             answer = [event_id] if event_id else []
-        marked = await self._repair_one(room_id, turn.agent, answer[-1]) if answer else False
+        marked = await self._repair_one(room_id, turn.agent, answer[-1], mark) if answer else False
         seen = None if turn.alone or turn.message_id is None else (turn.channel_id, turn.agent, turn.message_id)
         await self.bridge.db.turns.end(turn.id, INTERRUPTED, answer, seen)
         return int(marked)
@@ -168,7 +171,7 @@ class Recovery:
         puppet = await self.bridge.puppet(turn.agent)
         return await puppet.intent.send(room_id, {"msgtype": "m.text", "body": "⏳"}, txn_id=f"sk-{turn.id}")
 
-    async def _repair_one(self, room_id: str, agent: str, event_id: str) -> bool:
+    async def _repair_one(self, room_id: str, agent: str, event_id: str, mark: str = INTERRUPTED_TEXT) -> bool:
         if await self.bridge.db.message_by_event(event_id) is not None:
             return False  # it was finished and stored after all
         puppet = await self.bridge.puppet(agent)
@@ -176,7 +179,7 @@ class Recovery:
         if body is None or MARK in body:
             return False  # gone, or the graceful stop already said so
         txn = "sk-interrupted-" + hashlib.sha256(event_id.encode()).hexdigest()[:32]
-        await puppet.intent.edit(room_id, event_id, message_content(interrupted_text(body), None), txn_id=txn)
+        await puppet.intent.edit(room_id, event_id, message_content(interrupted_text(body, mark), None), txn_id=txn)
         log.info("marked answer %s in %s as interrupted", event_id, room_id)
         return True
 

@@ -5,6 +5,9 @@ actions out, tested as a table of cases (tests/test_recovery_plan.py); recovery.
   placeholder, if one was posted, is found again by its transaction id and reused.
 - prompted (the agent had the prompt, its answer was cut): mark the answer interrupted, once;
   never prompt again — for a coding agent a prompt twice is a command run twice.
+- prompting (stopped in the instant the prompt was being handed to the agent: the record is
+  written first, so whether it arrived is not known): interrupted too, saying that the message
+  may not have reached the agent — never sent twice.
 - finishing (the final text was being sent): send that final text again with the same
   transaction id (the homeserver posts nothing twice) and store the answer. A finished answer is
   never edited into "interrupted".
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 
 from store import TurnRecord
 from store.migrations import ROUTE
-from store.turns import FINISHING, NOT_BEGUN, PROMPTED
+from store.turns import FINISHING, NOT_BEGUN, PROMPTED, PROMPTING
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Route:
 @dataclass(frozen=True)
 class Interrupt:
     turn: TurnRecord
+    unsure: bool = False  # stopped as the prompt was being handed over: it may not have arrived
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ def plan(turns: list[TurnRecord], run: str, agents: set[str], channels: set[str]
             actions.append(Run(turn))
         elif turn.state == PROMPTED:
             actions.append(Interrupt(turn))
+        elif turn.state == PROMPTING:
+            actions.append(Interrupt(turn, unsure=True))
         elif turn.state == FINISHING and turn.final is not None:
             actions.append(Refinish(turn))
         else:  # finishing without a final send recorded: its answer was cut

@@ -283,7 +283,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
                                                  bridge.permission_handler(portal, puppet),
                                                  bridge.elicitation_handler(portal, puppet),
-                                                 before_send=lambda: _prompting(run))
+                                                 before_send=lambda: _prompting(run),
+                                                 on_sent=lambda: journal.prompted(answer.event_ids))
             finally:
                 think.cancel()
                 quiet.stop()
@@ -391,7 +392,7 @@ async def _prompting(run: TurnRun) -> None:
     """`session/prompt` is about to be written to the agent: its record says so first. From
     then on the answer has begun, and a stop marks it interrupted instead of running it again —
     a prompt reaches its agent at most once, whenever the bridge is killed."""
-    await run.journal.prompted(run.answer.event_ids)
+    await run.journal.prompting(run.answer.event_ids)
     run.prompt_sent = True
 
 

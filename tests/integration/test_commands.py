@@ -9,7 +9,7 @@ import re
 
 import nio
 
-from bridge_harness import agent, answers_in
+from bridge_harness import wait_until as until, agent, answers_in
 from matrix_helpers import WHOLE_TIMELINE, events_in, login, sync_until
 
 BOT, ALICE, BOB = "@sidekicks:localhost", "@sk_alice:localhost", "@sk_bob:localhost"
@@ -302,7 +302,8 @@ async def test_delete_in_a_channel_needs_confirmation(homeserver, bridge_factory
         assert running.store.channel_by_room(room) == channel
         said = await command(owner, room, "!delete confirm", sender=ALICE)
         assert said.startswith("Deleted the history of #general")
-        assert running.store.channel_by_room(room) is None
+        # said first, then done (on the database thread): wait for it, then it is all gone
+        await until(lambda: running.store.channel_by_room(room) is None)
         assert running.store.count_messages(channel.id) == 0
         await sync_until(owner, lambda: membership_of(owner, room, ALICE) == membership_of(owner, room, BOB) == "leave")
     finally:

@@ -25,6 +25,7 @@ import aiohttp
 import nio
 import pytest
 
+from bridge.channels.recovery import UNSURE_TEXT as UNSURE
 from bridge_harness import agent, answers_in, write_config
 from matrix_helpers import events_in, login, record_figures, private_homeserver, sync_until
 
@@ -229,8 +230,13 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     # which messages reached the agent in a session/prompt (the owner's text is the prompt's
     # last line, after any context): an answer marked interrupted must be one that had begun
     prompted = Counter(prompted_messages(agent_log))
+    # (the bridge records a prompt before it writes it, so that a prompt is never written twice:
+    # stopped in that instant, it cannot know whether the agent got it, and says so —
+    # "may not have reached it" — instead of claiming an answer had begun)
+    unsure = [a for a in interrupted if UNSURE in a["body"]]
     interrupted_unbegun = 0 if extra else sum(1 for text, answer in zip(sent, real)
-                                              if answer in interrupted and not prompted[text])
+                                              if answer in interrupted and answer not in unsure
+                                              and not prompted[text])
     rerun = sum(int(n) for n in re.findall(r"(\d+) answer\(s\) the last stop left before they began",
                                            bridge.log.read_text()))
     stored_users = [m for m in stored if m.role == "user"]
@@ -238,6 +244,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     figures = {
         "kills": KILLS, "messages": len(sent), "finished answers": len(finished),
         "interrupted (marked)": len(interrupted), "interrupted before it began": interrupted_unbegun,
+        "stopped as the prompt was handed over (said so)": len(unsure),
         "never begun, run again": rerun, "prompts read twice by the agent": sum(n - 1 for n in prompted.values() if n > 1),
         "placeholders left": len(stale),
         "lost": max(len(sent) - len(real), 0),

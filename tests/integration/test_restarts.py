@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.channels.recovery import UNSURE_TEXT as UNSURE
 from bridge_harness import agent, answers_in, write_config
 from matrix_helpers import caught_up, events_in, private_homeserver, record_figures, sync_until
 from test_e2ee import e2e_login, joined, say, ENCRYPTED
@@ -155,7 +156,8 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
     prompted = {name: Counter(prompted_messages(log)) for name, log in logs.items()}
     figures = {"stops": restarts, **counts, "messages": len(sent), "turns": 0, "finished": 0,
                "interrupted": 0, "prompted twice": 0, "answered twice or lost": 0, "echoes wrong": 0,
-               "interrupted before it reached the agent": 0, "finished answers edited afterwards": 0,
+               "interrupted before it reached the agent": 0, "stopped as the prompt was handed over (said so)": 0,
+               "finished answers edited afterwards": 0,
                "undecryptable": sum(1 for room, _ in seen.undecryptable if room == channel)}
     problems = []
     for (room, name), texts in expected.items():
@@ -169,7 +171,9 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
             body = answer["body"]
             if "interrupted" in body:
                 figures["interrupted"] += 1
-                if not prompted[name][text]:
+                if UNSURE in body:  # stopped as it was handed over: said so, never sent twice
+                    figures["stopped as the prompt was handed over (said so)"] += 1
+                elif not prompted[name][text]:
                     figures["interrupted before it reached the agent"] += 1
                     problems.append(f"{name}: {text!r} interrupted but never prompted")
             else:

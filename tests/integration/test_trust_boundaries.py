@@ -254,7 +254,7 @@ async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         made = await owner.room_create(name="many commands", invite=[ALICE],
-                                       power_level_override={"users": {ALICE: 50}})
+                                       power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
         assert isinstance(made, nio.RoomCreateResponse), made
         room_id = made.room_id
         await sync_until(owner, lambda: joined(owner, room_id, ALICE))
@@ -347,7 +347,7 @@ async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(hom
     try:
         # alice may post at 50: an upgrade mutes the old room for users below that (Synapse)
         made = await owner.room_create(name="project", invite=[ALICE], preset=nio.RoomPreset.private_chat,
-                                       power_level_override={"users": {ALICE: 50}})  # room v12: the creator is not listed
+                                       power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
         assert isinstance(made, nio.RoomCreateResponse), made
         old = made.room_id
         await sync_until(owner, lambda: joined(owner, old, ALICE))

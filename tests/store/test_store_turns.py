@@ -4,7 +4,7 @@ and `done` in one transaction."""
 
 import pytest
 
-from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, POSTED, PROMPTED, TAKEN
+from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, POSTED, PROMPTED, PROMPTING, TAKEN
 
 RUN, NEXT = "run-1", "run-2"
 
@@ -140,3 +140,17 @@ def test_finishing_records_the_final_send(store, channel):
     store.turns.prompted(alice.id, [])
     store.turns.finishing(alice.id, {"event": None, "txn": "sk-1"}, [])
     assert store.turns.get(alice.id).state == FINISHING
+
+
+def test_a_prompt_is_recorded_before_it_is_written_and_then_as_written(store, channel):
+    _, (alice, _) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.prompting(alice.id, ["$a"])
+    assert store.turns.get(alice.id).state == PROMPTING
+    assert store.turns.claim(alice.id, NEXT) is None  # maybe handed over already: never again
+    store.turns.release(alice.id)  # (a stop in between releases nothing)
+    assert store.turns.get(alice.id).state == PROMPTING
+    store.turns.prompted(alice.id, ["$a"])
+    assert store.turns.get(alice.id).state == PROMPTED
+    store.turns.prompting(alice.id, ["$a"])  # no step back
+    assert store.turns.get(alice.id).state == PROMPTED

@@ -120,21 +120,34 @@ async def _agent_turn(pool, run: TurnRun):
         await turn.__aexit__(None, None, None)
 
 
-async def unseen_lines(portal: "Portal", agent: str, current_message_id: str | None, fresh: bool) -> list[Line]:
-    """What `agent` has not seen in the channel, as context lines (read on the database thread)."""
-    store, limit = portal.bridge.store, portal.bridge.config.context_messages
-    channel_id, queued = portal.channel.id, portal.pending()
+def context_reader(channel_id: str, limit: int, queued: int):
+    """What a turn reads of the channel's messages to tell its agent (database thread, given
+    the member by `Portal.session_with`): (since the member's last seen message, the newest).
+    Which one is told depends on whether its session turns out fresh, known only once it is
+    opened: both are read when they differ."""
+    count = limit + 1 + queued
 
-    def read():
-        member = store.member(channel_id, agent)
-        after = None if fresh or member is None else member.last_seen
-        return store.messages_after(channel_id, after, limit + 1 + queued)
-    messages = await portal.bridge.db.run(read) if limit else []
+    def read(store, member) -> tuple[list, list]:
+        if not limit:
+            return [], []
+        recent = store.messages_after(channel_id, None, count)
+        if member.last_seen is None or member.fresh:
+            return recent, recent
+        return store.messages_after(channel_id, member.last_seen, count), recent
+    return read
+
+
+def unseen_lines(read: tuple[list, list] | None, agent: str, current_message_id: str | None, fresh: bool,
+                 limit: int) -> list[Line]:
+    """What `agent` has not seen in the channel, as context lines (from `context_reader`'s read)."""
+    if not limit or read is None:
+        return []
+    messages = read[1] if fresh else read[0]
     # user messages after the current one are queued: each is told in its own turn, not before
     return [Line("user" if m.role == "user" else m.sender, m.text)
             for m in messages if m.id != current_message_id
             and not (m.role == "user" and current_message_id is not None and m.id > current_message_id)
-            and (fresh or m.role != "agent" or m.sender != agent)][-limit:] if limit else []
+            and (fresh or m.role != "agent" or m.sender != agent)][-limit:]
 
 
 def _queues(bridge) -> dict[str, list[TurnRun]]:
@@ -223,14 +236,17 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 answer.set_status(f"⏳ {agent_config.title} is getting ready…")
             # typing while the agent works: from TYPING_AFTER into the prompt until it returns
             typing = asyncio.create_task(_keep_typing(puppet, portal.room_id, posting, typed))
-            session_id, fresh = await portal.session_for(turn.agent, agent)
+            # the member and what the agent has not seen: read together, in one database call
+            session_id, fresh, context = await portal.session_with(
+                turn.agent, agent, context_reader(portal.channel.id, config.context_messages, portal.pending()))
             run.session_id = session_id
             if run.cancelled:
                 await _end(answer, "⏹ stopped")
                 journal.ended(ENDED, answer.event_ids, None)
                 return
             text = turn.text if turn.alone else build_prompt(
-                portal.channel.name, await unseen_lines(portal, turn.agent, incoming.message_id, fresh),
+                portal.channel.name,
+                unseen_lines(context, turn.agent, incoming.message_id, fresh, config.context_messages),
                 turn.text, config.context_messages, config.context_chars)
             prompt: str | list[dict] = text
             if incoming.attachment is not None:  # as the content this agent takes (media.py)

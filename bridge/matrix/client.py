@@ -18,6 +18,10 @@ from nio.responses import ErrorResponse, RoomPutStateResponse, RoomRedactRespons
 log = logging.getLogger(__name__)
 
 
+class TooLarge(Exception):
+    """A download was bigger than the limit it was given."""
+
+
 class MatrixError(Exception):
     """A homeserver answer the bridge cannot work with; `status` is its HTTP status if known."""
 
@@ -102,9 +106,7 @@ class AppserviceClient(AsyncClient):
 
     async def download_bytes(self, path: str, limit: int) -> tuple[int, bytes, dict]:
         """GET a media `path` as this user: (status, the body if 200, else the error's JSON).
-        The body is read in chunks and never past `limit` bytes: TooLarge (bridge.matrix.intent)."""
-        from .intent import TooLarge
-
+        The body is read in chunks and never past `limit` bytes: TooLarge."""
         headers = {"Authorization": f"Bearer {self.access_token}"}
         async with self.client_session.get(self.homeserver + self._as_user(path), headers=headers,
                                            timeout=aiohttp.ClientTimeout(total=300)) as response:

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from .client import AppserviceClient, MatrixError, check
+from .client import AppserviceClient, MatrixError, TooLarge, check
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,6 @@ TYPING_TIMEOUT_MS = 30_000
 
 def _q(value: str) -> str:
     return quote(value, safe="")
-
-
-class TooLarge(Exception):
-    """A download was bigger than the limit it was given."""
 
 
 JOIN_RETRIES = (0.5, 1.0, 2.0, 4.0)  # seconds between attempts to join a room

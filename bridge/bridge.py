@@ -1,9 +1,11 @@
 """The bridge: life cycle (start, recovery, ping, stop) and wiring of its parts.
 
-Flow is one way: bridge → acp (agents), store (history), config. Every incoming event passes
-the dispatcher (dispatch.py), every outgoing one the Intent of a puppet or of the bot
-(intent.py). Events of one transaction are handled in order; answering happens in each portal's
-own task so a transaction is acknowledged quickly.
+It builds each part and hands it what it needs (the store's calls, the config, the pool, the
+identities, the open channels…); no part is handed the bridge, and only the command line imports
+this module (pyproject.toml's import rules). Flow is one way: bridge → acp (agents), store
+(history), config. Every incoming event passes the dispatcher (dispatch.py), every outgoing one
+the Intent of a puppet or of the bot (intent.py). Events of one transaction are handled in
+order; answering happens in each portal's own task so a transaction is acknowledged quickly.
 """
 from __future__ import annotations
 
@@ -11,23 +13,25 @@ import asyncio
 import gc
 import logging
 import time
-from typing import Any
 
 import aiohttp
 
-from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, ElicitationRequest, Pool, PermissionRequest
+from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, Pool
 from config import Config
 from config.registration import Registration
-from store import Store, StoreClosed, new_id
+from store import Store, new_id
 from store.offloop import OffLoop
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
 from .coding.questions import Questions
 from .coding.settings import SessionSettings
 from .channels.commands import BotCommands
-from .matrix.dispatch import Dispatcher
+from .channels.inbound import Inbound
+from .channels.upgrade import RoomUpgrades
+from .outage import StoreOutage
+from .matrix.dispatch import Dispatcher, Encryption
+from .matrix.identities import Identities
 from .matrix.intent import Outgoing
-from .matrix.client import MatrixError
 from .matrix.msc4391 import CommandDescriptions
 from .channels.portal import Portal
 from .channels.permissions import Permissions
@@ -35,9 +39,11 @@ from .matrix.presence import Presence
 from .matrix.puppet import Puppet
 from .channels.recovery import Recovery
 from .channels.scheduler import Scheduler
+from .mcp.actions import Means
 from .mcp.service import McpService
-from .channels.stream import notice_parts
-from .channels.turns import background_tasks
+from .channels.notices import Notices
+from .channels.registry import Channels
+from .channels.parts import ChannelParts
 
 log = logging.getLogger(__name__)
 
@@ -75,60 +81,85 @@ class Bridge:
         for name in config.agents:
             self.aliases[name] = name
             self.aliases[f"{config.puppet_prefix}{name}"] = name
-        self.dispatcher = Dispatcher(self)  # every incoming event passes it (bridge/matrix/dispatch.py)
-        self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
-                                       self.handle_user_query, self.db.txn_seen, self.db.mark_txn,
-                                       self.dispatcher.refused,
-                                       TransactionOrder(lambda: store.get_value(TXN_ORDER),
-                                                        lambda value: self.db.soon(
-                                                            "the last transaction number",
-                                                            lambda: store.set_value(TXN_ORDER, value))),
-                                       on_gap=self._retry_soon)
         self._gap_pings: set[asyncio.Task] = set()
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
         self.halt_reason = ""
-        self.session: aiohttp.ClientSession | None = None
+        # this run's id: every turn it takes or claims is marked with it (store/turns.py)
+        self.run_id = new_id()
+        self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
+
+        # ---- the parts, each handed what it needs (nothing imports this module back) ----
         # how room events leave, per room (bridge/matrix/intent.py): as they are, until encryption
         self.outgoing: Outgoing = Outgoing()
         self.e2ee = None  # with `encryption: on`, a device per identity (bridge/e2ee)
         if config.encryption:
-            from .e2ee.crypto import Decrypting, E2EE
-            self.e2ee = E2EE(self)
+            from .e2ee.crypto import E2EE
+            self.e2ee = E2EE(config, self.db, registration.as_token)
             self.outgoing = self.e2ee.outgoing
-            self.dispatcher.encryption = Decrypting(self.dispatcher.inbound, self.e2ee)
-        self.bot: Puppet | None = None
-        self.puppets: dict[str, Puppet] = {}
-        self.portals: dict[str, Portal] = {}
-        self.active_turns: dict[str, Portal] = {}
-        self.commands = BotCommands(self)
-        self.permissions = Permissions(self)
-        self.questions = Questions(self)      # agents' elicitations (coding/questions.py)
-        self.settings = SessionSettings(self)  # modes, models, options, usage (coding/settings.py)
-        self.recovery = Recovery(self)
-        # this run's id: every turn it takes or claims is marked with it (store/turns.py)
-        self.run_id = new_id()
-        self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
-        self.presence = Presence(self)                       # online while running (presence.py)
-        self.command_descriptions = CommandDescriptions(self)  # MSC4391 (msc4391.py)
-        self.mcp = McpService(self)            # the agents' `matrix` MCP server (bridge/mcp)
-        self.scheduler = Scheduler(self)       # scheduled work (channels/scheduler.py)
+        db = self.db
+        # the bot and the puppets: who the bridge sends as (matrix/identities.py)
+        self.identities = identities = Identities(config, registration.as_token, self.outgoing)
+        self.notices = notices = Notices(identities)  # what the bridge says in rooms (channels/notices.py)
+        # the open channels, the turns between them (channels/registry.py); a portal is handed
+        # the parts below (channels/parts.py)
+        self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
+        channels = self.channels
+        if self.e2ee is not None:
+            self.e2ee.plug(channels, identities, notices)
+        self.presence = Presence(identities)  # online while running (matrix/presence.py)
+        self.command_descriptions = CommandDescriptions(db, config, identities)  # MSC4391 (matrix/msc4391.py)
+        self.permissions = Permissions(config, channels, identities, notices)
+        self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
+        # modes, models, options, usage (coding/settings.py)
+        self.settings = SessionSettings(config, db, self.pool, channels, identities, notices, self.aliases)
+        self.recovery = Recovery(db, config, channels, identities, self.run_id)
+        self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work (channels/scheduler.py)
+        # the agents' `matrix` MCP server (bridge/mcp)
+        self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
+        self.commands = BotCommands(config, db, self.pool, channels, identities, notices,
+                                    self.command_descriptions, self.scheduler, self.settings, self.aliases,
+                                    self.mcp.forget_channel)
+        # while the store is away (bridge/outage.py)
+        self.outage = StoreOutage(db, self.halt, self.ping, identities)
+        self.parts = ChannelParts(config, db, self.pool, channels, identities, notices, self.presence,
+                                  self.command_descriptions, self.permissions, self.questions, self.settings,
+                                  self.scheduler, self.outage.later, self.mcp.servers_for,
+                                  self.commands.tell_owners, self.run_id, self.recovered, self.aliases)
+        # what each incoming event does (channels/inbound.py, channels/upgrade.py)
+        self.inbound = Inbound(config, db, channels, identities, notices, self.commands, self.permissions,
+                               self.questions, self.command_descriptions)
+        self.upgrades = RoomUpgrades(db, channels, identities, notices, self.command_descriptions)
+        if self.e2ee is not None:
+            from .e2ee.crypto import Decrypting
+            encryption: Encryption = Decrypting(self.e2ee)
+        else:
+            encryption = Encryption(self.inbound.say_encrypted, self.inbound.is_owner)
+        # every incoming event passes it (matrix/dispatch.py), to its kind's handler
+        self.dispatcher = Dispatcher(config, db, self._handlers(), self.outage, encryption,
+                                     is_channel=channels.portals.__contains__)
+        self.inbound.dispatcher = self.dispatcher  # catch-up and an invite's encryption go through it
+        self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
+                                       self.handle_user_query, db.txn_seen, db.mark_txn,
+                                       self.dispatcher.refused,
+                                       TransactionOrder(lambda: store.get_value(TXN_ORDER),
+                                                        lambda value: db.soon(
+                                                            "the last transaction number",
+                                                            lambda: store.set_value(TXN_ORDER, value))),
+                                       on_gap=self._retry_soon)
 
     # ---- life cycle -------------------------------------------------------------------------
 
     async def start(self, progress=lambda text: None) -> None:
-        self.session = aiohttp.ClientSession()
-        hs = self.config.homeserver_url
-        self.bot = Puppet(self.config.bot_user_id, "Sidekicks", hs, self.registration.as_token,
-                          self.session, outgoing=self.outgoing)
+        bot = self.identities.open(aiohttp.ClientSession())  # the HTTP session, and the bot
         await self.server.start(self.config.listen_host, self.config.listen_port)
         progress(f"appservice listening on {self.config.appservice_url}")
         await self._wait_for_homeserver(progress)
-        await self.bot.ensure_registered()
+        await bot.ensure_registered()
         for name in self.config.agents:
-            await self.puppet(name)
+            await self.identities.puppet(name)
         if self.e2ee is not None:
             progress("encryption: a device for each agent and the bot")
-            renewed = await self.e2ee.start([self.bot.user_id, *(p.user_id for p in self.puppets.values())],
+            renewed = await self.e2ee.start([identity.user_id for identity in self.identities.everyone()],
                                             self.dispatcher)
             if renewed:
                 from .e2ee.crypto import RENEWED
@@ -167,19 +198,19 @@ class Bridge:
             log.exception("could not tell the owners that history is unavailable")
 
     async def stop(self) -> None:
-        for portal in list(self.portals.values()):
+        for portal in list(self.channels.portals.values()):
             if portal.worker is not None and not portal.worker.done():
                 portal.worker.cancel()
-        workers = [p.worker for p in self.portals.values() if p.worker is not None]
+        workers = [p.worker for p in self.channels.portals.values() if p.worker is not None]
         try:
             await self.scheduler.stop()
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)
                 await asyncio.gather(*workers, return_exceptions=True)
-            await self.dispatcher.outage.close()
+            await self.outage.close()
             await self.command_descriptions.close()
             await self.settings.close()
             await self.presence.stop()
-            later = [*self.commands.tasks, *background_tasks(), *self._gap_pings]  # replies, receipts on their way
+            later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings]  # replies, receipts on their way
             for task in later:
                 task.cancel()
             await asyncio.gather(*later, return_exceptions=True)
@@ -242,7 +273,7 @@ class Bridge:
         """Ask the homeserver to call us now: a backlog of transactions is retried at once."""
         for attempt in range(5):
             try:
-                status, body = await self.bot.intent.ping(self.registration.id,
+                status, body = await self.identities.bot.intent.ping(self.registration.id,
                                                           f"sidekicks-{int(time.time() * 1000)}")
             except aiohttp.ClientError as exc:
                 status, body = 0, {"error": str(exc)}
@@ -257,73 +288,51 @@ class Bridge:
             await asyncio.sleep(0.5 * (attempt + 1))
         log.warning("homeserver ping failed: a backlog of messages may arrive late")
 
-    # ---- helpers used by portals and turns ----------------------------------------------------
+    # ---- wiring -------------------------------------------------------------------------------
+
+    def _handlers(self) -> dict:
+        """The dispatcher's handler of each event kind (what it does: channels/inbound.py)."""
+        inbound = self.inbound
+        return {
+            "m.room.member": inbound.member,
+            "m.room.message": inbound.message,
+            "m.sticker": inbound.message,                      # as an image (bridge/matrix/media.py)
+            "m.poll.start": inbound.message,                   # as its question and answers
+            "org.matrix.msc3381.poll.start": inbound.message,
+            "m.reaction": inbound.reaction,
+            "m.room.redaction": inbound.redaction,
+            "m.room.name": inbound.room_name,
+            "m.room.tombstone": self.upgrades.room_upgraded,   # the channel moves (channels/upgrade.py)
+        }
+
+    # for the command line and tests: the parts' state, read through the bridge that owns them
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None:
+        return self.identities.session
+
+    @session.setter
+    def session(self, session: aiohttp.ClientSession | None) -> None:
+        self.identities.session = session
+
+    @property
+    def bot(self) -> Puppet | None:
+        return self.identities.bot
+
+    @bot.setter
+    def bot(self, bot: Puppet | None) -> None:
+        self.identities.bot = bot
+
+    @property
+    def puppets(self) -> dict[str, Puppet]:
+        return self.identities.puppets
 
     async def puppet(self, agent: str) -> Puppet:
-        puppet = self.puppets.get(agent)
-        if puppet is None:
-            title = self.config.agents[agent].title
-            puppet = Puppet(self.config.puppet_user_id(agent), title, self.config.homeserver_url,
-                            self.registration.as_token, self.session, agent=agent,
-                            outgoing=self.outgoing)
-            self.puppets[agent] = puppet
-        await puppet.ensure_registered()
-        return puppet
+        return await self.identities.puppet(agent)
 
-    def is_owner(self, user_id: str) -> bool:
-        return user_id in self.config.owners
-
-    def waiting_note(self, agent: str) -> str:
-        """Why a new answer of `agent` cannot start at once: whose turn it is, or starting."""
-        from .channels.turns import waiting_note
-        return waiting_note(self, agent)
-
-    def permission_handler(self, portal: Portal, puppet: Puppet):
-        async def decide(request: PermissionRequest) -> str | None:
-            return await self.permissions.ask(portal, puppet, request)
-        return decide
-
-    def elicitation_handler(self, portal: Portal, puppet: Puppet):
-        async def ask(request: ElicitationRequest):
-            return await self.questions.ask(portal, puppet, request)
-        return ask
-
-    async def notice(self, portal: Portal, text: str, puppet: Puppet | None = None) -> None:
-        sender = puppet
-        if sender is None:
-            members = portal.member_names()
-            sender = await self.puppet(members[0]) if members else self.bot
-        await self.send_notice(sender, portal.room_id, text)
-
-    async def send_notice(self, sender: Puppet, room_id: str, text: str, html: str | None = None) -> None:
-        """A notice; a long one (a listing, an agent's words: any size) in several, each fitting
-        an event, at most MAX_NOTICE_PARTS (stream.notice_parts); then without its HTML."""
-        parts = notice_parts(text)
-        for part in parts:
-            content: dict[str, Any] = {"msgtype": "m.notice", "body": part}
-            if html and len(parts) == 1:
-                content.update({"format": "org.matrix.custom.html", "formatted_body": html})
-            try:
-                await sender.intent.send(room_id, content)
-            except (MatrixError, aiohttp.ClientError) as exc:
-                log.warning("could not send a notice to %s: %s", room_id, exc)
-                return
-            except Exception:
-                log.exception("could not send a notice to %s", room_id)
-                return
-
-    async def portal_for(self, room_id: str) -> Portal | None:
-        """The room's portal, if the room is a channel (read from the store the first time)."""
-        portal = self.portals.get(room_id)
-        if portal is None:
-            store = self.store
-            found = await self.db.run(lambda: _channel_and_members(store, room_id))
-            if found is None:
-                return None
-            portal = self.portals.get(room_id)  # made meanwhile by another event
-            if portal is None:
-                portal = self.portals[room_id] = Portal(self, *found)
-        return portal
+    @property
+    def portals(self) -> dict[str, Portal]:
+        return self.channels.portals
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -331,7 +340,7 @@ class Bridge:
         agent = self.config.agent_for_user_id(user_id)
         if agent is None:
             return False
-        await self.puppet(agent)
+        await self.identities.puppet(agent)
         return True
 
     # ---- acp callbacks -------------------------------------------------------------------------
@@ -346,9 +355,3 @@ class Bridge:
     def _on_stopped(self, agent: str) -> None:
         log.info("agent %s stopped", agent)
 
-
-def _channel_and_members(store: Store, room_id: str):
-    channel = store.channel_by_room(room_id)
-    if channel is None:
-        return None
-    return channel, [member.agent for member in store.members(channel.id)]

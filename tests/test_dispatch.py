@@ -89,9 +89,13 @@ async def test_the_appservice_hands_the_crypto_fields_on_with_the_events():
     assert second.events == [] and second.device.to_device == [TO_DEVICE]
 
 
+async def _nothing_to_say(room_id):
+    pass
+
+
 class Recording(Encryption):
-    def __init__(self, inbound, order):
-        super().__init__(inbound)
+    def __init__(self, order):
+        super().__init__(_nothing_to_say, lambda user_id: False)
         self.order = order
 
     async def device_traffic(self, traffic):
@@ -106,21 +110,20 @@ class Recording(Encryption):
         await dispatcher.decrypted(plain)
 
 
-class Bridgeless:
-    """What the dispatcher reads of a bridge: its config."""
+class Config:
+    """What the dispatcher reads of the config."""
+    bot_user_id = "@sidekicks:localhost"
+    owners = ("@owner:localhost",)
 
-    class config:
-        bot_user_id = "@sidekicks:localhost"
-
-        @staticmethod
-        def agent_for_user_id(user_id):
-            return "alice" if user_id == "@sk_alice:localhost" else None
+    @staticmethod
+    def agent_for_user_id(user_id):
+        return "alice" if user_id == "@sk_alice:localhost" else None
 
 
 async def test_the_dispatcher_gives_keys_first_then_events_and_decrypted_events_go_round_again():
     order: list = []
-    dispatcher = Dispatcher(Owned())
-    dispatcher.encryption = Recording(dispatcher.inbound, order)
+    dispatcher = owned_dispatcher()
+    dispatcher.encryption = Recording(order)
 
     async def message(event, room_id, sender, content):
         order.append(("message", event["event_id"], content["body"]))
@@ -155,18 +158,21 @@ async def test_the_dispatcher_gives_keys_first_then_events_and_decrypted_events_
 
 # ---- nothing lost, nothing twice -------------------------------------------------------------
 
-class Owned(Bridgeless):
-    """A bridge with a real store, for what the dispatcher records."""
+def owned_dispatcher() -> Dispatcher:
+    """A dispatcher with a real store, for what it records; handlers that do nothing."""
+    from store import Store
+    from store.offloop import OffLoop
 
-    def __init__(self):
-        from store import Store
-        from store.offloop import OffLoop
-        self.store = Store.open(":memory:")
-        self.db = OffLoop(self.store)
+    from bridge.outage import StoreOutage
 
-    @staticmethod
-    def is_owner(user_id):
-        return user_id == "@owner:localhost"
+    async def nothing(event, room_id, sender, content):
+        pass
+
+    kinds = ("m.room.member", "m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
+             "m.reaction", "m.room.redaction", "m.room.name", "m.room.tombstone")
+    is_owner = Config.owners.__contains__
+    return Dispatcher(Config, OffLoop(Store.open(":memory:")), {kind: nothing for kind in kinds},
+                      StoreOutage(), Encryption(_nothing_to_say, is_owner))
 
 
 def owner_message(event_id: str, body: str = "hi") -> dict:
@@ -176,7 +182,7 @@ def owner_message(event_id: str, body: str = "hi") -> dict:
 
 def dispatcher_with(handled: list, fail: dict) -> Dispatcher:
     """A dispatcher whose message handler records bodies and raises fail[event_id] once."""
-    dispatcher = Dispatcher(Owned())
+    dispatcher = owned_dispatcher()
 
     async def message(event, room_id, sender, content):
         error = fail.pop(event["event_id"], None)
@@ -265,7 +271,7 @@ async def test_a_decrypted_event_is_recorded_as_itself_so_a_late_key_still_gets_
         async def encrypted_event(self, event, dispatcher):
             waiting.append(event)  # no key yet: decrypted later
 
-    dispatcher.encryption = LateKeys(dispatcher.inbound)
+    dispatcher.encryption = LateKeys(_nothing_to_say, Config.owners.__contains__)
     encrypted = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender": "@owner:localhost",
                  "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "…"}}
     await dispatcher.transaction(Transaction("1", [encrypted]))
@@ -308,7 +314,7 @@ async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_take
 async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_a_stranger():
     # stickers and polls go to the message handler (bridge/matrix/media.py): a kind given a handler but
     # not let through would be dropped silently
-    dispatcher = Dispatcher(Owned())
+    dispatcher = owned_dispatcher()
     reached: list = []
 
     def recording(kind):
@@ -330,10 +336,10 @@ async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_
 async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line():
     from store import StoreLockLost, StoreUnavailable
 
-    from bridge.matrix.dispatch import StoreOutage
+    from bridge.outage import StoreOutage
 
     halted: list = []
-    outage = StoreOutage(type("B", (), {"halt": staticmethod(halted.append)})())
+    outage = StoreOutage(halt=halted.append)
     outage.hit(StoreLockLost("pid 4242 holds it"), {"room_id": "!r"})
     assert len(halted) == 1 and "another bridge took the database" in halted[0] and "\n" not in halted[0]
     assert outage._task is None and outage.outages == 0  # nothing to wait for: this bridge stops

@@ -16,7 +16,8 @@ INVITE = {"type": "m.room.member", "state_key": PUPPET, "event_id": "$invite", "
           "sender": OWNER, "content": {"membership": "invite", "is_direct": True}}
 
 
-def bridge_whose_join(result):
+def inbound_whose_join(result) -> tuple[Inbound, Store]:
+    """An Inbound whose puppet's join gives `result`; the parts an invite does not reach: None."""
     store = Store.open(":memory:")
 
     async def join(room_id):
@@ -31,25 +32,28 @@ def bridge_whose_join(result):
 
     async def portal_for(room_id):
         return None
-    config = SimpleNamespace(bot_user_id="@bot:hs", agent_for_user_id=lambda u: "alice" if u == PUPPET else None)
-    return SimpleNamespace(store=store, db=OffLoop(store), config=config, puppet=get_puppet,
-                           is_owner=lambda u: u == OWNER, portal_for=portal_for)
+    config = SimpleNamespace(bot_user_id="@bot:hs", owners=(OWNER,),
+                             agent_for_user_id=lambda u: "alice" if u == PUPPET else None)
+    inbound = Inbound(config, OffLoop(store), SimpleNamespace(portal_for=portal_for),
+                      SimpleNamespace(puppet=get_puppet), notices=None, commands=None, permissions=None,
+                      questions=None, descriptions=None)
+    return inbound, store
 
 
 async def test_a_refused_join_leaves_no_channel_and_no_member():
-    bridge = bridge_whose_join(False)
+    inbound, store = inbound_whose_join(False)
     try:
-        await Inbound(bridge).member(INVITE, ROOM, OWNER, INVITE["content"])
-        assert bridge.store.channels() == []
+        await inbound.member(INVITE, ROOM, OWNER, INVITE["content"])
+        assert store.channels() == []
     finally:
-        bridge.store.close()
+        store.close()
 
 
 async def test_a_join_the_homeserver_could_not_do_raises_so_the_invite_comes_again():
-    bridge = bridge_whose_join(MatrixError("joining: 502", 502))
+    inbound, store = inbound_whose_join(MatrixError("joining: 502", 502))
     try:
         with pytest.raises(MatrixError):  # the dispatcher refuses the transaction: sent again later
-            await Inbound(bridge).member(INVITE, ROOM, OWNER, INVITE["content"])
-        assert bridge.store.channels() == []  # and no member that is not in the room
+            await inbound.member(INVITE, ROOM, OWNER, INVITE["content"])
+        assert store.channels() == []  # and no member that is not in the room
     finally:
-        bridge.store.close()
+        store.close()

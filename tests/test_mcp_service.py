@@ -26,6 +26,10 @@ def fake_bridge(tmp_path, limit=3, tools=True):
     return SimpleNamespace(config=config, portals={}, channels=channels, db=SimpleNamespace(channel=channel))
 
 
+def service_of(bridge) -> McpService:
+    return McpService(bridge.config, bridge.db, SimpleNamespace(portals=bridge.portals), means=None)
+
+
 def portal(room_id, channel_id):
     return SimpleNamespace(room_id=room_id, channel=SimpleNamespace(id=channel_id), current=None)
 
@@ -34,7 +38,7 @@ def portal(room_id, channel_id):
 def calls(monkeypatch):
     seen = []
 
-    async def run(bridge, scope, tool, args):
+    async def run(means, scope, tool, args):
         seen.append((scope, tool, args))
         return f"{tool} in {scope.room_id}"
     monkeypatch.setattr(actions, "run", run)
@@ -43,7 +47,7 @@ def calls(monkeypatch):
 
 async def test_a_secret_acts_on_its_own_conversation_and_an_unknown_one_on_nothing(tmp_path, calls):
     bridge = fake_bridge(tmp_path)
-    service = McpService(bridge)
+    service = service_of(bridge)
     await service.start()
     try:
         here, there = portal("!here:hs", "c1"), portal("!there:hs", "c2")
@@ -72,7 +76,7 @@ async def test_a_secret_acts_on_its_own_conversation_and_an_unknown_one_on_nothi
 
 async def test_calls_per_turn_are_capped_and_a_new_turn_starts_again(tmp_path, calls):
     bridge = fake_bridge(tmp_path, limit=2)
-    service = McpService(bridge)
+    service = service_of(bridge)
     await service.start()
     try:
         room = portal("!here:hs", "c1")
@@ -91,7 +95,7 @@ async def test_calls_per_turn_are_capped_and_a_new_turn_starts_again(tmp_path, c
 
 async def test_tools_off_offers_no_server(tmp_path, calls):
     bridge = fake_bridge(tmp_path, tools=False)
-    service = McpService(bridge)
+    service = service_of(bridge)
     await service.start()
     try:
         assert service.servers_for(portal("!r:hs", "c1"), "alice") == []
@@ -102,7 +106,7 @@ async def test_tools_off_offers_no_server(tmp_path, calls):
 
 async def test_the_socket_is_private_and_answers_a_line(tmp_path, calls):
     bridge = fake_bridge(tmp_path)
-    service = McpService(bridge)
+    service = service_of(bridge)
     await service.start()
     try:
         assert stat.S_IMODE(os.stat(service.path).st_mode) == 0o600
@@ -124,7 +128,7 @@ async def test_the_socket_is_private_and_answers_a_line(tmp_path, calls):
 async def test_a_data_folder_too_deep_for_a_socket_gets_a_private_one(tmp_path, calls):
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     bridge = fake_bridge(deep)
-    service = McpService(bridge)
+    service = service_of(bridge)
     await service.start()
     try:
         assert len(str(service.path)) <= 100 and not str(service.path).startswith(str(deep))

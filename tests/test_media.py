@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 
-from bridge.matrix.media import (Attachment, OutgoingMedia, outgoing_part, prompt_blocks, prompt_content,
+from bridge.channels.prompt import prompt_blocks, prompt_content
+from bridge.matrix.media import (Attachment, OutgoingMedia, outgoing_part,
                           read_message, restored)
 
 MXC = "mxc://localhost/abc"

@@ -1,4 +1,4 @@
-"""bridge/matrix/presence.py against a fake bridge: a puppet's presence names no room (issue 26,
+"""bridge/matrix/presence.py against fake identities: a puppet's presence names no room (issue 26,
 SPEC §17) — anyone who shares any room with it sees its status message."""
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ async def test_an_answering_puppets_status_names_no_room(monkeypatch):
     monkeypatch.setattr(presence_module, "IDLE_AFTER", 0.0)
     intent = FakeIntent()
     puppet = SimpleNamespace(agent="alice", user_id="@sk_alice:localhost", intent=intent)
-    bridge = SimpleNamespace(bot=None, puppets={"alice": puppet})
-    presence = Presence(bridge)
+    identities = SimpleNamespace(bot=None, puppets={"alice": puppet}, everyone=lambda: [puppet])
+    presence = Presence(identities)
     presence.answering("alice", "secret-project")
     while not intent.sent:
         await asyncio.sleep(0.01)

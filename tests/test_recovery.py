@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from bridge.channels.recovery import Recovery
-from bridge.matrix.dispatch import StoreOutage
+from bridge.outage import StoreOutage
 from store import Store
 from store.offloop import OffLoop
 from store.turns import DONE, DROPPED, INTERRUPTED
@@ -38,7 +38,7 @@ class RecordingIntent:
 
 @pytest.fixture
 def scene():
-    """A bridge stand-in: channel !r:hs with the owner's message $p and alice's turn on it,
+    """The parts recovery is handed, stand-ins: channel !r:hs with the owner's message $p and alice's turn on it,
     taken by an earlier run; what its puppet sends, what it queues."""
     store = Store.open(":memory:")
     intent, submitted = RecordingIntent(), []
@@ -53,10 +53,14 @@ def scene():
 
     async def portal_for(room_id):
         return portal if room_id == "!r:hs" else None
-    bridge = SimpleNamespace(store=store, db=OffLoop(store), config=SimpleNamespace(agents={"alice": object()}),
-                             puppet=puppet, run_id=NOW, portal_for=portal_for)
+    config = SimpleNamespace(agents={"alice": object()})
+
+    def recovery() -> Recovery:
+        return Recovery(OffLoop(store), config,
+                        SimpleNamespace(portal_for=portal_for), SimpleNamespace(puppet=puppet), NOW)
     try:
-        yield SimpleNamespace(store=store, intent=intent, submitted=submitted, bridge=bridge, turn=turn,
+        yield SimpleNamespace(store=store, intent=intent, submitted=submitted, config=config, recovery=recovery,
+                              turn=turn,
                               message=message, channel=channel)
     finally:
         store.close()
@@ -66,7 +70,7 @@ async def test_a_turn_whose_prompt_never_reached_the_agent_is_queued_again(scene
     store, turn = scene.store, scene.turn
     store.turns.claim(turn.id, BEFORE)
     store.turns.posted(turn.id, ["$placeholder"])  # then kill -9 before session/prompt
-    done = await Recovery(scene.bridge).start()
+    done = await scene.recovery().start()
     assert done.rerun == 1 and done.interrupted == 0 and scene.intent.sends == []
     (queued, incoming), = scene.submitted
     assert queued.id == turn.id and incoming.event_id == "$p" and incoming.resumed
@@ -79,7 +83,7 @@ async def test_an_answer_whose_prompt_was_written_is_interrupted_once_and_never_
     store.turns.claim(turn.id, BEFORE)
     store.turns.prompted(turn.id, ["$answer"])
     for _ in range(2):  # a second start (say the first died right after the edit) does nothing more
-        done = await Recovery(scene.bridge).start()
+        done = await scene.recovery().start()
     expected = "sk-interrupted-" + hashlib.sha256(b"$answer").hexdigest()[:32]
     assert [s[:3] for s in intent.sends] == [("edit", expected, "$answer")]
     assert "half an ans" in intent.sends[0][3] and "interrupted" in intent.sends[0][3]
@@ -91,7 +95,7 @@ async def test_a_prompted_answer_whose_placeholder_was_not_known_is_found_by_its
     store, turn, intent = scene.store, scene.turn, scene.intent
     store.turns.claim(turn.id, BEFORE)
     store.turns.prompted(turn.id, [])  # the prompt went before the placeholder's send came back
-    await Recovery(scene.bridge).start()
+    await scene.recovery().start()
     assert [s[:3] for s in intent.sends][0] == ("send", f"sk-{turn.id}", "⏳")
     assert intent.sends[1][0] == "edit" and intent.sends[1][2] == "$placeholder"
 
@@ -103,7 +107,7 @@ async def test_a_final_text_on_its_way_is_sent_again_with_its_txn_id_and_stored_
     final = {"event": "$answer", "content": {"msgtype": "m.text", "body": "the whole answer"},
              "txn": f"sk-{turn.id}.1.7", "text": "the whole answer", "answer": ["$answer"]}
     store.turns.finishing(turn.id, final, ["$answer"])
-    done = await Recovery(scene.bridge).start()
+    done = await scene.recovery().start()
     assert done.refinished == 1 and done.interrupted == 0
     assert intent.sends == [("edit", f"sk-{turn.id}.1.7", "$answer", "the whole answer")]
     assert store.message_by_event("$answer").text == "the whole answer"
@@ -114,13 +118,13 @@ async def test_this_runs_own_turns_are_left_alone(scene):
     store = scene.store
     _, (mine,) = store.turns.take(scene.channel.id, "@owner:hs", "new", "$new", [("alice", "new", False)], NOW)
     store.turns.end(scene.turn.id, DROPPED)
-    done = await Recovery(scene.bridge).start()
+    done = await scene.recovery().start()
     assert done.rerun == 0 and scene.submitted == [] and store.turns.get(mine.id).state == "taken"
 
 
 async def test_a_turn_of_an_agent_no_longer_configured_is_dropped(scene):
-    scene.bridge.config.agents = {}
-    done = await Recovery(scene.bridge).start()
+    scene.config.agents = {}
+    done = await scene.recovery().start()
     assert done.dropped == 1 and scene.store.turns.get(scene.turn.id).state == DROPPED
 
 
@@ -151,7 +155,7 @@ def test_turn_end_writes_wait_for_the_database_in_order_and_a_closed_store_drops
                 raise StoreClosed()
             done.append(name)
         return run
-    outage = StoreOutage(SimpleNamespace())
+    outage = StoreOutage()
     outage.hit = lambda exc, event: None  # no watcher task here: flush is called by hand
     outage.later("first", write("first"))
     outage.later("second", write("second"))
@@ -173,6 +177,6 @@ async def test_a_prompt_being_handed_over_is_marked_saying_it_may_not_have_arriv
     store, turn, intent = scene.store, scene.turn, scene.intent
     store.turns.claim(turn.id, BEFORE)
     store.turns.prompting(turn.id, ["$answer"])
-    await Recovery(scene.bridge).start()
+    await scene.recovery().start()
     assert [s[:3] for s in intent.sends][0][0] == "edit" and UNSURE_TEXT in intent.sends[0][3]
     assert scene.submitted == [] and store.turns.get(turn.id).state == INTERRUPTED  # never sent twice

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import aiohttp
 
@@ -23,7 +23,16 @@ from ..matrix.space import Space, create_room, give_power, membership, room_link
 if TYPE_CHECKING:
     from store import Channel
 
-    from ..bridge import Bridge
+    from acp import Pool
+    from config import Config
+    from store.offloop import OffLoop
+
+    from ..coding.settings import SessionSettings
+    from ..matrix.identities import Identities
+    from ..matrix.msc4391 import CommandDescriptions
+    from .notices import Notices
+    from .registry import Channels
+    from .scheduler import Scheduler
     from .portal import Portal
 
 log = logging.getLogger(__name__)
@@ -31,29 +40,36 @@ log = logging.getLogger(__name__)
 COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
 
 class BotCommands:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
-        self.space = Space(bridge)
+    def __init__(self, config: "Config", db: "OffLoop", pool: "Pool", channels: "Channels",
+                 identities: "Identities", notices: "Notices", descriptions: "CommandDescriptions",
+                 scheduler: "Scheduler", settings: "SessionSettings", aliases: dict[str, str],
+                 forget_channel: Callable[[str], None]):
+        """`forget_channel`: a deleted channel's id, for the MCP server to drop its sessions."""
+        self.config, self.db, self.pool, self.channels = config, db, pool, channels
+        self.identities, self.notices, self.descriptions = identities, notices, descriptions
+        self.scheduler, self.settings, self.aliases = scheduler, settings, aliases
+        self.forget_channel = forget_channel
+        self.space = Space(db, config, identities)
         self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
 
     # -- entry points wired in bridge.py --
 
     async def handle(self, event: dict, room_id: str, sender: str, body: str) -> bool:
         """An owner's `!…` message. True when it was a bridge command (then no agent sees it)."""
-        if not self.bridge.is_owner(sender):
+        if sender not in self.config.owners:
             return False
         command = parse(body)
         if command is None:
             return False
         try:
-            portal = await self.bridge.portal_for(room_id)
+            portal = await self.channels.portal_for(room_id)
             if portal is not None:
                 await self._in_channel(portal, command)
                 return True
             if await self._is_bot_room(room_id, sender):
                 event_id = event.get("event_id")
                 if isinstance(event_id, str):   # the bot has read it, as a person would
-                    self.tasks.start(self.bridge.bot.intent.read_up_to(room_id, event_id),
+                    self.tasks.start(self.identities.bot.intent.read_up_to(room_id, event_id),
                                      f"read receipt in {room_id}")
                 await self._in_bot_room(room_id, sender, command)
                 return True
@@ -65,33 +81,33 @@ class BotCommands:
 
     async def on_bot_member(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         """A membership event about the bridge bot: an owner's invite is its DM, others are declined."""
-        bot = self.bridge.bot
+        bot = self.identities.bot
         if content.get("membership") != "invite" or sender == bot.user_id:
             return
-        if not self.bridge.is_owner(sender):
+        if sender not in self.config.owners:
             log.info("%s invited the bridge bot: declined (not an owner)", sender)
             await bot.intent.leave(room_id)
             return
         if not await bot.intent.join(room_id):
             return
-        db = self.bridge.db
+        db = self.db
         await db.set_value(f"bot_room:{room_id}", sender)
         if await db.channel_by_room(room_id) is None:
             await db.set_value(f"bot_dm:{sender}", room_id)
-            await self.bridge.send_notice(bot, room_id, GREETING)
+            await self.notices.send(bot, room_id, GREETING)
 
     async def tell_owners(self, text: str) -> None:
         """Say something to every owner in their DM with the bridge bot (made if there is none)."""
-        for owner in self.bridge.config.owners:
+        for owner in self.config.owners:
             try:
                 room_id = await self.bot_dm(owner)
             except (MatrixError, aiohttp.ClientError) as exc:
                 log.warning("no DM with %s: %s", owner, exc)
                 continue
-            await self.bridge.send_notice(self.bridge.bot, room_id, text)
+            await self.notices.send(self.identities.bot, room_id, text)
 
     async def bot_dm(self, owner: str) -> str:
-        db, bot = self.bridge.db, self.bridge.bot
+        db, bot = self.db, self.identities.bot
         room_id = await db.get_value(f"bot_dm:{owner}")
         if room_id and await membership(bot, room_id, owner) in ("join", "invite"):
             return room_id  # a DM the owner left is not one: a new one is made
@@ -108,25 +124,25 @@ class BotCommands:
     # -- helpers --
 
     async def _is_bot_room(self, room_id: str, sender: str) -> bool:
-        store = self.bridge.store
-        return await self.bridge.db.run(lambda: store.get_value(f"bot_room:{room_id}") is not None
+        store = self.db.target
+        return await self.db.run(lambda: store.get_value(f"bot_room:{room_id}") is not None
                                         or store.get_value(f"bot_dm:{sender}") == room_id)
 
     async def _say(self, room_id: str, text: str) -> None:
-        await self.bridge.send_notice(self.bridge.bot, room_id, text)
+        await self.notices.send(self.identities.bot, room_id, text)
 
     async def _reply_anywhere(self, room_id: str, text: str) -> None:
-        portal = await self.bridge.portal_for(room_id)
+        portal = await self.channels.portal_for(room_id)
         if portal is not None:
-            await self.bridge.notice(portal, text)
+            await self.notices.notice(portal, text)
         else:
             await self._say(room_id, text)
 
     def _link(self, room_id: str) -> str:
-        return room_link(room_id, self.bridge.config.domain)
+        return room_link(room_id, self.config.domain)
 
     def _agent_list(self) -> str:
-        return ", ".join(self.bridge.config.agents) or "(none configured)"
+        return ", ".join(self.config.agents) or "(none configured)"
 
     # -- the bot's DM --
 
@@ -142,23 +158,22 @@ class BotCommands:
         await self._say(room_id, HELP)
 
     async def _agents(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
-        bridge = self.bridge
-        if not bridge.config.agents:
+        if not self.config.agents:
             await self._say(room_id, "No agents are configured.")
             return
         lines = ["Agents:"]
-        for name, agent in bridge.config.agents.items():
-            portal = bridge.active_turns.get(name)
-            state = describe_state(bridge.pool.state(name), place_of(portal.channel) if portal else None)
+        for name, agent in self.config.agents.items():
+            portal = self.channels.active_turns.get(name)
+            state = describe_state(self.pool.state(name), place_of(portal.channel) if portal else None)
             lines.append(f"  {name} — {agent.title} — {state}")
         await self._say(room_id, "\n".join(lines))
 
     async def _channels(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
-        store = self.bridge.store
+        store = self.db.target
         def read():
             found = store.channels()
             return found, {c.id: [m.agent for m in store.members(c.id)] for c in found}
-        channels, members_of = await self.bridge.db.run(read)
+        channels, members_of = await self.db.run(read)
         if not channels:
             await self._say(room_id, "No channels yet. !new NAME AGENT... makes one, !dm AGENT a direct one, "
                                      "or invite an agent into any room.")
@@ -171,14 +186,13 @@ class BotCommands:
         await self._say(room_id, "\n".join(lines))
 
     async def _new(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
-        bridge = self.bridge
         if len(args) < 2:
             await self._say(room_id, f"Usage: !new NAME AGENT... (agents: {self._agent_list()})")
             return
         name, tokens = args[0].lstrip("#").strip(), args[1:]
         agents, unknown = [], []
         for token in tokens:
-            agent = resolve_agent(token, bridge.aliases)
+            agent = resolve_agent(token, self.aliases)
             if agent is None:
                 unknown.append(token)
             elif agent not in agents:
@@ -187,45 +201,44 @@ class BotCommands:
             await self._say(room_id, f"No agent called {', '.join(unknown)}. Agents: {self._agent_list()}"
                             if unknown else "The channel needs a name: !new NAME AGENT...")
             return
-        bot = bridge.bot
-        puppets = [await bridge.puppet(agent) for agent in agents]
+        bot = self.identities.bot
+        puppets = [await self.identities.puppet(agent) for agent in agents]
         space = await self.space.ensure()
         new_room = await create_room(bot, {
             "name": name, "preset": "private_chat",
             "invite": [sender] + [p.user_id for p in puppets],
             "initial_state": [{"type": "m.space.parent", "state_key": space,
-                               "content": {"via": [bridge.config.domain], "canonical": True}}],
+                               "content": {"via": [self.config.domain], "canonical": True}}],
         })
         await give_power(bot, new_room, [sender])  # the owner may rename, invite, kick
-        await bridge.db.create_channel(new_room, name)
-        portal = await bridge.portal_for(new_room)
+        await self.db.create_channel(new_room, name)
+        portal = await self.channels.portal_for(new_room)
         for agent in agents:
             await portal.joined(agent)
         for agent, puppet in zip(agents, puppets):
             if await puppet.intent.join(new_room):
-                bridge.command_descriptions.member_joined(new_room, agent)
+                self.descriptions.member_joined(new_room, agent)
         await self.space.add(new_room)
         await self._say(room_id, f"Made #{name} with {', '.join(agents)}: {self._link(new_room)}")
 
     async def _dm(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
-        bridge = self.bridge
-        agent = resolve_agent(args[0], bridge.aliases) if len(args) == 1 else None
+        agent = resolve_agent(args[0], self.aliases) if len(args) == 1 else None
         if agent is None:
             await self._say(room_id, f"Usage: !dm AGENT (agents: {self._agent_list()})")
             return
-        puppet = await bridge.puppet(agent)
-        for channel in await bridge.db.channels():  # one that is still open is enough
+        puppet = await self.identities.puppet(agent)
+        for channel in await self.db.channels():  # one that is still open is enough
             if channel.direct_agent == agent and await membership(puppet, channel.room_id, sender) in (
                     "join", "invite"):
                 await self._say(room_id, f"Your direct channel with {agent}: {self._link(channel.room_id)}")
                 return
         new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat",
                                               "invite": [sender]})
-        await bridge.db.create_channel(new_room, agent, agent)
-        await (await bridge.portal_for(new_room)).joined(agent)
-        bridge.command_descriptions.member_joined(new_room, agent)  # the puppet made it: it may
+        await self.db.create_channel(new_room, agent, agent)
+        await (await self.channels.portal_for(new_room)).joined(agent)
+        self.descriptions.member_joined(new_room, agent)  # the puppet made it: it may
         await self.space.add(new_room, puppet)
-        await self._say(room_id, f"{bridge.config.agents[agent].title} invited you to a direct channel: "
+        await self._say(room_id, f"{self.config.agents[agent].title} invited you to a direct channel: "
                                  f"{self._link(new_room)}")
 
     async def _delete_named(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
@@ -233,7 +246,7 @@ class BotCommands:
         if not name:
             await self._say(room_id, "Usage: !delete CHANNEL (!channels lists them)")
             return
-        found = find_channels(await self.bridge.db.channels(), name)
+        found = find_channels(await self.db.channels(), name)
         if not found:
             await self._say(room_id, f"There is no channel #{name.lstrip('#')}. !channels lists them.")
             return
@@ -243,7 +256,7 @@ class BotCommands:
             return
         channel = found[0]
         if not confirmed:
-            count = await self.bridge.db.count_messages(channel.id)
+            count = await self.db.count_messages(channel.id)
             await self._say(room_id, f"This deletes #{channel.name} and its history ({count} messages); "
                                      f"its agents leave the room. To do it, type: !delete {name} {CONFIRM}")
             return
@@ -261,16 +274,16 @@ class BotCommands:
         elif command.name == "delete":
             await self._delete_here(portal, command.args)
         elif command.name in SETTINGS_COMMANDS:  # may start an agent: never in the transaction
-            self.tasks.start(self.bridge.settings.command(portal, command.name, command.args),
+            self.tasks.start(self.settings.command(portal, command.name, command.args),
                         f"!{command.name} in {portal.room_id}")
         elif command.name == "schedules":
-            await self.bridge.notice(portal, await self.bridge.scheduler.listing(portal.channel.id))
+            await self.notices.notice(portal, await self.scheduler.listing(portal.channel.id))
         elif command.name == "unschedule":
             await self._unschedule(portal, command.args)
         elif command.name == "help":
-            await self.bridge.notice(portal, CHANNEL_HELP + "\n\n" + HELP)
+            await self.notices.notice(portal, CHANNEL_HELP + "\n\n" + HELP)
         else:
-            await self.bridge.notice(portal, f"There is no !{command.name} here. {CHANNEL_HELP}")
+            await self.notices.notice(portal, f"There is no !{command.name} here. {CHANNEL_HELP}")
 
     async def _unschedule(self, portal: "Portal", args: tuple[str, ...]) -> None:
         """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them)."""
@@ -278,48 +291,46 @@ class BotCommands:
         try:
             number = schedule_number(args[0] if len(args) == 1 else None)
         except BadArguments:
-            await self.bridge.notice(portal, "Say which: !unschedule N, with N from !schedules.")
+            await self.notices.notice(portal, "Say which: !unschedule N, with N from !schedules.")
             return
-        cancelled = await self.bridge.db.schedules.cancel(portal.channel.id, number)
+        cancelled = await self.db.schedules.cancel(portal.channel.id, number)
         if cancelled is None:
-            await self.bridge.notice(portal, f"There is no schedule {number} here (see !schedules).")
+            await self.notices.notice(portal, f"There is no schedule {number} here (see !schedules).")
             return
-        self.bridge.scheduler.changed()
-        await self.bridge.notice(portal, f"Cancelled schedule {number} of {cancelled.agent}: {cancelled.prompt}")
+        self.scheduler.changed()
+        await self.notices.notice(portal, f"Cancelled schedule {number} of {cancelled.agent}: {cancelled.prompt}")
 
     async def _stop(self, portal: "Portal") -> None:
         run = portal.current
         if run is None:
-            await self.bridge.notice(portal, "Nothing is being answered here.")
+            await self.notices.notice(portal, "Nothing is being answered here.")
             return
         await run.cancel()
 
     async def _commands(self, portal: "Portal") -> None:
-        bridge = self.bridge
         members = portal.member_names()
         if not members:
-            await bridge.notice(portal, "This channel has no agents.")
+            await self.notices.notice(portal, "This channel has no agents.")
             return
         listed: list[str] = [f"Commands in #{portal.channel.name}:"]
         for agent in members:
-            commands = await bridge.db.agent_commands(agent)
+            commands = await self.db.agent_commands(agent)
             if commands is None:  # never announced: start it and open its session (ADR "Prepare")
                 commands = await self._prepare(portal, agent)
             listed += format_commands(agent, commands, several=len(members) > 1)
         if len(members) > 1:
             listed.append("Send one as /agent:command, or @agent /command.")
-        await bridge.notice(portal, "\n".join(listed))
+        await self.notices.notice(portal, "\n".join(listed))
 
     async def _prepare(self, portal: "Portal", agent_name: str) -> list[dict] | None:
-        bridge = self.bridge
         try:
-            agent = await bridge.pool.get(agent_name)
+            agent = await self.pool.get(agent_name)
             await portal.session_for(agent_name, agent)
         except Exception as exc:  # a crash at start is the turns' to report in full
             log.warning("starting %s for !commands: %s", agent_name, exc)
             return None
         waited = 0.0
-        while (commands := await bridge.db.agent_commands(agent_name)) is None and waited < COMMANDS_WAIT:
+        while (commands := await self.db.agent_commands(agent_name)) is None and waited < COMMANDS_WAIT:
             await asyncio.sleep(0.1)
             waited += 0.1
         return commands
@@ -328,28 +339,27 @@ class BotCommands:
         channel = portal.channel
         _, confirmed = split_delete(args)
         if not confirmed:
-            count = await self.bridge.db.count_messages(channel.id)
-            await self.bridge.notice(portal, f"This deletes the history of #{channel.name} ({count} messages) "
+            count = await self.db.count_messages(channel.id)
+            await self.notices.notice(portal, f"This deletes the history of #{channel.name} ({count} messages) "
                                              "and its agents leave; the room stays. To do it, type: "
                                              f"!delete {CONFIRM}")
             return
-        await self.bridge.notice(portal, f"Deleted the history of #{channel.name}. The agents leave; "
+        await self.notices.notice(portal, f"Deleted the history of #{channel.name}. The agents leave; "
                                          "the room stays yours.")
         await self._delete(channel)
 
     async def _delete(self, channel: "Channel") -> None:
         """Forget the channel and its history (ADR consequences); its puppets leave the room."""
-        bridge = self.bridge
-        members = [m.agent for m in await bridge.db.members(channel.id)]
-        portal = bridge.portals.pop(channel.room_id, None)
+        members = [m.agent for m in await self.db.members(channel.id)]
+        portal = self.channels.portals.pop(channel.room_id, None)
         if portal is not None:
             portal.queue.clear()
             portal.queued.clear()
             if portal.current is not None:
                 await portal.current.cancel()
-        await bridge.db.delete_channel(channel.id)  # its schedules too
-        bridge.mcp.forget_channel(channel.id)
+        await self.db.delete_channel(channel.id)  # its schedules too
+        self.forget_channel(channel.id)
         for agent in members:
-            if agent in bridge.config.agents:
-                await (await bridge.puppet(agent)).intent.leave(channel.room_id)
+            if agent in self.config.agents:
+                await (await self.identities.puppet(agent)).intent.leave(channel.room_id)
         await self.space.remove(channel.room_id)

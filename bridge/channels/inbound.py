@@ -16,7 +16,7 @@ already checked; nothing else calls them.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
 from store import StoreClosed
@@ -27,7 +27,16 @@ from .portal import Incoming
 from .replies import replied_to, without_fallback
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from config import Config
+    from store.offloop import OffLoop
+
+    from ..matrix.dispatch import Dispatcher
+    from ..matrix.identities import Identities
+    from ..matrix.msc4391 import CommandDescriptions
+    from .commands import BotCommands
+    from .notices import Notices
+    from .permissions import Permissions
+    from .registry import Channels
     from .portal import Portal
     from ..matrix.puppet import Puppet
 
@@ -54,30 +63,46 @@ def _room_name(event: dict) -> str | None:
     return name.strip() if isinstance(name, str) and name.strip() else None
 
 
+class OpenQuestions(Protocol):
+    """The agents' open questions (coding/questions.py), as a reply may answer them."""
+
+    def on_reply(self, room_id: str, body: str, reply_to: str | None, loose: bool = True) -> bool: ...
+
+
 class Inbound:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, config: "Config", db: "OffLoop", channels: "Channels", identities: "Identities",
+                 notices: "Notices", commands: "BotCommands", permissions: "Permissions",
+                 questions: "OpenQuestions", descriptions: "CommandDescriptions"):
+        self.config, self.db, self.channels, self.identities = config, db, channels, identities
+        self.notices, self.commands, self.permissions = notices, commands, permissions
+        self.questions, self.descriptions = questions, descriptions
+        # the way in, handed once it is built (it is handed these handlers): the messages a
+        # puppet catches up on and an invite's encryption go through it
+        self.dispatcher: "Dispatcher | None" = None
         self._encryption_noted: set[str] = set()
+
+    def is_owner(self, user_id: str) -> bool:
+        return user_id in self.config.owners
 
     # ---- memberships --------------------------------------------------------------------------
 
     async def member(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        bridge, config = self.bridge, self.bridge.config
+        config, channels = self.config, self.channels
         target = event.get("state_key")
         membership = content.get("membership")
         if not isinstance(target, str):
             return
         if target == config.bot_user_id:
-            await bridge.commands.on_bot_member(event, room_id, sender, content)
+            await self.commands.on_bot_member(event, room_id, sender, content)
             return
         agent = config.agent_for_user_id(target)
         if agent is None:
             return
-        puppet = await bridge.puppet(agent)
+        puppet = await self.identities.puppet(agent)
         if membership == "invite":
             if sender == config.bot_user_id or config.agent_for_user_id(sender):
                 return  # the bridge's own invite (add_agent), which joins by itself
-            if not bridge.is_owner(sender):
+            if not self.is_owner(sender):
                 log.info("%s invited %s: declined (not an owner)", sender, target)
                 await puppet.intent.leave(room_id)
                 return
@@ -85,22 +110,22 @@ class Inbound:
             # is not in the room; one it could not do now (5xx) raises, and the invite comes again
             if not await puppet.intent.join(room_id):
                 return
-            portal = await bridge.portal_for(room_id)
+            portal = await channels.portal_for(room_id)
             made = portal is None
             if portal is None:
                 direct = bool(content.get("is_direct"))
                 name = _room_name(event) or (agent if direct else room_id)
-                await bridge.db.create_channel(room_id, name, agent if direct else None)
-                portal = await bridge.portal_for(room_id)
+                await self.db.create_channel(room_id, name, agent if direct else None)
+                portal = await channels.portal_for(room_id)
             await portal.joined(agent)
-            bridge.command_descriptions.member_joined(room_id, agent)  # MSC4391, from the store
+            self.descriptions.member_joined(room_id, agent)  # MSC4391, from the store
             if invite_state(event, "m.room.encryption") is not None:
-                await bridge.dispatcher.encryption.room_encrypted(room_id)
+                await self.dispatcher.encryption.room_encrypted(room_id)
             await self.catch_up(puppet, room_id, event.get("event_id"))
             if made:  # channels sit in the "Sidekicks" space (SPEC §5)
-                await bridge.commands.channel_created(room_id)
+                await self.commands.channel_created(room_id)
         elif membership in ("leave", "ban") and sender != target:
-            portal = await bridge.portal_for(room_id)
+            portal = await channels.portal_for(room_id)
             if portal is not None:
                 await portal.left(agent)
 
@@ -123,62 +148,63 @@ class Inbound:
                 missed.append(event)
         for event in reversed(missed):
             event.setdefault("room_id", room_id)
-            await self.bridge.dispatcher.event(event)
+            await self.dispatcher.event(event)
 
     async def say_encrypted(self, room_id: str) -> None:
         """Once per room and run: the bridge cannot read end-to-end encrypted rooms."""
-        portal = await self.bridge.portal_for(room_id)
+        portal = await self.channels.portal_for(room_id)
         if portal is None or portal.room_id in self._encryption_noted:
             return
         self._encryption_noted.add(portal.room_id)
-        await self.bridge.notice(portal, "This room is end-to-end encrypted, and agents cannot read encrypted "
+        await self.notices.notice(portal, "This room is end-to-end encrypted, and agents cannot read encrypted "
                                          "messages. Make a new room without encryption (or start a new direct "
                                          "message) to talk to agents.")
 
     # ---- messages -----------------------------------------------------------------------------
 
     async def message(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        bridge = self.bridge
-        if not bridge.is_owner(sender):
+        if not self.is_owner(sender):
             return  # strangers never reach an agent (SPEC §5)
         relates = content.get("m.relates_to")
         if "m.new_content" in content or (isinstance(relates, dict) and relates.get("rel_type") == "m.replace"):
             return  # edits of earlier messages are not new prompts
         content = without_fallback(content)  # a reply's quote is neither a mention nor history
         # what this kind of message says to agents (bridge/matrix/media.py; README's table)
-        read = read_message(event.get("type", "m.room.message"), content, bridge.config.attachment_bytes)
+        read = read_message(event.get("type", "m.room.message"), content, self.config.attachment_bytes)
         body = read.text
         if read.plain:
             if not body.strip():
                 return
-            if body.lstrip().startswith("!") and await bridge.commands.handle(event, room_id, sender, body):
+            if body.lstrip().startswith("!") and await self.commands.handle(event, room_id, sender, body):
                 return
             reply_to = replied_to(content)
-            if bridge.questions.on_reply(room_id, body, reply_to, loose=False):
+            if self.questions.on_reply(room_id, body, reply_to, loose=False):
                 return  # a reply to an agent's question (bridge/coding/questions.py)
-            if await bridge.permissions.on_reply(room_id, body, reply_to):
+            if await self.permissions.on_reply(room_id, body, reply_to):
                 return
-            if bridge.questions.on_reply(room_id, body, None):
+            if self.questions.on_reply(room_id, body, None):
                 return  # the answer to the room's open question
-        portal = await bridge.portal_for(room_id)
+        portal = await self.channels.portal_for(room_id)
         if portal is None or read.silent:
             return
         event_id = event.get("event_id", "")
         if read.note is not None:
-            await bridge.notice(portal, read.note)
+            await self.notices.notice(portal, read.note)
             return
         formatted = read.formatted
         mentions = content.get("m.mentions")
         mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
         mentions = mentions if isinstance(mentions, list) else []
-        command = await bridge.command_descriptions.invoked(portal, content)  # MSC4391: `/agent:command args`
+        # MSC4391: `/agent:command args`
+        command = await self.descriptions.invoked(portal.member_names(), portal.channel.direct_agent,
+                                                 content)
         stored = read.stored
         if command is not None:
             body, formatted, mentions, stored = command, None, [], command
         elif not read.passed_on:
             return
         else:  # a pill's display name reaches agents as `@name`, now and in context lines (SPEC §6)
-            config = bridge.config
+            config = self.config
             titles = {name: agent.title for name, agent in config.agents.items()}
             body, stored = (named(text, formatted, mentions, config.agent_for_user_id, titles)
                             for text in (body, stored))
@@ -191,8 +217,8 @@ class Inbound:
         message, turns = taken
         if decision.nobody:
             members = portal.member_names()
-            await bridge.notice(portal, "Nobody answers this one: mention an agent, like "
-                                + ", ".join(f"@{name}" for name in members[:3] or bridge.config.agents)
+            await self.notices.notice(portal, "Nobody answers this one: mention an agent, like "
+                                + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
                                 + ", to get an answer.")
             return
         incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment)
@@ -200,15 +226,14 @@ class Inbound:
             portal.submit(turn, incoming)
 
     async def reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        bridge = self.bridge
         relates = content.get("m.relates_to")
-        if not bridge.is_owner(sender) or not isinstance(relates, dict):
+        if not self.is_owner(sender) or not isinstance(relates, dict):
             return
-        if await bridge.permissions.on_reaction(event, room_id, sender, relates):
+        if await self.permissions.on_reaction(event, room_id, sender, relates):
             return
         key = relates.get("key")
         if relates.get("rel_type") == "m.annotation" and isinstance(key, str) and key.replace("\ufe0f", "") == "🛑":
-            portal = bridge.portals.get(room_id)
+            portal = self.channels.portals.get(room_id)
             run = portal.current if portal is not None else None
             if run is not None and relates.get("event_id") in run.answer.event_ids:
                 log.info("🛑 on the answer in %s: cancelling", room_id)
@@ -218,13 +243,12 @@ class Inbound:
         """The owner redacted a message. A prompt being answered: the answer is cancelled (SPEC
         §9); one still queued is never answered; and the store forgets it, so that no agent is
         told it later as context."""
-        bridge = self.bridge
-        if not bridge.is_owner(sender):
+        if not self.is_owner(sender):
             return
         redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions
         if not isinstance(redacts, str):
             return
-        portal: "Portal | None" = bridge.portals.get(room_id)  # a message queued or answered has its portal loaded
+        portal: "Portal | None" = self.channels.portals.get(room_id)  # a message queued or answered has its portal loaded
         if portal is not None:
             run = portal.current
             if portal.withdraw(redacts):
@@ -233,18 +257,17 @@ class Inbound:
                 log.info("the prompt answered in %s was redacted: cancelling", room_id)
                 await run.cancel()
         try:
-            await bridge.db.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
-            if await bridge.db.delete_message_by_event(redacts):
+            await self.db.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
+            if await self.db.delete_message_by_event(redacts):
                 log.info("a redacted message in %s is forgotten", room_id)
         except StoreClosed:
             pass
 
     async def room_name(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        bridge = self.bridge
-        if not bridge.is_owner(sender):
+        if not self.is_owner(sender):
             return
-        portal = await bridge.portal_for(room_id)
+        portal = await self.channels.portal_for(room_id)
         name = content.get("name")
         if portal is not None and isinstance(name, str) and name.strip():
-            await bridge.db.rename_channel(portal.channel.id, name.strip())
-            portal.channel = await bridge.db.channel(portal.channel.id)
+            await self.db.rename_channel(portal.channel.id, name.strip())
+            portal.channel = await self.db.channel(portal.channel.id)

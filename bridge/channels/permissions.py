@@ -28,8 +28,12 @@ from .render import escape_html
 if TYPE_CHECKING:
     from acp import PermissionRequest
 
-    from ..bridge import Bridge
+    from config import Config
+
+    from .notices import Notices
     from .portal import Portal
+    from .registry import Channels
+    from ..matrix.identities import Identities
     from ..matrix.puppet import Puppet
 
 log = logging.getLogger(__name__)
@@ -95,8 +99,8 @@ def question_for(pending: list[Pending], room_id: str, reply_to: str | None) -> 
 
 
 class Permissions:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, config: "Config", channels: "Channels", identities: "Identities", notices: "Notices"):
+        self.config, self.channels, self.identities, self.notices = config, channels, identities, notices
         self.pending: list[Pending] = []   # oldest first
         self.closed: dict[str, str] = {}   # prompt event id → outcome, of the last CLOSED_KEPT
 
@@ -139,7 +143,7 @@ class Permissions:
                                  puppet.intent.react(portal.room_id, event_id, key))
             try:
                 index = await asyncio.wait_for(asyncio.shield(pending.future),
-                                               self.bridge.config.permission_timeout)
+                                               self.config.permission_timeout)
             except asyncio.TimeoutError:
                 return None
             option = options[index]
@@ -193,15 +197,15 @@ class Permissions:
 
     async def _tell(self, room_id: str, puppet: "Puppet | None", text: str) -> None:
         if puppet is None:
-            portal = await self.bridge.portal_for(room_id)
+            portal = await self.channels.portal_for(room_id)
             if portal is not None and portal.current is not None:
-                puppet = await self.bridge.puppet(portal.current.agent_name)
+                puppet = await self.identities.puppet(portal.current.agent_name)
         if puppet is not None:
-            await self.bridge.send_notice(puppet, room_id, text)
+            await self.notices.send(puppet, room_id, text)
         else:
-            portal = await self.bridge.portal_for(room_id)
+            portal = await self.channels.portal_for(room_id)
             if portal is not None:
-                await self.bridge.notice(portal, text)
+                await self.notices.in_channel(portal.room_id, portal.member_names(), text)
 
     def _close(self, pending: Pending, outcome: str) -> None:
         self.closed[pending.event_id] = outcome

@@ -9,19 +9,20 @@ import asyncio
 import heapq
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from store import Channel, TurnRecord
 from store.schedules import parse_run_key
 from store.turns import DROPPED
 
-from ..matrix.media import reread, restored
+from ..matrix.media import restored
 from .mentions import parse
+from .prompt import reread
 from .routing import Route, route
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from .parts import ChannelParts
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ class Job:
 
 
 class Portal:
-    def __init__(self, bridge: "Bridge", channel: Channel, members: list[str]):
-        self.bridge = bridge
+    def __init__(self, parts: "ChannelParts", channel: Channel, members: list[str]):
+        self.parts = parts  # what it and its turns work with (parts.py)
         self.channel = channel
         # the channel's members (agent names, in join order), kept here as the store has them:
         # every change goes through joined() / left(), which write the store first
@@ -67,16 +68,16 @@ class Portal:
 
     def member_names(self) -> list[str]:
         """The members that are configured agents, in join order."""
-        return [agent for agent in self.members if agent in self.bridge.config.agents]
+        return [agent for agent in self.members if agent in self.parts.config.agents]
 
     async def joined(self, agent: str) -> None:
         """`agent` is a member (stored, then known here)."""
-        await self.bridge.db.add_member(self.channel.id, agent)
+        await self.parts.db.add_member(self.channel.id, agent)
         if agent not in self.members:
             self.members.append(agent)
 
     async def left(self, agent: str) -> None:
-        await self.bridge.db.remove_member(self.channel.id, agent)
+        await self.parts.db.remove_member(self.channel.id, agent)
         if agent in self.members:
             self.members.remove(agent)
 
@@ -98,7 +99,7 @@ class Portal:
             return await self._session_for(agent_name, agent, also)
 
     async def _session_for(self, agent_name: str, agent, also) -> tuple[str, bool, Any]:
-        db, store, channel_id = self.bridge.db, self.bridge.store, self.channel.id
+        db, store, channel_id = self.parts.db, self.parts.db.target, self.channel.id
 
         def read():
             member = store.member(channel_id, agent_name)
@@ -107,45 +108,45 @@ class Portal:
         if member is None:
             await self.joined(agent_name)
             member, extra = await db.run(read)
-        cwd = self.bridge.config.agents[agent_name].cwd
+        cwd = self.parts.config.agents[agent_name].cwd
         where = agent.working_dir(cwd) if cwd else None  # none configured: wherever the bridge runs
         kept = member.session_id if session_fits(member.session_cwd, where) else None
         if kept and kept in agent.sessions:
             return member.session_id, member.fresh, extra
-        servers = self.bridge.mcp.servers_for(self, agent_name, agent)  # the `matrix` MCP server (bridge/mcp)
+        servers = self.parts.mcp_servers(self, agent_name, agent)  # the `matrix` MCP server (bridge/mcp)
         if kept and agent.load_session:
             try:
                 await agent.load_session(member.session_id, cwd, servers)
             except Exception as exc:  # the agent lost it: fall back to a fresh session
                 log.info("session/load of %s failed (%s); opening a new session", agent_name, exc)
             else:
-                await self.bridge.settings.opened(self, agent_name, agent, member.session_id, new=False)
+                await self.parts.settings.opened(self, agent_name, agent, member.session_id, new=False)
                 return member.session_id, member.fresh, extra
         if member.session_id and not kept:
             log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
                      agent_name, member.session_id, member.session_cwd, agent_name, where)
         session_id = await agent.new_session(cwd, servers)
         await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where)
-        await self.bridge.settings.opened(self, agent_name, agent, session_id, new=True)
+        await self.parts.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True, extra
 
     async def add_agent(self, agent: str, announce: bool = False) -> bool:
         """Make `agent` a member: invite its puppet, which joins at once. False when it could
         not join (no agent left in the room to invite it): the owners are told what to do."""
-        bridge = self.bridge
-        title = bridge.config.agents[agent].title
-        puppet = await bridge.puppet(agent)
+        parts = self.parts
+        title = parts.config.agents[agent].title
+        puppet = await parts.identities.puppet(agent)
         others = [m for m in self.member_names() if m != agent]
-        inviter = await bridge.puppet(others[0]) if others else bridge.bot
+        inviter = await parts.identities.puppet(others[0]) if others else parts.identities.bot
         await self.joined(agent)
         if announce and others:  # said by a member already in the room, never by the one not yet joined
-            await bridge.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter)
+            await parts.notices.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter)
         await inviter.intent.invite(self.room_id, puppet.user_id)
         if await puppet.intent.join(self.room_id):
-            bridge.command_descriptions.member_joined(self.room_id, agent)
+            parts.descriptions.member_joined(self.room_id, agent)
             return True
         await self.left(agent)
-        await bridge.commands.tell_owners(
+        await parts.tell_owners(
             f"I could not bring {title} (@{agent}) into #{self.channel.name}: "
             f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself.")
         return False
@@ -153,28 +154,28 @@ class Portal:
     async def route(self, body: str, formatted_body: str | None, mention_ids: list[str]) -> Route:
         """Who answers this message (routing.py). The last speaker is the one who will have
         spoken last once the turns queued before it are done."""
-        store, router = self.bridge.store, self._router(body, formatted_body, mention_ids)
+        store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
         channel_id = self.channel.id
-        return await self.bridge.db.run(lambda: router(_last_speaker(store, channel_id)))
+        return await self.parts.db.run(lambda: router(_last_speaker(store, channel_id)))
 
     async def take(self, sender: str, stored: str, event_id: str, body: str, formatted_body: str | None,
                    mention_ids: list[str]) -> tuple[Route, tuple | None]:
         """Route a new owner message and store it with its turns (store/turns.py), in one call
         on the database thread: (who answers, (message, turns)) — None for the message when it
         was taken already (the homeserver sent it again)."""
-        store, router = self.bridge.store, self._router(body, formatted_body, mention_ids)
-        channel_id, run = self.channel.id, self.bridge.run_id
+        store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
+        channel_id, run = self.channel.id, self.parts.run_id
 
         def work():
             decision = router(_last_speaker(store, channel_id))
             turns = [(t.agent, t.text, t.alone) for t in decision.turns]
             return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run)
-        return await self.bridge.db.run(work)
+        return await self.parts.db.run(work)
 
     def _router(self, body: str, formatted_body: str | None, mention_ids: list[str]):
         """routing.route for this message, given the last speaker (pure: runs anywhere)."""
-        config, members = self.bridge.config, self.member_names()
-        parsed = parse(body, formatted_body, mention_ids, config.agent_for_user_id, self.bridge.aliases)
+        config, members = self.parts.config, self.member_names()
+        parsed = parse(body, formatted_body, mention_ids, config.agent_for_user_id, self.parts.aliases)
         direct = self.channel.direct_agent
 
         def decide(speaker: str | None) -> Route:
@@ -206,14 +207,14 @@ class Portal:
         return True
 
     async def _work(self) -> None:
-        await self.bridge.recovered.wait()  # the turns an earlier run left come first
+        await self.parts.recovered.wait()  # the turns an earlier run left come first
         while self.queue:
             job = heapq.heappop(self.queue)
             self.queued.discard(job.turn_id)
             incoming = job.incoming
             try:
                 if incoming.event_id in self.withdrawn:
-                    await self.bridge.db.turns.end(job.turn_id, DROPPED)
+                    await self.parts.db.turns.end(job.turn_id, DROPPED)
                 else:
                     await self.answer(job.turn, incoming)
             except asyncio.CancelledError:
@@ -229,22 +230,27 @@ class Portal:
         and run it; a mentioned agent that is not a member is invited first."""
         from .turns import run_turn  # turns imports portal types
 
-        bridge = self.bridge
-        claimed = await bridge.db.turns.claim(turn.id, bridge.run_id)
+        parts = self.parts
+        claimed = await parts.db.turns.claim(turn.id, parts.run_id)
         if claimed is None:
             return  # started already (in this run, or begun in an earlier one) or over
         scheduled = parse_run_key(claimed.prompt_event) is not None  # a run of scheduled work
-        if claimed.agent in bridge.config.agents and claimed.agent not in self.member_names():
+        if claimed.agent in parts.config.agents and claimed.agent not in self.member_names():
             if scheduled:  # its agent left the room: the schedule ends, nobody is invited back
-                await bridge.scheduler.agent_gone(claimed)
+                await parts.scheduler.agent_gone(claimed)
                 return
             if not await self.add_agent(claimed.agent, announce=True):
-                await bridge.db.turns.end(claimed.id, DROPPED)
+                await parts.db.turns.end(claimed.id, DROPPED)
                 return
         if scheduled:  # one line says who scheduled what
-            await bridge.scheduler.announce(self, claimed)
+            await parts.scheduler.announce(self, claimed)
         elif incoming.resumed and incoming.attachment is None and restored(incoming.body):
-            incoming = await reread(self, incoming)  # after a restart: the file and caption again
+            members = self.member_names()  # after a restart: the file and caption again
+            reader = await parts.identities.puppet(members[0]) if members else parts.identities.bot
+            read = await reread(reader.intent, self.room_id, incoming.event_id, parts.config.attachment_bytes)
+            if read is not None:
+                incoming = replace(incoming, body=read.text, formatted_body=read.formatted,
+                                   attachment=read.attachment)
         await run_turn(self, claimed, incoming)
 
 

@@ -27,7 +27,11 @@ from .recovery_plan import Drop, Interrupt, Refinish, Route, Run, plan
 from .stream import message_content
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from config import Config
+    from store.offloop import OffLoop
+
+    from ..matrix.identities import Identities
+    from .registry import Channels
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +69,17 @@ class Recovered:
 
 
 class Recovery:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, db: "OffLoop", config: "Config", channels: "Channels", identities: "Identities",
+                 run_id: str):
+        self.db, self.config, self.channels, self.identities = db, config, channels, identities
+        self.run_id = run_id  # this run's: the turns it takes again are marked with it
 
     async def start(self) -> Recovered:
         """Carry out the plan for every unfinished turn of earlier runs."""
-        bridge, db = self.bridge, self.bridge.db
+        db = self.db
         done = Recovered()
         channels = {channel.id: channel for channel in await db.channels()}
-        for action in plan(await db.turns.unfinished(), bridge.run_id, set(bridge.config.agents), set(channels)):
+        for action in plan(await db.turns.unfinished(), self.run_id, set(self.config.agents), set(channels)):
             turn = action.turn
             try:
                 if isinstance(action, Drop):
@@ -98,18 +104,18 @@ class Recovery:
         from .portal import Incoming
         if parse_run_key(turn.prompt_event) is not None:  # a scheduled run: its prompt is the turn's text
             return Incoming(None, turn.prompt_event, turn.text, resumed=True)
-        message = await self.bridge.db.message_by_event(turn.prompt_event)
+        message = await self.db.message_by_event(turn.prompt_event)
         if message is None:
             return None
         return Incoming(message.id, turn.prompt_event, message.text, resumed=True)
 
     async def _queue(self, room_id: str, turns) -> int:
-        portal = await self.bridge.portal_for(room_id)
+        portal = await self.channels.portal_for(room_id)
         queued = 0
         for turn in turns:
             incoming = await self._incoming(turn) if portal is not None else None
             if incoming is None:  # redacted meanwhile (the store forgot it), or the channel is gone
-                await self.bridge.db.turns.end(turn.id, DROPPED)
+                await self.db.turns.end(turn.id, DROPPED)
                 continue
             portal.submit(turn, incoming)
             queued += 1
@@ -118,8 +124,8 @@ class Recovery:
     async def _route(self, room_id: str, turn) -> int:
         """A message an older store left half answered: routed again, without the agents whose
         answer had begun or ended."""
-        db = self.bridge.db
-        portal, incoming = await self.bridge.portal_for(room_id), await self._incoming(turn)
+        db = self.db
+        portal, incoming = await self.channels.portal_for(room_id), await self._incoming(turn)
         if portal is None or incoming is None:
             await db.turns.end(turn.id, DROPPED)
             return 0
@@ -130,7 +136,7 @@ class Recovery:
         decision = await portal.route(incoming.body, None, [])
         made = await db.turns.add(portal.channel.id, turn.prompt_event, incoming.message_id,
                                   [(t.agent, t.text, t.alone) for t in decision.turns if t.agent not in skip],
-                                  self.bridge.run_id)
+                                  self.run_id)
         await db.turns.end(turn.id, DROPPED)
         return await self._queue(room_id, made)
 
@@ -142,14 +148,14 @@ class Recovery:
             answer = [event_id] if event_id else []
         marked = await self._repair_one(room_id, turn.agent, answer[-1], mark) if answer else False
         seen = None if turn.alone or turn.message_id is None else (turn.channel_id, turn.agent, turn.message_id)
-        await self.bridge.db.turns.end(turn.id, INTERRUPTED, answer, seen)
+        await self.db.turns.end(turn.id, INTERRUPTED, answer, seen)
         return int(marked)
 
     async def _refinish(self, room_id: str, turn) -> None:
         """The final text was being sent when the last run stopped: send it again with the same
         transaction id (the homeserver gives back the first one if it landed), then store it."""
         final = turn.final
-        puppet = await self.bridge.puppet(turn.agent)
+        puppet = await self.identities.puppet(turn.agent)
         answer = [e for e in final.get("answer") or turn.answer if isinstance(e, str)]
         content = final.get("content") if isinstance(final.get("content"), dict) else {"msgtype": "m.text", "body": ""}
         txn = str(final.get("txn") or f"sk-{turn.id}-final")
@@ -160,7 +166,7 @@ class Recovery:
             if event_id not in answer:
                 answer.append(event_id)
         seen_upto = None if turn.alone else turn.message_id
-        await self.bridge.db.turns.answered(turn.id, turn.channel_id, turn.agent, str(final.get("text") or ""),
+        await self.db.turns.answered(turn.id, turn.channel_id, turn.agent, str(final.get("text") or ""),
                                             answer, seen_upto)
         log.info("the answer of turn %s in %s finished after the restart", turn.id, room_id)
 
@@ -168,13 +174,13 @@ class Recovery:
         """The event the placeholder send made. Sending it again with the same transaction id
         returns the first one's event id (or, if the first never got there, posts it now — then
         it is marked interrupted like the others)."""
-        puppet = await self.bridge.puppet(turn.agent)
+        puppet = await self.identities.puppet(turn.agent)
         return await puppet.intent.send(room_id, {"msgtype": "m.text", "body": "⏳"}, txn_id=f"sk-{turn.id}")
 
     async def _repair_one(self, room_id: str, agent: str, event_id: str, mark: str = INTERRUPTED_TEXT) -> bool:
-        if await self.bridge.db.message_by_event(event_id) is not None:
+        if await self.db.message_by_event(event_id) is not None:
             return False  # it was finished and stored after all
-        puppet = await self.bridge.puppet(agent)
+        puppet = await self.identities.puppet(agent)
         body = await self._latest_body(puppet.intent, room_id, event_id)
         if body is None or MARK in body:
             return False  # gone, or the graceful stop already said so

@@ -26,8 +26,11 @@ from ..mcp.tools import BadArguments
 from .schedule_times import after_run, is_late, run_line, when_text
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from store.offloop import OffLoop
+
+    from ..matrix.identities import Identities
     from .portal import Portal
+    from .registry import Channels
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +39,9 @@ RETRY_AFTER = 5.0     # seconds after the store failed
 
 
 class Scheduler:
-    def __init__(self, bridge: "Bridge") -> None:
-        self.bridge = bridge
+    def __init__(self, db: "OffLoop", channels: "Channels", identities: "Identities", run_id: str) -> None:
+        self.db, self.channels, self.identities = db, channels, identities
+        self.run_id = run_id  # the bridge's run: the runs it takes are marked with it
         self.started_ms = now_ms()  # a run due before this was missed while the bridge was down
         self.fired = 0
         self._wake = asyncio.Event()
@@ -62,7 +66,7 @@ class Scheduler:
             self._wake.clear()
             try:
                 await self.fire_due()
-                due = await self.bridge.db.schedules.next_due()
+                due = await self.db.schedules.next_due()
                 sleep = LONGEST_SLEEP if due is None else min(LONGEST_SLEEP, max(0.0, (due - now_ms()) / 1000))
             except StoreError as exc:
                 log.info("scheduled work waits for the database: %s", exc)
@@ -77,20 +81,20 @@ class Scheduler:
 
     async def fire_due(self) -> int:
         """Take every run that is due; the number taken."""
-        db, fired = self.bridge.db, 0
+        db, fired = self.db, 0
         now = now_ms()
         for schedule in await db.schedules.due(now):
             try:
                 following = after_run(schedule.cron, schedule.due, now)
             except BadArguments:
                 following = None  # a cron croniter no longer reads: this run is its last
-            turn = await db.schedules.fire(schedule.id, schedule.due, following, self.bridge.run_id)
+            turn = await db.schedules.fire(schedule.id, schedule.due, following, self.run_id)
             if turn is None:
                 continue
             fired += 1
             self.fired += 1
             channel = await db.channel(schedule.channel_id)
-            portal = await self.bridge.portal_for(channel.room_id) if channel is not None else None
+            portal = await self.channels.portal_for(channel.room_id) if channel is not None else None
             if portal is None:
                 await db.turns.end(turn.id, DROPPED)
                 continue
@@ -104,7 +108,7 @@ class Scheduler:
         if key is None:
             return
         _, due = key
-        puppet = await self.bridge.puppet(turn.agent)
+        puppet = await self.identities.puppet(turn.agent)
         line = run_line(turn.agent, turn.text, due, is_late(due, self.started_ms))
         try:
             await puppet.intent.send(portal.room_id, {"msgtype": "m.notice", "body": line},
@@ -114,7 +118,7 @@ class Scheduler:
 
     async def agent_gone(self, turn: TurnRecord) -> None:
         """A run whose agent is no longer in the room: not run, and its schedule is cancelled."""
-        db = self.bridge.db
+        db = self.db
         await db.turns.end(turn.id, DROPPED)
         key = parse_run_key(turn.prompt_event)
         schedule = await db.schedules.get(key[0]) if key is not None else None
@@ -124,7 +128,7 @@ class Scheduler:
 
     async def listing(self, channel_id: str) -> str:
         """What `!schedules` says."""
-        listed = await self.bridge.db.schedules.listed(channel_id)
+        listed = await self.db.schedules.listed(channel_id)
         if not listed:
             return "Nothing is scheduled here. Agents schedule work with their `schedule` tool."
         lines = [f"{s.number}. {s.agent}, {when_text(s.due, s.cron)}: "

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import weakref
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING
@@ -23,7 +22,8 @@ from ..coding import render as coding_render
 from ..coding.work import Work
 from .context import Line, build_prompt
 from ..matrix.client import MatrixError
-from ..matrix.media import attachment_prompt, outgoing_part, post
+from ..matrix.media import outgoing_part, post
+from .prompt import attachment_prompt
 from .agent_files import roots_for
 from .render import escape_html
 from .routing import Turn
@@ -32,7 +32,9 @@ from .silence import SilenceWatch
 from .stream import Answer, AnswerNotFinished, TxnIds
 
 if TYPE_CHECKING:
+    from .notices import Notices
     from .portal import Incoming, Portal
+    from .registry import Channels
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,6 @@ PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "gettin
 STDERR_LINES = 12         # lines of a crashed agent's stderr shown in its notice
 FAILED_FINISH_TIMEOUT = 20  # seconds to mark an answer interrupted after a failure of the bridge
 FINISH_ON_STOP = 5        # seconds a stopping bridge gives an answer the agent has finished
-
-
-_WAITING: "weakref.WeakKeyDictionary[object, dict[str, list[TurnRun]]]" = weakref.WeakKeyDictionary()
 
 
 def tool_status(title: str | None) -> str:
@@ -81,7 +80,7 @@ class TurnRun:
 
     async def cancel(self) -> None:
         self.cancelled = True
-        busy_in = self.portal.bridge.active_turns.get(self.agent_name)
+        busy_in = self.portal.parts.channels.active_turns.get(self.agent_name)
         if self.entering is not None and not self.entering.done() and busy_in not in (None, self.portal):
             # still waiting for the agent's turn elsewhere: stop waiting (it never started here)
             self.entering.cancel()
@@ -150,54 +149,46 @@ def unseen_lines(read: tuple[list, list] | None, agent: str, current_message_id:
             and (fresh or m.role != "agent" or m.sender != agent)][-limit:]
 
 
-def _queues(bridge) -> dict[str, list[TurnRun]]:
-    """Turns waiting for each agent (busy in another channel), oldest first."""
-    queues = _WAITING.get(bridge)
-    if queues is None:
-        queues = _WAITING[bridge] = {}
-    return queues
-
-
-def waiting_note(bridge, agent: str, ahead: int | None = None) -> str:
+def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = None) -> str:
     """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts."""
     from .places import place_of   # here: a DM is "your direct chat", not "#local"
-    busy_in = bridge.active_turns.get(agent)
+    busy_in = channels.active_turns.get(agent)
     if busy_in is not None:
         if ahead is None:
-            ahead = len(_queues(bridge).get(agent, []))
+            ahead = len(channels.waiting.get(agent, []))
         where = f"answering in {place_of(busy_in.channel)}"
         if ahead == 0:
             return f"{where}; this channel is next"
         return f"{where}; {ahead} channel{'s' if ahead > 1 else ''} before this one"
     if ahead:
         return f"{ahead} channel{'s' if ahead > 1 else ''} before this one"
-    if bridge.pool.state(agent) == "stopped":
+    if pool.state(agent) == "stopped":
         return "starting"
     return ""
 
 
-async def _leave_queue(bridge, run: TurnRun) -> None:
+async def _leave_queue(channels: "Channels", pool, run: TurnRun) -> None:
     """`run` got its turn (or ended): the turns still waiting for that agent move up."""
-    queue = _queues(bridge).get(run.agent_name, [])
+    queue = channels.waiting.get(run.agent_name, [])
     if run not in queue:
         return
     queue.remove(run)
     for ahead, other in enumerate(queue):
-        await other.answer.waiting(waiting_note(bridge, run.agent_name, ahead))
+        await other.answer.waiting(waiting_note(channels, pool, run.agent_name, ahead))
 
 
 async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -> None:
     """Run a turn its portal claimed (store/turns.py): `record` says who answers what."""
-    bridge = portal.bridge
-    config = bridge.config
+    parts = portal.parts
+    config, channels = parts.config, parts.channels
     turn = Turn(record.agent, record.text, record.alone)
-    journal = Journal(bridge.db, bridge.dispatcher.outage.later, record, portal.room_id)
+    journal = Journal(parts.db, parts.later, record, portal.room_id)
     agent_config = config.agents.get(turn.agent)
     if agent_config is None:
-        await bridge.notice(portal, f"There is no agent called {turn.agent}.")
+        await parts.notices.notice(portal, f"There is no agent called {turn.agent}.")
         journal.ended(DROPPED, [], None)
         return
-    puppet = await bridge.puppet(turn.agent)
+    puppet = await parts.identities.puppet(turn.agent)
     answer = Answer(puppet.intent, portal.room_id, agent_config.title,
                     TxnIds(f"sk-{record.id}", record.attempt))
     # an earlier attempt may have posted the placeholder: it is found again by its transaction
@@ -210,8 +201,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     run.prompt_event_id = incoming.event_id
     run.journal = journal
     # the note and the place in the queue are taken together (no await between)
-    note = bridge.waiting_note(turn.agent)
-    _queues(bridge).setdefault(turn.agent, []).append(run)
+    note = waiting_note(channels, parts.pool, turn.agent)
+    channels.queue(turn.agent).append(run)
     portal.current = run
     typing: asyncio.Task | None = None
     typed: list = []  # non-empty once typing was switched on
@@ -224,13 +215,13 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         # the prompt does not wait for the placeholder; a running agent (idle, or busy in
         # another channel for a moment more) gets a moment to answer first, so a quick answer
         # is one message with its text from the start. A start is slow: it shows at once.
-        running = bridge.pool.state(turn.agent) in ("ready", "busy")
+        running = parts.pool.state(turn.agent) in ("ready", "busy")
         posting = answer.post(note, grace=PLACEHOLDER_GRACE if running else 0.0)
         posting.add_done_callback(lambda done: _begin(run, done))
-        async with _agent_turn(bridge.pool, run) as agent:
-            bridge.active_turns[turn.agent] = portal
-            bridge.presence.answering(turn.agent, portal.channel.name)
-            await _leave_queue(bridge, run)
+        async with _agent_turn(parts.pool, run) as agent:
+            channels.active_turns[turn.agent] = portal
+            parts.presence.answering(turn.agent, portal.channel.name)
+            await _leave_queue(channels, parts.pool, run)
             run.agent = agent
             if note:  # it was waiting: the channel now shows its turn has come
                 answer.set_status(f"⏳ {agent_config.title} is getting ready…")
@@ -258,7 +249,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                     journal.ended(ENDED, answer.event_ids, None)
                     return
             if incoming.message_id is not None:  # a scheduled run answers no message of the room
-                _background(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
+                channels.courtesy(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
             # "thinking" only when the agent is slow to start: an edit in flight would hold
             # back its first part
             think = asyncio.get_running_loop().call_later(
@@ -283,7 +274,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 elif update.kind == "plan":
                     work.update(update)
                 elif update.kind == "notice" and update.text:
-                    _background(bridge.send_notice(puppet, portal.room_id, f"⚠️ {update.text}"))
+                    channels.courtesy(parts.notices.send(puppet, portal.room_id, f"⚠️ {update.text}"))
                 elif update.kind in ("tool_call", "tool_call_update"):
                     work.update(update)
                     known = run.note_tool_call(update)
@@ -297,8 +288,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 # its record says "prompted" before the agent can have it (at most once), and the
                 # prompt is written the moment that is done
                 stop_reason = await agent.prompt(session_id, prompt, on_update,
-                                                 bridge.permission_handler(portal, puppet),
-                                                 bridge.elicitation_handler(portal, puppet),
+                                                 partial(parts.permissions.ask, portal, puppet),
+                                                 partial(parts.questions.ask, portal, puppet),
                                                  before_send=lambda: _prompting(run),
                                                  on_sent=lambda: journal.prompted(answer.event_ids))
             finally:
@@ -325,7 +316,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         await _end(answer, "⏹ stopped")
     except AgentCrashed as exc:
         await _end(answer, f"⚠️ interrupted: {turn.agent} stopped unexpectedly (exit code {exc.exit_code})")
-        await crash_notice(bridge, portal, puppet, turn.agent, exc)
+        await crash_notice(parts.notices, portal, puppet, turn.agent, exc)
     except AgentTimeout as exc:
         await _end(answer, f"⚠️ interrupted: {exc}")
     except AcpError as exc:
@@ -353,12 +344,12 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         await asyncio.shield(_shown(work))  # the plan and tool calls keep their last state
         if not journal.closed:
             _close_record(run, seen)
-        await _leave_queue(bridge, run)
+        await _leave_queue(channels, parts.pool, run)
         if portal.current is run:
             portal.current = None
-        if bridge.active_turns.get(turn.agent) is portal:
-            del bridge.active_turns[turn.agent]
-            bridge.presence.answering(turn.agent, None)
+        if channels.active_turns.get(turn.agent) is portal:
+            del channels.active_turns[turn.agent]
+            parts.presence.answering(turn.agent, None)
         if typing is not None:
             typing.cancel()
             try:
@@ -367,21 +358,6 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 pass
             if typed:
                 await puppet.intent.typing(portal.room_id, False)
-
-
-_tasks: set[asyncio.Task] = set()
-
-
-def background_tasks() -> list[asyncio.Task]:
-    """The courtesy requests still running (the bridge cancels them when it stops)."""
-    return list(_tasks)
-
-
-def _background(coroutine) -> None:
-    """Run a courtesy request (a read receipt) without waiting for it."""
-    task = asyncio.create_task(coroutine)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
 
 
 async def _after(first: asyncio.Task, then) -> None:
@@ -425,7 +401,7 @@ def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:
         run.journal.ended(INTERRUPTED if quitting else ENDED, run.answer.event_ids, seen)
 
 
-async def crash_notice(bridge, portal: "Portal", puppet, agent: str, exc: AgentCrashed) -> None:
+async def crash_notice(notices: "Notices", portal: "Portal", puppet, agent: str, exc: AgentCrashed) -> None:
     """The agent's process died mid-answer: its exit code and the end of its stderr."""
     tail = "\n".join((exc.stderr_tail or "").strip().splitlines()[-STDERR_LINES:])
     text = f"⚠️ {agent} stopped unexpectedly (exit code {exc.exit_code})."
@@ -435,7 +411,7 @@ async def crash_notice(bridge, portal: "Portal", puppet, agent: str, exc: AgentC
         html += f"<p>The end of its error output:</p><pre><code>{escape_html(tail)}</code></pre>"
     text += "\nThe next message starts it again."
     html += "<p>The next message starts it again.</p>"
-    await bridge.send_notice(puppet, portal.room_id, text, html)
+    await notices.send(puppet, portal.room_id, text, html)
 
 
 async def _interrupted(answer: Answer, why: str, timeout: float = 5) -> None:

@@ -19,7 +19,12 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from store.offloop import OffLoop
+
+    from ..matrix.identities import Identities
+    from ..matrix.msc4391 import CommandDescriptions
+    from .notices import Notices
+    from .registry import Channels
 
 log = logging.getLogger(__name__)
 
@@ -39,32 +44,40 @@ def moved_line(replacement: str) -> str:
     return f"➡️ This channel moved to the upgraded room: https://matrix.to/#/{replacement}"
 
 
-async def room_upgraded(bridge: "Bridge", event: dict, room_id: str, sender: str, content: dict) -> None:
-    replacement = replacement_of(event, room_id)
-    channel = await bridge.db.channel_by_room(room_id)
-    if replacement is None or channel is None:
-        return
-    try:
-        moved = await bridge.db.move_channel(channel.id, replacement)
-    except ValueError as exc:  # the new room is a channel with a history of its own
-        log.warning("%s was upgraded to %s, which is already a channel: not moved (%s)", room_id, replacement, exc)
-        return
-    portal = bridge.portals.pop(room_id, None)
-    stale = bridge.portals.pop(replacement, None)  # a portal of the channel that made way
-    if portal is None:
-        portal = await bridge.portal_for(replacement)
-    else:
-        portal.channel = moved
-        bridge.portals[replacement] = portal
-    if stale is not None and stale is not portal and stale.worker is not None:
-        stale.worker.cancel()
-    log.info("#%s moved from %s to %s (room upgrade)", moved.name, room_id, replacement)
-    members = portal.member_names()
-    for agent in members:
-        puppet = await bridge.puppet(agent)
-        if await puppet.intent.join(replacement):
-            bridge.command_descriptions.member_joined(replacement, agent)
-    speaker = await bridge.puppet(members[0]) if members else bridge.bot
-    if speaker is not None:
-        await bridge.send_notice(speaker, room_id, moved_line(replacement))
+class RoomUpgrades:
+    """The handler of `m.room.tombstone` (the dispatcher's, given it by the bridge)."""
 
+    def __init__(self, db: "OffLoop", channels: "Channels", identities: "Identities", notices: "Notices",
+                 descriptions: "CommandDescriptions"):
+        self.db, self.channels, self.identities = db, channels, identities
+        self.notices, self.descriptions = notices, descriptions
+
+    async def room_upgraded(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        db, portals, identities = self.db, self.channels.portals, self.identities
+        replacement = replacement_of(event, room_id)
+        channel = await db.channel_by_room(room_id)
+        if replacement is None or channel is None:
+            return
+        try:
+            moved = await db.move_channel(channel.id, replacement)
+        except ValueError as exc:  # the new room is a channel with a history of its own
+            log.warning("%s was upgraded to %s, which is already a channel: not moved (%s)", room_id, replacement, exc)
+            return
+        portal = portals.pop(room_id, None)
+        stale = portals.pop(replacement, None)  # a portal of the channel that made way
+        if portal is None:
+            portal = await self.channels.portal_for(replacement)
+        else:
+            portal.channel = moved
+            portals[replacement] = portal
+        if stale is not None and stale is not portal and stale.worker is not None:
+            stale.worker.cancel()
+        log.info("#%s moved from %s to %s (room upgrade)", moved.name, room_id, replacement)
+        members = portal.member_names()
+        for agent in members:
+            puppet = await identities.puppet(agent)
+            if await puppet.intent.join(replacement):
+                self.descriptions.member_joined(replacement, agent)
+        speaker = await identities.puppet(members[0]) if members else identities.bot
+        if speaker is not None:
+            await self.notices.send(speaker, room_id, moved_line(replacement))

@@ -31,7 +31,9 @@ from ..matrix.client import MatrixError
 from . import render
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from config import Config
+
+    from ..channels.notices import Notices
     from ..channels.portal import Portal
     from ..matrix.puppet import Puppet
 
@@ -53,8 +55,8 @@ class Question:
 
 
 class Questions:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, config: "Config", notices: "Notices"):
+        self.config, self.notices = config, notices
         self.open: list[Question] = []   # oldest first
 
     async def ask(self, portal: "Portal", puppet: "Puppet", request: ElicitationRequest) -> ElicitationAnswer | None:
@@ -74,7 +76,7 @@ class Questions:
         outcome = TIMED_OUT
         try:
             result = await asyncio.wait_for(self._answer(question),
-                                            self.bridge.config.permission_timeout)
+                                            self.config.permission_timeout)
             outcome = render.elicitation_outcome(result.action)
             return result
         except asyncio.TimeoutError:
@@ -131,7 +133,7 @@ class Questions:
         return True
 
     async def _say(self, question: Question, text: str) -> None:
-        await self.bridge.send_notice(question.puppet, question.room_id, text)
+        await self.notices.send(question.puppet, question.room_id, text)
 
     @staticmethod
     async def _send(puppet: "Puppet", room_id: str, content: dict) -> str | None:

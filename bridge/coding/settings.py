@@ -32,7 +32,13 @@ from ..channels.render import escape_html, sanitise
 from . import render
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from acp import Pool
+    from config import Config
+    from store.offloop import OffLoop
+
+    from ..channels.notices import Notices
+    from ..channels.registry import Channels
+    from ..matrix.identities import Identities
     from ..channels.portal import Portal
 
 log = logging.getLogger(__name__)
@@ -76,8 +82,10 @@ def stored_choice(choices: dict[str, Any], kind: str, key: str) -> str | None:
 
 
 class SessionSettings:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, config: "Config", db: "OffLoop", pool: "Pool", channels: "Channels",
+                 identities: "Identities", notices: "Notices", aliases: dict[str, str]):
+        self.config, self.db, self.pool, self.channels = config, db, pool, channels
+        self.identities, self.notices, self.aliases = identities, notices, aliases
         self.where: dict[tuple[str, str], tuple[str, str]] = {}  # (agent, session) → (channel id, room)
         self.known: dict[tuple[str, str], dict[tuple[str, str], str]] = {}  # what was last seen
         self.tasks = Background(log)
@@ -88,7 +96,7 @@ class SessionSettings:
         """A session of `agent_name` in `portal` was just opened or loaded: bring it to the
         owner's choices, store what it offers. Never raises for a choice it cannot apply: one
         line says so in the channel."""
-        settings = self.bridge.db.settings
+        settings = self.db.settings
         channel_id = portal.channel.id
         key = (agent_name, session_id)
         self.where[key] = (channel_id, portal.room_id)
@@ -101,14 +109,14 @@ class SessionSettings:
         self.known[key] = current_values(state)
         self._store_state(channel_id, agent_name, state)
         if applied is not None and applied.failed:
-            title = self.bridge.config.agents[agent_name].title
+            title = self.config.agents[agent_name].title
             lines = [f"⚠️ {title}: {WORDS.get(s.kind, s.key)} {s.value} not applied: {s.reason}"
                      for s in applied.failed]
-            await self.bridge.notice(portal, "\n".join(lines), await self.bridge.puppet(agent_name))
+            await self.notices.notice(portal, "\n".join(lines), await self.identities.puppet(agent_name))
 
     def _store_state(self, channel_id: str, agent_name: str, state: SessionState) -> None:
         """What the session offers, its usage and title: written on the database thread, in order."""
-        settings, snapshot = self.bridge.store.settings, state.to_json()
+        settings, snapshot = self.db.target.settings, state.to_json()
         usage, title = state.usage, state.title
 
         def write() -> None:
@@ -117,7 +125,7 @@ class SessionSettings:
                 settings.set_usage(channel_id, agent_name, usage.used, usage.size, usage.cost, usage.currency)
             if title is not None:
                 settings.set_title(channel_id, agent_name, title)
-        self.bridge.db.soon(f"the session state of {agent_name}", write)
+        self.db.soon(f"the session state of {agent_name}", write)
 
     def on_state(self, agent_name: str, session_id: str, update: Update, state: SessionState) -> None:
         """The Pool's callback (synchronous: it runs in the agent's reader, in order)."""
@@ -125,15 +133,15 @@ class SessionSettings:
         if where is None:
             return  # a session not opened through a channel yet: opened() reads its state
         channel_id, room_id = where
-        settings = self.bridge.store.settings
+        settings = self.db.target.settings
         if update.kind == "usage" and state.usage is not None:
             u = state.usage
-            self.bridge.db.soon(f"the usage of {agent_name}", lambda: settings.set_usage(
+            self.db.soon(f"the usage of {agent_name}", lambda: settings.set_usage(
                 channel_id, agent_name, u.used, u.size, u.cost, u.currency))
         elif update.kind == "session_info":
             title = state.title
-            self.bridge.db.soon(f"the session title of {agent_name}",
-                                lambda: settings.set_title(channel_id, agent_name, title))
+            self.db.soon(f"the session title of {agent_name}",
+                         lambda: settings.set_title(channel_id, agent_name, title))
         elif update.kind in ("mode", "config"):
             # read what was chosen and write what the agent switched in one go on the database
             # thread, in the order the agent sent its updates
@@ -149,7 +157,7 @@ class SessionSettings:
 
     async def _switch_lines(self, room_id: str, agent_name: str, record) -> None:
         try:
-            lines = await self.bridge.db.run(record)
+            lines = await self.db.run(record)
         except (StoreClosed, StoreError) as exc:
             log.warning("settings of %s not stored: %s", agent_name, exc)
             return
@@ -160,9 +168,9 @@ class SessionSettings:
                   state: SessionState) -> list[str]:
         """What the agent switched by itself: stored as the choice, one line each (on the
         database thread)."""
-        member = self.bridge.store.settings.get(channel_id, agent_name)
+        member = self.db.target.settings.get(channel_id, agent_name)
         choices = member.choices if member is not None else {}
-        title = self.bridge.config.agents[agent_name].title
+        title = self.config.agents[agent_name].title
         lines = []
         for (kind, option), value in now.items():
             if before.get((kind, option)) == value or stored_choice(choices, kind, option) == value:
@@ -170,16 +178,16 @@ class SessionSettings:
             if (kind, option) not in before and stored_choice(choices, kind, option) is None:
                 continue  # first heard of (a new option): not a switch
             selector = state.selector(kind, option if kind == CONFIG else None)
-            self.bridge.store.settings.choose(channel_id, agent_name, kind, value,
-                                              option if kind == CONFIG else None)
+            self.db.target.settings.choose(channel_id, agent_name, kind, value,
+                                           option if kind == CONFIG else None)
             what = WORDS.get(kind) or (selector.name if selector else option)
             lines.append(render.setting_change(title, what, choice_name(selector, before.get((kind, option))),
                                                choice_name(selector, value) or value, by_agent=True).body)
         return lines
 
     async def _tell(self, room_id: str, agent_name: str, lines: list[str]) -> None:
-        puppet = await self.bridge.puppet(agent_name)
-        await self.bridge.send_notice(puppet, room_id, "\n".join(lines))
+        puppet = await self.identities.puppet(agent_name)
+        await self.notices.send(puppet, room_id, "\n".join(lines))
 
     async def close(self) -> None:
         await self.tasks.close()
@@ -194,19 +202,19 @@ class SessionSettings:
             return
         members = portal.member_names()
         if not members:
-            await self.bridge.notice(portal, "This channel has no agents.")
+            await self.notices.notice(portal, "This channel has no agents.")
             return
         words = list(args)
-        agent = resolve_agent(words[0], self.bridge.aliases) if words else None
+        agent = resolve_agent(words[0], self.aliases) if words else None
         if agent is not None and agent in members:
             words = words[1:]
         elif agent is not None:
-            await self.bridge.notice(portal, f"{words[0]} is not in this channel.")
+            await self.notices.notice(portal, f"{words[0]} is not in this channel.")
             return
         elif len(members) == 1 or not words:
             agent = members[0] if len(members) == 1 else None
         else:
-            await self.bridge.notice(portal, f"Which agent? e.g. !{name} {members[0]} {' '.join(words)}")
+            await self.notices.notice(portal, f"Which agent? e.g. !{name} {members[0]} {' '.join(words)}")
             return
         targets = [agent] if agent is not None else members
         if name == CONFIG:
@@ -220,13 +228,13 @@ class SessionSettings:
             await self._set(portal, targets[0], name, key, value)
 
     async def _session(self, portal: "Portal", agent_name: str):
-        agent = await self.bridge.pool.get(agent_name)
+        agent = await self.pool.get(agent_name)
         session_id, _ = await portal.session_for(agent_name, agent)
         return agent, session_id
 
     async def _offline_state(self, portal: "Portal", agent_name: str) -> SessionState | None:
         """What the member's session offered when last seen (None if never opened)."""
-        member = await self.bridge.db.settings.get(portal.channel.id, agent_name)
+        member = await self.db.settings.get(portal.channel.id, agent_name)
         if member is None or member.snapshot is None:
             return None
         state = SessionState.from_json(member.snapshot)
@@ -244,8 +252,8 @@ class SessionSettings:
 
     async def _state(self, portal: "Portal", agent_name: str) -> SessionState | None:
         """The member's session as the running agent knows it, else its snapshot."""
-        member = await self.bridge.db.member(portal.channel.id, agent_name)
-        agent = self.bridge.pool.agent(agent_name)
+        member = await self.db.member(portal.channel.id, agent_name)
+        agent = self.pool.agent(agent_name)
         if member is not None and member.session_id and agent is not None and member.session_id in agent.sessions:
             return agent.state(member.session_id)
         return await self._offline_state(portal, agent_name)
@@ -253,7 +261,7 @@ class SessionSettings:
     async def _show(self, portal: "Portal", agents: list[str], name: str, key: str | None) -> None:
         parts = []
         for agent_name in agents:
-            title = self.bridge.config.agents[agent_name].title
+            title = self.config.agents[agent_name].title
             state = await self._state(portal, agent_name)
             if state is None:  # never opened here: open it to know
                 try:
@@ -265,7 +273,7 @@ class SessionSettings:
             parts.append(self._listing(title, state, name, key, agent_name))
         body = "\n\n".join(p.body for p in parts)
         html = "".join(p.html for p in parts)
-        await self.bridge.send_notice(await self._sender(portal, agents), portal.room_id, body, html)
+        await self.notices.send(await self._sender(portal, agents), portal.room_id, body, html)
 
     def _listing(self, title: str, state: SessionState, name: str, key: str | None,
                  agent_name: str) -> render.Rendered:
@@ -292,8 +300,8 @@ class SessionSettings:
         return plain(*lines)
 
     async def _set(self, portal: "Portal", agent_name: str, name: str, key: str | None, value: str) -> None:
-        title = self.bridge.config.agents[agent_name].title
-        puppet = await self.bridge.puppet(agent_name)
+        title = self.config.agents[agent_name].title
+        puppet = await self.identities.puppet(agent_name)
         try:
             agent, session_id = await self._session(portal, agent_name)
             kind = name if name != CONFIG else CONFIG
@@ -305,32 +313,31 @@ class SessionSettings:
             else:
                 selector, chosen = await agent.set_config_option(session_id, key or "", value)
         except AcpError as exc:
-            await self.bridge.send_notice(puppet, portal.room_id, f"⚠️ {exc}")
+            await self.notices.send(puppet, portal.room_id, f"⚠️ {exc}")
             return
         option = selector.key if selector.kind == CONFIG else None
-        await self.bridge.db.settings.choose(portal.channel.id, agent_name, selector.kind, chosen, option)
+        await self.db.settings.choose(portal.channel.id, agent_name, selector.kind, chosen, option)
         state = agent.state(session_id)
         self.known[(agent_name, session_id)] = current_values(state)
-        await self.bridge.db.settings.set_snapshot(portal.channel.id, agent_name, state.to_json())
+        await self.db.settings.set_snapshot(portal.channel.id, agent_name, state.to_json())
         what = WORDS.get(selector.kind) or selector.name
         line = render.setting_change(title, what, choice_name(old, old.current),
                                      choice_name(state.selector(selector.kind, option), chosen) or chosen)
-        await self.bridge.send_notice(puppet, portal.room_id, line.body)
+        await self.notices.send(puppet, portal.room_id, line.body)
 
     async def _status(self, portal: "Portal") -> None:
-        bridge = self.bridge
         members = portal.member_names()
         lines = []
         for agent_name in members:
-            title = bridge.config.agents[agent_name].title
-            answering = bridge.active_turns.get(agent_name)
+            title = self.config.agents[agent_name].title
+            answering = self.channels.active_turns.get(agent_name)
             where = place_of(answering.channel) if answering is not None else None
-            state_word = describe_state(bridge.pool.state(agent_name), where)
+            state_word = describe_state(self.pool.state(agent_name), where)
             if answering is portal:
                 state_word = "answering here"
             elif answering is not None:  # the room may hold others: it names no other room
                 state_word = "answering in another channel"
-            settings = await bridge.db.settings.get(portal.channel.id, agent_name)
+            settings = await self.db.settings.get(portal.channel.id, agent_name)
             state = await self._state(portal, agent_name)
             mode = model = None
             if state is not None:
@@ -342,8 +349,8 @@ class SessionSettings:
                 settings.cost if settings else None, settings.currency if settings else None,
                 (settings.title if settings else None) or (state.title if state else None)))
         shown = render.status(lines)
-        await bridge.send_notice(await self._sender(portal, members), portal.room_id,
-                                 f"Status of #{portal.channel.name}:\n" + shown.body, shown.html)
+        await self.notices.send(await self._sender(portal, members), portal.room_id,
+                                f"Status of #{portal.channel.name}:\n" + shown.body, shown.html)
 
     async def _sender(self, portal: "Portal", agents: list[str]):
-        return await self.bridge.puppet(agents[0]) if agents else self.bridge.bot
+        return await self.identities.puppet(agents[0]) if agents else self.identities.bot

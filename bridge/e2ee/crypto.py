@@ -24,9 +24,13 @@ from ..matrix.client import localpart
 from .device import MEGOLM, Device
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from config import Config
+    from store.offloop import OffLoop
+
+    from ..channels.notices import Notices
+    from ..channels.registry import Channels
     from ..matrix.dispatch import Dispatcher
-    from ..channels.inbound import Inbound
+    from ..matrix.identities import Identities
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,13 @@ RENEWED = ("🔐 The bridge's encryption store was lost or could not be read, so
 
 
 class E2EE:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, config: "Config", db: "OffLoop", as_token: str):
+        """Made before the identities (they send through its `outgoing`); `plug` hands it the
+        parts it tells rooms through, once they are made."""
+        self.config, self.db, self.as_token = config, db, as_token
+        self.channels: "Channels | None" = None
+        self.identities: "Identities | None" = None
+        self.notices: "Notices | None" = None
         self.devices: dict[str, Device] = {}
         self.rooms: set[str] = set(self._load(ROOMS, []))
         self.outgoing = EncryptingOutgoing(self)
@@ -59,39 +68,47 @@ class E2EE:
         self._tasks: set[asyncio.Task] = set()
         self._dispatcher: "Dispatcher | None" = None
         # the homeserver sends the bot's crypto traffic in transactions: the bot's device reads
-        self.bot_reads = bool(getattr(bridge.config, "device_traffic", False))
+        self.bot_reads = bool(getattr(config, "device_traffic", False))
+
+    def plug(self, channels: "Channels", identities: "Identities", notices: "Notices") -> None:
+        """The open channels, the bot and the puppets, and the notices: where an undecryptable
+        message is told."""
+        self.channels, self.identities, self.notices = channels, identities, notices
+
+    def is_owner(self, user_id: str) -> bool:
+        return user_id in self.config.owners
 
     # ---- store ----------------------------------------------------------------------------------
 
     def _load(self, key: str, default):
         try:
-            value = self.bridge.store.get_value(key)
+            value = self.db.target.get_value(key)
             return json.loads(value) if value else default
         except Exception:
             return default
 
     def _save_pending(self) -> None:
         events = json.dumps(list(self._pending.values())[-PENDING_MAX:])
-        store = self.bridge.store
-        self.bridge.db.soon("the undecryptable events", lambda: store.set_value(PENDING, events))
+        store = self.db.target
+        self.db.soon("the undecryptable events", lambda: store.set_value(PENDING, events))
 
     # ---- life cycle -----------------------------------------------------------------------------
 
     def folder(self, user_id: str) -> Path:
-        return Path(self.bridge.config.data_dir) / "e2ee" / localpart(user_id)
+        return Path(self.config.data_dir) / "e2ee" / localpart(user_id)
 
     async def start(self, user_ids: list[str], dispatcher: "Dispatcher") -> list[str]:
         """A device for each identity (made once, reused); the reasons of devices made anew."""
         self._dispatcher = dispatcher
-        root = Path(self.bridge.config.data_dir) / "e2ee"
+        root = Path(self.config.data_dir) / "e2ee"
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         for user_id in user_ids:
             if user_id not in self.devices:
-                self.devices[user_id] = Device(user_id, self.bridge.config.homeserver_url,
-                                               self.bridge.registration.as_token, self.folder(user_id),
+                self.devices[user_id] = Device(user_id, self.config.homeserver_url,
+                                               self.as_token, self.folder(user_id),
                                                on_room_key=self._room_key,
-                                               syncs=user_id != self.bridge.config.bot_user_id,
-                                               may_request=self.bridge.is_owner)
+                                               syncs=user_id != self.config.bot_user_id,
+                                               may_request=self.is_owner)
         await asyncio.gather(*(device.start() for device in self.devices.values() if device.nio is None))
         renewed = [f"{d.user_id}: {d.renewed}" for d in self.devices.values() if d.renewed]
         for device in self.devices.values():
@@ -125,8 +142,8 @@ class E2EE:
                 device.forget_settings(room_id)
         if room_id not in self.rooms:
             self.rooms.add(room_id)
-            rooms, store = json.dumps(sorted(self.rooms)), self.bridge.store
-            self.bridge.db.soon("the encrypted rooms", lambda: store.set_value(ROOMS, rooms))
+            rooms, store = json.dumps(sorted(self.rooms)), self.db.target
+            self.db.soon("the encrypted rooms", lambda: store.set_value(ROOMS, rooms))
             log.info("%s is encrypted: events sent there are encrypted from now on", room_id)
 
     async def _confirm_encrypted(self, room_id: str) -> None:
@@ -210,8 +227,8 @@ class E2EE:
         # the key travels by the devices' /sync, the event by the appservice: a moment apart —
         # but in a room of the bot's alone, the key comes in the transactions, before the event
         # or in a later one (which waits behind this one): no use waiting then
-        by_sync = not (self.bot_reads and await self.bridge.portal_for(event["room_id"]) is None)
-        if plain is None and by_sync and self.bridge.is_owner(str(event.get("sender"))) \
+        by_sync = not (self.bot_reads and await self.channels.portal_for(event["room_id"]) is None)
+        if plain is None and by_sync and self.is_owner(str(event.get("sender"))) \
                 and not self._has_key(event):
             if await self._wait_key(event, KEY_WAIT) or self._has_key(event):
                 plain = self._try(event)
@@ -220,7 +237,7 @@ class E2EE:
             if self._pending.pop(event.get("event_id"), None) is not None:
                 self._save_pending()
             return
-        if not self.bridge.is_owner(str(event.get("sender"))):
+        if not self.is_owner(str(event.get("sender"))):
             return  # a stranger's message would be ignored anyway
         if event.get("event_id") in self._pending:
             return
@@ -244,12 +261,12 @@ class E2EE:
         if event.get("event_id") not in self._pending or event["event_id"] in self._told:
             return
         self._told.add(event["event_id"])
-        portal = await self.bridge.portal_for(event["room_id"])
+        portal = await self.channels.portal_for(event["room_id"])
         if portal is not None:
-            await self.bridge.notice(portal, UNREADABLE)
-        elif self.bridge.bot is not None:  # a room of the bot's alone
-            await self.bridge.send_notice(self.bridge.bot, event["room_id"],
-                                          UNREADABLE if self.bot_reads else UNREADABLE_BOT)
+            await self.notices.in_channel(portal.room_id, portal.member_names(), UNREADABLE)
+        elif self.identities.bot is not None:  # a room of the bot's alone
+            await self.notices.send(self.identities.bot, event["room_id"],
+                                    UNREADABLE if self.bot_reads else UNREADABLE_BOT)
 
     async def _retry_pending(self) -> None:
         dispatcher = self._dispatcher
@@ -273,7 +290,7 @@ class E2EE:
         /sync). The puppets' share is not used: their devices get the same by their own /sync."""
         if not self.bot_reads:
             return
-        bot_id = self.bridge.config.bot_user_id
+        bot_id = self.config.bot_user_id
         device = self.devices.get(bot_id)
         if device is None or device.nio is None or device.syncs:
             return
@@ -324,7 +341,7 @@ class EncryptingOutgoing(Outgoing):
         transactions); where it does not, that DM stays unencrypted, so commands can be read."""
         if (body.get("creation_content") or {}).get("type") == "m.space":
             return body
-        if body.get("is_direct") and user_id == self.e2ee.bridge.config.bot_user_id \
+        if body.get("is_direct") and user_id == self.e2ee.config.bot_user_id \
                 and not self.e2ee.bot_reads:
             return body
         state = [s for s in body.get("initial_state") or [] if s.get("type") != "m.room.encryption"]
@@ -337,8 +354,7 @@ class Decrypting(Encryption):
     each device's own /sync (any homeserver); the bot's, which has no /sync, by the transactions
     where the homeserver sends it (`E2EE.device_traffic`). Encrypted rooms are read."""
 
-    def __init__(self, inbound: "Inbound", e2ee: E2EE):
-        super().__init__(inbound)
+    def __init__(self, e2ee: E2EE):
         self.e2ee = e2ee
 
     async def device_traffic(self, traffic) -> None:

@@ -5,10 +5,7 @@ In (pure):
   prompt; routing and mentions read it), what the store keeps for other agents' context, an
   attachment to fetch, or why it is not passed on. The table of kinds is in README
   ("What each message kind does").
-- `prompt_content(attachment, data, capabilities, title)` — the attachment as the ACP content
-  the agent announced (`promptCapabilities`): an `image` / `audio` block, an embedded `resource`
-  (`embeddedContext`), a text file's text, else a `resource_link`; or the one line saying why
-  this agent cannot take it.
+  What an attachment becomes in an agent's prompt is channels/prompt.py.
 
 Out (pure): `outgoing_part(block)` — an agent's image, audio or resource block as media to post
 (`m.image` / `m.audio` / `m.file`); a link as text.
@@ -27,20 +24,18 @@ import binascii
 import logging
 import mimetypes
 import posixpath
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlparse
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote, urlparse
 
 from nio.crypto.attachments import decrypt_attachment, encrypt_attachment
 from nio.exceptions import EncryptionError
 
-from ..channels.agent_files import FileRoots, Refused, read_agent_file
-from .intent import TooLarge
+from .client import TooLarge
 
 if TYPE_CHECKING:
     from .intent import Intent
-    from ..channels.portal import Incoming, Portal
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +44,14 @@ POLL_TYPES = ("m.poll.start", "org.matrix.msc3381.poll.start")
 STICKER = "m.sticker"
 # message kinds that say nothing to an agent, and are not answered (see README)
 SILENT_MSGTYPES = ("m.notice", "m.key.verification.request", "m.server_notice")
-TEXT_MIMETYPES = {"application/json", "application/xml", "application/x-yaml", "application/yaml",
-                  "application/toml", "application/javascript", "application/x-sh",
-                  "application/x-python", "application/sql", "application/x-httpd-php",
-                  "application/ld+json", "application/x-ndjson", "image/svg+xml"}
-TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".py", ".js", ".ts", ".tsx", ".jsx", ".json",
-                 ".yaml", ".yml", ".toml", ".ini", ".cfg", ".conf", ".csv", ".tsv", ".xml", ".html",
-                 ".htm", ".css", ".sh", ".bash", ".zsh", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs",
-                 ".go", ".java", ".kt", ".rb", ".php", ".pl", ".lua", ".sql", ".diff", ".patch",
-                 ".log", ".tex", ".org", ".swift", ".scala", ".hs", ".ex", ".exs", ".erl", ".el",
-                 ".vim", ".nix", ".dockerfile", ".make", ".mk", ".gradle", ".proto", ".graphql"}
 DOWNLOAD_CHUNK = 64 * 1024
+
+
+class FileGate(Protocol):
+    """Where the bytes of a local file an agent names come from (channels/agent_files.py)."""
+
+    async def read(self, path: Path, limit: int) -> bytes:
+        """The file's bytes, at most `limit`; MediaError with the reason it is refused."""
 
 
 class MediaError(Exception):
@@ -264,59 +256,6 @@ def restored(message_text: str) -> bool:
     return message_text.startswith(tuple(f"[{label}: " for label in (*ATTACHMENT_TYPES.values(), "sticker")))
 
 
-# ---- in: the attachment as ACP content ---------------------------------------------------------
-
-def _is_text(attachment: Attachment, data: bytes) -> str | None:
-    """The text of a text file (UTF-8, no NUL); None for anything else."""
-    mime, suffix = attachment.mimetype, Path(attachment.name.lower()).suffix
-    guessed = mimetypes.guess_type(attachment.name)[0] or ""
-    if attachment.kind in ("image", "audio", "video") and mime != "image/svg+xml":
-        return None
-    if not (mime.startswith("text/") or mime in TEXT_MIMETYPES or guessed.startswith("text/")
-            or suffix in TEXT_SUFFIXES or mime == "application/octet-stream"):
-        return None
-    if b"\x00" in data:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def prompt_content(attachment: Attachment, data: bytes, capabilities: dict,
-                   title: str) -> tuple[list[dict], str | None]:
-    """The ACP content blocks for `attachment` (with its bytes `data`) that an agent with these
-    `promptCapabilities` can take; or ([], the one line saying why it cannot)."""
-    encoded = base64.b64encode(data).decode("ascii")
-    name, mime = attachment.name, attachment.mimetype
-    if attachment.kind == "image":
-        if capabilities.get("image"):
-            return [{"type": "image", "mimeType": mime, "data": encoded}], None
-        return [], f"{title} cannot look at images, so {attachment.called} was not passed on."
-    if attachment.kind == "audio":
-        if capabilities.get("audio"):
-            return [{"type": "audio", "mimeType": mime, "data": encoded}], None
-        return [], f"{title} cannot listen to audio, so {attachment.called} was not passed on."
-    uri = attachment.mxc or ""
-    named = {"type": "text", "text": attachment.tag}
-    text = _is_text(attachment, data)
-    if text is not None:
-        if capabilities.get("embeddedContext"):
-            return [named, {"type": "resource", "resource": {
-                "uri": uri, "mimeType": mime if mime != "application/octet-stream" else "text/plain",
-                "text": text}}], None
-        return [{"type": "text", "text": f"[Contents of {name}]\n{text}\n[End of {name}]"}], None
-    if capabilities.get("embeddedContext"):
-        return [named, {"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": encoded}}], None
-    # ACP's baseline: every agent takes a link, even one it cannot open
-    return [{"type": "resource_link", "uri": uri, "name": name, "mimeType": mime, "size": len(data)}], None
-
-
-def prompt_blocks(text: str, content: list[dict]) -> list[dict]:
-    """The prompt: its text (the caption, with the channel's context) then the attachment."""
-    return ([{"type": "text", "text": text}] if text.strip() else []) + content
-
-
 # ---- out: an agent's media ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -429,18 +368,15 @@ def _decrypt(attachment: Attachment, data: bytes) -> bytes:
 
 
 async def post(intent: "Intent", room_id: str, media: OutgoingMedia, limit: int,
-               roots: FileRoots | None = None) -> str:
+               files: "FileGate | None" = None) -> str:
     """Upload `media` and send it into `room_id`; its event id. MediaError when it cannot be —
-    a local file the agent named is read only through the gate of channels/agent_files.py,
-    within `roots` (none: refused)."""
+    a local file the agent named is read only through `files`, the gate of
+    channels/agent_files.py (none: refused)."""
     data = media.data
     if data is None and media.path is not None:
-        roots = roots or FileRoots(None)
-        read = await asyncio.to_thread(read_agent_file, media.path, roots.allowed, roots.forbidden, limit)
-        if isinstance(read, Refused):
-            log.warning("%s asked to post %s: refused, %s", roots.agent or "an agent", media.path, read.reason)
-            raise MediaError(read.reason)
-        data = read
+        if files is None:
+            raise MediaError("agents post files only from their working directory")
+        data = await files.read(media.path, limit)
     data = data or b""
     if len(data) > limit:
         raise MediaError(f"{media.name} is {mib(len(data))}, more than the {mib(limit)} "
@@ -454,36 +390,3 @@ async def post(intent: "Intent", room_id: str, media: OutgoingMedia, limit: int,
     else:
         content["url"] = await intent.upload(data, media.mimetype, media.name)
     return await intent.send(room_id, content)
-
-
-async def reread(portal: "Portal", incoming: "Incoming") -> "Incoming":
-    """An attachment message a previous run took but did not finish answering: the store kept
-    its text ("[image: dot.png] caption"), so its event is read again for the file and the
-    caption. Unchanged when it cannot be read (the stored text then goes as the prompt)."""
-    bridge = portal.bridge
-    members = portal.member_names()
-    reader = await bridge.puppet(members[0]) if members else bridge.bot
-    status, event = await reader.intent.request(
-        "GET", f"/_matrix/client/v3/rooms/{quote(portal.room_id, safe='')}/event/{quote(incoming.event_id, safe='')}")
-    content = event.get("content") if status == 200 else None
-    if not isinstance(content, dict):
-        log.info("message %s could not be read again (%s): its text goes as it was stored", incoming.event_id, status)
-        return incoming
-    read = read_message(str(event.get("type") or "m.room.message"), content, bridge.config.attachment_bytes)
-    if read.attachment is None:
-        return incoming
-    return replace(incoming, body=read.text, formatted_body=read.formatted, attachment=read.attachment)
-
-
-async def attachment_prompt(intent: "Intent", attachment: Attachment, text: str, capabilities: dict,
-                            title: str, limit: int) -> tuple[list[dict], str | None]:
-    """The prompt for a message with an attachment, for an agent with these capabilities: its
-    blocks, or ([], the one line saying why it cannot be passed on)."""
-    try:
-        data = await fetch(intent, attachment, limit)
-    except MediaError as exc:
-        return [], str(exc)
-    content, refused = prompt_content(attachment, data, capabilities, title)
-    if refused is not None:
-        return [], refused
-    return prompt_blocks(text, content), None

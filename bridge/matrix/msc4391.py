@@ -45,8 +45,10 @@ from store import StoreError
 from .client import MatrixError
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
-    from ..channels.portal import Portal
+    from config import Config
+    from store.offloop import OffLoop
+
+    from .identities import Identities
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +195,8 @@ def _forbidden(exc: MatrixError) -> bool:
 class CommandDescriptions:
     """Keeps each member's command descriptions in its channel rooms."""
 
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, db: "OffLoop", config: "Config", identities: "Identities"):
+        self.db, self.config, self.identities = db, config, identities
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._refused: set[tuple[str, str]] = set()  # said once per room and agent, per run
         self._tasks: set[asyncio.Task] = set()
@@ -213,9 +215,9 @@ class CommandDescriptions:
         task.add_done_callback(self._tasks.discard)
 
     async def _changed(self, agent: str) -> None:
-        store = self.bridge.store
+        store = self.db.target
         try:
-            rooms = await self.bridge.db.run(lambda: [
+            rooms = await self.db.run(lambda: [
                 channel.room_id for member in store.members_of_agent(agent)
                 if (channel := store.channel(member.channel_id)) is not None])
         except StoreError:
@@ -223,16 +225,15 @@ class CommandDescriptions:
         for room_id in rooms:
             self._later(room_id, agent)
 
-    async def invoked(self, portal: "Portal", content: dict) -> str | None:
-        """The text form (`/agent:command args`) of an MSC4391 invocation, or None."""
-        bridge = self.bridge
+    async def invoked(self, members: list[str], direct_agent: str | None, content: dict) -> str | None:
+        """The text form (`/agent:command args`) of an MSC4391 invocation in a channel of
+        `members` (`direct_agent`: a direct channel's), or None."""
         if not isinstance(content.get(INVOCATION), dict):
             return None
-        members = portal.member_names()
-        store = bridge.store
-        known = await bridge.db.run(lambda: {m: store.agent_commands(m) for m in members})
-        found = invocation(content, members, bridge.config.agent_for_user_id,
-                           known.get, portal.channel.direct_agent)
+        store = self.db.target
+        known = await self.db.run(lambda: {m: store.agent_commands(m) for m in members})
+        found = invocation(content, members, self.config.agent_for_user_id,
+                           known.get, direct_agent)
         if found is None:
             return None
         agent, name, args = found
@@ -267,16 +268,16 @@ class CommandDescriptions:
                 log.exception("command descriptions of %s in %s", agent, room_id)
 
     async def _publish(self, room_id: str, agent: str) -> None:
-        bridge = self.bridge
-        if agent not in bridge.config.agents:
+        db = self.db
+        if agent not in self.config.agents:
             return
-        commands = await bridge.db.agent_commands(agent)
+        commands = await db.agent_commands(agent)
         if commands is None:
             return  # never announced: nothing to offer yet
-        puppet = await bridge.puppet(agent)
+        puppet = await self.identities.puppet(agent)
         wanted = descriptions(commands, puppet.user_id)
         key = DIGEST_KEY.format(room=room_id, agent=agent)
-        if await bridge.db.get_value(key) == digest(wanted):
+        if await db.get_value(key) == digest(wanted):
             return
         status, state = await puppet.intent.request("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state")
         if status != 200 or not isinstance(state, list):
@@ -289,7 +290,7 @@ class CommandDescriptions:
         for state_key_, content in changes.items():
             if not await self._put(puppet, room_id, agent, state_key_, content):
                 return
-        await bridge.db.set_value(key, digest(wanted))
+        await db.set_value(key, digest(wanted))
         if changes:
             log.info("%s: %d command description(s) in %s updated", agent, len(changes), room_id)
 
@@ -317,7 +318,7 @@ class CommandDescriptions:
     async def _grant(self, room_id: str, user_id: str) -> bool:
         """Raise `user_id` to the level descriptions need, as the bridge bot, if it can (a room
         it made). False when it cannot."""
-        bot = self.bridge.bot
+        bot = self.identities.bot
         status, state = await bot.intent.request("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state")
         if status != 200 or not isinstance(state, list):
             return False

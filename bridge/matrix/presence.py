@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from .identities import Identities
     from .puppet import Puppet
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,8 @@ def busy_status(channel: str) -> str:
 
 
 class Presence:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, identities: "Identities"):
+        self.identities = identities  # the bot and the puppets (identities.py)
         self.enabled = True
         self._loop: asyncio.Task | None = None
         self._status: dict[str, str | None] = {}       # agent → the status message shown
@@ -51,8 +51,7 @@ class Presence:
         self._tasks: set[asyncio.Task] = set()
 
     def _identities(self) -> list["Puppet"]:
-        bridge = self.bridge
-        return [p for p in [bridge.bot, *bridge.puppets.values()] if p is not None]
+        return self.identities.everyone()
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -63,7 +62,7 @@ class Presence:
 
     async def _run(self) -> None:
         await self._all_online()
-        bot = self.bridge.bot
+        bot = self.identities.bot
         try:
             shown = await bot.intent.presence() if bot is not None else None
         except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -111,7 +110,7 @@ class Presence:
 
     def _show(self, agent: str, status: str | None) -> None:
         self._pending.pop(agent, None)
-        puppet = self.bridge.puppets.get(agent)
+        puppet = self.identities.puppets.get(agent)
         if puppet is None:
             return
         self._status[agent] = status

@@ -15,7 +15,10 @@ import aiohttp
 from .client import MatrixError
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from config import Config
+    from store.offloop import OffLoop
+
+    from .identities import Identities
     from .puppet import Puppet
 
 log = logging.getLogger(__name__)
@@ -69,12 +72,12 @@ async def membership(asker: "Puppet", room_id: str, user_id: str) -> str | None:
 
 
 class Space:
-    def __init__(self, bridge: "Bridge"):
-        self.bridge = bridge
+    def __init__(self, db: "OffLoop", config: "Config", identities: "Identities"):
+        self.db, self.config, self.identities = db, config, identities
 
     async def ensure(self) -> str:
         """The space's room id; created (owners invited) the first time."""
-        db, config, bot = self.bridge.db, self.bridge.config, self.bridge.bot
+        db, config, bot = self.db, self.config, self.identities.bot
         space = await db.get_value(SPACE_KEY)
         if space:
             return space
@@ -90,10 +93,10 @@ class Space:
 
     async def add(self, room_id: str, parent_setter: "Puppet | None" = None) -> None:
         """Put `room_id` in the space; `parent_setter` (the room's creator) also marks the parent."""
-        domain = self.bridge.config.domain
+        domain = self.config.domain
         try:
             space = await self.ensure()
-            await put_state(self.bridge.bot, space, "m.space.child", room_id, {"via": [domain]})
+            await put_state(self.identities.bot, space, "m.space.child", room_id, {"via": [domain]})
             if parent_setter is not None:
                 await put_state(parent_setter, room_id, "m.space.parent", space,
                                 {"via": [domain], "canonical": True})
@@ -101,6 +104,6 @@ class Space:
             log.warning("could not add %s to the space: %s", room_id, exc)
 
     async def remove(self, room_id: str) -> None:
-        space = await self.bridge.db.get_value(SPACE_KEY)
+        space = await self.db.get_value(SPACE_KEY)
         if space:
-            await put_state(self.bridge.bot, space, "m.space.child", room_id, {})
+            await put_state(self.identities.bot, space, "m.space.child", room_id, {})

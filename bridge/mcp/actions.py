@@ -9,7 +9,7 @@ import mimetypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import quote
 
 from store.ids import now_ms
@@ -22,7 +22,10 @@ from ..matrix.media import MediaError, OutgoingMedia, mib, post
 from .tools import history_text, matches
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from config import Config
+    from store.offloop import OffLoop
+
+    from ..matrix.identities import Identities
 
 HISTORY_SCAN = 5000  # messages a `history` query looks through at most (the newest)
 
@@ -40,27 +43,37 @@ class Scope:
     agent: str
 
 
-async def run(bridge: "Bridge", scope: Scope, tool: str, args: dict[str, Any]) -> str:
-    return await _ACTIONS[tool](bridge, scope, **args)
+@dataclass(frozen=True)
+class Means:
+    """What the tools act through: the store, the config, the puppets (each tool acts as the
+    caller's), and the scheduler's bell (a schedule added or cancelled)."""
+    db: "OffLoop"
+    config: "Config"
+    identities: "Identities"
+    schedules_changed: Callable[[], None]
 
 
-async def history(bridge: "Bridge", scope: Scope, limit: int, query: str | None) -> str:
-    store = bridge.store
+async def run(means: Means, scope: Scope, tool: str, args: dict[str, Any]) -> str:
+    return await _ACTIONS[tool](means, scope, **args)
+
+
+async def history(means: Means, scope: Scope, limit: int, query: str | None) -> str:
+    store = means.db.target
     scan = HISTORY_SCAN if query else limit
-    messages = await bridge.db.run(lambda: store.last_messages(scope.channel_id, scan))
+    messages = await means.db.run(lambda: store.last_messages(scope.channel_id, scan))
     found = [(m.created, m.sender, m.text) for m in messages if matches(m.text, query)][-limit:]
     return history_text(found, query)
 
 
-def _working_dir(bridge: "Bridge", agent: str) -> str:
-    cwd = bridge.config.agents[agent].cwd
+def _working_dir(means: Means, agent: str) -> str:
+    cwd = means.config.agents[agent].cwd
     return os.path.abspath(os.path.expanduser(cwd)) if cwd else os.getcwd()
 
 
-async def send_file(bridge: "Bridge", scope: Scope, path: str, caption: str | None) -> str:
+async def send_file(means: Means, scope: Scope, path: str, caption: str | None) -> str:
     """Through the one gate for files an agent hands the bridge (channels/agent_files.py)."""
-    config = bridge.config
-    wanted = path if os.path.isabs(os.path.expanduser(path)) else os.path.join(_working_dir(bridge, scope.agent), path)
+    config = means.config
+    wanted = path if os.path.isabs(os.path.expanduser(path)) else os.path.join(_working_dir(means, scope.agent), path)
     wanted = os.path.expanduser(wanted)
     roots = roots_for(config, scope.agent)
     read = await asyncio.to_thread(read_agent_file, wanted, roots.allowed, roots.forbidden, config.attachment_bytes)
@@ -70,7 +83,7 @@ async def send_file(bridge: "Bridge", scope: Scope, path: str, caption: str | No
     mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
     msgtype = "m.image" if mime.startswith("image/") and mime != "image/svg+xml" else (
         "m.audio" if mime.startswith("audio/") else "m.file")
-    puppet = await bridge.puppet(scope.agent)
+    puppet = await means.identities.puppet(scope.agent)
     try:
         event_id = await post(puppet.intent, scope.room_id, OutgoingMedia(msgtype, name, mime, read),
                               config.attachment_bytes)
@@ -81,9 +94,9 @@ async def send_file(bridge: "Bridge", scope: Scope, path: str, caption: str | No
     return f"Posted {name} ({mib(len(read))}) in the conversation as {event_id}."
 
 
-async def react(bridge: "Bridge", scope: Scope, event_id: str, key: str) -> str:
+async def react(means: Means, scope: Scope, event_id: str, key: str) -> str:
     """Only on an event of this room: the homeserver is asked for it in this room."""
-    puppet = await bridge.puppet(scope.agent)
+    puppet = await means.identities.puppet(scope.agent)
     status, event = await puppet.intent.request(
         "GET", f"/_matrix/client/v3/rooms/{quote(scope.room_id, safe='')}/event/{quote(event_id, safe='')}")
     if status != 200 or not isinstance(event, dict) or event.get("room_id", scope.room_id) != scope.room_id:
@@ -92,31 +105,31 @@ async def react(bridge: "Bridge", scope: Scope, event_id: str, key: str) -> str:
     return f"Reacted {key} to {event_id}."
 
 
-async def schedule(bridge: "Bridge", scope: Scope, prompt: str, in_seconds: float | None = None,
+async def schedule(means: Means, scope: Scope, prompt: str, in_seconds: float | None = None,
                    at: str | None = None, cron: str | None = None) -> str:
     due = first_due(now_ms(), in_seconds=in_seconds, at=at, cron=cron)
     try:
-        made = await bridge.db.schedules.add(scope.channel_id, scope.conversation, scope.agent, prompt, due,
+        made = await means.db.schedules.add(scope.channel_id, scope.conversation, scope.agent, prompt, due,
                                              cron.strip() if cron else None,
-                                             bridge.config.schedules_per_conversation)
+                                             means.config.schedules_per_conversation)
     except TooManySchedules as exc:
         raise Refused(f"not scheduled: {exc} (limits.schedules_per_conversation); cancel one first") from None
-    bridge.scheduler.changed()
+    means.schedules_changed()
     return f"Scheduled as id {made.number}: {when_text(made.due, made.cron)}."
 
 
-async def schedules(bridge: "Bridge", scope: Scope) -> str:
-    listed = await bridge.db.schedules.listed(scope.channel_id, scope.conversation)
+async def schedules(means: Means, scope: Scope) -> str:
+    listed = await means.db.schedules.listed(scope.channel_id, scope.conversation)
     if not listed:
         return "Nothing is scheduled in this conversation."
     return "\n".join(f"id {s.number} ({s.agent}, {when_text(s.due, s.cron)}): {s.prompt}" for s in listed)
 
 
-async def cancel_schedule(bridge: "Bridge", scope: Scope, id: int) -> str:
-    cancelled = await bridge.db.schedules.cancel(scope.channel_id, id, scope.conversation)
+async def cancel_schedule(means: Means, scope: Scope, id: int) -> str:
+    cancelled = await means.db.schedules.cancel(scope.channel_id, id, scope.conversation)
     if cancelled is None:
         raise Refused(f"there is no schedule {id} in this conversation (see `schedules`)")
-    bridge.scheduler.changed()
+    means.schedules_changed()
     return f"Cancelled schedule {id}: {cancelled.prompt}"
 
 

@@ -33,8 +33,11 @@ from . import actions, tools, wire
 from .actions import Refused, Scope
 
 if TYPE_CHECKING:
-    from ..bridge import Bridge
+    from config import Config
+    from store.offloop import OffLoop
+
     from ..channels.portal import Portal
+    from ..channels.registry import Channels
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +56,10 @@ def stdio_command() -> tuple[str, list[str]]:
 
 
 class McpService:
-    def __init__(self, bridge: "Bridge") -> None:
-        self.bridge = bridge
+    def __init__(self, config: "Config", db: "OffLoop", channels: "Channels", means: "actions.Means") -> None:
+        """`channels`: the open portals (whose turn a call counts against); `means`: what the
+        tools act through (actions.py)."""
+        self.config, self.db, self.channels, self.means = config, db, channels, means
         self.path: Path | None = None
         self._server: asyncio.AbstractServer | None = None
         self._private_dir: str | None = None
@@ -70,9 +75,9 @@ class McpService:
         return self._server is not None
 
     async def start(self) -> None:
-        if not any(agent.tools for agent in self.bridge.config.agents.values()):
+        if not any(agent.tools for agent in self.config.agents.values()):
             return
-        folder = Path(self.bridge.config.data_dir)
+        folder = Path(self.config.data_dir)
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
         path = folder / SOCKET_NAME
@@ -130,7 +135,7 @@ class McpService:
         stdio entry (`sidekicks mcp`), then, where the agent announces `mcpCapabilities.http`,
         the HTTP entry of the same name (agents key their servers by name: the later one is
         used); none with `tools: off`."""
-        agent_config = self.bridge.config.agents.get(agent_name)
+        agent_config = self.config.agents.get(agent_name)
         if agent_config is None or not agent_config.tools or self.path is None:
             return []
         secret = self.secret_for(Scope(portal.channel.id, portal.room_id, "", agent_name))
@@ -181,13 +186,13 @@ class McpService:
         if scope is None:
             return ("this session is not known to the running bridge (it was restarted since, or the "
                     "conversation was deleted): the tools work again in the next turn"), True
-        channel = await self.bridge.db.channel(scope.channel_id)
+        channel = await self.db.channel(scope.channel_id)
         if channel is None:
             return "this conversation's channel was deleted: there is nothing here to act on", True
         key = scope
         if channel.room_id != scope.room_id:  # the room was upgraded: the channel lives on in the new one
             scope = replace(scope, room_id=channel.room_id)
-        config = self.bridge.config
+        config = self.config
         if scope.agent not in config.agents or not config.agents[scope.agent].tools:
             return f"{scope.agent} has no tools (agents.{scope.agent}.tools: off)", True
         try:
@@ -199,7 +204,7 @@ class McpService:
             return refused, True
         self.calls += 1
         try:
-            return await actions.run(self.bridge, scope, tool, args), False
+            return await actions.run(self.means, scope, tool, args), False
         except (Refused, tools.BadArguments) as exc:
             log.info("%s in %s: %s refused: %s", scope.agent, scope.room_id, tool, exc)
             return str(exc), True
@@ -211,13 +216,13 @@ class McpService:
 
     def _count(self, scope: Scope, room_id: str) -> str | None:
         """None if the call may go on (and it is counted), else why not."""
-        portal = self.bridge.portals.get(room_id)
+        portal = self.channels.portals.get(room_id)
         current = portal.current if portal is not None else None
         turn = current if current is not None and current.agent_name == scope.agent else None
         counted, calls = self._calls.get(scope, (None, 0))
         if counted is not turn:
             calls = 0
-        limit = self.bridge.config.tool_calls_per_turn
+        limit = self.config.tool_calls_per_turn
         if calls >= limit:
             return f"at most {limit} tool calls per turn (limits.tool_calls_per_turn): this one was not made"
         self._calls[scope] = (turn, calls + 1)

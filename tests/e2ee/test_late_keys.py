@@ -1,6 +1,7 @@
 """A message whose room key comes late: waited for, asked for, told once, answered once."""
 import asyncio
 import json
+from types import SimpleNamespace
 
 from bridge.e2ee import crypto
 from bridge.e2ee.crypto import E2EE, PENDING
@@ -18,7 +19,9 @@ class Store:
         self.values[key] = value
 
 
-class Bridge:
+class Parts:
+    """What E2EE is handed: the config, the store, the channels, the identities, the notices."""
+
     def __init__(self):
         self.store = Store()
         self.db = OffLoop(self.store)  # the store's calls off the loop, as the bridge makes them
@@ -27,16 +30,19 @@ class Bridge:
 
         class config:
             bot_user_id = "@sidekicks:localhost"
+            owners = ("@owner:localhost",)
         self.config = config
 
-    def is_owner(self, user_id):
-        return user_id == "@owner:localhost"
-
     async def portal_for(self, room_id):
-        return room_id
+        return SimpleNamespace(room_id=room_id, member_names=lambda: [])
 
-    async def notice(self, portal, text):
-        self.notices.append((portal, text))
+    async def in_channel(self, room_id, members, text):
+        self.notices.append((room_id, text))
+
+    def e2ee(self) -> E2EE:
+        e2ee = E2EE(self.config, self.db, "as-token")
+        e2ee.plug(channels=self, identities=self, notices=self)
+        return e2ee
 
 
 class FakeDevice:
@@ -76,8 +82,8 @@ EVENT = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender"
 async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(monkeypatch):
     monkeypatch.setattr(crypto, "KEY_WAIT", 0.01)
     monkeypatch.setattr(crypto, "KEY_NOTICE_AFTER", 0.05)
-    bridge, device, dispatcher = Bridge(), FakeDevice(), Dispatcher()
-    e2ee = E2EE(bridge)
+    bridge, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
+    e2ee = bridge.e2ee()
     e2ee.devices[device.user_id] = device
     e2ee._dispatcher = dispatcher
     await e2ee.encrypted_event(EVENT, dispatcher)
@@ -104,9 +110,9 @@ async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(m
 
 
 async def test_pending_messages_are_tried_again_at_the_next_start():
-    bridge, device, dispatcher = Bridge(), FakeDevice(), Dispatcher()
+    bridge, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
     bridge.store.values[PENDING] = json.dumps([EVENT])
-    e2ee = E2EE(bridge)
+    e2ee = bridge.e2ee()
     device.key = True
     e2ee.devices[device.user_id] = device
     device.nio = type("N", (), {"rooms": {}})()
@@ -116,8 +122,8 @@ async def test_pending_messages_are_tried_again_at_the_next_start():
 
 
 async def test_a_strangers_undecryptable_message_is_not_waited_for_nor_told():
-    bridge, device, dispatcher = Bridge(), FakeDevice(), Dispatcher()
-    e2ee = E2EE(bridge)
+    bridge, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
+    e2ee = bridge.e2ee()
     e2ee.devices[device.user_id] = device
     await e2ee.encrypted_event({**EVENT, "sender": "@stranger:localhost"}, dispatcher)
     await bridge.db.run(lambda: None)

@@ -41,12 +41,9 @@ def test_canonical_json_is_sorted_compact_and_unsigned():
 
 
 def test_rooms_the_bridge_makes_are_encrypted_but_not_spaces():
-    class Bridge:
+    class E2EE:
         class config:
             bot_user_id = "@sidekicks:localhost"
-
-    class E2EE:
-        bridge = Bridge
         bot_reads = False
 
     outgoing = EncryptingOutgoing(E2EE)
@@ -138,8 +135,8 @@ async def test_only_the_bots_share_of_a_transactions_crypto_traffic_reaches_its_
             return None
 
     bot, puppet = "@sidekicks:localhost", "@sk_alice:localhost"
-    bridge = SimpleNamespace(store=Store(), config=SimpleNamespace(device_traffic=bot_reads, bot_user_id=bot))
-    e2ee = E2EE(bridge)
+    config = SimpleNamespace(device_traffic=bot_reads, bot_user_id=bot)
+    e2ee = E2EE(config, SimpleNamespace(target=Store()), "as-token")
     got = []
 
     class Fake:

@@ -12,7 +12,7 @@ from collections import Counter
 import nio
 import pytest
 
-from bridge.matrix.dispatch import BACK_TEXT, DOWN_TEXT
+from bridge.outage import BACK_TEXT, DOWN_TEXT
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from matrix_helpers import events_in, login, record_figures, sync_until
 
@@ -81,7 +81,7 @@ async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_o
         assert figures["lost"] == 0 and figures["answered twice"] == 0, figures
         assert notices == {DOWN_TEXT: 1, BACK_TEXT: 1}, notices
         assert [m.text for m in stored if m.role == "user"] == sent
-        assert running.bridge.dispatcher.outage.outages == 1
+        assert running.bridge.outage.outages == 1
     finally:
         await owner.close()
         await running.stop()
@@ -145,7 +145,7 @@ async def test_a_sqlite_file_that_cannot_be_written_makes_messages_wait_with_one
         assert Counter(b for b in bodies(owner, room_id) if b == DOWN_TEXT) == {DOWN_TEXT: 1}
         assert [m.text for m in running.store.last_messages(
             running.store.channel_by_room(room_id).id, 50) if m.role == "user"] == sent
-        assert running.bridge.dispatcher.outage.outages == 1  # one outage, not a loop of them
+        assert running.bridge.outage.outages == 1  # one outage, not a loop of them
     finally:
         await owner.close()
         await running.stop()

@@ -1,0 +1,72 @@
+"""What a channel's portal and its turns work with, handed to every portal by the bridge
+(bridge.py builds it), instead of the bridge itself.
+
+It is the widest of the parts, because a portal still does much — its members, their sessions,
+routing, its queue, and (turns.py) each turn's life and what the owner sees of it. The parts it
+holds are small: the store (`db`), the config, the agent pool, the open channels, who sends
+(identities, notices), and the few calls below. Those of `coding/` and of the scheduler are
+named by what a portal asks of them (the protocols here), so that this package imports neither.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+
+if TYPE_CHECKING:
+    from acp import Pool
+    from config import Config
+    from store import TurnRecord
+    from store.offloop import OffLoop
+
+    from ..matrix.identities import Identities
+    from ..matrix.msc4391 import CommandDescriptions
+    from ..matrix.presence import Presence
+    from ..matrix.puppet import Puppet
+    from .notices import Notices
+    from .registry import Channels
+
+
+class Asking(Protocol):
+    """Asks the owner for an agent (permissions.py: permissions; coding/questions.py:
+    elicitations): the answer, or None."""
+
+    async def ask(self, portal: Any, puppet: "Puppet", request: Any) -> Any: ...
+
+
+class SessionOpened(Protocol):
+    """Brings an opened or loaded session back to the member's choices (coding/settings.py)."""
+
+    async def opened(self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool) -> None: ...
+
+
+class ScheduledRuns(Protocol):
+    """What a portal tells the scheduler of a run it claims (scheduler.py)."""
+
+    async def agent_gone(self, turn: "TurnRecord") -> None: ...
+
+    async def announce(self, portal: Any, turn: "TurnRecord") -> None: ...
+
+
+@dataclass(frozen=True)
+class ChannelParts:
+    config: "Config"
+    db: "OffLoop"                 # the store's calls, on its thread (store/offloop.py)
+    pool: "Pool"                  # the agents' processes (acp/slots.py)
+    channels: "Channels"          # the open channels, the turns between them (registry.py)
+    identities: "Identities"      # the bot and the puppets (matrix/identities.py)
+    notices: "Notices"            # what the bridge says in rooms (notices.py)
+    presence: "Presence"          # a puppet's status while it answers (matrix/presence.py)
+    descriptions: "CommandDescriptions"  # MSC4391: a member's commands in its rooms
+    permissions: Asking
+    questions: Asking
+    settings: SessionOpened
+    scheduler: ScheduledRuns
+    # a turn's last writes, through the store-outage queue (bridge/outage.py)
+    later: Callable[[str, Callable[[], object]], None]
+    # the `mcpServers` of a session (bridge/mcp/service.py)
+    mcp_servers: Callable[[Any, str, Any], list]
+    tell_owners: Callable[[str], Awaitable[None]]  # a line in each owner's DM with the bot
+    run_id: str                   # this run's: the turns it claims are marked with it
+    recovered: asyncio.Event      # set once the turns earlier runs left are queued
+    aliases: dict[str, str]       # names an agent is called by → the agent

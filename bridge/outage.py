@@ -1,0 +1,183 @@
+"""The store went away under the running bridge: transactions wait at the homeserver, a turn's
+last writes wait here, and the rooms whose messages wait are told (SPEC §11).
+
+Beside the store's own resilience (store/resilience.py: reconnecting, the lock taken again),
+this is what the bridge does meanwhile. The dispatcher (matrix/dispatch.py) is handed it; the
+turns' journal (channels/journal.py) writes through `later`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
+
+if TYPE_CHECKING:
+    from store.offloop import OffLoop
+
+    from .matrix.identities import Identities
+
+log = logging.getLogger(__name__)
+
+PROBE_KEY = "outage:probe"  # written to learn whether the store takes writes again
+DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
+DOWN_TEXT = ("⚠️ The bridge cannot reach its database right now. Your messages are not lost: the "
+             "homeserver keeps them, and they are answered as soon as the database is back.")
+BACK_TEXT = "✅ The database is back: the messages that waited are being answered now."
+
+
+class StoreOutage:
+    """The store went away under the running bridge (PostgreSQL restarted, a SQLite file that
+    cannot be written). Transactions are refused meanwhile, so the homeserver keeps every owner
+    message (in its own store: bounded by it, nothing held here) and sends them again. This
+    watches for the store to come back: then it pings the homeserver, so the refused
+    transactions come at once instead of after Synapse's backoff (up to minutes). An outage
+    longer than DOWN_NOTICE_AFTER is said once to the rooms whose messages wait, and its end
+    too. Another bridge that took the database meanwhile stops this one (one line).
+
+    The writes that end a turn (its message answered, its answer no longer in progress, what
+    the agent has seen) are not refused like a transaction: nothing would send them again. A
+    turn that ends while the database is down leaves them here (`later`), in order; they are
+    written when it is back, before any transaction is handled again (`flush`)."""
+
+    def __init__(self, db: "OffLoop | None" = None, halt: Callable[[str], None] = lambda reason: None,
+                 ping: Callable[[], Awaitable[None]] | None = None,
+                 identities: "Identities | None" = None):
+        """`db`: the store's calls (None: no database thread, tests of this class alone);
+        `halt`: stops this bridge, with the reason; `ping`: asks the homeserver for what it
+        keeps; `identities`: who says the outage in the rooms."""
+        self.db = db
+        self.halt = halt
+        self.ping = ping
+        self.identities = identities
+        self.rooms: list[str] = []  # rooms whose messages wait, in the order they came
+        self.outages = 0
+        self._task: asyncio.Task | None = None
+        # at most a few per turn in flight (no turn starts while the database is down)
+        self._writes: deque[tuple[str, Callable[[], object]]] = deque()
+
+    def later(self, what: str, write: Callable[[], object]) -> None:
+        """Do `write` (a store call, safe to repeat) on the database thread, after every store
+        call made before it; if the database is down, once it is back, after the ones left
+        before it. A closed store (quitting) drops it: the next start repairs from the turn
+        records."""
+        self._writes.append((what, write))
+        db = self.db
+        if db is None:  # no database thread (tests of this class alone)
+            self._flush_now(what)
+            return
+        done = db.thread.run(self.flush)
+        done.add_done_callback(lambda future: self._flushed_later(future, what))
+
+    def _flush_now(self, what: str) -> None:
+        try:
+            self.flush()
+        except StoreUnavailable as exc:
+            log.info("the database is unavailable: %s is written once it is back", what)
+            self.hit(exc, {})
+
+    def _flushed_later(self, future: asyncio.Future, what: str) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if isinstance(exc, StoreUnavailable):
+            log.info("the database is unavailable: %s is written once it is back", what)
+            self.hit(exc, {})
+        elif exc is not None:
+            log.error("%s not written: %s", what, exc)
+
+    def waiting(self) -> bool:
+        """Whether writes wait for the database (or are on their way to it)."""
+        return bool(self._writes)
+
+    def flush(self) -> None:
+        """Write what waits, oldest first (on the database thread); StoreUnavailable (and the
+        rest kept) if it is still down."""
+        while self._writes:
+            what, write = self._writes[0]
+            try:
+                write()
+            except StoreUnavailable:
+                raise
+            except StoreError as exc:  # closed while quitting, or refused for good
+                log.info("%s not written: %s", what, exc)
+            self._writes.popleft()
+
+    def hit(self, exc: BaseException, event: dict) -> None:
+        if isinstance(exc, StoreLockLost):
+            self.halt(f"another bridge took the database ({exc}): this one stops")
+            return
+        if not isinstance(exc, StoreUnavailable) or isinstance(exc, StoreClosed):
+            return
+        room_id = event.get("room_id")
+        if isinstance(room_id, str) and room_id not in self.rooms and len(self.rooms) < 100:
+            self.rooms.append(room_id)
+        if self._task is None or self._task.done():
+            self.outages += 1
+            log.warning("the database is unavailable (%s): messages wait at the homeserver", exc)
+            self._task = asyncio.create_task(self._watch(), name="store-outage")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _watch(self) -> None:
+        began, told = time.monotonic(), False
+        try:
+            while not (await self._back() and await self._flushed()):
+                if not told and time.monotonic() - began >= DOWN_NOTICE_AFTER:
+                    told = True
+                    await self._say(DOWN_TEXT)
+                await asyncio.sleep(max(0.5, min(await self.db.retry_in(), 5.0)))
+        except StoreLockLost as exc:
+            self.halt(f"another bridge took the database ({exc}): this one stops")
+            return
+        except StoreClosed:
+            return
+        except Exception:
+            log.exception("watching the database failed")
+            return
+        log.info("the database is back after %.1f s: asking the homeserver for what waits",
+                 time.monotonic() - began)
+        if told:
+            await self._say(BACK_TEXT)
+        self.rooms = []
+        if self.ping is not None:
+            await self.ping()
+
+    async def _back(self) -> bool:
+        """Whether the store takes writes again (a reconnection is tried when one is due)."""
+        store = self.db.target
+
+        def probe() -> bool:
+            if not store.available():
+                return False
+            try:
+                store.set_value(PROBE_KEY, str(time.time()))  # SQLite: is it writable again?
+            except StoreUnavailable:
+                return False
+            return True
+        return await self.db.run(probe)
+
+    async def _flushed(self) -> bool:
+        try:
+            await self.db.run(self.flush)
+        except StoreUnavailable:
+            return False
+        return True
+
+    async def _say(self, text: str) -> None:
+        """A notice in each waiting room, by the bot or else a puppet the bridge has (the
+        store, which knows who is where, is what is missing)."""
+        senders = self.identities.everyone() if self.identities is not None else []
+        for room_id in self.rooms:
+            for sender in senders:
+                try:
+                    await sender.intent.send(room_id, {"msgtype": "m.notice", "body": text})
+                    break
+                except Exception as exc:  # not in that room, or the homeserver: the next one
+                    log.info("could not tell %s as %s: %s", room_id, sender.user_id, exc)

@@ -19,7 +19,7 @@ import aiohttp
 from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, Pool
 from config import Config
 from config.registration import Registration
-from store import Store, new_id
+from store import Store, keys, new_id
 from store.offloop import OffLoop
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
@@ -47,7 +47,6 @@ from .channels.parts import ChannelParts
 
 log = logging.getLogger(__name__)
 
-TXN_ORDER = "appservice/transaction-order"
 STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes
 GAP_RETRY_AFTER = 0.05  # seconds after refusing a transaction for a gap before the ping  # the last transaction number handled (appservice.py)
 
@@ -141,10 +140,10 @@ class Bridge:
         self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
                                        self.handle_user_query, db.txn_seen, db.mark_txn,
                                        self.dispatcher.refused,
-                                       TransactionOrder(lambda: store.get_value(TXN_ORDER),
+                                       TransactionOrder(lambda: store.get_value(keys.TRANSACTION_ORDER),
                                                         lambda value: db.soon(
                                                             "the last transaction number",
-                                                            lambda: store.set_value(TXN_ORDER, value))),
+                                                            lambda: store.set_value(keys.TRANSACTION_ORDER, value))),
                                        on_gap=self._retry_soon)
 
     # ---- life cycle -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
+from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable, keys
 
 if TYPE_CHECKING:
     from store.offloop import OffLoop
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROBE_KEY = "outage:probe"  # written to learn whether the store takes writes again
 DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
 DOWN_TEXT = ("⚠️ The bridge cannot reach its database right now. Your messages are not lost: the "
              "homeserver keeps them, and they are answered as soon as the database is back.")
@@ -157,7 +156,7 @@ class StoreOutage:
             if not store.available():
                 return False
             try:
-                store.set_value(PROBE_KEY, str(time.time()))  # SQLite: is it writable again?
+                store.set_value(keys.OUTAGE_PROBE, str(time.time()))  # SQLite: is it writable again?
             except StoreUnavailable:
                 return False
             return True

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Callable
 
 import aiohttp
 
+from store import keys
+
 from .background import Background
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
                             find_channels, format_commands, parse, resolve_agent, split_delete)
@@ -91,9 +93,9 @@ class BotCommands:
         if not await bot.intent.join(room_id):
             return
         db = self.db
-        await db.set_value(f"bot_room:{room_id}", sender)
+        await db.set_value(keys.bot_room(room_id), sender)
         if await db.channel_by_room(room_id) is None:
-            await db.set_value(f"bot_dm:{sender}", room_id)
+            await db.set_value(keys.bot_dm(sender), room_id)
             await self.notices.send(bot, room_id, GREETING)
 
     async def tell_owners(self, text: str) -> None:
@@ -108,13 +110,13 @@ class BotCommands:
 
     async def bot_dm(self, owner: str) -> str:
         db, bot = self.db, self.identities.bot
-        room_id = await db.get_value(f"bot_dm:{owner}")
+        room_id = await db.get_value(keys.bot_dm(owner))
         if room_id and await membership(bot, room_id, owner) in ("join", "invite"):
             return room_id  # a DM the owner left is not one: a new one is made
         room_id = await create_room(bot, {"is_direct": True, "preset": "trusted_private_chat",
                                           "invite": [owner]})
-        await db.set_value(f"bot_dm:{owner}", room_id)
-        await db.set_value(f"bot_room:{room_id}", owner)
+        await db.set_value(keys.bot_dm(owner), room_id)
+        await db.set_value(keys.bot_room(room_id), owner)
         return room_id
 
     async def channel_created(self, room_id: str) -> None:
@@ -125,8 +127,8 @@ class BotCommands:
 
     async def _is_bot_room(self, room_id: str, sender: str) -> bool:
         store = self.db.target
-        return await self.db.run(lambda: store.get_value(f"bot_room:{room_id}") is not None
-                                        or store.get_value(f"bot_dm:{sender}") == room_id)
+        return await self.db.run(lambda: store.get_value(keys.bot_room(room_id)) is not None
+                                        or store.get_value(keys.bot_dm(sender)) == room_id)
 
     async def _say(self, room_id: str, text: str) -> None:
         await self.notices.send(self.identities.bot, room_id, text)

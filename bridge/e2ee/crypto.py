@@ -18,6 +18,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from store import keys
+
 from ..matrix.dispatch import Encryption
 from ..matrix.intent import Outgoing
 from ..matrix.client import localpart
@@ -36,9 +38,9 @@ log = logging.getLogger(__name__)
 
 KEY_WAIT = 3.0           # seconds an event waits in line for its room key
 KEY_NOTICE_AFTER = 10.0  # seconds after which the room is told the message cannot be read (yet)
-PENDING = "e2ee:pending"
+PENDING = keys.E2EE_PENDING
 PENDING_MAX = 500
-ROOMS = "e2ee:rooms"
+ROOMS = keys.E2EE_ROOMS
 UNREADABLE = ("🔒 A message could not be decrypted: the bridge's device did not get its key. "
               "If it does not come by itself, send the message again; in Element, check that "
               "\"Never send encrypted messages to unverified sessions\" is off for this room.")

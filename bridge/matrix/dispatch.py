@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 import aiohttp
 
-from store import StoreError
+from store import StoreError, keys
 
 from .appservice import DeviceTraffic, Transaction, TransactionRefused
 from .client import MatrixError
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HANDLED = "ev:"  # the key of a handled event, beside the transaction keys in the store
 # the kinds handled for anyone (the others only for an owner; memberships only of our users)
 FOR_ANYONE = ("m.room.encryption",)
 OWNER_KINDS = ("m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
@@ -156,7 +155,7 @@ class Dispatcher:
             return
         db = self.db
         event_id = event.get("event_id")
-        key = HANDLED + event_id
+        key = keys.handled_event(event_id)
         if await db.txn_seen(key):
             log.debug("event %s was handled already", event_id)
             return

@@ -40,7 +40,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from store import StoreError
+from store import StoreError, keys
 
 from .client import MatrixError
 
@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 DESCRIPTION = "org.matrix.msc4391.command_description"
 INVOCATION = "org.matrix.msc4391.command"
 ARGS = "args"
-DIGEST_KEY = "msc4391:{room}:{agent}"
 STATE_DEFAULT = 50  # the Matrix default level for state events a room's power levels leave out
 MAX_DESCRIPTIONS = 50   # command descriptions published per agent and room
 MAX_NAME = 64           # characters of a command's name; a longer one is not published
@@ -276,7 +275,7 @@ class CommandDescriptions:
             return  # never announced: nothing to offer yet
         puppet = await self.identities.puppet(agent)
         wanted = descriptions(commands, puppet.user_id)
-        key = DIGEST_KEY.format(room=room_id, agent=agent)
+        key = keys.command_digest(room_id, agent)
         if await db.get_value(key) == digest(wanted):
             return
         status, state = await puppet.intent.request("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state")

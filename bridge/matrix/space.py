@@ -12,6 +12,8 @@ from urllib.parse import quote
 
 import aiohttp
 
+from store import keys
+
 from .client import MatrixError
 
 if TYPE_CHECKING:
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SPACE_KEY = "space"
 SPACE_NAME = "Sidekicks"
 
 
@@ -78,7 +79,7 @@ class Space:
     async def ensure(self) -> str:
         """The space's room id; created (owners invited) the first time."""
         db, config, bot = self.db, self.config, self.identities.bot
-        space = await db.get_value(SPACE_KEY)
+        space = await db.get_value(keys.SPACE)
         if space:
             return space
         space = await create_room(bot, {
@@ -88,7 +89,7 @@ class Space:
             "power_level_content_override": {"events_default": 100, "invite": 100},
         })
         await give_power(bot, space, list(config.owners))
-        await db.set_value(SPACE_KEY, space)
+        await db.set_value(keys.SPACE, space)
         return space
 
     async def add(self, room_id: str, parent_setter: "Puppet | None" = None) -> None:
@@ -104,6 +105,6 @@ class Space:
             log.warning("could not add %s to the space: %s", room_id, exc)
 
     async def remove(self, room_id: str) -> None:
-        space = await self.db.get_value(SPACE_KEY)
+        space = await self.db.get_value(keys.SPACE)
         if space:
             await put_state(self.identities.bot, space, "m.space.child", room_id, {})

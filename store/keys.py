@@ -1,0 +1,38 @@
+"""Every key the bridge keeps in the store's key-value table (`sk_value`: `get_value`,
+`set_value`), named once, here. A key is part of the schema: a store written by an earlier
+version is read with the same names, so a key is never renamed without a migration step.
+
+Also the key a handled event leaves beside the transaction ids (`txn_seen` / `mark_txn`).
+"""
+from __future__ import annotations
+
+# ---- sk_value ---------------------------------------------------------------------------------
+
+SPACE = "space"  # the room id of the "Sidekicks" space (bridge/matrix/space.py)
+TRANSACTION_ORDER = "appservice/transaction-order"  # the last transaction number handled (appservice.py)
+OUTAGE_PROBE = "outage:probe"  # written to learn whether the store takes writes again (bridge/outage.py)
+E2EE_PENDING = "e2ee:pending"  # encrypted events waiting for their room key (bridge/e2ee/crypto.py)
+E2EE_ROOMS = "e2ee:rooms"      # the rooms known to be encrypted (bridge/e2ee/crypto.py)
+
+
+def bot_dm(owner: str) -> str:
+    """The room id of `owner`'s direct chat with the bridge bot (channels/commands.py)."""
+    return f"bot_dm:{owner}"
+
+
+def bot_room(room_id: str) -> str:
+    """The owner whose direct chat with the bot `room_id` is (channels/commands.py)."""
+    return f"bot_room:{room_id}"
+
+
+def command_digest(room_id: str, agent: str) -> str:
+    """The digest of the MSC4391 command descriptions `agent`'s puppet last published in
+    `room_id` (bridge/matrix/msc4391.py)."""
+    return f"msc4391:{room_id}:{agent}"
+
+
+# ---- beside the transaction ids (sk_txn) --------------------------------------------------------
+
+def handled_event(event_id: str) -> str:
+    """An event the dispatcher handled (bridge/matrix/dispatch.py): never handled twice."""
+    return f"ev:{event_id}"

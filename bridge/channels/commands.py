@@ -289,7 +289,7 @@ class BotCommands:
 
     async def _unschedule(self, portal: "Portal", args: tuple[str, ...]) -> None:
         """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them)."""
-        from ..mcp.tools import BadArguments, schedule_number
+        from .schedule_args import BadArguments, schedule_number
         try:
             number = schedule_number(args[0] if len(args) == 1 else None)
         except BadArguments:

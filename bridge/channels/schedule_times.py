@@ -3,6 +3,7 @@
 Times are milliseconds since the epoch. `at` without an offset and cron expressions are read in
 the bridge's local time zone (`tz`, the machine's by default): the agent and the owner say
 "at 9" meaning the clock on the wall. Cron expressions are read by `croniter`, not by hand.
+What is wrong with a schedule's arguments is `BadArguments` (schedule_args.py).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import datetime, tzinfo
 
 from croniter import croniter
 
-from ..mcp.tools import MAX_IN_SECONDS, BadArguments, clock
+from .schedule_args import MAX_IN_SECONDS, BadArguments, clock
 
 GRACE_MS = 2000  # an `at` this little in the past (the agent's clock, the call's time) is "now"
 

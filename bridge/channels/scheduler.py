@@ -22,7 +22,7 @@ from store.ids import now_ms
 from store.schedules import parse_run_key
 from store.turns import DROPPED
 
-from ..mcp.tools import BadArguments
+from .schedule_args import BadArguments
 from .schedule_times import after_run, is_late, run_line, when_text
 
 if TYPE_CHECKING:

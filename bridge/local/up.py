@@ -110,7 +110,7 @@ async def registration_loaded(url: str, registration, bot_user_id: str) -> bool:
 
 
 async def up(path: Path, args, stop: asyncio.Event, say) -> int:
-    from ..cli import UserError, run_bridge
+    from ..run import UserError, run_bridge
 
     if not path.exists():
         shared = await matrix_server_at("http://127.0.0.1:8008")
@@ -158,7 +158,7 @@ async def up(path: Path, args, stop: asyncio.Event, say) -> int:
 
 async def join(cfg, registration, stop: asyncio.Event, say) -> int:
     """Run the bridge against a homeserver someone else started on this machine (SPEC §13)."""
-    from ..cli import UserError, run_bridge
+    from ..run import UserError, run_bridge
 
     url = cfg.homeserver_url
     host_configs = [p for p in registrations.homeserver_configs(cfg)

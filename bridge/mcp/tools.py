@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import timezone
 from typing import Any
+
+# what the owner's commands and these tools share (pure, channels/schedule_args.py)
+from ..channels.schedule_args import MAX_IN_SECONDS, BadArguments, clock, schedule_number  # noqa: F401
 
 SERVER_NAME = "matrix"
 HISTORY_DEFAULT = 20     # messages `history` returns when no limit is given
@@ -17,7 +20,6 @@ HISTORY_CHARS = 2000     # each message's text is cut here
 HISTORY_TOTAL = 40_000   # characters of one `history` result at most (the oldest lines go first)
 PROMPT_CHARS = 4000      # a scheduled prompt at most
 KEY_CHARS = 64           # a reaction key at most
-MAX_IN_SECONDS = 366 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,6 @@ TOOLS: tuple[Tool, ...] = (
          {"type": "object", "properties": {"id": {"type": ["integer", "string"]}}, "required": ["id"]}),
 )
 NAMES = tuple(tool.name for tool in TOOLS)
-
-
-class BadArguments(ValueError):
-    """What is wrong with a call's arguments, in one line for the agent."""
 
 
 def _text(args: dict, key: str, required: bool, most: int | None = None) -> str | None:
@@ -122,25 +120,6 @@ def check(name: str, args: Any, history_most: int) -> dict[str, Any]:
     if name == "cancel_schedule":
         return {"id": schedule_number(args.get("id"))}
     return {}
-
-
-def schedule_number(value: Any) -> int:
-    """A schedule's id as the agent or the owner gives it: 3, "3", "#3"."""
-    if isinstance(value, str):
-        value = value.strip().lstrip("#")
-        if value.isdigit():
-            value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadArguments("`id` must be a schedule's id, a whole number (see `schedules`)")
-    return value
-
-
-def clock(ms: int, tz: timezone | None = None) -> str:
-    """A stored time (ms) as the tools show it: 2026-12-05 07:30:15 +0000 (the bridge's zone)."""
-    when = datetime.fromtimestamp(ms / 1000, tz or timezone.utc)
-    if tz is None:
-        when = when.astimezone()
-    return when.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
 def history_text(lines: list[tuple[int, str, str]], query: str | None, tz: timezone | None = None) -> str:

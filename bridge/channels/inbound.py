@@ -23,7 +23,7 @@ from store import StoreClosed
 
 from ..matrix.media import read_message
 from .mentions import named
-from .portal import Incoming
+from .incoming import Incoming
 from .replies import replied_to, without_fallback
 
 if TYPE_CHECKING:

@@ -17,26 +17,16 @@ from store.schedules import parse_run_key
 from store.turns import DROPPED
 
 from ..matrix.media import restored
+from .incoming import Incoming
 from .mentions import parse
 from .prompt import reread
 from .routing import Route, route
+from .turns import run_turn
 
 if TYPE_CHECKING:
     from .parts import ChannelParts
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Incoming:
-    """An owner's message, already stored."""
-    message_id: str | None
-    event_id: str
-    body: str
-    formatted_body: str | None = None
-    mention_ids: list[str] = field(default_factory=list)
-    resumed: bool = False  # taken by an earlier run, read back from the store
-    attachment: Any = None  # a media.Attachment the owner sent (its caption is `body`)
 
 
 @dataclass(order=True)
@@ -228,8 +218,6 @@ class Portal:
     async def answer(self, turn: TurnRecord, incoming: Incoming) -> None:
         """Claim the turn (store/turns.py: once per run, never after its prompt reached the agent)
         and run it; a mentioned agent that is not a member is invited first."""
-        from .turns import run_turn  # turns imports portal types
-
         parts = self.parts
         claimed = await parts.db.turns.claim(turn.id, parts.run_id)
         if claimed is None:

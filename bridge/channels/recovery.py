@@ -23,6 +23,7 @@ from urllib.parse import quote
 from store.schedules import parse_run_key
 from store.turns import DROPPED, INTERRUPTED
 
+from .incoming import Incoming
 from .recovery_plan import Drop, Interrupt, Refinish, Route, Run, plan
 from .stream import message_content
 
@@ -101,7 +102,6 @@ class Recovery:
         return done
 
     async def _incoming(self, turn):
-        from .portal import Incoming
         if parse_run_key(turn.prompt_event) is not None:  # a scheduled run: its prompt is the turn's text
             return Incoming(None, turn.prompt_event, turn.text, resumed=True)
         message = await self.db.message_by_event(turn.prompt_event)

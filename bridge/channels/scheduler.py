@@ -22,6 +22,7 @@ from store.ids import now_ms
 from store.schedules import parse_run_key
 from store.turns import DROPPED
 
+from .incoming import Incoming
 from .schedule_args import BadArguments
 from .schedule_times import after_run, is_late, run_line, when_text
 
@@ -98,7 +99,6 @@ class Scheduler:
             if portal is None:
                 await db.turns.end(turn.id, DROPPED)
                 continue
-            from .portal import Incoming
             portal.submit(turn, Incoming(None, turn.prompt_event, turn.text))
         return fired
 

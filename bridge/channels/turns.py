@@ -10,7 +10,7 @@ import logging
 import sys
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
@@ -32,8 +32,11 @@ from .silence import SilenceWatch
 from .stream import Answer, AnswerNotFinished, TxnIds
 
 if TYPE_CHECKING:
+    from store import Channel
+
+    from .incoming import Incoming
     from .notices import Notices
-    from .portal import Incoming, Portal
+    from .parts import ChannelParts
     from .registry import Channels
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,20 @@ PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "gettin
 STDERR_LINES = 12         # lines of a crashed agent's stderr shown in its notice
 FAILED_FINISH_TIMEOUT = 20  # seconds to mark an answer interrupted after a failure of the bridge
 FINISH_ON_STOP = 5        # seconds a stopping bridge gives an answer the agent has finished
+
+
+class Portal(Protocol):
+    """The channel a turn runs in, as the turn sees it (portal.Portal runs it)."""
+    parts: "ChannelParts"
+    channel: "Channel"
+    current: "TurnRun | None"
+    room_id: str
+
+    def member_names(self) -> list[str]: ...
+
+    def pending(self) -> int: ...
+
+    async def session_with(self, agent_name: str, agent: Any, also: Any = None) -> tuple[str, bool, Any]: ...
 
 
 def tool_status(title: str | None) -> str:

@@ -1,0 +1,18 @@
+"""An owner's message as a turn reads it, once it is stored (portal.py queues it, turns.py
+answers it, recovery.py and scheduler.py make it again after a restart)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Incoming:
+    """An owner's message, already stored."""
+    message_id: str | None
+    event_id: str
+    body: str
+    formatted_body: str | None = None
+    mention_ids: list[str] = field(default_factory=list)
+    resumed: bool = False  # taken by an earlier run, read back from the store
+    attachment: Any = None  # a media.Attachment the owner sent (its caption is `body`)

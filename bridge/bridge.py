@@ -24,7 +24,7 @@ from store.offloop import OffLoop
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
 from .coding.questions import Questions
-from .coding.settings import SessionSettings
+from .coding.settings import COMMANDS as SETTINGS_COMMANDS, SessionSettings
 from .channels.commands import BotCommands
 from .channels.inbound import Inbound
 from .channels.upgrade import RoomUpgrades
@@ -115,9 +115,11 @@ class Bridge:
         self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work (channels/scheduler.py)
         # the agents' `matrix` MCP server (bridge/mcp)
         self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
+        # the bot's commands; coding/ registers its channel commands (!mode, !model, !config, !status)
         self.commands = BotCommands(config, db, self.pool, channels, identities, notices,
-                                    self.command_descriptions, self.scheduler, self.settings, self.aliases,
-                                    self.mcp.forget_channel)
+                                    self.command_descriptions, self.scheduler,
+                                    {name: self.settings.command for name in SETTINGS_COMMANDS},
+                                    self.aliases, self.mcp.forget_channel)
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)
         self.parts = ChannelParts(config, db, self.pool, channels, identities, notices, self.presence,

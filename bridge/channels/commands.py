@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import aiohttp
 
@@ -18,7 +18,6 @@ from .background import Background
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
                             find_channels, format_commands, parse, resolve_agent, split_delete)
 from .places import place_of
-from ..coding.settings import COMMANDS as SETTINGS_COMMANDS
 from ..matrix.client import MatrixError
 from ..matrix.space import Space, create_room, give_power, membership, room_link
 
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from config import Config
     from store.offloop import OffLoop
 
-    from ..coding.settings import SessionSettings
     from ..matrix.identities import Identities
     from ..matrix.msc4391 import CommandDescriptions
     from .notices import Notices
@@ -39,17 +37,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# a channel command another part registers: (portal, its name, its arguments)
+ChannelCommand = Callable[["Portal", str, tuple[str, ...]], Awaitable[None]]
 COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
 
 class BotCommands:
     def __init__(self, config: "Config", db: "OffLoop", pool: "Pool", channels: "Channels",
                  identities: "Identities", notices: "Notices", descriptions: "CommandDescriptions",
-                 scheduler: "Scheduler", settings: "SessionSettings", aliases: dict[str, str],
+                 scheduler: "Scheduler", registered: dict[str, "ChannelCommand"], aliases: dict[str, str],
                  forget_channel: Callable[[str], None]):
-        """`forget_channel`: a deleted channel's id, for the MCP server to drop its sessions."""
+        """`registered`: the channel commands other parts add (coding/settings.py: `!mode`,
+        `!model`, `!config`, `!status`), by name; `forget_channel`: a deleted channel's id, for
+        the MCP server to drop its sessions."""
         self.config, self.db, self.pool, self.channels = config, db, pool, channels
         self.identities, self.notices, self.descriptions = identities, notices, descriptions
-        self.scheduler, self.settings, self.aliases = scheduler, settings, aliases
+        self.scheduler, self.registered, self.aliases = scheduler, dict(registered), aliases
         self.forget_channel = forget_channel
         self.space = Space(db, config, identities)
         self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
@@ -275,9 +277,9 @@ class BotCommands:
             self.tasks.start(self._commands(portal), f"!commands in {portal.room_id}")
         elif command.name == "delete":
             await self._delete_here(portal, command.args)
-        elif command.name in SETTINGS_COMMANDS:  # may start an agent: never in the transaction
-            self.tasks.start(self.settings.command(portal, command.name, command.args),
-                        f"!{command.name} in {portal.room_id}")
+        elif command.name in self.registered:  # may start an agent: never in the transaction
+            self.tasks.start(self.registered[command.name](portal, command.name, command.args),
+                             f"!{command.name} in {portal.room_id}")
         elif command.name == "schedules":
             await self.notices.notice(portal, await self.scheduler.listing(portal.channel.id))
         elif command.name == "unschedule":

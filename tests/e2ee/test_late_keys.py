@@ -82,37 +82,37 @@ EVENT = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender"
 async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(monkeypatch):
     monkeypatch.setattr(crypto, "KEY_WAIT", 0.01)
     monkeypatch.setattr(crypto, "KEY_NOTICE_AFTER", 0.05)
-    bridge, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
-    e2ee = bridge.e2ee()
+    parts, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
+    e2ee = parts.e2ee()
     e2ee.devices[device.user_id] = device
     e2ee._dispatcher = dispatcher
     await e2ee.encrypted_event(EVENT, dispatcher)
     assert dispatcher.handled == []
-    await bridge.db.run(lambda: None)  # the writes made so far are done (the thread keeps order)
-    assert [e["event_id"] for e in json.loads(bridge.store.values[PENDING])] == ["$e"]  # kept
+    await parts.db.run(lambda: None)  # the writes made so far are done (the thread keeps order)
+    assert [e["event_id"] for e in json.loads(parts.store.values[PENDING])] == ["$e"]  # kept
     await asyncio.gather(*e2ee._tasks)
     assert device.requests == 1
-    assert len(bridge.notices) == 1 and "could not be decrypted" in bridge.notices[0][1]
+    assert len(parts.notices) == 1 and "could not be decrypted" in parts.notices[0][1]
     # delivered again (a retried transaction): not told twice
     await e2ee.encrypted_event(EVENT, dispatcher)
     await asyncio.gather(*e2ee._tasks)
-    assert len(bridge.notices) == 1
+    assert len(parts.notices) == 1
     # the key comes: handled now, once, and no longer pending
     device.key = True
     e2ee._room_key(device, "!r", "S")
     await asyncio.gather(*e2ee._tasks)
     assert dispatcher.handled == ["$e"]
-    await bridge.db.run(lambda: None)
-    assert json.loads(bridge.store.values[PENDING]) == []
+    await parts.db.run(lambda: None)
+    assert json.loads(parts.store.values[PENDING]) == []
     e2ee._room_key(device, "!r", "S")
     await asyncio.gather(*e2ee._tasks)
     assert dispatcher.handled == ["$e"]
 
 
 async def test_pending_messages_are_tried_again_at_the_next_start():
-    bridge, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
-    bridge.store.values[PENDING] = json.dumps([EVENT])
-    e2ee = bridge.e2ee()
+    parts, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
+    parts.store.values[PENDING] = json.dumps([EVENT])
+    e2ee = parts.e2ee()
     device.key = True
     e2ee.devices[device.user_id] = device
     device.nio = type("N", (), {"rooms": {}})()
@@ -122,9 +122,9 @@ async def test_pending_messages_are_tried_again_at_the_next_start():
 
 
 async def test_a_strangers_undecryptable_message_is_not_waited_for_nor_told():
-    bridge, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
-    e2ee = bridge.e2ee()
+    parts, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
+    e2ee = parts.e2ee()
     e2ee.devices[device.user_id] = device
     await e2ee.encrypted_event({**EVENT, "sender": "@stranger:localhost"}, dispatcher)
-    await bridge.db.run(lambda: None)
-    assert not e2ee._tasks and not bridge.notices and PENDING not in bridge.store.values
+    await parts.db.run(lambda: None)
+    assert not e2ee._tasks and not parts.notices and PENDING not in parts.store.values

@@ -23,7 +23,9 @@ from store import Store, keys, new_id
 from store.offloop import OffLoop
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
+from .coding import render as coding_render
 from .coding.questions import Questions
+from .coding.work import Work
 from .coding.settings import COMMANDS as SETTINGS_COMMANDS, SessionSettings
 from .channels.commands import BotCommands
 from .channels.inbound import Inbound
@@ -101,13 +103,15 @@ class Bridge:
         self.notices = notices = Notices(identities)  # what the bridge says in rooms (channels/notices.py)
         # the open channels, the turns between them (channels/registry.py); a portal is handed
         # the parts below (channels/parts.py)
-        self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
+        self.channels: Channels[Portal] = Channels(
+            db, lambda channel, members: Portal(self.parts, channel, members))
         channels = self.channels
         if self.e2ee is not None:
             self.e2ee.plug(channels, identities, notices)
         self.presence = Presence(identities)  # online while running (matrix/presence.py)
         self.command_descriptions = CommandDescriptions(db, config, identities)  # MSC4391 (matrix/msc4391.py)
-        self.permissions = Permissions(config, channels, identities, notices)
+        # asks the owner; a request shown as coding/render.py draws it
+        self.permissions = Permissions(config, channels, identities, notices, coding_render.permission)
         self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
         # modes, models, options, usage (coding/settings.py)
         self.settings = SessionSettings(config, db, self.pool, channels, identities, notices, self.aliases)
@@ -122,10 +126,13 @@ class Bridge:
                                     self.aliases, self.mcp.forget_channel)
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)
-        self.parts = ChannelParts(config, db, self.pool, channels, identities, notices, self.presence,
-                                  self.command_descriptions, self.permissions, self.questions, self.settings,
-                                  self.scheduler, self.outage.later, self.mcp.servers_for,
-                                  self.commands.tell_owners, self.run_id, self.recovered, self.aliases)
+        self.parts = ChannelParts(
+            config=config, db=db, pool=self.pool, channels=channels, identities=identities,
+            notices=notices, presence=self.presence, descriptions=self.command_descriptions,
+            permissions=self.permissions, questions=self.questions, settings=self.settings,
+            scheduler=self.scheduler, later=self.outage.later, mcp_servers=self.mcp.servers_for,
+            tell_owners=self.commands.tell_owners, work=Work, stop_line=coding_render.stop_reason,
+            run_id=self.run_id, recovered=self.recovered, aliases=self.aliases)
         # what each incoming event does (channels/inbound.py, channels/upgrade.py)
         self.inbound = Inbound(config, db, channels, identities, notices, self.commands, self.permissions,
                                self.questions, self.command_descriptions)

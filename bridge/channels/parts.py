@@ -5,7 +5,8 @@ It is the widest of the parts, because a portal still does much — its members,
 routing, its queue, and (turns.py) each turn's life and what the owner sees of it. The parts it
 holds are small: the store (`db`), the config, the agent pool, the open channels, who sends
 (identities, notices), and the few calls below. Those of `coding/` and of the scheduler are
-named by what a portal asks of them (the protocols here), so that this package imports neither.
+named by what a portal asks of them (the protocols here), so that this package imports neither:
+`coding/` plugs in, through the bridge.
 """
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ class SessionOpened(Protocol):
     async def opened(self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool) -> None: ...
 
 
+class WorkShown(Protocol):
+    """A turn's plan and tool calls as messages edited in place (coding/work.py)."""
+
+    def update(self, update: Any) -> bool: ...
+
+    def known(self, tool_call_id: str | None) -> Any: ...
+
+    async def attach(self, view: Any, scope: str) -> str | None: ...
+
+    async def close(self) -> None: ...
+
+
 class ScheduledRuns(Protocol):
     """What a portal tells the scheduler of a run it claims (scheduler.py)."""
 
@@ -67,6 +80,11 @@ class ChannelParts:
     # the `mcpServers` of a session (bridge/mcp/service.py)
     mcp_servers: Callable[[Any, str, Any], list]
     tell_owners: Callable[[str], Awaitable[None]]  # a line in each owner's DM with the bot
+    # what coding agents show, plugged in by the bridge (coding/work.py, coding/render.py):
+    # a turn's plan and tool calls (intent, room, attachment limit → its display), and the
+    # one line an answer ends with for a stop reason (None: none)
+    work: Callable[[Any, str, int], WorkShown]
+    stop_line: Callable[[str], str | None]
     run_id: str                   # this run's: the turns it claims are marked with it
     recovered: asyncio.Event      # set once the turns earlier runs left are queued
     aliases: dict[str, str]       # names an agent is called by → the agent

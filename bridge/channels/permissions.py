@@ -17,11 +17,10 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import aiohttp
 
-from ..coding import render as coding_render
 from ..matrix.client import MatrixError
 from .render import escape_html
 
@@ -99,8 +98,12 @@ def question_for(pending: list[Pending], room_id: str, reply_to: str | None) -> 
 
 
 class Permissions:
-    def __init__(self, config: "Config", channels: "Channels", identities: "Identities", notices: "Notices"):
+    def __init__(self, config: "Config", channels: "Channels", identities: "Identities", notices: "Notices",
+                 render: Callable[..., tuple[Any, list]]):
+        """`render`: a permission request as the owner reads it, and the diffs too long for it
+        (coding/render.py `permission`, plugged in by the bridge)."""
         self.config, self.channels, self.identities, self.notices = config, channels, identities, notices
+        self.render = render
         self.pending: list[Pending] = []   # oldest first
         self.closed: dict[str, str] = {}   # prompt event id → outcome, of the last CLOSED_KEPT
 
@@ -116,7 +119,7 @@ class Permissions:
         title = puppet.displayname
         # what it is about — the diff, the command — as the turn saw the call (coding/render.py)
         work = getattr(portal.current, "work", None)
-        shown, attachments = coding_render.permission(
+        shown, attachments = self.render(
             title, request.tool_call, options,
             work.known(request.tool_call.get("toolCallId")) if work is not None else None)
         body, html = shown.body, shown.html

@@ -18,8 +18,6 @@ from acp import AcpError, AgentCrashed, AgentTimeout, Update
 from store import StoreError, TurnRecord
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
-from ..coding import render as coding_render
-from ..coding.work import Work
 from .context import Line, build_prompt
 from ..matrix.client import MatrixError
 from ..matrix.media import outgoing_part, post
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
 
     from .incoming import Incoming
     from .notices import Notices
-    from .parts import ChannelParts
+    from .parts import ChannelParts, WorkShown
     from .registry import Channels
 
 log = logging.getLogger(__name__)
@@ -82,7 +80,7 @@ class TurnRun:
         self.prompt_event_id: str | None = None
         self.cancelled = False
         self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
-        self.work: Work | None = None  # its plan and tool calls as messages (coding/work.py)
+        self.work: "WorkShown | None" = None  # its plan and tool calls as messages (coding/work.py)
         self.entering: asyncio.Future | None = None  # waiting for the agent (busy elsewhere)
         self.prompt_sent = False  # session/prompt is written to the agent (store/turns.py)
         self.journal: Journal | None = None  # what it writes into its turn record
@@ -214,7 +212,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     answer.on_messages = journal.messages
     answer.on_final = journal.finishing
     run = TurnRun(portal, turn.agent, answer)
-    run.work = work = Work(puppet.intent, portal.room_id, config.attachment_bytes)
+    run.work = work = parts.work(puppet.intent, portal.room_id, config.attachment_bytes)
     run.prompt_event_id = incoming.event_id
     run.journal = journal
     # the note and the place in the queue are taken together (no await between)
@@ -314,7 +312,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 quiet.stop()
                 typing.cancel()  # the agent is done; a busy homeserver is no reason to type
         await _shown(work)
-        footer = "⏹ stopped" if stop_reason == "cancelled" else coding_render.stop_reason(stop_reason)
+        footer = "⏹ stopped" if stop_reason == "cancelled" else parts.stop_line(stop_reason)
         # the agent is done: a stop from here on lets the complete answer land and be stored
         # (within FINISH_ON_STOP) rather than marking it interrupted
         closing = asyncio.ensure_future(_close(portal, journal, turn.agent, answer, footer,
@@ -383,7 +381,7 @@ async def _after(first: asyncio.Task, then) -> None:
     await then
 
 
-async def _shown(work: Work) -> None:
+async def _shown(work: "WorkShown") -> None:
     """The turn's plan and tool-call messages show their final state (errors logged)."""
     try:
         await work.close()

@@ -213,3 +213,42 @@ async def test_a_transaction_seen_before_counts_as_handled_and_patience_runs_acr
     clock.now += TransactionOrder.PATIENCE / 2 + 0.1
     again = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
     assert again.admit("7")
+
+
+async def test_a_transaction_of_ephemeral_events_only_is_answered_without_the_store():
+    """Receipts and typing (most of them the echoes of the bridge's own) are answered at once:
+    no de-duplication key is read or written, and the transaction still counts in the order."""
+    store_calls: list = []
+
+    async def seen(key):
+        store_calls.append(("seen", key))
+        return False
+
+    async def mark(key):
+        store_calls.append(("mark", key))
+
+    handled: list = []
+
+    async def on_transaction(transaction):
+        handled.append((transaction.txn_id, len(transaction.ephemeral)))
+
+    async def on_user(user_id):
+        return False
+
+    order = TransactionOrder()
+    server = AppserviceServer(TOKEN, on_transaction, on_user, seen, mark, order=order)
+    client = TestClient(TestServer(server.app))
+    await client.start_server()
+    try:
+        receipt = {"type": "m.receipt", "room_id": "!r", "content": {"$e": {"m.read": {"@sk_a:b": {"ts": 1}}}}}
+        response = await client.put("/_matrix/app/v1/transactions/5", json={"ephemeral": [receipt]},
+                                    headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.status == 200
+        assert store_calls == [] and handled == [("5", 1)] and order.last == 5
+        # a transaction with events goes through the store as before
+        response = await client.put("/_matrix/app/v1/transactions/6", json=body("$a"),
+                                    headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.status == 200
+        assert [kind for kind, _ in store_calls] == ["seen", "mark"] and order.last == 6
+    finally:
+        await client.close()

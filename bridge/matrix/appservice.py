@@ -54,6 +54,12 @@ class Transaction:
     def key(self) -> str:
         return transaction_key(self.txn_id, self.events, self.device)
 
+    @property
+    def bare(self) -> bool:
+        """Only ephemeral events (receipts, typing, presence), which the bridge acts on in no
+        way: nothing to de-duplicate or to record."""
+        return not self.events and not self.device
+
 
 class TransactionOrder:
     """Keeps a homeserver's numbered transactions in their order.
@@ -269,6 +275,17 @@ class AppserviceServer:
         key = transaction.key
         async with self._txn_lock:
             try:
+                if transaction.bare:
+                    # answered without a database round trip: most are the echoes of the bridge's
+                    # own read receipts and typing, and the homeserver sends nothing newer (the
+                    # owner's next message) until it has the answer. Still counted in the order
+                    if not self._order.admit(txn_id):
+                        if self._on_gap is not None:
+                            self._on_gap()
+                        return _refused(f"transaction {txn_id} came after a gap: send any earlier one first")
+                    await self._on_transaction(transaction)
+                    self._order.handled(txn_id)
+                    return web.json_response({})
                 if await self._txn_seen(key):
                     # handled before (a kill may have come before its number was kept)
                     self._order.handled(txn_id)

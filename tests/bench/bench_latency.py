@@ -56,11 +56,14 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
         await owner.wait_joined(floor_room, floor.bot)
         bridge_room = await _dm(owner, ECHO)
 
+        sent: dict[str, tuple[float, float]] = {}  # token → (client sends, client sees the first answer)
+
         async def floor_once(token: str) -> float:
             start = len(owner.events.get(floor_room, []))
             t0 = now()
             await owner.send_text(floor_room, token)
             seen = await owner.wait_for(_first_from(owner, floor_room, floor.bot, start))
+            sent[token] = (t0, seen)
             return seen - t0
 
         async def bridge_once(token: str) -> tuple[float, float, float]:
@@ -72,6 +75,7 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
                                                     lambda b: token in b))
             final = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start,
                                                      lambda b: token in b and is_final(b)))
+            sent[token] = (t0, first)
             return first - t0, text - t0, final - t0
 
         for i in range(5):  # warm up: agent start, session/new, connection pools, caches
@@ -105,6 +109,7 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
         out["txn_to_prompt"] = [probes.prompt_written[t] - probes.txn_entry[t] for t in tokens
                                 if t in probes.prompt_written and t in probes.txn_entry]
         out["phases"] = {k: list(v) for k, v in probes.phases.items()}
+        out["steps"] = _steps(rounds, sent, floor.stamps, probes.answers)
         # was an edit (the "thinking" status) in flight when the first part arrived?
         out["part_waited_for_edit"] = sum(
             1 for a in probes.answers if a["first_part"] is not None
@@ -147,8 +152,43 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
     return out
 
 
+FLOOR_STEPS = ("client → transaction in", "transaction in → send started", "send (request → answer)",
+               "send answered → client sees it")
+BRIDGE_STEPS = ("client → transaction in", "transaction in → prompt written", "prompt → agent's first part",
+                "first part → send started", "send (request → answer)", "send answered → client sees it")
+
+
+def _steps(rounds: int, sent: dict, floor_stamps: dict, answers: list[dict]) -> dict[str, dict[str, list[float]]]:
+    """Where each side's time goes, round by round (seconds): the client's stamps, the floor's,
+    the bridge's probes. The bridge's answers are in the order of its rounds (one each)."""
+    floor: dict[str, list[float]] = {name: [] for name in FLOOR_STEPS}
+    bridge: dict[str, list[float]] = {name: [] for name in BRIDGE_STEPS}
+    for i in range(rounds):
+        token = f"bench-f{i}"
+        if token in sent and token in floor_stamps:
+            (t0, seen), (arrived, started, answered) = sent[token], floor_stamps[token]
+            for name, value in zip(FLOOR_STEPS, (arrived - t0, started - arrived, answered - started, seen - answered)):
+                floor[name].append(value)
+    for i, record in enumerate(answers[:rounds]):
+        token = f"bench-b{i}"
+        if token not in sent or token not in probes.txn_entry or token not in probes.prompt_written \
+                or record["first_part"] is None or not record["sends"]:
+            continue
+        (t0, seen), entry, written = sent[token], probes.txn_entry[token], probes.prompt_written[token]
+        send_start, send_end = record["sends"][0][0], record["sends"][0][1]
+        for name, value in zip(BRIDGE_STEPS, (entry - t0, written - entry, record["first_part"] - written,
+                                              send_start - record["first_part"], send_end - send_start,
+                                              seen - send_end)):
+            bridge[name].append(value)
+    return {"floor": floor, "bridge": bridge}
+
+
 def notes(r: dict) -> list[str]:
-    lines = ["in-bridge phases awaited between a transaction and its session/prompt (p50 / p99): "
+    steps = r.get("steps") or {}
+    lines = [f"where the time goes, p50 per step ({side}): "
+             + "; ".join(f"{name} {p50(v) * 1000:.1f} ms" for name, v in by_step.items() if v)
+             for side, by_step in steps.items()]
+    lines += ["in-bridge phases awaited between a transaction and its session/prompt (p50 / p99): "
              + "; ".join(f"{name} {p50(v) * 1000:.1f} / {p99(v) * 1000:.1f} ms"
                          for name, v in r["phases"].items())]
     lines.append(f"first agent part: in {r['part_waited_for_edit']} of {len(r['part_to_send'])} answers an "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 
 import aiohttp
 from aiohttp import web
@@ -24,6 +25,8 @@ class EchoFloor:
         self.runner: web.AppRunner | None = None
         self.tasks: set[asyncio.Task] = set()
         self.answered = 0
+        # per echoed token: (transaction in, send started, send answered), perf_counter stamps
+        self.stamps: dict[str, tuple[float, float, float]] = {}
 
     async def start(self) -> None:
         self.http = aiohttp.ClientSession()
@@ -65,12 +68,14 @@ class EchoFloor:
             if event.get("type") != "m.room.message" or event.get("sender") == self.bot:
                 continue
             text = (event.get("content") or {}).get("body", "")
-            task = asyncio.create_task(self.answer(event["room_id"], "echo: " + text))
+            task = asyncio.create_task(self.answer(event["room_id"], "echo: " + text, time.perf_counter()))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         return web.json_response({})
 
-    async def answer(self, room_id: str, text: str) -> None:
+    async def answer(self, room_id: str, text: str, arrived: float) -> None:
+        started = time.perf_counter()
         await self.call("PUT", f"/_matrix/client/v3/rooms/{q(room_id)}/send/m.room.message/"
                                f"{secrets.token_hex(8)}", {"msgtype": "m.text", "body": text})
+        self.stamps[text.removeprefix("echo: ")] = (arrived, started, time.perf_counter())
         self.answered += 1

@@ -86,6 +86,9 @@ class Bridge:
                                        on_gap=self._retry_soon)
         self._gap_pings: set[asyncio.Task] = set()
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
+        # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
+        # appservice still answers while answers finish) is run by the next start (recovery)
+        self.stopping = False
         self.halt_reason = ""
         self.session: aiohttp.ClientSession | None = None
         # how room events leave, per room (bridge/matrix/intent.py): as they are, until encryption
@@ -167,6 +170,7 @@ class Bridge:
             log.exception("could not tell the owners that history is unavailable")
 
     async def stop(self) -> None:
+        self.stopping = True
         for portal in list(self.portals.values()):
             if portal.worker is not None and not portal.worker.done():
                 portal.worker.cancel()

@@ -84,6 +84,9 @@ class Bridge:
             self.aliases[f"{config.puppet_prefix}{name}"] = name
         self._gap_pings: set[asyncio.Task] = set()
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
+        # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
+        # appservice still answers while answers finish) is run by the next start (recovery)
+        self.stopping = asyncio.Event()
         self.halt_reason = ""
         # this run's id: every turn it takes or claims is marked with it (store/turns.py)
         self.run_id = new_id()
@@ -132,7 +135,8 @@ class Bridge:
             permissions=self.permissions, questions=self.questions, settings=self.settings,
             scheduler=self.scheduler, later=self.outage.later, mcp_servers=self.mcp.servers_for,
             tell_owners=self.commands.tell_owners, work=Work, stop_line=coding_render.stop_reason,
-            run_id=self.run_id, recovered=self.recovered, aliases=self.aliases)
+            run_id=self.run_id, recovered=self.recovered, stopping=self.stopping,
+            aliases=self.aliases)
         # what each incoming event does (channels/inbound.py, channels/upgrade.py)
         self.inbound = Inbound(config, db, channels, identities, notices, self.commands, self.permissions,
                                self.questions, self.command_descriptions)
@@ -206,6 +210,7 @@ class Bridge:
             log.exception("could not tell the owners that history is unavailable")
 
     async def stop(self) -> None:
+        self.stopping.set()
         for portal in list(self.channels.portals.values()):
             if portal.worker is not None and not portal.worker.done():
                 portal.worker.cancel()

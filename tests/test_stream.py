@@ -199,3 +199,29 @@ async def test_an_answer_past_the_total_cap_ends_with_a_line_saying_it_was_cut()
     assert stream.MAX_ANSWER_BYTES <= len(full.encode()) <= stream.MAX_ANSWER_BYTES + 200
     # about 1 MiB in messages of SPLIT_WEIGHT: ~70, not the ~560 of 8 MiB
     assert len(intent.messages) <= stream.MAX_ANSWER_BYTES // (SPLIT_WEIGHT // 2)
+
+
+async def test_a_status_that_comes_back_before_the_next_edit_sends_no_edit_of_the_same():
+    """A → B → A between two edits (seen with OpenCode under load: "waiting for your permission",
+    a tool, the same wait again): the message already shows A, so nothing is sent; every state
+    the message shows differs from the one before."""
+    intent = FakeIntent()
+    answer = Answer(intent, "!r", "Alice")
+    answer.set_status("🔧 waiting for your permission")
+    await answer.start()
+    answer.set_status("🔧 using a tool: write")
+    answer.set_status("🔧 waiting for your permission")  # back before the edit loop ran
+    for _ in range(20):
+        await stream.asyncio.sleep(0.02)  # the edit loop's turns (BASE_INTERVAL is 0.01 here)
+    assert intent.calls["edit"] == 0
+    answer.set_status("💭 thinking…")
+    for _ in range(50):
+        if intent.calls["edit"]:
+            break
+        await stream.asyncio.sleep(0.02)
+    answer.append("done")
+    await answer.finish()
+    [history] = intent.messages.values()
+    bodies = [content["body"] for content in history]
+    assert all(a != b for a, b in zip(bodies, bodies[1:])), bodies
+    assert bodies[0].startswith("🔧 waiting") and "💭 thinking…" in bodies[1] and bodies[-1] == "done"

@@ -87,4 +87,5 @@ class ChannelParts:
     stop_line: Callable[[str], str | None]
     run_id: str                   # this run's: the turns it claims are marked with it
     recovered: asyncio.Event      # set once the turns earlier runs left are queued
+    stopping: asyncio.Event       # set as the bridge's stop begins: no turn starts from then on
     aliases: dict[str, str]       # names an agent is called by → the agent

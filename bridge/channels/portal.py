@@ -182,6 +182,8 @@ class Portal:
         self.queued.add(turn.id)
         self.waiting.add(incoming.event_id)
         heapq.heappush(self.queue, Job(turn.id, turn, incoming))
+        if self.parts.stopping.is_set():
+            return  # taken, never started: the next start runs it (its record says taken)
         if self.worker is None or self.worker.done():
             self.worker = asyncio.create_task(self._work(), name=f"portal-{self.room_id}")
 
@@ -198,7 +200,7 @@ class Portal:
 
     async def _work(self) -> None:
         await self.parts.recovered.wait()  # the turns an earlier run left come first
-        while self.queue:
+        while self.queue and not self.parts.stopping.is_set():
             job = heapq.heappop(self.queue)
             self.queued.discard(job.turn_id)
             incoming = job.incoming

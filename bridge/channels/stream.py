@@ -184,6 +184,9 @@ class Answer:
         # it): it is edited, never taken for the final message (recovery.py)
         self.reused = False
         self._new_txn: str | None = None  # the transaction id of a new message not yet answered
+        # what the current message shows, as far as known (None: not known): a live edit that
+        # would show the same again is not sent (a status that went A → B → A between two edits)
+        self._shown: dict | None = None
         self.split_weight = SPLIT_WEIGHT  # halved when an event did not fit (EventTooLarge)
         self._too_large = False           # the last edit did not fit: split smaller, at once
         self._bytes = 0                   # UTF-8 bytes of text taken so far (MAX_ANSWER_BYTES)
@@ -220,9 +223,11 @@ class Answer:
         # homeserver again with it and learns the event id without posting a second message.
         # Text past the split (a huge first part) waits for the edit loop, which splits it.
         head = self.text[:split_point(self.text, self.split_weight)]
-        event_id = await self._send(await rendered(head, self.status, live=True), self.placeholder_txn)
+        content = await rendered(head, self.status, live=True)
+        event_id = await self._send(content, self.placeholder_txn)
         self._added(event_id)
         self._open = True
+        self._shown = None if self.reused else content  # a reused one shows what it showed then
         self._pump = asyncio.create_task(self._edit_loop(), name=f"answer-edits-{event_id}")
         if head != self.text or self.reused:  # a reused one shows what it showed then
             self._dirty.set()
@@ -291,6 +296,7 @@ class Answer:
                 await self._edit(await rendered(head or tag, None))
             self.done_text.append(f"{head}\n{tag}\n" if head and not head.endswith("\n") else f"{head}{tag}\n")
             self._open = False
+            self._shown = None
             self._closed = True
             try:
                 self.media_event_ids.append(await send())
@@ -386,6 +392,7 @@ class Answer:
             self.text = self.text[at:]
             self.done_text.append(head)
             self._open = False
+            self._shown = None
             self.edits = 0
         return True
 
@@ -423,6 +430,8 @@ class Answer:
         has none yet (the placeholder never got out, or the answer was just split). False if
         the homeserver did not take it: one failed edit must not end the turn; the next one
         carries it all."""
+        if not finishing and self._open and self._shown is not None and new == self._shown:
+            return True  # it shows that already
         ok = False
         self._too_large = False
         try:
@@ -442,12 +451,15 @@ class Answer:
                 self._open = True
                 self._closed = False
                 self.edits = 0
+                self._shown = None
                 if again:  # an earlier try may have posted it with older content: show this
                     await self._replace(event_id, new)
+                self._shown = new
                 return True
             if finishing:
                 await self._finishing(self.event_ids[-1], new, txn_id or "")
             await self._replace(self.event_ids[-1], new, txn_id)
+            self._shown = new
             ok = True
         except EventTooLarge as exc:  # nothing was sent: the caller splits smaller
             self._too_large = True

@@ -335,7 +335,12 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     except AgentTimeout as exc:
         await _end(answer, f"⚠️ interrupted: {exc}")
     except AcpError as exc:
-        await _end(answer, f"⚠️ {exc}")
+        if parts.stopping.is_set() and not run.prompt_sent:
+            # the bridge stops (its agents with it) before the agent had the prompt: it waits
+            # for the next start, like a turn the stop cancelled (released below)
+            await asyncio.shield(_paused(answer))
+        else:
+            await _end(answer, f"⚠️ {exc}")
     except asyncio.CancelledError:
         # the bridge is quitting. An answer begun and not finished is marked so, and not stored
         # (ADR §5); one whose prompt never reached the agent waits for the next start, which

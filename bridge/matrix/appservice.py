@@ -275,18 +275,12 @@ class AppserviceServer:
         key = transaction.key
         async with self._txn_lock:
             try:
-                if transaction.bare:
-                    # answered without a database round trip: most are the echoes of the bridge's
-                    # own read receipts and typing, and the homeserver sends nothing newer (the
-                    # owner's next message) until it has the answer. Still counted in the order
-                    if not self._order.admit(txn_id):
-                        if self._on_gap is not None:
-                            self._on_gap()
-                        return _refused(f"transaction {txn_id} came after a gap: send any earlier one first")
-                    await self._on_transaction(transaction)
-                    self._order.handled(txn_id)
-                    return web.json_response({})
-                if await self._txn_seen(key):
+                # a transaction of receipts and typing only (most are the echoes of the bridge's
+                # own) is answered without a database round trip: nothing in it to de-duplicate,
+                # and the homeserver sends nothing newer (the owner's next message) until it has
+                # the answer. It still counts in the order
+                record = not transaction.bare
+                if record and await self._txn_seen(key):
                     # handled before (a kill may have come before its number was kept)
                     self._order.handled(txn_id)
                     return web.json_response({})
@@ -295,7 +289,8 @@ class AppserviceServer:
                         self._on_gap()
                     return _refused(f"transaction {txn_id} came after a gap: send any earlier one first")
                 await self._on_transaction(transaction)
-                await self._mark_txn(key)  # only a transaction handled in full is recorded
+                if record:
+                    await self._mark_txn(key)  # only a transaction handled in full is recorded
                 self._order.handled(txn_id)
             except TransactionRefused as exc:
                 log.warning("%s: the homeserver will send it again", exc)

@@ -299,7 +299,7 @@ async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_take
     client = TestClient(TestServer(server.app))
     await client.start_server()
     try:
-        body = {"events": [{"event_id": "$a", "type": "m.room.message"}]}
+        body = {"events": [{"event_id": "$a", "type": "m.room.encrypted"}]}  # recorded as a transaction
         first = await client.put("/_matrix/app/v1/transactions/5", json=body, headers=AUTH)
         assert first.status == 500 and (await first.json())["errcode"] == "M_UNKNOWN"
         assert keys == set()  # not recorded: it is not done

@@ -55,10 +55,13 @@ class Transaction:
         return transaction_key(self.txn_id, self.events, self.device)
 
     @property
-    def bare(self) -> bool:
-        """Only ephemeral events (receipts, typing, presence), which the bridge acts on in no
-        way: nothing to de-duplicate or to record."""
-        return not self.events and not self.device
+    def recorded(self) -> bool:
+        """Whether the transaction itself is recorded as handled (`txn_seen` / `mark_txn`): only
+        when it holds what has no key of its own — device traffic, and encrypted events (their
+        decryption is not repeated). A room event the bridge acts on is de-duplicated by its own
+        event id (the dispatcher), and receipts and typing the bridge acts on in no way: a
+        transaction of those goes without a database round trip before and after it."""
+        return bool(self.device) or any(e.get("type") == "m.room.encrypted" for e in self.events)
 
 
 class TransactionOrder:
@@ -275,11 +278,10 @@ class AppserviceServer:
         key = transaction.key
         async with self._txn_lock:
             try:
-                # a transaction of receipts and typing only (most are the echoes of the bridge's
-                # own) is answered without a database round trip: nothing in it to de-duplicate,
-                # and the homeserver sends nothing newer (the owner's next message) until it has
-                # the answer. It still counts in the order
-                record = not transaction.bare
+                # answered without the two database round trips when its events each have their
+                # own record (Transaction.recorded): the homeserver sends nothing newer (the
+                # owner's next message) until it has the answer. It still counts in the order
+                record = transaction.recorded
                 if record and await self._txn_seen(key):
                     # handled before (a kill may have come before its number was kept)
                     self._order.handled(txn_id)

@@ -160,7 +160,11 @@ class Dispatcher:
             log.debug("event %s was handled already", event_id)
             return
         await self._run(event, handler(event, room_id, sender, content))
-        await db.mark_txn(key)
+        # not waited for: the database thread writes it before any later call (the next event's
+        # check, the turn's claim), and a homeserver that sends the event again sends it after
+        # this answer — no round trip between a message and its agent's prompt
+        store = db.target
+        db.soon(f"event {event_id} handled", lambda: store.mark_txn(key))
 
     async def decrypted(self, event: dict) -> None:
         """An event the encryption seam decrypted: handled exactly like the plain event."""

@@ -8,6 +8,7 @@ and neither side's after-work (receipts, typing) lands in the other's figures.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 
 import aiohttp
@@ -21,6 +22,10 @@ ECHO = "@sk_echo:localhost"
 STREAM = "@sk_stream:localhost"
 TOKENS, TOKEN_RATE, TOKEN_CHARS = 2000, 100, 4
 BLOCK = 20  # rounds of one side before the other takes its turn
+# the pause after each round, on either side: longer than the bridge's read receipt delay
+# (intent.RECEIPT_DELAY) and its send, so a round does not meet the previous answer's receipt at
+# the homeserver — a person writes their next message more than 0.4 s after an answer
+PAUSE = float(os.environ.get("SIDEKICKS_BENCH_PAUSE", "0.4"))
 
 
 async def _dm(owner: Owner, puppet: str) -> str:
@@ -99,7 +104,7 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
                         first_t.append(first)
                         text_t.append(text)
                         final_t.append(final)
-                    await asyncio.sleep(0.02)  # the same pause after each, on either side
+                    await asyncio.sleep(PAUSE)  # the same pause after each, on either side
         out["rounds"] = rounds
         out["floor"] = floor_t
         out["bridge_first"] = first_t

@@ -11,8 +11,6 @@ from __future__ import annotations
 SPACE = "space"  # the room id of the "Sidekicks" space (bridge/matrix/space.py)
 TRANSACTION_ORDER = "appservice/transaction-order"  # the last transaction number handled (appservice.py)
 OUTAGE_PROBE = "outage:probe"  # written to learn whether the store takes writes again (bridge/outage.py)
-E2EE_PENDING = "e2ee:pending"  # encrypted events waiting for their room key (bridge/e2ee/crypto.py)
-E2EE_ROOMS = "e2ee:rooms"      # the rooms known to be encrypted (bridge/e2ee/crypto.py)
 
 
 def bot_dm(owner: str) -> str:
@@ -36,3 +34,10 @@ def command_digest(room_id: str, agent: str) -> str:
 def handled_event(event_id: str) -> str:
     """An event the dispatcher handled (bridge/matrix/dispatch.py): never handled twice."""
     return f"ev:{event_id}"
+
+
+# ---- only read by a migration step: the data moved to a table of its own ------------------------
+
+# (step 8, store/migrations.py: now `sk_e2ee_pending` and `sk_e2ee_room`, store/e2ee.py)
+E2EE_PENDING = "e2ee:pending"  # encrypted events waiting for their room key (a JSON list of events)
+E2EE_ROOMS = "e2ee:rooms"      # the rooms known to be encrypted (a JSON list of room ids)

@@ -16,6 +16,9 @@ Versions:
 6. `sk_member.session_cwd`: the working directory a member's session was opened in (NULL for
    the sessions an older store holds: used as before)
 7. `sk_schedule`: work agents scheduled for later (store/schedules.py)
+8. `sk_e2ee_pending`, `sk_e2ee_room`: the encrypted events waiting for their room key and the
+   encrypted rooms, a row each (store/e2ee.py); the JSON lists of the key-value `e2ee:pending`
+   and `e2ee:rooms` carried over, and gone
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from types import SimpleNamespace
 
 import peewee as pw
 
+from . import keys
 from .ids import new_id, now_ms
 
 # Before pending rows, work in progress was one JSON value per kind (version 1).
@@ -106,6 +110,40 @@ def _add_schedules(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.Schedule], safe=True)
 
 
+def _legacy_list(m: SimpleNamespace, key: str) -> list:
+    """The JSON list of a key-value row of an older store ([] if none, or not a list), and the
+    row gone."""
+    V = m.Value
+    row = V.select(V.value).where(V.key == key).tuples().first()
+    V.delete().where(V.key == key).execute()
+    try:
+        found = json.loads(row[0]) if row is not None and row[0] else []
+    except ValueError:
+        found = []  # unreadable: the bridge read it as empty too
+    return found if isinstance(found, list) else []
+
+
+def _add_e2ee_tables(db: pw.Database, m: SimpleNamespace) -> None:
+    """The encryption's two tables, and what version 7 kept of it as JSON values carried over:
+    the events waiting for their room key (in their order; the waiting events are Matrix
+    events, read here only for the columns: `room_id`, `event_id`, `content.session_id`) and
+    the encrypted rooms."""
+    db.create_tables([m.E2eePending, m.E2eeRoom], safe=True)
+    now = now_ms()
+    for event in _legacy_list(m, keys.E2EE_PENDING):
+        if not (isinstance(event, dict) and isinstance(event.get("event_id"), str)
+                and isinstance(event.get("room_id"), str)):
+            continue  # the bridge could not have used it either
+        content = event.get("content") if isinstance(event.get("content"), dict) else {}
+        session_id = content.get("session_id") if isinstance(content.get("session_id"), str) else ""
+        m.E2eePending.insert(id=new_id(), event_id=event["event_id"], room_id=event["room_id"],
+                             session_id=session_id, event=json.dumps(event), received=now
+                             ).on_conflict_ignore().execute()
+    for room_id in _legacy_list(m, keys.E2EE_ROOMS):
+        if isinstance(room_id, str):
+            m.E2eeRoom.insert(room_id=room_id, marked=now).on_conflict_ignore().execute()
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
@@ -114,6 +152,7 @@ STEPS = [
     (5, _add_turns),
     (6, _add_session_cwd),
     (7, _add_schedules),
+    (8, _add_e2ee_tables),
 ]
 LATEST = STEPS[-1][0]
 

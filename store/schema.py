@@ -22,6 +22,8 @@ TABLES = (
     "sk_pending",
     "sk_turn",
     "sk_schedule",
+    "sk_e2ee_pending",
+    "sk_e2ee_room",
     "sk_schema",
 )
 
@@ -199,6 +201,30 @@ def build(db: pw.Database) -> SimpleNamespace:
             table_name = "sk_schedule"
             indexes = ((("channel_id", "number"), True),)
 
+    class E2eePending(Base):
+        # An encrypted event waiting for its room key (store/e2ee.py), a row each: written and
+        # crossed out one at a time; added by migration step 8 (before: the JSON list of the
+        # key-value `e2ee:pending`)
+        id = pw.TextField(primary_key=True)  # a new_id(): the order they came in
+        event_id = pw.TextField(unique=True)
+        room_id = pw.TextField()
+        session_id = pw.TextField()  # the key it waits for, in its room
+        event = pw.TextField()  # JSON: the event as it came
+        received = pw.BigIntegerField()  # ms
+
+        class Meta:
+            table_name = "sk_e2ee_pending"
+            indexes = ((("room_id", "session_id"), False),)
+
+    class E2eeRoom(Base):
+        # A room known to be encrypted (store/e2ee.py); added by migration step 8 (before: the
+        # JSON list of the key-value `e2ee:rooms`)
+        room_id = pw.TextField(primary_key=True)
+        marked = pw.BigIntegerField()  # ms: when it was known (the migration's time for older ones)
+
+        class Meta:
+            table_name = "sk_e2ee_room"
+
     class Schema(Base):
         # One row: the store's schema version (store/migrations.py).
         version = pw.IntegerField()
@@ -219,11 +245,13 @@ def build(db: pw.Database) -> SimpleNamespace:
         Pending=Pending,
         Turn=Turn,
         Schedule=Schedule,
+        E2eePending=E2eePending,
+        E2eeRoom=E2eeRoom,
         Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
     models.all = [Channel, Member, MemberSetting, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
-                  Turn, Schedule, Schema]
+                  Turn, Schedule, E2eePending, E2eeRoom, Schema]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 

@@ -142,6 +142,14 @@ class Store:
             self._schedules = Schedules(self)
         return self._schedules
 
+    @property
+    def e2ee(self):
+        """What the bridge's encryption keeps: events waiting for a key, encrypted rooms (store/e2ee.py)."""
+        from .e2ee import E2ee
+        if self.__dict__.get("_e2ee") is None:
+            self._e2ee = E2ee(self)
+        return self._e2ee
+
     def _run(self, operation, *args, **kwargs):
         """Run `operation(self, ...)` as a store operation: for the store's other modules."""
         return _operation(operation)(self, *args, **kwargs)

@@ -7,18 +7,16 @@ devices received it, and handed to `Dispatcher.decrypted`, which handles it exac
 event (and de-duplicates it by its event id). A key that has not arrived yet is waited for a
 moment (the owner's client sends it just before the message, by another path); then the
 sender's device is asked for it, and after KEY_NOTICE_AFTER the room is told in one line. The
-event waits in the store (`e2ee:pending`) meanwhile: when its key comes — also after a restart —
-it is handled then, once.
+event waits in the store (`store.e2ee`: a row of `sk_e2ee_pending`) meanwhile: when its key comes
+— also after a restart — it is handled then, once. The rooms known to be encrypted are kept there
+too (`sk_e2ee_room`).
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from store import keys
 
 from ..matrix.dispatch import Encryption
 from ..matrix.intent import Outgoing
@@ -38,9 +36,7 @@ log = logging.getLogger(__name__)
 
 KEY_WAIT = 3.0           # seconds an event waits in line for its room key
 KEY_NOTICE_AFTER = 10.0  # seconds after which the room is told the message cannot be read (yet)
-PENDING = keys.E2EE_PENDING
-PENDING_MAX = 500
-ROOMS = keys.E2EE_ROOMS
+PENDING_MAX = 500  # the events the store keeps waiting for a key, the newest
 UNREADABLE = ("🔒 A message could not be decrypted: the bridge's device did not get its key. "
               "If it does not come by itself, send the message again; in Element, check that "
               "\"Never send encrypted messages to unverified sessions\" is off for this room.")
@@ -61,11 +57,11 @@ class E2EE:
         self.identities: "Identities | None" = None
         self.notices: "Notices | None" = None
         self.devices: dict[str, Device] = {}
-        self.rooms: set[str] = set(self._load(ROOMS, []))
+        self.rooms: set[str] = set(self._load(lambda store: store.e2ee.encrypted_rooms()))
         self.outgoing = EncryptingOutgoing(self)
         self._key_news: dict[tuple[str, str], asyncio.Event] = {}
-        self._pending: dict[str, dict] = {e["event_id"]: e for e in self._load(PENDING, [])
-                                          if isinstance(e, dict) and isinstance(e.get("event_id"), str)}
+        self._pending: dict[str, dict] = {e["event_id"]: e for e in self._load(lambda store: store.e2ee.waiting())
+                                          if isinstance(e.get("event_id"), str) and isinstance(e.get("room_id"), str)}
         self._told: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self._dispatcher: "Dispatcher | None" = None
@@ -82,17 +78,21 @@ class E2EE:
 
     # ---- store ----------------------------------------------------------------------------------
 
-    def _load(self, key: str, default):
+    def _load(self, read) -> list:
         try:
-            value = self.db.target.get_value(key)
-            return json.loads(value) if value else default
+            return list(read(self.db.target))
         except Exception:
-            return default
+            return []
 
-    def _save_pending(self) -> None:
-        events = json.dumps(list(self._pending.values())[-PENDING_MAX:])
+    def _keep_pending(self, event: dict) -> None:
+        """`event` waits for its key in the store too (kept over a restart)."""
+        store, session_id = self.db.target, str(event["content"].get("session_id", ""))
+        self.db.soon("an undecryptable event", lambda: store.e2ee.wait(
+            event["event_id"], event["room_id"], session_id, event, PENDING_MAX))
+
+    def _drop_pending(self, event_id: str) -> None:
         store = self.db.target
-        self.db.soon("the undecryptable events", lambda: store.set_value(PENDING, events))
+        self.db.soon("an undecryptable event handled", lambda: store.e2ee.done(event_id))
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -144,8 +144,8 @@ class E2EE:
                 device.forget_settings(room_id)
         if room_id not in self.rooms:
             self.rooms.add(room_id)
-            rooms, store = json.dumps(sorted(self.rooms)), self.db.target
-            self.db.soon("the encrypted rooms", lambda: store.set_value(ROOMS, rooms))
+            store = self.db.target
+            self.db.soon("an encrypted room", lambda: store.e2ee.mark_encrypted(room_id))
             log.info("%s is encrypted: events sent there are encrypted from now on", room_id)
 
     async def _confirm_encrypted(self, room_id: str) -> None:
@@ -237,7 +237,7 @@ class E2EE:
         if plain is not None:
             await dispatcher.decrypted(plain)
             if self._pending.pop(event.get("event_id"), None) is not None:
-                self._save_pending()
+                self._drop_pending(event["event_id"])
             return
         if not self.is_owner(str(event.get("sender"))):
             return  # a stranger's message would be ignored anyway
@@ -246,7 +246,7 @@ class E2EE:
         log.warning("%s in %s: no room key yet (session %s): asking for it", event.get("event_id"),
                     event["room_id"], content.get("session_id"))
         self._pending[event["event_id"]] = event
-        self._save_pending()
+        self._keep_pending(event)
         self._spawn(self._chase(event), f"e2ee key of {event.get('event_id')}")
 
     async def _chase(self, event: dict) -> None:
@@ -282,8 +282,8 @@ class E2EE:
                 log.warning("%s: decrypted late but not handled yet: %s", event_id, exc)
                 continue
             log.info("%s: its room key came late: handled now", event_id)
-            self._pending.pop(event_id, None)
-            self._save_pending()
+            if self._pending.pop(event_id, None) is not None:
+                self._drop_pending(event_id)
 
     # ---- crypto traffic of transactions ---------------------------------------------------------
 

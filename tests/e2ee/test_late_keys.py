@@ -1,29 +1,27 @@
 """A message whose room key comes late: waited for, asked for, told once, answered once."""
 import asyncio
-import json
 from types import SimpleNamespace
 
+import pytest
+
 from bridge.e2ee import crypto
-from bridge.e2ee.crypto import E2EE, PENDING
+from bridge.e2ee.crypto import E2EE
+from store import Store
 from store.offloop import OffLoop
 
 
-class Store:
-    def __init__(self):
-        self.values = {}
-
-    def get_value(self, key):
-        return self.values.get(key)
-
-    def set_value(self, key, value):
-        self.values[key] = value
+@pytest.fixture
+def parts():
+    parts = Parts()
+    yield parts
+    parts.store.close()
 
 
 class Parts:
     """What E2EE is handed: the config, the store, the channels, the identities, the notices."""
 
     def __init__(self):
-        self.store = Store()
+        self.store = Store.open(":memory:")
         self.db = OffLoop(self.store)  # the store's calls off the loop, as the bridge makes them
         self.notices = []
         self.bot = None
@@ -79,17 +77,17 @@ EVENT = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender"
                      "ciphertext": "x", "device_id": "D"}}
 
 
-async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(monkeypatch):
+async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(monkeypatch, parts):
     monkeypatch.setattr(crypto, "KEY_WAIT", 0.01)
     monkeypatch.setattr(crypto, "KEY_NOTICE_AFTER", 0.05)
-    parts, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
+    device, dispatcher = FakeDevice(), Dispatcher()
     e2ee = parts.e2ee()
     e2ee.devices[device.user_id] = device
     e2ee._dispatcher = dispatcher
     await e2ee.encrypted_event(EVENT, dispatcher)
     assert dispatcher.handled == []
     await parts.db.run(lambda: None)  # the writes made so far are done (the thread keeps order)
-    assert [e["event_id"] for e in json.loads(parts.store.values[PENDING])] == ["$e"]  # kept
+    assert [e["event_id"] for e in parts.store.e2ee.waiting("!r", "S")] == ["$e"]  # kept
     await asyncio.gather(*e2ee._tasks)
     assert device.requests == 1
     assert len(parts.notices) == 1 and "could not be decrypted" in parts.notices[0][1]
@@ -103,15 +101,15 @@ async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(m
     await asyncio.gather(*e2ee._tasks)
     assert dispatcher.handled == ["$e"]
     await parts.db.run(lambda: None)
-    assert json.loads(parts.store.values[PENDING]) == []
+    assert parts.store.e2ee.waiting() == []
     e2ee._room_key(device, "!r", "S")
     await asyncio.gather(*e2ee._tasks)
     assert dispatcher.handled == ["$e"]
 
 
-async def test_pending_messages_are_tried_again_at_the_next_start():
-    parts, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
-    parts.store.values[PENDING] = json.dumps([EVENT])
+async def test_pending_messages_are_tried_again_at_the_next_start(parts):
+    device, dispatcher = FakeDevice(), Dispatcher()
+    parts.store.e2ee.wait("$e", "!r", "S", EVENT)  # kept by the last run
     e2ee = parts.e2ee()
     device.key = True
     e2ee.devices[device.user_id] = device
@@ -119,12 +117,23 @@ async def test_pending_messages_are_tried_again_at_the_next_start():
     e2ee._dispatcher = dispatcher
     await e2ee._retry_pending()
     assert dispatcher.handled == ["$e"]
+    await parts.db.run(lambda: None)
+    assert parts.store.e2ee.waiting() == []
 
 
-async def test_a_strangers_undecryptable_message_is_not_waited_for_nor_told():
-    parts, device, dispatcher = Parts(), FakeDevice(), Dispatcher()
+async def test_a_strangers_undecryptable_message_is_not_waited_for_nor_told(parts):
+    device, dispatcher = FakeDevice(), Dispatcher()
     e2ee = parts.e2ee()
     e2ee.devices[device.user_id] = device
     await e2ee.encrypted_event({**EVENT, "sender": "@stranger:localhost"}, dispatcher)
     await parts.db.run(lambda: None)
-    assert not e2ee._tasks and not parts.notices and PENDING not in parts.store.values
+    assert not e2ee._tasks and not parts.notices and parts.store.e2ee.waiting() == []
+
+
+async def test_the_encrypted_rooms_are_kept_for_the_next_start(parts):
+    e2ee = parts.e2ee()
+    e2ee.mark_encrypted("!r")
+    e2ee.mark_encrypted("!r")
+    await parts.db.run(lambda: None)
+    assert parts.store.e2ee.encrypted_rooms() == ["!r"]
+    assert parts.e2ee().rooms == {"!r"}

@@ -131,8 +131,7 @@ async def test_only_the_bots_share_of_a_transactions_crypto_traffic_reaches_its_
     from bridge.e2ee.crypto import E2EE
 
     class Store:
-        def get_value(self, key):
-            return None
+        e2ee = SimpleNamespace(encrypted_rooms=lambda: [], waiting=lambda: [])
 
     bot, puppet = "@sidekicks:localhost", "@sk_alice:localhost"
     config = SimpleNamespace(device_traffic=bot_reads, bot_user_id=bot)

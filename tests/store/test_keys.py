@@ -21,3 +21,12 @@ def test_no_module_of_the_bridge_spells_a_key_itself():
     found = [f"{path.relative_to(root)}: {word}" for path in sorted((root / "bridge").rglob("*.py"))
              for word in spelled if word in path.read_text(encoding="utf-8")]
     assert found == []
+
+
+def test_the_keys_only_a_migration_step_reads_are_not_used_by_the_bridge():
+    """e2ee:pending and e2ee:rooms moved to tables of their own (migration step 8, store/e2ee.py)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    found = [str(path.relative_to(root)) for path in sorted((root / "bridge").rglob("*.py"))
+             if "E2EE_PENDING" in path.read_text(encoding="utf-8") or "E2EE_ROOMS" in path.read_text(encoding="utf-8")]
+    assert found == []

@@ -6,12 +6,20 @@ import json
 import pytest
 
 from store import Store, StoreError
-from store import schema
+from store import keys, schema
 from store.connect import connect
+from store.ids import new_id
 from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
-ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"]}  # 4 and 6 add a column
+ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"],
+         8: ["E2eePending", "E2eeRoom"]}  # 4 and 6 add a column
+
+# what the bridge's encryption kept: before version 8, two JSON lists in the key-value table
+WAITING = [{"event_id": f"$x{n}", "type": "m.room.encrypted", "room_id": "!r:hs", "sender": "@me:hs",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2", "session_id": f"S{n % 2}", "sender_key": "K",
+                        "ciphertext": "…", "device_id": "D"}} for n in range(3)]
+ENCRYPTED = ["!r:hs", "!dm:hs"]
 
 
 def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None:
@@ -34,6 +42,16 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
             m.MessageEvent.insert(event_id="$e1", channel_id="c1", message_id="m1").execute()
             db.execute_sql("INSERT INTO sk_txn (id) VALUES ('txn-1')")
             m.Value.insert(key="k", value="v").execute()
+            if v < 8:
+                m.Value.insert(key=keys.E2EE_PENDING, value=json.dumps(WAITING)).execute()
+                m.Value.insert(key=keys.E2EE_ROOMS, value=json.dumps(ENCRYPTED)).execute()
+            else:
+                for n, event in enumerate(WAITING):
+                    m.E2eePending.insert(id=new_id(), event_id=event["event_id"], room_id=event["room_id"],
+                                         session_id=event["content"]["session_id"], event=json.dumps(event),
+                                         received=1).execute()
+                for room_id in ENCRYPTED:
+                    m.E2eeRoom.insert(room_id=room_id, marked=1).execute()
             if legacy_pending and v == 1:  # version 1 kept work in progress as JSON values
                 m.Value.insert(key="prompts/pending", value=json.dumps({"$e1": {"room": "!r:hs", "done": []}})).execute()
             if legacy_pending and v >= 2:
@@ -67,6 +85,13 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     assert taken is not None and store.turns.claim(taken[1][0].id, "run") is not None
     made = store.schedules.add("c1", "", "alice", "look again", due=5, cron=None, most=10)
     assert [s.number for s in store.schedules.listed("c1")] == [made.number]
+    # the encryption's events waiting for a key and its encrypted rooms, in their tables
+    assert store.e2ee.waiting() == WAITING
+    assert store.e2ee.waiting("!r:hs", "S1") == [WAITING[1]]
+    assert store.e2ee.encrypted_rooms() == sorted(ENCRYPTED)
+    assert store.get_value(keys.E2EE_PENDING) is None and store.get_value(keys.E2EE_ROOMS) is None
+    store.e2ee.wait("$x3", "!r:hs", "S1", {"event_id": "$x3"})
+    assert store.e2ee.done("$x0") and [e["event_id"] for e in store.e2ee.waiting()] == ["$x1", "$x2", "$x3"]
 
 
 @pytest.mark.parametrize("v", [1, 2, 4])
@@ -81,6 +106,31 @@ def test_work_in_progress_of_an_older_store_becomes_turn_records(open_durable, d
         assert json.loads(route[0].text) == ["alice"]
     assert store._db.execute_sql("SELECT count(*) FROM sk_pending").fetchone()[0] == 0  # carried over
     assert store.get_value("prompts/pending") is None
+
+
+@pytest.mark.parametrize("pending, rooms", [("{not json", "[1, null, \"!r:hs\"]"),
+                                             ('{"$x": {}}', '"!r:hs"'),
+                                             ('[{"event_id": "$x"}, 3, {"event_id": "$y", "room_id": "!r:hs"}]', "")])
+def test_what_an_older_store_kept_for_encryption_is_carried_over_as_far_as_it_reads(
+        open_durable, durable_backend, pending, rooms):
+    """The bridge read an unreadable value as empty, and used only the events with an event id
+    and a room: so does the step that carries them over; the values go either way."""
+    make_store_of_version(durable_backend, 7)
+    db, lock = connect(durable_backend.database, durable_backend.folder)
+    try:
+        m = schema.build(db)
+        m.Value.update(value=pending).where(m.Value.key == keys.E2EE_PENDING).execute()
+        m.Value.update(value=rooms).where(m.Value.key == keys.E2EE_ROOMS).execute()
+    finally:
+        db.close()
+        if lock is not None:
+            lock.release()
+    store = open_durable()
+    waiting = store.e2ee.waiting()
+    assert waiting == ([{"event_id": "$y", "room_id": "!r:hs"}] if pending.startswith("[") else [])
+    assert store.e2ee.waiting("!r:hs", "") == waiting  # no session id: waits under none
+    assert store.e2ee.encrypted_rooms() == (["!r:hs"] if rooms.startswith("[") else [])
+    assert store.get_value(keys.E2EE_PENDING) is None and store.get_value(keys.E2EE_ROOMS) is None
 
 
 def test_a_new_store_starts_at_the_current_version(open_durable):

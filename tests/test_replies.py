@@ -78,7 +78,7 @@ def test_malformed_relations_are_not_replies():
 def test_a_number_answers_the_question_it_replies_to_else_the_latest():
     import asyncio
 
-    from bridge.channels.permissions import Pending, question_for
+    from bridge.channels.asks import Ask, answered_by
 
     loop = asyncio.new_event_loop()
     try:
@@ -86,16 +86,16 @@ def test_a_number_answers_the_question_it_replies_to_else_the_latest():
             future = loop.create_future()
             if done:
                 future.set_result(0)
-            return Pending(room, event_id, [{"optionId": "a"}, {"optionId": "b"}], future)
+            return Ask(room, event_id, [{"optionId": "a"}, {"optionId": "b"}], future)
 
         older, newer, elsewhere = question("!r", "$q1"), question("!r", "$q2"), question("!other", "$q3")
         decided = question("!r", "$q0", done=True)
         pending = [decided, older, newer, elsewhere]
-        assert question_for(pending, "!r", "$q1") is older      # the one it replies to
-        assert question_for(pending, "!r", None) is newer       # no reply: the latest open
-        assert question_for(pending, "!r", "$answer") is None   # a reply to something else
-        assert question_for(pending, "!r", "$q3") is None       # another room's question
-        assert question_for(pending, "!r", "$q0") is None       # decided already
-        assert question_for([decided], "!r", None) is None      # none open: an ordinary message
+        assert answered_by(pending, "!r", "$q1") is older      # the one it replies to
+        assert answered_by(pending, "!r", None) is newer       # no reply: the latest open
+        assert answered_by(pending, "!r", "$answer") is None   # a reply to something else
+        assert answered_by(pending, "!r", "$q3") is None       # another room's question
+        assert answered_by(pending, "!r", "$q0") is None       # decided already
+        assert answered_by([decided], "!r", None) is None      # none open: an ordinary message
     finally:
         loop.close()

@@ -2,7 +2,7 @@
 (bridge.py builds it), instead of the bridge itself.
 
 It is the widest of the parts, because a portal still does much — its members, their sessions,
-routing, its queue, and (turns.py) each turn's life and what the owner sees of it. The parts it
+routing, its queue, and each turn's life (turns.py) and what the owner sees of it (showing.py). The parts it
 holds are small: the store (`db`), the config, the agent pool, the open channels, who sends
 (identities, notices), and the few calls below. Those of `coding/` and of the scheduler are
 named by what a portal asks of them (the protocols here), so that this package imports neither:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 class Asking(Protocol):
     """Asks the owner for an agent (permissions.py: permissions; coding/questions.py:
-    elicitations): the answer, or None."""
+    elicitations; both through asks.py): the answer, or None."""
 
     async def ask(self, portal: Any, puppet: "Puppet", request: Any) -> Any: ...
 

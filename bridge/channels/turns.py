@@ -2,6 +2,9 @@
 
 Picks up the agent's session (kept, loaded or fresh), tells it what it has not seen, streams its
 answer into an `Answer`, and stores the answer once it is finished — never while it streams.
+This is the turn's life: its record's states (journal.py), its place in the agent's queue, its
+prompt, its stop and its end. What the owner sees while the agent works (status line, typing,
+plan and tool calls, the parts of the answer) is showing.py's.
 """
 from __future__ import annotations
 
@@ -20,13 +23,12 @@ from store.turns import DROPPED, ENDED, INTERRUPTED
 
 from .context import Line, build_prompt
 from ..matrix.client import MatrixError
-from ..matrix.media import outgoing_part, post
 from .prompt import attachment_prompt
 from .agent_files import roots_for
 from .render import escape_html
 from .routing import Turn
 from .journal import Journal
-from .silence import SilenceWatch
+from .showing import Showing
 from .stream import Answer, AnswerNotFinished, TxnIds
 
 if TYPE_CHECKING:
@@ -39,11 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATUS_THINKING = "💭 thinking…"
-STATUS_WRITING = "✍️ writing…"
 PAUSED = "⏸ the bridge stopped before this answer began: it is answered when the bridge is back"
-THINKING_AFTER = 0.4  # seconds without a part before the status says "thinking"
-TYPING_AFTER = 0.5    # seconds of work before the puppet shows typing
 PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
 STDERR_LINES = 12         # lines of a crashed agent's stderr shown in its notice
 FAILED_FINISH_TIMEOUT = 20  # seconds to mark an answer interrupted after a failure of the bridge
@@ -62,10 +60,6 @@ class Portal(Protocol):
     def pending(self) -> int: ...
 
     async def session_with(self, agent_name: str, agent: Any, also: Any = None) -> tuple[str, bool, Any]: ...
-
-
-def tool_status(title: str | None) -> str:
-    return f"🔧 using a tool: {title or 'a tool'}"
 
 
 class TurnRun:
@@ -215,12 +209,13 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     run.work = work = parts.work(puppet.intent, portal.room_id, config.attachment_bytes)
     run.prompt_event_id = incoming.event_id
     run.journal = journal
+    showing = Showing(answer, work, puppet, portal.room_id, notices=parts.notices,
+                      attachment_bytes=config.attachment_bytes, media_roots=partial(roots_for, config, turn.agent),
+                      courtesy=channels.courtesy, note_tool_call=run.note_tool_call)
     # the note and the place in the queue are taken together (no await between)
     note = waiting_note(channels, parts.pool, turn.agent)
     channels.queue(turn.agent).append(run)
     portal.current = run
-    typing: asyncio.Task | None = None
-    typed: list = []  # non-empty once typing was switched on
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
@@ -240,8 +235,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             run.agent = agent
             if note:  # it was waiting: the channel now shows its turn has come
                 answer.set_status(f"⏳ {agent_config.title} is getting ready…")
-            # typing while the agent works: from TYPING_AFTER into the prompt until it returns
-            typing = asyncio.create_task(_keep_typing(puppet, portal.room_id, posting, typed))
+            showing.typing_after(posting)  # typing while the agent works
             # the member and what the agent has not seen: read together, in one database call
             session_id, fresh, context = await portal.session_with(
                 turn.agent, agent, context_reader(portal.channel.id, config.context_messages, portal.pending()))
@@ -265,53 +259,18 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                     return
             if incoming.message_id is not None:  # a scheduled run answers no message of the room
                 channels.courtesy(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
-            # "thinking" only when the agent is slow to start: an edit in flight would hold
-            # back its first part
-            think = asyncio.get_running_loop().call_later(
-                THINKING_AFTER, lambda: answer.set_status(STATUS_THINKING) if not answer.text else None)
-
-            quiet = SilenceWatch(answer, lambda: agent.asking)  # "nothing received for 30 s"
-
-            def on_update(update: Update) -> None:
-                think.cancel()
-                quiet.heard()
-                if update.kind == "text":
-                    answer.set_status(STATUS_WRITING)
-                    part = outgoing_part(update.raw.get("content"))  # an image, a file (media.py)
-                    if part is None or isinstance(part, str):
-                        answer.append(update.text if part is None else part)
-                    else:
-                        answer.add_media(partial(post, puppet.intent, portal.room_id, part,
-                                                 config.attachment_bytes, roots_for(config, turn.agent)),
-                                         part.tag)
-                elif update.kind == "thought":
-                    answer.set_status(STATUS_THINKING)
-                elif update.kind == "plan":
-                    work.update(update)
-                elif update.kind == "notice" and update.text:
-                    channels.courtesy(parts.notices.send(puppet, portal.room_id, f"⚠️ {update.text}"))
-                elif update.kind in ("tool_call", "tool_call_update"):
-                    work.update(update)
-                    known = run.note_tool_call(update)
-                    if update.status in ("completed", "failed"):
-                        answer.set_status(STATUS_THINKING)
-                    else:
-                        answer.set_status(tool_status(update.title or known.get("title")))
-
             try:
-                quiet.start()
+                showing.prompting(lambda: agent.asking)
                 # its record says "prompted" before the agent can have it (at most once), and the
                 # prompt is written the moment that is done
-                stop_reason = await agent.prompt(session_id, prompt, on_update,
+                stop_reason = await agent.prompt(session_id, prompt, showing.on_update,
                                                  partial(parts.permissions.ask, portal, puppet),
                                                  partial(parts.questions.ask, portal, puppet),
                                                  before_send=lambda: _prompting(run),
                                                  on_sent=lambda: journal.prompted(answer.event_ids))
             finally:
-                think.cancel()
-                quiet.stop()
-                typing.cancel()  # the agent is done; a busy homeserver is no reason to type
-        await _shown(work)
+                showing.prompted()
+        await showing.work_shown()
         footer = "⏹ stopped" if stop_reason == "cancelled" else parts.stop_line(stop_reason)
         # the agent is done: a stop from here on lets the complete answer land and be stored
         # (within FINISH_ON_STOP) rather than marking it interrupted
@@ -361,7 +320,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         if not answer.finished:
             await asyncio.shield(_interrupted(answer, why, timeout=FAILED_FINISH_TIMEOUT))
     finally:
-        await asyncio.shield(_shown(work))  # the plan and tool calls keep their last state
+        await asyncio.shield(showing.work_shown())  # the plan and tool calls keep their last state
         if not journal.closed:
             _close_record(run, seen)
         await _leave_queue(channels, parts.pool, run)
@@ -370,28 +329,13 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         if channels.active_turns.get(turn.agent) is portal:
             del channels.active_turns[turn.agent]
             parts.presence.answering(turn.agent, None)
-        if typing is not None:
-            typing.cancel()
-            try:
-                await typing  # a typing request in flight lands before the one that ends it
-            except (asyncio.CancelledError, Exception):
-                pass
-            if typed:
-                await puppet.intent.typing(portal.room_id, False)
+        await showing.typing_ended()
 
 
 async def _after(first: asyncio.Task, then) -> None:
     """`then` once `first` is done: the placeholder is not kept waiting by courtesy requests."""
     await asyncio.wait({first})
     await then
-
-
-async def _shown(work: "WorkShown") -> None:
-    """The turn's plan and tool-call messages show their final state (errors logged)."""
-    try:
-        await work.close()
-    except Exception:
-        log.exception("the plan or tool calls of a turn could not be shown")
 
 
 def _begin(run: TurnRun, posting: asyncio.Task) -> None:
@@ -475,14 +419,3 @@ def _failure(exc: BaseException) -> str:
     if isinstance(exc, StoreError):
         return "the database failed while this answer was written"
     return "an error in the bridge (see its log)"
-
-
-async def _keep_typing(puppet, room_id: str, posting: asyncio.Task, started: list) -> None:
-    """Typing, for answers that take a while: a quick answer needs no typing notice, and the
-    first message goes out first so that nothing competes with it at the homeserver."""
-    await asyncio.sleep(TYPING_AFTER)
-    await asyncio.wait({posting})
-    started.append(True)
-    while True:
-        await puppet.intent.typing(room_id, True)
-        await asyncio.sleep(25)

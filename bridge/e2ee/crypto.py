@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..matrix.dispatch import Encryption
 from ..matrix.intent import Outgoing
@@ -63,6 +63,7 @@ class E2EE:
         self._pending: dict[str, dict] = {e["event_id"]: e for e in self._load(lambda store: store.e2ee.waiting())
                                           if isinstance(e.get("event_id"), str) and isinstance(e.get("room_id"), str)}
         self._told: set[str] = set()
+        self._unsaved: dict[tuple, Any] = {}  # store writes not yet done: tried again with the next
         self._tasks: set[asyncio.Task] = set()
         self._dispatcher: "Dispatcher | None" = None
         # the homeserver sends the bot's crypto traffic in transactions: the bot's device reads
@@ -86,13 +87,36 @@ class E2EE:
 
     def _keep_pending(self, event: dict) -> None:
         """`event` waits for its key in the store too (kept over a restart)."""
-        store, session_id = self.db.target, str(event["content"].get("session_id", ""))
-        self.db.soon("an undecryptable event", lambda: store.e2ee.wait(
-            event["event_id"], event["room_id"], session_id, event, PENDING_MAX))
+        event_id, room_id = event["event_id"], event["room_id"]
+        session_id = str(event["content"].get("session_id", ""))
+        self._write(("event", event_id), "an undecryptable event",
+                    lambda store: store.e2ee.wait(event_id, room_id, session_id, event, PENDING_MAX))
 
     def _drop_pending(self, event_id: str) -> None:
+        self._write(("event", event_id), "an undecryptable event handled", lambda store: store.e2ee.done(event_id))
+
+    def _write(self, key: tuple, what: str, write) -> None:
+        """`write(store)` on the database thread, not waited for. One that fails (the store is
+        away) is written again with the next: each is a row of its own, and a row lost would be
+        an event never decrypted after a restart. The newest write of a key replaces an older
+        one still unwritten (an event handled is not kept waiting); every write may repeat."""
+        self._unsaved[key] = write
+        writes = list(self._unsaved.items())
         store = self.db.target
-        self.db.soon("an undecryptable event handled", lambda: store.e2ee.done(event_id))
+
+        def flush() -> None:
+            for _, each in writes:
+                each(store)
+
+        def settled(future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                log.info("%s not written (again with the next): %s", what,
+                         "cancelled" if future.cancelled() else future.exception())
+                return
+            for done_key, each in writes:
+                if self._unsaved.get(done_key) is each:
+                    del self._unsaved[done_key]
+        self.db.thread.run(flush).add_done_callback(settled)
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -144,8 +168,7 @@ class E2EE:
                 device.forget_settings(room_id)
         if room_id not in self.rooms:
             self.rooms.add(room_id)
-            store = self.db.target
-            self.db.soon("an encrypted room", lambda: store.e2ee.mark_encrypted(room_id))
+            self._write(("room", room_id), "an encrypted room", lambda store: store.e2ee.mark_encrypted(room_id))
             log.info("%s is encrypted: events sent there are encrypted from now on", room_id)
 
     async def _confirm_encrypted(self, room_id: str) -> None:

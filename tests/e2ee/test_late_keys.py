@@ -137,3 +137,32 @@ async def test_the_encrypted_rooms_are_kept_for_the_next_start(parts):
     await parts.db.run(lambda: None)
     assert parts.store.e2ee.encrypted_rooms() == ["!r"]
     assert parts.e2ee().rooms == {"!r"}
+
+
+async def test_a_write_the_store_refused_is_written_with_the_next(monkeypatch, parts):
+    """A waiting event or an encrypted room whose row the store refused (it was away) is written
+    again with the next write: a restart then still finds it."""
+    e2ee = parts.e2ee()
+    real_wait, refused = parts.store.e2ee.wait, []
+
+    def away_once(*args, **kwargs):
+        if not refused:
+            refused.append(args[0])
+            raise RuntimeError("the database is away")
+        return real_wait(*args, **kwargs)
+    monkeypatch.setattr(parts.store.e2ee, "wait", away_once)
+    e2ee._keep_pending(EVENT)
+    await parts.db.run(lambda: None)
+    assert refused == ["$e"] and parts.store.e2ee.waiting() == []
+    e2ee.mark_encrypted("!r")  # the next write takes the refused one along
+    await parts.db.run(lambda: None)
+    assert [e["event_id"] for e in parts.store.e2ee.waiting()] == ["$e"]
+    assert parts.store.e2ee.encrypted_rooms() == ["!r"] and e2ee._unsaved == {}
+    # an event handled before its refused row was written is not kept waiting
+    refused.clear()
+    other = {**EVENT, "event_id": "$f"}
+    e2ee._keep_pending(other)
+    await parts.db.run(lambda: None)
+    e2ee._drop_pending("$f")
+    await parts.db.run(lambda: None)
+    assert [e["event_id"] for e in parts.store.e2ee.waiting()] == ["$e"]

@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from . import keys
 from .ids import new_id, now_ms
 from .records import Message, TurnRecord
 
@@ -61,7 +62,8 @@ class Turns:
              turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "",
              ) -> tuple[Message, list[TurnRecord]] | None:
         """Store the owner message `event_id` and its turns ((agent, text, alone), in order);
-        None if that message is stored already (the homeserver sent it again)."""
+        None if that message is stored already (the homeserver sent it again). Either way the
+        event is recorded as handled (keys.handled_event), in the same transaction."""
         return self._store._run(_take, channel_id, sender, stored_text, event_id, turns, run, conversation)
 
     def add(self, channel_id: str, prompt_event: str, message_id: str | None,
@@ -165,6 +167,9 @@ def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id
 def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_id: str,
           turns, run: str, conversation: str):
     with store._db.atomic():
+        # the event counts as handled in the same transaction (the dispatcher's record of it,
+        # keys.handled_event): one write fewer before its turns start
+        store._hot.mark_txn.run(id=keys.handled_event(event_id), seen=now_ms())
         if store._hot.by_event.rows(event_id=event_id):
             return None
         message = store._add_message(channel_id, sender, "user", stored_text, [event_id])

@@ -6,6 +6,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from bridge.matrix.appservice import AppserviceServer, DeviceTraffic, Transaction, device_traffic, transaction_key
 from bridge.matrix.dispatch import Dispatcher, Encryption
+from store import keys
 
 
 def _async(call):
@@ -222,6 +223,38 @@ async def test_an_event_delivered_again_is_not_handled_again_whatever_its_kind()
     # a catch-up of the same message is the same event
     await dispatcher.event(owner_message("$cmd", "!new test alice"))
     assert handled == ["!new test alice", "1"]
+
+
+async def test_a_handler_that_recorded_its_event_itself_is_not_recorded_again():
+    """An owner message taken with its turns is recorded as handled in that write (store/turns
+    .py `take`): the dispatcher writes nothing more for it; any other is recorded by the
+    dispatcher (the database thread writes it before the next call)."""
+    dispatcher = owned_dispatcher()
+    store = dispatcher.db.target
+    marked: list = []
+    real_mark = store.mark_txn
+
+    def mark(key):
+        marked.append(key)
+        real_mark(key)
+    store.mark_txn = mark
+
+    async def taking(event, room_id, sender, content):
+        real_mark(keys.handled_event(event["event_id"]))  # as take does, in its own write
+        return True
+
+    async def other(event, room_id, sender, content):
+        return None
+
+    dispatcher._handlers["m.room.message"] = taking
+    dispatcher._handlers["m.room.name"] = other
+    await dispatcher.transaction(Transaction("1", [
+        owner_message("$taken", "hi"),
+        {"event_id": "$nm", "type": "m.room.name", "room_id": "!r", "sender": "@owner:localhost",
+         "content": {"name": "x"}}]))
+    assert await dispatcher.db.txn_seen(keys.handled_event("$nm"))  # written before this check
+    assert marked == [keys.handled_event("$nm")]
+    assert await dispatcher.db.txn_seen(keys.handled_event("$taken"))
 
 
 async def test_a_transaction_not_handled_in_full_is_refused_and_comes_again_without_repeats():

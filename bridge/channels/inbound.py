@@ -162,7 +162,9 @@ class Inbound:
 
     # ---- messages -----------------------------------------------------------------------------
 
-    async def message(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+    async def message(self, event: dict, room_id: str, sender: str, content: dict) -> bool | None:
+        """An owner's message; True once it is taken (store/turns.py `take` records the event
+        as handled in the same write, Dispatcher)."""
         if not self.is_owner(sender):
             return  # strangers never reach an agent (SPEC §5)
         relates = content.get("m.relates_to")
@@ -213,17 +215,18 @@ class Inbound:
         # starts once, whatever stops the bridge and whichever path finds it first
         decision, taken = await portal.take(sender, stored, event_id, body, formatted, mentions)
         if taken is None:
-            return  # already taken (a transaction delivered again)
+            return True  # already taken (a transaction delivered again)
         message, turns = taken
         if decision.nobody:
             members = portal.member_names()
             await self.notices.notice(portal, "Nobody answers this one: mention an agent, like "
                                 + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
                                 + ", to get an answer.")
-            return
+            return True
         incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment)
         for turn in turns:
             portal.submit(turn, incoming)
+        return True
 
     async def reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         relates = content.get("m.relates_to")

@@ -83,7 +83,9 @@ class Encryption:
             await self.say_encrypted(event["room_id"])
 
 
-Handler = Callable[[dict, str, str, dict], Awaitable[None]]  # (event, room, sender, content)
+# (event, room, sender, content) → True when the handler recorded the event as handled itself,
+# in the same write as what it did (keys.handled_event); else the dispatcher records it
+Handler = Callable[[dict, str, str, dict], Awaitable["bool | None"]]
 
 
 class Outage(Protocol):
@@ -159,10 +161,10 @@ class Dispatcher:
         if await db.txn_seen(key):
             log.debug("event %s was handled already", event_id)
             return
-        await self._run(event, handler(event, room_id, sender, content))
+        if await self._run(event, handler(event, room_id, sender, content)):
+            return  # the handler recorded it with its own write (an owner message and its turns)
         # not waited for: the database thread writes it before any later call (the next event's
-        # check, the turn's claim), and a homeserver that sends the event again sends it after
-        # this answer — no round trip between a message and its agent's prompt
+        # check), and a homeserver that sends the event again sends it after this answer
         store = db.target
         db.soon(f"event {event_id} handled", lambda: store.mark_txn(key))
 
@@ -175,11 +177,11 @@ class Dispatcher:
     async def _room_encrypted(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         await self.encryption.room_encrypted(room_id)
 
-    async def _run(self, event: dict, handling) -> None:
-        """Await a handler: a transient failure passes (the transaction is refused); any other
-        is logged and the event counts as handled."""
+    async def _run(self, event: dict, handling) -> bool | None:
+        """Await a handler, and return what it returns: a transient failure passes (the
+        transaction is refused); any other is logged and the event counts as handled."""
         try:
-            await handling
+            return await handling
         except Exception as exc:
             if transient(exc):
                 log.warning("event %s: %s; the homeserver will send it again", event.get("event_id"), exc)

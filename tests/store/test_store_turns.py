@@ -4,6 +4,8 @@ and `done` in one transaction."""
 
 import pytest
 
+from store import keys
+
 from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, POSTED, PROMPTED, PROMPTING, TAKEN
 
 RUN, NEXT = "run-1", "run-2"
@@ -41,6 +43,14 @@ def test_a_failed_take_stores_neither_message_nor_turns(store, channel):
     with pytest.raises(LookupError):  # no such channel: the message insert fails, nothing stays
         store.turns.take("nope", "@me:hs", "hi", "$m1", [("alice", "hi", False)], RUN)
     assert store.message_by_event("$m1") is None and store.turns.unfinished() == []
+    assert not store.txn_seen(keys.handled_event("$m1"))  # nor is the event recorded as handled
+
+
+def test_a_take_records_its_event_as_handled_in_the_same_write(store, channel):
+    assert not store.txn_seen(keys.handled_event("$m1"))
+    take(store, channel)
+    assert store.txn_seen(keys.handled_event("$m1"))  # the dispatcher's record of the event
+    assert take(store, channel) is None and store.txn_seen(keys.handled_event("$m1"))
 
 
 def test_a_turn_is_claimed_once_per_run(store, channel):

@@ -170,8 +170,8 @@ class Subprocess:
 
 
 def _store_conftest():
-    """tests/store/conftest.py, for its throwaway PostgreSQL cluster (not a conftest here)."""
-    path = Path(__file__).resolve().parents[1] / "store" / "conftest.py"
+    """tests/unit/store/conftest.py, for its throwaway PostgreSQL cluster (not a conftest here)."""
+    path = Path(__file__).resolve().parents[1] / "unit" / "store" / "conftest.py"
     spec = importlib.util.spec_from_file_location("sidekicks_store_conftest", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -7,14 +7,13 @@ agent (tests/agents/coding_agent.py), which logs every JSON-RPC message it recei
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import nio
 
 from bridge_harness import answers_in
-from helpers import say
+from helpers import received, say
 from matrix_helpers import events_in, sync_until
 
 from test_answers import appservice_with, room_with, react, reactions_on, wait_final
@@ -27,12 +26,6 @@ PLAN_STEPS = ["Read the code", "Write the change", "Run the tests", "Tidy up"]
 
 def coding(log: Path, *options: str, title: str = "Alice") -> dict:
     return {"command": [sys.executable, str(CODING), "--log", str(log), *options], "title": title}
-
-
-def received(log: Path) -> list[dict]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
 def calls(log: Path, method: str) -> list[dict]:

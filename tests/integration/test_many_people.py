@@ -20,7 +20,7 @@ import config as configuration
 from bridge.local.homeserver import Homeserver, free_port
 from bridge_harness import Deliveries, RunningBridge, agent, answers_in
 from config import registration as registrations
-from helpers import prompts, say
+from helpers import open_dm, prompts, say
 from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until
 
 DOMAIN = "localhost"
@@ -62,14 +62,6 @@ async def start(path: Path) -> RunningBridge:
     deliveries.install(bridge.server.app)
     await bridge.start()
     return RunningBridge(bridge, cfg, deliveries)
-
-
-async def open_dm(owner: nio.AsyncClient, puppet_id: str) -> str:
-    response = await owner.room_create(is_direct=True, invite=[puppet_id],
-                                       preset=nio.RoomPreset.trusted_private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await wait_member(owner, response.room_id, puppet_id, "join")
-    return response.room_id
 
 
 async def wait_member(client: nio.AsyncClient, room_id: str, user_id: str, membership: str) -> None:

@@ -122,7 +122,7 @@ def framing_figures(repeats: int, mib: int = 32) -> dict:
 
 
 class _Stdio:
-    """An ACP agent process driven line by line (the bench's own, like tests/model's)."""
+    """An ACP agent process driven line by line (the bench's own, like tests/unit/acp/agents')."""
 
     def __init__(self, *command: str) -> None:
         self.t0 = time.perf_counter()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common import ROOT, p50, p99
 
-sys.path.insert(0, str(ROOT / "tests" / "model"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "acp" / "agents"))
 from stdio_client import AgentProcess  # noqa: E402
 
 from acp.agents.model import DEFAULT_KV_RAM_MIB  # noqa: E402

@@ -1,6 +1,7 @@
 import pytest
 
 from bridge_harness import start_bridge
+from matrix_helpers import login
 
 
 @pytest.fixture
@@ -16,3 +17,26 @@ async def bridge_factory(homeserver, tmp_path):
     yield make
     for running in reversed(started):
         await running.stop()
+
+
+@pytest.fixture
+async def owner(homeserver):
+    """The owner's matrix-nio client on the shared Synapse (a device and a store of its own,
+    recording events, no end-to-end encryption: tests/matrix_helpers.py `login`), closed at the
+    end whatever happened. Name it after `bridge_factory` among a test's arguments: it is then
+    closed before the test's bridges stop, as a `try/finally` in the test would."""
+    client = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def stranger(homeserver):
+    """The stranger's matrix-nio client (@stranger:localhost, not the bridge's owner), like `owner`."""
+    client = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
+    try:
+        yield client
+    finally:
+        await client.close()

@@ -15,16 +15,10 @@ import yaml
 from bridge.channels.stream import SPLIT_WEIGHT
 from bridge.matrix.intent import weight
 from bridge_harness import SCRIPTED, agent, answers_in
-from matrix_helpers import caught_up, events_in, login, sync_until
+from helpers import is_final, joined, received, say
+from matrix_helpers import caught_up, events_in, sync_until
 
 ALICE = "@sk_alice:localhost"
-STATUS = ("⏳", "💭", "✍️", "🔧")
-
-
-def received(log_path) -> list[dict]:
-    if not log_path.exists():
-        return []
-    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
 
 
 def methods(log_path) -> list[str]:
@@ -35,23 +29,11 @@ def prompt_count(log_path) -> int:
     return methods(log_path).count("session/prompt")
 
 
-def joined(owner, room_id, user_id) -> bool:
-    state = [e for e in events_in(owner, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
-
-
 async def room_with(owner: nio.AsyncClient, puppet_id: str = ALICE, name: str = "general") -> str:
     response = await owner.room_create(name=name, invite=[puppet_id], preset=nio.RoomPreset.private_chat)
     assert isinstance(response, nio.RoomCreateResponse), response
     await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
     return response.room_id
-
-
-async def say(client: nio.AsyncClient, room_id: str, text: str) -> str:
-    response = await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
-    assert isinstance(response, nio.RoomSendResponse), response
-    return response.event_id
 
 
 async def react(client: nio.AsyncClient, room_id: str, event_id: str, key: str) -> None:
@@ -73,10 +55,6 @@ def answers(owner, room_id, sender=ALICE) -> list[dict]:
 
 def prompts_for_permission(owner, room_id) -> list[dict]:
     return [m for m in messages(owner, room_id) if "asks permission" in m["history"][0]]
-
-
-def is_final(answer: dict) -> bool:
-    return not answer["body"].startswith(STATUS) and "getting ready" not in answer["body"]
 
 
 async def wait_final(owner, room_id, count=1, timeout=60) -> list[dict]:
@@ -115,108 +93,90 @@ async def permission_prompt(owner, room_id) -> dict:
 
 # ---- permissions -----------------------------------------------------------------------------
 
-async def test_permission_allowed_by_the_owners_reaction(homeserver, bridge_factory, tmp_path):
+async def test_permission_allowed_by_the_owners_reaction(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     await bridge_factory({"alice": agent("--log", str(log), title="Alice")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await room_with(owner)
-        await say(owner, room_id, "[[permission]] please write notes")
-        prompt = await permission_prompt(owner, room_id)
-        body = prompt["body"]
-        assert "Alice asks permission: ✏️ Write notes.txt" in body
-        assert "1. ✅ Allow once" in body and "2. ❌ Reject" in body
-        assert reactions_on(owner, room_id, prompt["event_id"]) == ["1\ufe0f\u20e3", "2\ufe0f\u20e3"]
-        # while it waits, the answer's status line says so
-        await sync_until(owner, lambda: any("waiting for your permission: Write notes.txt" in b
-                                            for a in answers(owner, room_id) for b in a["history"]))
-        assert not is_final(answers(owner, room_id)[0])
+    room_id = await room_with(owner)
+    await say(owner, room_id, "[[permission]] please write notes")
+    prompt = await permission_prompt(owner, room_id)
+    body = prompt["body"]
+    assert "Alice asks permission: ✏️ Write notes.txt" in body
+    assert "1. ✅ Allow once" in body and "2. ❌ Reject" in body
+    assert reactions_on(owner, room_id, prompt["event_id"]) == ["1\ufe0f\u20e3", "2\ufe0f\u20e3"]
+    # while it waits, the answer's status line says so
+    await sync_until(owner, lambda: any("waiting for your permission: Write notes.txt" in b
+                                        for a in answers(owner, room_id) for b in a["history"]))
+    assert not is_final(answers(owner, room_id)[0])
 
-        await react(owner, room_id, prompt["event_id"], "1\ufe0f\u20e3")
-        found = await wait_final(owner, room_id)
-        assert found[0]["body"] == "allowed"
-        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
-            "✅ Allowed once"))
-        replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
-        assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "allow_once"}]
-    finally:
-        await owner.close()
+    await react(owner, room_id, prompt["event_id"], "1\ufe0f\u20e3")
+    found = await wait_final(owner, room_id)
+    assert found[0]["body"] == "allowed"
+    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
+        "✅ Allowed once"))
+    replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+    assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "allow_once"}]
 
 
-async def test_permission_rejected_by_a_numbered_reply(homeserver, bridge_factory, tmp_path):
+async def test_permission_rejected_by_a_numbered_reply(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await room_with(owner)
-        await say(owner, room_id, "[[permission]] write notes")
-        await permission_prompt(owner, room_id)
-        await say(owner, room_id, "2")
-        found = await wait_final(owner, room_id)
-        assert found[0]["body"] == "rejected"
-        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
-        # the "2" answered the question: it is neither a prompt nor stored as a message
-        assert prompt_count(log) == 1
-        channel = running.store.channel_by_room(room_id)
-        # stored right after its final edit
-        await sync_until(owner, lambda: len(running.store.last_messages(channel.id, 10)) == 2)
-        assert [m.text for m in running.store.last_messages(channel.id, 10)] == [
-            "[[permission]] write notes", "rejected"]
-    finally:
-        await owner.close()
+    room_id = await room_with(owner)
+    await say(owner, room_id, "[[permission]] write notes")
+    await permission_prompt(owner, room_id)
+    await say(owner, room_id, "2")
+    found = await wait_final(owner, room_id)
+    assert found[0]["body"] == "rejected"
+    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
+    # the "2" answered the question: it is neither a prompt nor stored as a message
+    assert prompt_count(log) == 1
+    channel = running.store.channel_by_room(room_id)
+    # stored right after its final edit
+    await sync_until(owner, lambda: len(running.store.last_messages(channel.id, 10)) == 2)
+    assert [m.text for m in running.store.last_messages(channel.id, 10)] == [
+        "[[permission]] write notes", "rejected"]
 
 
-async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(homeserver, bridge_factory, tmp_path):
+async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(homeserver, bridge_factory, tmp_path, owner, stranger):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
-    try:
-        room_id = await room_with(owner)
-        await owner.room_invite(room_id, homeserver.stranger_id)
-        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
-        await say(owner, room_id, "[[permission]] write notes")
-        prompt = await permission_prompt(owner, room_id)
-        await react(stranger, room_id, prompt["event_id"], "1\ufe0f\u20e3")
-        marker = await say(stranger, room_id, "1")
-        # both handled (in order): had either counted, the question would be answered "allow"
-        # now, and the owner's "reject" below could not change it
-        await running.handled(marker)
-        await caught_up(owner, room_id)
-        # still waiting: no decision, no answer, the agent got no reply
-        assert not prompts_for_permission(owner, room_id)[0]["body"].endswith(("✅ Allowed once", "❌ Rejected"))
-        assert prompts_for_permission(owner, room_id)[0]["edits"] == 0
-        assert not is_final(answers(owner, room_id)[0])
-        assert not [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+    room_id = await room_with(owner)
+    await owner.room_invite(room_id, homeserver.stranger_id)
+    assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+    await say(owner, room_id, "[[permission]] write notes")
+    prompt = await permission_prompt(owner, room_id)
+    await react(stranger, room_id, prompt["event_id"], "1\ufe0f\u20e3")
+    marker = await say(stranger, room_id, "1")
+    # both handled (in order): had either counted, the question would be answered "allow"
+    # now, and the owner's "reject" below could not change it
+    await running.handled(marker)
+    await caught_up(owner, room_id)
+    # still waiting: no decision, no answer, the agent got no reply
+    assert not prompts_for_permission(owner, room_id)[0]["body"].endswith(("✅ Allowed once", "❌ Rejected"))
+    assert prompts_for_permission(owner, room_id)[0]["edits"] == 0
+    assert not is_final(answers(owner, room_id)[0])
+    assert not [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
 
-        await react(owner, room_id, prompt["event_id"], "2\ufe0f\u20e3")
-        found = await wait_final(owner, room_id)
-        assert found[0]["body"] == "rejected"
-        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
-        replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
-        assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "reject_once"}]
-    finally:
-        await owner.close()
-        await stranger.close()
+    await react(owner, room_id, prompt["event_id"], "2\ufe0f\u20e3")
+    found = await wait_final(owner, room_id)
+    assert found[0]["body"] == "rejected"
+    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
+    replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+    assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "reject_once"}]
 
 
-async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_factory, tmp_path):
+async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     await bridge_factory({"alice": agent("--log", str(log))},
                          appservice=appservice_with(homeserver, permission_timeout=1))
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await room_with(owner)
-        await say(owner, room_id, "[[permission]] write notes")
-        # no wait for the question first: with 1 s to answer, it may be over before it is seen
-        found = await wait_final(owner, room_id)
-        assert found[0]["body"] == "⏹ stopped"
-        await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
-            "⏱ No answer: cancelled"))
-        replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
-        assert [r["result"]["outcome"] for r in replies] == [{"outcome": "cancelled"}]
-    finally:
-        await owner.close()
+    room_id = await room_with(owner)
+    await say(owner, room_id, "[[permission]] write notes")
+    # no wait for the question first: with 1 s to answer, it may be over before it is seen
+    found = await wait_final(owner, room_id)
+    assert found[0]["body"] == "⏹ stopped"
+    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
+        "⏱ No answer: cancelled"))
+    replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+    assert [r["result"]["outcome"] for r in replies] == [{"outcome": "cancelled"}]
 
 
 # ---- cancel ------------------------------------------------------------------------------------
@@ -235,27 +195,22 @@ async def _held_answer_started(owner, room_id, release, text: str = HELD) -> str
     return prompt_id
 
 
-async def test_redacting_the_prompt_cancels_its_answer(homeserver, bridge_factory, tmp_path):
+async def test_redacting_the_prompt_cancels_its_answer(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     await bridge_factory({"alice": agent("--log", str(log))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await room_with(owner)
-        prompt_id = await _held_answer_started(owner, room_id, tmp_path / "never")
-        assert isinstance(await owner.room_redact(room_id, prompt_id), nio.RoomRedactResponse)
-        found = await wait_final(owner, room_id)
-        # the agent could only end it because it was cancelled: cut after its first part
-        assert found[0]["body"].startswith("echo") and found[0]["body"].endswith("\n\n⏹ stopped")
-        assert HELD not in found[0]["body"]
-        assert "session/cancel" in methods(log) and prompts_ended(log) == ["cancelled"]
-    finally:
-        await owner.close()
+    room_id = await room_with(owner)
+    prompt_id = await _held_answer_started(owner, room_id, tmp_path / "never")
+    assert isinstance(await owner.room_redact(room_id, prompt_id), nio.RoomRedactResponse)
+    found = await wait_final(owner, room_id)
+    # the agent could only end it because it was cancelled: cut after its first part
+    assert found[0]["body"].startswith("echo") and found[0]["body"].endswith("\n\n⏹ stopped")
+    assert HELD not in found[0]["body"]
+    assert "session/cancel" in methods(log) and prompts_ended(log) == ["cancelled"]
 
 
-async def test_a_queued_message_redacted_is_never_answered(homeserver, bridge_factory, tmp_path):
+async def test_a_queued_message_redacted_is_never_answered(bridge_factory, tmp_path, owner):
     log, release = tmp_path / "alice.log", tmp_path / "release"
     running = await bridge_factory({"alice": agent("--log", str(log))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room_id = await room_with(owner)
         await _held_answer_started(owner, room_id, release)
@@ -279,58 +234,48 @@ async def test_a_queued_message_redacted_is_never_answered(homeserver, bridge_fa
         assert "forget this one" not in [m.text for m in running.store.last_messages(channel.id, 10)]
     finally:
         release.touch()
-        await owner.close()
 
 
-async def test_a_stop_reaction_on_the_answer_cancels_it(homeserver, bridge_factory, tmp_path):
+async def test_a_stop_reaction_on_the_answer_cancels_it(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     await bridge_factory({"alice": agent("--log", str(log))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await room_with(owner)
-        await _held_answer_started(owner, room_id, tmp_path / "never")
-        await react(owner, room_id, answers(owner, room_id)[0]["event_id"], "🛑")
-        found = await wait_final(owner, room_id)
-        assert found[0]["body"].startswith("echo") and found[0]["body"].endswith("\n\n⏹ stopped")
-        assert HELD not in found[0]["body"]
-        assert "session/cancel" in methods(log) and prompts_ended(log) == ["cancelled"]
-        # the next message is answered as usual
-        await say(owner, room_id, "still there?")
-        found = await wait_final(owner, room_id, count=2)
-        assert found[1]["body"] == "echo: still there?"
-    finally:
-        await owner.close()
+    room_id = await room_with(owner)
+    await _held_answer_started(owner, room_id, tmp_path / "never")
+    await react(owner, room_id, answers(owner, room_id)[0]["event_id"], "🛑")
+    found = await wait_final(owner, room_id)
+    assert found[0]["body"].startswith("echo") and found[0]["body"].endswith("\n\n⏹ stopped")
+    assert HELD not in found[0]["body"]
+    assert "session/cancel" in methods(log) and prompts_ended(log) == ["cancelled"]
+    # the next message is answered as usual
+    await say(owner, room_id, "still there?")
+    found = await wait_final(owner, room_id, count=2)
+    assert found[1]["body"] == "echo: still there?"
 
 
 # ---- whose turn it is ----------------------------------------------------------------------------
 
-async def test_an_agent_busy_in_its_direct_chat_is_said_so_not_as_a_channel(homeserver, bridge_factory, tmp_path):
+async def test_an_agent_busy_in_its_direct_chat_is_said_so_not_as_a_channel(bridge_factory, tmp_path, owner):
     """The DM with an agent is a direct channel stored under the agent's name; the waiting note
     in another room says "your direct chat", never "#alice", a channel the owner never made."""
     release = tmp_path / "release"
     await bridge_factory({"alice": agent(title="Alice")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        created = await owner.room_create(is_direct=True, invite=[ALICE], preset=nio.RoomPreset.trusted_private_chat)
-        assert isinstance(created, nio.RoomCreateResponse), created
-        direct = created.room_id
-        await sync_until(owner, lambda: joined(owner, direct, ALICE))
-        other = await room_with(owner, name="second")
-        await _held_answer_started(owner, direct, release, "a long one")
-        await say(owner, other, "short one")
-        await sync_until(owner, lambda: any("this channel is next" in a["body"] for a in answers(owner, other)))
-        release.touch()
-        done = await wait_final(owner, other)
-        assert done[0]["history"][0] == "⏳ Alice is getting ready… (answering in your direct chat; this channel is next)"
-        await wait_final(owner, direct)
-    finally:
-        await owner.close()
+    created = await owner.room_create(is_direct=True, invite=[ALICE], preset=nio.RoomPreset.trusted_private_chat)
+    assert isinstance(created, nio.RoomCreateResponse), created
+    direct = created.room_id
+    await sync_until(owner, lambda: joined(owner, direct, ALICE))
+    other = await room_with(owner, name="second")
+    await _held_answer_started(owner, direct, release, "a long one")
+    await say(owner, other, "short one")
+    await sync_until(owner, lambda: any("this channel is next" in a["body"] for a in answers(owner, other)))
+    release.touch()
+    done = await wait_final(owner, other)
+    assert done[0]["history"][0] == "⏳ Alice is getting ready… (answering in your direct chat; this channel is next)"
+    await wait_final(owner, direct)
 
 
-async def test_a_message_for_an_agent_busy_elsewhere_waits_and_says_whose_turn(homeserver, bridge_factory, tmp_path):
+async def test_a_message_for_an_agent_busy_elsewhere_waits_and_says_whose_turn(bridge_factory, tmp_path, owner):
     release = tmp_path / "release"
     await bridge_factory({"alice": agent(title="Alice")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         first = await room_with(owner, name="first")
         second = await room_with(owner, name="second")
@@ -359,13 +304,11 @@ async def test_a_message_for_an_agent_busy_elsewhere_waits_and_says_whose_turn(h
         assert second_text and min(second_text) >= first_end
     finally:
         release.touch()
-        await owner.close()
 
 
-async def test_a_waiting_answer_cancelled_by_redaction_stops_at_once(homeserver, bridge_factory, tmp_path):
+async def test_a_waiting_answer_cancelled_by_redaction_stops_at_once(bridge_factory, tmp_path, owner):
     log, release = tmp_path / "alice.log", tmp_path / "release"
     await bridge_factory({"alice": agent("--log", str(log), title="Alice")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         first = await room_with(owner, name="first")
         second = await room_with(owner, name="second")
@@ -387,7 +330,6 @@ async def test_a_waiting_answer_cancelled_by_redaction_stops_at_once(homeserver,
         assert found[1]["body"].startswith("echo: ") and found[1]["body"].endswith("now then")
     finally:
         release.touch()
-        await owner.close()
 
 
 # ---- long answers ---------------------------------------------------------------------------------
@@ -400,38 +342,33 @@ def scripted_text(size: int) -> str:
     return module.generated_text(size)
 
 
-async def test_a_40000_character_answer_arrives_in_three_messages(homeserver, bridge_factory, tmp_path):
+async def test_a_40000_character_answer_arrives_in_three_messages(bridge_factory, tmp_path, owner):
     running = await bridge_factory({"alice": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await room_with(owner)
-        await say(owner, room_id, "[[size:40000]]")
-        expected = scripted_text(40000)
-        # 40,714 in weight (each line's newline is 2 escaped in JSON): three messages of at most 15,000
-        await sync_until(owner, lambda: len(answers(owner, room_id)) == 3
-                         and "".join(a["body"] for a in answers(owner, room_id)) == expected)
-        found = answers(owner, room_id)
-        assert all(weight(a["body"]) <= SPLIT_WEIGHT for a in found)
-        assert all(a["edits"] <= 100 for a in found)
-        ids = {a["event_id"] for a in found}
-        edits = [e for e in events_in(owner, room_id)
-                 if (e["content"].get("m.relates_to") or {}).get("event_id") in ids]
-        assert edits and max(len(json.dumps(e).encode("utf-8")) for e in edits) < 64 * 1024
-        channel = running.store.channel_by_room(room_id)
-        await sync_until(owner, lambda: any(m.role == "agent" for m in running.store.last_messages(channel.id, 10)))
-        stored = [m for m in running.store.last_messages(channel.id, 10) if m.role == "agent"]
-        assert len(stored) == 1 and stored[0].text == expected
-        assert stored[0].event_ids == tuple(a["event_id"] for a in found)
-    finally:
-        await owner.close()
+    room_id = await room_with(owner)
+    await say(owner, room_id, "[[size:40000]]")
+    expected = scripted_text(40000)
+    # 40,714 in weight (each line's newline is 2 escaped in JSON): three messages of at most 15,000
+    await sync_until(owner, lambda: len(answers(owner, room_id)) == 3
+                     and "".join(a["body"] for a in answers(owner, room_id)) == expected)
+    found = answers(owner, room_id)
+    assert all(weight(a["body"]) <= SPLIT_WEIGHT for a in found)
+    assert all(a["edits"] <= 100 for a in found)
+    ids = {a["event_id"] for a in found}
+    edits = [e for e in events_in(owner, room_id)
+             if (e["content"].get("m.relates_to") or {}).get("event_id") in ids]
+    assert edits and max(len(json.dumps(e).encode("utf-8")) for e in edits) < 64 * 1024
+    channel = running.store.channel_by_room(room_id)
+    await sync_until(owner, lambda: any(m.role == "agent" for m in running.store.last_messages(channel.id, 10)))
+    stored = [m for m in running.store.last_messages(channel.id, 10) if m.role == "agent"]
+    assert len(stored) == 1 and stored[0].text == expected
+    assert stored[0].event_ids == tuple(a["event_id"] for a in found)
 
 
 # ---- typing -----------------------------------------------------------------------------------------
 
-async def test_the_puppet_types_while_it_works_and_stops_after(homeserver, bridge_factory, tmp_path):
+async def test_the_puppet_types_while_it_works_and_stops_after(bridge_factory, tmp_path, owner):
     release = tmp_path / "release"
     await bridge_factory({"alice": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room_id = await room_with(owner)
 
@@ -447,13 +384,12 @@ async def test_the_puppet_types_while_it_works_and_stops_after(homeserver, bridg
         await sync_until(owner, lambda: ALICE not in typing())
     finally:
         release.touch()
-        await owner.close()
 
 
 # ---- an agent silent for a while ---------------------------------------------------------------
 
-async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(homeserver, bridge_factory, tmp_path,
-                                                                    monkeypatch):
+async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(bridge_factory, tmp_path,
+                                                                    monkeypatch, owner):
     # an agent that holds after its first part (OpenCode retrying its model showed nothing for
     # 80 s): the status says how long nothing came and how to stop it; the answer then ends as
     # usual. SILENT_AFTER is 30 s in use; 0.5 s here.
@@ -461,7 +397,6 @@ async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(homeserver, 
     monkeypatch.setattr(silence, "SILENT_AFTER", 0.5)
     release = tmp_path / "release"
     await bridge_factory({"alice": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room_id = await room_with(owner)
         await say(owner, room_id, f"[[chunks:2]] [[hold:{release}]] slowly")
@@ -476,41 +411,36 @@ async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(homeserver, 
         assert answer["body"] == "echo: [[chunks:2]] [[hold:" + str(release) + "]] slowly"
     finally:
         release.touch()
-        await owner.close()
 
 
 # ---- crash ----------------------------------------------------------------------------------------
 
 async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agent(
-        homeserver, bridge_factory, tmp_path):
+        bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     # the restarted agent's fresh session is told the past (ADR §4): cut short there, the crash
     # directive is not repeated
     running = await bridge_factory({"alice": agent("--log", str(log))}, limits={"context_chars": 10})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await room_with(owner)
+    room_id = await room_with(owner)
 
-        def crash_notices() -> list[str]:
-            return [m["body"] for m in messages(owner, room_id) if m["msgtype"] == "m.notice"]
-        await say(owner, room_id, "go on then [[crash]]")
-        await sync_until(owner, lambda: any("echo" in a["body"] for a in answers(owner, room_id)))
-        # how soon the notice comes is measured by tests/bench (bench_faults: crash → notice)
-        await sync_until(owner, lambda: crash_notices())
-        notice = crash_notices()[0]
-        assert "exit code 3" in notice and "crashing mid-answer on purpose" in notice
-        found = await wait_final(owner, room_id)
-        assert "interrupted" in found[0]["body"] and "exit code 3" in found[0]["body"]
-        await running.idle()  # the turns are over: answers stored, nothing more to come
-        channel = running.store.channel_by_room(room_id)
-        assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user"]  # cut: not stored
+    def crash_notices() -> list[str]:
+        return [m["body"] for m in messages(owner, room_id) if m["msgtype"] == "m.notice"]
+    await say(owner, room_id, "go on then [[crash]]")
+    await sync_until(owner, lambda: any("echo" in a["body"] for a in answers(owner, room_id)))
+    # how soon the notice comes is measured by tests/bench (bench_faults: crash → notice)
+    await sync_until(owner, lambda: crash_notices())
+    notice = crash_notices()[0]
+    assert "exit code 3" in notice and "crashing mid-answer on purpose" in notice
+    found = await wait_final(owner, room_id)
+    assert "interrupted" in found[0]["body"] and "exit code 3" in found[0]["body"]
+    await running.idle()  # the turns are over: answers stored, nothing more to come
+    channel = running.store.channel_by_room(room_id)
+    assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user"]  # cut: not stored
 
-        await say(owner, room_id, "are you back?")
-        found = await wait_final(owner, room_id, count=2)
-        assert found[1]["body"].endswith("are you back?") and found[1]["body"].startswith("echo: ")
-        assert prompt_count(log) == 2 and methods(log).count("initialize") == 2
-    finally:
-        await owner.close()
+    await say(owner, room_id, "are you back?")
+    found = await wait_final(owner, room_id, count=2)
+    assert found[1]["body"].endswith("are you back?") and found[1]["body"].startswith("echo: ")
+    assert prompt_count(log) == 2 and methods(log).count("initialize") == 2
 
 
 # ---- the permission prompt's text (no homeserver needed) -----------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import struct
 import zlib
 from urllib.parse import urlparse
@@ -18,10 +17,10 @@ import aiohttp
 import nio
 
 from bridge_harness import agent, answers_in
-from matrix_helpers import caught_up, events_in, login, sync_until
+from helpers import is_final, joined, open_dm, received
+from matrix_helpers import caught_up, events_in, sync_until
 
 ALICE = "@sk_alice:localhost"
-STATUS = ("⏳", "💭", "✍️", "🔧")
 
 
 def png(width: int = 2, height: int = 2, extra: int = 0) -> bytes:
@@ -34,29 +33,9 @@ def png(width: int = 2, height: int = 2, extra: int = 0) -> bytes:
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
-def received(log_path) -> list[dict]:
-    if not log_path.exists():
-        return []
-    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-
-
 def prompts(log_path) -> list[list[dict]]:
     """The content blocks of every session/prompt the agent received, in order."""
     return [m["params"]["prompt"] for m in received(log_path) if m.get("method") == "session/prompt"]
-
-
-def joined(owner, room_id, user_id) -> bool:
-    state = [e for e in events_in(owner, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
-
-
-async def direct_room(owner, puppet_id: str = ALICE) -> str:
-    response = await owner.room_create(is_direct=True, invite=[puppet_id],
-                                       preset=nio.RoomPreset.trusted_private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
-    return response.room_id
 
 
 async def upload(owner, data: bytes, mimetype: str, name: str) -> str:
@@ -84,10 +63,6 @@ def messages(owner, room_id, sender=ALICE) -> list[dict]:
     return answers_in(events_in(owner, room_id), sender)
 
 
-def is_final(message: dict) -> bool:
-    return not message["body"].startswith(STATUS) and "getting ready" not in message["body"]
-
-
 async def wait_messages(owner, room_id, count: int, sender=ALICE) -> list[dict]:
     def done():
         found = messages(owner, room_id, sender)
@@ -108,185 +83,157 @@ async def download(homeserver, owner, mxc: str) -> bytes:
 # ---- owner → agent ------------------------------------------------------------------------------
 
 async def test_an_image_with_and_without_caption_reaches_the_agent_as_an_image_block(
-        homeserver, bridge_factory, tmp_path):
+        bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log), "--prompt-caps", "image",
                                                    "--answer", "seen")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room = await direct_room(owner)
-        image = png()
-        await send_file(owner, room, image, "image/png", "dot.png")
-        await wait_messages(owner, room, 1)
-        await send_file(owner, room, image, "image/png", "dot.png", caption="what colour is this?")
-        await wait_messages(owner, room, 2)
-        await running.idle()
-        first, second = prompts(log)
-        encoded = base64.b64encode(image).decode()
-        assert first == [{"type": "image", "mimeType": "image/png", "data": encoded}]  # no file name as text
-        assert second[0]["type"] == "text" and second[0]["text"].endswith("what colour is this?")
-        assert second[1:] == [{"type": "image", "mimeType": "image/png", "data": encoded}]
-        stored = [m.text for m in running.store.last_messages(running.store.channel_by_room(room).id, 10)
-                  if m.role == "user"]
-        assert stored == ["[image: dot.png]", "[image: dot.png] what colour is this?"]
-    finally:
-        await owner.close()
+    room = await open_dm(owner)
+    image = png()
+    await send_file(owner, room, image, "image/png", "dot.png")
+    await wait_messages(owner, room, 1)
+    await send_file(owner, room, image, "image/png", "dot.png", caption="what colour is this?")
+    await wait_messages(owner, room, 2)
+    await running.idle()
+    first, second = prompts(log)
+    encoded = base64.b64encode(image).decode()
+    assert first == [{"type": "image", "mimeType": "image/png", "data": encoded}]  # no file name as text
+    assert second[0]["type"] == "text" and second[0]["text"].endswith("what colour is this?")
+    assert second[1:] == [{"type": "image", "mimeType": "image/png", "data": encoded}]
+    stored = [m.text for m in running.store.last_messages(running.store.channel_by_room(room).id, 10)
+              if m.role == "user"]
+    assert stored == ["[image: dot.png]", "[image: dot.png] what colour is this?"]
 
 
-async def test_a_text_file_is_an_embedded_resource_or_its_text(homeserver, bridge_factory, tmp_path):
+async def test_a_text_file_is_an_embedded_resource_or_its_text(bridge_factory, tmp_path, owner):
     alice_log, bob_log = tmp_path / "alice.log", tmp_path / "bob.log"
     running = await bridge_factory({
         "alice": agent("--log", str(alice_log), "--prompt-caps", "embeddedContext", "--answer", "read"),
         "bob": agent("--log", str(bob_log), "--answer", "read")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        text = "def add(a, b):\n    return a + b  # é\n"
-        alice_room = await direct_room(owner, ALICE)
-        event_id = await send_file(owner, alice_room, text.encode(), "text/x-python", "add.py", msgtype="m.file")
-        bob_room = await direct_room(owner, "@sk_bob:localhost")
-        await send_file(owner, bob_room, text.encode(), "text/x-python", "add.py", caption="review this",
-                        msgtype="m.file")
-        await wait_messages(owner, alice_room, 1)
-        await wait_messages(owner, bob_room, 1, sender="@sk_bob:localhost")
-        await running.idle()
-        (alice_prompt,), (bob_prompt,) = prompts(alice_log), prompts(bob_log)
-        assert alice_prompt[0] == {"type": "text", "text": "[file: add.py]"}
-        resource = alice_prompt[1]["resource"]
-        assert alice_prompt[1]["type"] == "resource" and resource["text"] == text
-        assert resource["mimeType"] == "text/x-python" and resource["uri"].startswith("mxc://localhost/")
-        assert [b["type"] for b in bob_prompt] == ["text", "text"]
-        assert bob_prompt[0]["text"].endswith("review this")
-        assert bob_prompt[1]["text"] == f"[Contents of add.py]\n{text}\n[End of add.py]"
-        assert running.store.message_by_event(event_id).text == "[file: add.py]"
-    finally:
-        await owner.close()
+    text = "def add(a, b):\n    return a + b  # é\n"
+    alice_room = await open_dm(owner, ALICE)
+    event_id = await send_file(owner, alice_room, text.encode(), "text/x-python", "add.py", msgtype="m.file")
+    bob_room = await open_dm(owner, "@sk_bob:localhost")
+    await send_file(owner, bob_room, text.encode(), "text/x-python", "add.py", caption="review this",
+                    msgtype="m.file")
+    await wait_messages(owner, alice_room, 1)
+    await wait_messages(owner, bob_room, 1, sender="@sk_bob:localhost")
+    await running.idle()
+    (alice_prompt,), (bob_prompt,) = prompts(alice_log), prompts(bob_log)
+    assert alice_prompt[0] == {"type": "text", "text": "[file: add.py]"}
+    resource = alice_prompt[1]["resource"]
+    assert alice_prompt[1]["type"] == "resource" and resource["text"] == text
+    assert resource["mimeType"] == "text/x-python" and resource["uri"].startswith("mxc://localhost/")
+    assert [b["type"] for b in bob_prompt] == ["text", "text"]
+    assert bob_prompt[0]["text"].endswith("review this")
+    assert bob_prompt[1]["text"] == f"[Contents of add.py]\n{text}\n[End of add.py]"
+    assert running.store.message_by_event(event_id).text == "[file: add.py]"
 
 
-async def test_an_agent_without_image_support_gets_one_line_and_no_prompt(homeserver, bridge_factory, tmp_path):
+async def test_an_agent_without_image_support_gets_one_line_and_no_prompt(bridge_factory, tmp_path, owner):
     log = tmp_path / "local.log"
     running = await bridge_factory({"local": agent("--log", str(log), title="Local model")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     puppet = "@sk_local:localhost"
-    try:
-        room = await direct_room(owner, puppet)
-        await send_file(owner, room, png(), "image/png", "dot.png", caption="what is it?")
-        (line,) = await wait_messages(owner, room, 1, sender=puppet)
-        await running.idle()
-        assert line["body"] == "⚠️ Local model cannot look at images, so dot.png was not passed on."
-        assert prompts(log) == []  # no prompt, with or without the image
-        channel = running.store.channel_by_room(room)
-        assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user"]  # the line is not an answer
-    finally:
-        await owner.close()
+    room = await open_dm(owner, puppet)
+    await send_file(owner, room, png(), "image/png", "dot.png", caption="what is it?")
+    (line,) = await wait_messages(owner, room, 1, sender=puppet)
+    await running.idle()
+    assert line["body"] == "⚠️ Local model cannot look at images, so dot.png was not passed on."
+    assert prompts(log) == []  # no prompt, with or without the image
+    channel = running.store.channel_by_room(room)
+    assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user"]  # the line is not an answer
 
 
-async def test_attachments_past_the_size_limit_get_a_clear_line(homeserver, bridge_factory, tmp_path):
+async def test_attachments_past_the_size_limit_get_a_clear_line(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log), "--prompt-caps", "image")},
                                    limits={"attachment_mib": 0.01})  # 10 KiB
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room = await direct_room(owner)
-        big = png(extra=20 * 1024)
-        declared = await send_file(owner, room, big, "image/png", "big.png")
-        await sync_until(owner, lambda: any("big.png is 20 KiB" in m["body"] for m in messages(owner, room)))
-        # a message that says it is small: the download stops at the limit
-        await send_file(owner, room, big, "image/png", "liar.png", size=100)
-        await wait_messages(owner, room, 2)
-        await running.idle()
-        bodies = [m["body"] for m in messages(owner, room)]
-        assert bodies == [
-            "big.png is 20 KiB; agents take attachments of up to 10 KiB (limits.attachment_mib), "
-            "so it was not passed on.",
-            "⚠️ liar.png is bigger than the 10 KiB agents take (limits.attachment_mib), so it was not passed on."]
-        assert prompts(log) == []
-        assert running.store.message_by_event(declared) is None  # refused at once: not a prompt
-    finally:
-        await owner.close()
+    room = await open_dm(owner)
+    big = png(extra=20 * 1024)
+    declared = await send_file(owner, room, big, "image/png", "big.png")
+    await sync_until(owner, lambda: any("big.png is 20 KiB" in m["body"] for m in messages(owner, room)))
+    # a message that says it is small: the download stops at the limit
+    await send_file(owner, room, big, "image/png", "liar.png", size=100)
+    await wait_messages(owner, room, 2)
+    await running.idle()
+    bodies = [m["body"] for m in messages(owner, room)]
+    assert bodies == [
+        "big.png is 20 KiB; agents take attachments of up to 10 KiB (limits.attachment_mib), "
+        "so it was not passed on.",
+        "⚠️ liar.png is bigger than the 10 KiB agents take (limits.attachment_mib), so it was not passed on."]
+    assert prompts(log) == []
+    assert running.store.message_by_event(declared) is None  # refused at once: not a prompt
 
 
-async def test_other_message_kinds_do_what_the_readme_says(homeserver, bridge_factory, tmp_path):
+async def test_other_message_kinds_do_what_the_readme_says(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log), "--answer", "ok")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room = await direct_room(owner)
-        await send(owner, room, {"msgtype": "m.emote", "body": "waves"})
-        await wait_messages(owner, room, 1)
-        await send(owner, room, {"msgtype": "m.location", "body": "Big Ben", "geo_uri": "geo:51.5007,-0.1246"})
-        await wait_messages(owner, room, 2)
-        await send(owner, room, {"org.matrix.msc3381.poll.start": {
-            "question": {"org.matrix.msc1767.text": "Lunch?"}, "kind": "org.matrix.msc3381.poll.disclosed",
-            "max_selections": 1, "answers": [{"id": "a", "org.matrix.msc1767.text": "Pizza"},
-                                             {"id": "b", "org.matrix.msc1767.text": "Soup"}]},
-            "org.matrix.msc1767.text": "Lunch?\n1. Pizza\n2. Soup"}, event_type="org.matrix.msc3381.poll.start")
-        await wait_messages(owner, room, 3)
-        sticker = await upload(owner, png(), "image/png", "sticker.png")
-        await send(owner, room, {"body": "thumbs up", "url": sticker, "info": {"mimetype": "image/png"}},
-                   event_type="m.sticker")
-        await wait_messages(owner, room, 4)
-        notice = await send(owner, room, {"msgtype": "m.notice", "body": "build finished"})
-        await running.handled(notice)
-        await running.idle()
-        await caught_up(owner, room)
-        texts = [p[0]["text"] for p in prompts(log)]
-        assert texts == ["*waves*", "[location: Big Ben] geo:51.5007,-0.1246", "[poll] Lunch?\n1. Pizza\n2. Soup"]
-        shown = messages(owner, room)
-        assert shown[3]["body"] == "⚠️ alice cannot look at images, so the sticker “thumbs up” was not passed on."
-        assert len(shown) == 4  # the notice: not passed on, not answered
-    finally:
-        await owner.close()
+    room = await open_dm(owner)
+    await send(owner, room, {"msgtype": "m.emote", "body": "waves"})
+    await wait_messages(owner, room, 1)
+    await send(owner, room, {"msgtype": "m.location", "body": "Big Ben", "geo_uri": "geo:51.5007,-0.1246"})
+    await wait_messages(owner, room, 2)
+    await send(owner, room, {"org.matrix.msc3381.poll.start": {
+        "question": {"org.matrix.msc1767.text": "Lunch?"}, "kind": "org.matrix.msc3381.poll.disclosed",
+        "max_selections": 1, "answers": [{"id": "a", "org.matrix.msc1767.text": "Pizza"},
+                                         {"id": "b", "org.matrix.msc1767.text": "Soup"}]},
+        "org.matrix.msc1767.text": "Lunch?\n1. Pizza\n2. Soup"}, event_type="org.matrix.msc3381.poll.start")
+    await wait_messages(owner, room, 3)
+    sticker = await upload(owner, png(), "image/png", "sticker.png")
+    await send(owner, room, {"body": "thumbs up", "url": sticker, "info": {"mimetype": "image/png"}},
+               event_type="m.sticker")
+    await wait_messages(owner, room, 4)
+    notice = await send(owner, room, {"msgtype": "m.notice", "body": "build finished"})
+    await running.handled(notice)
+    await running.idle()
+    await caught_up(owner, room)
+    texts = [p[0]["text"] for p in prompts(log)]
+    assert texts == ["*waves*", "[location: Big Ben] geo:51.5007,-0.1246", "[poll] Lunch?\n1. Pizza\n2. Soup"]
+    shown = messages(owner, room)
+    assert shown[3]["body"] == "⚠️ alice cannot look at images, so the sticker “thumbs up” was not passed on."
+    assert len(shown) == 4  # the notice: not passed on, not answered
 
 
 # ---- agent → owner ------------------------------------------------------------------------------
 
-async def test_an_agents_image_comes_back_as_an_m_image_with_the_same_bytes(homeserver, bridge_factory, tmp_path):
+async def test_an_agents_image_comes_back_as_an_m_image_with_the_same_bytes(homeserver, bridge_factory, tmp_path, owner):
     image = png(3, 3)
     picture = tmp_path / "red.png"
     picture.write_bytes(image)
     running = await bridge_factory({"alice": agent("--reply-image", str(picture))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room = await direct_room(owner)
-        prompt = await send(owner, room, {"msgtype": "m.text", "body": "draw a red square"})
-        await running.handled(prompt)
-        await running.idle()
-        await caught_up(owner, room)
-        shown = messages(owner, room)
-        assert [(m["msgtype"], m["body"]) for m in shown] == [
-            ("m.text", "Here is the image:"), ("m.image", "image.png"), ("m.text", "That is all.")]
-        event = next(e for e in events_in(owner, room) if e["event_id"] == shown[1]["event_id"])
-        assert event["content"]["info"] == {"mimetype": "image/png", "size": len(image)}
-        assert await download(homeserver, owner, event["content"]["url"]) == image
-        channel = running.store.channel_by_room(room)
-        answer = [m for m in running.store.last_messages(channel.id, 10) if m.role == "agent"]
-        assert answer[0].text == "Here is the image:\n[image: image.png]\nThat is all."
-        assert set(answer[0].event_ids) == {m["event_id"] for m in shown}
-        assert running.store.message_by_event(prompt) is not None
-    finally:
-        await owner.close()
+    room = await open_dm(owner)
+    prompt = await send(owner, room, {"msgtype": "m.text", "body": "draw a red square"})
+    await running.handled(prompt)
+    await running.idle()
+    await caught_up(owner, room)
+    shown = messages(owner, room)
+    assert [(m["msgtype"], m["body"]) for m in shown] == [
+        ("m.text", "Here is the image:"), ("m.image", "image.png"), ("m.text", "That is all.")]
+    event = next(e for e in events_in(owner, room) if e["event_id"] == shown[1]["event_id"])
+    assert event["content"]["info"] == {"mimetype": "image/png", "size": len(image)}
+    assert await download(homeserver, owner, event["content"]["url"]) == image
+    channel = running.store.channel_by_room(room)
+    answer = [m for m in running.store.last_messages(channel.id, 10) if m.role == "agent"]
+    assert answer[0].text == "Here is the image:\n[image: image.png]\nThat is all."
+    assert set(answer[0].event_ids) == {m["event_id"] for m in shown}
+    assert running.store.message_by_event(prompt) is not None
 
 
-async def test_an_agents_file_resource_comes_back_as_an_m_file(homeserver, bridge_factory, tmp_path):
+async def test_an_agents_file_resource_comes_back_as_an_m_file(homeserver, bridge_factory, tmp_path, owner):
     plan = tmp_path / "plan.md"
     plan.write_text("# Plan\n- one\n")
     running = await bridge_factory({"alice": agent("--reply-resource", str(plan))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room = await direct_room(owner)
-        await running.handled(await send(owner, room, {"msgtype": "m.text", "body": "write a plan"}))
-        await running.idle()
-        await caught_up(owner, room)
-        shown = messages(owner, room)
-        assert [(m["msgtype"], m["body"]) for m in shown] == [("m.text", "Here is the file:"), ("m.file", "plan.md")]
-        event = next(e for e in events_in(owner, room) if e["event_id"] == shown[1]["event_id"])
-        assert await download(homeserver, owner, event["content"]["url"]) == b"# Plan\n- one\n"
-    finally:
-        await owner.close()
+    room = await open_dm(owner)
+    await running.handled(await send(owner, room, {"msgtype": "m.text", "body": "write a plan"}))
+    await running.idle()
+    await caught_up(owner, room)
+    shown = messages(owner, room)
+    assert [(m["msgtype"], m["body"]) for m in shown] == [("m.text", "Here is the file:"), ("m.file", "plan.md")]
+    event = next(e for e in events_in(owner, room) if e["event_id"] == shown[1]["event_id"])
+    assert await download(homeserver, owner, event["content"]["url"]) == b"# Plan\n- one\n"
 
 
 async def test_an_attachment_left_unanswered_by_a_stop_reaches_the_next_agent_after_the_restart(
-        homeserver, bridge_factory, tmp_path):
+        bridge_factory, tmp_path, owner):
     """The store keeps "[image: dot.png] caption"; the next start reads the event again, so the
     agent whose turn had not begun still gets the image and the caption (not the stored text)."""
     release = tmp_path / "release"
@@ -295,30 +242,26 @@ async def test_an_attachment_left_unanswered_by_a_stop_reaches_the_next_agent_af
               "bob": agent("--log", str(bob_log), "--prompt-caps", "image", "--answer", "a dot")}
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder)
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        made = await owner.room_create(name="pics", invite=[ALICE, "@sk_bob:localhost"],
-                                       preset=nio.RoomPreset.private_chat)
-        assert isinstance(made, nio.RoomCreateResponse), made
-        room = made.room_id
-        await sync_until(owner, lambda: joined(owner, room, ALICE) and joined(owner, room, "@sk_bob:localhost"))
-        image = png()
-        await send_file(owner, room, image, "image/png", "dot.png", caption="@alice @bob what is this?")
-        await wait_until_prompted(alice_log)  # alice holds her answer: bob's turn has not begun
-        await running.stop()
-        assert prompts(bob_log) == []
+    made = await owner.room_create(name="pics", invite=[ALICE, "@sk_bob:localhost"],
+                                   preset=nio.RoomPreset.private_chat)
+    assert isinstance(made, nio.RoomCreateResponse), made
+    room = made.room_id
+    await sync_until(owner, lambda: joined(owner, room, ALICE) and joined(owner, room, "@sk_bob:localhost"))
+    image = png()
+    await send_file(owner, room, image, "image/png", "dot.png", caption="@alice @bob what is this?")
+    await wait_until_prompted(alice_log)  # alice holds her answer: bob's turn has not begun
+    await running.stop()
+    assert prompts(bob_log) == []
 
-        release.touch()
-        running = await bridge_factory(agents, folder=folder)
-        await wait_until_prompted(bob_log)
-        await running.idle()
-        (bob_prompt,) = prompts(bob_log)
-        assert bob_prompt[0]["type"] == "text" and bob_prompt[0]["text"].endswith("@alice @bob what is this?")
-        assert "[image: dot.png]" not in bob_prompt[0]["text"].splitlines()[-1]
-        assert bob_prompt[-1] == {"type": "image", "mimeType": "image/png", "data": base64.b64encode(image).decode()}
-        assert len(prompts(alice_log)) == 1  # her cut answer is not redone (ADR §5)
-    finally:
-        await owner.close()
+    release.touch()
+    running = await bridge_factory(agents, folder=folder)
+    await wait_until_prompted(bob_log)
+    await running.idle()
+    (bob_prompt,) = prompts(bob_log)
+    assert bob_prompt[0]["type"] == "text" and bob_prompt[0]["text"].endswith("@alice @bob what is this?")
+    assert "[image: dot.png]" not in bob_prompt[0]["text"].splitlines()[-1]
+    assert bob_prompt[-1] == {"type": "image", "mimeType": "image/png", "data": base64.b64encode(image).decode()}
+    assert len(prompts(alice_log)) == 1  # her cut answer is not redone (ADR §5)
 
 
 async def wait_until_prompted(log_path) -> None:

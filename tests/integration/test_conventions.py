@@ -6,7 +6,6 @@ agents that announce commands (`--commands`) and log what they receive (`--log`)
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 from urllib.parse import quote
@@ -16,6 +15,7 @@ import nio
 
 from bridge.matrix.msc4391 import DESCRIPTION, description, state_key
 from bridge_harness import agent, wait_until
+from helpers import joined, received, say
 from matrix_helpers import caught_up, events_in, login, sync_until
 
 BOT, ALICE, BOB = "@sidekicks:localhost", "@sk_alice:localhost", "@sk_bob:localhost"
@@ -25,12 +25,6 @@ CLEAR = "clear:Clear the session"
 LINK = re.compile(r"https://matrix\.to/#/(![^?\s]+)")
 
 
-def received(log_path) -> list[dict]:
-    if not log_path.exists():
-        return []
-    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-
-
 def prompt_texts(log_path) -> list[str]:
     return ["".join(b.get("text", "") for b in m["params"]["prompt"])
             for m in received(log_path) if m.get("method") == "session/prompt"]
@@ -38,12 +32,6 @@ def prompt_texts(log_path) -> list[str]:
 
 def started(log_path) -> int:
     return sum(1 for m in received(log_path) if m.get("method") == "initialize")
-
-
-def joined(owner, room_id, user_id) -> bool:
-    state = [e for e in events_in(owner, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
 
 
 async def request(homeserver, owner, method: str, path: str, body=None) -> tuple[int, object]:
@@ -76,12 +64,6 @@ def notices(owner, room_id, sender) -> list[str]:
             and e["content"].get("msgtype") == "m.notice"]
 
 
-async def say(owner, room_id: str, text: str) -> str:
-    response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
-    assert isinstance(response, nio.RoomSendResponse), response
-    return response.event_id
-
-
 async def new_channel(owner, name: str, *agents: str) -> str:
     """`!new NAME AGENT...` in the bot's DM; the new room's id once the owner joined it."""
     dm = await owner.room_create(is_direct=True, invite=[BOT], preset=nio.RoomPreset.trusted_private_chat)
@@ -101,133 +83,121 @@ async def new_channel(owner, name: str, *agents: str) -> str:
 # ---- MSC4391 ------------------------------------------------------------------------------------
 
 async def test_command_descriptions_are_published_updated_and_come_from_the_store_after_a_restart(
-        homeserver, bridge_factory, tmp_path):
+        homeserver, bridge_factory, tmp_path, owner):
     alice_log, bob_log = tmp_path / "alice.log", tmp_path / "bob.log"
     agents = {"alice": agent("--log", str(alice_log), "--commands", f"{REVIEW},{CLEAR}",
                              "--commands-later", REVIEW),
               "bob": agent("--log", str(bob_log), "--commands", "deploy:Deploy it:target")}
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder)
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room = await new_channel(owner, "cmds", "alice", "bob")
-        await say(owner, room, "!commands")  # starts both: they announce their commands
-        await wait_until(lambda: running.store.agent_commands("bob") is not None, what="bob announced")
+    room = await new_channel(owner, "cmds", "alice", "bob")
+    await say(owner, room, "!commands")  # starts both: they announce their commands
+    await wait_until(lambda: running.store.agent_commands("bob") is not None, what="bob announced")
 
-        async def published(user_id, wanted):
-            await running.bridge.command_descriptions.idle()
-            return await descriptions_in(homeserver, owner, room, user_id) == wanted
-        # alice first announced review and clear, then (0.3 s later) review alone: clear is withdrawn
-        await wait_until(lambda: published(ALICE, expected(ALICE, REVIEW)), what="alice's descriptions")
-        await wait_until(lambda: published(BOB, expected(BOB, "deploy:Deploy it:target")), what="bob's")
-        status, cleared = await request(
-            homeserver, owner, "GET",
-            f"/_matrix/client/v3/rooms/{quote(room)}/state/{DESCRIPTION}/{quote(state_key('clear', ALICE), safe='')}")
-        assert (status, cleared) == (200, {})  # withdrawn: emptied
+    async def published(user_id, wanted):
+        await running.bridge.command_descriptions.idle()
+        return await descriptions_in(homeserver, owner, room, user_id) == wanted
+    # alice first announced review and clear, then (0.3 s later) review alone: clear is withdrawn
+    await wait_until(lambda: published(ALICE, expected(ALICE, REVIEW)), what="alice's descriptions")
+    await wait_until(lambda: published(BOB, expected(BOB, "deploy:Deploy it:target")), what="bob's")
+    status, cleared = await request(
+        homeserver, owner, "GET",
+        f"/_matrix/client/v3/rooms/{quote(room)}/state/{DESCRIPTION}/{quote(state_key('clear', ALICE), safe='')}")
+    assert (status, cleared) == (200, {})  # withdrawn: emptied
 
-        # an MSC4391 invocation runs the command for the agent it names, as `/command args`
-        invoked = await owner.room_send(room, "m.room.message", {
-            "msgtype": "m.text", "body": "@alice review main.py", "m.mentions": {"user_ids": [ALICE]},
-            "org.matrix.msc4391.command": {"command": "review", "arguments": {"args": "main.py"}}})
-        assert isinstance(invoked, nio.RoomSendResponse), invoked
-        await running.handled(invoked.event_id)
-        await running.idle()
-        assert prompt_texts(alice_log)[-1] == "/review main.py"
-        assert prompt_texts(bob_log) == []
-        await running.stop()
+    # an MSC4391 invocation runs the command for the agent it names, as `/command args`
+    invoked = await owner.room_send(room, "m.room.message", {
+        "msgtype": "m.text", "body": "@alice review main.py", "m.mentions": {"user_ids": [ALICE]},
+        "org.matrix.msc4391.command": {"command": "review", "arguments": {"args": "main.py"}}})
+    assert isinstance(invoked, nio.RoomSendResponse), invoked
+    await running.handled(invoked.event_id)
+    await running.idle()
+    assert prompt_texts(alice_log)[-1] == "/review main.py"
+    assert prompt_texts(bob_log) == []
+    await running.stop()
 
-        # after a restart, a new room gets alice's commands from the store before she starts
-        running = await bridge_factory(agents, folder=folder)
-        starts = started(alice_log)
-        made = await owner.room_create(name="later", invite=[ALICE], preset=nio.RoomPreset.private_chat,
-                                       power_level_override={"users": {homeserver.owner_id: 100, ALICE: 50}})
-        # (room v10, the embedded homeserver's: the creator is listed in the power levels)
-        assert isinstance(made, nio.RoomCreateResponse), made
-        await sync_until(owner, lambda: joined(owner, made.room_id, ALICE))
-        async def later():
-            await running.bridge.command_descriptions.idle()
-            return await descriptions_in(homeserver, owner, made.room_id, ALICE) == expected(ALICE, REVIEW)
-        await wait_until(later, what="alice's descriptions in the new room")
-        assert started(alice_log) == starts and running.bridge.pool.state("alice") == "stopped"
-    finally:
-        await owner.close()
+    # after a restart, a new room gets alice's commands from the store before she starts
+    running = await bridge_factory(agents, folder=folder)
+    starts = started(alice_log)
+    made = await owner.room_create(name="later", invite=[ALICE], preset=nio.RoomPreset.private_chat,
+                                   power_level_override={"users": {homeserver.owner_id: 100, ALICE: 50}})
+    # (room v10, the embedded homeserver's: the creator is listed in the power levels)
+    assert isinstance(made, nio.RoomCreateResponse), made
+    await sync_until(owner, lambda: joined(owner, made.room_id, ALICE))
+    async def later():
+        await running.bridge.command_descriptions.idle()
+        return await descriptions_in(homeserver, owner, made.room_id, ALICE) == expected(ALICE, REVIEW)
+    await wait_until(later, what="alice's descriptions in the new room")
+    assert started(alice_log) == starts and running.bridge.pool.state("alice") == "stopped"
 
 
 async def test_a_room_that_refuses_descriptions_is_logged_once_text_commands_work_and_a_dm_allows_them(
-        homeserver, bridge_factory, tmp_path, caplog):
+        homeserver, bridge_factory, tmp_path, caplog, owner):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log), "--commands", REVIEW)})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     caplog.set_level(logging.INFO, logger="bridge.matrix.msc4391")
-    try:
-        made = await owner.room_create(name="plain", invite=[ALICE], preset=nio.RoomPreset.private_chat)
-        assert isinstance(made, nio.RoomCreateResponse), made
-        await sync_until(owner, lambda: joined(owner, made.room_id, ALICE))
-        await running.handled(await say(owner, made.room_id, "/alice:review notes.txt"))
-        await running.idle()
-        await running.bridge.command_descriptions.idle()
-        assert prompt_texts(log) == ["/review notes.txt"]
-        refusals = [r.getMessage() for r in caplog.records if "are not offered after /" in r.getMessage()]
-        assert len(refusals) == 1 and made.room_id in refusals[0]
-        assert await descriptions_in(homeserver, owner, made.room_id, ALICE) == {}
+    made = await owner.room_create(name="plain", invite=[ALICE], preset=nio.RoomPreset.private_chat)
+    assert isinstance(made, nio.RoomCreateResponse), made
+    await sync_until(owner, lambda: joined(owner, made.room_id, ALICE))
+    await running.handled(await say(owner, made.room_id, "/alice:review notes.txt"))
+    await running.idle()
+    await running.bridge.command_descriptions.idle()
+    assert prompt_texts(log) == ["/review notes.txt"]
+    refusals = [r.getMessage() for r in caplog.records if "are not offered after /" in r.getMessage()]
+    assert len(refusals) == 1 and made.room_id in refusals[0]
+    assert await descriptions_in(homeserver, owner, made.room_id, ALICE) == {}
 
-        # a direct message the owner opens (trusted_private_chat) gives the puppet the power
-        dm = await owner.room_create(is_direct=True, invite=[ALICE], preset=nio.RoomPreset.trusted_private_chat)
-        assert isinstance(dm, nio.RoomCreateResponse), dm
-        await sync_until(owner, lambda: joined(owner, dm.room_id, ALICE))
-        async def published():
-            await running.bridge.command_descriptions.idle()
-            return await descriptions_in(homeserver, owner, dm.room_id, ALICE) == expected(ALICE, REVIEW)
-        await wait_until(published, what="alice's descriptions in the direct room")
-    finally:
-        await owner.close()
+    # a direct message the owner opens (trusted_private_chat) gives the puppet the power
+    dm = await owner.room_create(is_direct=True, invite=[ALICE], preset=nio.RoomPreset.trusted_private_chat)
+    assert isinstance(dm, nio.RoomCreateResponse), dm
+    await sync_until(owner, lambda: joined(owner, dm.room_id, ALICE))
+    async def published():
+        await running.bridge.command_descriptions.idle()
+        return await descriptions_in(homeserver, owner, dm.room_id, ALICE) == expected(ALICE, REVIEW)
+    await wait_until(published, what="alice's descriptions in the direct room")
 
 
 # ---- MSC4357 ------------------------------------------------------------------------------------
 
 async def test_a_streamed_answer_is_live_until_its_final_edit_and_a_quick_one_never_is(
-        homeserver, bridge_factory, tmp_path):
+        bridge_factory, tmp_path, owner):
     release = tmp_path / "release"
     running = await bridge_factory({"alice": agent("--chunks", "2", "--answer", "one two")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        dm = await owner.room_create(is_direct=True, invite=[ALICE], preset=nio.RoomPreset.trusted_private_chat)
-        assert isinstance(dm, nio.RoomCreateResponse), dm
-        room = dm.room_id
-        await sync_until(owner, lambda: joined(owner, room, ALICE))
-        await say(owner, room, f"hello [[hold:{release}]]")
+    dm = await owner.room_create(is_direct=True, invite=[ALICE], preset=nio.RoomPreset.trusted_private_chat)
+    assert isinstance(dm, nio.RoomCreateResponse), dm
+    room = dm.room_id
+    await sync_until(owner, lambda: joined(owner, room, ALICE))
+    await say(owner, room, f"hello [[hold:{release}]]")
 
-        def ours():
-            return [e for e in events_in(owner, room) if e.get("sender") == ALICE and e["type"] == "m.room.message"]
+    def ours():
+        return [e for e in events_in(owner, room) if e.get("sender") == ALICE and e["type"] == "m.room.message"]
 
-        def shows_first_part():
-            return any(e["content"].get("m.new_content", {}).get("body", "").endswith("one ") for e in ours())
-        await sync_until(owner, shows_first_part)  # held mid-way: still being written
-        first, *edits = ours()
-        assert first["content"][LIVE] == {}
-        assert edits and all(e["content"]["m.new_content"][LIVE] == {} for e in edits)
-        release.touch()
-        await running.idle()
-        await caught_up(owner, room)
-        final = ours()[-1]["content"]
-        assert final["m.new_content"]["body"] == "one two" and LIVE not in final["m.new_content"]
-        assert LIVE not in final
+    def shows_first_part():
+        return any(e["content"].get("m.new_content", {}).get("body", "").endswith("one ") for e in ours())
+    await sync_until(owner, shows_first_part)  # held mid-way: still being written
+    first, *edits = ours()
+    assert first["content"][LIVE] == {}
+    assert edits and all(e["content"]["m.new_content"][LIVE] == {} for e in edits)
+    release.touch()
+    await running.idle()
+    await caught_up(owner, room)
+    final = ours()[-1]["content"]
+    assert final["m.new_content"]["body"] == "one two" and LIVE not in final["m.new_content"]
+    assert LIVE not in final
 
-        # alice runs now: her answer comes within the grace a running agent gets, so it is
-        # posted once, final, without the marker (tests/test_stream_media.py shows this path
-        # without timing; on a machine too busy for the grace it streams like the first one)
-        before = len(ours())
-        await running.handled(await say(owner, room, "again"))
-        await running.idle()
-        await caught_up(owner, room)
-        first, *edits = ours()[before:]
-        if not edits:
-            assert LIVE not in first["content"] and first["content"]["body"] == "one two"
-        else:
-            assert first["content"][LIVE] == {} and LIVE not in edits[-1]["content"]["m.new_content"]
-            assert edits[-1]["content"]["m.new_content"]["body"] == "one two"
-    finally:
-        await owner.close()
+    # alice runs now: her answer comes within the grace a running agent gets, so it is
+    # posted once, final, without the marker (tests/unit/channels/test_stream_media.py shows this path
+    # without timing; on a machine too busy for the grace it streams like the first one)
+    before = len(ours())
+    await running.handled(await say(owner, room, "again"))
+    await running.idle()
+    await caught_up(owner, room)
+    first, *edits = ours()[before:]
+    if not edits:
+        assert LIVE not in first["content"] and first["content"]["body"] == "one two"
+    else:
+        assert first["content"][LIVE] == {} and LIVE not in edits[-1]["content"]["m.new_content"]
+        assert edits[-1]["content"]["m.new_content"]["body"] == "one two"
 
 
 # ---- presence -----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import stat
+from contextlib import asynccontextmanager
 
 import aiohttp
 import nio
@@ -62,6 +63,18 @@ async def e2e_login(hs, user_id: str, password: str, name: str = "owner-e2e") ->
         assert isinstance(await client.keys_upload(), nio.KeysUploadResponse)
     _record(client)
     return client, Seen(client)
+
+
+@asynccontextmanager
+async def e2e_owner(hs, name: str = "owner-e2e"):
+    """`async with e2e_owner(homeserver) as (owner, seen)`: the owner logged in with end-to-end
+    encryption (a device and a crypto store of its own, `e2e_login`) at that point of the test —
+    after its bridge is up, so the owner's device is new to it —, closed at the end in all cases."""
+    client, seen = await e2e_login(hs, hs.owner_id, hs.owner_password, name)
+    try:
+        yield client, seen
+    finally:
+        await client.close()
 
 
 async def joined(owner: nio.AsyncClient, room_id: str, user_id: str) -> None:
@@ -118,8 +131,7 @@ async def test_encrypted_dm_is_answered_encrypted_with_streaming_edits_and_survi
     agents = {"alice": agent("--answer", answer, "--chunks", "5", "--delay", "0.05", title="Alice")}
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder, encryption="on")
-    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
+    async with e2e_owner(homeserver) as (owner, seen):
         room_id = await open_encrypted_dm(owner, ALICE)
         await say(owner, room_id, "hello")
         answers = await final_answers(owner, room_id, ALICE, 1, done=lambda a: a["body"] == answer)
@@ -152,14 +164,11 @@ async def test_encrypted_dm_is_answered_encrypted_with_streaming_edits_and_survi
         all_encrypted(seen, owner, room_id, ALICE)
         assert not unreadable(seen, room_id)
         await running.idle()
-    finally:
-        await owner.close()
 
 
 async def test_puppet_device_is_signed_by_its_own_cross_signing_key(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent(title="Alice")}, encryption="on")
-    owner, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
+    async with e2e_owner(homeserver) as (owner, _):
         device_id = running.bridge.e2ee.devices[ALICE].device_id
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{homeserver.url}/_matrix/client/v3/keys/query",
@@ -176,14 +185,11 @@ async def test_puppet_device_is_signed_by_its_own_cross_signing_key(homeserver, 
         # the bot too
         bot_device = running.bridge.e2ee.devices["@sidekicks:localhost"]
         assert bot_device.state.get("signed_device") == bot_device.device_id
-    finally:
-        await owner.close()
 
 
 async def test_a_room_that_turns_encrypted_mid_way_switches_without_a_restart(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent("--answer", "plain or not", title="Alice")}, encryption="on")
-    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
+    async with e2e_owner(homeserver) as (owner, seen):
         room_id = await open_encrypted_dm(owner, ALICE, encrypted=False)
         await say(owner, room_id, "first, in the clear")
         await final_answers(owner, room_id, ALICE, 1)
@@ -202,8 +208,6 @@ async def test_a_room_that_turns_encrypted_mid_way_switches_without_a_restart(ho
                                                   if e2.get("event_id") == second)]
         assert later and all(seen.encrypted[e["event_id"]] for e in later)
         assert not unreadable(seen, room_id)
-    finally:
-        await owner.close()
 
 
 async def test_a_new_owner_device_reads_the_next_answer(homeserver, bridge_factory):
@@ -288,8 +292,7 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
     running = await bridge_factory({
         "alice": agent("--answer", goroutines, "--log", str(logs["alice"]), title="Alice"),
         "bob": agent("--log", str(logs["bob"]), title="Bob")}, encryption="on")
-    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
+    async with e2e_owner(homeserver) as (owner, seen):
         response = await owner.room_create(name="general", invite=[ALICE, BOB], initial_state=ENCRYPTED)
         room_id = response.room_id
         await joined(owner, room_id, ALICE)
@@ -352,8 +355,6 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
         for puppet in (ALICE, BOB):
             all_encrypted(seen, owner, room_id, puppet)
         assert not unreadable(seen, room_id)
-    finally:
-        await owner.close()
 
 
 async def test_a_lost_crypto_store_makes_a_new_device_says_so_once_and_new_messages_are_read(
@@ -362,8 +363,7 @@ async def test_a_lost_crypto_store_makes_a_new_device_says_so_once_and_new_messa
     agents = {"alice": agent("--answer", "still here", title="Alice")}
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder, encryption="on")
-    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
+    async with e2e_owner(homeserver) as (owner, seen):
         room_id = await open_encrypted_dm(owner, ALICE)
         await say(owner, room_id, "before")
         await final_answers(owner, room_id, ALICE, 1)
@@ -384,8 +384,6 @@ async def test_a_lost_crypto_store_makes_a_new_device_says_so_once_and_new_messa
         answers = await final_answers(owner, room_id, ALICE, 2)
         assert answers[1]["body"] == "still here" and seen.encrypted[answers[1]["event_id"]]
         assert not unreadable(seen, room_id)
-    finally:
-        await owner.close()
 
 
 async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answered_twice(tmp_path):
@@ -526,8 +524,7 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
         counts.append((one_time_keys or {}).get("signed_curve25519"))
         await receive(to_device, one_time_keys, *args, **kwargs)
     bot_device.receive_traffic = recording
-    owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
+    async with e2e_owner(homeserver) as (owner, seen):
         room_id = await open_bot_dm(owner)
         await sync_until(owner, lambda: bot_notices(owner, room_id))  # the greeting, encrypted
         await say(owner, room_id, "!help")
@@ -585,8 +582,6 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
         # a command that makes something: !new answers from the encrypted DM too
         await say(owner, room_id, "!new Reading alice")
         await sync_until(owner, lambda: [c.name for c in running.store.channels()] == ["Reading"])
-    finally:
-        await owner.close()
 
 
 async def test_without_the_bots_crypto_traffic_an_encrypted_bot_room_gets_one_notice(

@@ -4,14 +4,13 @@ These tests stop and start Synapse, so they use a private one, not the session's
 """
 from __future__ import annotations
 
-import json
 import time
 
-import nio
 import pytest
 from aiohttp import web
 
 from bridge_harness import agent, answers_in, start_bridge, wait_until
+from helpers import open_dm, received
 from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
 
 
@@ -21,21 +20,8 @@ async def private_hs(tmp_path):
         yield hs
 
 
-async def open_dm(owner, puppet_id):
-    room_id = (await owner.room_create(is_direct=True, invite=[puppet_id],
-                                       preset=nio.RoomPreset.trusted_private_chat)).room_id
-    await sync_until(owner, lambda: any(
-        e.get("type") == "m.room.member" and e.get("state_key") == puppet_id
-        and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
-    return room_id
-
-
-def log_of(log_path) -> list[dict]:
-    return [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
-
-
 def prompts(log_path):
-    return [m for m in log_of(log_path) if m.get("method") == "session/prompt"]
+    return [m for m in received(log_path) if m.get("method") == "session/prompt"]
 
 
 async def test_answer_survives_a_homeserver_restart_and_nothing_is_sent_twice(private_hs, tmp_path):
@@ -54,7 +40,7 @@ async def test_answer_survives_a_homeserver_restart_and_nothing_is_sent_twice(pr
         await owner.close()
         await hs.server.stop()
         release.touch()
-        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in log_of(log)),
+        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
                          what="the agent finished its answer while Synapse was down")
         await hs.server.start()
         owner = await login(hs, hs.owner_id, hs.owner_password)

@@ -12,9 +12,10 @@ from collections import Counter
 import pytest
 
 from bridge_harness import agent, answers_in, start_bridge, wait_until
+from helpers import open_dm, received
 from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
 
-from test_homeserver_faults import open_dm, log_of, prompts
+from test_homeserver_faults import prompts
 
 PUPPET = "@sk_alice:localhost"
 STATUS = ("⏳", "💭", "✍️", "🔧")
@@ -46,7 +47,7 @@ async def test_an_answer_streaming_when_the_homeserver_is_killed_completes_once(
         await owner.close()
         hs.server.kill()  # mid-answer: the next edits and the final text meet a dead homeserver
         release.touch()
-        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in log_of(log)),
+        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
                          what="the agent finished its answer while Synapse was dead")
         await hs.server.start()
         owner = await login(hs, hs.owner_id, hs.owner_password)

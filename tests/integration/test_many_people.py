@@ -7,7 +7,6 @@ only their own puppets, and neither bridge sees or keeps the other person's mess
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import subprocess
 import sys
@@ -21,20 +20,10 @@ import config as configuration
 from bridge.local.homeserver import Homeserver, free_port
 from bridge_harness import Deliveries, RunningBridge, agent, answers_in
 from config import registration as registrations
+from helpers import open_dm, prompts, say
 from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until
 
 DOMAIN = "localhost"
-
-
-def prompts(log: Path) -> list[str]:
-    if not log.exists():
-        return []
-    texts = []
-    for line in log.read_text().splitlines():
-        message = json.loads(line)
-        if message.get("method") == "session/prompt":
-            texts.append("".join(b.get("text", "") for b in message["params"]["prompt"]))
-    return texts
 
 
 def write_person(folder: Path, name: str, prefix: str, bot: str, as_id: str, hs_port: int,
@@ -75,24 +64,10 @@ async def start(path: Path) -> RunningBridge:
     return RunningBridge(bridge, cfg, deliveries)
 
 
-async def open_dm(owner: nio.AsyncClient, puppet_id: str) -> str:
-    response = await owner.room_create(is_direct=True, invite=[puppet_id],
-                                       preset=nio.RoomPreset.trusted_private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await wait_member(owner, response.room_id, puppet_id, "join")
-    return response.room_id
-
-
 async def wait_member(client: nio.AsyncClient, room_id: str, user_id: str, membership: str) -> None:
     await sync_until(client, lambda: any(
         e.get("type") == "m.room.member" and e.get("state_key") == user_id
         and e["content"].get("membership") == membership for e in events_in(client, room_id)))
-
-
-async def send(client: nio.AsyncClient, room_id: str, body: str) -> str:
-    response = await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": body})
-    assert isinstance(response, nio.RoomSendResponse), response
-    return response.event_id
 
 
 async def answer_with(client, room_id, puppet_id, text, timeout=60) -> None:
@@ -145,7 +120,7 @@ async def test_two_people_two_bridges_one_homeserver(two_people):
     try:
         # 1. Both owners talk to their own agents at the same time.
         ana_dm, ben_dm = await asyncio.gather(open_dm(ana, ana_alice), open_dm(ben, ben_alice))
-        await asyncio.gather(send(ana, ana_dm, "hello from ana"), send(ben, ben_dm, "hello from ben"))
+        await asyncio.gather(say(ana, ana_dm, "hello from ana"), say(ben, ben_dm, "hello from ben"))
         await asyncio.gather(answer_with(ana, ana_dm, ana_alice, "hello from ana"),
                              answer_with(ben, ben_dm, ben_alice, "hello from ben"))
 
@@ -155,9 +130,9 @@ async def test_two_people_two_bridges_one_homeserver(two_people):
         assert isinstance(await ben.join(shared), nio.JoinResponse)
         assert isinstance(await ben.room_invite(shared, ben_alice), nio.RoomInviteResponse)
         await wait_member(ben, shared, ben_alice, "join")
-        from_ana = await send(ana, shared, "@alice shared question from ana")
+        from_ana = await say(ana, shared, "@alice shared question from ana")
         await answer_with(ana, shared, ana_alice, "shared question from ana")
-        from_ben = await send(ben, shared, "@alice shared question from ben")
+        from_ben = await say(ben, shared, "@alice shared question from ben")
         await answer_with(ben, shared, ben_alice, "shared question from ben")
         # each bridge has handled the other person's question (both see every event of the
         # room) and finished every turn it began: a wrong answer would be out by now

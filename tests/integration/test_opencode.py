@@ -31,7 +31,7 @@ import yaml
 
 from bridge.local.homeserver import free_port
 from bridge_harness import answers_in
-from matrix_helpers import events_in, login, sync_until
+from matrix_helpers import events_in, sync_until
 
 pytestmark = [pytest.mark.model, pytest.mark.thirdparty]
 
@@ -175,63 +175,59 @@ def test_check_lists_what_opencode_announces(opencode_binary, llm_server, tmp_pa
     assert llm_server.requests() == []  # announcing costs no model call
 
 
-async def test_a_prompt_round_trip_through_the_bridge(homeserver, bridge_factory, opencode_binary,
-                                                     llm_server, tmp_path):
+async def test_a_prompt_round_trip_through_the_bridge(bridge_factory, opencode_binary,
+                                                     llm_server, tmp_path, owner):
     entry = opencode_entry(opencode_binary, llm_server, tmp_path / "home")
     running = await bridge_factory({"opencode": entry})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        created = await owner.room_create(name="opencode", invite=[PUPPET], preset=nio.RoomPreset.private_chat)
-        assert isinstance(created, nio.RoomCreateResponse), created
-        room = created.room_id
+    created = await owner.room_create(name="opencode", invite=[PUPPET], preset=nio.RoomPreset.private_chat)
+    assert isinstance(created, nio.RoomCreateResponse), created
+    room = created.room_id
 
-        def joined() -> bool:
-            members = [e for e in events_in(owner, room)
-                       if e.get("type") == "m.room.member" and e.get("state_key") == PUPPET]
-            return bool(members) and members[-1]["content"].get("membership") == "join"
-        await sync_until(owner, joined, timeout=60)
+    def joined() -> bool:
+        members = [e for e in events_in(owner, room)
+                   if e.get("type") == "m.room.member" and e.get("state_key") == PUPPET]
+        return bool(members) and members[-1]["content"].get("membership") == "join"
+    await sync_until(owner, joined, timeout=60)
 
-        before = len(llm_server.requests())
-        marker = "pelican-7781"
-        sent = await owner.room_send(room, "m.room.message", {
-            "msgtype": "m.text", "body": f"Say hello to {marker} in one short sentence."})
-        assert isinstance(sent, nio.RoomSendResponse), sent
+    before = len(llm_server.requests())
+    marker = "pelican-7781"
+    sent = await owner.room_send(room, "m.room.message", {
+        "msgtype": "m.text", "body": f"Say hello to {marker} in one short sentence."})
+    assert isinstance(sent, nio.RoomSendResponse), sent
 
-        def answered() -> list[dict]:
-            found = [m for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] != "m.notice"]
-            return [m for m in found if "getting ready" not in m["body"]
-                    and not m["body"].startswith(("💭", "✍️", "🔧", "⏳"))]
-        await sync_until(owner, answered, timeout=ANSWER_WAIT)
-        [answer] = answered()
-        notices = [m["body"] for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] == "m.notice"]
-        assert not notices, notices  # no crash, no timeout, no "requires authentication"
-        assert answer["body"].strip(), answer
+    def answered() -> list[dict]:
+        found = [m for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] != "m.notice"]
+        return [m for m in found if "getting ready" not in m["body"]
+                and not m["body"].startswith(("💭", "✍️", "🔧", "⏳"))]
+    await sync_until(owner, answered, timeout=ANSWER_WAIT)
+    [answer] = answered()
+    notices = [m["body"] for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] == "m.notice"]
+    assert not notices, notices  # no crash, no timeout, no "requires authentication"
+    assert answer["body"].strip(), answer
 
-        # the owner's text went through opencode to the model, as one streamed chat completion
-        asked = [r for r in llm_server.requests()[before:]
-                 if r["path"] == "/v1/chat/completions" and marker in (r.get("last_user") or "")]
-        assert len(asked) == 1, llm_server.requests()[before:]
-        assert asked[0]["model"] == "smollm2" and asked[0]["stream"] is True
-        assert asked[0]["roles"][0] == "system"
-        # and the title model call the example switches off was not made
-        assert len(llm_server.requests()[before:]) == 1, llm_server.requests()[before:]
+    # the owner's text went through opencode to the model, as one streamed chat completion
+    asked = [r for r in llm_server.requests()[before:]
+             if r["path"] == "/v1/chat/completions" and marker in (r.get("last_user") or "")]
+    assert len(asked) == 1, llm_server.requests()[before:]
+    assert asked[0]["model"] == "smollm2" and asked[0]["stream"] is True
+    assert asked[0]["roles"][0] == "system"
+    # and the title model call the example switches off was not made
+    assert len(llm_server.requests()[before:]) == 1, llm_server.requests()[before:]
 
-        # the answer is stored once it is final (what later turns are told)
-        channel = running.store.channel_by_room(room)
+    # the answer is stored once it is final (what later turns are told)
+    channel = running.store.channel_by_room(room)
 
-        def stored() -> bool:
-            return any(m.role == "agent" and m.sender == "opencode" and answer["event_id"] in m.event_ids
-                       and m.text.strip() for m in running.store.last_messages(channel.id, 10))
-        await sync_until(owner, stored, timeout=60)
-        # and the owner can list its commands in the room
-        assert {"init", "review"} <= {c["name"] for c in running.store.agent_commands("opencode")}
-        listed = await owner.room_send(room, "m.room.message", {"msgtype": "m.text", "body": "!commands"})
-        assert isinstance(listed, nio.RoomSendResponse), listed
+    def stored() -> bool:
+        return any(m.role == "agent" and m.sender == "opencode" and answer["event_id"] in m.event_ids
+                   and m.text.strip() for m in running.store.last_messages(channel.id, 10))
+    await sync_until(owner, stored, timeout=60)
+    # and the owner can list its commands in the room
+    assert {"init", "review"} <= {c["name"] for c in running.store.agent_commands("opencode")}
+    listed = await owner.room_send(room, "m.room.message", {"msgtype": "m.text", "body": "!commands"})
+    assert isinstance(listed, nio.RoomSendResponse), listed
 
-        def listing() -> list[str]:
-            return [m["body"] for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] == "m.notice"]
-        await sync_until(owner, listing, timeout=60)
-        assert "  /init — guided AGENTS.md setup" in listing()[0].splitlines(), listing()
-        assert any(line.startswith("  /review — ") for line in listing()[0].splitlines()), listing()
-    finally:
-        await owner.close()
+    def listing() -> list[str]:
+        return [m["body"] for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] == "m.notice"]
+    await sync_until(owner, listing, timeout=60)
+    assert "  /init — guided AGENTS.md setup" in listing()[0].splitlines(), listing()
+    assert any(line.startswith("  /review — ") for line in listing()[0].splitlines()), listing()

@@ -31,12 +31,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nio
 import pytest
 import pytest_asyncio
 
 from bridge_harness import answers_in, start_bridge
-from matrix_helpers import events_in, login, sync_until
+from helpers import is_final, open_dm, say
+from matrix_helpers import events_in, sync_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
 from model_server import ModelServer, Text, Tools  # noqa: E402
@@ -45,7 +45,6 @@ from test_opencode import OPENCODE_VERSION, cache_folder, opencode_binary, versi
 pytestmark = [pytest.mark.thirdparty]
 
 PUPPET = "@sk_opencode:localhost"
-STATUS = ("⏳", "💭", "✍️", "🔧")
 
 
 @pytest.fixture(scope="session")
@@ -119,25 +118,6 @@ async def stack(homeserver, opencode, tmp_path_factory):
 
 # ---- helpers -------------------------------------------------------------------------------------
 
-def joined(owner, room_id) -> bool:
-    state = [e for e in events_in(owner, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == PUPPET]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
-
-
-async def open_dm(owner) -> str:
-    response = await owner.room_create(is_direct=True, invite=[PUPPET], preset=nio.RoomPreset.trusted_private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: joined(owner, response.room_id))
-    return response.room_id
-
-
-async def say(owner, room_id: str, text: str) -> str:
-    response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
-    assert isinstance(response, nio.RoomSendResponse), response
-    return response.event_id
-
-
 def messages(owner, room_id) -> list[dict]:
     return answers_in(events_in(owner, room_id), PUPPET)
 
@@ -153,10 +133,6 @@ def notices(owner, room_id, start: str) -> list[dict]:
 
 def questions(owner, room_id) -> list[dict]:
     return [m for m in messages(owner, room_id) if "asks permission" in m["history"][0]]
-
-
-def is_final(answer: dict) -> bool:
-    return not answer["body"].startswith(STATUS) and "getting ready" not in answer["body"]
 
 
 async def answer_question(owner, room_id: str, number: int, count: int) -> None:
@@ -182,7 +158,7 @@ def no_edit_twice(message: dict) -> None:
 
 # ---- the tests -----------------------------------------------------------------------------------
 
-async def test_todo_list_file_written_by_number_and_a_command_tail_with_exit_status(stack, homeserver):
+async def test_todo_list_file_written_by_number_and_a_command_tail_with_exit_status(stack, owner):
     hello = stack.work / "hello.py"
     stack.model.script["pelican-write"] = [
         Tools(("todowrite", {"todos": [{"content": "Write hello.py", "status": "in_progress", "priority": "high"},
@@ -191,125 +167,109 @@ async def test_todo_list_file_written_by_number_and_a_command_tail_with_exit_sta
         Tools(("bash", {"command": "seq 1 40; python3 hello.py", "description": "Run hello.py"})),
         Text("Done: it printed hello and exited with 3."),
     ]
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await open_dm(owner)
-        await say(owner, room_id, "pelican-write: write hello.py and run it")
-        await answer_question(owner, room_id, 1, count=1)  # the write: allow once
-        await answer_question(owner, room_id, 1, count=2)  # the command: allow once
-        [answer] = await wait_final(owner, room_id)
-        assert answer["body"] == "Done: it printed hello and exited with 3."
-        assert hello.read_text() == "print('hello')\nraise SystemExit(3)\n"
+    room_id = await open_dm(owner, PUPPET)
+    await say(owner, room_id, "pelican-write: write hello.py and run it")
+    await answer_question(owner, room_id, 1, count=1)  # the write: allow once
+    await answer_question(owner, room_id, 1, count=2)  # the command: allow once
+    [answer] = await wait_final(owner, room_id)
+    assert answer["body"] == "Done: it printed hello and exited with 3."
+    assert hello.read_text() == "print('hello')\nraise SystemExit(3)\n"
 
-        # the to-do list is the turn's checklist, not a tool call with its JSON
-        [checklist] = notices(owner, room_id, "📋")
-        assert checklist["body"] == "📋 To-do list (0/2 done)\n🔄 Write hello.py · high priority\n⬜ Run it"
-        assert not notices(owner, room_id, "🔧"), notices(owner, room_id, "🔧")
-        # the write's permission showed the diff; the command's, the command
-        first, second = questions(owner, room_id)[:2]
-        assert "+print('hello')" in first["history"][0] and "1. ✅ Allow once" in first["history"][0]
-        assert "seq 1 40; python3 hello.py" in second["history"][0]
-        # the command: its last 15 lines (of 41) and its exit status, which only rawOutput carried
-        await sync_until(owner, lambda: notices(owner, room_id, "▶️")
-                         and notices(owner, room_id, "▶️")[0]["body"].endswith("❌ exit code 3"))
-        [command] = notices(owner, room_id, "▶️")
-        lines = command["body"].split("\n")
-        assert lines[0] == "▶️ seq 1 40; python3 hello.py — ✅ done", lines
-        assert lines[-19:] == ["… 26 earlier lines", "```", *[str(n) for n in range(27, 41)], "hello", "```",
-                               "❌ exit code 3"], lines
-        [written] = notices(owner, room_id, "✏️")
-        assert written["body"].split("\n")[0].endswith("— ✅ done"), written["body"]
-        for message in messages(owner, room_id):
-            no_edit_twice(message)
-    finally:
-        await owner.close()
+    # the to-do list is the turn's checklist, not a tool call with its JSON
+    [checklist] = notices(owner, room_id, "📋")
+    assert checklist["body"] == "📋 To-do list (0/2 done)\n🔄 Write hello.py · high priority\n⬜ Run it"
+    assert not notices(owner, room_id, "🔧"), notices(owner, room_id, "🔧")
+    # the write's permission showed the diff; the command's, the command
+    first, second = questions(owner, room_id)[:2]
+    assert "+print('hello')" in first["history"][0] and "1. ✅ Allow once" in first["history"][0]
+    assert "seq 1 40; python3 hello.py" in second["history"][0]
+    # the command: its last 15 lines (of 41) and its exit status, which only rawOutput carried
+    await sync_until(owner, lambda: notices(owner, room_id, "▶️")
+                     and notices(owner, room_id, "▶️")[0]["body"].endswith("❌ exit code 3"))
+    [command] = notices(owner, room_id, "▶️")
+    lines = command["body"].split("\n")
+    assert lines[0] == "▶️ seq 1 40; python3 hello.py — ✅ done", lines
+    assert lines[-19:] == ["… 26 earlier lines", "```", *[str(n) for n in range(27, 41)], "hello", "```",
+                           "❌ exit code 3"], lines
+    [written] = notices(owner, room_id, "✏️")
+    assert written["body"].split("\n")[0].endswith("— ✅ done"), written["body"]
+    for message in messages(owner, room_id):
+        no_edit_twice(message)
 
 
-async def test_a_rejected_edit_is_not_written_and_shows_failed(stack, homeserver):
+async def test_a_rejected_edit_is_not_written_and_shows_failed(stack, owner):
     refused = stack.work / "refused.py"
     stack.model.script["pelican-reject"] = [
         Tools(("write", {"filePath": str(refused), "content": "x = 1\n"})),
         Text("I will leave it."),
     ]
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await open_dm(owner)
-        await say(owner, room_id, "pelican-reject: write refused.py")
-        await answer_question(owner, room_id, 3, count=1)  # ❌ Reject
-        await wait_final(owner, room_id)
-        await stack.running.idle()
-        assert not refused.exists()
-        await sync_until(owner, lambda: notices(owner, room_id, "✏️")
-                         and "❌ failed" in notices(owner, room_id, "✏️")[0]["body"].split("\n")[0])
-        [call] = notices(owner, room_id, "✏️")
-        assert "rejected" in call["body"].lower(), call["body"]
-        [question] = questions(owner, room_id)
-        assert "Reject" in question["body"].split("\n")[-1], question["body"]
-        for message in messages(owner, room_id):
-            no_edit_twice(message)
-    finally:
-        await owner.close()
+    room_id = await open_dm(owner, PUPPET)
+    await say(owner, room_id, "pelican-reject: write refused.py")
+    await answer_question(owner, room_id, 3, count=1)  # ❌ Reject
+    await wait_final(owner, room_id)
+    await stack.running.idle()
+    assert not refused.exists()
+    await sync_until(owner, lambda: notices(owner, room_id, "✏️")
+                     and "❌ failed" in notices(owner, room_id, "✏️")[0]["body"].split("\n")[0])
+    [call] = notices(owner, room_id, "✏️")
+    assert "rejected" in call["body"].lower(), call["body"]
+    [question] = questions(owner, room_id)
+    assert "Reject" in question["body"].split("\n")[-1], question["body"]
+    for message in messages(owner, room_id):
+        no_edit_twice(message)
 
 
-async def test_stop_while_a_command_runs(stack, homeserver):
+async def test_stop_while_a_command_runs(stack, owner):
     never = stack.work / "never.txt"
     stack.model.script["pelican-stop"] = [
         Tools(("bash", {"command": "echo started; sleep 60; touch never.txt", "description": "Wait a minute"})),
         Text("Finished waiting."),
     ]
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await open_dm(owner)
-        await say(owner, room_id, "pelican-stop: wait a minute")
-        await answer_question(owner, room_id, 1, count=1)
-        # the command runs (its first output shown), then the owner stops the turn
-        await sync_until(owner, lambda: notices(owner, room_id, "▶️")
-                         and "started" in notices(owner, room_id, "▶️")[0]["body"], timeout=120)
-        await say(owner, room_id, "!stop")
-        [answer] = await wait_final(owner, room_id)
-        assert answer["body"].endswith("⏹ stopped"), answer["body"]
-        await stack.running.idle()
-        await sync_until(owner, lambda: "🔄 running" not in notices(owner, room_id, "▶️")[0]["body"].split("\n")[0])
-        assert not never.exists()  # the command was stopped, not left to finish
-        for message in messages(owner, room_id):
-            no_edit_twice(message)
-    finally:
-        await owner.close()
+    room_id = await open_dm(owner, PUPPET)
+    await say(owner, room_id, "pelican-stop: wait a minute")
+    await answer_question(owner, room_id, 1, count=1)
+    # the command runs (its first output shown), then the owner stops the turn
+    await sync_until(owner, lambda: notices(owner, room_id, "▶️")
+                     and "started" in notices(owner, room_id, "▶️")[0]["body"], timeout=120)
+    await say(owner, room_id, "!stop")
+    [answer] = await wait_final(owner, room_id)
+    assert answer["body"].endswith("⏹ stopped"), answer["body"]
+    await stack.running.idle()
+    await sync_until(owner, lambda: "🔄 running" not in notices(owner, room_id, "▶️")[0]["body"].split("\n")[0])
+    assert not never.exists()  # the command was stopped, not left to finish
+    for message in messages(owner, room_id):
+        no_edit_twice(message)
 
 
-async def test_opencode_calls_the_bridges_matrix_history_tool(stack, homeserver):
+async def test_opencode_calls_the_bridges_matrix_history_tool(stack, owner):
     """OpenCode starts the bridge's `matrix` MCP server from the mcpServers of its session (stdio,
     `sidekicks mcp`) and its model calls `history` (OpenCode names it matrix_history): the result
     is this room's stored messages, and no other room's (issue 30)."""
     stack.model.script["pelican-recall"] = [Text("Noted: the secret word is marmalade.")]
     stack.model.script["pelican-history"] = [Tools(("matrix_history", {"limit": 10})),
                                              Text("I read the history.")]
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await open_dm(owner)
-        other = await open_dm(owner)
-        await say(owner, other, "pelican-recall: the other room's word is quince")
-        await wait_final(owner, other)
-        await say(owner, room_id, "pelican-recall: remember marmalade")
-        await wait_final(owner, room_id)
-        await say(owner, room_id, "pelican-history: what did we say?")
-        await wait_final(owner, room_id, count=2, timeout=180)
-        offered = {t.get("function", {}).get("name") for r in stack.model.calls_for("pelican-history")
-                   for t in r.get("tools") or []}
-        assert "matrix_history" in offered, sorted(n for n in offered if n)
-        calls = stack.model.calls_for("pelican-history")
-        results = [m for r in calls for m in r.get("messages") or [] if m.get("role") == "tool"]
-        assert results, [r.get("messages") for r in calls]
-        text = json.dumps(results[-1].get("content"))
-        assert "remember marmalade" in text and "Noted: the secret word is marmalade." in text
-        assert "quince" not in text
-        assert answers(owner, room_id)[-1]["body"] == "I read the history."
-        await stack.running.idle()
-    finally:
-        await owner.close()
+    room_id = await open_dm(owner, PUPPET)
+    other = await open_dm(owner, PUPPET)
+    await say(owner, other, "pelican-recall: the other room's word is quince")
+    await wait_final(owner, other)
+    await say(owner, room_id, "pelican-recall: remember marmalade")
+    await wait_final(owner, room_id)
+    await say(owner, room_id, "pelican-history: what did we say?")
+    await wait_final(owner, room_id, count=2, timeout=180)
+    offered = {t.get("function", {}).get("name") for r in stack.model.calls_for("pelican-history")
+               for t in r.get("tools") or []}
+    assert "matrix_history" in offered, sorted(n for n in offered if n)
+    calls = stack.model.calls_for("pelican-history")
+    results = [m for r in calls for m in r.get("messages") or [] if m.get("role") == "tool"]
+    assert results, [r.get("messages") for r in calls]
+    text = json.dumps(results[-1].get("content"))
+    assert "remember marmalade" in text and "Noted: the secret word is marmalade." in text
+    assert "quince" not in text
+    assert answers(owner, room_id)[-1]["body"] == "I read the history."
+    await stack.running.idle()
 
 
-async def test_a_restart_while_opencode_waits_for_its_model(stack, homeserver, monkeypatch):
+async def test_a_restart_while_opencode_waits_for_its_model(stack, monkeypatch, owner):
     # OpenCode retrying its model for minutes left "getting ready" alone: the status now says
     # for how long nothing came (30 s in use; 1 s here)
     from bridge.channels import silence
@@ -317,9 +277,8 @@ async def test_a_restart_while_opencode_waits_for_its_model(stack, homeserver, m
     release = asyncio.Event()
     stack.model.script["pelican-first"] = [Text("First answer.", hold=release)]
     stack.model.script["pelican-second"] = [Text("Second answer.")]
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
-        room_id = await open_dm(owner)
+        room_id = await open_dm(owner, PUPPET)
         await say(owner, room_id, "pelican-first: answer once")
         await sync_until(owner, lambda: stack.model.holding == 1 and answers(owner, room_id) and answers(
             owner, room_id)[0]["body"].startswith("⏳ still working, nothing received for ")
@@ -342,4 +301,3 @@ async def test_a_restart_while_opencode_waits_for_its_model(stack, homeserver, m
                     and "stopped unexpectedly" in m["body"]]
     finally:
         release.set()
-        await owner.close()

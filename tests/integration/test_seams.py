@@ -11,7 +11,8 @@ import nio
 
 from bridge.matrix import dispatch
 from bridge_harness import agent, answers_in, start_bridge
-from matrix_helpers import events_in, login, sync_until, texts_in
+from helpers import joined, open_dm, say
+from matrix_helpers import events_in, sync_until, texts_in
 from store import StoreError
 
 ALICE, BOT = "@sk_alice:localhost", "@sidekicks:localhost"
@@ -21,25 +22,6 @@ def notices(owner, room_id: str, sender: str = BOT) -> list[str]:
     return [e["content"]["body"] for e in events_in(owner, room_id)
             if e.get("type") == "m.room.message" and e.get("sender") == sender
             and e["content"].get("msgtype") == "m.notice"]
-
-
-def joined(owner, room_id: str, user_id: str) -> bool:
-    state = [e for e in events_in(owner, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
-
-
-async def open_dm(owner, puppet_id: str = ALICE) -> str:
-    room = (await owner.room_create(is_direct=True, invite=[puppet_id],
-                                    preset=nio.RoomPreset.trusted_private_chat)).room_id
-    await sync_until(owner, lambda: joined(owner, room, puppet_id))
-    return room
-
-
-async def say(owner, room_id: str, text: str, **extra) -> str:
-    response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text, **extra})
-    assert isinstance(response, nio.RoomSendResponse), response
-    return response.event_id
 
 
 async def until(predicate, timeout: float = 30) -> None:
@@ -60,7 +42,7 @@ async def put_transaction(homeserver, running, txn_id: str, events: list[dict]) 
 
 
 async def test_a_message_sent_before_the_puppet_joined_goes_through_the_dispatcher(homeserver, tmp_path,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, owner):
     """The invite waits for the bridge (not running); the owner writes meanwhile. Synapse never
     sends that message to the appservice (no puppet had joined): the puppet reads it back when it
     joins, and it is handled through Dispatcher.event like any other."""
@@ -72,7 +54,6 @@ async def test_a_message_sent_before_the_puppet_joined_goes_through_the_dispatch
         return await original(self, e)
 
     monkeypatch.setattr(dispatch.Dispatcher, "event", event)
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     running = None
     try:
         room = (await owner.room_create(name="early", invite=[ALICE], preset=nio.RoomPreset.private_chat)).room_id
@@ -84,17 +65,15 @@ async def test_a_message_sent_before_the_puppet_joined_goes_through_the_dispatch
         assert sent.event_id in seen
         assert [e for e in events_in(owner, room) if e.get("sender") == ALICE and e["type"] == "m.room.message"]
     finally:
-        await owner.close()
         if running is not None:
             await running.stop()
 
 
-async def test_a_store_error_while_a_message_is_taken_loses_nothing(homeserver, tmp_path):
+async def test_a_store_error_while_a_message_is_taken_loses_nothing(homeserver, tmp_path, owner):
     """The store fails once while the owner's message is taken: the transaction is refused,
     Synapse sends it again, and the message is answered — once."""
     log = tmp_path / "alice.log"
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent("--log", str(log))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room = await open_dm(owner)
         store = running.store
@@ -119,15 +98,13 @@ async def test_a_store_error_while_a_message_is_taken_loses_nothing(homeserver, 
         assert len(prompts) == 1
         assert [a["body"] for a in answers_in(events_in(owner, room), ALICE)] == ["echo: do not lose me"]
     finally:
-        await owner.close()
         await running.stop()
 
 
-async def test_a_command_delivered_again_runs_once(homeserver, tmp_path):
+async def test_a_command_delivered_again_runs_once(homeserver, tmp_path, owner):
     """The same `!new` event comes in two transactions (as after a crash before the first was
     recorded, or a refused transaction sent again): one room is made."""
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         dm = (await owner.room_create(is_direct=True, invite=[BOT],
                                       preset=nio.RoomPreset.trusted_private_chat)).room_id
@@ -142,7 +119,6 @@ async def test_a_command_delivered_again_runs_once(homeserver, tmp_path):
         assert [c.name for c in running.store.channels()].count(name) == 1
         assert sum(1 for n in notices(owner, dm) if n.startswith(f"Made #{name}")) == 1
     finally:
-        await owner.close()
         await running.stop()
 
 
@@ -165,10 +141,9 @@ def puppet_messages(owner, room_id: str, sender: str) -> list[dict]:
 
 
 async def test_a_reply_to_alice_that_names_bob_goes_to_bob_alone_and_is_stored_without_the_quote(
-        homeserver, tmp_path):
+        homeserver, tmp_path, owner):
     BOB = "@sk_bob:localhost"
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent(), "bob": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room = (await owner.room_create(name="replies", invite=[ALICE, BOB],
                                         preset=nio.RoomPreset.private_chat)).room_id
@@ -189,15 +164,13 @@ async def test_a_reply_to_alice_that_names_bob_goes_to_bob_alone_and_is_stored_w
         # alice was quoted, not mentioned: she answered only her own message
         assert len(answers_in(events_in(owner, room), ALICE)) == 1
     finally:
-        await owner.close()
         await running.stop()
 
 
-async def test_a_number_sent_as_a_reply_answers_the_question_it_replies_to(homeserver, tmp_path):
+async def test_a_number_sent_as_a_reply_answers_the_question_it_replies_to(homeserver, tmp_path, owner):
     log = tmp_path / "alice.log"
     running = await start_bridge(homeserver, tmp_path / "bridge",
                                  {"alice": agent("--log", str(log), title="Alice")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room = await open_dm(owner)
         await say(owner, room, "[[permission]] write notes")
@@ -220,11 +193,10 @@ async def test_a_number_sent_as_a_reply_answers_the_question_it_replies_to(homes
         assert len([m for m in map(json.loads, log.read_text().splitlines())
                     if m.get("method") == "session/prompt"]) == 1
     finally:
-        await owner.close()
         await running.stop()
 
 
-async def test_commands_starts_agents_without_holding_up_other_events(homeserver, tmp_path, monkeypatch):
+async def test_commands_starts_agents_without_holding_up_other_events(homeserver, tmp_path, monkeypatch, owner):
     """`!commands` may start agents (seconds): while it does, the next transaction — bob's DM —
     is handled; the listing comes after."""
     from bridge.channels.commands import BotCommands
@@ -240,7 +212,6 @@ async def test_commands_starts_agents_without_holding_up_other_events(homeserver
 
     monkeypatch.setattr(BotCommands, "_prepare", slow_prepare)
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent(), "bob": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         channel = await open_dm(owner, ALICE)
         bob = await open_dm(owner, BOB)
@@ -254,7 +225,6 @@ async def test_commands_starts_agents_without_holding_up_other_events(homeserver
         await sync_until(owner, lambda: any("Commands in" in n for n in notices(owner, channel, ALICE)), timeout=30)
     finally:
         release.set()
-        await owner.close()
         await running.stop()
 
 
@@ -278,9 +248,8 @@ def failing_sends(intent, refuse):
     intent.send = send
 
 
-async def test_a_failed_send_while_an_answer_splits_still_finishes_and_stores_it(homeserver, tmp_path):
+async def test_a_failed_send_while_an_answer_splits_still_finishes_and_stores_it(homeserver, tmp_path, owner):
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room = await open_dm(owner)
         refused = []
@@ -307,18 +276,16 @@ async def test_a_failed_send_while_an_answer_splits_still_finishes_and_stores_it
         assert "".join(a["body"] for a in answers_in(events_in(owner, room), ALICE)) == stored.text
         assert len(stored.event_ids) == 3
     finally:
-        await owner.close()
         await running.stop()
 
 
 async def test_an_answer_the_homeserver_refuses_is_recorded_and_finished_at_the_next_start(
-        homeserver, tmp_path):
+        homeserver, tmp_path, owner):
     """The agent finished, the homeserver refused the final text (and the "interrupted" mark):
     the turn record keeps the final send, and the next start sends it again — the complete
     answer, once — and stores it."""
     folder = tmp_path / "bridge"
     running = await start_bridge(homeserver, folder, {"alice": agent()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room = await open_dm(owner)
         # only the placeholder gets through: every edit and message after it is refused
@@ -343,18 +310,16 @@ async def test_an_answer_the_homeserver_refuses_is_recorded_and_finished_at_the_
         assert [m.role for m in running.store.last_messages(channel.id, 10)] == ["user", "agent"]
         assert len(answers_in(events_in(owner, room), ALICE)) == 1  # not answered again
     finally:
-        await owner.close()
         await running.stop()
 
 
-async def test_a_stop_while_the_final_text_goes_out_lets_the_complete_answer_land(homeserver, tmp_path):
+async def test_a_stop_while_the_final_text_goes_out_lets_the_complete_answer_land(homeserver, tmp_path, owner):
     """The agent is done and the final edit is on its way when the bridge is told to stop: the
     answer lands complete and is stored, instead of being marked interrupted."""
     from store import Store
 
     folder = tmp_path / "bridge"
     running = await start_bridge(homeserver, folder, {"alice": agent("--chunks", "3", "--delay", "0.2")})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room = await open_dm(owner)
         intent = (await running.bridge.puppet("alice")).intent
@@ -384,5 +349,4 @@ async def test_a_stop_while_the_final_text_goes_out_lets_the_complete_answer_lan
                 ("user", "complete me"), ("agent", "echo: complete me")]
     finally:
         release.set()
-        await owner.close()
         await running.stop()

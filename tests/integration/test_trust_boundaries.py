@@ -18,7 +18,8 @@ import nio
 
 from bridge.channels.stream import CUT_LINE, MAX_ANSWER_BYTES
 from bridge_harness import answers_in
-from matrix_helpers import caught_up, events_in, login, sync_until
+from helpers import joined, open_dm, say
+from matrix_helpers import caught_up, events_in, sync_until
 from test_e2ee import ENCRYPTED, all_encrypted, e2e_login, unreadable
 from test_e2ee import say as say_encrypted
 
@@ -34,26 +35,6 @@ _spec.loader.exec_module(hostile_agent)  # its text generators: what the owner m
 
 def hostile(**extra) -> dict:
     return {"command": [sys.executable, str(HOSTILE)], **extra}
-
-
-def joined(client, room_id, user_id) -> bool:
-    state = [e for e in events_in(client, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
-
-
-async def direct_room(owner, puppet_id: str = ALICE, **options) -> str:
-    response = await owner.room_create(is_direct=True, invite=[puppet_id],
-                                       preset=nio.RoomPreset.trusted_private_chat, **options)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
-    return response.room_id
-
-
-async def say(client, room_id: str, body: str) -> str:
-    response = await client.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": body})
-    assert isinstance(response, nio.RoomSendResponse), response
-    return response.event_id
 
 
 def final(messages: list[dict]) -> bool:
@@ -102,7 +83,7 @@ def messages_of(client, room_id: str, sender: str = ALICE) -> list[dict]:
 
 # ---- 1. files an agent hands the bridge ---------------------------------------------------------
 
-async def test_an_agent_posts_only_regular_files_of_its_working_directory(homeserver, bridge_factory, tmp_path):
+async def test_an_agent_posts_only_regular_files_of_its_working_directory(homeserver, bridge_factory, tmp_path, owner):
     work = tmp_path / "work"
     work.mkdir()
     (work / "ok.txt").write_text("fine to share\n")
@@ -112,31 +93,27 @@ async def test_an_agent_posts_only_regular_files_of_its_working_directory(homese
     bridge_folder = work / "bridge"  # the bridge's config and data folder inside the agent's cwd
     running = await bridge_factory({"alice": hostile(cwd=str(work))}, folder=bridge_folder)
     secret = running.bridge.registration.as_token
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await direct_room(owner)
-        links = [homeserver.registration_path, bridge_folder / "config.yaml", "/proc/self/environ",
-                 "/dev/zero", work / "zero", work / "pipe", work / "escape", work / "ok.txt"]
-        await say(owner, room_id, " ".join(f"[[link:file://{path}]]" for path in links))
-        messages = await answered(owner, room_id, "links sent")
-        text = "\n".join(m["body"] for m in messages)
-        refusals = [line for line in text.splitlines() if "could not be posted" in line]
-        assert len(refusals) == 7, text
-        assert "registration.yaml] could not be posted: it is in the bridge's own configuration or data folder" in text
-        assert "config.yaml] could not be posted: it is in the bridge's own configuration or data folder" in text
-        assert "environ] could not be posted: it is outside" in text
-        assert "pipe] could not be posted: it is not a regular file (a pipe)" in text
-        assert "escape] could not be posted: it is outside" in text
-        files = [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
-                 and (e.get("content") or {}).get("msgtype") == "m.file"]
-        assert [f["content"]["body"] for f in files] == ["ok.txt"]
-        assert not any(secret in str(e) for e in events_in(owner, room_id))
-        # the channel is not wedged: the next message is answered
-        await say(owner, room_id, "[[answer:still here]]")
-        await answered(owner, room_id, "still here")
-        await running.idle()
-    finally:
-        await owner.close()
+    room_id = await open_dm(owner)
+    links = [homeserver.registration_path, bridge_folder / "config.yaml", "/proc/self/environ",
+             "/dev/zero", work / "zero", work / "pipe", work / "escape", work / "ok.txt"]
+    await say(owner, room_id, " ".join(f"[[link:file://{path}]]" for path in links))
+    messages = await answered(owner, room_id, "links sent")
+    text = "\n".join(m["body"] for m in messages)
+    refusals = [line for line in text.splitlines() if "could not be posted" in line]
+    assert len(refusals) == 7, text
+    assert "registration.yaml] could not be posted: it is in the bridge's own configuration or data folder" in text
+    assert "config.yaml] could not be posted: it is in the bridge's own configuration or data folder" in text
+    assert "environ] could not be posted: it is outside" in text
+    assert "pipe] could not be posted: it is not a regular file (a pipe)" in text
+    assert "escape] could not be posted: it is outside" in text
+    files = [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
+             and (e.get("content") or {}).get("msgtype") == "m.file"]
+    assert [f["content"]["body"] for f in files] == ["ok.txt"]
+    assert not any(secret in str(e) for e in events_in(owner, room_id))
+    # the channel is not wedged: the next message is answered
+    await say(owner, room_id, "[[answer:still here]]")
+    await answered(owner, room_id, "still here")
+    await running.idle()
 
 
 # ---- 2. every answer arrives: each event fits as sent ---------------------------------------------
@@ -145,7 +122,7 @@ async def test_a_30000_character_answer_in_an_encrypted_dm_is_decrypted_whole(ho
     running = await bridge_factory({"alice": hostile()}, encryption="on")
     owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
-        room_id = await direct_room(owner, initial_state=ENCRYPTED)
+        room_id = await open_dm(owner, initial_state=ENCRYPTED)
         await say_encrypted(owner, room_id, "[[markdown:30000]]")
         expected = hostile_agent.markdown(30000)
 
@@ -164,121 +141,103 @@ async def test_a_30000_character_answer_in_an_encrypted_dm_is_decrypted_whole(ho
         await owner.close()
 
 
-async def test_html_five_times_its_text_and_an_8_mib_answer_arrive_in_a_plain_room(homeserver, bridge_factory):
+async def test_html_five_times_its_text_and_an_8_mib_answer_arrive_in_a_plain_room(bridge_factory, owner):
     running = await bridge_factory({"alice": hostile()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await direct_room(owner)
-        await say(owner, room_id, "[[amps:30000]]")
-        expected = hostile_agent.amps(30000)
+    room_id = await open_dm(owner)
+    await say(owner, room_id, "[[amps:30000]]")
+    expected = hostile_agent.amps(30000)
 
-        def whole() -> bool:
-            messages = answers_in(events_in(owner, room_id), ALICE)
-            return final(messages) and "".join(m["body"] for m in messages) == expected
-        await sync_until(owner, whole)
-        await running.idle()
-        first = len(answers_in(events_in(owner, room_id), ALICE))
+    def whole() -> bool:
+        messages = answers_in(events_in(owner, room_id), ALICE)
+        return final(messages) and "".join(m["body"] for m in messages) == expected
+    await sync_until(owner, whole)
+    await running.idle()
+    first = len(answers_in(events_in(owner, room_id), ALICE))
 
-        await say(owner, room_id, f"[[bytes:{8 * 1024 * 1024}]]")
-        await sync_until(owner, lambda: final(answers_in(events_in(owner, room_id), ALICE)[first:])
-                         and CUT_LINE in answers_in(events_in(owner, room_id), ALICE)[-1]["body"])
-        await running.idle()
-        capped = answers_in(events_in(owner, room_id), ALICE)[first:]
-        text = "".join(m["body"] for m in capped)
-        assert text.endswith(CUT_LINE)
-        assert MAX_ANSWER_BYTES <= len(text.encode()) <= MAX_ANSWER_BYTES + 200
-        assert len(capped) <= 120  # not the ~700 messages of 8 MiB
-    finally:
-        await owner.close()
+    await say(owner, room_id, f"[[bytes:{8 * 1024 * 1024}]]")
+    await sync_until(owner, lambda: final(answers_in(events_in(owner, room_id), ALICE)[first:])
+                     and CUT_LINE in answers_in(events_in(owner, room_id), ALICE)[-1]["body"])
+    await running.idle()
+    capped = answers_in(events_in(owner, room_id), ALICE)[first:]
+    text = "".join(m["body"] for m in capped)
+    assert text.endswith(CUT_LINE)
+    assert MAX_ANSWER_BYTES <= len(text.encode()) <= MAX_ANSWER_BYTES + 200
+    assert len(capped) <= 120  # not the ~700 messages of 8 MiB
 
 
 # ---- 5. a stranger cannot switch a room to encrypted answers --------------------------------------
 
-async def test_a_strangers_fake_encrypted_event_does_not_make_a_plain_room_encrypted(homeserver, bridge_factory):
+async def test_a_strangers_fake_encrypted_event_does_not_make_a_plain_room_encrypted(homeserver, bridge_factory, owner, stranger):
     running = await bridge_factory({"alice": hostile()}, encryption="on")
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    stranger = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
-    try:
-        created = await owner.room_create(name="plain", invite=[ALICE, homeserver.stranger_id])
-        assert isinstance(created, nio.RoomCreateResponse), created
-        room_id = created.room_id
-        await sync_until(owner, lambda: joined(owner, room_id, ALICE))
-        assert isinstance(await stranger.join(room_id), nio.JoinResponse)
-        fake = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
-                "sender_key": "x" * 43, "device_id": "STRANGER", "session_id": "y" * 43}
-        sent = await stranger.room_send(room_id, "m.room.encrypted", fake)
-        assert isinstance(sent, nio.RoomSendResponse), sent
-        await running.handled(sent.event_id)
-        assert not running.bridge.e2ee.is_encrypted(ALICE, room_id)
-        await say(owner, room_id, "[[answer:readable]]")
-        await answered(owner, room_id, "readable")
-        mine = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
-                and e.get("type") not in ("m.room.member",)]
-        assert mine and all(e["type"] == "m.room.message" for e in mine), [e["type"] for e in mine]
-        # no "cannot read" notice either: the stranger's event changed nothing
-        assert not any("cannot read" in (e.get("content") or {}).get("body", "") for e in mine)
-        await running.idle()
-    finally:
-        await owner.close()
-        await stranger.close()
+    created = await owner.room_create(name="plain", invite=[ALICE, homeserver.stranger_id])
+    assert isinstance(created, nio.RoomCreateResponse), created
+    room_id = created.room_id
+    await sync_until(owner, lambda: joined(owner, room_id, ALICE))
+    assert isinstance(await stranger.join(room_id), nio.JoinResponse)
+    fake = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
+            "sender_key": "x" * 43, "device_id": "STRANGER", "session_id": "y" * 43}
+    sent = await stranger.room_send(room_id, "m.room.encrypted", fake)
+    assert isinstance(sent, nio.RoomSendResponse), sent
+    await running.handled(sent.event_id)
+    assert not running.bridge.e2ee.is_encrypted(ALICE, room_id)
+    await say(owner, room_id, "[[answer:readable]]")
+    await answered(owner, room_id, "readable")
+    mine = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
+            and e.get("type") not in ("m.room.member",)]
+    assert mine and all(e["type"] == "m.room.message" for e in mine), [e["type"] for e in mine]
+    # no "cannot read" notice either: the stranger's event changed nothing
+    assert not any("cannot read" in (e.get("content") or {}).get("body", "") for e in mine)
+    await running.idle()
 
 
 # ---- 4. an agent's regular expression --------------------------------------------------------------
 
-async def test_a_catastrophic_pattern_does_not_stall_the_bridge(homeserver, bridge_factory):
+async def test_a_catastrophic_pattern_does_not_stall_the_bridge(bridge_factory, owner):
     running = await bridge_factory({"alice": hostile()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        room_id = await direct_room(owner)
-        await say(owner, room_id, "[[pattern:x]]")
-        await sync_until(owner, lambda: any("Your code?" in m["body"] for m in messages_of(owner, room_id)))
-        async with LoopLag() as lag:
-            # ^(a+)+$ on 28 a's and a '!': about 2^28 steps for Python's re, minutes of a frozen loop
-            await say(owner, room_id, "a" * 28 + "!")
-            await sync_until(owner, lambda: any("does not fit" in m["body"] for m in messages_of(owner, room_id)))
-            await say(owner, room_id, "aaaa")
-            await answered(owner, room_id, 'elicitation: {"action": "accept", "content": {"code": "aaaa"}}')
-        assert lag.samples > 10 and lag.worst < 1.0, f"the loop stalled {lag.worst:.3f} s"
-        await running.idle()
-    finally:
-        await owner.close()
+    room_id = await open_dm(owner)
+    await say(owner, room_id, "[[pattern:x]]")
+    await sync_until(owner, lambda: any("Your code?" in m["body"] for m in messages_of(owner, room_id)))
+    async with LoopLag() as lag:
+        # ^(a+)+$ on 28 a's and a '!': about 2^28 steps for Python's re, minutes of a frozen loop
+        await say(owner, room_id, "a" * 28 + "!")
+        await sync_until(owner, lambda: any("does not fit" in m["body"] for m in messages_of(owner, room_id)))
+        await say(owner, room_id, "aaaa")
+        await answered(owner, room_id, 'elicitation: {"action": "accept", "content": {"code": "aaaa"}}')
+    assert lag.samples > 10 and lag.worst < 1.0, f"the loop stalled {lag.worst:.3f} s"
+    await running.idle()
 
 
 # ---- 7. a thousand commands ---------------------------------------------------------------------
 
-async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work(homeserver, bridge_factory):
+async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work(homeserver, bridge_factory, owner):
     from bridge.matrix.msc4391 import MAX_DESCRIPTIONS
     from bridge_harness import wait_until
     from test_conventions import descriptions_in
     running = await bridge_factory({"alice": hostile()})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
-        made = await owner.room_create(name="many commands", invite=[ALICE],
-                                       power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
-        assert isinstance(made, nio.RoomCreateResponse), made
-        room_id = made.room_id
-        await sync_until(owner, lambda: joined(owner, room_id, ALICE))
-        await say(owner, room_id, "[[commands:1000]]")
-        await answered(owner, room_id, "1000 commands")
-        await wait_until(lambda: len(running.store.agent_commands("alice") or []) == 1000, what="stored")
+    made = await owner.room_create(name="many commands", invite=[ALICE],
+                                   power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
+    assert isinstance(made, nio.RoomCreateResponse), made
+    room_id = made.room_id
+    await sync_until(owner, lambda: joined(owner, room_id, ALICE))
+    await say(owner, room_id, "[[commands:1000]]")
+    await answered(owner, room_id, "1000 commands")
+    await wait_until(lambda: len(running.store.agent_commands("alice") or []) == 1000, what="stored")
 
-        async def published() -> bool:
-            await running.bridge.command_descriptions.idle()
-            return len(await descriptions_in(homeserver, owner, room_id, ALICE)) == MAX_DESCRIPTIONS
-        await wait_until(published, what="50 descriptions")
+    async def published() -> bool:
         await running.bridge.command_descriptions.idle()
-        found = await descriptions_in(homeserver, owner, room_id, ALICE)
-        assert sorted(c["command"] for c in found.values()) == sorted(f"cmd{i}" for i in range(50))
+        return len(await descriptions_in(homeserver, owner, room_id, ALICE)) == MAX_DESCRIPTIONS
+    await wait_until(published, what="50 descriptions")
+    await running.bridge.command_descriptions.idle()
+    found = await descriptions_in(homeserver, owner, room_id, ALICE)
+    assert sorted(c["command"] for c in found.values()) == sorted(f"cmd{i}" for i in range(50))
 
-        # !commands lists every one; the 1,000th still runs as text
-        await say(owner, room_id, "!commands")
-        await sync_until(owner, lambda: any("cmd999" in (e.get("content") or {}).get("body", "")
-                                            for e in events_in(owner, room_id)))
-        await say(owner, room_id, "/alice:cmd999 now")
-        await answered(owner, room_id, "echo: /cmd999 now")
-        await running.idle()
-    finally:
-        await owner.close()
+    # !commands lists every one; the 1,000th still runs as text
+    await say(owner, room_id, "!commands")
+    await sync_until(owner, lambda: any("cmd999" in (e.get("content") or {}).get("body", "")
+                                        for e in events_in(owner, room_id)))
+    await say(owner, room_id, "/alice:cmd999 now")
+    await answered(owner, room_id, "echo: /cmd999 now")
+    await running.idle()
 
 
 # ---- 9. a room key asked of the sender's device is taken when it comes ----------------------------
@@ -299,7 +258,7 @@ async def test_a_room_key_asked_of_the_owners_device_is_accepted_when_forwarded(
         return handle(event)
     owner.olm._handle_key_requests = seen_request
     try:
-        room_id = await direct_room(owner, initial_state=ENCRYPTED)
+        room_id = await open_dm(owner, initial_state=ENCRYPTED)
         await say_encrypted(owner, room_id, "[[answer:first]]")
         await answered(owner, room_id, "first")
         puppet_device = running.bridge.e2ee.devices[ALICE]
@@ -331,7 +290,7 @@ async def test_a_room_key_asked_of_the_owners_device_is_accepted_when_forwarded(
 
 # ---- 8. a room upgrade moves the channel -----------------------------------------------------------
 
-async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(homeserver, bridge_factory, tmp_path):
+async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(homeserver, bridge_factory, tmp_path, owner):
     import json
 
     from bridge_harness import agent
@@ -339,57 +298,53 @@ async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(hom
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log), "--load-session",
                                                    "--state", str(tmp_path / "sessions"))})
-    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
 
     def received() -> list[dict]:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
-    try:
-        # alice may post at 50: an upgrade mutes the old room for users below that (Synapse)
-        made = await owner.room_create(name="project", invite=[ALICE], preset=nio.RoomPreset.private_chat,
-                                       power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
-        assert isinstance(made, nio.RoomCreateResponse), made
-        old = made.room_id
-        await sync_until(owner, lambda: joined(owner, old, ALICE))
-        await say(owner, old, "remember the word kumquat")
-        await answered(owner, old, "kumquat")
-        await running.idle()
-        channel = running.store.channel_by_room(old)
-        first_session = running.store.member(channel.id, "alice").session_id
+    # alice may post at 50: an upgrade mutes the old room for users below that (Synapse)
+    made = await owner.room_create(name="project", invite=[ALICE], preset=nio.RoomPreset.private_chat,
+                                   power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
+    assert isinstance(made, nio.RoomCreateResponse), made
+    old = made.room_id
+    await sync_until(owner, lambda: joined(owner, old, ALICE))
+    await say(owner, old, "remember the word kumquat")
+    await answered(owner, old, "kumquat")
+    await running.idle()
+    channel = running.store.channel_by_room(old)
+    first_session = running.store.member(channel.id, "alice").session_id
 
-        # the owner upgrades the room, and (as Element does) invites its members to the new one
-        status, version = await request(homeserver, owner, "GET",
-                                        f"/_matrix/client/v3/rooms/{old}/state/m.room.create/")
-        assert status == 200, version
-        status, upgraded = await request(homeserver, owner, "POST", f"/_matrix/client/v3/rooms/{old}/upgrade",
-                                         {"new_version": version.get("room_version", "1")})
-        assert status == 200, upgraded
-        new = upgraded["replacement_room"]
-        assert isinstance(await owner.room_invite(new, ALICE), nio.RoomInviteResponse)
-        await sync_until(owner, lambda: joined(owner, new, ALICE)
-                         and any("moved to the upgraded room" in (e.get("content") or {}).get("body", "")
-                                 and new in e["content"]["body"] for e in events_in(owner, old)))
+    # the owner upgrades the room, and (as Element does) invites its members to the new one
+    status, version = await request(homeserver, owner, "GET",
+                                    f"/_matrix/client/v3/rooms/{old}/state/m.room.create/")
+    assert status == 200, version
+    status, upgraded = await request(homeserver, owner, "POST", f"/_matrix/client/v3/rooms/{old}/upgrade",
+                                     {"new_version": version.get("room_version", "1")})
+    assert status == 200, upgraded
+    new = upgraded["replacement_room"]
+    assert isinstance(await owner.room_invite(new, ALICE), nio.RoomInviteResponse)
+    await sync_until(owner, lambda: joined(owner, new, ALICE)
+                     and any("moved to the upgraded room" in (e.get("content") or {}).get("body", "")
+                             and new in e["content"]["body"] for e in events_in(owner, old)))
 
-        # the channel is the same one, now in the new room: history, member, session
-        moved = running.store.channel_by_room(new)
-        assert moved is not None and moved.id == channel.id and moved.name == "project"
-        assert running.store.channel_by_room(old) is None
-        await say(owner, new, "which word?")
-        await answered(owner, new, "which word?")
-        await running.idle()
-        assert running.store.member(channel.id, "alice").session_id == first_session
-        assert sum(1 for m in received() if m.get("method") == "session/new") == 1
-        prompts = [m for m in received() if m.get("method") == "session/prompt"]
-        assert prompts[-1]["params"]["sessionId"] == first_session
-        assert [m.text for m in running.store.last_messages(channel.id, 10)][:1] == ["remember the word kumquat"]
-        assert running.store.count_messages(channel.id) == 4
+    # the channel is the same one, now in the new room: history, member, session
+    moved = running.store.channel_by_room(new)
+    assert moved is not None and moved.id == channel.id and moved.name == "project"
+    assert running.store.channel_by_room(old) is None
+    await say(owner, new, "which word?")
+    await answered(owner, new, "which word?")
+    await running.idle()
+    assert running.store.member(channel.id, "alice").session_id == first_session
+    assert sum(1 for m in received() if m.get("method") == "session/new") == 1
+    prompts = [m for m in received() if m.get("method") == "session/prompt"]
+    assert prompts[-1]["params"]["sessionId"] == first_session
+    assert [m.text for m in running.store.last_messages(channel.id, 10)][:1] == ["remember the word kumquat"]
+    assert running.store.count_messages(channel.id) == 4
 
-        # the old room is no channel any more: a message there is not answered
-        stale = await say(owner, old, "anyone here?")
-        await running.handled(stale)
-        await running.idle()
-        await caught_up(owner, old)
-        assert not any("anyone here" in m["body"] for m in messages_of(owner, old))
-        assert running.store.count_messages(channel.id) == 4
-    finally:
-        await owner.close()
+    # the old room is no channel any more: a message there is not answered
+    stale = await say(owner, old, "anyone here?")
+    await running.handled(stale)
+    await running.idle()
+    await caught_up(owner, old)
+    assert not any("anyone here" in m["body"] for m in messages_of(owner, old))
+    assert running.store.count_messages(channel.id) == 4

@@ -31,7 +31,7 @@ from config.registration import Registration
 from store import Store
 
 OWNER, STRANGER = "@owner:localhost", "@stranger:localhost"
-HOSTILE = Path(__file__).parent / "agents" / "hostile_agent.py"
+HOSTILE = Path(__file__).resolve().parents[2] / "agents" / "hostile_agent.py"
 ROOMS = {"!a:localhost": ("alice",), "!b:localhost": ("bob",), "!g:localhost": ("alice", "bob")}
 MAX_STALL = 0.100
 

@@ -19,7 +19,7 @@ from bridge.matrix.client import AppserviceClient, MatrixError
 
 ALICE = "@sk_alice:localhost"
 ROOM = "!room:localhost"
-BRIDGE = Path(__file__).resolve().parents[1] / "bridge"
+BRIDGE = Path(__file__).resolve().parents[3] / "bridge"
 
 
 class Recorder:

@@ -15,7 +15,7 @@ import pytest
 
 from store import Store, StoreClosed, StoreError, StoreLocked
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # A second bridge in another process: opens the store, says so, then holds it
 # until stdin closes (or it is killed).

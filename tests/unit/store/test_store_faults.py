@@ -20,7 +20,7 @@ import pytest
 from store import Store, StoreLocked, StoreLockLost, StoreUnavailable, StoreUnwritable
 from store.locks import PG_LOCK_KEY
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 pg = pytest.mark.postgres
 
 

@@ -5,28 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from bridge.channels.stream import LIVE, Answer, message_content
+from fake_intent import FakeIntent
 
 ROOM = "!room:localhost"
-
-
-class FakeIntent:
-    def __init__(self):
-        self.events: list[tuple[str, str, dict]] = []  # (kind, event id or the edited one, content)
-        self.release = asyncio.Event()
-        self.release.set()
-
-    async def send(self, room_id, content, *, event_type="m.room.message", txn_id=None):
-        await self.release.wait()
-        event_id = f"$e{len(self.events)}"
-        self.events.append(("send", event_id, content))
-        return event_id
-
-    async def edit(self, room_id, event_id, new_content, *, txn_id=None):
-        self.events.append(("edit", event_id, new_content))
-        return f"$x{len(self.events)}"
-
-    def texts(self):
-        return [(kind, target, content.get("body")) for kind, target, content in self.events]
 
 
 async def test_a_streamed_answer_is_live_until_its_final_edit():

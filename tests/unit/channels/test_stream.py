@@ -8,35 +8,7 @@ from bridge.channels import stream
 from bridge.matrix.client import MatrixError
 from bridge.channels.stream import SPLIT_WEIGHT, Answer, AnswerNotFinished
 from bridge.matrix.intent import EventTooLarge, weight
-
-
-class FakeIntent:
-    """Records each message and its edits; `fail(kind, n)` decides which requests fail."""
-
-    user_id = "@sk_alice:localhost"
-
-    def __init__(self, fail=lambda kind, n: False):
-        self.fail = fail
-        self.messages: dict[str, list[dict]] = {}  # event id → its contents, newest last
-        self.calls = {"send": 0, "edit": 0}
-
-    async def send(self, room_id, content, *, event_type="m.room.message", txn_id=None):
-        self.calls["send"] += 1
-        if self.fail("send", self.calls["send"]):
-            raise MatrixError("sending: M_UNKNOWN the homeserver is busy", 502)
-        event_id = f"$m{len(self.messages) + 1}"
-        self.messages[event_id] = [content]
-        return event_id
-
-    async def edit(self, room_id, event_id, new_content, *, txn_id=None):
-        self.calls["edit"] += 1
-        if self.fail("edit", self.calls["edit"]):
-            raise MatrixError("sending: M_UNKNOWN the homeserver is busy", 502)
-        self.messages[event_id].append(new_content)
-        return f"$edit{self.calls['edit']}"
-
-    def shown(self) -> list[str]:
-        return [contents[-1]["body"] for contents in self.messages.values()]
+from fake_intent import FakeIntent
 
 
 @pytest.fixture(autouse=True)

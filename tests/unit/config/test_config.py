@@ -123,7 +123,7 @@ def test_a_typo_exits_2_from_the_command_line_in_one_line(tmp_path):
 
 def test_every_shipped_config_uses_known_keys_only(tmp_path):
     from bridge.local.up import write_default_config
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     shipped = [os.path.join(root, "deploy", "compose", "sidekicks.yaml")]
     shipped += [os.path.join(root, "deploy", "examples", n) for n in os.listdir(os.path.join(root, "deploy", "examples"))]
     write_default_config(tmp_path / "default.yaml", user="ana")

@@ -18,7 +18,7 @@ import yaml
 import config
 from bridge.local.check import Announced, report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPTED = str(ROOT / "tests" / "agents" / "scripted_agent.py")
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
 

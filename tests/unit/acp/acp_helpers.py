@@ -10,7 +10,7 @@ from pathlib import Path
 
 from acp import AgentSpec
 
-SCRIPTED = str(Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py")
+SCRIPTED = str(Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py")
 
 
 def scripted_spec(name: str = "alice", *args: str, **kw) -> AgentSpec:

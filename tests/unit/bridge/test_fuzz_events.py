@@ -27,7 +27,7 @@ from store import Store
 
 OWNER, STRANGER = "@owner:localhost", "@stranger:localhost"
 ROOMS = ["!dm:localhost", "!group:localhost", "!unknown:localhost"]
-SCRIPTED = Path(__file__).parent / "agents" / "scripted_agent.py"
+SCRIPTED = Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py"
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),

@@ -18,7 +18,7 @@ from acp.client import CODING_CLIENT_CAPABILITIES
 
 from acp_helpers import log_until, read_log
 
-CODING = str(Path(__file__).resolve().parents[1] / "agents" / "coding_agent.py")
+CODING = str(Path(__file__).resolve().parents[2] / "agents" / "coding_agent.py")
 
 
 def coding_spec(*args: str, name: str = "coder") -> AgentSpec:

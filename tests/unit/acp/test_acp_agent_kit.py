@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-SCRIPTED = str(Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py")
+SCRIPTED = str(Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.py")
 
 
 async def _exchange(args, messages, expect_ids):

@@ -1,0 +1,72 @@
+"""What the integration tests share: the owner's words and what the owner sees, a scripted
+agent's log. (The owner's client itself is the `owner` fixture of tests/integration/conftest.py;
+Synapse and the client helpers are in tests/matrix_helpers.py, the bridge in
+tests/bridge_harness.py.)
+
+Imported as `helpers`: tests/integration is on sys.path, since it is not a package.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nio
+
+from matrix_helpers import events_in, sync_until
+
+ALICE, BOB, BOT = "@sk_alice:localhost", "@sk_bob:localhost", "@sidekicks:localhost"
+# an answer's status line while it is being written: waiting, thinking, writing, a tool at work
+STATUS = ("⏳", "💭", "✍️", "🔧")
+
+
+# ---- a scripted agent's log (`--log FILE`: every JSON-RPC message it received, a line each) ----
+
+def received(log_path: Path) -> list[dict]:
+    """Every message the agent received, oldest first ([] before it wrote its log)."""
+    if not log_path.exists():
+        return []
+    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+
+
+def prompts(log_path: Path) -> list[str]:
+    """The text of every session/prompt the agent received, in order."""
+    return ["".join(block.get("text", "") for block in message["params"]["prompt"])
+            for message in received(log_path) if message.get("method") == "session/prompt"]
+
+
+# ---- the owner in Matrix ---------------------------------------------------------------------
+
+def joined(client: nio.AsyncClient, room_id: str, user_id: str) -> bool:
+    """`user_id`'s last membership in `room_id`, as `client` has seen it, is join."""
+    state = [e for e in events_in(client, room_id)
+             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
+    return bool(state) and state[-1]["content"].get("membership") == "join"
+
+
+async def open_dm(owner: nio.AsyncClient, puppet_id: str = ALICE, **options) -> str:
+    """A new direct room with `puppet_id`, once the puppet has joined it (`options`: more of
+    room_create's arguments, e.g. initial_state)."""
+    response = await owner.room_create(is_direct=True, invite=[puppet_id],
+                                       preset=nio.RoomPreset.trusted_private_chat, **options)
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
+    return response.room_id
+
+
+async def say(client: nio.AsyncClient, room_id: str, text: str, html: str | None = None,
+              user_ids: list[str] | None = None, **extra) -> str:
+    """Send a text message (with its HTML, its mentions, any more content fields); its event id."""
+    content = {"msgtype": "m.text", "body": text}
+    if html is not None:
+        content.update(format="org.matrix.custom.html", formatted_body=html)
+    if user_ids is not None:
+        content["m.mentions"] = {"user_ids": user_ids}
+    content.update(extra)
+    response = await client.room_send(room_id, "m.room.message", content)
+    assert isinstance(response, nio.RoomSendResponse), response
+    return response.event_id
+
+
+def is_final(answer: dict) -> bool:
+    """An answer (as bridge_harness.answers_in gives it) that no longer shows a status line."""
+    return not answer["body"].startswith(STATUS) and "getting ready" not in answer["body"]

@@ -215,6 +215,9 @@ async def test_load_session_replay_is_not_delivered(tmp_path, log_path, spawn):
     # and only the cancel below ends it
     other_prompt = asyncio.create_task(second.prompt(
         other, f"[[chunks:2]] [[hold:{tmp_path / 'never'}]] go on", other_updates.append))
+    # its first part came: the agent runs that prompt (a cancel sent before the agent began it
+    # was lost, and the prompt held for ever: 1 run in 4)
+    await until(lambda: other_updates, what="the other prompt's first part")
     await second.load_session(session_id)
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in wire if "content" in u][-2:] == [
         ("user_message_chunk", "remember me"), ("agent_message_chunk", "echo: remember me")]

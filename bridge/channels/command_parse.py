@@ -1,6 +1,6 @@
 """Bridge commands as text: parsing `!name args`, and the words of help, states and command lists.
 
-Pure functions, no Matrix and no store (tests/test_commands_parse.py).
+Pure functions, no Matrix and no store (tests/unit/channels/test_commands_parse.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""When scheduled work runs, and how a run is announced. Pure (tests/test_schedule_times.py).
+"""When scheduled work runs, and how a run is announced. Pure (tests/unit/channels/test_schedule_times.py).
 
 Times are milliseconds since the epoch. `at` without an offset and cron expressions are read in
 the bridge's local time zone (`tz`, the machine's by default): the agent and the owner say

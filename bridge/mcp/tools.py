@@ -1,5 +1,5 @@
 """The `matrix` MCP server's tools: names, descriptions, argument schemas and checking, and how
-results read. Pure: no Matrix, no store (tests/test_mcp_tools.py).
+results read. Pure: no Matrix, no store (tests/unit/mcp/test_mcp_tools.py).
 
 Every tool acts on the conversation of the session that calls it, never another; its result is
 text. A call with bad arguments gets an error result saying what is wrong, never a traceback.

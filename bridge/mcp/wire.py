@@ -1,5 +1,5 @@
 """What `sidekicks mcp` and the running bridge say over the private socket: one JSON line each
-way per tool call. Pure (tests/test_mcp_wire.py).
+way per tool call. Pure (tests/unit/mcp/test_mcp_wire.py).
 
     → {"secret": "…", "tool": "history", "arguments": {"limit": 5}}
     ← {"text": "…", "error": false}

@@ -11,13 +11,14 @@ import importlib.util
 import os
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import nio
 import pytest
 
 from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED
-from bridge_harness import agent, answers_in, write_config
+from bridge_harness import agent, answers_in, write_config, wait_until
 from config.paths import config_hash
 from helpers import is_final, joined, open_dm, prompts, received, say
 from matrix_helpers import caught_up, events_in, sync_until
@@ -88,12 +89,7 @@ async def stored_when(store, room_id, count: int, timeout: float = 60) -> list[t
     return found
 
 
-async def until(predicate, timeout: float = 60) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, f"{predicate} still false after {timeout} s"
-        await asyncio.sleep(0.05)
+until = partial(wait_until, timeout=60)
 
 
 def xdg_env(tmp_path: Path) -> dict[str, str]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from functools import partial
 
 import aiohttp
 import nio
 
 from bridge.matrix import dispatch
-from bridge_harness import agent, answers_in, start_bridge
+from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import joined, open_dm, say
 from matrix_helpers import events_in, sync_until, texts_in
 from store import StoreError
@@ -24,12 +25,7 @@ def notices(owner, room_id: str, sender: str = BOT) -> list[str]:
             and e["content"].get("msgtype") == "m.notice"]
 
 
-async def until(predicate, timeout: float = 30) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, f"{predicate} still false after {timeout} s"
-        await asyncio.sleep(0.05)
+until = partial(wait_until, timeout=30)
 
 
 async def put_transaction(homeserver, running, txn_id: str, events: list[dict]) -> int:

@@ -5,6 +5,7 @@ two kinds plugged into it (permissions.py, coding/questions.py) are checked thro
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +16,7 @@ from bridge.channels.asks import KEYCAPS, Ask, Asks
 from bridge.channels.permissions import Permissions
 from bridge.coding.questions import Questions
 from bridge.matrix.client import MatrixError
+from bridge_harness import wait_until
 
 ROOM = "!room:hs"
 WAITING = "🔧 waiting for you"
@@ -82,12 +84,7 @@ def scene(timeout: float = 60.0, refuse: bool = False):
                            portal=portal)
 
 
-async def until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not met"
-        await asyncio.sleep(0.01)
+until = partial(wait_until, timeout=10.0, every=0.01)
 
 
 OPTIONS = ["red", "green", "blue"]

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from functools import partial
 from types import SimpleNamespace
 
 from acp import Update
 from bridge.channels import showing
 from bridge.channels.showing import STATUS_THINKING, STATUS_WRITING, Showing, tool_status
+from bridge_harness import wait_until
 
 ROOM = "!room:hs"
 
@@ -80,12 +82,7 @@ def scene(work=None):
                            courtesies=courtesies)
 
 
-async def until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not met"
-        await asyncio.sleep(0.01)
+until = partial(wait_until, timeout=10.0, every=0.01)
 
 
 def test_each_update_shows_in_the_status_line_and_the_answer():

@@ -3,9 +3,11 @@ the watch against a stand-in answer)."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from bridge.channels import silence
 from bridge.channels.silence import SilenceWatch, silent_status, step
+from bridge_harness import wait_until
 
 
 def test_the_line_says_how_long_and_how_to_stop():
@@ -32,12 +34,7 @@ class Answer:
         self.shown.append(status)
 
 
-async def until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not met"
-        await asyncio.sleep(0.01)
+until = partial(wait_until, timeout=10.0, every=0.01)
 
 
 async def test_the_watch_says_it_and_puts_the_status_back_when_the_agent_speaks():

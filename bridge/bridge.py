@@ -20,7 +20,7 @@ from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, Pool
 from config import Config
 from config.registration import Registration
 from store import Store, keys, new_id
-from store.offloop import LatestWrite, OffLoop
+from store.offloop import OffLoop
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
 from .coding import render as coding_render
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes
 GAP_RETRY_AFTER = 0.05  # seconds after refusing a transaction for a gap before the ping
-ORDER_WRITE_EVERY = 1.0  # seconds: the last transaction number is written at most this often
 
 
 def freeze_startup_objects() -> None:
@@ -151,17 +150,13 @@ class Bridge:
         self.dispatcher = Dispatcher(config, db, self._handlers(), self.outage, encryption,
                                      is_channel=channels.portals.__contains__)
         self.inbound.dispatcher = self.dispatcher  # catch-up and an invite's encryption go through it
-        # the last transaction number: written once a second at most, never ahead of a turn's
-        # writes; a kill loses at most that second, and the next start then sees a gap that is
-        # none (appservice.TransactionOrder): refused once, sent again at once (the ping)
-        self._order_kept = LatestWrite(db, "the last transaction number",
-                                       lambda store, value: store.set_value(keys.TRANSACTION_ORDER, value),
-                                       ORDER_WRITE_EVERY)
         self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
                                        self.handle_user_query, db.txn_seen, db.mark_txn,
                                        self.dispatcher.refused,
                                        TransactionOrder(lambda: store.get_value(keys.TRANSACTION_ORDER),
-                                                        self._order_kept),
+                                                        lambda value: db.soon(
+                                                            "the last transaction number",
+                                                            lambda: store.set_value(keys.TRANSACTION_ORDER, value))),
                                        on_gap=self._retry_soon)
 
     # ---- life cycle -------------------------------------------------------------------------
@@ -243,7 +238,6 @@ class Bridge:
             # after every write queued before it (the turns' last ones); a database that hangs
             # does not hold the stop (the thread is a daemon)
             try:
-                self._order_kept.flush()
                 await asyncio.wait_for(self.db.run(self.store.close), STORE_CLOSE_WAIT)
             except asyncio.TimeoutError:
                 log.warning("the database did not answer within %d s: stopping without closing it",

@@ -122,35 +122,3 @@ class OffLoop:
         """Any function of the store (several calls, one after the other) on the thread."""
         return await self._thread.run(fn)
 
-
-class LatestWrite:
-    """A value written often of which only the newest matters (the last transaction number):
-    written at most once every `delay` seconds, the newest each time, so that it never stands
-    in the database thread's queue ahead of the writes a turn waits for. `flush` writes one
-    still waiting (a clean stop); a kill loses at most the last `delay` seconds of it, which
-    its reader must allow for."""
-
-    def __init__(self, db: OffLoop, what: str, write: Callable[[Any, Any], None], delay: float) -> None:
-        self._db, self._what, self._write, self._delay = db, what, write, delay
-        self._value: Any = None
-        self._waiting = False
-        self._timer: asyncio.TimerHandle | None = None
-
-    def __call__(self, value: Any) -> None:
-        self._value, self._waiting = value, True
-        if self._timer is None:
-            try:
-                self._timer = asyncio.get_running_loop().call_later(self._delay, self.flush)
-            except RuntimeError:  # no loop runs (before the bridge starts): written here, now
-                self._waiting = False
-                self._write(self._db.target, value)
-
-    def flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._waiting:
-            return
-        value, write, store = self._value, self._write, self._db.target
-        self._waiting = False
-        self._db.soon(self._what, lambda: write(store, value))

@@ -19,6 +19,9 @@ Versions:
 8. `sk_e2ee_pending`, `sk_e2ee_room`: the encrypted events waiting for their room key and the
    encrypted rooms, a row each (store/e2ee.py); the JSON lists of the key-value `e2ee:pending`
    and `e2ee:rooms` carried over, and gone
+9. conversations (SPEC §15): `sk_message.conversation` ("" the main timeline — every message an
+   older store holds — else a thread's root event), indexed with the channel; `sk_thread_session`:
+   each member's session per thread
 """
 
 from __future__ import annotations
@@ -144,6 +147,12 @@ def _add_e2ee_tables(db: pw.Database, m: SimpleNamespace) -> None:
             m.E2eeRoom.insert(room_id=room_id, marked=now).on_conflict_ignore().execute()
 
 
+def _add_conversations(db: pw.Database, m: SimpleNamespace) -> None:
+    if not any(column.name == "conversation" for column in db.get_columns("sk_message")):
+        db.execute_sql("ALTER TABLE sk_message ADD COLUMN conversation TEXT NOT NULL DEFAULT ''")
+    db.create_tables([m.Message, m.ThreadSession], safe=True)  # the message index, the new table
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
@@ -153,6 +162,7 @@ STEPS = [
     (6, _add_session_cwd),
     (7, _add_schedules),
     (8, _add_e2ee_tables),
+    (9, _add_conversations),
 ]
 LATEST = STEPS[-1][0]
 

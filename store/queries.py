@@ -6,13 +6,13 @@ import peewee as pw
 
 from .compiled import Compiled
 
-MESSAGE_FIELDS = ("id", "channel_id", "sender", "role", "text", "event_ids", "created")
+MESSAGE_FIELDS = ("id", "channel_id", "sender", "role", "text", "event_ids", "created", "conversation")
 MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen", "session_cwd")
 
 
 def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
     C, M, E, T, V = m.Channel, m.Message, m.MessageEvent, m.Txn, m.Value
-    R = m.Member
+    R, S = m.Member, m.ThreadSession
     columns = [getattr(M, name) for name in MESSAGE_FIELDS]
     member_columns = [getattr(R, name) for name in MEMBER_FIELDS]
 
@@ -49,6 +49,43 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
             "channel_id",
             "after",
             "limit",
+        ),
+        # one conversation's messages (the main timeline's, or a thread's own), through the
+        # (channel_id, conversation, id) index backwards
+        conv_last=Compiled(
+            db,
+            lambda channel_id, conversation, limit: newest_first(
+                (M.channel_id == channel_id) & (M.conversation == conversation)).limit(limit),
+            "channel_id",
+            "conversation",
+            "limit",
+        ),
+        conv_after=Compiled(
+            db,
+            lambda channel_id, conversation, after, limit: newest_first(
+                (M.channel_id == channel_id) & (M.conversation == conversation) & (M.id > after)).limit(limit),
+            "channel_id",
+            "conversation",
+            "after",
+            "limit",
+        ),
+        conv_last_agent=Compiled(
+            db,
+            lambda channel_id, conversation, role: M.select(M.sender).where(
+                (M.channel_id == channel_id) & (M.conversation == conversation) & (M.role == role)
+            ).order_by(M.id.desc()).limit(1),
+            "channel_id",
+            "conversation",
+            "role",
+        ),
+        thread_member=Compiled(
+            db,
+            lambda channel_id, agent, conversation: S.select(S.session_id, S.fresh, S.last_seen, S.session_cwd).where(
+                (S.channel_id == channel_id) & (S.agent == agent) & (S.conversation == conversation)
+            ),
+            "channel_id",
+            "agent",
+            "conversation",
         ),
         by_event=Compiled(
             db,

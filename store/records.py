@@ -20,6 +20,7 @@ class Member:
     fresh: bool  # a new session that has not yet been told the channel's past
     last_seen: str | None  # id of the last channel message this agent has seen
     session_cwd: str | None = None  # the working directory its session was opened in
+    conversation: str = ""  # "" its session in the main timeline; else in that thread (sk_thread_session)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Message:
     text: str
     event_ids: tuple[str, ...]  # the Matrix events that carry it, in order
     created: int  # milliseconds since the epoch
+    conversation: str = ""  # "" the main timeline; else the thread's root event id
 
 
 @dataclass(frozen=True)

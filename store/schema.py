@@ -12,6 +12,7 @@ import peewee as pw
 # Prefixed, so that the store can live in a database shared with other tables.
 TABLES = (
     "sk_member_setting",
+    "sk_thread_session",
     "sk_message_event",
     "sk_message",
     "sk_member",
@@ -90,6 +91,24 @@ def build(db: pw.Database) -> SimpleNamespace:
             constraints = [pw.SQL("FOREIGN KEY (channel_id, agent) REFERENCES sk_member (channel_id, agent) "
                                   "ON DELETE CASCADE")]
 
+    class ThreadSession(Base):
+        # A member's ACP session in one thread of its channel (SPEC §15): what `sk_member` keeps for
+        # the main timeline — session, fresh flag, last seen message, working directory — per
+        # (channel, agent, thread root). A row is made at the member's first turn in the thread;
+        # it goes with the membership. Added by migration step 9 (store/migrations.py).
+        channel_id = pw.TextField()
+        agent = pw.TextField()
+        conversation = pw.TextField()  # the thread's root event id
+        session_id = pw.TextField(null=True)
+        fresh = pw.BooleanField(default=False)
+        last_seen = pw.TextField(null=True)
+        session_cwd = pw.TextField(null=True)
+        updated = pw.BigIntegerField(default=0)  # ms: when its session was last set or used
+
+        class Meta:
+            table_name = "sk_thread_session"
+            primary_key = pw.CompositeKey("channel_id", "agent", "conversation")
+
     class Message(Base):
         channel_id = pw.TextField(constraints=_references("sk_channel"))
         id = pw.TextField()  # a new_id(): chronological, unique by construction
@@ -100,6 +119,9 @@ def build(db: pw.Database) -> SimpleNamespace:
         # indexes the same ids for message_by_event.
         event_ids = pw.TextField(default="[]")
         created = pw.BigIntegerField()
+        # "" the main timeline; else the event id of the thread's root (channels/conversations.py);
+        # added by migration step 9 (store/migrations.py)
+        conversation = pw.TextField(default="")
 
         class Meta:
             table_name = "sk_message"
@@ -108,6 +130,8 @@ def build(db: pw.Database) -> SimpleNamespace:
             # messages backwards, a full scan for a quiet channel. This way the
             # only ordered path is the channel's own range, whatever the size.
             primary_key = pw.CompositeKey("channel_id", "id")
+            # the same for one conversation's range: its last messages, its last speaker
+            indexes = ((("channel_id", "conversation", "id"), False),)
 
     class MessageEvent(Base):
         # Not unique: a duplicate event id must not lose a finished message;
@@ -237,6 +261,7 @@ def build(db: pw.Database) -> SimpleNamespace:
         Channel=Channel,
         Member=Member,
         MemberSetting=MemberSetting,
+        ThreadSession=ThreadSession,
         Message=Message,
         MessageEvent=MessageEvent,
         Txn=Txn,
@@ -250,7 +275,7 @@ def build(db: pw.Database) -> SimpleNamespace:
         Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
-    models.all = [Channel, Member, MemberSetting, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
+    models.all = [Channel, Member, MemberSetting, ThreadSession, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
                   Turn, Schedule, E2eePending, E2eeRoom, Schema]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models

@@ -285,6 +285,7 @@ class Store:
                 if m.Message.select().where(m.Message.channel_id == other.id).exists():
                     raise ValueError(f"room {room_id} already has a channel with history")
                 m.Member.delete().where(m.Member.channel_id == other.id).execute()
+                m.ThreadSession.delete().where(m.ThreadSession.channel_id == other.id).execute()
                 m.Turn.delete().where(m.Turn.channel_id == other.id).execute()
                 m.Channel.delete().where(m.Channel.id == other.id).execute()
             m.Channel.update(room_id=room_id).where(m.Channel.id == channel_id).execute()
@@ -297,6 +298,7 @@ class Store:
             m.MessageEvent.delete().where(m.MessageEvent.channel_id == channel_id).execute()
             m.Message.delete().where(m.Message.channel_id == channel_id).execute()
             m.Member.delete().where(m.Member.channel_id == channel_id).execute()
+            m.ThreadSession.delete().where(m.ThreadSession.channel_id == channel_id).execute()
             m.Turn.delete().where(m.Turn.channel_id == channel_id).execute()
             m.Schedule.delete().where(m.Schedule.channel_id == channel_id).execute()
             m.Channel.delete().where(m.Channel.id == channel_id).execute()
@@ -319,9 +321,14 @@ class Store:
             for channel_id, agent, session_id, fresh, last_seen, session_cwd in rows
         ]
 
-    def _one_member(self, channel_id: str, agent: str) -> Member | None:
+    def _one_member(self, channel_id: str, agent: str, conversation: str = "") -> Member | None:
         found = self._to_members(self._hot.member.rows(channel_id=channel_id, agent=agent))
-        return found[0] if found else None
+        if not found or not conversation:
+            return found[0] if found else None
+        # a member's session in a thread: its own row, none before its first turn there
+        rows = self._hot.thread_member.rows(channel_id=channel_id, agent=agent, conversation=conversation)
+        session_id, fresh, last_seen, cwd = rows[0] if rows else (None, False, None, None)
+        return Member(channel_id, agent, session_id, bool(fresh), last_seen, cwd, conversation)
 
     def _update_member(self, channel_id: str, agent: str, **values) -> None:
         # A member removed meanwhile (an answer ending late) is not an error.
@@ -338,22 +345,35 @@ class Store:
 
     @_operation
     def remove_member(self, channel_id: str, agent: str) -> None:
-        M = self._m.Member
-        M.delete().where((M.channel_id == channel_id) & (M.agent == agent)).execute()
+        M, S = self._m.Member, self._m.ThreadSession
+        with self._db.atomic():
+            S.delete().where((S.channel_id == channel_id) & (S.agent == agent)).execute()
+            M.delete().where((M.channel_id == channel_id) & (M.agent == agent)).execute()
 
     @_operation
     def members(self, channel_id: str) -> list[Member]:
         return self._to_members(self._hot.members.rows(channel_id=channel_id))
 
     @_operation
-    def member(self, channel_id: str, agent: str) -> Member | None:
-        return self._one_member(channel_id, agent)
+    def member(self, channel_id: str, agent: str, conversation: str = "") -> Member | None:
+        """The member, with its session in `conversation` ("" the main timeline, else a thread:
+        no session, not fresh, nothing seen before its first turn there). None if not a member."""
+        return self._one_member(channel_id, agent, conversation)
 
     @_operation
     def set_session(self, channel_id: str, agent: str, session_id: str | None, fresh: bool,
-                    cwd: str | None = None) -> None:
-        """The member's session (None: none), and the working directory it was opened in."""
-        self._update_member(channel_id, agent, session_id=session_id, fresh=bool(fresh), session_cwd=cwd)
+                    cwd: str | None = None, conversation: str = "") -> None:
+        """The member's session in `conversation` (None: none), and the working directory it was
+        opened in."""
+        if not conversation:
+            self._update_member(channel_id, agent, session_id=session_id, fresh=bool(fresh), session_cwd=cwd)
+            return
+        S = self._m.ThreadSession
+        S.insert(channel_id=channel_id, agent=agent, conversation=conversation, session_id=session_id,
+                 fresh=bool(fresh), session_cwd=cwd, updated=now_ms()).on_conflict(
+            conflict_target=[S.channel_id, S.agent, S.conversation],
+            update={S.session_id: session_id, S.fresh: bool(fresh), S.session_cwd: cwd, S.updated: now_ms()},
+        ).execute()
 
     @_operation
     def set_fresh(self, channel_id: str, agent: str, fresh: bool) -> None:
@@ -364,9 +384,18 @@ class Store:
         self._update_member(channel_id, agent, last_seen=message_id)
 
     @_operation
-    def mark_seen(self, channel_id: str, agent: str, message_id: str) -> None:
-        """After a turn: seen up to `message_id`, and the session is no longer fresh."""
-        self._hot.mark_seen.run(channel_id=channel_id, agent=agent, last_seen=message_id)
+    def mark_seen(self, channel_id: str, agent: str, message_id: str, conversation: str = "") -> None:
+        """After a turn: seen up to `message_id` in `conversation`, and its session is no longer fresh."""
+        self._mark_seen(channel_id, agent, message_id, conversation)
+
+    def _mark_seen(self, channel_id: str, agent: str, message_id: str, conversation: str = "") -> None:
+        """mark_seen, inside an operation (store/turns.py, with a turn's end)."""
+        if not conversation:
+            self._hot.mark_seen.run(channel_id=channel_id, agent=agent, last_seen=message_id)
+            return
+        S = self._m.ThreadSession
+        S.update(last_seen=message_id, fresh=False, updated=now_ms()).where(
+            (S.channel_id == channel_id) & (S.agent == agent) & (S.conversation == conversation)).execute()
 
     @_operation
     def members_of_agent(self, agent: str) -> list[Member]:
@@ -378,19 +407,21 @@ class Store:
     def _to_messages(rows: list[tuple]) -> list[Message]:
         # Rows come newest first; callers want chronological order.
         found = [
-            Message(id, channel_id, sender, role, text, tuple(json.loads(event_ids)), created)
-            for id, channel_id, sender, role, text, event_ids, created in rows
+            Message(id, channel_id, sender, role, text, tuple(json.loads(event_ids)), created, conversation or "")
+            for id, channel_id, sender, role, text, event_ids, created, conversation in rows
         ]
         found.reverse()
         return found
 
     @_operation
     def add_message(
-        self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str] = ()
+        self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str] = (),
+        conversation: str = "",
     ) -> Message:
-        return self._add_message(channel_id, sender, role, text, event_ids)
+        return self._add_message(channel_id, sender, role, text, event_ids, conversation)
 
-    def _add_message(self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str]) -> Message:
+    def _add_message(self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str],
+                     conversation: str = "") -> Message:
         """add_message, inside an operation (store/turns.py stores a message with its turn)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")
@@ -402,7 +433,7 @@ class Store:
             for found in self._to_messages(hot.by_event.rows(event_id=event_ids[0])):
                 if found.channel_id == channel_id and found.text == text and found.role == role:
                     return found
-        message = Message(new_id(), channel_id, sender, role, text, tuple(event_ids), now_ms())
+        message = Message(new_id(), channel_id, sender, role, text, tuple(event_ids), now_ms(), conversation)
         with self._db.atomic():
             self._require_channel(channel_id)
             hot.insert_message.run(
@@ -413,10 +444,11 @@ class Store:
                 text=text,
                 event_ids=json.dumps(message.event_ids),
                 created=message.created,
+                conversation=conversation,
             )
             for event_id in message.event_ids:
                 hot.insert_event.run(event_id=event_id, channel_id=channel_id, message_id=message.id)
-            if role == "agent":
+            if role == "agent" and not conversation:  # the main timeline's last speaker
                 hot.set_last_agent.run(id=channel_id, agent=sender)
         return message
 
@@ -427,6 +459,30 @@ class Store:
         if after_id is None:
             return self._to_messages(self._hot.last.rows(channel_id=channel_id, limit=limit))
         return self._to_messages(self._hot.after.rows(channel_id=channel_id, after=after_id, limit=limit))
+
+    @_operation
+    def messages_in(self, channel_id: str, conversation: str, after_id: str | None, limit: int) -> list[Message]:
+        """The last `limit` messages of one conversation after `after_id` (None: from the
+        start), oldest first: the main timeline's (no thread's), or a thread's — its root (a
+        main-timeline message) first, then its own; no main-timeline message after the root."""
+        if limit <= 0:
+            return []
+        hot = self._hot
+        if after_id is None:
+            rows = hot.conv_last.rows(channel_id=channel_id, conversation=conversation, limit=limit)
+        else:
+            rows = hot.conv_after.rows(channel_id=channel_id, conversation=conversation, after=after_id, limit=limit)
+        found = self._to_messages(rows)
+        if conversation:
+            root = self._thread_root(channel_id, conversation)
+            if root is not None and (after_id is None or root.id > after_id):
+                found = [root, *found][-limit:]
+        return found
+
+    def _thread_root(self, channel_id: str, conversation: str) -> Message | None:
+        """The stored message a thread hangs on (None: not stored, or of another channel)."""
+        found = self._to_messages(self._hot.by_event.rows(event_id=conversation))
+        return found[0] if found and found[0].channel_id == channel_id else None
 
     @_operation
     def last_messages(self, channel_id: str, limit: int) -> list[Message]:
@@ -454,9 +510,17 @@ class Store:
         return True
 
     @_operation
-    def last_agent_sender(self, channel_id: str) -> str | None:
-        rows = self._hot.last_agent_sender.rows(id=channel_id)
-        return rows[0][0] if rows else None
+    def last_agent_sender(self, channel_id: str, conversation: str = "") -> str | None:
+        """The agent of the newest stored answer in `conversation`; in a thread with none yet,
+        the agent whose message is its root (the owner answered it in a thread)."""
+        if not conversation:
+            rows = self._hot.last_agent_sender.rows(id=channel_id)
+            return rows[0][0] if rows else None
+        rows = self._hot.conv_last_agent.rows(channel_id=channel_id, conversation=conversation, role="agent")
+        if rows:
+            return rows[0][0]
+        root = self._thread_root(channel_id, conversation)
+        return root.sender if root is not None and root.role == "agent" else None
 
     @_operation
     def count_messages(self, channel_id: str | None = None) -> int:

@@ -172,7 +172,7 @@ def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_
         store._hot.mark_txn.run(id=keys.handled_event(event_id), seen=now_ms())
         if store._hot.by_event.rows(event_id=event_id):
             return None
-        message = store._add_message(channel_id, sender, "user", stored_text, [event_id])
+        message = store._add_message(channel_id, sender, "user", stored_text, [event_id], conversation)
         return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, conversation)
 
 
@@ -199,12 +199,13 @@ def _set(store: "Store", turn_id: str, values: dict, states: Sequence[str]) -> N
 def _answered(store: "Store", turn_id: str, channel_id: str, agent: str, text: str, event_ids, seen_upto):
     T = store._m.Turn
     with store._db.atomic():
-        row = T.select(T.state).where(T.id == turn_id).tuples().first()
+        row = T.select(T.state, T.conversation).where(T.id == turn_id).tuples().first()
         if row is not None and row[0] in TERMINAL:
             return None
-        message = store._add_message(channel_id, agent, "agent", text, list(event_ids))
+        conversation = (row[1] or "") if row is not None else ""  # the answer goes where its turn is
+        message = store._add_message(channel_id, agent, "agent", text, list(event_ids), conversation)
         if seen_upto is not None:
-            store._hot.mark_seen.run(channel_id=channel_id, agent=agent, last_seen=seen_upto)
+            store._mark_seen(channel_id, agent, seen_upto, conversation)
         T.update(state=DONE, answer=json.dumps(list(event_ids)), final=None,
                  updated=now_ms()).where(T.id == turn_id).execute()
         return message
@@ -217,9 +218,10 @@ def _end(store: "Store", turn_id: str, state: str, answer: list, seen) -> None:
         if answer:
             values["answer"] = json.dumps(answer)
         T.update(**values).where((T.id == turn_id) & T.state.in_(list(LIVE))).execute()
-        if seen is not None:
+        if seen is not None:  # in the turn's conversation
             channel_id, agent, message_id = seen
-            store._hot.mark_seen.run(channel_id=channel_id, agent=agent, last_seen=message_id)
+            row = T.select(T.conversation).where(T.id == turn_id).tuples().first()
+            store._mark_seen(channel_id, agent, message_id, (row[0] or "") if row is not None else "")
 
 
 def _drop_prompt(store: "Store", prompt_event: str) -> int:

@@ -13,7 +13,7 @@ from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
 ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"],
-         8: ["E2eePending", "E2eeRoom"]}  # 4 and 6 add a column
+         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"]}  # 4, 6 and 9 add a column
 
 # what the bridge's encryption kept: before version 8, two JSON lists in the key-value table
 WAITING = [{"event_id": f"$x{n}", "type": "m.room.encrypted", "room_id": "!r:hs", "sender": "@me:hs",
@@ -60,6 +60,9 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
                     {"room": "!r:hs", "agent": "alice", "prompt": "$e1", "txn": "x", "sent": True})).execute()
             if v >= 5:
                 m.Schema.insert(version=v).execute()
+            if v < 9:  # after the history is in: the model writes the column
+                db.execute_sql("DROP INDEX IF EXISTS sk_message_channel_id_conversation_id")
+                db.execute_sql("ALTER TABLE sk_message DROP COLUMN conversation")
     finally:
         db.close()
         if lock is not None:
@@ -92,6 +95,15 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     assert store.get_value(keys.E2EE_PENDING) is None and store.get_value(keys.E2EE_ROOMS) is None
     store.e2ee.wait("$x3", "!r:hs", "S1", {"event_id": "$x3"})
     assert store.e2ee.done("$x0") and [e["event_id"] for e in store.e2ee.waiting()] == ["$x1", "$x2", "$x3"]
+    # conversations: the older messages are the main timeline's; a thread and its sessions work
+    assert sorted(m.text for m in store.messages_in("c1", "", None, 10)) == ["again", "hello"]  # ids: "m1" sorts last
+    store.add_message("c1", "alice", "agent", "in the thread", ["$t1"], conversation="$e1")
+    assert [m.text for m in store.messages_in("c1", "$e1", None, 10)] == ["hello", "in the thread"]
+    assert sorted(m.text for m in store.messages_in("c1", "", None, 10)) == ["again", "hello"]
+    assert store.last_agent_sender("c1", "$e1") == "alice"
+    store.set_session("c1", "alice", "s-thread", fresh=True, conversation="$e1")
+    assert store.member("c1", "alice", "$e1").session_id == "s-thread"
+    assert store.member("c1", "alice").session_id == "s1"
 
 
 @pytest.mark.parametrize("v", [1, 2, 4])

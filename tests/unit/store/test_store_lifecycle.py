@@ -77,6 +77,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "members_of_agent": ("alice",),
         "add_message": (channel_id, "alice", "agent", "hi", ["$e"]),
         "messages_after": (channel_id, None, 5),
+        "messages_in": (channel_id, "$root", None, 5),
         "last_messages": (channel_id, 5),
         "message_by_event": ("$e",),
         "delete_message_by_event": ("$none",),

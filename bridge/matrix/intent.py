@@ -369,3 +369,29 @@ class Intent:
                                              {"device_keys": {user: [] for user in user_ids}})
         found = body.get("device_keys") if status == 200 and isinstance(body, dict) else None
         return isinstance(found, dict) and all(found.get(user) for user in user_ids)
+
+
+RELATED_TYPES = ("m.room.message", "m.sticker")  # the events that take a relation of their own
+
+
+class InRelation:
+    """An Intent whose new messages in one room carry one relation — a thread's
+    (channels/conversations.py): made for one turn, so that everything it sends goes into its
+    thread without every function being told. Messages that relate to something already (an
+    edit's `m.replace`, whose `m.new_content` has no relation: an edit stays in its original's
+    thread; a reaction) and events in other rooms go as they are; every other call is the
+    Intent's."""
+
+    def __init__(self, intent: "Intent", room_id: str, relates_to: dict):
+        self.intent = intent
+        self.room_id = room_id
+        self.relates_to = relates_to
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.intent, name)
+
+    async def send(self, room_id: str, content: dict, *, event_type: str = "m.room.message",
+                   txn_id: str | None = None) -> str:
+        if room_id == self.room_id and event_type in RELATED_TYPES and "m.relates_to" not in content:
+            content = {**content, "m.relates_to": dict(self.relates_to)}
+        return await self.intent.send(room_id, content, event_type=event_type, txn_id=txn_id)

@@ -7,11 +7,12 @@ its `intent` (bridge/matrix/intent.py), the only way an event leaves the bridge.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 
 import aiohttp
 
-from .intent import Intent, Outgoing
+from .intent import InRelation, Intent, Outgoing
 from .client import AppserviceClient
 
 log = logging.getLogger(__name__)
@@ -39,3 +40,13 @@ class Puppet:
             if await self.intent.displayname() != self.displayname:
                 await self.intent.set_displayname(self.displayname)
             self._ready = True
+
+
+def relating(puppet: Puppet, room_id: str, relates_to: dict | None) -> Puppet:
+    """`puppet`, its new messages in `room_id` carrying `relates_to` (a thread: InRelation); the
+    puppet itself when there is no relation (the main timeline)."""
+    if not relates_to:
+        return puppet
+    view = copy.copy(puppet)
+    view.intent = InRelation(puppet.intent, room_id, relates_to)  # type: ignore[assignment]
+    return view

@@ -299,3 +299,45 @@ async def test_a_join_whose_answer_is_lost_is_tried_again(homeserver, monkeypatc
     monkeypatch.setattr(intent_module, "JOIN_RETRIES", (0.0,))
     homeserver.drop_first = 1  # the connection closes without an answer, once
     assert await intent_for(homeserver).join(ROOM) is True
+
+
+# ---- a turn in a thread: its new messages carry the thread's relation ---------------------------
+
+async def test_in_a_thread_new_messages_carry_the_relation_edits_and_reactions_keep_their_own(homeserver):
+    from bridge.channels.conversations import thread_relation
+    from bridge.channels.stream import Answer
+    from bridge.matrix.intent import InRelation
+    intent = InRelation(intent_for(homeserver), ROOM, thread_relation("$root", "$prompt"))
+    answer = Answer(intent, ROOM, "Alice")
+    await answer.start()
+    answer.append("the answer")
+    await answer.finish(complete=True)
+    await intent.react(ROOM, "$prompt", "👍")
+    await intent.send("!other:localhost", {"msgtype": "m.text", "body": "elsewhere"})
+    await intent.send(ROOM, {"msgtype": "m.notice", "body": "a notice"})
+    await intent.typing(ROOM, True)  # every other call is the Intent's
+    sent = [(r["path"].split("/send/")[1].split("/")[0], r["path"].split("/rooms/")[1].split("/")[0], r["body"])
+            for r in homeserver.requests if "/send/" in r["path"]]
+    thread = {"rel_type": "m.thread", "event_id": "$root", "is_falling_back": True,
+              "m.in_reply_to": {"event_id": "$prompt"}}
+    (kind, room, first), (_, _, edit), (rkind, _, reaction), (_, other_room, other), (_, _, notice) = sent
+    assert kind == "m.room.message" and first["m.relates_to"] == thread  # the answer, in the thread
+    # an edit relates to its original alone (it stays in the original's thread); its new content has none
+    assert edit["m.relates_to"]["rel_type"] == "m.replace" and set(edit["m.relates_to"]) == {"rel_type", "event_id"}
+    assert "m.relates_to" not in edit["m.new_content"] and edit["m.new_content"]["body"] == "the answer"
+    assert rkind == "m.reaction" and reaction["m.relates_to"]["rel_type"] == "m.annotation"
+    assert other_room == "!other:localhost" and "m.relates_to" not in other
+    assert notice["m.relates_to"] == thread
+    assert any("/typing/" in r["path"] for r in homeserver.requests)
+
+
+def test_a_puppet_in_the_main_timeline_is_itself():
+    from types import SimpleNamespace
+
+    from bridge.matrix.intent import InRelation
+    from bridge.matrix.puppet import relating
+    puppet = SimpleNamespace(intent="the intent", user_id=ALICE)
+    assert relating(puppet, ROOM, None) is puppet
+    view = relating(puppet, ROOM, {"rel_type": "m.thread", "event_id": "$root"})
+    assert view is not puppet and view.user_id == ALICE and isinstance(view.intent, InRelation)
+    assert puppet.intent == "the intent"

@@ -18,9 +18,11 @@ FALLBACK_HEAD = re.compile(r"^> (?:\* )?<@[^>\s]+>")
 
 
 def replied_to(content: dict) -> str | None:
-    """The event id this message replies to, if it is a reply."""
+    """The event id this message replies to, if it is a reply. A thread message's
+    `m.in_reply_to` marked `is_falling_back` is no reply: clients put the thread's latest event
+    there for clients without threads (a number typed in a thread answers the thread's question)."""
     relates = content.get("m.relates_to")
-    if not isinstance(relates, dict):
+    if not isinstance(relates, dict) or relates.get("is_falling_back") is True:
         return None
     reply = relates.get("m.in_reply_to")
     event_id = reply.get("event_id") if isinstance(reply, dict) else None

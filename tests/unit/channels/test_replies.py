@@ -64,6 +64,9 @@ def test_only_a_fallback_is_stripped():
               "m.relates_to": {"rel_type": "m.thread", "event_id": "$root", "is_falling_back": True,
                                "m.in_reply_to": {"event_id": "$last"}}}
     assert without_fallback(thread)["body"] == thread["body"]
+    assert replied_to(thread) is None  # its in_reply_to is the thread's latest event, no reply
+    real = {**thread, "m.relates_to": {**thread["m.relates_to"], "is_falling_back": False}}
+    assert replied_to(real) == "$last"  # a real reply inside the thread
     assert strip_html_fallback("<MX-REPLY>x</mx-reply>rest") == "rest"
     assert strip_html_fallback("<p>no reply</p>") == "<p>no reply</p>"
 

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from store import StoreClosed
 
 from ..matrix.media import read_message
+from .conversations import conversation_of, relation_for
 from .mentions import named
 from .incoming import Incoming
 from .replies import replied_to, without_fallback
@@ -170,6 +171,7 @@ class Inbound:
         relates = content.get("m.relates_to")
         if "m.new_content" in content or (isinstance(relates, dict) and relates.get("rel_type") == "m.replace"):
             return  # edits of earlier messages are not new prompts
+        conversation = conversation_of(content)  # the main timeline, or a thread (SPEC §15)
         content = without_fallback(content)  # a reply's quote is neither a mention nor history
         # what this kind of message says to agents (bridge/matrix/media.py; README's table)
         read = read_message(event.get("type", "m.room.message"), content, self.config.attachment_bytes)
@@ -213,7 +215,7 @@ class Inbound:
         mentions = [m for m in mentions if isinstance(m, str)]
         # routed and stored with its turns together (store/turns.py): from here on every turn
         # starts once, whatever stops the bridge and whichever path finds it first
-        decision, taken = await portal.take(sender, stored, event_id, body, formatted, mentions)
+        decision, taken = await portal.take(sender, stored, event_id, body, formatted, mentions, conversation)
         if taken is None:
             return True  # already taken (a transaction delivered again)
         message, turns = taken
@@ -221,7 +223,7 @@ class Inbound:
             members = portal.member_names()
             await self.notices.notice(portal, "Nobody answers this one: mention an agent, like "
                                 + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
-                                + ", to get an answer.")
+                                + ", to get an answer.", relates_to=relation_for(conversation, event_id))
             return True
         incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment)
         for turn in turns:

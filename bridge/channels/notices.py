@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 
 from ..matrix.client import MatrixError
+from ..matrix.puppet import relating
 from .stream import notice_parts
 
 if TYPE_CHECKING:
@@ -33,17 +34,19 @@ class Notices:
     def __init__(self, identities: "Identities"):
         self.identities = identities
 
-    async def notice(self, portal: Room, text: str, puppet: "Puppet | None" = None) -> None:
+    async def notice(self, portal: Room, text: str, puppet: "Puppet | None" = None,
+                     relates_to: dict | None = None) -> None:
         """A notice in the channel of `portal` (see `in_channel`)."""
-        await self.in_channel(portal.room_id, portal.member_names(), text, puppet)
+        await self.in_channel(portal.room_id, portal.member_names(), text, puppet, relates_to)
 
     async def in_channel(self, room_id: str, members: list[str], text: str,
-                         puppet: "Puppet | None" = None) -> None:
-        """A notice in a channel of `members`: by `puppet`, else the first member, else the bot."""
+                         puppet: "Puppet | None" = None, relates_to: dict | None = None) -> None:
+        """A notice in a channel of `members`: by `puppet`, else the first member, else the bot;
+        with `relates_to`, into that thread (channels/conversations.py)."""
         sender = puppet
         if sender is None:
             sender = await self.identities.puppet(members[0]) if members else self.identities.bot
-        await self.send(sender, room_id, text)
+        await self.send(relating(sender, room_id, relates_to), room_id, text)
 
     async def send(self, sender: "Puppet", room_id: str, text: str, html: str | None = None) -> None:
         """A notice; a long one in several, each fitting an event; then without its HTML."""

@@ -78,7 +78,7 @@ class ChannelParts:
     # a turn's last writes, through the store-outage queue (bridge/outage.py)
     later: Callable[[str, Callable[[], object]], None]
     # the `mcpServers` of a session (bridge/mcp/service.py)
-    mcp_servers: Callable[[Any, str, Any], list]
+    mcp_servers: Callable[[Any, str, Any, str], list]
     tell_owners: Callable[[str], Awaitable[None]]  # a line in each owner's DM with the bot
     # what coding agents show, plugged in by the bridge (coding/work.py, coding/render.py):
     # a turn's plan and tool calls (intent, room, attachment limit → its display), and the

@@ -50,7 +50,7 @@ class Portal:
         self.current = None  # the running turns.TurnRun, for !stop and redactions
         self.waiting: set[str] = set()    # event ids of the messages queued or being answered
         self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
-        self._session_locks: dict[str, asyncio.Lock] = {}
+        self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}  # (agent, conversation)
 
     @property
     def room_id(self) -> str:
@@ -71,28 +71,29 @@ class Portal:
         if agent in self.members:
             self.members.remove(agent)
 
-    async def session_for(self, agent_name: str, agent) -> tuple[str, bool]:
-        """The agent's ACP session for this channel: kept, loaded, or new and fresh (ADR §4); a
+    async def session_for(self, agent_name: str, agent, conversation: str = "") -> tuple[str, bool]:
+        """The agent's ACP session for this channel's `conversation` ("" the main timeline, else a
+        thread: each has its own, SPEC §15): kept, loaded, or new and fresh (ADR §4); a
         session belongs to the working directory it was opened in (`session_fits`).
         A session opened or loaded gets the member's stored mode, model and options again
         (coding/settings.py). One at a time per member: a command (`!mode`, `!commands`) and a
         turn never open two sessions."""
-        session_id, fresh, _ = await self.session_with(agent_name, agent)
+        session_id, fresh, _ = await self.session_with(agent_name, agent, conversation=conversation)
         return session_id, fresh
 
-    async def session_with(self, agent_name: str, agent, also=None) -> tuple[str, bool, Any]:
+    async def session_with(self, agent_name: str, agent, also=None, conversation: str = "") -> tuple[str, bool, Any]:
         """`session_for`, and `also(store, member)` run on the database thread in the same call
         that reads the member (a turn reads its unseen context so: one round trip fewer before
         its prompt); its result is the third item (None without `also`)."""
-        lock = self._session_locks.setdefault(agent_name, asyncio.Lock())
+        lock = self._session_locks.setdefault((agent_name, conversation), asyncio.Lock())
         async with lock:
-            return await self._session_for(agent_name, agent, also)
+            return await self._session_for(agent_name, agent, also, conversation)
 
-    async def _session_for(self, agent_name: str, agent, also) -> tuple[str, bool, Any]:
+    async def _session_for(self, agent_name: str, agent, also, conversation: str) -> tuple[str, bool, Any]:
         db, store, channel_id = self.parts.db, self.parts.db.target, self.channel.id
 
         def read():
-            member = store.member(channel_id, agent_name)
+            member = store.member(channel_id, agent_name, conversation)
             return member, (also(store, member) if also is not None and member is not None else None)
         member, extra = await db.run(read)
         if member is None:
@@ -103,7 +104,8 @@ class Portal:
         kept = member.session_id if session_fits(member.session_cwd, where) else None
         if kept and kept in agent.sessions:
             return member.session_id, member.fresh, extra
-        servers = self.parts.mcp_servers(self, agent_name, agent)  # the `matrix` MCP server (bridge/mcp)
+        # the `matrix` MCP server (bridge/mcp), acting in this conversation
+        servers = self.parts.mcp_servers(self, agent_name, agent, conversation)
         if kept and agent.load_session:
             try:
                 await agent.load_session(member.session_id, cwd, servers)
@@ -116,7 +118,8 @@ class Portal:
             log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
                      agent_name, member.session_id, member.session_cwd, agent_name, where)
         session_id = await agent.new_session(cwd, servers)
-        await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where)
+        await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where,
+                             conversation=conversation)
         await self.parts.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True, extra
 
@@ -141,25 +144,26 @@ class Portal:
             f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself.")
         return False
 
-    async def route(self, body: str, formatted_body: str | None, mention_ids: list[str]) -> Route:
-        """Who answers this message (routing.py). The last speaker is the one who will have
-        spoken last once the turns queued before it are done."""
+    async def route(self, body: str, formatted_body: str | None, mention_ids: list[str],
+                    conversation: str = "") -> Route:
+        """Who answers this message (routing.py) in its conversation (SPEC §15). The last
+        speaker is the one who will have spoken last there once the turns queued before it are done."""
         store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
         channel_id = self.channel.id
-        return await self.parts.db.run(lambda: router(_last_speaker(store, channel_id)))
+        return await self.parts.db.run(lambda: router(_last_speaker(store, channel_id, conversation)))
 
     async def take(self, sender: str, stored: str, event_id: str, body: str, formatted_body: str | None,
-                   mention_ids: list[str]) -> tuple[Route, tuple | None]:
-        """Route a new owner message and store it with its turns (store/turns.py), in one call
-        on the database thread: (who answers, (message, turns)) — None for the message when it
-        was taken already (the homeserver sent it again)."""
+                   mention_ids: list[str], conversation: str = "") -> tuple[Route, tuple | None]:
+        """Route a new owner message in its conversation and store it with its turns
+        (store/turns.py), in one call on the database thread: (who answers, (message, turns)) —
+        None for the message when it was taken already (the homeserver sent it again)."""
         store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
         channel_id, run = self.channel.id, self.parts.run_id
 
         def work():
-            decision = router(_last_speaker(store, channel_id))
+            decision = router(_last_speaker(store, channel_id, conversation))
             turns = [(t.agent, t.text, t.alone) for t in decision.turns]
-            return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run)
+            return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run, conversation)
         return await self.parts.db.run(work)
 
     def _router(self, body: str, formatted_body: str | None, mention_ids: list[str]):
@@ -252,6 +256,8 @@ def session_fits(session_cwd: str | None, cwd: str | None) -> bool:
     return session_cwd is None or cwd is None or os.path.normpath(session_cwd) == os.path.normpath(cwd)
 
 
-def _last_speaker(store, channel_id: str) -> str | None:
-    """The agent of the newest turn not over, else of the newest stored answer (database thread)."""
-    return store.turns.last_live_agent(channel_id) or store.last_agent_sender(channel_id)
+def _last_speaker(store, channel_id: str, conversation: str = "") -> str | None:
+    """The agent of the conversation's newest turn not over, else of its newest stored answer
+    (in a thread with none: the agent whose message is its root) (database thread)."""
+    return (store.turns.last_live_agent(channel_id, conversation)
+            or store.last_agent_sender(channel_id, conversation))

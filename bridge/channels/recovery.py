@@ -23,6 +23,8 @@ from urllib.parse import quote
 from store.schedules import parse_run_key
 from store.turns import DROPPED, INTERRUPTED
 
+from ..matrix.puppet import relating
+from .conversations import relation_for
 from .incoming import Incoming
 from .recovery_plan import Drop, Interrupt, Refinish, Route, Run, plan
 from .stream import message_content
@@ -133,10 +135,10 @@ class Recovery:
             skip = set(json.loads(turn.text))
         except (ValueError, TypeError):
             skip = set()
-        decision = await portal.route(incoming.body, None, [])
+        decision = await portal.route(incoming.body, None, [], turn.conversation)
         made = await db.turns.add(portal.channel.id, turn.prompt_event, incoming.message_id,
                                   [(t.agent, t.text, t.alone) for t in decision.turns if t.agent not in skip],
-                                  self.run_id)
+                                  self.run_id, turn.conversation)
         await db.turns.end(turn.id, DROPPED)
         return await self._queue(room_id, made)
 
@@ -155,7 +157,7 @@ class Recovery:
         """The final text was being sent when the last run stopped: send it again with the same
         transaction id (the homeserver gives back the first one if it landed), then store it."""
         final = turn.final
-        puppet = await self.identities.puppet(turn.agent)
+        puppet = await self._puppet(room_id, turn)
         answer = [e for e in final.get("answer") or turn.answer if isinstance(e, str)]
         content = final.get("content") if isinstance(final.get("content"), dict) else {"msgtype": "m.text", "body": ""}
         txn = str(final.get("txn") or f"sk-{turn.id}-final")
@@ -174,8 +176,13 @@ class Recovery:
         """The event the placeholder send made. Sending it again with the same transaction id
         returns the first one's event id (or, if the first never got there, posts it now — then
         it is marked interrupted like the others)."""
-        puppet = await self.identities.puppet(turn.agent)
+        puppet = await self._puppet(room_id, turn)
         return await puppet.intent.send(room_id, {"msgtype": "m.text", "body": "⏳"}, txn_id=f"sk-{turn.id}")
+
+    async def _puppet(self, room_id: str, turn):
+        """The turn's puppet, its new messages going into the turn's conversation (turns.py)."""
+        puppet = await self.identities.puppet(turn.agent)
+        return relating(puppet, room_id, relation_for(turn.conversation, turn.prompt_event))
 
     async def _repair_one(self, room_id: str, agent: str, event_id: str, mark: str = INTERRUPTED_TEXT) -> bool:
         if await self.db.message_by_event(event_id) is not None:

@@ -22,6 +22,8 @@ from store.ids import now_ms
 from store.schedules import parse_run_key
 from store.turns import DROPPED
 
+from ..matrix.puppet import relating
+from .conversations import relation_for
 from .incoming import Incoming
 from .schedule_args import BadArguments
 from .schedule_times import after_run, is_late, run_line, when_text
@@ -108,7 +110,7 @@ class Scheduler:
         if key is None:
             return
         _, due = key
-        puppet = await self.identities.puppet(turn.agent)
+        puppet = relating(await self.identities.puppet(turn.agent), portal.room_id, relation_for(turn.conversation))
         line = run_line(turn.agent, turn.text, due, is_late(due, self.started_ms))
         try:
             await puppet.intent.send(portal.room_id, {"msgtype": "m.notice", "body": line},

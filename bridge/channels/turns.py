@@ -22,7 +22,9 @@ from store import StoreError, TurnRecord
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
 from .context import Line, build_prompt
+from .conversations import relation_for
 from ..matrix.client import MatrixError
+from ..matrix.puppet import relating
 from .prompt import attachment_prompt
 from .agent_files import roots_for
 from .render import escape_html
@@ -59,7 +61,8 @@ class Portal(Protocol):
 
     def pending(self) -> int: ...
 
-    async def session_with(self, agent_name: str, agent: Any, also: Any = None) -> tuple[str, bool, Any]: ...
+    async def session_with(self, agent_name: str, agent: Any, also: Any = None,
+                           conversation: str = "") -> tuple[str, bool, Any]: ...
 
 
 class TurnRun:
@@ -128,20 +131,22 @@ async def _agent_turn(pool, run: TurnRun):
         await turn.__aexit__(None, None, None)
 
 
-def context_reader(channel_id: str, limit: int, queued: int):
-    """What a turn reads of the channel's messages to tell its agent (database thread, given
-    the member by `Portal.session_with`): (since the member's last seen message, the newest).
-    Which one is told depends on whether its session turns out fresh, known only once it is
-    opened: both are read when they differ."""
+def context_reader(channel_id: str, limit: int, queued: int, conversation: str = ""):
+    """What a turn reads of its conversation's messages to tell its agent (database thread,
+    given the member's session there by `Portal.session_with`): (since the member's last seen
+    message, the newest). A thread's start with its root; no main-timeline message after the
+    root is in them, nor any thread's in the main timeline's (SPEC §15). Which one is told
+    depends on whether its session turns out fresh, known only once it is opened: both are
+    read when they differ."""
     count = limit + 1 + queued
 
     def read(store, member) -> tuple[list, list]:
         if not limit:
             return [], []
-        recent = store.messages_after(channel_id, None, count)
+        recent = store.messages_in(channel_id, conversation, None, count)
         if member.last_seen is None or member.fresh:
             return recent, recent
-        return store.messages_after(channel_id, member.last_seen, count), recent
+        return store.messages_in(channel_id, conversation, member.last_seen, count), recent
     return read
 
 
@@ -197,7 +202,11 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         await parts.notices.notice(portal, f"There is no agent called {turn.agent}.")
         journal.ended(DROPPED, [], None)
         return
-    puppet = await parts.identities.puppet(turn.agent)
+    # everything the turn sends goes into its conversation: in a thread, each new message carries
+    # the thread's relation (its reply fallback: the message answered) — the answer, its status
+    # and edits, plan and tool calls, questions, attachments, notices (matrix/intent.py InRelation)
+    puppet = relating(await parts.identities.puppet(turn.agent), portal.room_id,
+                      relation_for(record.conversation, record.prompt_event))
     answer = Answer(puppet.intent, portal.room_id, agent_config.title,
                     TxnIds(f"sk-{record.id}", record.attempt))
     # an earlier attempt may have posted the placeholder: it is found again by its transaction
@@ -238,7 +247,9 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             showing.typing_after(posting)  # typing while the agent works
             # the member and what the agent has not seen: read together, in one database call
             session_id, fresh, context = await portal.session_with(
-                turn.agent, agent, context_reader(portal.channel.id, config.context_messages, portal.pending()))
+                turn.agent, agent, context_reader(portal.channel.id, config.context_messages, portal.pending(),
+                                                  record.conversation),
+                conversation=record.conversation)
             run.session_id = session_id
             if run.cancelled:
                 await _end(answer, "⏹ stopped")

@@ -17,8 +17,10 @@ from store.schedules import TooManySchedules
 
 from ..channels.agent_files import Refused as FileRefused
 from ..channels.agent_files import read_agent_file, roots_for
+from ..channels.conversations import relation_for
 from ..channels.schedule_times import first_due, when_text
 from ..matrix.media import MediaError, OutgoingMedia, mib, post
+from ..matrix.puppet import relating
 from .tools import history_text, matches
 
 if TYPE_CHECKING:
@@ -60,7 +62,7 @@ async def run(means: Means, scope: Scope, tool: str, args: dict[str, Any]) -> st
 async def history(means: Means, scope: Scope, limit: int, query: str | None) -> str:
     store = means.db.target
     scan = HISTORY_SCAN if query else limit
-    messages = await means.db.run(lambda: store.last_messages(scope.channel_id, scan))
+    messages = await means.db.run(lambda: store.messages_in(scope.channel_id, scope.conversation, None, scan))
     found = [(m.created, m.sender, m.text) for m in messages if matches(m.text, query)][-limit:]
     return history_text(found, query)
 
@@ -83,7 +85,8 @@ async def send_file(means: Means, scope: Scope, path: str, caption: str | None) 
     mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
     msgtype = "m.image" if mime.startswith("image/") and mime != "image/svg+xml" else (
         "m.audio" if mime.startswith("audio/") else "m.file")
-    puppet = await means.identities.puppet(scope.agent)
+    # into the caller's conversation: a thread's file goes into the thread
+    puppet = relating(await means.identities.puppet(scope.agent), scope.room_id, relation_for(scope.conversation))
     try:
         event_id = await post(puppet.intent, scope.room_id, OutgoingMedia(msgtype, name, mime, read),
                               config.attachment_bytes)

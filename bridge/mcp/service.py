@@ -130,15 +130,16 @@ class McpService:
 
     # -- what a session is opened with -------------------------------------------------------------
 
-    def servers_for(self, portal: "Portal", agent_name: str, agent: Any = None) -> list[dict]:
-        """The `mcpServers` of a session of `agent_name` in `portal`'s main conversation: the
+    def servers_for(self, portal: "Portal", agent_name: str, agent: Any = None, conversation: str = "") -> list[dict]:
+        """The `mcpServers` of a session of `agent_name` in `portal`'s `conversation` ("" the
+        main timeline, else a thread: each session acts in its own): the
         stdio entry (`sidekicks mcp`), then, where the agent announces `mcpCapabilities.http`,
         the HTTP entry of the same name (agents key their servers by name: the later one is
         used); none with `tools: off`."""
         agent_config = self.config.agents.get(agent_name)
         if agent_config is None or not agent_config.tools or self.path is None:
             return []
-        secret = self.secret_for(Scope(portal.channel.id, portal.room_id, "", agent_name))
+        secret = self.secret_for(Scope(portal.channel.id, portal.room_id, conversation, agent_name))
         command, args = stdio_command()
         servers = [{"name": tools.SERVER_NAME, "command": command, "args": args,
                     "env": [{"name": wire.ENV_SOCKET, "value": str(self.path)},

@@ -1,0 +1,113 @@
+"""Threads are conversations (SPEC §15) end to end: real Synapse, the owner's matrix-nio client,
+the real bridge in-process, two scripted agents that log every JSON-RPC message they receive.
+
+A message in a thread is answered in that thread (with the reply fallback for clients without
+threads), in the agent's own session for that thread, told the thread's root and its own
+messages but not the main timeline's after the root; an unaddressed message goes to the last
+speaker of its conversation.
+"""
+from __future__ import annotations
+
+from bridge_harness import agent, answers_in
+from helpers import ALICE, BOB, is_final, prompts, received, say
+from matrix_helpers import events_in, sync_until
+from test_channels import CLOSING, group, header
+
+
+def in_thread(root: str, latest: str) -> dict:
+    """The content fields of a thread message as Element sends it."""
+    return {"m.relates_to": {"rel_type": "m.thread", "event_id": root, "is_falling_back": True,
+                             "m.in_reply_to": {"event_id": latest}}}
+
+
+def originals(owner, room_id, sender) -> list[dict]:
+    """`sender`'s messages as first sent (not edits), oldest first."""
+    return [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message" and e.get("sender") == sender
+            and (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"]
+
+
+def thread_of(event: dict) -> str:
+    relates = event["content"].get("m.relates_to") or {}
+    return relates.get("event_id", "") if relates.get("rel_type") == "m.thread" else ""
+
+
+async def answered(owner, room_id, sender, count) -> list[dict]:
+    """Once `sender` has `count` finished answers: each as first sent, its final body added."""
+    def done():
+        answers = [a for a in answers_in(events_in(owner, room_id), sender) if a["msgtype"] != "m.notice"]
+        return len(answers) >= count and all(is_final(a) for a in answers[:count])
+    await sync_until(owner, done, timeout=60)
+    final = {a["event_id"]: a["body"] for a in answers_in(events_in(owner, room_id), sender)}
+    return [{**e, "final": final[e["event_id"]]} for e in originals(owner, room_id, sender)
+            if e["content"].get("msgtype") != "m.notice"]
+
+
+def sessions(log) -> list[str]:
+    """The session of each prompt the agent received, in order."""
+    return [m["params"]["sessionId"] for m in received(log) if m.get("method") == "session/prompt"]
+
+
+async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_speaker(
+        bridge_factory, tmp_path, owner):
+    logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
+    running = await bridge_factory({
+        "alice": agent("--echo-last-line", "--log", str(logs["alice"]), title="Alice"),
+        "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob")})
+    room_id = await group(owner, ALICE, BOB)
+
+    # the main timeline: alice, then bob speaks last
+    root = await say(owner, room_id, "@alice explain goroutines")
+    await answered(owner, room_id, ALICE, 1)
+    await say(owner, room_id, "@bob and you?")
+    await answered(owner, room_id, BOB, 1)
+    await running.idle()
+
+    # a thread under the first message: alice answers there
+    asked = await say(owner, room_id, "@alice more detail please", **in_thread(root, root))
+    alice = await answered(owner, room_id, ALICE, 2)
+    answer = alice[1]
+    assert answer["content"]["m.relates_to"] == {
+        "rel_type": "m.thread", "event_id": root, "is_falling_back": True,
+        "m.in_reply_to": {"event_id": asked}}  # clients without threads show a reply to the question
+    assert answer["final"] == "echo: @alice more detail please"
+    assert thread_of(alice[0]) == ""  # the main-timeline answer stays there
+    # its edits relate to it alone, their new content has no relation (an edit keeps its thread)
+    edits = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
+             and (e["content"].get("m.relates_to") or {}).get("event_id") == answer["event_id"]
+             and e["content"]["m.relates_to"].get("rel_type") == "m.replace"]
+    assert all(set(e["content"]["m.relates_to"]) == {"rel_type", "event_id"}
+               and "m.relates_to" not in e["content"]["m.new_content"] for e in edits)
+    await running.idle()
+
+    # the thread's prompt: its root, nothing of the main timeline after it; in a session of its own
+    main_session, thread_session = sessions(logs["alice"])
+    assert main_session != thread_session
+    assert prompts(logs["alice"])[1] == (
+        f"{header('general')}\nuser: @alice explain goroutines\n[End of the messages]\n{CLOSING}\n"
+        "@alice more detail please")
+
+    # unaddressed: the thread's last speaker (alice) in the thread, the main timeline's (bob) there
+    latest = answer["event_id"]
+    await say(owner, room_id, "and then?", **in_thread(root, latest))
+    alice = await answered(owner, room_id, ALICE, 3)
+    await running.idle()
+    await say(owner, room_id, "and then?")
+    bob = await answered(owner, room_id, BOB, 2)
+    await running.idle()
+    assert thread_of(alice[2]) == root and alice[2]["final"] == "echo: and then?"
+    assert thread_of(bob[1]) == "" and bob[1]["final"] == "echo: and then?"
+    assert len(prompts(logs["alice"])) == 3 and len(prompts(logs["bob"])) == 2
+    assert sessions(logs["alice"])[2] == thread_session  # the thread's session again
+    # alice's session remembers the thread: only the new message, nothing of the main timeline
+    assert prompts(logs["alice"])[2] == "and then?"
+    # bob's main-timeline session was told what it had not seen there: no thread message
+    assert "more detail" not in prompts(logs["bob"])[1] and "and then?" in prompts(logs["bob"])[1]
+
+    # in the store: each message in its conversation, each member's session per conversation
+    store = running.store
+    channel = store.channel_by_room(room_id)
+    assert [m.text for m in store.messages_in(channel.id, root, None, 20)] == [
+        "@alice explain goroutines", "@alice more detail please", "echo: @alice more detail please",
+        "and then?", "echo: and then?"]
+    assert store.member(channel.id, "alice", root).session_id == thread_session
+    assert store.member(channel.id, "alice").session_id == main_session

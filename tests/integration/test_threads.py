@@ -111,3 +111,44 @@ async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_
         "and then?", "echo: and then?"]
     assert store.member(channel.id, "alice", root).session_id == thread_session
     assert store.member(channel.id, "alice").session_id == main_session
+
+
+async def test_everything_a_turn_shows_goes_into_its_thread_and_a_number_typed_there_answers(
+        bridge_factory, tmp_path, owner):
+    """Plan, tool call, permission prompt (its keycaps on it), the answer: each new message of the
+    turn is in the thread; the owner's "1" typed in the thread (its fallback m.in_reply_to on the
+    thread's latest event, not the prompt) answers the permission."""
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--log", str(log), title="Alice")})
+    room_id = await group(owner, ALICE, name="work")
+    root = await say(owner, room_id, "@alice hello")
+    await answered(owner, room_id, ALICE, 1)
+    await running.idle()
+    before = {e["event_id"] for e in originals(owner, room_id, ALICE)}
+
+    await say(owner, room_id, "[[plan]] [[tool]] [[permission]] write notes", **in_thread(root, root))
+
+    def asking():
+        return [e for e in originals(owner, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
+    await sync_until(owner, lambda: asking() and sum(
+        1 for e in events_in(owner, room_id) if e.get("type") == "m.reaction" and e.get("sender") == ALICE
+        and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]) == 2, timeout=60)
+    # Element's fallback points at the thread's latest event as the client knows it: here the
+    # answer's first message, not the question (a real reply to the question would name it)
+    latest = [e for e in originals(owner, room_id, ALICE) if e["event_id"] not in before][0]
+    assert "asks permission" not in latest["content"].get("body", "")
+    await say(owner, room_id, "1", **in_thread(root, latest["event_id"]))
+    await sync_until(owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), ALICE)),
+                     timeout=60)
+    await running.idle()
+
+    new = [e for e in originals(owner, room_id, ALICE) if e["event_id"] not in before]
+    bodies = " | ".join(e["content"].get("body", "")[:40] for e in new)
+    assert len(new) >= 4, bodies  # plan, tool call, permission prompt, answer
+    assert all(thread_of(e) == root for e in new), bodies
+    assert all(e["content"]["m.relates_to"].get("is_falling_back") is True for e in new)
+    # the "1" answered the question: one prompt only, and not stored as a message
+    assert len(prompts(log)) == 2
+    channel = running.store.channel_by_room(room_id)
+    assert [m.text for m in running.store.messages_in(channel.id, root, None, 20)] == [
+        "@alice hello", "[[plan]] [[tool]] [[permission]] write notes", "allowed"]

@@ -152,3 +152,49 @@ async def test_everything_a_turn_shows_goes_into_its_thread_and_a_number_typed_t
     channel = running.store.channel_by_room(room_id)
     assert [m.text for m in running.store.messages_in(channel.id, root, None, 20)] == [
         "@alice hello", "[[plan]] [[tool]] [[permission]] write notes", "allowed"]
+
+
+async def test_after_a_restart_each_thread_session_is_loaded_or_fresh_as_in_the_main_timeline(
+        bridge_factory, tmp_path, owner):
+    """alice loads her sessions (`loadSession`): her thread's session is loaded in the thread;
+    bob cannot: a new session, fresh, told the thread's last messages — its root and its own, not
+    the main timeline's after the root (SPEC §8 per conversation)."""
+    logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
+    agents = {"alice": agent("--echo-last-line", "--load-session", "--state", str(tmp_path / "alice-state"),
+                             "--log", str(logs["alice"]), title="Alice"),
+              "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob")}
+    folder = tmp_path / "bridge"
+    running = await bridge_factory(agents, folder=folder)
+    room_id = await group(owner, ALICE, BOB, name="restarts")
+    root = await say(owner, room_id, "@alice @bob hi")
+    await answered(owner, room_id, BOB, 1)
+    await running.idle()
+    await say(owner, room_id, "@alice @bob in the thread", **in_thread(root, root))
+    await answered(owner, room_id, BOB, 2)
+    await running.idle()
+    alice_main, alice_thread = sessions(logs["alice"])
+    bob_main, bob_thread = sessions(logs["bob"])
+    assert alice_main != alice_thread and bob_main != bob_thread
+    await running.stop()
+
+    running = await bridge_factory(agents, folder=folder)
+    await say(owner, room_id, "@alice @bob again", **in_thread(root, root))
+    bob = await answered(owner, room_id, BOB, 3)
+    await running.idle()
+    assert thread_of(bob[2]) == root and bob[2]["final"] == "echo: @alice @bob again"
+    loads = [m["params"]["sessionId"] for m in received(logs["alice"]) if m.get("method") == "session/load"]
+    assert loads == [alice_thread] and sessions(logs["alice"])[2] == alice_thread
+    bob_fresh = sessions(logs["bob"])[2]
+    assert bob_fresh not in (bob_main, bob_thread)
+    told = prompts(logs["bob"])[2]
+    assert told.startswith(header("restarts") + "\nuser: @alice @bob hi\nuser: @alice @bob in the thread\n")
+    assert "alice: echo: @alice @bob in the thread" in told and "bob: echo: @alice @bob in the thread" in told
+    assert "echo: @alice @bob hi" not in told  # the main timeline's answers after the root
+    assert told.endswith(f"{CLOSING}\n@alice @bob again")
+
+    # the main timeline: its own sessions (alice's loaded, bob's new), apart from the thread's
+    await say(owner, room_id, "@alice @bob main again")
+    await answered(owner, room_id, BOB, 4)
+    await running.idle()
+    assert sessions(logs["alice"])[3] == alice_main
+    assert sessions(logs["bob"])[3] not in (bob_main, bob_thread, bob_fresh)

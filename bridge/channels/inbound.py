@@ -193,7 +193,7 @@ class Inbound:
             return
         event_id = event.get("event_id", "")
         if read.note is not None:
-            await self.notices.notice(portal, read.note)
+            await self.notices.notice(portal, read.note, relates_to=relation_for(conversation, event_id))
             return
         formatted = read.formatted
         mentions = content.get("m.mentions")

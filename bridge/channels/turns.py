@@ -197,16 +197,16 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     config, channels = parts.config, parts.channels
     turn = Turn(record.agent, record.text, record.alone)
     journal = Journal(parts.db, parts.later, record, portal.room_id)
-    agent_config = config.agents.get(turn.agent)
-    if agent_config is None:
-        await parts.notices.notice(portal, f"There is no agent called {turn.agent}.")
-        journal.ended(DROPPED, [], None)
-        return
     # everything the turn sends goes into its conversation: in a thread, each new message carries
     # the thread's relation (its reply fallback: the message answered) — the answer, its status
     # and edits, plan and tool calls, questions, attachments, notices (matrix/intent.py InRelation)
-    puppet = relating(await parts.identities.puppet(turn.agent), portal.room_id,
-                      relation_for(record.conversation, record.prompt_event))
+    relation = relation_for(record.conversation, record.prompt_event)
+    agent_config = config.agents.get(turn.agent)
+    if agent_config is None:
+        await parts.notices.notice(portal, f"There is no agent called {turn.agent}.", relates_to=relation)
+        journal.ended(DROPPED, [], None)
+        return
+    puppet = relating(await parts.identities.puppet(turn.agent), portal.room_id, relation)
     answer = Answer(puppet.intent, portal.room_id, agent_config.title,
                     TxnIds(f"sk-{record.id}", record.attempt))
     # an earlier attempt may have posted the placeholder: it is found again by its transaction

@@ -58,7 +58,7 @@ async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_
     # the main timeline: alice, then bob speaks last
     root = await say(owner, room_id, "@alice explain goroutines")
     await answered(owner, room_id, ALICE, 1)
-    await say(owner, room_id, "@bob and you?")
+    to_bob = await say(owner, room_id, "@bob and you?")
     await answered(owner, room_id, BOB, 1)
     await running.idle()
 
@@ -102,6 +102,13 @@ async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_
     assert prompts(logs["alice"])[2] == "and then?"
     # bob's main-timeline session was told what it had not seen there: no thread message
     assert "more detail" not in prompts(logs["bob"])[1] and "and then?" in prompts(logs["bob"])[1]
+
+    # a thread under the owner's own message, where no agent spoke: nobody answers, said there
+    await say(owner, room_id, "anyone?", **in_thread(to_bob, to_bob))
+    await sync_until(owner, lambda: any(
+        "Nobody answers this one" in e["content"].get("body", "") and thread_of(e) == to_bob
+        for e in events_in(owner, room_id) if e.get("type") == "m.room.message"), timeout=60)
+    assert len(prompts(logs["alice"])) == 3 and len(prompts(logs["bob"])) == 2
 
     # in the store: each message in its conversation, each member's session per conversation
     store = running.store

@@ -53,3 +53,20 @@ async def test_a_long_notice_goes_in_parts_without_html_and_a_refused_one_is_onl
     assert len(parts) > 1 and not any("formatted_body" in c for c in parts)
     await notices.send(Sender("gone", refuse=True), "!r", "nobody hears this")
     assert any("could not send a notice to !r" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_notice_into_a_thread_carries_its_relation():
+    from bridge.channels.conversations import thread_relation
+
+    class ThreadSender(Sender):
+        async def send(self, room_id, content, event_type="m.room.message", txn_id=None):
+            return await super().send(room_id, content)
+
+    bot, alice = ThreadSender("bot"), ThreadSender("alice")
+    notices = Notices(identities(bot, alice=alice))
+    portal = SimpleNamespace(room_id="!p", member_names=lambda: ["alice"])
+    await notices.notice(portal, "in the thread", relates_to=thread_relation("$root", "$asked"))
+    await notices.notice(portal, "in the main timeline")
+    (_, threaded), (_, main) = alice.sent
+    assert threaded["m.relates_to"] == thread_relation("$root", "$asked") and "m.relates_to" not in main
+    assert alice.intent is alice  # the puppet itself is left as it was

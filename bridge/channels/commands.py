@@ -17,6 +17,7 @@ from store import keys
 from .background import Background
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
                             find_channels, format_commands, parse, resolve_agent, split_delete)
+from .conversations import conversation_of, relation_for
 from .places import place_of
 from ..matrix.client import MatrixError
 from ..matrix.space import Space, create_room, give_power, membership, room_link
@@ -68,6 +69,9 @@ class BotCommands:
         try:
             portal = await self.channels.portal_for(room_id)
             if portal is not None:
+                if command.name == "stop":  # in a thread: that thread's turn (SPEC §15)
+                    await self._stop(portal, conversation_of(event.get("content") or {}), event.get("event_id"))
+                    return True
                 await self._in_channel(portal, command)
                 return True
             if await self._is_bot_room(room_id, sender):
@@ -304,8 +308,14 @@ class BotCommands:
         self.scheduler.changed()
         await self.notices.notice(portal, f"Cancelled schedule {number} of {cancelled.agent}: {cancelled.prompt}")
 
-    async def _stop(self, portal: "Portal") -> None:
+    async def _stop(self, portal: "Portal", conversation: str = "", event_id: str | None = None) -> None:
+        """`!stop`: the answer being written. In the main timeline whichever it is (one at a time
+        per channel); in a thread only that thread's, and the line saying there is none goes there."""
         run = portal.current
+        if conversation and (run is None or getattr(run, "conversation", "") != conversation):
+            await self.notices.notice(portal, "Nothing is being answered in this thread.",
+                                      relates_to=relation_for(conversation, event_id))
+            return
         if run is None:
             await self.notices.notice(portal, "Nothing is being answered here.")
             return

@@ -81,6 +81,7 @@ class TurnRun:
         self.entering: asyncio.Future | None = None  # waiting for the agent (busy elsewhere)
         self.prompt_sent = False  # session/prompt is written to the agent (store/turns.py)
         self.journal: Journal | None = None  # what it writes into its turn record
+        self.conversation = ""  # its record's: "" the main timeline, else the thread's root
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -215,6 +216,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     answer.on_messages = journal.messages
     answer.on_final = journal.finishing
     run = TurnRun(portal, turn.agent, answer)
+    run.conversation = record.conversation
     run.work = work = parts.work(puppet.intent, portal.room_id, config.attachment_bytes)
     run.prompt_event_id = incoming.event_id
     run.journal = journal

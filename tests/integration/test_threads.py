@@ -205,3 +205,29 @@ async def test_after_a_restart_each_thread_session_is_loaded_or_fresh_as_in_the_
     await running.idle()
     assert sessions(logs["alice"])[3] == alice_main
     assert sessions(logs["bob"])[3] not in (bob_main, bob_thread, bob_fresh)
+
+
+async def test_stop_in_a_thread_stops_that_threads_answer_only(bridge_factory, tmp_path, owner):
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": agent("--log", str(log), title="Alice")})
+    room_id = await group(owner, ALICE, name="stops")
+    root = await say(owner, room_id, "@alice hello")
+    other = await say(owner, room_id, "another topic")
+    await answered(owner, room_id, ALICE, 2)
+    await running.idle()
+
+    await say(owner, room_id, "[[slow]] count slowly", **in_thread(root, root))
+    await sync_until(owner, lambda: len(answers_in(events_in(owner, room_id), ALICE)) == 3
+                     and "echo" in answers_in(events_in(owner, room_id), ALICE)[2]["body"], timeout=60)
+    # a !stop in another thread: nothing is answered there, said there; the answer goes on
+    await say(owner, room_id, "!stop", **in_thread(other, other))
+    await sync_until(owner, lambda: any(
+        e["content"].get("body") == "Nothing is being answered in this thread." and thread_of(e) == other
+        for e in events_in(owner, room_id) if e.get("type") == "m.room.message"), timeout=60)
+    assert running.bridge.channels.portals[room_id].current is not None
+    # in the answer's thread it stops it
+    await say(owner, room_id, "!stop", **in_thread(root, root))
+    await sync_until(owner, lambda: answers_in(events_in(owner, room_id), ALICE)[2]["body"].endswith("⏹ stopped"),
+                     timeout=60)
+    await running.idle()
+    assert [m["stopReason"] for m in received(log) if m.get("scripted") == "prompt ended"][-1] == "cancelled"

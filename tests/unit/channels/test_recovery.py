@@ -180,3 +180,32 @@ async def test_a_prompt_being_handed_over_is_marked_saying_it_may_not_have_arriv
     await scene.recovery().start()
     assert [s[:3] for s in intent.sends][0][0] == "edit" and UNSURE_TEXT in intent.sends[0][3]
     assert scene.submitted == [] and store.turns.get(turn.id).state == INTERRUPTED  # never sent twice
+
+
+async def test_a_turn_in_a_thread_sends_its_final_text_into_the_thread_and_stores_it_there(scene):
+    """The final text was to be a new message (none was posted): sent again into the turn's
+    thread, with its reply fallback; the answer stored in the thread, seen there."""
+    store, intent = scene.store, scene.intent
+    sent: list[dict] = []
+    record = intent.send
+
+    async def send(room_id, content, *, event_type="m.room.message", txn_id=None):
+        sent.append(content)
+        return await record(room_id, content, event_type=event_type, txn_id=txn_id)
+    intent.send = send
+    store.turns.end(scene.turn.id, DROPPED)
+    message, (turn,) = store.turns.take(scene.channel.id, "@owner:hs", "in the thread", "$t",
+                                        [("alice", "in the thread", False)], BEFORE, conversation="$p")
+    store.set_session(scene.channel.id, "alice", "s-thread", fresh=True, conversation="$p")
+    store.turns.claim(turn.id, BEFORE)
+    store.turns.prompted(turn.id, [])
+    final = {"event": None, "content": {"msgtype": "m.text", "body": "the answer"},
+             "txn": f"sk-{turn.id}", "text": "the answer", "answer": []}
+    store.turns.finishing(turn.id, final, [])
+    done = await scene.recovery().start()
+    assert done.refinished == 1
+    assert sent[0]["m.relates_to"] == {"rel_type": "m.thread", "event_id": "$p", "is_falling_back": True,
+                                       "m.in_reply_to": {"event_id": "$t"}}
+    assert store.message_by_event("$placeholder").conversation == "$p"
+    assert store.member(scene.channel.id, "alice", "$p").last_seen == message.id
+    assert store.member(scene.channel.id, "alice").last_seen is None

@@ -138,3 +138,21 @@ async def test_a_data_folder_too_deep_for_a_socket_gets_a_private_one(tmp_path, 
     finally:
         await service.stop()
     assert not service.path.parent.exists()
+
+
+async def test_a_threads_session_acts_in_its_thread(tmp_path, calls):
+    """Each conversation has its own secret: a session opened in a thread acts in that thread."""
+    service = service_of(fake_bridge(tmp_path))
+    await service.start()
+    try:
+        here = portal("!here:hs", "c1")
+        main, thread = (
+            {e["name"]: e["value"] for e in service.servers_for(here, "alice", None, conversation)[0]["env"]}[
+                wire.ENV_SECRET] for conversation in ("", "$root"))
+        assert main != thread
+        assert service.servers_for(here, "alice")[0] == service.servers_for(here, "alice", None, "")[0]
+        await service.call(main, "history", {})
+        await service.call(thread, "history", {})
+        assert [scope.conversation for scope, _, _ in calls] == ["", "$root"]
+    finally:
+        await service.stop()

@@ -67,8 +67,12 @@ class McpService:
         self._secrets: dict[Scope, str] = {}          # scope → its secret
         self._calls: dict[Scope, tuple[Any, int]] = {}  # scope → (the turn counted, calls in it)
         self.calls = 0  # calls answered (for tests and logs)
-        self._http = None
-        self.http_url: str | None = None  # the HTTP endpoint, for agents that announce mcpCapabilities.http
+        self._http = None  # http.py's HttpMcp, listening from start, serving from the first use
+
+    @property
+    def http_url(self) -> str | None:
+        """The HTTP endpoint, for agents that announce mcpCapabilities.http."""
+        return self._http.url if self._http is not None else None
 
     @property
     def running(self) -> bool:
@@ -104,15 +108,15 @@ class McpService:
         from .http import HttpMcp
         http = HttpMcp(self.call, lambda secret: _hash(secret) in self._scopes)
         try:
-            self.http_url = await http.start()
+            http.bind()  # served from the first session of an agent that announces HTTP
             self._http = http
-        except Exception as exc:  # stdio is what every agent has: the bridge goes on without HTTP
-            log.warning("the MCP server over HTTP could not start (%s): agents get it over stdio only", exc)
+        except OSError as exc:  # stdio is what every agent has: the bridge goes on without HTTP
+            log.warning("the MCP server over HTTP cannot listen (%s): agents get it over stdio only", exc)
 
     async def stop(self) -> None:
         if self._http is not None:
             await self._http.stop()
-            self._http, self.http_url = None, None
+            self._http = None
         if self._server is not None:
             self._server.close()
             try:
@@ -146,6 +150,7 @@ class McpService:
                             {"name": wire.ENV_SECRET, "value": secret}]}]
         announced = getattr(agent, "mcp_capabilities", None) or {}
         if announced.get("http") and self.http_url:
+            self._http.serve()
             servers.append({"type": "http", "name": tools.SERVER_NAME, "url": self.http_url,
                             "headers": [{"name": "Authorization", "value": f"Bearer {secret}"}]})
         return servers

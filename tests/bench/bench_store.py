@@ -70,8 +70,8 @@ def fill(folder: Path, messages: int, channels: int = CHANNELS) -> None:
 
 
 def _flush(db, batch, events) -> None:
-    db.executemany("INSERT INTO sk_message (id, channel_id, sender, role, text, event_ids, created) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?)", batch)
+    db.executemany("INSERT INTO sk_message (id, channel_id, sender, role, text, event_ids, created, conversation) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, '')", batch)
     db.executemany("INSERT INTO sk_message_event (event_id, channel_id, message_id) VALUES (?, ?, ?)",
                    events)
     db.commit()

@@ -156,3 +156,53 @@ async def test_a_threads_session_acts_in_its_thread(tmp_path, calls):
         assert [scope.conversation for scope, _, _ in calls] == ["", "$root"]
     finally:
         await service.stop()
+
+
+async def test_http_is_served_only_from_the_first_session_of_an_agent_announcing_it(tmp_path, calls):
+    """The HTTP port listens from the start (its URL is known), the SDK is served only once an
+    agent announcing `mcpCapabilities.http` gets the entry; a request made before that waits in
+    the backlog and is answered then. An agent without HTTP starts nothing."""
+    service = service_of(fake_bridge(tmp_path))
+    await service.start()
+    try:
+        url = service.http_url
+        assert url and url.startswith("http://127.0.0.1:") and not service._http.serving
+        here = portal("!here:hs", "c1")
+        assert len(service.servers_for(here, "alice", SimpleNamespace(mcp_capabilities={}))) == 1
+        assert not service._http.serving
+        from urllib.parse import urlsplit
+        where = urlsplit(url)
+        reader, writer = await asyncio.open_connection(where.hostname, where.port)  # the backlog takes it
+        body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+        writer.write(b"POST " + where.path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nobody\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
+                     + b"\r\nConnection: close\r\n\r\n" + body)
+        await writer.drain()  # sent before anything serves
+        stdio, http = service.servers_for(here, "alice", SimpleNamespace(mcp_capabilities={"http": True}))
+        assert http["url"] == url and service._http.serving
+        status = await asyncio.wait_for(reader.readline(), 60)
+        assert status.split()[1] == b"401"  # served: an unknown secret is refused before MCP
+        writer.close()
+    finally:
+        await service.stop()
+
+
+def test_starting_the_mcp_service_does_not_import_the_sdk(tmp_path):
+    """The SDK costs ~37 MB: a bridge whose agents never announce HTTP never loads it."""
+    import subprocess
+    import sys
+    code = (
+        "import asyncio, sys\n"
+        "from tests.unit.mcp.test_mcp_service import fake_bridge, service_of\n"
+        "from pathlib import Path\n"
+        "async def main():\n"
+        f"    service = service_of(fake_bridge(Path({str(tmp_path)!r})))\n"
+        "    await service.start()\n"
+        "    assert service.http_url\n"
+        "    await service.stop()\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'uvicorn', 'starlette', 'pydantic')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

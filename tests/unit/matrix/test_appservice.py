@@ -1,32 +1,23 @@
 """The appservice HTTP API in isolation: tokens and transaction keys (aiohttp test server)."""
 from __future__ import annotations
 
-from aiohttp.test_utils import TestClient, TestServer
+from appservice_kit import AUTH, TOKEN, serving
 
-from bridge.matrix.appservice import AppserviceServer, TransactionOrder, transaction_key
-
-
-def _async(call):
-    """A store call as the appservice awaits it (the bridge's run on the database thread)."""
-    async def awaited(*args):
-        return call(*args)
-    return awaited
+from bridge.matrix.appservice import TransactionOrder, transaction_key
 
 
-TOKEN = "hs-secret"
-
-
-async def make_client(calls: list, seen: set) -> TestClient:
+def recording(calls: list):
     async def on_transaction(transaction):
         calls.append([e["event_id"] for e in transaction.events])
+    return on_transaction
 
-    async def on_user(user_id):
-        return user_id.startswith("@sk_")
 
-    server = AppserviceServer(TOKEN, on_transaction, on_user, _async(seen.__contains__), _async(seen.add))
-    client = TestClient(TestServer(server.app))
-    await client.start_server()
-    return client
+async def puppets(user_id):
+    return user_id.startswith("@sk_")
+
+
+def make_client(calls: list, seen: set):
+    return serving(recording(calls), seen, on_user=puppets)
 
 
 def body(*event_ids, kind="m.room.encrypted"):
@@ -38,45 +29,34 @@ def body(*event_ids, kind="m.room.encrypted"):
 
 async def test_a_transaction_sent_again_is_handled_once():
     calls, seen = [], set()
-    client = await make_client(calls, seen)
-    try:
+    async with make_client(calls, seen) as client:
         for _ in range(3):
             response = await client.put("/_matrix/app/v1/transactions/7", json=body("$a", "$b"),
-                                        headers={"Authorization": f"Bearer {TOKEN}"})
+                                        headers=AUTH)
             assert response.status == 200 and await response.json() == {}
         assert calls == [["$a", "$b"]]
         # a restarted bridge has the same keys in its store: a second server over the same set
-        again = await make_client(calls, seen)
-        try:
-            response = await again.put("/_matrix/app/v1/transactions/7", json=body("$a", "$b"),
-                                       headers={"Authorization": f"Bearer {TOKEN}"})
+        async with make_client(calls, seen) as again:
+            response = await again.put("/_matrix/app/v1/transactions/7", json=body("$a", "$b"), headers=AUTH)
             assert response.status == 200
-        finally:
-            await again.close()
         assert calls == [["$a", "$b"]]
-    finally:
-        await client.close()
 
 
 async def test_a_reused_id_with_new_events_is_a_new_transaction():
     # Synapse on SQLite numbers transactions from 1 again after it restarts
     calls, seen = [], set()
-    client = await make_client(calls, seen)
-    try:
+    async with make_client(calls, seen) as client:
         for events in (("$a",), ("$c",)):
             response = await client.put("/_matrix/app/v1/transactions/1", json=body(*events),
-                                        headers={"Authorization": f"Bearer {TOKEN}"})
+                                        headers=AUTH)
             assert response.status == 200
         assert calls == [["$a"], ["$c"]]
         assert transaction_key("1", [{"event_id": "$a"}]) != transaction_key("1", [{"event_id": "$c"}])
-    finally:
-        await client.close()
 
 
 async def test_bad_tokens_are_forbidden_and_bad_bodies_refused():
     calls, seen = [], set()
-    client = await make_client(calls, seen)
-    try:
+    async with make_client(calls, seen) as client:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Token {TOKEN}"}):
             for method, path in (("PUT", "/_matrix/app/v1/transactions/1"), ("GET", "/_matrix/app/v1/users/@sk_a:b"),
                                  ("POST", "/_matrix/app/v1/ping"), ("GET", "/_matrix/app/v1/rooms/%23x:b")):
@@ -84,15 +64,13 @@ async def test_bad_tokens_are_forbidden_and_bad_bodies_refused():
                 assert response.status == 403
                 assert (await response.json())["errcode"] == "M_FORBIDDEN"
         response = await client.put("/_matrix/app/v1/transactions/2", data=b"{not json",
-                                    headers={"Authorization": f"Bearer {TOKEN}"})
+                                    headers=AUTH)
         assert response.status == 400
-        response = await client.get("/_matrix/app/v1/users/@sk_a:b", headers={"Authorization": f"Bearer {TOKEN}"})
+        response = await client.get("/_matrix/app/v1/users/@sk_a:b", headers=AUTH)
         assert response.status == 200
-        response = await client.get("/_matrix/app/v1/users/@other:b", headers={"Authorization": f"Bearer {TOKEN}"})
+        response = await client.get("/_matrix/app/v1/users/@other:b", headers=AUTH)
         assert response.status == 404
         assert calls == []
-    finally:
-        await client.close()
 
 
 class Clock:
@@ -105,7 +83,7 @@ class Clock:
 
 async def put(client, txn_id: str, *event_ids) -> int:
     response = await client.put(f"/_matrix/app/v1/transactions/{txn_id}", json=body(*event_ids),
-                                headers={"Authorization": f"Bearer {TOKEN}"})
+                                headers=AUTH)
     return response.status
 
 
@@ -116,13 +94,7 @@ async def test_a_transaction_left_behind_comes_before_the_ones_after_it():
     clock = Clock()
     order = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
 
-    async def on_transaction(transaction):
-        calls.append([e["event_id"] for e in transaction.events])
-
-    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, _async(seen.__contains__), _async(seen.add), order=order)
-    client = TestClient(TestServer(server.app))
-    await client.start_server()
-    try:
+    async with serving(recording(calls), seen, order=order) as client:
         assert [await put(client, str(n), f"${n}") for n in (1, 2, 3)] == [200, 200, 200]
         assert await put(client, "5", "$5") == 500
         clock.now += 2  # the homeserver's first retry: the oldest unsent one, then the refused one
@@ -132,8 +104,6 @@ async def test_a_transaction_left_behind_comes_before_the_ones_after_it():
         # across a restart of the bridge: the number is kept
         again = TransactionOrder(lambda: kept.get("v"), lambda v: kept.__setitem__("v", v), clock)
         assert again.last == 5 and not again.admit("7") and again.admit("6")
-    finally:
-        await client.close()
 
 
 def test_a_gap_is_refused_once_and_the_same_transaction_again_is_let_through():
@@ -196,17 +166,9 @@ async def test_a_transaction_seen_before_counts_as_handled_and_patience_runs_acr
         order.handled(str(n))
     seen.add(transaction_key("4", body("$4")["events"]))
 
-    async def on_transaction(transaction):
-        calls.append([e["event_id"] for e in transaction.events])
-
-    server = AppserviceServer(TOKEN, on_transaction, lambda u: None, _async(seen.__contains__), _async(seen.add), order=order)
-    client = TestClient(TestServer(server.app))
-    await client.start_server()
-    try:
+    async with serving(recording(calls), seen, order=order) as client:
         assert await put(client, "4", "$4") == 200 and calls == []
         assert await put(client, "5", "$5") == 200 and calls == [["$5"]]
-    finally:
-        await client.close()
     # a gap that outlives restarts of the bridge is let through PATIENCE after it was first seen
     assert not order.admit("7")
     clock.now += TransactionOrder.PATIENCE / 2
@@ -236,30 +198,22 @@ async def test_a_transaction_whose_events_have_records_of_their_own_is_answered_
     async def on_transaction(transaction):
         handled.append((transaction.txn_id, len(transaction.ephemeral)))
 
-    async def on_user(user_id):
-        return False
-
     order = TransactionOrder()
-    server = AppserviceServer(TOKEN, on_transaction, on_user, seen, mark, order=order)
-    client = TestClient(TestServer(server.app))
-    await client.start_server()
-    try:
+    async with serving(on_transaction, seen=seen, mark=mark, order=order) as client:
         receipt = {"type": "m.receipt", "room_id": "!r", "content": {"$e": {"m.read": {"@sk_a:b": {"ts": 1}}}}}
         response = await client.put("/_matrix/app/v1/transactions/5", json={"ephemeral": [receipt]},
-                                    headers={"Authorization": f"Bearer {TOKEN}"})
+                                    headers=AUTH)
         assert response.status == 200
         assert store_calls == [] and handled == [("5", 1)] and order.last == 5
         response = await client.put("/_matrix/app/v1/transactions/6", json=body("$m", kind="m.room.message"),
-                                    headers={"Authorization": f"Bearer {TOKEN}"})
+                                    headers=AUTH)
         assert response.status == 200
         assert store_calls == [] and [h[0] for h in handled] == ["5", "6"] and order.last == 6
         response = await client.put("/_matrix/app/v1/transactions/7", json=body("$a"),
-                                    headers={"Authorization": f"Bearer {TOKEN}"})
+                                    headers=AUTH)
         assert response.status == 200
         assert [kind for kind, _ in store_calls] == ["seen", "mark"] and order.last == 7
         response = await client.put("/_matrix/app/v1/transactions/8", json={"to_device": [{"type": "m.room_key"}]},
-                                    headers={"Authorization": f"Bearer {TOKEN}"})
+                                    headers=AUTH)
         assert response.status == 200
         assert [kind for kind, _ in store_calls] == ["seen", "mark", "seen", "mark"] and order.last == 8
-    finally:
-        await client.close()

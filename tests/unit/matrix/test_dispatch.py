@@ -2,22 +2,12 @@
 encryption seam, before the transaction's events; events of every source pass the dispatcher."""
 from __future__ import annotations
 
-from aiohttp.test_utils import TestClient, TestServer
+from appservice_kit import AUTH, serving
 
-from bridge.matrix.appservice import AppserviceServer, DeviceTraffic, Transaction, device_traffic, transaction_key
+from bridge.matrix.appservice import DeviceTraffic, Transaction, device_traffic, transaction_key
 from bridge.matrix.dispatch import Dispatcher, Encryption
 from store import keys
 
-
-def _async(call):
-    """A store call as the appservice awaits it (the bridge's run on the database thread)."""
-    async def awaited(*args):
-        return call(*args)
-    return awaited
-
-
-TOKEN = "hs-secret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 TO_DEVICE = {"type": "m.room.encrypted", "sender": "@owner:localhost", "to_user_id": "@sk_alice:localhost",
              "to_device_id": "ALICEDEV", "content": {"algorithm": "m.olm.v1.curve25519-aes-sha2", "ciphertext": {}}}
@@ -62,14 +52,7 @@ async def test_the_appservice_hands_the_crypto_fields_on_with_the_events():
     async def on_transaction(transaction):
         seen.append(transaction)
 
-    async def on_user(user_id):
-        return False
-
-    keys: set = set()
-    server = AppserviceServer(TOKEN, on_transaction, on_user, _async(keys.__contains__), _async(keys.add))
-    client = TestClient(TestServer(server.app))
-    await client.start_server()
-    try:
+    async with serving(on_transaction) as client:
         body = {"events": [{"event_id": "$a", "type": "m.room.message"}],
                 "de.sorunome.msc2409.ephemeral": [{"type": "m.typing"}],
                 "de.sorunome.msc2409.to_device": [TO_DEVICE],
@@ -80,8 +63,6 @@ async def test_the_appservice_hands_the_crypto_fields_on_with_the_events():
         only_keys = {"de.sorunome.msc2409.to_device": [TO_DEVICE]}  # a transaction of to-device alone
         response = await client.put("/_matrix/app/v1/transactions/10", json=only_keys, headers=AUTH)
         assert response.status == 200
-    finally:
-        await client.close()
     first, second = seen
     assert first.txn_id == "9" and [e["event_id"] for e in first.events] == ["$a"]
     assert first.ephemeral == [{"type": "m.typing"}]
@@ -324,24 +305,16 @@ async def test_the_appservice_refuses_a_transaction_it_could_not_handle_and_take
         if len(tries) == 1:
             raise TransactionRefused("transaction 5 not handled: the database is down")
 
-    async def on_user(user_id):
-        return False
-
-    keys: set = set()
-    server = AppserviceServer(TOKEN, on_transaction, on_user, _async(keys.__contains__), _async(keys.add))
-    client = TestClient(TestServer(server.app))
-    await client.start_server()
-    try:
+    recorded: set = set()  # the transaction keys the store holds
+    async with serving(on_transaction, recorded) as client:
         body = {"events": [{"event_id": "$a", "type": "m.room.encrypted"}]}  # recorded as a transaction
         first = await client.put("/_matrix/app/v1/transactions/5", json=body, headers=AUTH)
         assert first.status == 500 and (await first.json())["errcode"] == "M_UNKNOWN"
-        assert keys == set()  # not recorded: it is not done
+        assert recorded == set()  # not recorded: it is not done
         second = await client.put("/_matrix/app/v1/transactions/5", json=body, headers=AUTH)
-        assert second.status == 200 and len(keys) == 1
+        assert second.status == 200 and len(recorded) == 1
         third = await client.put("/_matrix/app/v1/transactions/5", json=body, headers=AUTH)
         assert third.status == 200 and tries == ["5", "5"]
-    finally:
-        await client.close()
 
 
 async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_a_stranger():

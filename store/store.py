@@ -210,6 +210,11 @@ class Store:
 
     @_operation
     def mark_txn(self, txn_id: str) -> None:
+        self._mark_txn(txn_id)
+
+    def _mark_txn(self, txn_id: str) -> None:
+        """Record a key as handled; every `txn_prune_every_ms`, prune the old ones (whichever
+        write records keys: the dispatcher's, or an owner message's taken with its turns)."""
         now = now_ms()
         self._hot.mark_txn.run(id=txn_id, seen=now)
         if now >= self._next_prune:

@@ -169,7 +169,7 @@ def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_
     with store._db.atomic():
         # the event counts as handled in the same transaction (the dispatcher's record of it,
         # keys.handled_event): one write fewer before its turns start
-        store._hot.mark_txn.run(id=keys.handled_event(event_id), seen=now_ms())
+        store._mark_txn(keys.handled_event(event_id))
         if store._hot.by_event.rows(event_id=event_id):
             return None
         message = store._add_message(channel_id, sender, "user", stored_text, [event_id], conversation)

@@ -170,7 +170,7 @@ def rows(r: dict) -> list[tuple]:
         ("Throughput", "achieved rate (answers finished / time to the last one)",
          f"{b_rate:.1f}/s", f"{f_rate:.1f}/s (floor)", f"{b_rate / f_rate:.2f}×", "(info)", None),
         ("Throughput", "answers finished within the offered window",
-         f"{b['answered_in_window']}", f"", "", "(info)", None),
+         f"{b['answered_in_window']}", "", "", "(info)", None),
         ("Throughput", "prompts lost (sent but never stored or never answered)",
          f"{lost} (stored {b['stored_prompts']}, answered {b['answered']})",
          f"{f['sent'] - f['answered']}", "", "0", lost == 0),

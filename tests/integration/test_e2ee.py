@@ -211,7 +211,7 @@ async def test_a_room_that_turns_encrypted_mid_way_switches_without_a_restart(ho
 
 
 async def test_a_new_owner_device_reads_the_next_answer(homeserver, bridge_factory):
-    running = await bridge_factory({"alice": agent("--answer", "for every device", title="Alice")},
+    await bridge_factory({"alice": agent("--answer", "for every device", title="Alice")},
                                    encryption="on")
     owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
     laptop = None

@@ -1,7 +1,6 @@
 """Agent Markdown becomes sanitised Matrix HTML; streamed edits stay under the event size limit."""
 from __future__ import annotations
 
-import json
 
 from bridge.channels.render import markdown_to_html, needs_html
 from bridge.matrix.intent import weight

@@ -2,7 +2,6 @@
 the watch against a stand-in answer)."""
 from __future__ import annotations
 
-import asyncio
 from functools import partial
 
 from bridge.channels import silence

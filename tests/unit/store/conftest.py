@@ -265,3 +265,12 @@ def open_durable(durable_backend):
 @pytest.fixture
 def store(open_store) -> Store:
     return open_store()
+
+
+@pytest.fixture
+def channel(store):
+    """A channel with two members, alice and bob (a test module may define its own)."""
+    channel = store.create_channel("!room:hs", "general")
+    store.add_member(channel.id, "alice")
+    store.add_member(channel.id, "bob")
+    return channel

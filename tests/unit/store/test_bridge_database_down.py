@@ -13,7 +13,7 @@ import nio
 import pytest
 
 from bridge.outage import BACK_TEXT, DOWN_TEXT
-from bridge_harness import agent, answers_in, start_bridge, wait_until
+from bridge_harness import agent, answers_in, start_bridge
 from matrix_helpers import events_in, login, record_figures, sync_until
 
 PUPPET = "@sk_alice:localhost"

@@ -2,17 +2,8 @@
 what it has seen are kept per conversation — the main timeline ("") or a thread (its root's event
 id); a thread's messages start with its root and hold no later main-timeline message."""
 
-import pytest
 
 RUN = "run-1"
-
-
-@pytest.fixture
-def channel(store):
-    channel = store.create_channel("!room:hs", "general")
-    store.add_member(channel.id, "alice")
-    store.add_member(channel.id, "bob")
-    return channel
 
 
 def texts(messages):

@@ -4,9 +4,6 @@ written. A real PostgreSQL cluster of this module's own (restarted by the tests)
 SQLite files.
 """
 
-import os
-import resource
-import signal
 import subprocess
 import sys
 import textwrap

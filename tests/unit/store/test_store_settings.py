@@ -9,14 +9,6 @@ from store import MemberSettings, StoreClosed
 from store.settings import Settings
 
 
-@pytest.fixture
-def channel(store):
-    channel = store.create_channel("!room:hs", "general")
-    store.add_member(channel.id, "alice")
-    store.add_member(channel.id, "bob")
-    return channel
-
-
 def test_defaults_and_non_members(store, channel):
     assert store.settings.get(channel.id, "alice") == MemberSettings(channel.id, "alice")
     assert store.settings.get(channel.id, "carol") is None

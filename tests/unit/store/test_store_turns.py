@@ -6,17 +6,9 @@ import pytest
 
 from store import keys
 
-from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, POSTED, PROMPTED, PROMPTING, TAKEN
+from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, PROMPTED, PROMPTING, TAKEN
 
 RUN, NEXT = "run-1", "run-2"
-
-
-@pytest.fixture
-def channel(store):
-    channel = store.create_channel("!room:hs", "general")
-    store.add_member(channel.id, "alice")
-    store.add_member(channel.id, "bob")
-    return channel
 
 
 def take(store, channel, event="$m1", turns=(("alice", "hi", False), ("bob", "hi", False)), run=RUN):

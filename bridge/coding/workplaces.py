@@ -88,7 +88,7 @@ class WorkPlaces:
         async with self._making.setdefault(key, asyncio.Lock()):
             record = await self.db.places.worktree(channel_id, conversation, top)
             if record is not None and os.path.isdir(record.path):
-                return in_worktree(base, top, record.path)
+                return _existing(in_worktree(base, top, record.path))
             try:
                 if record is not None:  # gone from disk: made again where it was
                     await git.git(top, "worktree", "prune")
@@ -103,7 +103,7 @@ class WorkPlaces:
         await self.notices.notice(
             portal, f"🌿 {title} works in this thread on branch {record.branch}, in its own worktree: {record.path}",
             await self.identities.puppet(agent_name), relates_to=relation_for(conversation))
-        return in_worktree(base, top, record.path)
+        return _existing(in_worktree(base, top, record.path))
 
     async def _make(self, portal: "Portal", top: str, conversation: str) -> tuple[str, str]:
         root = await self.db.message_by_event(conversation)
@@ -245,3 +245,10 @@ class WorkPlaces:
                              f"!worktrees remove {record.number} {CONFIRM}")
         if lines:
             await self._say(portal, "\n".join(lines))
+
+
+def _existing(folder: str) -> str:
+    """The folder, made if git did not write it (a folder git does not track, an empty one):
+    a session opens in a folder that exists; an empty folder leaves the tree clean."""
+    os.makedirs(folder, exist_ok=True)
+    return folder

@@ -120,8 +120,8 @@ class Portal:
             log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
                      agent_name, member.session_id, member.session_cwd, agent_name, where)
         # the agent's other roots, where it announces it takes them (ACP additionalDirectories)
-        extra = {"additional_directories": list(place.additional)} if place.additional else {}
-        session_id = await agent.new_session(cwd, servers, **extra)
+        beside = {"additional_directories": list(place.additional)} if place.additional else {}
+        session_id = await agent.new_session(cwd, servers, **beside)
         await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where,
                              conversation=conversation)
         await self.parts.settings.opened(self, agent_name, agent, session_id, new=True)

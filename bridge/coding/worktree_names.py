@@ -24,8 +24,9 @@ LONGEST = 40  # characters of words in a branch name
 
 
 def slug(text: str) -> str:
-    """The first words of `text` as `a-z0-9` words joined by `-` ("thread" when there are none)."""
-    words = re.findall(r"[a-z0-9]+", text.lower())[:WORDS]
+    """The first words of `text` as `a-z0-9` words joined by `-` ("thread" when there are none);
+    mentions (`@alice`) left out: they name who answers, not what the thread is about."""
+    words = re.findall(r"[a-z0-9]+", re.sub(r"@\S+", " ", text.lower()))[:WORDS]
     joined = "-".join(words)[:LONGEST].strip("-")
     return joined or "thread"
 

@@ -15,6 +15,7 @@ def test_a_branch_is_named_after_the_first_words_of_the_threads_root():
     assert branch_name("Fix the login bug please", "c1", "$other") != name  # another thread: its own
     assert branch_name("Fix the login bug please", "c2", "$root") != name
     assert branch_name("x", "c1", "$root", attempt=1).endswith("-2")
+    assert branch_name("@alice @sk_bob:localhost fix it", "c1", "$root").startswith(PREFIX + "fix-it-")
 
 
 @pytest.mark.parametrize("text", ["", "!!! ???", "../../etc/passwd", "a.lock", "@{x} ~^:?*[\\", "é" * 50,

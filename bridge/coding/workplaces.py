@@ -69,8 +69,8 @@ class WorkPlaces:
         this conversation of the channel."""
         agent = self.config.agents[agent_name]
         chosen = await self.db.places.work_dir(portal.channel.id, agent_name)
-        if chosen is not None and not os.path.isdir(chosen):
-            chosen = None  # gone since: as configured
+        if chosen is not None and (not os.path.isdir(chosen) or root_of(chosen, agent.roots) is None):
+            chosen = None  # gone since, or no longer in the configured roots: as configured
         base = base_dir(agent.cwd, chosen)
         if base is None:
             return Place(None)

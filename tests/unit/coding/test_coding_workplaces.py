@@ -82,6 +82,11 @@ async def test_cwd_moves_an_agent_inside_its_roots_and_refuses_elsewhere_in_one_
     assert said[-1][0] == f"Alice works in {scene.tmp / 'notes'} here from its next new session."
     place = await places.where(portal, "alice")
     assert place.cwd == str(scene.tmp / "notes") and place.additional == (str(scene.repo),)
+    # the config no longer allows it (roots changed): as configured again
+    alice = scene.places.config.agents["alice"]
+    scene.places.config.agents["alice"] = SimpleNamespace(**{**vars(alice), "roots": (str(scene.repo),)})
+    assert (await places.where(portal, "alice")).cwd == str(scene.repo / "src")
+    scene.places.config.agents["alice"] = alice
     await places.command(portal, "cwd", ("alice", "missing"))
     assert said[-1][0] == f"Alice: no folder {scene.tmp / 'notes' / 'missing'}."
     await places.command(portal, "cwd", ("bob", "/tmp"))  # bob has no roots: never moved

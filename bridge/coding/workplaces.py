@@ -58,6 +58,7 @@ class WorkPlaces:
         self.identities, self.notices, self.aliases = identities, notices, aliases
         self._making: dict[tuple[str, str, str], asyncio.Lock] = {}  # (channel, thread, checkout)
         self.tasks = Background(log)  # what a redaction starts: git runs after the transaction
+        self._tops: dict[str, str] = {}  # a folder → the top of the checkout it lies in
 
     async def close(self) -> None:
         await self.tasks.close()
@@ -80,7 +81,9 @@ class WorkPlaces:
         return Place(cwd, additional(cwd, agent.roots, base))
 
     async def _thread_dir(self, portal: "Portal", agent_name: str, base: str, conversation: str) -> str:
-        top = await git.top(base)
+        top = self._tops.get(base) or await git.top(base)
+        if top is not None:
+            self._tops[base] = top  # asked at every thread turn: git runs once per folder
         if top is None:
             return base  # `!cwd` chose a folder outside any checkout: no worktree to make
         channel_id = portal.channel.id

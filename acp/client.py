@@ -145,6 +145,7 @@ class Agent:
         self.load_session = _LoadSession(self)
         self.prompt_capabilities: dict[str, Any] = {}
         self.mcp_capabilities: dict[str, Any] = {}  # agentCapabilities.mcpCapabilities: http, sse
+        self.takes_directories = False  # sessionCapabilities.additionalDirectories announced
         self.auth_methods: list[dict[str, Any]] = []
         self.commands: list[dict[str, Any]] | None = None
         self.sessions: set[str] = set()
@@ -259,6 +260,9 @@ class Agent:
         mcp = caps.get("mcpCapabilities")
         self.mcp_capabilities = dict(mcp) if isinstance(mcp, dict) else {}
         self.auth_methods = list(result.get("authMethods") or [])
+        # sessionCapabilities.additionalDirectories: session/new takes roots beside its cwd
+        sessions = caps.get("sessionCapabilities")
+        self.takes_directories = isinstance(sessions, dict) and isinstance(sessions.get("additionalDirectories"), dict)
         self.info = dict(result.get("agentInfo") or {})
 
     def working_dir(self, cwd: str | None = None) -> str:
@@ -272,17 +276,23 @@ class Agent:
             return AuthRequired(self.name, self.auth_methods)
         return exc
 
-    async def new_session(self, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None) -> str:
-        return (await self.open_session(cwd, mcp_servers))["sessionId"]
+    async def new_session(self, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None,
+                          additional_directories: list[str] | None = None) -> str:
+        return (await self.open_session(cwd, mcp_servers, additional_directories))["sessionId"]
 
     async def open_session(self, cwd: str | None = None,
-                           mcp_servers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                           mcp_servers: list[dict[str, Any]] | None = None,
+                           additional_directories: list[str] | None = None) -> dict[str, Any]:
         """session/new: the whole result (its modes, config options and models besides the
         session id, for `sidekicks check`); the session is kept as new_session() keeps it.
-        `mcp_servers`: ACP McpServer entries the session gets (the bridge's `matrix` server)."""
+        `mcp_servers`: ACP McpServer entries the session gets (the bridge's `matrix` server);
+        `additional_directories`: roots beside `cwd`, sent only to an agent that announces it
+        takes them."""
+        params: dict[str, Any] = {"cwd": self.working_dir(cwd), "mcpServers": list(mcp_servers or [])}
+        if additional_directories and self.takes_directories:
+            params["additionalDirectories"] = [os.path.abspath(d) for d in additional_directories]
         try:
-            result = await self._call("session/new", {"cwd": self.working_dir(cwd),
-                                                      "mcpServers": list(mcp_servers or [])})
+            result = await self._call("session/new", params)
         except RpcError as exc:
             raise self._auth_error(exc) from None
         session_id = result.get("sessionId") if isinstance(result, dict) else None

@@ -27,6 +27,7 @@ from .coding import render as coding_render
 from .coding.questions import Questions
 from .coding.work import Work
 from .coding.settings import COMMANDS as SETTINGS_COMMANDS, SessionSettings
+from .coding.workplaces import COMMANDS as PLACE_COMMANDS, WorkPlaces
 from .channels.commands import BotCommands
 from .channels.inbound import Inbound
 from .channels.upgrade import RoomUpgrades
@@ -118,6 +119,8 @@ class Bridge:
         self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
         # modes, models, options, usage (coding/settings.py)
         self.settings = SessionSettings(config, db, self.pool, channels, identities, notices, self.aliases)
+        # where each conversation's agent works: !cwd, the threads' worktrees (coding/workplaces.py)
+        self.places = WorkPlaces(config, db, channels, identities, notices, self.aliases)
         self.recovery = Recovery(db, config, channels, identities, self.run_id)
         self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work (channels/scheduler.py)
         # the agents' `matrix` MCP server (bridge/mcp)
@@ -125,7 +128,8 @@ class Bridge:
         # the bot's commands; coding/ registers its channel commands (!mode, !model, !config, !status)
         self.commands = BotCommands(config, db, self.pool, channels, identities, notices,
                                     self.command_descriptions, self.scheduler,
-                                    {name: self.settings.command for name in SETTINGS_COMMANDS},
+                                    {**{name: self.settings.command for name in SETTINGS_COMMANDS},
+                                     **{name: self.places.command for name in PLACE_COMMANDS}},
                                     self.aliases, self.mcp.forget_channel)
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)
@@ -136,7 +140,7 @@ class Bridge:
             scheduler=self.scheduler, later=self.outage.later, mcp_servers=self.mcp.servers_for,
             tell_owners=self.commands.tell_owners, work=Work, stop_line=coding_render.stop_reason,
             run_id=self.run_id, recovered=self.recovered, stopping=self.stopping,
-            aliases=self.aliases)
+            aliases=self.aliases, places=self.places)
         # what each incoming event does (channels/inbound.py, channels/upgrade.py)
         self.inbound = Inbound(config, db, channels, identities, notices, self.commands, self.permissions,
                                self.questions, self.command_descriptions)
@@ -150,6 +154,7 @@ class Bridge:
         self.dispatcher = Dispatcher(config, db, self._handlers(), self.outage, encryption,
                                      is_channel=channels.portals.__contains__)
         self.inbound.dispatcher = self.dispatcher  # catch-up and an invite's encryption go through it
+        self.inbound.redacted = self.places.redacted  # a deleted thread's worktrees
         self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
                                        self.handle_user_query, db.txn_seen, db.mark_txn,
                                        self.dispatcher.refused,
@@ -222,6 +227,7 @@ class Bridge:
             await self.outage.close()
             await self.command_descriptions.close()
             await self.settings.close()
+            await self.places.close()
             await self.presence.stop()
             later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings]  # replies, receipts on their way
             for task in later:

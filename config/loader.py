@@ -32,7 +32,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
-    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools"),
+    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees"),
     "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib",
                "tool_calls_per_turn", "history_messages", "schedules_per_conversation"),
 }
@@ -331,7 +331,53 @@ def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
         if not isinstance(tools, bool):
             c.problem(f"{key}.tools", f"must be on or off, got {shown(tools)}")
             tools = True
+        roots = _roots(c, spec.get("roots"), f"{key}.roots", path, cwd)
+        worktrees = _on_off(c, spec.get("worktrees", False), f"{key}.worktrees", False)
+        if worktrees and "cwd" not in spec:
+            c.problem(f"{key}.worktrees", "on needs a cwd: the git checkout whose worktrees the threads get")
+        elif worktrees and cwd is not None and os.path.isdir(cwd) and git_checkout(cwd) is None:
+            c.problem(f"{key}.worktrees", f"on needs a cwd inside a git checkout; {cwd} is not in one")
         if command is not None and isinstance(title, str):
             agents[name] = AgentConfig(name=name, title=title.strip(), command=tuple(command),
-                                       cwd=cwd, env=env, timeout=timeout, tools=tools)
+                                       cwd=cwd, env=env, timeout=timeout, tools=tools,
+                                       roots=roots, worktrees=worktrees)
     return agents
+
+
+def _on_off(c: _Checker, value: Any, key: str, default: bool) -> bool:
+    """`on | off` (YAML reads them as true / false; a quoted "on" is taken too)."""
+    if isinstance(value, str) and value.strip().lower() in ("on", "off"):
+        value = value.strip().lower() == "on"
+    if not isinstance(value, bool):
+        c.problem(key, f"must be on or off, got {shown(value)}")
+        return default
+    return value
+
+
+def _roots(c: _Checker, value: Any, key: str, path: Path, cwd: str | None) -> tuple[str, ...]:
+    """`roots:` — the folders `!cwd` may choose from (a list, or one folder), each relative to
+    the config file like `cwd` and existing; by default the agent's `cwd` alone (none: none)."""
+    if value is None:
+        return (cwd,) if cwd else ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) and i for i in items):
+        c.problem(key, "must be a list of folders, like [~/code, ~/notes]")
+        return ()
+    found: list[str] = []
+    for item in items:
+        folder = str((path.resolve().parent / os.path.expanduser(item)).resolve())
+        if not os.path.isdir(folder):
+            c.problem(key, f"folder does not exist: {folder}")
+        elif folder not in found:
+            found.append(folder)
+    return tuple(found)
+
+
+def git_checkout(folder: str) -> str | None:
+    """The top of the git checkout `folder` lies in (the first folder up with a `.git`, a folder
+    or, in a worktree, a file), or None. Read from the file system: no git runs at load."""
+    here = Path(folder).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ".git").exists():
+            return str(candidate)
+    return None

@@ -16,6 +16,12 @@ class AgentConfig:
     # the bridge's MCP server `matrix` in its sessions (bridge/mcp): history, send_file, react,
     # schedule… (`tools: on | off`)
     tools: bool = True
+    # the folders `!cwd` may move the agent to, each with what is below it (`roots:`; by default
+    # its `cwd`); the others are a session's additionalDirectories where the agent announces them
+    roots: tuple[str, ...] = ()
+    # each thread works in a git worktree of its own, on a branch named after the thread
+    # (`worktrees: on`; needs a `cwd` inside a git checkout): bridge/coding/worktrees.py
+    worktrees: bool = False
 
 
 @dataclass(frozen=True)

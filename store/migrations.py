@@ -22,6 +22,8 @@ Versions:
 9. conversations (SPEC §15): `sk_message.conversation` ("" the main timeline — every message an
    older store holds — else a thread's root event), indexed with the channel; `sk_thread_session`:
    each member's session per thread
+11. where agents work (store/places.py): `sk_work_dir`, the folder `!cwd` chose for a member of a
+   channel; `sk_worktree`, the git worktrees made for threads
 """
 
 from __future__ import annotations
@@ -153,6 +155,10 @@ def _add_conversations(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.Message, m.ThreadSession], safe=True)  # the message index, the new table
 
 
+def _add_places(db: pw.Database, m: SimpleNamespace) -> None:
+    db.create_tables([m.WorkDir, m.Worktree], safe=True)
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
@@ -163,6 +169,7 @@ STEPS = [
     (7, _add_schedules),
     (8, _add_e2ee_tables),
     (9, _add_conversations),
+    (11, _add_places),  # 10 is another branch's step (issue 29): the lead numbers them at merge
 ]
 LATEST = STEPS[-1][0]
 

@@ -25,6 +25,8 @@ TABLES = (
     "sk_schedule",
     "sk_e2ee_pending",
     "sk_e2ee_room",
+    "sk_work_dir",
+    "sk_worktree",
     "sk_schema",
 )
 
@@ -249,6 +251,34 @@ def build(db: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "sk_e2ee_room"
 
+    class WorkDir(Base):
+        # The folder `!cwd` chose for a member in a channel (store/places.py); none: its
+        # configured cwd. Added by migration step 11 (store/migrations.py).
+        channel_id = pw.TextField()
+        agent = pw.TextField()
+        path = pw.TextField()
+        updated = pw.BigIntegerField(default=0)
+
+        class Meta:
+            table_name = "sk_work_dir"
+            primary_key = pw.CompositeKey("channel_id", "agent")
+
+    class Worktree(Base):
+        # A git worktree the bridge made for a thread (store/places.py): one per thread and
+        # repository, numbered per channel. Added by migration step 11 (store/migrations.py).
+        id = pw.TextField(primary_key=True)  # a new_id()
+        channel_id = pw.TextField()
+        conversation = pw.TextField()  # the thread's root event id
+        repo = pw.TextField()  # the top of the checkout it was made from
+        number = pw.IntegerField()
+        branch = pw.TextField()
+        path = pw.TextField()
+        created = pw.BigIntegerField()
+
+        class Meta:
+            table_name = "sk_worktree"
+            indexes = ((("channel_id", "number"), True), (("channel_id", "conversation", "repo"), True))
+
     class Schema(Base):
         # One row: the store's schema version (store/migrations.py).
         version = pw.IntegerField()
@@ -272,11 +302,13 @@ def build(db: pw.Database) -> SimpleNamespace:
         Schedule=Schedule,
         E2eePending=E2eePending,
         E2eeRoom=E2eeRoom,
+        WorkDir=WorkDir,
+        Worktree=Worktree,
         Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
     models.all = [Channel, Member, MemberSetting, ThreadSession, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
-                  Turn, Schedule, E2eePending, E2eeRoom, Schema]
+                  Turn, Schedule, E2eePending, E2eeRoom, WorkDir, Worktree, Schema]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 

@@ -143,6 +143,14 @@ class Store:
         return self._schedules
 
     @property
+    def places(self):
+        """Where agents work: `!cwd` folders, the threads' worktrees (store/places.py)."""
+        from .places import Places
+        if self.__dict__.get("_places") is None:
+            self._places = Places(self)
+        return self._places
+
+    @property
     def e2ee(self):
         """What the bridge's encryption keeps: events waiting for a key, encrypted rooms (store/e2ee.py)."""
         from .e2ee import E2ee
@@ -306,6 +314,8 @@ class Store:
             m.ThreadSession.delete().where(m.ThreadSession.channel_id == channel_id).execute()
             m.Turn.delete().where(m.Turn.channel_id == channel_id).execute()
             m.Schedule.delete().where(m.Schedule.channel_id == channel_id).execute()
+            m.WorkDir.delete().where(m.WorkDir.channel_id == channel_id).execute()
+            m.Worktree.delete().where(m.Worktree.channel_id == channel_id).execute()
             m.Channel.delete().where(m.Channel.id == channel_id).execute()
 
     def _require_channel(self, channel_id: str) -> None:

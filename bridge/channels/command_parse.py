@@ -37,6 +37,8 @@ In a channel:
   !config [AGENT] [OPTION VALUE]  see or change the agent's other options
   !schedules             the work agents scheduled here (their `schedule` tool)
   !unschedule N          cancel schedule N
+  !cwd [AGENT] [PATH]    see or change where an agent works here (only inside its configured roots)
+  !worktrees             the threads' git worktrees (agents with worktrees: on); !worktrees remove N confirm
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 

@@ -16,7 +16,7 @@ already checked; nothing else calls them.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 from urllib.parse import quote
 
 from store import StoreClosed
@@ -80,6 +80,9 @@ class Inbound:
         # the way in, handed once it is built (it is handed these handlers): the messages a
         # puppet catches up on and an invite's encryption go through it
         self.dispatcher: "Dispatcher | None" = None
+        # told of every message the owner redacts (room, event id), handed by the bridge: a
+        # deleted thread's worktrees (coding/workplaces.py)
+        self.redacted: "Callable[[str, str], None] | None" = None
         self._encryption_noted: set[str] = set()
 
     def is_owner(self, user_id: str) -> bool:
@@ -267,6 +270,8 @@ class Inbound:
                 log.info("a redacted message in %s is forgotten", room_id)
         except StoreClosed:
             pass
+        if self.redacted is not None:
+            self.redacted(room_id, redacts)
 
     async def room_name(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         if not self.is_owner(sender):

@@ -61,6 +61,13 @@ class ScheduledRuns(Protocol):
     async def announce(self, portal: Any, turn: "TurnRecord") -> None: ...
 
 
+class WorkPlaces(Protocol):
+    """Where a conversation's agent works (coding/workplaces.py): the next new session's
+    folder (`.cwd`, None: the agent's default) and other roots (`.additional`)."""
+
+    async def where(self, portal: Any, agent_name: str, conversation: str) -> Any: ...
+
+
 @dataclass(frozen=True)
 class ChannelParts:
     config: "Config"
@@ -89,3 +96,4 @@ class ChannelParts:
     recovered: asyncio.Event      # set once the turns earlier runs left are queued
     stopping: asyncio.Event       # set as the bridge's stop begins: no turn starts from then on
     aliases: dict[str, str]       # names an agent is called by → the agent
+    places: WorkPlaces            # where each conversation's agent works (coding/workplaces.py)

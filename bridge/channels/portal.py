@@ -99,7 +99,9 @@ class Portal:
         if member is None:
             await self.joined(agent_name)
             member, extra = await db.run(read)
-        cwd = self.parts.config.agents[agent_name].cwd
+        # the thread's worktree, the channel's !cwd, else the configured cwd (coding/workplaces.py)
+        place = await self.parts.places.where(self, agent_name, conversation)
+        cwd = place.cwd
         where = agent.working_dir(cwd) if cwd else None  # none configured: wherever the bridge runs
         kept = member.session_id if session_fits(member.session_cwd, where) else None
         if kept and kept in agent.sessions:
@@ -117,7 +119,9 @@ class Portal:
         if member.session_id and not kept:
             log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
                      agent_name, member.session_id, member.session_cwd, agent_name, where)
-        session_id = await agent.new_session(cwd, servers)
+        # the agent's other roots, where it announces it takes them (ACP additionalDirectories)
+        beside = {"additional_directories": list(place.additional)} if place.additional else {}
+        session_id = await agent.new_session(cwd, servers, **beside)
         await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where,
                              conversation=conversation)
         await self.parts.settings.opened(self, agent_name, agent, session_id, new=True)

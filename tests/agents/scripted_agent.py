@@ -50,6 +50,8 @@ Options
   --reply-image FILE    answer "Here is the image:", then an image block of FILE (its bytes,
                         MIME type from its name), then "That is all."
   --reply-resource FILE answer with an embedded resource (text) of FILE after a line of text
+  --additional-directories  announce sessionCapabilities.additionalDirectories (session/new
+                        then may carry them; --log shows what it got)
   (--prompt-caps image,audio,embeddedContext announces what the agent takes; --log records
   every session/prompt with its content blocks)
 
@@ -62,6 +64,9 @@ Directives inside the prompt text (apply to that prompt only)
   [[garbage]]       a garbage line first              [[big:MIB]]  [[stderr:MIB]]
   [[env:NAME]]      answer with the value of environment variable NAME
   [[cwd]]           answer with the working directory
+  [[session-cwd]]   answer with the session's working directory (session/new's `cwd`)
+  [[write:NAME]]    write the file NAME (no folders) in the session's working directory,
+                    its text naming the session; answer "wrote <its path>"
   [[answer:TEXT]]   answer with TEXT
   [[commands:SPEC]] send available_commands_update during the prompt
   [[image:FILE]]    answer as --reply-image FILE
@@ -131,6 +136,7 @@ class Scripted(AgentBase):
         if opts.prompt_caps:
             self.prompt_capabilities = {cap: True for cap in opts.prompt_caps.split(",") if cap}
         self.history: dict[str, list[list[str]]] = {}
+        self.cwds: dict[str, str] = {}  # the working directory each session was opened (or loaded) in
 
     # -- persistence of histories, for session/load across processes --------
     def _path(self, session_id: str) -> Path | None:
@@ -151,6 +157,12 @@ class Scripted(AgentBase):
     # -- protocol hooks -------------------------------------------------------
     def received(self, message: dict) -> None:
         self.log(message)
+
+    async def initialize(self, params: dict) -> dict:
+        result = await super().initialize(params)
+        if self.opts.additional_directories:
+            result["agentCapabilities"]["sessionCapabilities"] = {"additionalDirectories": {}}
+        return result
 
     async def _handle_request(self, method: str, params: dict):
         result = await super()._handle_request(method, params)
@@ -179,6 +191,7 @@ class Scripted(AgentBase):
                         b"scripted_agent: --fail-session: cannot run here (on purpose)\n")
             raise RpcFailure(-32603, "Internal error", self.opts.fail_session)
         session_id = await super().new_session(cwd, params)
+        self.cwds[session_id] = cwd
         self.history[session_id] = []
         if path := self._path(session_id):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -196,6 +209,7 @@ class Scripted(AgentBase):
         entries = self._history(session_id)
         if entries is None:
             raise RpcFailure(-32002, f"session not found: {session_id}")
+        self.cwds[session_id] = cwd
         for role, text in entries:
             kind = "user_message_chunk" if role == "user" else "agent_message_chunk"
             self.send_update(session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": text}})
@@ -263,6 +277,13 @@ class Scripted(AgentBase):
                 "uri": path.resolve().as_uri(), "mimeType": _mime(str(path)), "text": path.read_text()}}])
             return "end_turn"
 
+        if "write" in d:
+            name = Path(d["write"]).name  # no folders: inside the session's directory only
+            path = Path(self.cwds.get(turn.session_id) or os.getcwd()) / name
+            path.write_text(f"written in session {turn.session_id}\n")
+            d = {**d, "answer": f"wrote {path}"}
+        if "session-cwd" in d:
+            d = {**d, "answer": self.cwds.get(turn.session_id, "")}
         answer = self._answer(turn.text, d)
         chunks, delay = int(d.get("chunks") or o.chunks), float(d.get("delay") or o.delay)
         if "slow" in d:
@@ -367,6 +388,7 @@ def main() -> None:
     p.add_argument("--garbage", action="store_true")
     p.add_argument("--reply-image")
     p.add_argument("--reply-resource")
+    p.add_argument("--additional-directories", action="store_true")
     opts = p.parse_args()
     if opts.crash_at_start:
         os.write(2, b"scripted_agent: crashing at start on purpose\n")

@@ -16,6 +16,16 @@ from store.offloop import OffLoop
 AGENTS = ("alice", "bob")
 
 
+class Places:
+    """Where agents work as configured (coding/workplaces.py without `!cwd` or worktrees)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    async def where(self, portal, agent_name, conversation=""):
+        return SimpleNamespace(cwd=self.config.agents[agent_name].cwd, additional=())
+
+
 @pytest.fixture
 async def scene():
     store = Store.open(":memory:")
@@ -30,7 +40,7 @@ async def scene():
                              agent_for_user_id=lambda u: None)
     parts = SimpleNamespace(db=OffLoop(store), config=config, aliases={a: a for a in AGENTS}, run_id="run-1",
                             mcp_servers=lambda portal, name, agent, conversation: [],
-                            settings=SimpleNamespace(opened=settings_opened))
+                            settings=SimpleNamespace(opened=settings_opened), places=Places(config))
     portal = Portal(parts, channel, list(AGENTS))
     yield SimpleNamespace(store=store, channel=channel, portal=portal, opened=opened)
     store.close()

@@ -13,7 +13,7 @@ from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
 ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"],
-         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"]}  # 4, 6 and 9 add a column
+         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 11: ["WorkDir", "Worktree"]}  # 4, 6 and 9 add a column
 
 # what the bridge's encryption kept: before version 8, two JSON lists in the key-value table
 WAITING = [{"event_id": f"$x{n}", "type": "m.room.encrypted", "room_id": "!r:hs", "sender": "@me:hs",
@@ -104,6 +104,11 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     store.set_session("c1", "alice", "s-thread", fresh=True, conversation="$e1")
     assert store.member("c1", "alice", "$e1").session_id == "s-thread"
     assert store.member("c1", "alice").session_id == "s1"
+    # where agents work (step 11): a `!cwd` folder, a thread's worktree
+    store.places.set_work_dir("c1", "alice", "/code")
+    assert store.places.work_dir("c1", "alice") == "/code"
+    made = store.places.add_worktree("c1", "$e1", "/repo", "sidekicks/x-1", "/repo.worktrees/x-1")
+    assert store.places.worktree("c1", "$e1", "/repo") == made and made.number == 1
 
 
 @pytest.mark.parametrize("v", [1, 2, 4])

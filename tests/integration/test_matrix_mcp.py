@@ -152,10 +152,12 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": mcp_agent(log, tmp_path)})
     room = await channel_with_alice(owner, "later")
-    made = await ask(owner, room, '[[tool:schedule {"prompt": "time to stretch", "in_seconds": 5}]]',
+    # due far enough ahead that both are still listed, and the second cancelled before its time,
+    # on a loaded machine (each ask is a turn: seconds each under a double load)
+    made = await ask(owner, room, '[[tool:schedule {"prompt": "time to stretch", "in_seconds": 15}]]',
                      "schedule")
     assert made.startswith("schedule: Scheduled as id 1"), made
-    cancelled = await ask(owner, room, '[[tool:schedule {"prompt": "never said", "in_seconds": 5}]]',
+    cancelled = await ask(owner, room, '[[tool:schedule {"prompt": "never said", "in_seconds": 20}]]',
                           "schedule")
     assert "id 2" in cancelled
     listed = await ask(owner, room, "[[tool:schedules]]", "schedules")
@@ -163,7 +165,7 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
     gone = await ask(owner, room, '[[tool:cancel_schedule {"id": 2}]]', "cancel_schedule")
     assert gone.startswith("cancel_schedule: Cancelled schedule 2"), gone
     # a later one, as a barrier: once it has run, the cancelled one's time has long passed
-    await ask(owner, room, '[[tool:schedule {"prompt": "the barrier", "in_seconds": 7}]]', "schedule")
+    await ask(owner, room, '[[tool:schedule {"prompt": "the barrier", "in_seconds": 22}]]', "schedule")
     await sync_until(owner, lambda: "echo: the barrier" in answers(owner, room))
     await running.idle()
     await caught_up(owner, room)
@@ -187,7 +189,7 @@ async def test_a_run_due_while_the_bridge_was_down_runs_once_at_the_start_saying
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder)
     room = await channel_with_alice(owner, "restart")
-    made = await ask(owner, room, '[[tool:schedule {"prompt": "wake up", "in_seconds": 5}]]', "schedule")
+    made = await ask(owner, room, '[[tool:schedule {"prompt": "wake up", "in_seconds": 12}]]', "schedule")
     assert "id 1" in made
     await running.idle()
     channel_id = running.store.channel_by_room(room).id

@@ -39,6 +39,10 @@ class Sessions:
         """Every member's sessions in the channel (in one conversation, if given)."""
         return self._store._run(_of_channel, channel_id, conversation)
 
+    def of_agent(self, agent: str) -> list[SessionRecord]:
+        """The agent's recorded sessions in every channel and conversation."""
+        return self._store._run(_of_agent, agent)
+
     def forget(self, channel_id: str, conversation: str) -> list[SessionRecord]:
         """A thread is gone: its sessions' records and the members' sessions there are forgotten;
         the records as they were."""
@@ -85,6 +89,11 @@ def _of_channel(store: "Store", channel_id: str, conversation: str | None) -> li
     if conversation is not None:
         where &= S.conversation == conversation
     return _records(_select(store).where(where).order_by(S.agent, S.used.desc()))
+
+
+def _of_agent(store: "Store", agent: str) -> list[SessionRecord]:
+    S = store._m.Session
+    return _records(_select(store).where(S.agent == agent).order_by(S.used.desc()))
 
 
 def _forget(store: "Store", channel_id: str, conversation: str) -> list[SessionRecord]:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from acp import SessionCapabilities
 from bridge.channels.context import Line
 from bridge.channels.portal import Portal
 from bridge.channels.turns import context_reader, unseen_lines
@@ -101,6 +102,7 @@ class Agent:
         self.sessions: set[str] = set()
         self.made = 0
         self.loaded: list[str] = []
+        self.session_capabilities = SessionCapabilities()  # no session/resume: loads
         if not loads:
             self.load_session = None
 

@@ -26,7 +26,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from acp import AcpError
 
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from acp import Pool
     from store import SessionRecord
 
-    from .portal import Portal
+# A portal (portal.py), not imported: turns.py, which portal.py imports, uses this module.
+Portal = Any
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +234,12 @@ class SessionCommands:
                 return f"{title} is in that session already."
             cwd = parts.config.agents[agent_name].cwd
             servers = parts.mcp_servers(portal, agent_name, agent, conversation)
-            if chosen.session_id not in agent.sessions:
-                if caps.resume:
-                    await agent.resume_session(chosen.session_id, cwd, servers)
-                else:
-                    await agent.load_session(chosen.session_id, cwd, servers)
-            await self._became(portal, agent_name, agent, conversation, chosen.session_id, fresh=False, new=False)
+            if caps.resume:  # the agent goes on with it, nothing replayed
+                await agent.resume_session(chosen.session_id, cwd, servers)
+            else:  # its replay is not for the room (acp/client.py drops it)
+                await agent.load_session(chosen.session_id, cwd, servers)
+            await self._became(portal, agent_name, agent, conversation, chosen.session_id, fresh=False, new=False,
+                               left=member.session_id if member is not None else None)
         name = _one_line(chosen.title) or "untitled"
         return f"{title} goes on in session {number} ({name})."
 
@@ -246,10 +247,12 @@ class SessionCommands:
         parts = portal.parts
         agent = await parts.pool.get(agent_name)
         async with portal.session_lock(agent_name, conversation):
+            member = await parts.db.member(portal.channel.id, agent_name, conversation)
             servers = parts.mcp_servers(portal, agent_name, agent, conversation)
             session_id = await agent.new_session(parts.config.agents[agent_name].cwd, servers)
             # a fresh start: what was said before is not told to it again
-            await self._became(portal, agent_name, agent, conversation, session_id, fresh=False, new=True)
+            await self._became(portal, agent_name, agent, conversation, session_id, fresh=False, new=True,
+                               left=member.session_id if member is not None else None)
         where = "in this thread" if conversation else "here"
         return (f"{parts.config.agents[agent_name].title} starts a new session {where}; "
                 f"!sessions lists the earlier ones.")
@@ -283,9 +286,10 @@ class SessionCommands:
             await self._became(portal, agent_name, agent, root, forked, fresh=False, new=False)
 
     async def _became(self, portal: "Portal", agent_name: str, agent, conversation: str, session_id: str,
-                      fresh: bool, new: bool) -> None:
+                      fresh: bool, new: bool, left: str | None = None) -> None:
         """`session_id` is the member's session in `conversation` from now on: stored, recorded
-        as used, brought to the member's choices (coding/settings.py)."""
+        as used, brought to the member's choices (coding/settings.py). The session it `left` is
+        closed where the agent can close sessions (`!resume` opens it again)."""
         parts, channel_id = portal.parts, portal.channel.id
         cwd = parts.config.agents[agent_name].cwd  # as Portal._session_for keeps it
         where = agent.working_dir(cwd) if cwd else None
@@ -294,6 +298,8 @@ class SessionCommands:
         await parts.db.sessions.used(channel_id, agent_name, conversation, session_id,
                                      title=_live_title(agent, session_id))
         await parts.settings.opened(portal, agent_name, agent, session_id, new=new)
+        if left and left != session_id:
+            await close_sessions(parts.pool, [(agent_name, left)])
 
 
 def _live_title(agent, session_id: str) -> str | None:

@@ -167,9 +167,9 @@ async def test_sessions_resume_and_reset_with_the_bridges_record(scene):
     listing = await run(scene, "!sessions")
     assert "1. untitled (s2) — just now ← current" in listing
     assert "2. the first question — just now" in listing
-    agent.sessions.discard("s1")  # as after a restart: it must be loaded
+    assert "s1" not in agent.sessions  # left: closed (here: only forgotten, the agent cannot close)
     assert "goes on in session 2 (the first question)" in await run(scene, "!resume 2")
-    assert agent.calls == [("load", "s1")]
+    assert agent.calls == [("close", "s1"), ("load", "s1"), ("close", "s2")]
     assert scene.store.member(scene.channel.id, "alice").session_id == "s1"
     assert "no session 5" in await run(scene, "!resume 5")
     assert "already" in await run(scene, "!resume 1")  # s1 is first now: last used

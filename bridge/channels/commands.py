@@ -387,8 +387,9 @@ class BotCommands:
     async def _delete(self, channel: "Channel") -> None:
         """Forget the channel and its history (ADR consequences); its puppets leave the room;
         its members' sessions are closed (sessions.py)."""
-        members = [m.agent for m in await self.db.members(channel.id)]
-        sessions = [(m.agent, m.session_id) for m in await self.db.members(channel.id) if m.session_id]
+        found = await self.db.members(channel.id)
+        members = [m.agent for m in found]
+        sessions = [(m.agent, m.session_id) for m in found if m.session_id]
         sessions += [(r.agent, r.session_id) for r in await self.db.sessions.of_channel(channel.id)]
         portal = self.channels.portals.pop(channel.room_id, None)
         if portal is not None:

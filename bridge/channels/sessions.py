@@ -323,7 +323,10 @@ async def close_sessions(pool: "Pool", sessions: Iterable[tuple[str, str]]) -> i
     is logged, never raised: the conversation goes anyway."""
     closed = 0
     for agent_name, session_id in dict.fromkeys(sessions):
-        agent = pool.agent(agent_name)
+        try:
+            agent = pool.agent(agent_name)
+        except KeyError:  # no longer configured: never started
+            continue
         if agent is None or session_id not in agent.sessions:
             continue
         try:

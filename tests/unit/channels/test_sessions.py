@@ -205,6 +205,11 @@ async def test_fork_posts_a_thread_root_whose_session_is_the_copy(scene):
 async def test_closing_asks_the_running_agents_only(scene):
     agent = scene.agents["alice"] = Agent(ALL)
     await scene.portal.session_for("alice", agent)
-    pool = SimpleNamespace(agent=lambda name: scene.agents.get(name))
-    assert await close_sessions(pool, [("alice", "s1"), ("alice", "s1"), ("alice", "gone"), ("bob", "b1")]) == 1
+    def running(name):
+        if name == "carol":
+            raise KeyError("unknown agent: carol")  # no longer configured
+        return scene.agents.get(name)
+    pool = SimpleNamespace(agent=running)
+    assert await close_sessions(pool, [("alice", "s1"), ("alice", "s1"), ("alice", "gone"), ("bob", "b1"),
+                                       ("carol", "c1")]) == 1
     assert [c for c in agent.calls if c[0] == "close"] == [("close", "s1")]

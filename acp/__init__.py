@@ -5,7 +5,7 @@ AgentSpec values in and gets plain values and callbacks out.
 """
 
 from .client import (CODING_CLIENT_CAPABILITIES, Agent, AgentSpec, Applied, PermissionRequest,
-                     start_agent)
+                     SessionCapabilities, SessionInfo, start_agent)
 from .elicitation import ElicitationAnswer, ElicitationRequest
 from .errors import (AcpError, AgentCrashed, AgentStartError, AgentStopped, AgentTimeout,
                      AuthRequired, RpcError)
@@ -18,5 +18,5 @@ __all__ = [
     "AcpError", "Agent", "AgentCrashed", "AgentSpec", "AgentStartError", "AgentStopped",
     "AgentTimeout", "Applied", "AuthRequired", "CODING_CLIENT_CAPABILITIES", "Choices",
     "ElicitationAnswer", "ElicitationRequest", "PermissionRequest", "PlanEntry", "Pool", "RpcError",
-    "SessionState", "ToolCall", "Update", "start_agent",
+    "SessionCapabilities", "SessionInfo", "SessionState", "ToolCall", "Update", "start_agent",
 ]

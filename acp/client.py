@@ -11,6 +11,10 @@ results and from the updates, whenever they come: before session/new returns,
 between prompts, during one. `set_mode`, `set_model`, `set_config_option` and
 `apply_choices` change them; `on_state` hears of every change.
 
+Sessions are managed with what the agent announces in `agentCapabilities.sessionCapabilities`
+(`session_capabilities`): `list_sessions` (session/list), `resume_session` (session/resume:
+no replay), `fork_session` (session/fork, unstable in ACP), `close_session` (session/close).
+
 The agent's questions (permissions, elicitations) are bounded per session
 (MAX_QUESTIONS): one more is refused at once and the turn is told in one line.
 """
@@ -56,6 +60,8 @@ CODING_CLIENT_CAPABILITIES = {
 }
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
 MAX_QUESTIONS = 16  # permission + elicitation requests open at once in one session
+MAX_LISTED = 200  # sessions list_sessions() reads at most (pages of session/list)
+MAX_LIST_PAGES = 10
 MAX_EARLY_STATES = 8  # states kept for session ids not (yet) ours: updates before session/new returns
 ELICITATION_ON_CANCEL = DECLINE  # a stopped turn declines what its agent asked (`!stop` declines)
 
@@ -68,6 +74,32 @@ class AgentSpec:
     env: dict[str, str] = field(default_factory=dict)
     title: str = ""
     timeout: float = 300.0  # silence limit during a call, seconds
+
+
+@dataclass(frozen=True)
+class SessionCapabilities:
+    """What `agentCapabilities.sessionCapabilities` announces (ACP: an object, `{}` or more,
+    means supported; omitted or null means not)."""
+    list: bool = False
+    resume: bool = False
+    fork: bool = False
+    close: bool = False
+
+    @classmethod
+    def from_capabilities(cls, caps: Any) -> "SessionCapabilities":
+        found = caps.get("sessionCapabilities") if isinstance(caps, dict) else None
+        if not isinstance(found, dict):
+            return cls()
+        return cls(**{name: isinstance(found.get(name), dict) for name in ("list", "resume", "fork", "close")})
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session as session/list tells it."""
+    session_id: str
+    cwd: str
+    title: str | None = None
+    updated_at: str | None = None  # ISO 8601, as the agent wrote it
 
 
 @dataclass
@@ -146,6 +178,7 @@ class Agent:
         self.prompt_capabilities: dict[str, Any] = {}
         self.mcp_capabilities: dict[str, Any] = {}  # agentCapabilities.mcpCapabilities: http, sse
         self.takes_directories = False  # sessionCapabilities.additionalDirectories announced
+        self.session_capabilities = SessionCapabilities()  # list, resume, fork, close
         self.auth_methods: list[dict[str, Any]] = []
         self.commands: list[dict[str, Any]] | None = None
         self.sessions: set[str] = set()
@@ -259,6 +292,7 @@ class Agent:
         self.prompt_capabilities = dict(caps.get("promptCapabilities") or {})
         mcp = caps.get("mcpCapabilities")
         self.mcp_capabilities = dict(mcp) if isinstance(mcp, dict) else {}
+        self.session_capabilities = SessionCapabilities.from_capabilities(caps)
         self.auth_methods = list(result.get("authMethods") or [])
         # sessionCapabilities.additionalDirectories: session/new takes roots beside its cwd
         sessions = caps.get("sessionCapabilities")
@@ -316,6 +350,77 @@ class Agent:
             self._loading.discard(session_id)
         self.sessions.add(session_id)
         self.state(session_id).apply_result(result)
+
+    def _need(self, capability: str, method: str) -> None:
+        if not getattr(self.session_capabilities, capability):
+            raise AcpError(f"{self.name} cannot {capability} sessions (no {method})")
+
+    async def list_sessions(self, cwd: str | None = None) -> list[SessionInfo]:
+        """session/list, every page (at most MAX_LIST_PAGES, MAX_LISTED sessions), for the
+        working directory `cwd` would give (the agent filters by it). Entries that are not
+        sessions are left out (an agent's output is not trusted)."""
+        self._need("list", "session/list")
+        found: list[SessionInfo] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            params: dict[str, Any] = {"cwd": self.working_dir(cwd)}
+            if cursor:
+                params["cursor"] = cursor
+            try:
+                result = await self._call("session/list", params)
+            except RpcError as exc:
+                raise AcpError(f"{self.name} could not list its sessions: {exc.message}") from None
+            result = result if isinstance(result, dict) else {}
+            for entry in result.get("sessions") or []:
+                info = _session_info(entry)
+                if info is not None and len(found) < MAX_LISTED:
+                    found.append(info)
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor or len(found) >= MAX_LISTED:
+                break
+        return found
+
+    async def resume_session(self, session_id: str, cwd: str | None = None,
+                             mcp_servers: list[dict[str, Any]] | None = None) -> None:
+        """session/resume: the session goes on, its history is not replayed."""
+        self._need("resume", "session/resume")
+        try:
+            result = await self._call("session/resume", {"sessionId": session_id, "cwd": self.working_dir(cwd),
+                                                         "mcpServers": list(mcp_servers or [])})
+        except RpcError as exc:
+            raise self._auth_error(exc) from None
+        self.sessions.add(session_id)
+        self.state(session_id).apply_result(result)
+
+    async def fork_session(self, session_id: str, cwd: str | None = None,
+                           mcp_servers: list[dict[str, Any]] | None = None) -> str:
+        """session/fork (unstable in ACP): a new session with a copy of this one's history;
+        its id."""
+        self._need("fork", "session/fork")
+        try:
+            result = await self._call("session/fork", {"sessionId": session_id, "cwd": self.working_dir(cwd),
+                                                       "mcpServers": list(mcp_servers or [])})
+        except RpcError as exc:
+            raise self._auth_error(exc) from None
+        forked = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(forked, str) or not forked:
+            raise AcpError(f"{self.name}: session/fork returned no session id")
+        self.sessions.add(forked)
+        self.state(forked).apply_result(result)
+        return forked
+
+    async def close_session(self, session_id: str) -> bool:
+        """session/close where the agent announces it: it frees the session. False when it
+        does not (then nothing is sent); the session is no longer ours either way."""
+        self.sessions.discard(session_id)
+        self._states.pop(session_id, None)
+        if not self.session_capabilities.close:
+            return False
+        try:
+            await self._call("session/close", {"sessionId": session_id})
+        except RpcError as exc:
+            raise AcpError(f"{self.name} could not close session {session_id}: {exc.message}") from None
+        return True
 
     async def prompt(self, session_id: str, text: str | list[dict[str, Any]], on_update: OnUpdate,
                      on_permission: OnPermission | None = None,
@@ -586,6 +691,17 @@ def prompt_blocks(prompt: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     if isinstance(prompt, str):
         return [{"type": "text", "text": prompt}]
     return list(prompt)
+
+
+def _session_info(entry: Any) -> SessionInfo | None:
+    """A session/list entry, or None if it is not one (no session id)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("sessionId"), str) or not entry["sessionId"]:
+        return None
+    title, updated = entry.get("title"), entry.get("updatedAt")
+    cwd = entry.get("cwd")
+    return SessionInfo(entry["sessionId"], cwd if isinstance(cwd, str) else "",
+                       title.strip() or None if isinstance(title, str) else None,
+                       updated if isinstance(updated, str) else None)
 
 
 def _session_id(params: dict[str, Any]) -> str | None:

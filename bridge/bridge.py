@@ -29,6 +29,8 @@ from .coding.work import Work
 from .coding.settings import COMMANDS as SETTINGS_COMMANDS, SessionSettings
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS, WorkPlaces
 from .channels.commands import BotCommands
+from .channels.command_parse import SESSION_COMMANDS
+from .channels.sessions import SessionCommands
 from .channels.inbound import Inbound
 from .channels.upgrade import RoomUpgrades
 from .outage import StoreOutage
@@ -125,12 +127,14 @@ class Bridge:
         self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work (channels/scheduler.py)
         # the agents' `matrix` MCP server (bridge/mcp)
         self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
+        self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/sessions.py)
         # the bot's commands; coding/ registers its channel commands (!mode, !model, !config, !status)
         self.commands = BotCommands(config, db, self.pool, channels, identities, notices,
                                     self.command_descriptions, self.scheduler,
                                     {**{name: self.settings.command for name in SETTINGS_COMMANDS},
                                      **{name: self.places.command for name in PLACE_COMMANDS}},
-                                    self.aliases, self.mcp.forget_channel)
+                                    self.aliases, self.mcp.forget_channel,
+                                    {name: self.sessions.command for name in SESSION_COMMANDS})
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)
         self.parts = ChannelParts(

@@ -6,7 +6,7 @@ Knows nothing of Matrix: room and event ids are opaque strings.
 from .errors import (StoreClosed, StoreError, StoreLocked, StoreLockLost, StoreUnavailable,
                      StoreUnwritable)
 from .ids import new_id
-from .records import Channel, Member, Message, TurnRecord
+from .records import Channel, Member, Message, SessionRecord, TurnRecord
 from .settings import MemberSettings
 from .store import Store
 
@@ -15,6 +15,7 @@ __all__ = [
     "Member",
     "MemberSettings",
     "Message",
+    "SessionRecord",
     "Store",
     "StoreClosed",
     "StoreError",

@@ -22,6 +22,9 @@ Versions:
 9. conversations (SPEC §15): `sk_message.conversation` ("" the main timeline — every message an
    older store holds — else a thread's root event), indexed with the channel; `sk_thread_session`:
    each member's session per thread
+10. `sk_session`: the bridge's own record of each member's sessions per conversation (title, last
+   used), for `!sessions` (store/sessions.py); the sessions an older store holds are recorded
+   there as of the migration, untitled
 11. where agents work (store/places.py): `sk_work_dir`, the folder `!cwd` chose for a member of a
    channel; `sk_worktree`, the git worktrees made for threads
 """
@@ -155,6 +158,18 @@ def _add_conversations(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.Message, m.ThreadSession], safe=True)  # the message index, the new table
 
 
+def _add_sessions(db: pw.Database, m: SimpleNamespace) -> None:
+    """The record of sessions, starting with each member's current one in each conversation."""
+    db.create_tables([m.Session], safe=True)
+    now = now_ms()
+    M, T, S = m.Member, m.ThreadSession, m.Session
+    rows = [(channel_id, agent, "", session_id) for channel_id, agent, session_id in
+            M.select(M.channel_id, M.agent, M.session_id).where(M.session_id.is_null(False)).tuples()]
+    rows += list(T.select(T.channel_id, T.agent, T.conversation, T.session_id)
+                 .where(T.session_id.is_null(False)).tuples())
+    for channel_id, agent, conversation, session_id in rows:
+        S.insert(channel_id=channel_id, agent=agent, conversation=conversation, session_id=session_id,
+                 created=now, used=now).on_conflict_ignore().execute()
 def _add_places(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.WorkDir, m.Worktree], safe=True)
 
@@ -169,7 +184,8 @@ STEPS = [
     (7, _add_schedules),
     (8, _add_e2ee_tables),
     (9, _add_conversations),
-    (11, _add_places),  # 10 is another branch's step (issue 29): the lead numbers them at merge
+    (10, _add_sessions),
+    (11, _add_places),
 ]
 LATEST = STEPS[-1][0]
 

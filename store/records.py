@@ -66,3 +66,15 @@ class ScheduleRecord:
     due: int | None  # the next run (ms since the epoch); None once over
     state: str  # active | done | cancelled
     created: int
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A session of a member in one conversation, as the bridge recorded it (store/sessions.py)."""
+    channel_id: str
+    agent: str
+    conversation: str  # "" the main timeline; a thread's root event id
+    session_id: str
+    title: str | None  # the agent's title, else the first prompt's first line (shortened)
+    created: int  # ms
+    used: int  # ms: last opened or prompted

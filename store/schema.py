@@ -13,6 +13,7 @@ import peewee as pw
 TABLES = (
     "sk_member_setting",
     "sk_thread_session",
+    "sk_session",
     "sk_message_event",
     "sk_message",
     "sk_member",
@@ -110,6 +111,25 @@ def build(db: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "sk_thread_session"
             primary_key = pw.CompositeKey("channel_id", "agent", "conversation")
+
+    class Session(Base):
+        # The bridge's own record of a member's sessions in one conversation of its channel
+        # (store/sessions.py): each session it opened, resumed, loaded or forked there, with a
+        # title (the agent's, else the first prompt's first line) and when it was last used:
+        # what `!sessions` lists when the agent cannot list its sessions. It goes with the
+        # membership. Added by migration step 10 (store/migrations.py).
+        channel_id = pw.TextField()
+        agent = pw.TextField()
+        conversation = pw.TextField(default="")  # "" the main timeline; else a thread's root event
+        session_id = pw.TextField()
+        title = pw.TextField(null=True)
+        created = pw.BigIntegerField()  # ms
+        used = pw.BigIntegerField()  # ms: when it was last opened or prompted
+
+        class Meta:
+            table_name = "sk_session"
+            primary_key = pw.CompositeKey("channel_id", "agent", "session_id")
+            indexes = ((("channel_id", "agent", "conversation", "used"), False),)
 
     class Message(Base):
         channel_id = pw.TextField(constraints=_references("sk_channel"))
@@ -292,6 +312,7 @@ def build(db: pw.Database) -> SimpleNamespace:
         Member=Member,
         MemberSetting=MemberSetting,
         ThreadSession=ThreadSession,
+        Session=Session,
         Message=Message,
         MessageEvent=MessageEvent,
         Txn=Txn,
@@ -307,7 +328,7 @@ def build(db: pw.Database) -> SimpleNamespace:
         Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
-    models.all = [Channel, Member, MemberSetting, ThreadSession, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
+    models.all = [Channel, Member, MemberSetting, ThreadSession, Session, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
                   Turn, Schedule, E2eePending, E2eeRoom, WorkDir, Worktree, Schema]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models

@@ -151,6 +151,14 @@ class Store:
         return self._places
 
     @property
+    def sessions(self):
+        """The bridge's record of each member's sessions per conversation (store/sessions.py)."""
+        from .sessions import Sessions
+        if self.__dict__.get("_sessions") is None:
+            self._sessions = Sessions(self)
+        return self._sessions
+
+    @property
     def e2ee(self):
         """What the bridge's encryption keeps: events waiting for a key, encrypted rooms (store/e2ee.py)."""
         from .e2ee import E2ee
@@ -299,6 +307,7 @@ class Store:
                     raise ValueError(f"room {room_id} already has a channel with history")
                 m.Member.delete().where(m.Member.channel_id == other.id).execute()
                 m.ThreadSession.delete().where(m.ThreadSession.channel_id == other.id).execute()
+                m.Session.delete().where(m.Session.channel_id == other.id).execute()
                 m.Turn.delete().where(m.Turn.channel_id == other.id).execute()
                 m.Channel.delete().where(m.Channel.id == other.id).execute()
             m.Channel.update(room_id=room_id).where(m.Channel.id == channel_id).execute()
@@ -312,6 +321,7 @@ class Store:
             m.Message.delete().where(m.Message.channel_id == channel_id).execute()
             m.Member.delete().where(m.Member.channel_id == channel_id).execute()
             m.ThreadSession.delete().where(m.ThreadSession.channel_id == channel_id).execute()
+            m.Session.delete().where(m.Session.channel_id == channel_id).execute()
             m.Turn.delete().where(m.Turn.channel_id == channel_id).execute()
             m.Schedule.delete().where(m.Schedule.channel_id == channel_id).execute()
             m.WorkDir.delete().where(m.WorkDir.channel_id == channel_id).execute()
@@ -363,6 +373,8 @@ class Store:
         M, S = self._m.Member, self._m.ThreadSession
         with self._db.atomic():
             S.delete().where((S.channel_id == channel_id) & (S.agent == agent)).execute()
+            R = self._m.Session
+            R.delete().where((R.channel_id == channel_id) & (R.agent == agent)).execute()
             M.delete().where((M.channel_id == channel_id) & (M.agent == agent)).execute()
 
     @_operation

@@ -39,6 +39,10 @@ In a channel:
   !unschedule N          cancel schedule N
   !cwd [AGENT] [PATH]    see or change where an agent works here (only inside its configured roots)
   !worktrees             the threads' git worktrees (agents with worktrees: on); !worktrees remove N confirm
+  !sessions [AGENT]      the agents' sessions in this conversation (main timeline or thread)
+  !resume [AGENT] N      go back to session N of !sessions
+  !reset [AGENT]         start a new session here
+  !fork [AGENT]          go on with a copy of the session in a new thread
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 
@@ -51,7 +55,8 @@ With no mention, the agent who spoke last answers."""
 
 CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the agents' slash "
                 "commands), !status, !mode, !model, !config (the agents' state and settings), "
-                "!schedules, !unschedule N (work the agents scheduled), !delete (delete this channel's history). Everything else is in my DM: !help.")
+                "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
+                "!fork (the agents' sessions in this conversation), !delete (delete this channel's history). Everything else is in my DM: !help.")
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,33 @@ def split_delete(args: Iterable[str]) -> tuple[str, bool]:
     if confirmed:
         words = words[:-1]
     return " ".join(words).strip(), confirmed
+
+
+SESSION_COMMANDS = ("sessions", "resume", "reset", "fork")
+SESSION_USAGE = {"sessions": "!sessions [AGENT]", "resume": "!resume [AGENT] N",
+                 "reset": "!reset [AGENT]", "fork": "!fork [AGENT]"}
+
+
+class BadSessionArgs(ValueError):
+    """The words of a session command do not fit it: the message is its usage."""
+
+
+@dataclass(frozen=True)
+class SessionArgs:
+    agent: str | None   # the word naming an agent, as typed (`alice`, `@alice`), or None
+    number: int | None  # `!resume`'s N (from 1), else None
+
+
+def session_args(name: str, args: Iterable[str]) -> SessionArgs:
+    """`!sessions [AGENT]`, `!reset [AGENT]`, `!fork [AGENT]`, `!resume [AGENT] N` (N before
+    or after the agent) → SessionArgs; BadSessionArgs (its usage line) for anything else."""
+    words = list(args)
+    numbers = [w for w in words if w.isdigit()]
+    others = [w for w in words if not w.isdigit()]
+    wanted = 1 if name == "resume" else 0
+    if len(numbers) != wanted or len(others) > 1 or (numbers and int(numbers[0]) < 1):
+        raise BadSessionArgs(f"Usage: {SESSION_USAGE[name]}" + (" (N from !sessions)" if wanted else ""))
+    return SessionArgs(others[0] if others else None, int(numbers[0]) if numbers else None)
 
 
 def find_channels(channels: Iterable["Channel"], query: str) -> list["Channel"]:

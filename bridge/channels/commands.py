@@ -19,6 +19,7 @@ from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, desc
                             find_channels, format_commands, parse, resolve_agent, split_delete)
 from .conversations import conversation_of, relation_for
 from .places import place_of
+from .sessions import close_sessions
 from ..matrix.client import MatrixError
 from ..matrix.space import Space, create_room, give_power, membership, room_link
 
@@ -40,13 +41,16 @@ log = logging.getLogger(__name__)
 
 # a channel command another part registers: (portal, its name, its arguments)
 ChannelCommand = Callable[["Portal", str, tuple[str, ...]], Awaitable[None]]
+# one that acts in the conversation it is sent in (sessions.py): + (conversation, its event id)
+ConversationCommand = Callable[["Portal", str, tuple[str, ...], str, "str | None"], Awaitable[None]]
 COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
 
 class BotCommands:
     def __init__(self, config: "Config", db: "OffLoop", pool: "Pool", channels: "Channels",
                  identities: "Identities", notices: "Notices", descriptions: "CommandDescriptions",
                  scheduler: "Scheduler", registered: dict[str, "ChannelCommand"], aliases: dict[str, str],
-                 forget_channel: Callable[[str], None]):
+                 forget_channel: Callable[[str], None],
+                 in_conversation: dict[str, "ConversationCommand"] | None = None):
         """`registered`: the channel commands other parts add (coding/settings.py: `!mode`,
         `!model`, `!config`, `!status`), by name; `forget_channel`: a deleted channel's id, for
         the MCP server to drop its sessions."""
@@ -54,6 +58,8 @@ class BotCommands:
         self.identities, self.notices, self.descriptions = identities, notices, descriptions
         self.scheduler, self.registered, self.aliases = scheduler, dict(registered), aliases
         self.forget_channel = forget_channel
+        # `!sessions`, `!resume`, `!reset`, `!fork` (sessions.py): in the thread they are sent in
+        self.in_conversation = dict(in_conversation or {})
         self.space = Space(db, config, identities)
         self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
 
@@ -71,6 +77,11 @@ class BotCommands:
             if portal is not None:
                 if command.name == "stop":  # in a thread: that thread's turn (SPEC §15)
                     await self._stop(portal, conversation_of(event.get("content") or {}), event.get("event_id"))
+                    return True
+                if command.name in self.in_conversation:  # may start an agent: never in the transaction
+                    self.tasks.start(self.in_conversation[command.name](
+                        portal, command.name, command.args, conversation_of(event.get("content") or {}),
+                        event.get("event_id")), f"!{command.name} in {portal.room_id}")
                     return True
                 await self._in_channel(portal, command)
                 return True
@@ -349,6 +360,17 @@ class BotCommands:
             waited += 0.1
         return commands
 
+    async def thread_gone(self, room_id: str, root: str) -> None:
+        """The owner redacted a message: if it was a thread's root in a channel, the members'
+        sessions of that thread are closed (sessions.py) and forgotten."""
+        channel = await self.db.channel_by_room(room_id)
+        if channel is None:
+            return
+        gone = await self.db.sessions.forget(channel.id, root)
+        if gone:
+            log.info("the root of a thread in %s was redacted: closing its %d session(s)", room_id, len(gone))
+            await close_sessions(self.pool, [(r.agent, r.session_id) for r in gone])
+
     async def _delete_here(self, portal: "Portal", args: tuple[str, ...]) -> None:
         channel = portal.channel
         _, confirmed = split_delete(args)
@@ -363,8 +385,12 @@ class BotCommands:
         await self._delete(channel)
 
     async def _delete(self, channel: "Channel") -> None:
-        """Forget the channel and its history (ADR consequences); its puppets leave the room."""
-        members = [m.agent for m in await self.db.members(channel.id)]
+        """Forget the channel and its history (ADR consequences); its puppets leave the room;
+        its members' sessions are closed (sessions.py)."""
+        found = await self.db.members(channel.id)
+        members = [m.agent for m in found]
+        sessions = [(m.agent, m.session_id) for m in found if m.session_id]
+        sessions += [(r.agent, r.session_id) for r in await self.db.sessions.of_channel(channel.id)]
         portal = self.channels.portals.pop(channel.room_id, None)
         if portal is not None:
             portal.queue.clear()
@@ -373,6 +399,7 @@ class BotCommands:
                 await portal.current.cancel()
         await self.db.delete_channel(channel.id)  # its schedules too
         self.forget_channel(channel.id)
+        await close_sessions(self.pool, sessions)
         for agent in members:
             if agent in self.config.agents:
                 await (await self.identities.puppet(agent)).intent.leave(channel.room_id)

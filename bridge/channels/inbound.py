@@ -268,6 +268,7 @@ class Inbound:
             await self.db.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
             if await self.db.delete_message_by_event(redacts):
                 log.info("a redacted message in %s is forgotten", room_id)
+            await self.commands.thread_gone(room_id, redacts)  # a thread's root: its sessions close
         except StoreClosed:
             pass
         if self.redacted is not None:

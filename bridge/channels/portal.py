@@ -85,9 +85,13 @@ class Portal:
         """`session_for`, and `also(store, member)` run on the database thread in the same call
         that reads the member (a turn reads its unseen context so: one round trip fewer before
         its prompt); its result is the third item (None without `also`)."""
-        lock = self._session_locks.setdefault((agent_name, conversation), asyncio.Lock())
-        async with lock:
+        async with self.session_lock(agent_name, conversation):
             return await self._session_for(agent_name, agent, also, conversation)
+
+    def session_lock(self, agent_name: str, conversation: str) -> asyncio.Lock:
+        """Held while a member's session in a conversation is opened or changed (a turn, a
+        command, `!resume`, `!reset`, `!fork`: sessions.py)."""
+        return self._session_locks.setdefault((agent_name, conversation), asyncio.Lock())
 
     async def _session_for(self, agent_name: str, agent, also, conversation: str) -> tuple[str, bool, Any]:
         db, store, channel_id = self.parts.db, self.parts.db.target, self.channel.id
@@ -108,11 +112,17 @@ class Portal:
             return member.session_id, member.fresh, extra
         # the `matrix` MCP server (bridge/mcp), acting in this conversation
         servers = self.parts.mcp_servers(self, agent_name, agent, conversation)
-        if kept and agent.load_session:
+        # session/resume where the agent offers it (nothing replayed), else session/load
+        resume = agent.session_capabilities.resume
+        if kept and (resume or agent.load_session):
             try:
-                await agent.load_session(member.session_id, cwd, servers)
+                if resume:
+                    await agent.resume_session(member.session_id, cwd, servers)
+                else:
+                    await agent.load_session(member.session_id, cwd, servers)
             except Exception as exc:  # the agent lost it: fall back to a fresh session
-                log.info("session/load of %s failed (%s); opening a new session", agent_name, exc)
+                log.info("session/%s of %s failed (%s); opening a new session",
+                         "resume" if resume else "load", agent_name, exc)
             else:
                 await self.parts.settings.opened(self, agent_name, agent, member.session_id, new=False)
                 return member.session_id, member.fresh, extra
@@ -124,6 +134,7 @@ class Portal:
         session_id = await agent.new_session(cwd, servers, **beside)
         await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where,
                              conversation=conversation)
+        await db.sessions.used(self.channel.id, agent_name, conversation, session_id)  # for !sessions
         await self.parts.settings.opened(self, agent_name, agent, session_id, new=True)
         return session_id, True, extra
 

@@ -30,6 +30,7 @@ from .agent_files import roots_for
 from .render import escape_html
 from .routing import Turn
 from .journal import Journal
+from .sessions import record_use
 from .showing import Showing
 from .stream import Answer, AnswerNotFinished, TxnIds
 
@@ -253,6 +254,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                                                   record.conversation),
                 conversation=record.conversation)
             run.session_id = session_id
+            record_use(portal, turn.agent, agent, record.conversation, session_id, turn.text)  # sessions.py
             if run.cancelled:
                 await _end(answer, "⏹ stopped")
                 journal.ended(ENDED, answer.event_ids, None)

@@ -25,7 +25,19 @@ Options
                         history (user_message_chunk / agent_message_chunk) before
                         replying; an unknown session id gets error -32002
   --state DIR           keep session histories in DIR so session/load works across
-                        processes (default: in memory, this process only)
+                        processes (default: in memory, this process only); the session
+                        methods below keep their sessions' cwd, title and last use there too
+  --session-list        announce sessionCapabilities.list; session/list returns the known
+                        sessions of the given cwd (all without one), last used first, each
+                        {sessionId, cwd, title, updatedAt}
+  --list-page N         session/list gives N sessions a page, with a nextCursor (default: all)
+  --session-resume      announce sessionCapabilities.resume; session/resume goes on with a
+                        known session without replaying anything (unknown: error -32002)
+  --session-fork        announce sessionCapabilities.fork; session/fork makes a new session
+                        with a copy of the history (answers then say which session they are in
+                        with [[session]])
+  --session-close       announce sessionCapabilities.close; session/close forgets the session
+                        as active (it can still be resumed or loaded)
   --permission          ask session/request_permission (allow_once / reject_once)
                         before answering; answer "allowed" or "rejected", or stop
                         with stopReason "cancelled" if the outcome is cancelled
@@ -68,6 +80,8 @@ Directives inside the prompt text (apply to that prompt only)
   [[write:NAME]]    write the file NAME (no folders) in the session's working directory,
                     its text naming the session; answer "wrote <its path>"
   [[answer:TEXT]]   answer with TEXT
+  [[session]]       answer with the session id and how many prompts it has had
+  [[title:TEXT]]    send a session_info_update with this title before answering
   [[commands:SPEC]] send available_commands_update during the prompt
   [[image:FILE]]    answer as --reply-image FILE
 
@@ -84,6 +98,7 @@ import mimetypes
 import os
 import re
 import sys
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for `acp`
@@ -137,6 +152,41 @@ class Scripted(AgentBase):
             self.prompt_capabilities = {cap: True for cap in opts.prompt_caps.split(",") if cap}
         self.history: dict[str, list[list[str]]] = {}
         self.cwds: dict[str, str] = {}  # the working directory each session was opened (or loaded) in
+        self.active: set[str] = set()  # sessions opened, loaded, resumed or forked, not closed
+
+    async def initialize(self, params: dict) -> dict:
+        result = await super().initialize(params)
+        o = self.opts
+        announced = {name: {} for name, on in (("list", o.session_list), ("resume", o.session_resume),
+                                               ("fork", o.session_fork), ("close", o.session_close),
+                                               ("additionalDirectories", o.additional_directories)) if on}
+        if announced:
+            result["agentCapabilities"]["sessionCapabilities"] = announced
+        return result
+
+    # -- what session/list tells of each session: cwd, title, last use -------
+    def _meta_path(self) -> Path | None:
+        return Path(self.opts.state) / "sessions.meta" if self.opts.state else None
+
+    def _metas(self) -> dict[str, dict]:
+        if not hasattr(self, "_meta"):
+            path = self._meta_path()
+            self._meta = json.loads(path.read_text()) if path and path.exists() else {}
+        return self._meta
+
+    def _touch(self, session_id: str, **fields) -> None:
+        import datetime
+        meta = self._metas().setdefault(session_id, {"cwd": "", "title": None})
+        meta.update(fields, updatedAt=datetime.datetime.now(datetime.timezone.utc).isoformat())
+        if path := self._meta_path():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self._meta))
+
+    def _known(self, session_id: str) -> list[list[str]]:
+        entries = self._history(session_id)
+        if entries is None:
+            raise RpcFailure(-32002, f"session not found: {session_id}")
+        return entries
 
     # -- persistence of histories, for session/load across processes --------
     def _path(self, session_id: str) -> Path | None:
@@ -158,16 +208,50 @@ class Scripted(AgentBase):
     def received(self, message: dict) -> None:
         self.log(message)
 
-    async def initialize(self, params: dict) -> dict:
-        result = await super().initialize(params)
-        if self.opts.additional_directories:
-            result["agentCapabilities"]["sessionCapabilities"] = {"additionalDirectories": {}}
-        return result
-
     async def _handle_request(self, method: str, params: dict):
         result = await super()._handle_request(method, params)
         if method == "session/new":
             result.update(self.session_setup())
+        return result
+
+    async def other_request(self, method: str, params: dict):
+        o, session_id = self.opts, params.get("sessionId", "")
+        if method == "session/list" and o.session_list:
+            return self._list(params.get("cwd"), params.get("cursor"))
+        if method == "session/resume" and o.session_resume:
+            self._known(session_id)
+            self.active.add(session_id)
+            self._touch(session_id, cwd=params.get("cwd", ""))
+            return self.session_setup()
+        if method == "session/fork" and o.session_fork:
+            entries = [list(entry) for entry in self._known(session_id)]
+            forked = "sess_" + uuid.uuid4().hex[:16]
+            self.history[forked] = []
+            for role, text in entries:
+                self._remember(forked, role, text)
+            if not entries and (path := self._path(forked)):
+                path.write_text("[]")
+            self.active.add(forked)
+            title = self._metas().get(session_id, {}).get("title")
+            self._touch(forked, cwd=params.get("cwd", ""), title=f"fork of {title}" if title else None)
+            return {"sessionId": forked, **self.session_setup()}
+        if method == "session/close" and o.session_close:
+            self._known(session_id)
+            self.active.discard(session_id)
+            return {}
+        return await super().other_request(method, params)
+
+    def _list(self, cwd: str | None, cursor: str | None) -> dict:
+        metas = self._metas()
+        known = [(sid, meta) for sid, meta in metas.items() if not cwd or meta.get("cwd") == cwd]
+        known.sort(key=lambda item: item[1].get("updatedAt") or "", reverse=True)
+        start = int(cursor) if cursor and cursor.isdigit() else 0
+        size = self.opts.list_page or len(known) or 1
+        page = known[start:start + size]
+        result: dict = {"sessions": [{"sessionId": sid, "cwd": meta.get("cwd") or "", "title": meta.get("title"),
+                                      "updatedAt": meta.get("updatedAt")} for sid, meta in page]}
+        if start + size < len(known):
+            result["nextCursor"] = str(start + size)
         return result
 
     def session_setup(self) -> dict:
@@ -193,6 +277,8 @@ class Scripted(AgentBase):
         session_id = await super().new_session(cwd, params)
         self.cwds[session_id] = cwd
         self.history[session_id] = []
+        self.active.add(session_id)
+        self._touch(session_id, cwd=cwd)
         if path := self._path(session_id):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("[]")
@@ -210,6 +296,8 @@ class Scripted(AgentBase):
         if entries is None:
             raise RpcFailure(-32002, f"session not found: {session_id}")
         self.cwds[session_id] = cwd
+        self.active.add(session_id)
+        self._touch(session_id, cwd=cwd)
         for role, text in entries:
             kind = "user_message_chunk" if role == "user" else "agent_message_chunk"
             self.send_update(session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": text}})
@@ -234,6 +322,11 @@ class Scripted(AgentBase):
         d = {name: value for name, value in DIRECTIVE.findall(turn.text)}
         self._history(turn.session_id)
         self._remember(turn.session_id, "user", turn.text)
+        if "title" in d:
+            self._touch(turn.session_id, title=d["title"])
+            await turn.update({"sessionUpdate": "session_info_update", "title": d["title"]})
+        elif turn.session_id in self._metas() or o.session_list:
+            self._touch(turn.session_id)
 
         if "stderr" in d or o.stderr_flood:
             flood(float(d.get("stderr") or o.stderr_flood))
@@ -284,7 +377,7 @@ class Scripted(AgentBase):
             d = {**d, "answer": f"wrote {path}"}
         if "session-cwd" in d:
             d = {**d, "answer": self.cwds.get(turn.session_id, "")}
-        answer = self._answer(turn.text, d)
+        answer = self._answer(turn.text, d, turn.session_id)
         chunks, delay = int(d.get("chunks") or o.chunks), float(d.get("delay") or o.delay)
         if "slow" in d:
             chunks, delay = 20, 0.2
@@ -312,13 +405,16 @@ class Scripted(AgentBase):
             await turn.say("That is all.")
         self._remember(turn.session_id, "agent", "(media)")
 
-    def _answer(self, text: str, d: dict[str, str]) -> str:
+    def _answer(self, text: str, d: dict[str, str], session_id: str = "") -> str:
         if "env" in d:
             return os.environ.get(d["env"], "<unset>")
         if "cwd" in d:
             return os.getcwd()
         if "answer" in d:
             return d["answer"]
+        if "session" in d:
+            prompts = sum(1 for role, _ in self.history.get(session_id, []) if role == "user")
+            return f"session {session_id}, prompt {prompts}"
         if "size" in d or self.opts.answer_size:
             return generated_text(int(d.get("size") or self.opts.answer_size))
         if self.opts.answer is not None:
@@ -372,6 +468,11 @@ def main() -> None:
     p.add_argument("--commands-later")
     p.add_argument("--load-session", action="store_true")
     p.add_argument("--state")
+    p.add_argument("--session-list", action="store_true")
+    p.add_argument("--list-page", type=int, default=0)
+    p.add_argument("--session-resume", action="store_true")
+    p.add_argument("--session-fork", action="store_true")
+    p.add_argument("--session-close", action="store_true")
     p.add_argument("--permission", action="store_true")
     p.add_argument("--auth", action="store_true")
     p.add_argument("--fail-session")

@@ -79,3 +79,29 @@ def test_help_teaches_every_way_to_send_an_agent_command():
     for text in ("/alice:review", "@alice /review", "//alice:review", "!agents", "!channels",
                  "!new NAME AGENT", "!dm AGENT", "!delete CHANNEL", "!stop", "!commands"):
         assert text in HELP, text
+
+
+def test_session_commands_take_an_optional_agent_and_resume_a_number():
+    from bridge.channels.command_parse import BadSessionArgs, SessionArgs, session_args
+    assert session_args("sessions", ()) == SessionArgs(None, None)
+    assert session_args("sessions", ("@alice",)) == SessionArgs("@alice", None)
+    assert session_args("reset", ("bob",)) == SessionArgs("bob", None)
+    assert session_args("fork", ()) == SessionArgs(None, None)
+    assert session_args("resume", ("2",)) == SessionArgs(None, 2)
+    assert session_args("resume", ("alice", "3")) == SessionArgs("alice", 3)
+    assert session_args("resume", ("3", "@alice")) == SessionArgs("@alice", 3)
+    for name, words in [("resume", ()), ("resume", ("alice",)), ("resume", ("0",)), ("resume", ("1", "2")),
+                        ("resume", ("alice", "bob", "1")), ("reset", ("alice", "bob")), ("reset", ("1",)),
+                        ("sessions", ("2",)), ("fork", ("alice", "now"))]:
+        try:
+            session_args(name, words)
+        except BadSessionArgs as exc:
+            assert str(exc).startswith(f"Usage: !{name}"), exc
+        else:
+            raise AssertionError(f"!{name} {' '.join(words)} was taken")
+
+
+def test_the_help_names_the_session_commands():
+    from bridge.channels.command_parse import CHANNEL_HELP
+    for text in ("!sessions", "!resume", "!reset", "!fork"):
+        assert text in HELP and text in CHANNEL_HELP, text

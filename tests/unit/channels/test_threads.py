@@ -7,23 +7,16 @@ from types import SimpleNamespace
 
 import pytest
 
+from acp import SessionCapabilities
 from bridge.channels.context import Line
 from bridge.channels.portal import Portal
 from bridge.channels.turns import context_reader, unseen_lines
 from store import Store
 from store.offloop import OffLoop
 
+from fake_places import ConfiguredPlaces
+
 AGENTS = ("alice", "bob")
-
-
-class Places:
-    """Where agents work as configured (coding/workplaces.py without `!cwd` or worktrees)."""
-
-    def __init__(self, config):
-        self.config = config
-
-    async def where(self, portal, agent_name, conversation=""):
-        return SimpleNamespace(cwd=self.config.agents[agent_name].cwd, additional=())
 
 
 @pytest.fixture
@@ -40,7 +33,7 @@ async def scene():
                              agent_for_user_id=lambda u: None)
     parts = SimpleNamespace(db=OffLoop(store), config=config, aliases={a: a for a in AGENTS}, run_id="run-1",
                             mcp_servers=lambda portal, name, agent, conversation: [],
-                            settings=SimpleNamespace(opened=settings_opened), places=Places(config))
+                            settings=SimpleNamespace(opened=settings_opened), places=ConfiguredPlaces(config))
     portal = Portal(parts, channel, list(AGENTS))
     yield SimpleNamespace(store=store, channel=channel, portal=portal, opened=opened)
     store.close()
@@ -111,6 +104,7 @@ class Agent:
         self.sessions: set[str] = set()
         self.made = 0
         self.loaded: list[str] = []
+        self.session_capabilities = SessionCapabilities()  # no session/resume: loads
         if not loads:
             self.load_session = None
 

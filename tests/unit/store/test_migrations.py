@@ -13,7 +13,7 @@ from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
 ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"],
-         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 11: ["WorkDir", "Worktree"]}  # 4, 6 and 9 add a column
+         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 10: ["Session"], 11: ["WorkDir", "Worktree"]}  # 4, 6 and 9 add a column
 
 # what the bridge's encryption kept: before version 8, two JSON lists in the key-value table
 WAITING = [{"event_id": f"$x{n}", "type": "m.room.encrypted", "room_id": "!r:hs", "sender": "@me:hs",
@@ -37,6 +37,9 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
                 db.execute_sql("ALTER TABLE sk_member DROP COLUMN session_cwd")
             m.Channel.insert(id="c1", room_id="!r:hs", name="general", created=1).execute()
             m.Member.insert(channel_id="c1", agent="alice", session_id="s1", joined="j1").execute()
+            if v >= 10:  # the session's record, as that version wrote it
+                m.Session.insert(channel_id="c1", agent="alice", conversation="", session_id="s1",
+                                 created=1, used=1).execute()
             m.Message.insert(channel_id="c1", id="m1", sender="@me:hs", role="user", text="hello",
                              event_ids='["$e1"]', created=1).execute()
             m.MessageEvent.insert(event_id="$e1", channel_id="c1", message_id="m1").execute()
@@ -104,6 +107,11 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     store.set_session("c1", "alice", "s-thread", fresh=True, conversation="$e1")
     assert store.member("c1", "alice", "$e1").session_id == "s-thread"
     assert store.member("c1", "alice").session_id == "s1"
+    # the record of sessions (step 10): the member's session as of the migration, then more
+    recorded = store.sessions.listed("c1", "alice", "")
+    assert [(r.session_id, r.title) for r in recorded] == [("s1", None)]
+    store.sessions.used("c1", "alice", "", "s2", first_line="a new one")
+    assert [r.session_id for r in store.sessions.listed("c1", "alice", "")][0] == "s2"
     # where agents work (step 11): a `!cwd` folder, a thread's worktree
     store.places.set_work_dir("c1", "alice", "/code")
     assert store.places.work_dir("c1", "alice") == "/code"

@@ -73,6 +73,9 @@ async def terminate(bridge: BridgeProcess, timeout: float = 120) -> None:
 
 async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
     rng = random.Random(seed)
+    # which conversation a channel message goes into: a generator of its own, so the messages,
+    # the stops and their moments are those of `seed` with or without threads
+    placing = random.Random(f"{seed} threads")
     async with private_homeserver(tmp_path / "hs") as hs:
         folder = tmp_path / "bridge"
         logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
@@ -108,8 +111,8 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
                                                (f"@bob only {n}", ("bob",)),
                                                (f"@alice only {n}", ("alice",))])
                     room = channel
-                    if len(roots) == 2 and rng.random() < 0.5:  # into a thread
-                        conversation = rng.choice(roots)
+                    if len(roots) == 2 and placing.random() < 0.5:  # into a thread
+                        conversation = placing.choice(roots)
                         extra = in_thread(conversation)
                 event_id = await say(owner, room, text, **extra)
                 if room == channel and not conversation and len(roots) < 2:

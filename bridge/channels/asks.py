@@ -12,8 +12,16 @@ the agent waits. The owner answers in the room:
 * in words (an ask without options): any message; the kind reads it (and may ask again).
 
 A message replying to an ask (`m.in_reply_to`, its fallback quote stripped) answers that ask
-only; a message replying to nothing answers the room's latest open ask. Only owners' events are
-passed on. After `config.permission_timeout` seconds the ask times out; a cancelled wait (!stop,
+only; a message replying to nothing answers the latest open ask of its conversation (SPEC §15:
+the main timeline, or the thread it is in; a thread message's fallback `m.in_reply_to` is no
+reply). Only owners' events are passed on.
+
+Several owners (SPEC §15): an ask is answered by the owner whose message started the turn (the
+`asker`: the prompt's sender, read back from the store after a restart). Another owner's keycap,
+number, or reply to the ask is refused in one line from the puppet, in the ask's conversation,
+and changes nothing; another owner's message that replies to nothing is no answer (it goes on
+as an ordinary message, so nothing of theirs is lost). A scheduled run answers no owner's
+message: the agent scheduled it, and who asked the agent is not recorded, so any owner answers. After `config.permission_timeout` seconds the ask times out; a cancelled wait (!stop,
 a redaction, 🛑: ACP answers for the owner, or the agent withdrew its request) ends it too.
 However it ends, the message is edited to show how, and the answer's status line comes back.
 """
@@ -74,6 +82,12 @@ class Ask:
     html: str = ""
     puppet: Any = None                  # who asked
     replies: asyncio.Queue = field(default_factory=asyncio.Queue)  # the owner's words, in order
+    conversation: str = ""              # where it was asked: "" the main timeline, else a thread's root
+    asker: str | None = None            # the owner who answers it; None: any owner (a scheduled run)
+
+    def may_answer(self, sender: str | None) -> bool:
+        """Whether `sender` (an owner) answers this ask: the owner whose message started the turn."""
+        return self.asker is None or sender == self.asker
 
     def choose(self, index: int) -> bool:
         if not 0 <= index < len(self.options) or self.chosen.done():
@@ -82,14 +96,21 @@ class Ask:
         return True
 
 
-def answered_by(asks: list[Ask], room_id: str, reply_to: str | None, loose: bool = True) -> Ask | None:
+def refusal(asker: str) -> str:
+    """The line another owner's answer gets."""
+    return f"Only {asker}, who started this turn, can answer this."
+
+
+def answered_by(asks: list[Ask], room_id: str, reply_to: str | None, loose: bool = True,
+                conversation: str = "") -> Ask | None:
     """The open ask a message answers: the one it replies to (if it is a reply, only that one),
-    else (with `loose`) the room's latest."""
+    else (with `loose`) the latest of the message's conversation in the room."""
     open_here = [a for a in asks if a.room_id == room_id and not a.chosen.done()]
     if reply_to is not None:
         return next((a for a in open_here if a.event_id == reply_to), None)
     if not loose:
         return None
+    open_here = [a for a in open_here if a.conversation == conversation]
     return open_here[-1] if open_here else None
 
 
@@ -108,17 +129,19 @@ class Asks:
 
     async def ask(self, portal: "Portal", puppet: "Puppet", shown: Shown, waiting: str,
                   wait: Callable[[Ask], Awaitable[tuple[R, str]]], *, timed_out: tuple[R, str],
-                  stopped: Callable[[], str], unsent: R, options: Sequence[Any] = ()) -> R:
+                  stopped: Callable[[], str], unsent: R, options: Sequence[Any] = (),
+                  conversation: str = "", asker: str | None = None) -> R:
         """Post `shown`, wait for the owner, show how it ended. `wait(ask)` reads the owner's
         answer: (what the ask returns, the line shown under it). Timed out: `timed_out`;
         cancelled: `stopped()` is shown and the cancellation goes on; the message could not be
-        posted: `unsent`, as the owner cannot be asked."""
+        posted: `unsent`, as the owner cannot be asked. `conversation`: where the turn is (the
+        puppet's messages go there already); `asker`: the owner who answers (None: any)."""
         event_id = await self._sent(f"the {self.what}", portal.room_id,
                                     puppet.intent.send(portal.room_id, shown.content()))
         if event_id is None:
             return unsent
         ask = Ask(portal.room_id, event_id, options, asyncio.get_running_loop().create_future(),
-                  shown.body, shown.html, puppet)
+                  shown.body, shown.html, puppet, conversation=conversation, asker=asker)
         self.open.append(ask)
         answer = getattr(portal.current, "answer", None)
         previous = answer.status if answer is not None else None
@@ -149,8 +172,9 @@ class Asks:
 
     # ---- the owner's answers ------------------------------------------------------------------
 
-    def on_reaction(self, room_id: str, relates_to: dict) -> bool:
-        """An owner's reaction; True when it chose an option of an open ask."""
+    async def on_reaction(self, room_id: str, relates_to: dict, sender: str | None = None) -> bool:
+        """An owner's reaction; True when it chose an option of an open ask, or was a keycap on
+        an open ask from an owner who does not answer it (refused in one line)."""
         if relates_to.get("rel_type") != "m.annotation":
             return False
         key = relates_to.get("key")
@@ -159,22 +183,32 @@ class Asks:
             return False
         for ask in self.open:
             if ask.room_id == room_id and ask.event_id == relates_to.get("event_id"):
+                if ask.chosen.done() or index >= len(ask.options):
+                    return False
+                if not ask.may_answer(sender):
+                    await self.say(ask, refusal(ask.asker or ""))
+                    return True
                 return ask.choose(index)
         return False
 
-    async def on_number(self, room_id: str, body: str, reply_to: str | None = None) -> bool:
+    async def on_number(self, room_id: str, body: str, reply_to: str | None = None,
+                        sender: str | None = None, conversation: str = "") -> bool:
         """An owner's message (its reply fallback stripped); True when it was a number that
-        answers an ask: the one it replies to, else the room's latest open one."""
+        answers an ask — the one it replies to, else the latest open one of its conversation —
+        or that another owner than the ask's was refused."""
         match = NUMBER.match(body)
         if match is None:
             return False
         number = int(match.group(1))
-        ask = answered_by(self.open, room_id, reply_to)
+        ask = answered_by(self.open, room_id, reply_to, conversation=conversation)
         if ask is None:
             outcome = self.closed.get(reply_to) if reply_to is not None else None
             if outcome is None:
                 return False  # not about an ask: an ordinary message
             await self._tell(room_id, None, f"That question is closed already: {outcome}.")
+            return True
+        if not ask.may_answer(sender):
+            await self.say(ask, refusal(ask.asker or ""))
             return True
         if ask.choose(number - 1):
             return True
@@ -182,12 +216,20 @@ class Asks:
                                               f"from 1 to {len(ask.options)}.")
         return True
 
-    def on_words(self, room_id: str, body: str, reply_to: str | None, loose: bool = True) -> bool:
+    async def on_words(self, room_id: str, body: str, reply_to: str | None, loose: bool = True,
+                       sender: str | None = None, conversation: str = "") -> bool:
         """An owner's message: True when it answers an open ask in words — a reply to it, or
-        (with `loose`) the room's latest open ask when the message replies to nothing."""
-        ask = answered_by(self.open, room_id, reply_to, loose)
+        (with `loose`) the latest open ask of its conversation when it replies to nothing — or
+        was a reply to an ask from an owner who does not answer it (refused in one line). Such
+        an owner's message replying to nothing is no answer: False, an ordinary message."""
+        ask = answered_by(self.open, room_id, reply_to, loose, conversation)
         if ask is None:
             return False
+        if not ask.may_answer(sender):
+            if reply_to is None:
+                return False
+            await self.say(ask, refusal(ask.asker or ""))
+            return True
         ask.replies.put_nowait(body)
         return True
 

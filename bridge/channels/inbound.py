@@ -67,7 +67,8 @@ def _room_name(event: dict) -> str | None:
 class OpenQuestions(Protocol):
     """The agents' open questions (coding/questions.py), as a reply may answer them."""
 
-    def on_reply(self, room_id: str, body: str, reply_to: str | None, loose: bool = True) -> bool: ...
+    async def on_reply(self, room_id: str, body: str, reply_to: str | None, loose: bool = True,
+                       sender: str | None = None, conversation: str = "") -> bool: ...
 
 
 class Inbound:
@@ -185,12 +186,14 @@ class Inbound:
             if body.lstrip().startswith("!") and await self.commands.handle(event, room_id, sender, body):
                 return
             reply_to = replied_to(content)
-            if self.questions.on_reply(room_id, body, reply_to, loose=False):
+            # an ask of this conversation: answered by the owner whose message started its turn
+            if await self.questions.on_reply(room_id, body, reply_to, loose=False, sender=sender,
+                                             conversation=conversation):
                 return  # a reply to an agent's question (bridge/coding/questions.py)
-            if await self.permissions.on_reply(room_id, body, reply_to):
+            if await self.permissions.on_reply(room_id, body, reply_to, sender, conversation):
                 return
-            if self.questions.on_reply(room_id, body, None):
-                return  # the answer to the room's open question
+            if await self.questions.on_reply(room_id, body, None, sender=sender, conversation=conversation):
+                return  # the answer to the conversation's open question
         portal = await self.channels.portal_for(room_id)
         if portal is None or read.silent:
             return
@@ -228,7 +231,8 @@ class Inbound:
                                 + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
                                 + ", to get an answer.", relates_to=relation_for(conversation, event_id))
             return True
-        incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment)
+        incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment,
+                            sender=sender)
         for turn in turns:
             portal.submit(turn, incoming)
         return True

@@ -16,3 +16,4 @@ class Incoming:
     mention_ids: list[str] = field(default_factory=list)
     resumed: bool = False  # taken by an earlier run, read back from the store
     attachment: Any = None  # a media.Attachment the owner sent (its caption is `body`)
+    sender: str | None = None  # the owner who sent it (who answers its asks); None: a scheduled run

@@ -30,9 +30,11 @@ if TYPE_CHECKING:
 
 class Asking(Protocol):
     """Asks the owner for an agent (permissions.py: permissions; coding/questions.py:
-    elicitations; both through asks.py): the answer, or None."""
+    elicitations; both through asks.py), in the turn's conversation, answered by `asker` (the
+    owner whose message started the turn; None: any owner): the answer, or None."""
 
-    async def ask(self, portal: Any, puppet: "Puppet", request: Any) -> Any: ...
+    async def ask(self, portal: Any, puppet: "Puppet", request: Any, *, conversation: str = "",
+                  asker: str | None = None) -> Any: ...
 
 
 class SessionOpened(Protocol):

@@ -6,8 +6,10 @@ command, its input and locations: bridge/coding/render.py) and the options numbe
 and labelled by kind (allow once / allow always / reject once / reject always) — and pre-adds a keycap reaction per
 option (1️⃣ 2️⃣ …). The owner's reaction with one of them, or an owner's message in that room
 that is only the number, decides: a reply to a question (`m.in_reply_to`, its fallback quote
-stripped) answers that question; a number that is no reply answers the room's latest open one.
-Anyone else is ignored (only owners' events are passed on).
+stripped) answers that question; a number that is no reply answers the latest open one of its
+conversation (the main timeline or its thread). Anyone but the owners is ignored (only owners'
+events are passed on); with several owners, only the one whose message started the turn
+decides, another's answer is refused in one line (asks.py).
 After `config.permission_timeout` seconds the outcome is `cancelled`. The message is then edited
 to show the decision. While it waits, the answer's status line says so.
 """
@@ -59,8 +61,10 @@ class Permissions:
         self.render = render
         self.asks = Asks(config, notices, "permission prompt", channels, identities)
 
-    async def ask(self, portal: "Portal", puppet: "Puppet", request: "PermissionRequest") -> str | None:
-        """Ask the owner; the chosen optionId, or None for cancelled."""
+    async def ask(self, portal: "Portal", puppet: "Puppet", request: "PermissionRequest", *,
+                  conversation: str = "", asker: str | None = None) -> str | None:
+        """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
+        the turn's `conversation`; the chosen optionId, or None for cancelled."""
         options = [o for o in request.options if isinstance(o, dict) and o.get("optionId")]
         if not options:
             return None
@@ -86,13 +90,16 @@ class Permissions:
         # not posted: the owner cannot be asked, cancelled rather than allowed
         return await self.asks.ask(portal, puppet, shown, waiting_status(call_title), decided,
                                    timed_out=(None, TIMED_OUT), stopped=lambda: STOPPED, unsent=None,
-                                   options=options)
+                                   options=options, conversation=conversation, asker=asker)
 
     async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
-        """An owner's reaction; True when it answered a pending permission request."""
-        return self.asks.on_reaction(room_id, relates_to)
+        """An owner's reaction; True when it answered a pending permission request (or was
+        refused: another owner's)."""
+        return await self.asks.on_reaction(room_id, relates_to, sender)
 
-    async def on_reply(self, room_id: str, body: str, reply_to: str | None = None) -> bool:
+    async def on_reply(self, room_id: str, body: str, reply_to: str | None = None,
+                       sender: str | None = None, conversation: str = "") -> bool:
         """An owner's message (its reply fallback stripped); True when it was a number that
-        answers a question: the one it replies to, else the room's latest open one."""
-        return await self.asks.on_number(room_id, body, reply_to)
+        answers a question — the one it replies to, else the latest open one of its
+        conversation — or was refused (another owner's)."""
+        return await self.asks.on_number(room_id, body, reply_to, sender, conversation)

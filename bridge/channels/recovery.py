@@ -109,7 +109,8 @@ class Recovery:
         message = await self.db.message_by_event(turn.prompt_event)
         if message is None:
             return None
-        return Incoming(message.id, turn.prompt_event, message.text, resumed=True)
+        # its sender, as stored: the owner who answers the turn's asks after the restart too
+        return Incoming(message.id, turn.prompt_event, message.text, resumed=True, sender=message.sender)
 
     async def _queue(self, room_id: str, turns) -> int:
         portal = await self.channels.portal_for(room_id)

@@ -274,13 +274,15 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                     return
             if incoming.message_id is not None:  # a scheduled run answers no message of the room
                 channels.courtesy(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
+            # its asks go into its conversation, answered by the owner who sent the message
+            asked = {"conversation": record.conversation, "asker": incoming.sender}
             try:
                 showing.prompting(lambda: agent.asking)
                 # its record says "prompted" before the agent can have it (at most once), and the
                 # prompt is written the moment that is done
                 stop_reason = await agent.prompt(session_id, prompt, showing.on_update,
-                                                 partial(parts.permissions.ask, portal, puppet),
-                                                 partial(parts.questions.ask, portal, puppet),
+                                                 partial(parts.permissions.ask, portal, puppet, **asked),
+                                                 partial(parts.questions.ask, portal, puppet, **asked),
                                                  before_send=lambda: _prompting(run),
                                                  on_sent=lambda: journal.prompted(answer.event_ids))
             finally:

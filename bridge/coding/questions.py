@@ -43,7 +43,10 @@ class Questions:
     def __init__(self, config: "Config", notices: "Notices"):
         self.asks = Asks(config, notices, "question")
 
-    async def ask(self, portal: "Portal", puppet: "Puppet", request: ElicitationRequest) -> ElicitationAnswer | None:
+    async def ask(self, portal: "Portal", puppet: "Puppet", request: ElicitationRequest, *,
+                  conversation: str = "", asker: str | None = None) -> ElicitationAnswer | None:
+        """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
+        the turn's `conversation`; the answer, or None."""
         title = puppet.displayname
         shown = (render.url_consent(title, request) if request.mode == "url"
                  else render.elicitation(title, request))
@@ -60,7 +63,8 @@ class Questions:
         # not posted: the owner cannot be asked
         return await self.asks.ask(portal, puppet, shown, f"❓ waiting for your answer to {title}'s question",
                                    answered, timed_out=(ElicitationAnswer(DECLINE), TIMED_OUT),
-                                   stopped=stopped, unsent=ElicitationAnswer(CANCEL))
+                                   stopped=stopped, unsent=ElicitationAnswer(CANCEL),
+                                   conversation=conversation, asker=asker)
 
     async def _answer(self, ask: Ask, request: ElicitationRequest) -> ElicitationAnswer:
         while True:
@@ -82,7 +86,9 @@ class Questions:
             await self.asks.say(ask, "That answer does not fit: " + "; ".join(problems)
                                 + ". Reply again, or `decline`.")
 
-    def on_reply(self, room_id: str, body: str, reply_to: str | None, loose: bool = True) -> bool:
+    async def on_reply(self, room_id: str, body: str, reply_to: str | None, loose: bool = True,
+                       sender: str | None = None, conversation: str = "") -> bool:
         """An owner's message: True when it answers an open question — a reply to it, or (with
-        `loose`) the room's latest open question when the message replies to nothing."""
-        return self.asks.on_words(room_id, body, reply_to, loose)
+        `loose`) the latest open question of its conversation when it replies to nothing — or
+        was another owner's reply to it, refused (channels/asks.py)."""
+        return await self.asks.on_words(room_id, body, reply_to, loose, sender, conversation)

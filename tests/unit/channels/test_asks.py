@@ -51,9 +51,11 @@ class Intent:
 class Notices:
     def __init__(self):
         self.said: list[tuple[str, str]] = []
+        self.by: list = []  # the puppet of each line: the one that asked writes in its conversation
 
     async def send(self, puppet, room_id, text, html=None):
         self.said.append((room_id, text))
+        self.by.append(puppet)
 
 
 class Answer:
@@ -95,11 +97,12 @@ async def chosen(ask: Ask) -> tuple[str, str]:
     return option, f"chose {option}"
 
 
-def numbered(s, options=OPTIONS) -> asyncio.Task:
-    """An ask of three numbered options, waiting in a task."""
+def numbered(s, options=OPTIONS, **where) -> asyncio.Task:
+    """An ask of three numbered options, waiting in a task (`where`: conversation, asker)."""
     return asyncio.ensure_future(s.asks.ask(s.portal, s.puppet, Shown("Which?", "<p>Which?</p>"), WAITING,
                                             chosen, timed_out=("timed out", TIMED_OUT),
-                                            stopped=lambda: STOPPED, unsent="unsent", options=options))
+                                            stopped=lambda: STOPPED, unsent="unsent", options=options,
+                                            **where))
 
 
 async def test_a_numbered_answer_resolves_the_ask_and_its_message_shows_it():
@@ -149,15 +152,15 @@ async def test_a_keycap_reaction_chooses_with_or_without_its_variation_selector(
     s = scene()
     task = numbered(s)
     await until(lambda: len(s.intent.reactions) == 3)
-    assert s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$other", "key": "1️⃣"}) is False
-    assert s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "👍"}) is False
-    assert s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "4️⃣"}) is False
-    assert s.asks.on_reaction(ROOM, {"rel_type": "m.reference", "event_id": "$ask1", "key": "1️⃣"}) is False
+    assert await s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$other", "key": "1️⃣"}) is False
+    assert await s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "👍"}) is False
+    assert await s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "4️⃣"}) is False
+    assert await s.asks.on_reaction(ROOM, {"rel_type": "m.reference", "event_id": "$ask1", "key": "1️⃣"}) is False
     assert not task.done()
-    assert s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "2\u20e3"}) is True
+    assert await s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "2\u20e3"}) is True
     assert await task == "green"
     # once chosen, another reaction decides nothing
-    assert s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"}) is False
+    assert await s.asks.on_reaction(ROOM, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"}) is False
 
 
 async def test_no_answer_in_time_ends_the_ask_and_a_late_reply_is_told_it_is_closed():
@@ -224,13 +227,93 @@ async def test_an_answer_in_words_goes_to_the_ask_that_reads_it():
                                             unsent=""))
     await until(lambda: len(s.asks.open) == 1)
     assert s.intent.reactions == []  # no options: no keycaps
-    assert s.asks.on_words(ROOM, "hello", None, loose=False) is False  # a reply is needed
-    assert s.asks.on_words(ROOM, "hello", "$other") is False            # a reply to something else
-    assert s.asks.on_words(ROOM, "hello", "$ask1") is True
+    assert await s.asks.on_words(ROOM, "hello", None, loose=False) is False  # a reply is needed
+    assert await s.asks.on_words(ROOM, "hello", "$other") is False            # a reply to something else
+    assert await s.asks.on_words(ROOM, "hello", "$ask1") is True
     await until(lambda: s.notices.said == [(ROOM, "again")])
-    assert s.asks.on_words(ROOM, "done", None) is True  # loose: the room's latest open ask
+    assert await s.asks.on_words(ROOM, "done", None) is True  # loose: the room's latest open ask
     assert await task == "done" and read == ["hello", "done"]
     assert s.intent.edits[-1][1]["body"] == "Name?\n\nanswered"
+
+
+# ---- conversations and several owners (SPEC §15) -------------------------------------------------
+
+ANA, BEN = "@ana:hs", "@ben:hs"
+THREAD = "$root"
+
+
+async def test_a_number_replying_to_nothing_answers_the_latest_ask_of_its_own_conversation():
+    s = scene()
+    in_thread = numbered(s, conversation=THREAD)
+    await until(lambda: len(s.intent.reactions) == 3)
+    in_main = numbered(s)
+    await until(lambda: len(s.intent.reactions) == 6)
+    assert await s.asks.on_number(ROOM, "2", conversation=THREAD) is True  # not the main timeline's, later
+    assert await in_thread == "green" and not in_main.done()
+    assert await s.asks.on_number(ROOM, "1", conversation="$another") is False  # none open there: a message
+    assert await s.asks.on_number(ROOM, "3", reply_to="$ask2", conversation="$another") is True  # a reply names it
+    assert await in_main == "blue"
+
+
+async def test_another_owners_number_is_refused_in_one_line_and_changes_nothing():
+    s = scene()
+    task = numbered(s, conversation=THREAD, asker=ANA)
+    await until(lambda: len(s.intent.reactions) == 3)
+    assert await s.asks.on_number(ROOM, "1", sender=BEN, conversation=THREAD) is True  # taken, not a prompt
+    assert await s.asks.on_number(ROOM, "2", reply_to="$ask1", sender=BEN, conversation=THREAD) is True
+    assert await s.asks.on_number(ROOM, "9", sender=BEN, conversation=THREAD) is True  # no option told either
+    refused = f"Only {ANA}, who started this turn, can answer this."
+    assert s.notices.said == [(ROOM, refused)] * 3
+    assert s.notices.by == [s.puppet] * 3  # the puppet that asked: its messages go into the thread
+    assert not task.done() and len(s.asks.open) == 1 and s.intent.edits == []
+    assert s.answer.status == WAITING  # the agent still waits
+    assert await s.asks.on_number(ROOM, "2", sender=ANA, conversation=THREAD) is True
+    assert await task == "green"
+    assert s.notices.said == [(ROOM, refused)] * 3
+
+
+async def test_another_owners_keycap_is_refused_and_the_askers_chooses():
+    s = scene()
+    task = numbered(s, asker=ANA)
+    await until(lambda: len(s.intent.reactions) == 3)
+    key = {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"}
+    assert await s.asks.on_reaction(ROOM, key, BEN) is True
+    assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")]
+    assert not task.done() and len(s.asks.open) == 1
+    assert await s.asks.on_reaction(ROOM, {**key, "key": "4️⃣"}, BEN) is False  # no such option: nothing said
+    assert await s.asks.on_reaction(ROOM, {**key, "key": "3️⃣"}, ANA) is True
+    assert await task == "blue" and len(s.notices.said) == 1
+
+
+async def test_another_owners_reply_in_words_is_refused_and_their_other_messages_are_no_answer():
+    s = scene()
+    read: list[str] = []
+
+    async def in_words(ask: Ask) -> tuple[str, str]:
+        read.append(await ask.replies.get())
+        return read[-1], "answered"
+
+    task = asyncio.ensure_future(s.asks.ask(s.portal, s.puppet, Shown("Name?", "<p>Name?</p>"), WAITING,
+                                            in_words, timed_out=("", TIMED_OUT), stopped=lambda: STOPPED,
+                                            unsent="", conversation=THREAD, asker=ANA))
+    await until(lambda: len(s.asks.open) == 1)
+    assert await s.asks.on_words(ROOM, "Ben", "$ask1", sender=BEN, conversation=THREAD) is True
+    assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")]
+    # replying to nothing, another owner talks in the thread: an ordinary message, not lost
+    assert await s.asks.on_words(ROOM, "what is up?", None, sender=BEN, conversation=THREAD) is False
+    assert await s.asks.on_words(ROOM, "Ana", None, sender=ANA) is False  # the main timeline: not this ask
+    assert read == [] and not task.done()
+    assert await s.asks.on_words(ROOM, "Ana", None, sender=ANA, conversation=THREAD) is True
+    assert await task == "Ana" and len(s.notices.said) == 1
+
+
+async def test_an_ask_nobody_started_a_turn_for_is_answered_by_any_owner():
+    """A scheduled run: the agent scheduled it, and no owner's message started its turn."""
+    s = scene()
+    task = numbered(s, asker=None)
+    await until(lambda: len(s.intent.reactions) == 3)
+    assert await s.asks.on_number(ROOM, "1", sender=BEN) is True
+    assert await task == "red" and s.notices.said == []
 
 
 # ---- the two kinds, through the mechanism ---------------------------------------------------------
@@ -245,10 +328,15 @@ async def test_a_permission_request_is_a_numbered_ask():
     request = PermissionRequest("s1", {"toolCallId": "t1", "title": "rm -rf"},
                                 [{"optionId": "yes", "kind": "allow_once"}, {"optionId": "no", "kind": "reject_once"},
                                  {"name": "no id"}])
-    task = asyncio.ensure_future(permissions.ask(s.portal, s.puppet, request))
+    task = asyncio.ensure_future(permissions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
     await until(lambda: len(s.intent.reactions) == 2)  # the option without an id is dropped
     assert s.answer.status == "🔧 waiting for your permission: rm -rf"
-    assert await permissions.on_reaction({}, ROOM, "@owner:hs",
+    assert await permissions.on_reply(ROOM, "1", None, BEN, THREAD) is True  # another owner: refused
+    assert await permissions.on_reaction({}, ROOM, BEN, {"rel_type": "m.annotation", "event_id": "$ask1",
+                                                          "key": "1️⃣"}) is True
+    assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")] * 2
+    assert not task.done()
+    assert await permissions.on_reaction({}, ROOM, ANA,
                                          {"rel_type": "m.annotation", "event_id": "$ask1", "key": "2️⃣"})
     assert await task == "no"
     assert s.intent.edits[-1][1]["body"] == "Alice: rm -rf\n\n❌ Rejected"
@@ -261,13 +349,17 @@ async def test_an_elicitation_is_an_ask_in_words():
     questions = Questions(SimpleNamespace(permission_timeout=60), s.notices)
     request = parse_request({"mode": "form", "message": "Your name?", "requestedSchema": {
         "type": "object", "properties": {"name": {"type": "string", "minLength": 3}}, "required": ["name"]}})
-    task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request))
+    task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
     await until(lambda: len(questions.asks.open) == 1)
     assert s.answer.status == "❓ waiting for your answer to Alice's question"
-    assert questions.on_reply(ROOM, "Al", None) is True
+    assert await questions.on_reply(ROOM, "Al", None, sender=ANA) is False  # the main timeline: no answer
+    assert await questions.on_reply(ROOM, "Bob", "$ask1", sender=BEN, conversation=THREAD) is True
+    assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")]
+    s.notices.said.clear()
+    assert await questions.on_reply(ROOM, "Al", None, sender=ANA, conversation=THREAD) is True
     await until(lambda: len(s.notices.said) == 1)
     assert s.notices.said[0][1].startswith("That answer does not fit:") and not task.done()
-    assert questions.on_reply(ROOM, "Alice", "$ask1") is True
+    assert await questions.on_reply(ROOM, "Alice", "$ask1", sender=ANA) is True
     assert await task == ElicitationAnswer(ACCEPT, {"name": "Alice"})
     assert s.intent.edits[-1][1]["body"].endswith("\n\n✅ Answered")
 

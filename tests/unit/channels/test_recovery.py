@@ -74,6 +74,7 @@ async def test_a_turn_whose_prompt_never_reached_the_agent_is_queued_again(scene
     assert done.rerun == 1 and done.interrupted == 0 and scene.intent.sends == []
     (queued, incoming), = scene.submitted
     assert queued.id == turn.id and incoming.event_id == "$p" and incoming.resumed
+    assert incoming.sender == "@owner:hs"  # who sent it, as stored: the one who answers its asks
     # the portal claims it for this run; its placeholder is found again by the turn's txn id
     assert store.turns.claim(turn.id, NOW).attempt == 2
 

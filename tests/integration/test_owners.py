@@ -1,0 +1,94 @@
+"""Several owners in one room (SPEC §15): real Synapse, two owners' matrix-nio clients, the real
+bridge in-process, a scripted agent that logs every JSON-RPC message it receives.
+
+An agent's permission prompt is answered by the owner whose message started the turn: the other
+owner's "1" or keycap is refused in one line in the turn's thread and changes nothing (the agent
+still waits); the first owner's "1" answers it.
+"""
+from __future__ import annotations
+
+import secrets
+
+import nio
+
+from bridge_harness import agent, answers_in
+from helpers import ALICE, prompts, received, say
+from matrix_helpers import events_in, login, sync_until
+from test_threads import answered, in_thread, originals, thread_of
+
+
+async def second_owner(homeserver) -> nio.AsyncClient:
+    """A new user of the shared Synapse, logged in (a name of its own: the server outlives the test)."""
+    name, password = f"ben{secrets.token_hex(4)}", secrets.token_urlsafe(16)
+    user_id = await homeserver.server.register_user(name, password)
+    return await login(homeserver, user_id, password)
+
+
+def permission_answers(log) -> list[dict]:
+    """The bridge's answers to the agent's permission requests, as the agent received them."""
+    return [m for m in received(log) if "method" not in m and "outcome" in (m.get("result") or {})]
+
+
+async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt(
+        bridge_factory, homeserver, tmp_path, owner):
+    ben = await second_owner(homeserver)
+    try:
+        log = tmp_path / "alice.log"
+        running = await bridge_factory({"alice": agent("--log", str(log), title="Alice")},
+                                       owner=[homeserver.owner_id, ben.user_id])
+        created = await owner.room_create(name="both", invite=[ALICE, ben.user_id],
+                                          preset=nio.RoomPreset.private_chat)
+        assert isinstance(created, nio.RoomCreateResponse), created
+        room_id = created.room_id
+        await sync_until(ben, lambda: room_id in ben.invited_rooms)
+        assert isinstance(await ben.join(room_id), nio.JoinResponse)
+        root = await say(owner, room_id, "@alice hello")
+        await answered(owner, room_id, ALICE, 1)
+        await running.idle()
+
+        # the owner asks in a thread; alice asks permission there
+        await say(owner, room_id, "[[permission]] write notes", **in_thread(root, root))
+
+        def asking() -> list[dict]:
+            return [e for e in originals(owner, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
+        await sync_until(owner, lambda: asking() and sum(
+            1 for e in events_in(owner, room_id) if e.get("type") == "m.reaction" and e.get("sender") == ALICE
+            and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]) == 2, timeout=60)
+        ask = asking()[0]
+        assert thread_of(ask) == root
+
+        # the other owner's "1" in the thread, and their keycap 2️⃣ on the prompt: refused, each in one line
+        refused = f"Only {owner.user_id}, who started this turn, can answer this."
+
+        def refusals() -> list[dict]:
+            return [e for e in originals(owner, room_id, ALICE) if e["content"].get("body") == refused]
+        await say(ben, room_id, "1", **in_thread(root, root))
+        await sync_until(owner, lambda: len(refusals()) == 1, timeout=60)
+        sent = await ben.room_send(room_id, "m.reaction", {"m.relates_to": {
+            "rel_type": "m.annotation", "event_id": ask["event_id"], "key": "2️⃣"}})
+        assert isinstance(sent, nio.RoomSendResponse), sent
+        await sync_until(owner, lambda: len(refusals()) == 2, timeout=60)
+        assert all(thread_of(e) == root and e["content"]["msgtype"] == "m.notice" for e in refusals())
+        # nothing changed: the agent still waits, the prompt is not edited, the "1" is no prompt
+        assert permission_answers(log) == []
+        assert not any(e["content"].get("m.relates_to", {}).get("event_id") == ask["event_id"]
+                       for e in events_in(owner, room_id) if e.get("sender") == ALICE
+                       and e.get("type") == "m.room.message")
+        assert len(prompts(log)) == 2
+
+        # the owner who started the turn answers with "1": allowed
+        await say(owner, room_id, "1", **in_thread(root, refusals()[-1]["event_id"]))
+        await sync_until(owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), ALICE)),
+                         timeout=60)
+        await running.idle()
+        [answer] = permission_answers(log)
+        assert answer["result"]["outcome"] == {"outcome": "selected", "optionId": "allow_once"}
+        shown = {a["event_id"]: a["body"] for a in answers_in(events_in(owner, room_id), ALICE)}
+        assert shown[ask["event_id"]].endswith("✅ Allowed once")
+        assert len(refusals()) == 2 and len(prompts(log)) == 2
+        # neither "1" is stored as a message of the thread
+        channel = running.store.channel_by_room(room_id)
+        assert [m.text for m in running.store.messages_in(channel.id, root, None, 20)] == [
+            "@alice hello", "[[permission]] write notes", "allowed"]
+    finally:
+        await ben.close()

@@ -26,6 +26,7 @@ import nio
 import pytest
 
 from bridge.channels.recovery import UNSURE_TEXT as UNSURE
+from store.turns import LIVE
 from bridge_harness import agent, answers_in, write_config
 from matrix_helpers import events_in, login, record_figures, private_homeserver, sync_until
 
@@ -84,8 +85,8 @@ def pending_work(data: Path) -> int:
     if not db.exists():
         return -1
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as connection:
-        return connection.execute("SELECT count(*) FROM sk_turn WHERE state IN "
-                                  "('taken','claimed','posted','prompted','finishing')").fetchone()[0]
+        live = ",".join(f"'{state}'" for state in LIVE)  # every state not over
+        return connection.execute(f"SELECT count(*) FROM sk_turn WHERE state IN ({live})").fetchone()[0]
 
 
 def prompted_messages(log: Path) -> list[str]:

@@ -211,10 +211,9 @@ class Bridge:
 
     async def stop(self) -> None:
         self.stopping.set()
-        for portal in list(self.channels.portals.values()):
-            if portal.worker is not None and not portal.worker.done():
-                portal.worker.cancel()
-        workers = [p.worker for p in self.channels.portals.values() if p.worker is not None]
+        workers = [w for p in self.channels.portals.values() for w in p.workers()]
+        for worker in workers:
+            worker.cancel()
         try:
             await self.scheduler.stop()
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)

@@ -30,15 +30,16 @@ if TYPE_CHECKING:
 
 class Asking(Protocol):
     """Asks the owner for an agent (permissions.py: permissions; coding/questions.py:
-    elicitations; both through asks.py): the answer, or None."""
+    elicitations; both through asks.py): the answer, or None. `run`: the turn asking."""
 
-    async def ask(self, portal: Any, puppet: "Puppet", request: Any) -> Any: ...
+    async def ask(self, portal: Any, puppet: "Puppet", request: Any, run: Any = None) -> Any: ...
 
 
 class SessionOpened(Protocol):
     """Brings an opened or loaded session back to the member's choices (coding/settings.py)."""
 
-    async def opened(self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool) -> None: ...
+    async def opened(self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool,
+                     conversation: str = "") -> None: ...
 
 
 class WorkShown(Protocol):

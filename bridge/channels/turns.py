@@ -165,14 +165,17 @@ def unseen_lines(read: tuple[list, list] | None, agent: str, current_message_id:
             and (fresh or m.role != "agent" or m.sender != agent)][-limit:]
 
 
-def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = None) -> str:
-    """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts."""
+def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = None, here: Any = None) -> str:
+    """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts.
+    `here`: the waiting turn's portal — the agent may be answering in another conversation of
+    the same channel (a thread, or the main timeline: one prompt at a time per agent)."""
     from .places import place_of   # here: a DM is "your direct chat", not "#local"
     busy_in = channels.active_turns.get(agent)
     if busy_in is not None:
         if ahead is None:
             ahead = len(channels.waiting.get(agent, []))
-        where = f"answering in {place_of(busy_in.channel)}"
+        where = (f"answering in {place_of(busy_in.channel)}" if busy_in is not here
+                 else "answering in another conversation here")
         if ahead == 0:
             return f"{where}; this channel is next"
         return f"{where}; {ahead} channel{'s' if ahead > 1 else ''} before this one"
@@ -190,7 +193,7 @@ async def _leave_queue(channels: "Channels", pool, run: TurnRun) -> None:
         return
     queue.remove(run)
     for ahead, other in enumerate(queue):
-        await other.answer.waiting(waiting_note(channels, pool, run.agent_name, ahead))
+        await other.answer.waiting(waiting_note(channels, pool, run.agent_name, ahead, other.portal))
 
 
 async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -> None:
@@ -225,7 +228,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                       attachment_bytes=config.attachment_bytes, media_roots=partial(roots_for, config, turn.agent),
                       courtesy=channels.courtesy, note_tool_call=run.note_tool_call)
     # the note and the place in the queue are taken together (no await between)
-    note = waiting_note(channels, parts.pool, turn.agent)
+    note = waiting_note(channels, parts.pool, turn.agent, here=portal)
     channels.queue(turn.agent).append(run)
     portal.runs[record.conversation] = run
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an

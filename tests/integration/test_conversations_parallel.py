@@ -167,3 +167,46 @@ async def test_threads_on_answers_a_top_level_message_in_a_thread_under_it(bridg
     await running.idle()
     # each thread had its own session: bob's two prompts in one, alice's main one in another
     assert len(prompts(logs["bob"])) == 2 and len(prompts(logs["alice"])) == 2
+
+
+async def test_a_command_typed_in_a_thread_acts_on_the_threads_session_and_answers_there(
+        bridge_factory, tmp_path, owner):
+    """`!mode` typed in a thread sets the mode of the member's session of that thread (each
+    conversation has its own) and says so in the thread; `!help` there is answered there too."""
+    from test_answers import room_with, wait_final
+    from test_coding import calls, coding
+
+    log = tmp_path / "alice.log"
+    running = await bridge_factory({"alice": coding(log, "--offer", "modes")})
+    room_id = await room_with(owner, name="modes")
+    root = await say(owner, room_id, "hello")
+    await wait_final(owner, room_id)
+    await running.idle()
+    main_session = calls(log, "session/prompt")[0]["sessionId"]
+
+    def notices_about(text: str) -> list[dict]:
+        return [e for e in notices_in(owner, room_id) if text in e["content"]["body"]]
+
+    asked = await say(owner, room_id, "!mode alice plan", **in_thread(root, root))
+    await sync_until(owner, lambda: notices_about("🔀"), timeout=60)
+    line = notices_about("🔀")[0]
+    assert line["content"]["body"] == "🔀 Alice: mode Ask → Plan"
+    assert line["content"]["m.relates_to"] == {"rel_type": "m.thread", "event_id": root, "is_falling_back": True,
+                                               "m.in_reply_to": {"event_id": asked}}
+    (set_mode,) = calls(log, "session/set_mode")
+    assert set_mode["modeId"] == "plan" and set_mode["sessionId"] != main_session
+    # the thread's prompt goes to that very session, the one whose mode was set
+    await say(owner, room_id, "@alice in plan mode", **in_thread(root, line["event_id"]))
+    await sync_until(owner, lambda: len(calls(log, "session/prompt")) == 2, timeout=60)
+    assert calls(log, "session/prompt")[1]["sessionId"] == set_mode["sessionId"]
+    await running.idle()
+
+    helped = await say(owner, room_id, "!help", **in_thread(root, asked))
+    await sync_until(owner, lambda: notices_about("Sidekicks bridge commands"), timeout=60)
+    assert notices_about("Sidekicks bridge commands")[0]["content"]["m.relates_to"]["m.in_reply_to"] == {
+        "event_id": helped}
+    # the main timeline's session was not touched: its mode is still Ask
+    await say(owner, room_id, "!mode alice")
+    await sync_until(owner, lambda: notices_about("Alice — mode:"), timeout=60)
+    shown = notices_about("Alice — mode:")[0]
+    assert thread_of(shown) == "" and "▶ ask (Ask)" in shown["content"]["body"]

@@ -330,7 +330,7 @@ async def test_a_stop_while_the_final_text_goes_out_lets_the_complete_answer_lan
         intent.edit = edit
         await say(owner, room, "complete me")
         await until(lambda: held)
-        worker = running.bridge.portals[room].worker
+        worker = running.bridge.portals[room].lines[""].worker  # the main timeline's
         stopping = asyncio.create_task(running.stop())
         await until(lambda: worker.cancelling())  # the stop has reached the turn
         release.set()

@@ -201,10 +201,10 @@ async def test_commands_starts_agents_without_holding_up_other_events(homeserver
     release, entered = asyncio.Event(), []
     original = BotCommands._prepare
 
-    async def slow_prepare(self, portal, agent_name):
+    async def slow_prepare(self, portal, agent_name, conversation=""):
         entered.append(agent_name)
         await release.wait()  # an agent that takes its time to start
-        return await original(self, portal, agent_name)
+        return await original(self, portal, agent_name, conversation)
 
     monkeypatch.setattr(BotCommands, "_prepare", slow_prepare)
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent(), "bob": agent()})

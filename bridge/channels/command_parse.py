@@ -16,7 +16,7 @@ CONFIRM = "confirm"
 
 GREETING = ("Hi! I am the Sidekicks bridge. Here: !agents, !channels, !new NAME AGENT..., "
             "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !status, !mode, !model, "
-            "!config, !delete. "
+            "!config, !threads, !delete. "
             "!help tells more.")
 
 HELP = """Sidekicks bridge commands (they start with "!"; "/" belongs to the agents)

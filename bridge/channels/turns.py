@@ -174,8 +174,10 @@ def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = Non
     if busy_in is not None:
         if ahead is None:
             ahead = len(channels.waiting.get(agent, []))
-        where = (f"answering in {place_of(busy_in.channel)}" if busy_in is not here
-                 else "answering in another conversation here")
+        if busy_in is here:  # another thread of this channel, or its main timeline
+            where = "answering in another conversation here"
+            return f"{where}; this one is next" if ahead == 0 else f"{where}; {ahead} more before this one"
+        where = f"answering in {place_of(busy_in.channel)}"
         if ahead == 0:
             return f"{where}; this channel is next"
         return f"{where}; {ahead} channel{'s' if ahead > 1 else ''} before this one"

@@ -82,7 +82,8 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     # alice asked in thread 2 while held in thread 1: she answers one prompt at a time (ADR §2),
     # so it waits for her — and the same agent answers there as soon as she is free
     again = await say(owner, room_id, "@alice your turn here", **in_thread(root2, quick))
-    await sync_until(owner, lambda: answer_to(owner, room_id, ALICE, again) is not None, timeout=60)
+    await sync_until(owner, lambda: (a := answer_to(owner, room_id, ALICE, again)) is not None
+                     and "answering in another conversation here" in a["body"], timeout=60)
     assert len(prompts(logs["alice"])) == 2  # the main timeline's and the held one
 
     release.touch()

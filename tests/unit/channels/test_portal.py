@@ -162,3 +162,19 @@ def test_current_is_the_main_timelines_turn_else_a_threads():
     portal.runs[""] = in_main
     assert portal.current is in_main and portal.run_in("") is in_main
     assert set(map(id, portal.clear())) == {id(in_thread), id(in_main)}
+
+
+def test_a_turn_waiting_for_its_agent_says_where_the_agent_answers():
+    """An agent answers one prompt at a time wherever it is (ADR §2): a turn waiting for it
+    names the other channel, or says it answers in another conversation of this one."""
+    from types import SimpleNamespace
+
+    from bridge.channels.turns import waiting_note
+    here = SimpleNamespace(channel=SimpleNamespace(name="general", direct_agent=None))
+    elsewhere = SimpleNamespace(channel=SimpleNamespace(name="other", direct_agent=None))
+    pool = SimpleNamespace(state=lambda agent: "busy")
+    channels = SimpleNamespace(active_turns={"alice": here}, waiting={"alice": []})
+    assert waiting_note(channels, pool, "alice", here=here) == "answering in another conversation here; this one is next"
+    assert waiting_note(channels, pool, "alice", 2, here) == "answering in another conversation here; 2 more before this one"
+    channels.active_turns["alice"] = elsewhere
+    assert waiting_note(channels, pool, "alice", here=here) == "answering in #other; this channel is next"

@@ -128,13 +128,14 @@ class Bridge:
         # the agents' `matrix` MCP server (bridge/mcp)
         self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
         self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/sessions.py)
-        # the bot's commands; coding/ registers its channel commands (!mode, !model, !config, !status)
+        # the bot's commands; other parts register channel commands: coding/ (!mode, !model,
+        # !config, !status; !cwd, !worktrees), channels/sessions.py (!sessions, !resume, !reset, !fork)
         self.commands = BotCommands(config, db, self.pool, channels, identities, notices,
                                     self.command_descriptions, self.scheduler,
                                     {**{name: self.settings.command for name in SETTINGS_COMMANDS},
-                                     **{name: self.places.command for name in PLACE_COMMANDS}},
-                                    self.aliases, self.mcp.forget_channel,
-                                    {name: self.sessions.command for name in SESSION_COMMANDS})
+                                     **{name: self.places.command for name in PLACE_COMMANDS},
+                                     **{name: self.sessions.command for name in SESSION_COMMANDS}},
+                                    self.aliases, self.mcp.forget_channel)
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)
         self.parts = ChannelParts(
@@ -220,10 +221,9 @@ class Bridge:
 
     async def stop(self) -> None:
         self.stopping.set()
-        for portal in list(self.channels.portals.values()):
-            if portal.worker is not None and not portal.worker.done():
-                portal.worker.cancel()
-        workers = [p.worker for p in self.channels.portals.values() if p.worker is not None]
+        workers = [w for p in self.channels.portals.values() for w in p.workers()]
+        for worker in workers:
+            worker.cancel()
         try:
             await self.scheduler.stop()
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)

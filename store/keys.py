@@ -23,6 +23,12 @@ def bot_room(room_id: str) -> str:
     return f"bot_room:{room_id}"
 
 
+def threads(channel_id: str) -> str:
+    """"on" when channel `channel_id` opens a thread under each top-level message agents answer
+    (`!threads on`, channels/commands.py); absent (the default) when it does not."""
+    return f"threads:{channel_id}"
+
+
 def command_digest(room_id: str, agent: str) -> str:
     """The digest of the MSC4391 command descriptions `agent`'s puppet last published in
     `room_id` (bridge/matrix/msc4391.py)."""

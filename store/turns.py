@@ -60,11 +60,14 @@ class Turns:
 
     def take(self, channel_id: str, sender: str, stored_text: str, event_id: str,
              turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "",
-             ) -> tuple[Message, list[TurnRecord]] | None:
-        """Store the owner message `event_id` and its turns ((agent, text, alone), in order);
-        None if that message is stored already (the homeserver sent it again). Either way the
-        event is recorded as handled (keys.handled_event), in the same transaction."""
-        return self._store._run(_take, channel_id, sender, stored_text, event_id, turns, run, conversation)
+             turns_in: str | None = None) -> tuple[Message, list[TurnRecord]] | None:
+        """Store the owner message `event_id` in `conversation` and its turns ((agent, text,
+        alone), in order) in `turns_in` (None: the same; a thread under the message itself when
+        the channel opens threads, `!threads on`); None if that message is stored already (the
+        homeserver sent it again). Either way the event is recorded as handled
+        (keys.handled_event), in the same transaction."""
+        return self._store._run(_take, channel_id, sender, stored_text, event_id, turns, run, conversation,
+                                conversation if turns_in is None else turns_in)
 
     def add(self, channel_id: str, prompt_event: str, message_id: str | None,
             turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "") -> list[TurnRecord]:
@@ -165,7 +168,7 @@ def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id
 
 
 def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_id: str,
-          turns, run: str, conversation: str):
+          turns, run: str, conversation: str, turns_in: str):
     with store._db.atomic():
         # the event counts as handled in the same transaction (the dispatcher's record of it,
         # keys.handled_event): one write fewer before its turns start
@@ -173,7 +176,7 @@ def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_
         if store._hot.by_event.rows(event_id=event_id):
             return None
         message = store._add_message(channel_id, sender, "user", stored_text, [event_id], conversation)
-        return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, conversation)
+        return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, turns_in)
 
 
 def _add(store: "Store", channel_id: str, prompt_event: str, message_id: str | None, turns, run: str,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence, 
 import aiohttp
 
 from ..matrix.client import MatrixError
+from ..matrix.puppet import relating
 from .render import escape_html
 
 if TYPE_CHECKING:
@@ -130,12 +131,14 @@ class Asks:
     async def ask(self, portal: "Portal", puppet: "Puppet", shown: Shown, waiting: str,
                   wait: Callable[[Ask], Awaitable[tuple[R, str]]], *, timed_out: tuple[R, str],
                   stopped: Callable[[], str], unsent: R, options: Sequence[Any] = (),
-                  conversation: str = "", asker: str | None = None) -> R:
+                  conversation: str = "", asker: str | None = None, run: Any = None) -> R:
         """Post `shown`, wait for the owner, show how it ended. `wait(ask)` reads the owner's
         answer: (what the ask returns, the line shown under it). Timed out: `timed_out`;
         cancelled: `stopped()` is shown and the cancellation goes on; the message could not be
         posted: `unsent`, as the owner cannot be asked. `conversation`: where the turn is (the
-        puppet's messages go there already); `asker`: the owner who answers (None: any)."""
+        puppet's messages go there already); `asker`: the owner who answers (None: any); `run`:
+        the turn asking (its answer shows the wait; None: the portal's current one —
+        conversations run side by side)."""
         event_id = await self._sent(f"the {self.what}", portal.room_id,
                                     puppet.intent.send(portal.room_id, shown.content()))
         if event_id is None:
@@ -143,7 +146,7 @@ class Asks:
         ask = Ask(portal.room_id, event_id, options, asyncio.get_running_loop().create_future(),
                   shown.body, shown.html, puppet, conversation=conversation, asker=asker)
         self.open.append(ask)
-        answer = getattr(portal.current, "answer", None)
+        answer = getattr(run if run is not None else portal.current, "answer", None)
         previous = answer.status if answer is not None else None
         if answer is not None:
             answer.set_status(waiting)
@@ -192,10 +195,12 @@ class Asks:
         return False
 
     async def on_number(self, room_id: str, body: str, reply_to: str | None = None,
-                        sender: str | None = None, conversation: str = "") -> bool:
+                        sender: str | None = None, conversation: str = "",
+                        relates_to: dict | None = None) -> bool:
         """An owner's message (its reply fallback stripped); True when it was a number that
         answers an ask — the one it replies to, else the latest open one of its conversation —
-        or that another owner than the ask's was refused."""
+        or that another owner than the ask's was refused. "Closed already" goes where the
+        number was typed (`relates_to`: its thread)."""
         match = NUMBER.match(body)
         if match is None:
             return False
@@ -205,7 +210,7 @@ class Asks:
             outcome = self.closed.get(reply_to) if reply_to is not None else None
             if outcome is None:
                 return False  # not about an ask: an ordinary message
-            await self._tell(room_id, None, f"That question is closed already: {outcome}.")
+            await self._tell(room_id, None, f"That question is closed already: {outcome}.", relates_to)
             return True
         if not ask.may_answer(sender):
             await self.say(ask, refusal(ask.asker or ""))
@@ -244,17 +249,18 @@ class Asks:
         return await self._sent(f"a message of the {self.what}", ask.room_id,
                                 ask.puppet.intent.send(ask.room_id, content))
 
-    async def _tell(self, room_id: str, puppet: "Puppet | None", text: str) -> None:
+    async def _tell(self, room_id: str, puppet: "Puppet | None", text: str,
+                    relates_to: dict | None = None) -> None:
         if puppet is None and self.channels is not None and self.identities is not None:
             portal = await self.channels.portal_for(room_id)
             if portal is not None and portal.current is not None:
                 puppet = await self.identities.puppet(portal.current.agent_name)
         if puppet is not None:
-            await self.notices.send(puppet, room_id, text)
+            await self.notices.send(relating(puppet, room_id, relates_to), room_id, text)
         elif self.channels is not None:
             portal = await self.channels.portal_for(room_id)
             if portal is not None:
-                await self.notices.in_channel(portal.room_id, portal.member_names(), text)
+                await self.notices.in_channel(portal.room_id, portal.member_names(), text, relates_to=relates_to)
 
     def _close(self, ask: Ask, outcome: str) -> None:
         self.closed[ask.event_id] = outcome

@@ -16,7 +16,7 @@ CONFIRM = "confirm"
 
 GREETING = ("Hi! I am the Sidekicks bridge. Here: !agents, !channels, !new NAME AGENT..., "
             "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !status, !mode, !model, "
-            "!config, !delete. "
+            "!config, !threads, !delete. "
             "!help tells more.")
 
 HELP = """Sidekicks bridge commands (they start with "!"; "/" belongs to the agents)
@@ -29,7 +29,7 @@ Here, in my DM:
   !delete CHANNEL        delete a channel and its history (asks you to confirm)
 
 In a channel:
-  !stop                  stop the answer being written
+  !stop                  stop the answer being written (in a thread: that thread's)
   !commands              the slash commands of the channel's agents
   !status                each agent's state, mode, model, context used, cost and session title
   !mode [AGENT] [MODE]   see or change an agent's mode (ask, plan, code… as the agent offers)
@@ -43,6 +43,7 @@ In a channel:
   !resume [AGENT] N      go back to session N of !sessions
   !reset [AGENT]         start a new session here
   !fork [AGENT]          go on with a copy of the session in a new thread
+  !threads [on|off]      on: each message agents answer gets its answers in a thread under it
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 
@@ -51,12 +52,15 @@ Talking to agents in a channel:
   /alice:review main.py  sends "/review main.py" to alice alone
   @alice /review main.py the same, for clients that swallow unknown slash commands
   //alice:review main.py the same again (Element asks "Send as message" otherwise)
-With no mention, the agent who spoke last answers."""
+With no mention, the agent who spoke last answers. In a thread all of this holds
+inside the thread; a command typed there acts on that thread (its answer, its sessions)."""
 
 CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the agents' slash "
                 "commands), !status, !mode, !model, !config (the agents' state and settings), "
                 "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
-                "!fork (the agents' sessions in this conversation), !delete (delete this channel's history). Everything else is in my DM: !help.")
+                "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
+                "!threads on|off (answers in a thread under each message), !delete (delete this "
+                "channel's history). Everything else is in my DM: !help.")
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,34 @@ def parse(body: str) -> Command | None:
     except ValueError:  # an unbalanced quote: plain words
         args = rest.split()
     return Command(match.group(1).lower(), tuple(args))
+
+
+THREADS_ON = "on"  # the stored value of a channel that opens threads (store/keys.py `threads`)
+
+
+def opens_threads(stored: str | None) -> bool:
+    """The channel's stored `!threads` setting: on, or off (absent, the default)."""
+    return stored == THREADS_ON
+
+
+def threads_switch(args: Iterable[str]) -> bool | None:
+    """`!threads` arguments → True (`on`), False (`off`), None (nothing: show the setting).
+    Anything else raises ValueError with the usage line."""
+    words = [w.lower() for w in args]
+    if not words:
+        return None
+    if len(words) == 1 and words[0] in ("on", "off"):
+        return words[0] == "on"
+    raise ValueError("Usage: !threads on, !threads off, or !threads to see the setting.")
+
+
+def threads_state(on: bool) -> str:
+    """The `!threads` setting in words."""
+    if on:
+        return ("Threads are on here: each message agents answer gets its answers in a thread "
+                "under it (!threads off: answers in the main timeline).")
+    return ("Threads are off here: agents answer in the main timeline, or in the thread a message "
+            "was written in (!threads on: a thread under each message they answer).")
 
 
 def resolve_agent(token: str, aliases: dict[str, str]) -> str | None:

@@ -1,5 +1,6 @@
 """Bridge commands: `!help`, `!agents`, ... in the bridge bot's DM, `!stop`, `!commands`,
-`!delete` in a channel (SPEC §5). `!` is the bridge's; `/` belongs to agents (ADR §6).
+`!threads`, `!delete` in a channel (SPEC §5). A command typed in a thread acts on that thread
+(its answer, its sessions) and is answered there (SPEC §15). `!` is the bridge's; `/` belongs to agents (ADR §6).
 
 Parsing and wording are in command_parse.py (pure); rooms and the space in space.py. Replies
 come from the bot in its DM and from a member puppet in a channel. Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
@@ -15,9 +16,10 @@ import aiohttp
 from store import keys
 
 from .background import Background
-from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, Command, describe_state,
-                            find_channels, format_commands, parse, resolve_agent, split_delete)
-from .conversations import conversation_of, relation_for
+from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, THREADS_ON, Command, describe_state,
+                            find_channels, format_commands, opens_threads, parse, resolve_agent,
+                            split_delete, threads_state, threads_switch)
+from .conversations import Here
 from .places import place_of
 from .sessions import close_sessions
 from ..matrix.client import MatrixError
@@ -39,27 +41,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# a channel command another part registers: (portal, its name, its arguments)
-ChannelCommand = Callable[["Portal", str, tuple[str, ...]], Awaitable[None]]
-# one that acts in the conversation it is sent in (sessions.py): + (conversation, its event id)
-ConversationCommand = Callable[["Portal", str, tuple[str, ...], str, "str | None"], Awaitable[None]]
+# a channel command another part registers: (portal, its name, its arguments, where it was
+# typed — the main timeline or a thread: it acts on that conversation and answers there)
+ChannelCommand = Callable[["Portal", str, tuple[str, ...], Here], Awaitable[None]]
 COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
 
 class BotCommands:
     def __init__(self, config: "Config", db: "OffLoop", pool: "Pool", channels: "Channels",
                  identities: "Identities", notices: "Notices", descriptions: "CommandDescriptions",
                  scheduler: "Scheduler", registered: dict[str, "ChannelCommand"], aliases: dict[str, str],
-                 forget_channel: Callable[[str], None],
-                 in_conversation: dict[str, "ConversationCommand"] | None = None):
+                 forget_channel: Callable[[str], None]):
         """`registered`: the channel commands other parts add (coding/settings.py: `!mode`,
-        `!model`, `!config`, `!status`), by name; `forget_channel`: a deleted channel's id, for
+        `!model`, `!config`, `!status`; coding/workplaces.py: `!cwd`, `!worktrees`; sessions.py:
+        `!sessions`, `!resume`, `!reset`, `!fork`), by name; `forget_channel`: a deleted channel's id, for
         the MCP server to drop its sessions."""
         self.config, self.db, self.pool, self.channels = config, db, pool, channels
         self.identities, self.notices, self.descriptions = identities, notices, descriptions
         self.scheduler, self.registered, self.aliases = scheduler, dict(registered), aliases
         self.forget_channel = forget_channel
-        # `!sessions`, `!resume`, `!reset`, `!fork` (sessions.py): in the thread they are sent in
-        self.in_conversation = dict(in_conversation or {})
         self.space = Space(db, config, identities)
         self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
 
@@ -72,18 +71,11 @@ class BotCommands:
         command = parse(body)
         if command is None:
             return False
+        here = Here.of(event)  # in a channel: the replies go where it was typed (SPEC §15)
         try:
             portal = await self.channels.portal_for(room_id)
             if portal is not None:
-                if command.name == "stop":  # in a thread: that thread's turn (SPEC §15)
-                    await self._stop(portal, conversation_of(event.get("content") or {}), event.get("event_id"))
-                    return True
-                if command.name in self.in_conversation:  # may start an agent: never in the transaction
-                    self.tasks.start(self.in_conversation[command.name](
-                        portal, command.name, command.args, conversation_of(event.get("content") or {}),
-                        event.get("event_id")), f"!{command.name} in {portal.room_id}")
-                    return True
-                await self._in_channel(portal, command)
+                await self._in_channel(portal, command, here)
                 return True
             if await self._is_bot_room(room_id, sender):
                 event_id = event.get("event_id")
@@ -94,7 +86,7 @@ class BotCommands:
                 return True
         except (MatrixError, aiohttp.ClientError) as exc:
             log.warning("!%s in %s: %s", command.name, room_id, exc)
-            await self._reply_anywhere(room_id, f"!{command.name} failed: {exc}")
+            await self._reply_anywhere(room_id, f"!{command.name} failed: {exc}", here)
             return True
         return False
 
@@ -150,10 +142,10 @@ class BotCommands:
     async def _say(self, room_id: str, text: str) -> None:
         await self.notices.send(self.identities.bot, room_id, text)
 
-    async def _reply_anywhere(self, room_id: str, text: str) -> None:
+    async def _reply_anywhere(self, room_id: str, text: str, here: Here = Here()) -> None:
         portal = await self.channels.portal_for(room_id)
         if portal is not None:
-            await self.notices.notice(portal, text)
+            await self.notices.notice(portal, text, relates_to=here.relates_to)
         else:
             await self._say(room_id, text)
 
@@ -284,73 +276,101 @@ class BotCommands:
 
     # -- in a channel --
 
-    async def _in_channel(self, portal: "Portal", command: Command) -> None:
+    async def _in_channel(self, portal: "Portal", command: Command, here: Here) -> None:
+        """A command typed in a channel: it acts on the conversation it was typed in (`here`,
+        the main timeline or a thread) and answers there."""
+        async def say(text: str) -> None:
+            await self.notices.notice(portal, text, relates_to=here.relates_to)
         if command.name == "stop":
-            await self._stop(portal)
+            await self._stop(portal, here)
         elif command.name == "commands":
             # it may start agents: never while the transaction waits (and every event behind it)
-            self.tasks.start(self._commands(portal), f"!commands in {portal.room_id}")
+            self.tasks.start(self._commands(portal, here), f"!commands in {portal.room_id}")
         elif command.name == "delete":
-            await self._delete_here(portal, command.args)
+            await self._delete_here(portal, command.args, here)
         elif command.name in self.registered:  # may start an agent: never in the transaction
-            self.tasks.start(self.registered[command.name](portal, command.name, command.args),
+            self.tasks.start(self.registered[command.name](portal, command.name, command.args, here),
                              f"!{command.name} in {portal.room_id}")
         elif command.name == "schedules":
-            await self.notices.notice(portal, await self.scheduler.listing(portal.channel.id))
+            await say(await self.scheduler.listing(portal.channel.id))
         elif command.name == "unschedule":
-            await self._unschedule(portal, command.args)
+            await self._unschedule(portal, command.args, say)
+        elif command.name == "threads":
+            await self._threads(portal, command.args, say)
         elif command.name == "help":
-            await self.notices.notice(portal, CHANNEL_HELP + "\n\n" + HELP)
+            await say(CHANNEL_HELP + "\n\n" + HELP)
         else:
-            await self.notices.notice(portal, f"There is no !{command.name} here. {CHANNEL_HELP}")
+            await say(f"There is no !{command.name} here. {CHANNEL_HELP}")
 
-    async def _unschedule(self, portal: "Portal", args: tuple[str, ...]) -> None:
+    async def _unschedule(self, portal: "Portal", args: tuple[str, ...], say) -> None:
         """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them)."""
         from .schedule_args import BadArguments, schedule_number
         try:
             number = schedule_number(args[0] if len(args) == 1 else None)
         except BadArguments:
-            await self.notices.notice(portal, "Say which: !unschedule N, with N from !schedules.")
+            await say("Say which: !unschedule N, with N from !schedules.")
             return
         cancelled = await self.db.schedules.cancel(portal.channel.id, number)
         if cancelled is None:
-            await self.notices.notice(portal, f"There is no schedule {number} here (see !schedules).")
+            await say(f"There is no schedule {number} here (see !schedules).")
             return
         self.scheduler.changed()
-        await self.notices.notice(portal, f"Cancelled schedule {number} of {cancelled.agent}: {cancelled.prompt}")
+        await say(f"Cancelled schedule {number} of {cancelled.agent}: {cancelled.prompt}")
 
-    async def _stop(self, portal: "Portal", conversation: str = "", event_id: str | None = None) -> None:
-        """`!stop`: the answer being written. In the main timeline whichever it is (one at a time
-        per channel); in a thread only that thread's, and the line saying there is none goes there."""
-        run = portal.current
-        if conversation and (run is None or getattr(run, "conversation", "") != conversation):
-            await self.notices.notice(portal, "Nothing is being answered in this thread.",
-                                      relates_to=relation_for(conversation, event_id))
+    async def _threads(self, portal: "Portal", args: tuple[str, ...], say) -> None:
+        """`!threads on|off`: whether the channel opens a thread under each top-level message
+        agents answer (stored per channel, keys.threads; off by default); `!threads` tells."""
+        try:
+            switch = threads_switch(args)
+        except ValueError as exc:
+            await say(str(exc))
             return
-        if run is None:
-            await self.notices.notice(portal, "Nothing is being answered here.")
+        key = keys.threads(portal.channel.id)
+        if switch is None:
+            await say(threads_state(opens_threads(await self.db.get_value(key))))
             return
-        await run.cancel()
+        if switch:
+            await self.db.set_value(key, THREADS_ON)
+        else:
+            await self.db.delete_value(key)
+        await say(threads_state(switch))
 
-    async def _commands(self, portal: "Portal") -> None:
+    async def _stop(self, portal: "Portal", here: Here) -> None:
+        """`!stop`: the answer being written in the conversation it was typed in — in a thread
+        that thread's, in the main timeline the main timeline's (threads answer on: each has its
+        own !stop, and 🛑 on an answer stops that one). None there: said there."""
+        run = portal.run_in(here.conversation)
+        if run is not None:
+            await run.cancel()
+            return
+        if here.conversation:
+            text = "Nothing is being answered in this thread."
+        elif portal.runs:
+            text = ("Nothing is being answered in the main timeline. Answers are being written in "
+                    "threads: !stop in a thread stops its answer (or react 🛑 to it).")
+        else:
+            text = "Nothing is being answered here."
+        await self.notices.notice(portal, text, relates_to=here.relates_to)
+
+    async def _commands(self, portal: "Portal", here: Here) -> None:
         members = portal.member_names()
         if not members:
-            await self.notices.notice(portal, "This channel has no agents.")
+            await self.notices.notice(portal, "This channel has no agents.", relates_to=here.relates_to)
             return
         listed: list[str] = [f"Commands in #{portal.channel.name}:"]
         for agent in members:
             commands = await self.db.agent_commands(agent)
             if commands is None:  # never announced: start it and open its session (ADR "Prepare")
-                commands = await self._prepare(portal, agent)
+                commands = await self._prepare(portal, agent, here.conversation)
             listed += format_commands(agent, commands, several=len(members) > 1)
         if len(members) > 1:
             listed.append("Send one as /agent:command, or @agent /command.")
-        await self.notices.notice(portal, "\n".join(listed))
+        await self.notices.notice(portal, "\n".join(listed), relates_to=here.relates_to)
 
-    async def _prepare(self, portal: "Portal", agent_name: str) -> list[dict] | None:
+    async def _prepare(self, portal: "Portal", agent_name: str, conversation: str = "") -> list[dict] | None:
         try:
             agent = await self.pool.get(agent_name)
-            await portal.session_for(agent_name, agent)
+            await portal.session_for(agent_name, agent, conversation)
         except Exception as exc:  # a crash at start is the turns' to report in full
             log.warning("starting %s for !commands: %s", agent_name, exc)
             return None
@@ -371,17 +391,17 @@ class BotCommands:
             log.info("the root of a thread in %s was redacted: closing its %d session(s)", room_id, len(gone))
             await close_sessions(self.pool, [(r.agent, r.session_id) for r in gone])
 
-    async def _delete_here(self, portal: "Portal", args: tuple[str, ...]) -> None:
+    async def _delete_here(self, portal: "Portal", args: tuple[str, ...], here: Here) -> None:
         channel = portal.channel
         _, confirmed = split_delete(args)
         if not confirmed:
             count = await self.db.count_messages(channel.id)
-            await self.notices.notice(portal, f"This deletes the history of #{channel.name} ({count} messages) "
+            await self.notices.notice(portal, relates_to=here.relates_to, text=f"This deletes the history of #{channel.name} ({count} messages) "
                                              "and its agents leave; the room stays. To do it, type: "
                                              f"!delete {CONFIRM}")
             return
         await self.notices.notice(portal, f"Deleted the history of #{channel.name}. The agents leave; "
-                                         "the room stays yours.")
+                                         "the room stays yours.", relates_to=here.relates_to)
         await self._delete(channel)
 
     async def _delete(self, channel: "Channel") -> None:
@@ -393,11 +413,10 @@ class BotCommands:
         sessions += [(r.agent, r.session_id) for r in await self.db.sessions.of_channel(channel.id)]
         portal = self.channels.portals.pop(channel.room_id, None)
         if portal is not None:
-            portal.queue.clear()
-            portal.queued.clear()
-            if portal.current is not None:
-                await portal.current.cancel()
+            for run in portal.clear():  # every conversation's
+                await run.cancel()
         await self.db.delete_channel(channel.id)  # its schedules too
+        await self.db.delete_value(keys.threads(channel.id))
         self.forget_channel(channel.id)
         await close_sessions(self.pool, sessions)
         for agent in members:

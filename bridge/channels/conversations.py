@@ -8,8 +8,11 @@ message and of a member's session (store/).
 - `conversation_of(content)`: the conversation an incoming event's content belongs to.
 - `thread_relation(root, latest)`: the `m.relates_to` of what the bridge sends into a thread,
   with the reply fallback for clients without threads (`is_falling_back`, `m.in_reply_to`).
+- `Here`: where an owner's message was typed (its conversation and event), for the replies.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 MAIN = ""  # the room's main timeline
 THREAD = "m.thread"
@@ -45,3 +48,22 @@ def thread_relation(root: str, latest: str | None = None) -> dict:
 def relation_for(conversation: str, latest: str | None = None) -> dict | None:
     """What a message sent into `conversation` relates to: None in the main timeline."""
     return thread_relation(conversation, latest) if is_thread(conversation) else None
+
+
+@dataclass(frozen=True)
+class Here:
+    """Where an owner's message was typed: its conversation and its event. What the bridge says
+    back to it (a command's reply) goes there: in a thread, with the reply fallback to it."""
+    conversation: str = MAIN
+    event_id: str | None = None
+
+    @classmethod
+    def of(cls, event: dict) -> "Here":
+        """Where `event` (an owner's message) was typed."""
+        event_id = event.get("event_id")
+        return cls(conversation_of(event.get("content") or {}),
+                   event_id if isinstance(event_id, str) else None)
+
+    @property
+    def relates_to(self) -> dict | None:
+        return relation_for(self.conversation, self.event_id)

@@ -190,7 +190,8 @@ class Inbound:
             if await self.questions.on_reply(room_id, body, reply_to, loose=False, sender=sender,
                                              conversation=conversation):
                 return  # a reply to an agent's question (bridge/coding/questions.py)
-            if await self.permissions.on_reply(room_id, body, reply_to, sender, conversation):
+            if await self.permissions.on_reply(room_id, body, reply_to, sender, conversation,
+                                               relates_to=relation_for(conversation, event.get("event_id"))):
                 return
             if await self.questions.on_reply(room_id, body, None, sender=sender, conversation=conversation):
                 return  # the answer to the conversation's open question
@@ -246,10 +247,10 @@ class Inbound:
         key = relates.get("key")
         if relates.get("rel_type") == "m.annotation" and isinstance(key, str) and key.replace("\ufe0f", "") == "🛑":
             portal = self.channels.portals.get(room_id)
-            run = portal.current if portal is not None else None
-            if run is not None and relates.get("event_id") in run.answer.event_ids:
-                log.info("🛑 on the answer in %s: cancelling", room_id)
-                await run.cancel()
+            for run in list(portal.runs.values()) if portal is not None else ():  # whichever conversation's
+                if relates.get("event_id") in run.answer.event_ids:
+                    log.info("🛑 on the answer in %s: cancelling", room_id)
+                    await run.cancel()
 
     async def redaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         """The owner redacted a message. A prompt being answered: the answer is cancelled (SPEC
@@ -262,12 +263,13 @@ class Inbound:
             return
         portal: "Portal | None" = self.channels.portals.get(room_id)  # a message queued or answered has its portal loaded
         if portal is not None:
-            run = portal.current
+            runs = list(portal.runs.values())
             if portal.withdraw(redacts):
                 log.info("a message in %s was redacted before its answers were done", room_id)
-            if run is not None and run.prompt_event_id == redacts:
-                log.info("the prompt answered in %s was redacted: cancelling", room_id)
-                await run.cancel()
+            for run in runs:
+                if run.prompt_event_id == redacts:
+                    log.info("the prompt answered in %s was redacted: cancelling", room_id)
+                    await run.cancel()
         try:
             await self.db.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
             if await self.db.delete_message_by_event(redacts):

@@ -31,16 +31,18 @@ if TYPE_CHECKING:
 class Asking(Protocol):
     """Asks the owner for an agent (permissions.py: permissions; coding/questions.py:
     elicitations; both through asks.py), in the turn's conversation, answered by `asker` (the
-    owner whose message started the turn; None: any owner): the answer, or None."""
+    owner whose message started the turn; None: any owner): the answer, or None. `run`: the
+    turn asking."""
 
     async def ask(self, portal: Any, puppet: "Puppet", request: Any, *, conversation: str = "",
-                  asker: str | None = None) -> Any: ...
+                  asker: str | None = None, run: Any = None) -> Any: ...
 
 
 class SessionOpened(Protocol):
     """Brings an opened or loaded session back to the member's choices (coding/settings.py)."""
 
-    async def opened(self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool) -> None: ...
+    async def opened(self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool,
+                     conversation: str = "") -> None: ...
 
 
 class WorkShown(Protocol):

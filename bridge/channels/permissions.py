@@ -62,19 +62,21 @@ class Permissions:
         self.asks = Asks(config, notices, "permission prompt", channels, identities)
 
     async def ask(self, portal: "Portal", puppet: "Puppet", request: "PermissionRequest", *,
-                  conversation: str = "", asker: str | None = None) -> str | None:
+                  conversation: str = "", asker: str | None = None, run: Any = None) -> str | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
-        the turn's `conversation`; the chosen optionId, or None for cancelled."""
+        the turn's `conversation`; the chosen optionId, or None for cancelled. `run`: the turn
+        asking (turns.TurnRun; None: the portal's current one)."""
+        run = run if run is not None else portal.current
         options = [o for o in request.options if isinstance(o, dict) and o.get("optionId")]
         if not options:
             return None
         request.options = options
         sent = request.tool_call if isinstance(request.tool_call, dict) else {}
-        known = getattr(portal.current, "tool_calls", {}).get(sent.get("toolCallId") or "", {})
+        known = getattr(run, "tool_calls", {}).get(sent.get("toolCallId") or "", {})
         request.tool_call = {**known, **{k: v for k, v in sent.items() if v not in (None, "", [], {})}}
         title = puppet.displayname
         # what it is about — the diff, the command — as the turn saw the call (coding/render.py)
-        work = getattr(portal.current, "work", None)
+        work = getattr(run, "work", None)
         shown, attachments = self.render(
             title, request.tool_call, options,
             work.known(request.tool_call.get("toolCallId")) if work is not None else None)
@@ -90,7 +92,7 @@ class Permissions:
         # not posted: the owner cannot be asked, cancelled rather than allowed
         return await self.asks.ask(portal, puppet, shown, waiting_status(call_title), decided,
                                    timed_out=(None, TIMED_OUT), stopped=lambda: STOPPED, unsent=None,
-                                   options=options, conversation=conversation, asker=asker)
+                                   options=options, conversation=conversation, asker=asker, run=run)
 
     async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
         """An owner's reaction; True when it answered a pending permission request (or was
@@ -98,8 +100,10 @@ class Permissions:
         return await self.asks.on_reaction(room_id, relates_to, sender)
 
     async def on_reply(self, room_id: str, body: str, reply_to: str | None = None,
-                       sender: str | None = None, conversation: str = "") -> bool:
+                       sender: str | None = None, conversation: str = "",
+                       relates_to: dict | None = None) -> bool:
         """An owner's message (its reply fallback stripped); True when it was a number that
         answers a question — the one it replies to, else the latest open one of its
-        conversation — or was refused (another owner's)."""
-        return await self.asks.on_number(room_id, body, reply_to, sender, conversation)
+        conversation — or was refused (another owner's). A line about it goes where it was
+        typed (`relates_to`: its thread)."""
+        return await self.asks.on_number(room_id, body, reply_to, sender, conversation, relates_to)

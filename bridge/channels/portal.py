@@ -1,7 +1,12 @@
 """A portal: one Matrix room that is a Sidekicks channel (mautrix's word for a bridged room).
 
-It owns the channel's queue: messages are answered one at a time, each by the agents routing
-picks, one after the other — never two agents in one channel at once (ADR §2).
+It owns the channel's queues, one per conversation (SPEC §15: the main timeline, or one thread):
+inside a conversation messages are answered one at a time, each by the agents routing picks, one
+after the other — never two agents in one conversation at once (ADR §2). Two conversations do
+not wait for each other: each has its own worker, so a turn in one thread runs while another
+thread's (or the main timeline's) runs too. An agent still answers one prompt at a time
+wherever it is (acp/slots.py `Pool.turn`, ADR §2): the same agent asked in two threads answers
+them one after the other, two agents answer at once.
 """
 from __future__ import annotations
 
@@ -12,11 +17,13 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from store import Channel, TurnRecord
+from store import Channel, TurnRecord, keys
 from store.schedules import parse_run_key
 from store.turns import DROPPED
 
 from ..matrix.media import restored
+from .command_parse import opens_threads
+from .conversations import MAIN, relation_for
 from .incoming import Incoming
 from .mentions import parse
 from .prompt import reread
@@ -37,6 +44,31 @@ class Job:
     incoming: Incoming = field(compare=False)
 
 
+@dataclass
+class Line:
+    """One conversation's queue of turns and the worker that runs them, oldest first."""
+    queue: list[Job] = field(default_factory=list)  # a heap: the oldest turn first, whichever path queued it
+    queued: set[str] = field(default_factory=set)  # turn ids in the queue
+    worker: asyncio.Task | None = None
+
+    def push(self, job: Job) -> bool:
+        """Queue a job; False if its turn is queued already."""
+        if job.turn_id in self.queued:
+            return False
+        self.queued.add(job.turn_id)
+        heapq.heappush(self.queue, job)
+        return True
+
+    def pop(self) -> Job:
+        job = heapq.heappop(self.queue)
+        self.queued.discard(job.turn_id)
+        return job
+
+    def idle(self) -> bool:
+        """No worker running for it (none yet, or the last one ended)."""
+        return self.worker is None or self.worker.done()
+
+
 class Portal:
     def __init__(self, parts: "ChannelParts", channel: Channel, members: list[str]):
         self.parts = parts  # what it and its turns work with (parts.py)
@@ -44,10 +76,8 @@ class Portal:
         # the channel's members (agent names, in join order), kept here as the store has them:
         # every change goes through joined() / left(), which write the store first
         self.members: list[str] = list(members)
-        self.queue: list[Job] = []  # a heap: the oldest turn first, whichever path queued it
-        self.queued: set[str] = set()  # turn ids in the queue
-        self.worker: asyncio.Task | None = None
-        self.current = None  # the running turns.TurnRun, for !stop and redactions
+        self.lines: dict[str, Line] = {}  # conversation ("" the main timeline) → its queue and worker
+        self.runs: dict = {}  # conversation → its running turns.TurnRun, for !stop, 🛑, redactions
         self.waiting: set[str] = set()    # event ids of the messages queued or being answered
         self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
         self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}  # (agent, conversation)
@@ -55,6 +85,22 @@ class Portal:
     @property
     def room_id(self) -> str:
         return self.channel.room_id
+
+    @property
+    def current(self):
+        """The running turn of the main timeline, else the one started last in a thread (None
+        if none runs): for a caller that does not know the conversation. `runs` has them all."""
+        if "" in self.runs:
+            return self.runs[""]
+        return next(reversed(self.runs.values()), None)
+
+    def run_in(self, conversation: str):
+        """The turn running in `conversation`, or None."""
+        return self.runs.get(conversation)
+
+    def workers(self) -> list[asyncio.Task]:
+        """The workers still running (the bridge's stop cancels and awaits them)."""
+        return [line.worker for line in self.lines.values() if line.worker is not None and not line.worker.done()]
 
     def member_names(self) -> list[str]:
         """The members that are configured agents, in join order."""
@@ -124,7 +170,8 @@ class Portal:
                 log.info("session/%s of %s failed (%s); opening a new session",
                          "resume" if resume else "load", agent_name, exc)
             else:
-                await self.parts.settings.opened(self, agent_name, agent, member.session_id, new=False)
+                await self.parts.settings.opened(self, agent_name, agent, member.session_id, new=False,
+                                                   conversation=conversation)
                 return member.session_id, member.fresh, extra
         if member.session_id and not kept:
             log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
@@ -135,12 +182,14 @@ class Portal:
         await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where,
                              conversation=conversation)
         await db.sessions.used(self.channel.id, agent_name, conversation, session_id)  # for !sessions
-        await self.parts.settings.opened(self, agent_name, agent, session_id, new=True)
+        await self.parts.settings.opened(self, agent_name, agent, session_id, new=True,
+                                         conversation=conversation)
         return session_id, True, extra
 
-    async def add_agent(self, agent: str, announce: bool = False) -> bool:
+    async def add_agent(self, agent: str, announce: bool = False, relates_to: dict | None = None) -> bool:
         """Make `agent` a member: invite its puppet, which joins at once. False when it could
-        not join (no agent left in the room to invite it): the owners are told what to do."""
+        not join (no agent left in the room to invite it): the owners are told what to do.
+        The announcement goes where the turn that brings it runs (`relates_to`: its thread)."""
         parts = self.parts
         title = parts.config.agents[agent].title
         puppet = await parts.identities.puppet(agent)
@@ -148,7 +197,8 @@ class Portal:
         inviter = await parts.identities.puppet(others[0]) if others else parts.identities.bot
         await self.joined(agent)
         if announce and others:  # said by a member already in the room, never by the one not yet joined
-            await parts.notices.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter)
+            await parts.notices.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter,
+                                       relates_to=relates_to)
         await inviter.intent.invite(self.room_id, puppet.user_id)
         if await puppet.intent.join(self.room_id):
             parts.descriptions.member_joined(self.room_id, agent)
@@ -171,14 +221,20 @@ class Portal:
                    mention_ids: list[str], conversation: str = "") -> tuple[Route, tuple | None]:
         """Route a new owner message in its conversation and store it with its turns
         (store/turns.py), in one call on the database thread: (who answers, (message, turns)) —
-        None for the message when it was taken already (the homeserver sent it again)."""
+        None for the message when it was taken already (the homeserver sent it again). In a
+        channel that opens threads (`!threads on`) the turns of a main-timeline message someone
+        answers go into a thread under it: their conversation is the message's event id."""
         store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
         channel_id, run = self.channel.id, self.parts.run_id
 
         def work():
             decision = router(_last_speaker(store, channel_id, conversation))
             turns = [(t.agent, t.text, t.alone) for t in decision.turns]
-            return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run, conversation)
+            turns_in = conversation
+            if turns and conversation == MAIN and opens_threads(store.get_value(keys.threads(channel_id))):
+                turns_in = event_id
+            return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run, conversation,
+                                              turns_in)
         return await self.parts.db.run(work)
 
     def _router(self, body: str, formatted_body: str | None, mention_ids: list[str]):
@@ -195,19 +251,32 @@ class Portal:
         return decide
 
     def submit(self, turn: TurnRecord, incoming: Incoming) -> None:
-        """Queue a turn; one already queued is not queued again."""
-        if turn.id in self.queued:
+        """Queue a turn in its conversation; one already queued is not queued again. Each
+        conversation's worker runs its turns one at a time; conversations run side by side."""
+        conversation = getattr(turn, "conversation", "") or ""
+        line = self.lines.setdefault(conversation, Line())
+        if not line.push(Job(turn.id, turn, incoming)):
             return
-        self.queued.add(turn.id)
         self.waiting.add(incoming.event_id)
-        heapq.heappush(self.queue, Job(turn.id, turn, incoming))
         if self.parts.stopping.is_set():
             return  # taken, never started: the next start runs it (its record says taken)
-        if self.worker is None or self.worker.done():
-            self.worker = asyncio.create_task(self._work(), name=f"portal-{self.room_id}")
+        if line.idle():
+            name = f"portal-{self.room_id}" + (f"-{conversation}" if conversation else "")
+            line.worker = asyncio.create_task(self._work(line), name=name)
 
-    def pending(self) -> int:
-        return len(self.queue)
+    def pending(self, conversation: str | None = None) -> int:
+        """Turns queued, not yet begun: in `conversation`, or in all of them (None)."""
+        if conversation is not None:
+            line = self.lines.get(conversation)
+            return len(line.queue) if line is not None else 0
+        return sum(len(line.queue) for line in self.lines.values())
+
+    def clear(self) -> list:
+        """Forget every queued turn (the channel is deleted); the running turns, to cancel."""
+        for line in self.lines.values():
+            line.queue.clear()
+            line.queued.clear()
+        return list(self.runs.values())
 
     def withdraw(self, event_id: str) -> bool:
         """The owner redacted this message: no turn of it starts from now on. True if it was
@@ -217,11 +286,10 @@ class Portal:
         self.withdrawn.add(event_id)
         return True
 
-    async def _work(self) -> None:
+    async def _work(self, line: Line) -> None:
         await self.parts.recovered.wait()  # the turns an earlier run left come first
-        while self.queue and not self.parts.stopping.is_set():
-            job = heapq.heappop(self.queue)
-            self.queued.discard(job.turn_id)
+        while line.queue and not self.parts.stopping.is_set():
+            job = line.pop()
             incoming = job.incoming
             try:
                 if incoming.event_id in self.withdrawn:
@@ -232,7 +300,7 @@ class Portal:
                 raise  # quitting: the next start runs what did not begin (recovery)
             except Exception:
                 log.exception("answering %s in %s failed", incoming.event_id, self.room_id)
-            if not any(j.incoming.event_id == incoming.event_id for j in self.queue):
+            if not any(j.incoming.event_id == incoming.event_id for j in line.queue):
                 self.waiting.discard(incoming.event_id)
                 self.withdrawn.discard(incoming.event_id)
 
@@ -248,7 +316,8 @@ class Portal:
             if scheduled:  # its agent left the room: the schedule ends, nobody is invited back
                 await parts.scheduler.agent_gone(claimed)
                 return
-            if not await self.add_agent(claimed.agent, announce=True):
+            relation = relation_for(claimed.conversation, claimed.prompt_event)
+            if not await self.add_agent(claimed.agent, announce=True, relates_to=relation):
                 await parts.db.turns.end(claimed.id, DROPPED)
                 return
         if scheduled:  # one line says who scheduled what

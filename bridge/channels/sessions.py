@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from acp import AcpError
 
 from .command_parse import BadSessionArgs, resolve_agent, session_args
-from .conversations import relation_for
+from .conversations import Here, relation_for
 
 if TYPE_CHECKING:
     from acp import Pool
@@ -150,9 +150,10 @@ class SessionCommands:
     """`!sessions`, `!resume`, `!reset`, `!fork` in a channel's conversation. Everything they
     use comes with the portal (its parts): the pool, the store, notices, settings."""
 
-    async def command(self, portal: "Portal", name: str, args: tuple[str, ...], conversation: str,
-                      event_id: str | None) -> None:
-        relates = relation_for(conversation, event_id)
+    async def command(self, portal: "Portal", name: str, args: tuple[str, ...], here: Here = Here()) -> None:
+        """`!sessions`, `!resume`, `!reset`, `!fork`: on the sessions of the conversation they
+        were typed in (`here`: the main timeline or a thread), answered there."""
+        conversation, relates = here.conversation, here.relates_to
 
         async def say(text: str, puppet=None) -> None:
             await portal.parts.notices.notice(portal, text, puppet, relates_to=relates)
@@ -300,7 +301,7 @@ class SessionCommands:
                                    conversation=conversation)
         await parts.db.sessions.used(channel_id, agent_name, conversation, session_id,
                                      title=_live_title(agent, session_id))
-        await parts.settings.opened(portal, agent_name, agent, session_id, new=new)
+        await parts.settings.opened(portal, agent_name, agent, session_id, new=new, conversation=conversation)
         if left and left != session_id:
             await close_sessions(parts.pool, [(agent_name, left)])
 

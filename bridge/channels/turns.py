@@ -55,12 +55,12 @@ class Portal(Protocol):
     """The channel a turn runs in, as the turn sees it (portal.Portal runs it)."""
     parts: "ChannelParts"
     channel: "Channel"
-    current: "TurnRun | None"
+    runs: dict[str, "TurnRun"]  # conversation → its running turn
     room_id: str
 
     def member_names(self) -> list[str]: ...
 
-    def pending(self) -> int: ...
+    def pending(self, conversation: str | None = None) -> int: ...
 
     async def session_with(self, agent_name: str, agent: Any, also: Any = None,
                            conversation: str = "") -> tuple[str, bool, Any]: ...
@@ -95,8 +95,9 @@ class TurnRun:
     async def cancel(self) -> None:
         self.cancelled = True
         busy_in = self.portal.parts.channels.active_turns.get(self.agent_name)
-        if self.entering is not None and not self.entering.done() and busy_in not in (None, self.portal):
-            # still waiting for the agent's turn elsewhere: stop waiting (it never started here)
+        if self.entering is not None and not self.entering.done() and busy_in is not None:
+            # still waiting for the agent's turn elsewhere (another channel, or another
+            # conversation of this one): stop waiting (it never started here)
             self.entering.cancel()
             return
         if self.agent is not None and self.session_id is not None:
@@ -165,13 +166,18 @@ def unseen_lines(read: tuple[list, list] | None, agent: str, current_message_id:
             and (fresh or m.role != "agent" or m.sender != agent)][-limit:]
 
 
-def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = None) -> str:
-    """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts."""
+def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = None, here: Any = None) -> str:
+    """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts.
+    `here`: the waiting turn's portal — the agent may be answering in another conversation of
+    the same channel (a thread, or the main timeline: one prompt at a time per agent)."""
     from .places import place_of   # here: a DM is "your direct chat", not "#local"
     busy_in = channels.active_turns.get(agent)
     if busy_in is not None:
         if ahead is None:
             ahead = len(channels.waiting.get(agent, []))
+        if busy_in is here:  # another thread of this channel, or its main timeline
+            where = "answering in another conversation here"
+            return f"{where}; this one is next" if ahead == 0 else f"{where}; {ahead} more before this one"
         where = f"answering in {place_of(busy_in.channel)}"
         if ahead == 0:
             return f"{where}; this channel is next"
@@ -190,7 +196,7 @@ async def _leave_queue(channels: "Channels", pool, run: TurnRun) -> None:
         return
     queue.remove(run)
     for ahead, other in enumerate(queue):
-        await other.answer.waiting(waiting_note(channels, pool, run.agent_name, ahead))
+        await other.answer.waiting(waiting_note(channels, pool, run.agent_name, ahead, other.portal))
 
 
 async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -> None:
@@ -225,9 +231,9 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                       attachment_bytes=config.attachment_bytes, media_roots=partial(roots_for, config, turn.agent),
                       courtesy=channels.courtesy, note_tool_call=run.note_tool_call)
     # the note and the place in the queue are taken together (no await between)
-    note = waiting_note(channels, parts.pool, turn.agent)
+    note = waiting_note(channels, parts.pool, turn.agent, here=portal)
     channels.queue(turn.agent).append(run)
-    portal.current = run
+    portal.runs[record.conversation] = run
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
@@ -250,7 +256,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             showing.typing_after(posting)  # typing while the agent works
             # the member and what the agent has not seen: read together, in one database call
             session_id, fresh, context = await portal.session_with(
-                turn.agent, agent, context_reader(portal.channel.id, config.context_messages, portal.pending(),
+                turn.agent, agent, context_reader(portal.channel.id, config.context_messages, portal.pending(record.conversation),
                                                   record.conversation),
                 conversation=record.conversation)
             run.session_id = session_id
@@ -281,8 +287,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 # its record says "prompted" before the agent can have it (at most once), and the
                 # prompt is written the moment that is done
                 stop_reason = await agent.prompt(session_id, prompt, showing.on_update,
-                                                 partial(parts.permissions.ask, portal, puppet, **asked),
-                                                 partial(parts.questions.ask, portal, puppet, **asked),
+                                                 partial(parts.permissions.ask, portal, puppet, **asked, run=run),
+                                                 partial(parts.questions.ask, portal, puppet, **asked, run=run),
                                                  before_send=lambda: _prompting(run),
                                                  on_sent=lambda: journal.prompted(answer.event_ids))
             finally:
@@ -341,8 +347,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         if not journal.closed:
             _close_record(run, seen)
         await _leave_queue(channels, parts.pool, run)
-        if portal.current is run:
-            portal.current = None
+        if portal.runs.get(record.conversation) is run:
+            del portal.runs[record.conversation]
         if channels.active_turns.get(turn.agent) is portal:
             del channels.active_turns[turn.agent]
             parts.presence.answering(turn.agent, None)

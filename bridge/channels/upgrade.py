@@ -70,8 +70,9 @@ class RoomUpgrades:
         else:
             portal.channel = moved
             portals[replacement] = portal
-        if stale is not None and stale is not portal and stale.worker is not None:
-            stale.worker.cancel()
+        if stale is not None and stale is not portal:
+            for worker in stale.workers():  # each conversation's
+                worker.cancel()
         log.info("#%s moved from %s to %s (room upgrade)", moved.name, room_id, replacement)
         members = portal.member_names()
         for agent in members:

@@ -18,7 +18,7 @@ permission requests; what is here is what a question asks and how its answer rea
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from acp import ElicitationAnswer, ElicitationRequest
 from acp.elicitation import ACCEPT, CANCEL, DECLINE, parse_answer
@@ -44,9 +44,11 @@ class Questions:
         self.asks = Asks(config, notices, "question")
 
     async def ask(self, portal: "Portal", puppet: "Puppet", request: ElicitationRequest, *,
-                  conversation: str = "", asker: str | None = None) -> ElicitationAnswer | None:
+                  conversation: str = "", asker: str | None = None, run: Any = None) -> ElicitationAnswer | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
-        the turn's `conversation`; the answer, or None."""
+        the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.TurnRun;
+        None: the portal's current one)."""
+        run = run if run is not None else portal.current
         title = puppet.displayname
         shown = (render.url_consent(title, request) if request.mode == "url"
                  else render.elicitation(title, request))
@@ -58,13 +60,13 @@ class Questions:
         def stopped() -> str:
             # the agent withdrew it, or the turn was stopped (acp answers "decline" for us)
             return (render.elicitation_outcome(DECLINE) + " (the answer was stopped)"
-                    if getattr(portal.current, "cancelled", False) else WITHDRAWN)
+                    if getattr(run, "cancelled", False) else WITHDRAWN)
 
         # not posted: the owner cannot be asked
         return await self.asks.ask(portal, puppet, shown, f"❓ waiting for your answer to {title}'s question",
                                    answered, timed_out=(ElicitationAnswer(DECLINE), TIMED_OUT),
                                    stopped=stopped, unsent=ElicitationAnswer(CANCEL),
-                                   conversation=conversation, asker=asker)
+                                   conversation=conversation, asker=asker, run=run)
 
     async def _answer(self, ask: Ask, request: ElicitationRequest) -> ElicitationAnswer:
         while True:

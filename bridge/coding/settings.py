@@ -11,14 +11,21 @@ One entry point for each way in:
   `config_option_update`, `usage_update`, `session_info_update`: usage and title are stored;
   a mode, model or option the agent switched itself becomes the stored choice and is told in
   one line (a change to what the owner chose already is silent);
-* `command(portal, name, args)` — `!mode`, `!model`, `!config`, `!status` in a channel.
+* `command(portal, name, args, here)` — `!mode`, `!model`, `!config`, `!status` in a channel.
+  Typed in a thread (`here`), they act on the member's session of that thread (each
+  conversation has its own, SPEC §15) and answer in the thread.
 
-The store keeps choices with the membership (store/settings.py); the ACP side knows how to set
-each (acp/client.py: config options preferred, modes, the agents' `models` fallback).
+The store keeps choices with the membership (store/settings.py), one set per member whatever
+the conversation: a choice made in a thread is applied to that thread's session at once and to
+every session of the member opened or loaded after it. Usage and title are stored per member
+too (the last session that told them); `!status` in a thread shows its own session's when it
+runs. The ACP side knows how to set each (acp/client.py: config options preferred, modes, the
+agents' `models` fallback).
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from acp import AcpError, Choices, SessionState, Update
@@ -27,8 +34,10 @@ from store import StoreClosed, StoreError
 
 from ..channels.background import Background
 from ..channels.command_parse import describe_state, resolve_agent
+from ..channels.conversations import Here, relation_for
 from ..channels.places import place_of
 from ..channels.render import escape_html, sanitise
+from ..matrix.puppet import relating
 from . import render
 
 if TYPE_CHECKING:
@@ -86,20 +95,22 @@ class SessionSettings:
                  identities: "Identities", notices: "Notices", aliases: dict[str, str]):
         self.config, self.db, self.pool, self.channels = config, db, pool, channels
         self.identities, self.notices, self.aliases = identities, notices, aliases
-        self.where: dict[tuple[str, str], tuple[str, str]] = {}  # (agent, session) → (channel id, room)
+        # (agent, session) → (channel id, room, conversation)
+        self.where: dict[tuple[str, str], tuple[str, str, str]] = {}
         self.known: dict[tuple[str, str], dict[tuple[str, str], str]] = {}  # what was last seen
         self.tasks = Background(log)
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def opened(self, portal: "Portal", agent_name: str, agent, session_id: str, new: bool) -> None:
-        """A session of `agent_name` in `portal` was just opened or loaded: bring it to the
-        owner's choices, store what it offers. Never raises for a choice it cannot apply: one
-        line says so in the channel."""
+    async def opened(self, portal: "Portal", agent_name: str, agent, session_id: str, new: bool,
+                     conversation: str = "") -> None:
+        """A session of `agent_name` in `portal`'s `conversation` was just opened or loaded:
+        bring it to the owner's choices, store what it offers. Never raises for a choice it
+        cannot apply: one line says so in the conversation (a thread: in it)."""
         settings = self.db.settings
         channel_id = portal.channel.id
         key = (agent_name, session_id)
-        self.where[key] = (channel_id, portal.room_id)
+        self.where[key] = (channel_id, portal.room_id, conversation)
         if new:
             await settings.new_session(channel_id, agent_name)
         member = await settings.get(channel_id, agent_name)
@@ -112,7 +123,8 @@ class SessionSettings:
             title = self.config.agents[agent_name].title
             lines = [f"⚠️ {title}: {WORDS.get(s.kind, s.key)} {s.value} not applied: {s.reason}"
                      for s in applied.failed]
-            await self.notices.notice(portal, "\n".join(lines), await self.identities.puppet(agent_name))
+            await self.notices.notice(portal, "\n".join(lines), await self.identities.puppet(agent_name),
+                                      relates_to=relation_for(conversation))
 
     def _store_state(self, channel_id: str, agent_name: str, state: SessionState) -> None:
         """What the session offers, its usage and title: written on the database thread, in order."""
@@ -132,7 +144,7 @@ class SessionSettings:
         where = self.where.get((agent_name, session_id))
         if where is None:
             return  # a session not opened through a channel yet: opened() reads its state
-        channel_id, room_id = where
+        channel_id, room_id, conversation = where
         settings = self.db.target.settings
         if update.kind == "usage" and state.usage is not None:
             u = state.usage
@@ -153,16 +165,17 @@ class SessionSettings:
                 lines = self._switched(channel_id, agent_name, before, now, state)
                 settings.set_snapshot(channel_id, agent_name, snapshot)
                 return lines
-            self.tasks.start(self._switch_lines(room_id, agent_name, record), f"settings line in {room_id}")
+            self.tasks.start(self._switch_lines(room_id, agent_name, record, conversation),
+                             f"settings line in {room_id}")
 
-    async def _switch_lines(self, room_id: str, agent_name: str, record) -> None:
+    async def _switch_lines(self, room_id: str, agent_name: str, record, conversation: str = "") -> None:
         try:
             lines = await self.db.run(record)
         except (StoreClosed, StoreError) as exc:
             log.warning("settings of %s not stored: %s", agent_name, exc)
             return
         if lines:
-            await self._tell(room_id, agent_name, lines)
+            await self._tell(room_id, agent_name, lines, conversation)
 
     def _switched(self, channel_id: str, agent_name: str, before: dict, now: dict,
                   state: SessionState) -> list[str]:
@@ -185,8 +198,8 @@ class SessionSettings:
                                                choice_name(selector, value) or value, by_agent=True).body)
         return lines
 
-    async def _tell(self, room_id: str, agent_name: str, lines: list[str]) -> None:
-        puppet = await self.identities.puppet(agent_name)
+    async def _tell(self, room_id: str, agent_name: str, lines: list[str], conversation: str = "") -> None:
+        puppet = relating(await self.identities.puppet(agent_name), room_id, relation_for(conversation))
         await self.notices.send(puppet, room_id, "\n".join(lines))
 
     async def close(self) -> None:
@@ -194,27 +207,29 @@ class SessionSettings:
 
     # -- commands ----------------------------------------------------------------------------
 
-    async def command(self, portal: "Portal", name: str, args: tuple[str, ...]) -> None:
+    async def command(self, portal: "Portal", name: str, args: tuple[str, ...], here: Here = Here()) -> None:
         """`!mode [agent] [value]`, `!model [agent] [value]`, `!config [agent] [option] [value]`,
-        `!status`. In a channel with one agent the agent's name may be left out."""
+        `!status`. In a channel with one agent the agent's name may be left out. `here`: where
+        it was typed — it acts on the member's session of that conversation, answers there."""
         if name == "status":
-            await self._status(portal)
+            await self._status(portal, here)
             return
         members = portal.member_names()
         if not members:
-            await self.notices.notice(portal, "This channel has no agents.")
+            await self.notices.notice(portal, "This channel has no agents.", relates_to=here.relates_to)
             return
         words = list(args)
         agent = resolve_agent(words[0], self.aliases) if words else None
         if agent is not None and agent in members:
             words = words[1:]
         elif agent is not None:
-            await self.notices.notice(portal, f"{words[0]} is not in this channel.")
+            await self.notices.notice(portal, f"{words[0]} is not in this channel.", relates_to=here.relates_to)
             return
         elif len(members) == 1 or not words:
             agent = members[0] if len(members) == 1 else None
         else:
-            await self.notices.notice(portal, f"Which agent? e.g. !{name} {members[0]} {' '.join(words)}")
+            await self.notices.notice(portal, f"Which agent? e.g. !{name} {members[0]} {' '.join(words)}",
+                                      relates_to=here.relates_to)
             return
         targets = [agent] if agent is not None else members
         if name == CONFIG:
@@ -223,13 +238,13 @@ class SessionSettings:
         else:
             key, value = name, " ".join(words) or None
         if value is None:
-            await self._show(portal, targets, name, key)
+            await self._show(portal, targets, name, key, here)
         else:
-            await self._set(portal, targets[0], name, key, value)
+            await self._set(portal, targets[0], name, key, value, here)
 
-    async def _session(self, portal: "Portal", agent_name: str):
+    async def _session(self, portal: "Portal", agent_name: str, conversation: str = ""):
         agent = await self.pool.get(agent_name)
-        session_id, _ = await portal.session_for(agent_name, agent)
+        session_id, _ = await portal.session_for(agent_name, agent, conversation)
         return agent, session_id
 
     async def _offline_state(self, portal: "Portal", agent_name: str) -> SessionState | None:
@@ -250,22 +265,23 @@ class SessionSettings:
                 state.set_current(selector, value)
         return state
 
-    async def _state(self, portal: "Portal", agent_name: str) -> SessionState | None:
-        """The member's session as the running agent knows it, else its snapshot."""
-        member = await self.db.member(portal.channel.id, agent_name)
+    async def _state(self, portal: "Portal", agent_name: str, conversation: str = "") -> SessionState | None:
+        """The member's session of `conversation` as the running agent knows it, else the
+        member's snapshot."""
+        member = await self.db.member(portal.channel.id, agent_name, conversation)
         agent = self.pool.agent(agent_name)
         if member is not None and member.session_id and agent is not None and member.session_id in agent.sessions:
             return agent.state(member.session_id)
         return await self._offline_state(portal, agent_name)
 
-    async def _show(self, portal: "Portal", agents: list[str], name: str, key: str | None) -> None:
+    async def _show(self, portal: "Portal", agents: list[str], name: str, key: str | None, here: Here) -> None:
         parts = []
         for agent_name in agents:
             title = self.config.agents[agent_name].title
-            state = await self._state(portal, agent_name)
+            state = await self._state(portal, agent_name, here.conversation)
             if state is None:  # never opened here: open it to know
                 try:
-                    agent, session_id = await self._session(portal, agent_name)
+                    agent, session_id = await self._session(portal, agent_name, here.conversation)
                     state = agent.state(session_id)
                 except Exception as exc:
                     parts.append(plain(f"{title}: could not start ({exc})"))
@@ -273,7 +289,7 @@ class SessionSettings:
             parts.append(self._listing(title, state, name, key, agent_name))
         body = "\n\n".join(p.body for p in parts)
         html = "".join(p.html for p in parts)
-        await self.notices.send(await self._sender(portal, agents), portal.room_id, body, html)
+        await self.notices.send(await self._sender(portal, agents, here), portal.room_id, body, html)
 
     def _listing(self, title: str, state: SessionState, name: str, key: str | None,
                  agent_name: str) -> render.Rendered:
@@ -299,11 +315,12 @@ class SessionSettings:
             lines.append(f"· {option.id} ({option.name}): {option.current or '—'}  [{values}]")
         return plain(*lines)
 
-    async def _set(self, portal: "Portal", agent_name: str, name: str, key: str | None, value: str) -> None:
+    async def _set(self, portal: "Portal", agent_name: str, name: str, key: str | None, value: str,
+                   here: Here) -> None:
         title = self.config.agents[agent_name].title
-        puppet = await self.identities.puppet(agent_name)
+        puppet = relating(await self.identities.puppet(agent_name), portal.room_id, here.relates_to)
         try:
-            agent, session_id = await self._session(portal, agent_name)
+            agent, session_id = await self._session(portal, agent_name, here.conversation)
             kind = name if name != CONFIG else CONFIG
             old = agent.selector(session_id, kind, key if kind == CONFIG else None)
             if name == MODE:
@@ -325,7 +342,7 @@ class SessionSettings:
                                      choice_name(state.selector(selector.kind, option), chosen) or chosen)
         await self.notices.send(puppet, portal.room_id, line.body)
 
-    async def _status(self, portal: "Portal") -> None:
+    async def _status(self, portal: "Portal", here: Here) -> None:
         members = portal.member_names()
         lines = []
         for agent_name in members:
@@ -334,11 +351,18 @@ class SessionSettings:
             where = place_of(answering.channel) if answering is not None else None
             state_word = describe_state(self.pool.state(agent_name), where)
             if answering is portal:
-                state_word = "answering here"
+                state_word = answering_where(portal, agent_name, here.conversation)
             elif answering is not None:  # the room may hold others: it names no other room
                 state_word = "answering in another channel"
             settings = await self.db.settings.get(portal.channel.id, agent_name)
-            state = await self._state(portal, agent_name)
+            state = await self._state(portal, agent_name, here.conversation)
+            if state is not None and here.conversation and settings is not None:
+                # a thread's own session, when it runs, tells its own usage and title
+                used = state.usage
+                settings = replace(settings, title=state.title or settings.title,
+                                   **({} if used is None else
+                                      {"used": used.used, "size": used.size, "cost": used.cost,
+                                       "currency": used.currency}))
             mode = model = None
             if state is not None:
                 mode = choice_name(state.selector(MODE), state.mode)
@@ -349,8 +373,21 @@ class SessionSettings:
                 settings.cost if settings else None, settings.currency if settings else None,
                 (settings.title if settings else None) or (state.title if state else None)))
         shown = render.status(lines)
-        await self.notices.send(await self._sender(portal, members), portal.room_id,
-                                f"Status of #{portal.channel.name}:\n" + shown.body, shown.html)
+        where = " (this thread)" if here.conversation else ""
+        await self.notices.send(await self._sender(portal, members, here), portal.room_id,
+                                f"Status of #{portal.channel.name}{where}:\n" + shown.body, shown.html)
 
-    async def _sender(self, portal: "Portal", agents: list[str]):
-        return await self.identities.puppet(agents[0]) if agents else self.identities.bot
+    async def _sender(self, portal: "Portal", agents: list[str], here: Here = Here()):
+        sender = await self.identities.puppet(agents[0]) if agents else self.identities.bot
+        return relating(sender, portal.room_id, here.relates_to)
+
+
+def answering_where(portal: "Portal", agent_name: str, conversation: str) -> str:
+    """Where in this channel `agent_name` is answering, as `!status` typed in `conversation`
+    says it: here, in the main timeline, or in a thread."""
+    for where, run in getattr(portal, "runs", {}).items():
+        if run.agent_name == agent_name:
+            if where == conversation:
+                return "answering here"
+            return "answering in the main timeline" if where == "" else "answering in a thread here"
+    return "answering here"

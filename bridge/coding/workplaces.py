@@ -25,7 +25,7 @@ from acp import AcpError
 
 from ..channels.background import Background
 from ..channels.command_parse import CONFIRM, resolve_agent
-from ..channels.conversations import relation_for
+from ..channels.conversations import Here, relation_for
 from ..channels.places import place_of
 from . import worktrees as git
 from .places import Place, additional, base_dir, in_worktree, refusal, resolve, root_of
@@ -128,18 +128,22 @@ class WorkPlaces:
 
     # -- commands ---------------------------------------------------------------------------
 
-    async def command(self, portal: "Portal", name: str, args: tuple[str, ...]) -> None:
+    async def command(self, portal: "Portal", name: str, args: tuple[str, ...], here: Here = Here()) -> None:
+        """`!cwd`, `!worktrees`: answered where they were typed (`here`: the main timeline or a
+        thread)."""
+        async def say(text: str) -> None:
+            await self.notices.notice(portal, text, relates_to=here.relates_to)
         if name == "cwd":
-            await self._cwd(portal, list(args))
+            await self._cwd(portal, list(args), say)
         elif args and args[0].lower() == "remove":
-            await self._remove(portal, args[1:])
+            await self._remove(portal, args[1:], say)
         else:
-            await self._list(portal)
+            await say(listing(place_of(portal.channel), await self._shown(portal)))
 
     async def _say(self, portal: "Portal", text: str) -> None:
         await self.notices.notice(portal, text)
 
-    async def _cwd(self, portal: "Portal", words: list[str]) -> None:
+    async def _cwd(self, portal: "Portal", words: list[str], say) -> None:
         """`!cwd` shows each member's folder here; `!cwd [AGENT] PATH` moves one agent (named),
         or every member with folders to work in."""
         members = portal.member_names()
@@ -147,12 +151,12 @@ class WorkPlaces:
         if named is not None and named in members:
             targets, words = [named], words[1:]
         elif named is not None and len(words) == 1 and os.sep not in words[0]:
-            await self._say(portal, f"{words[0]} is not in this channel.")
+            await say(f"{words[0]} is not in this channel.")
             return
         else:
             targets = [m for m in members if self.config.agents[m].roots or self.config.agents[m].cwd]
         if not targets:
-            await self._say(portal, "No agent here works in a folder (agents.<name>.cwd or roots in the config).")
+            await say("No agent here works in a folder (agents.<name>.cwd or roots in the config).")
             return
         wanted = " ".join(words).strip()
         lines = []
@@ -172,7 +176,7 @@ class WorkPlaces:
             else:
                 await self.db.places.set_work_dir(portal.channel.id, agent_name, path)
                 lines.append(f"{agent.title} works in {path} here from its next new session.")
-        await self._say(portal, "\n".join(lines))
+        await say("\n".join(lines))
 
     async def _shown(self, portal: "Portal") -> list[Shown]:
         shown = []
@@ -186,39 +190,36 @@ class WorkPlaces:
                                record.branch, record.path, state))
         return shown
 
-    async def _list(self, portal: "Portal") -> None:
-        await self._say(portal, listing(place_of(portal.channel), await self._shown(portal)))
-
-    async def _remove(self, portal: "Portal", args: tuple[str, ...]) -> None:
+    async def _remove(self, portal: "Portal", args: tuple[str, ...], say) -> None:
         """`!worktrees remove N [confirm]`: only with `confirm`, only a clean tree (its branch stays)."""
         words = list(args)
         confirmed = bool(words) and words[-1].lower() == CONFIRM
         if confirmed:
             words = words[:-1]
         if len(words) != 1 or not words[0].isdigit():
-            await self._say(portal, "Say which: !worktrees remove N, with N from !worktrees.")
+            await say("Say which: !worktrees remove N, with N from !worktrees.")
             return
         number = int(words[0])
         record = next((r for r in await self.db.places.worktrees(portal.channel.id) if r.number == number), None)
         if record is None:
-            await self._say(portal, f"There is no worktree {number} here (see !worktrees).")
+            await say(f"There is no worktree {number} here (see !worktrees).")
             return
         status = await git.status(record.path)
         if status is not None and changes(status):
-            await self._say(portal, f"Worktree {number} ({record.path}) has {changes(status)} uncommitted "
+            await say(f"Worktree {number} ({record.path}) has {changes(status)} uncommitted "
                                     "changes: it stays. Commit or discard them first.")
             return
         if not confirmed:
-            await self._say(portal, f"This removes worktree {number} ({record.path}); its branch {record.branch} "
+            await say(f"This removes worktree {number} ({record.path}); its branch {record.branch} "
                                     f"stays. To do it, type: !worktrees remove {number} {CONFIRM}")
             return
         try:
             await git.remove(record.repo, record.path)
         except git.GitError as exc:
-            await self._say(portal, f"Worktree {number} stays: {exc}")
+            await say(f"Worktree {number} stays: {exc}")
             return
         await self.db.places.forget_worktree(portal.channel.id, number)
-        await self._say(portal, f"Removed worktree {number} ({record.path}); branch {record.branch} stays.")
+        await say(f"Removed worktree {number} ({record.path}); branch {record.branch} stays.")
 
     # -- a thread deleted -------------------------------------------------------------------
 

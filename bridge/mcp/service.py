@@ -223,7 +223,7 @@ class McpService:
     def _count(self, scope: Scope, room_id: str) -> str | None:
         """None if the call may go on (and it is counted), else why not."""
         portal = self.channels.portals.get(room_id)
-        current = portal.current if portal is not None else None
+        current = portal.runs.get(scope.conversation) if portal is not None else None  # its conversation's turn
         turn = current if current is not None and current.agent_name == scope.agent else None
         counted, calls = self._calls.get(scope, (None, 0))
         if counted is not turn:

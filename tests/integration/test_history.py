@@ -350,8 +350,9 @@ async def test_store_closed_under_a_running_answer_does_not_crash_the_bridge(
     # the answer still ends on Matrix; storing it raises StoreClosed, which is contained
     await wait_answers(owner, room_id, ALICE, done=lambda a: a["body"] == "echo: a long question")
     portal = running.bridge.portals[room_id]
-    await asyncio.wait_for(asyncio.shield(portal.worker), 60)
-    assert portal.worker.exception() is None and portal.current is None
+    worker = portal.lines[""].worker  # the main timeline's
+    await asyncio.wait_for(asyncio.shield(worker), 60)
+    assert worker.exception() is None and portal.current is None
     await running.stop()  # and stopping afterwards is clean
 
     # it was never stored: the next start says on Matrix that it was interrupted

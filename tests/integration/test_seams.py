@@ -201,10 +201,10 @@ async def test_commands_starts_agents_without_holding_up_other_events(homeserver
     release, entered = asyncio.Event(), []
     original = BotCommands._prepare
 
-    async def slow_prepare(self, portal, agent_name):
+    async def slow_prepare(self, portal, agent_name, conversation=""):
         entered.append(agent_name)
         await release.wait()  # an agent that takes its time to start
-        return await original(self, portal, agent_name)
+        return await original(self, portal, agent_name, conversation)
 
     monkeypatch.setattr(BotCommands, "_prepare", slow_prepare)
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent(), "bob": agent()})
@@ -330,7 +330,7 @@ async def test_a_stop_while_the_final_text_goes_out_lets_the_complete_answer_lan
         intent.edit = edit
         await say(owner, room, "complete me")
         await until(lambda: held)
-        worker = running.bridge.portals[room].worker
+        worker = running.bridge.portals[room].lines[""].worker  # the main timeline's
         stopping = asyncio.create_task(running.stop())
         await until(lambda: worker.cancelling())  # the stop has reached the turn
         release.set()

@@ -108,7 +108,7 @@ class Fixture:
     def handle(self, batch: list[dict]) -> None:
         async def run():
             await self.bridge.dispatcher.transaction(Transaction("fuzz", batch))
-            workers = [p.worker for p in self.bridge.portals.values() if p.worker is not None]
+            workers = [w for p in self.bridge.portals.values() for w in p.workers()]
             await asyncio.wait_for(asyncio.gather(*workers, return_exceptions=True), 30)
         self.loop.run_until_complete(run())
 

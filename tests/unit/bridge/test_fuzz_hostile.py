@@ -170,7 +170,7 @@ async def test_hostile_agents_and_strangers_crash_nothing_stall_nothing_and_leak
                 batch.extend(stranger_event(rng, n * 10 + i) for i in range(rng.randint(1, 4)))
             rng.shuffle(batch)
             await bridge.dispatcher.transaction(Transaction(f"fuzz{n}", batch))
-            workers = [p.worker for p in bridge.portals.values() if p.worker is not None]
+            workers = [w for p in bridge.portals.values() for w in p.workers()]
             await asyncio.wait_for(asyncio.gather(*workers, return_exceptions=True), 120)
     finally:
         watcher.cancel()

@@ -380,3 +380,31 @@ async def test_a_stopped_turn_declines_its_question_and_a_withdrawn_one_says_so(
     timed = Questions(SimpleNamespace(permission_timeout=0.05), s.notices)
     assert await timed.ask(s.portal, s.puppet, request) == ElicitationAnswer(DECLINE)
     assert s.intent.edits[-1][1]["body"].endswith("\n\n⏱ No answer: declined")
+
+
+async def test_closed_already_is_said_where_the_number_was_typed():
+    """A number typed in a thread, replying to a closed ask: the line goes into that thread
+    (SPEC §15), from the puppet of the turn running, or as a notice of the channel."""
+    from bridge.channels.conversations import relation_for
+    thread = relation_for("$root", "$typed")
+    s = scene()
+    s.asks.closed["$old"] = TIMED_OUT
+    sent: list = []
+
+    async def send(puppet, room_id, text, html=None):
+        sent.append((getattr(puppet.intent, "relates_to", None), text))
+    s.notices.send = send
+    portal = SimpleNamespace(current=SimpleNamespace(agent_name="alice"))
+    s.asks.channels = SimpleNamespace(portal_for=lambda room_id: _value(portal))
+    s.asks.identities = SimpleNamespace(puppet=lambda name: _value(s.puppet))
+    assert await s.asks.on_number(ROOM, "2", reply_to="$old", relates_to=thread) is True
+    assert sent == [(thread, f"That question is closed already: {TIMED_OUT}.")]
+    # no turn running: a notice of the channel, into the thread too
+    told: list = []
+
+    async def in_channel(room_id, members, text, puppet=None, relates_to=None):
+        told.append((relates_to, text))
+    s.notices.in_channel = in_channel
+    portal.current, portal.room_id, portal.member_names = None, ROOM, lambda: ["alice"]
+    assert await s.asks.on_number(ROOM, "1", reply_to="$old", relates_to=thread) is True
+    assert told == [(thread, f"That question is closed already: {TIMED_OUT}.")]

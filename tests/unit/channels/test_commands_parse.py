@@ -1,6 +1,8 @@
 """Bridge commands as text (bridge/channels/command_parse.py): no Matrix, no store."""
 from __future__ import annotations
 
+import pytest
+
 from bridge.channels.command_parse import (HELP, Command, describe_state, find_channels, format_commands,
                                   parse, resolve_agent, split_delete)
 from store import Channel
@@ -105,3 +107,19 @@ def test_the_help_names_the_session_commands():
     from bridge.channels.command_parse import CHANNEL_HELP
     for text in ("!sessions", "!resume", "!reset", "!fork"):
         assert text in HELP and text in CHANNEL_HELP, text
+
+
+def test_threads_switch_reads_on_off_or_nothing():
+    from bridge.channels.command_parse import opens_threads, threads_state, threads_switch
+    assert threads_switch(()) is None  # !threads alone: the setting is shown
+    assert threads_switch(("on",)) is True and threads_switch(("OFF",)) is False
+    for bad in (("maybe",), ("on", "off"), ("yes",)):
+        with pytest.raises(ValueError, match="Usage: !threads on"):
+            threads_switch(bad)
+    assert opens_threads("on") and not opens_threads(None) and not opens_threads("off")
+    assert threads_state(True).startswith("Threads are on") and threads_state(False).startswith("Threads are off")
+
+
+def test_help_names_threads():
+    from bridge.channels.command_parse import CHANNEL_HELP, HELP
+    assert "!threads on|off" in CHANNEL_HELP and "!threads [on|off]" in HELP

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from acp import SessionCapabilities, SessionInfo
+from bridge.channels.conversations import Here
 from bridge.channels.portal import Portal
 from bridge.channels.sessions import (Listed, SessionCommands, ago, close_sessions, format_sessions,
                                       iso_ms, merged, title_line)
@@ -118,7 +119,7 @@ async def scene():
         sent.append(content)
         return f"$root{len(sent)}"
 
-    async def opened(portal, agent_name, agent, session_id, new):
+    async def opened(portal, agent_name, agent, session_id, new, conversation=""):
         pass
 
     async def get(name):
@@ -143,7 +144,7 @@ async def scene():
 async def run(scene, line, conversation="", event_id="$cmd"):
     name, *args = line.lstrip("!").split()
     scene.said.clear()
-    await scene.commands.command(scene.portal, name, tuple(args), conversation, event_id)
+    await scene.commands.command(scene.portal, name, tuple(args), Here(conversation, event_id))
     return "\n".join(text for text, _ in scene.said)
 
 

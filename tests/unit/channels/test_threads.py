@@ -27,7 +27,7 @@ async def scene():
         store.add_member(channel.id, agent)
     opened: list[tuple[str, str, bool]] = []
 
-    async def settings_opened(portal, agent_name, agent, session_id, new):
+    async def settings_opened(portal, agent_name, agent, session_id, new, conversation=""):
         opened.append((agent_name, session_id, new))
     config = SimpleNamespace(agents={a: SimpleNamespace(cwd=None, title=a.title()) for a in AGENTS},
                              agent_for_user_id=lambda u: None)
@@ -146,3 +146,27 @@ async def test_each_member_has_its_own_session_per_conversation(scene):
     assert store.member(channel.id, "alice").session_id == "s1"
     assert [(name, new) for name, _, new in scene.opened] == [
         ("alice", True), ("alice", True), ("alice", True), ("alice", False), ("alice", False), ("alice", True)]
+
+
+async def test_a_channel_that_opens_threads_answers_a_top_level_message_in_a_thread_under_it(scene):
+    """`!threads on` (store/keys.py `threads`): a main-timeline message someone answers is stored
+    in the main timeline, its turns in the thread under it (its own event id); the thread's
+    last speaker is then that agent. A message nobody answers, or one in a thread, is as before."""
+    from store import keys
+    store, channel, portal = scene.store, scene.channel, scene.portal
+    store.set_value(keys.threads(channel.id), "on")
+    decision, (message, turns) = await portal.take("@me:hs", "@bob hi", "$q1", "@bob hi", None, [], "")
+    assert [t.agent for t in decision.turns] == ["bob"]
+    assert message.conversation == "" and [(t.agent, t.conversation) for t in turns] == [("bob", "$q1")]
+    assert await route(portal, "and then?", "$q1") == ["bob"]  # the new thread's last speaker
+    assert store.turns.last_live_agent(channel.id) is None  # the main timeline has no live turn
+    # nobody answers: no thread, and nothing is queued
+    decision, (message, turns) = await portal.take("@me:hs", "just a note", "$q2", "just a note", None, [], "")
+    assert decision.nobody and turns == [] and message.conversation == ""
+    # a message in a thread stays in its thread
+    decision, (message, turns) = await portal.take("@me:hs", "@alice there", "$q3", "@alice there", None, [], "$q1")
+    assert [(t.agent, t.conversation) for t in turns] == [("alice", "$q1")]
+    # off again: the main timeline
+    store.delete_value(keys.threads(channel.id))
+    decision, (message, turns) = await portal.take("@me:hs", "@bob back", "$q4", "@bob back", None, [], "")
+    assert [(t.agent, t.conversation) for t in turns] == [("bob", "")]

@@ -31,7 +31,7 @@ def service_of(bridge) -> McpService:
 
 
 def portal(room_id, channel_id):
-    return SimpleNamespace(room_id=room_id, channel=SimpleNamespace(id=channel_id), current=None)
+    return SimpleNamespace(room_id=room_id, channel=SimpleNamespace(id=channel_id), runs={})
 
 
 @pytest.fixture
@@ -82,11 +82,11 @@ async def test_calls_per_turn_are_capped_and_a_new_turn_starts_again(tmp_path, c
         room = portal("!here:hs", "c1")
         bridge.portals["!here:hs"] = room
         secret = service.servers_for(room, "alice")[0]["env"][1]["value"]
-        room.current = SimpleNamespace(agent_name="alice")
+        room.runs[""] = SimpleNamespace(agent_name="alice")
         assert [(await service.call(secret, "schedules", {}))[1] for _ in range(3)] == [False, False, True]
         text, _ = await service.call(secret, "schedules", {})
         assert "at most 2 tool calls per turn" in text
-        room.current = SimpleNamespace(agent_name="alice")  # the next turn
+        room.runs[""] = SimpleNamespace(agent_name="alice")  # the next turn
         assert (await service.call(secret, "schedules", {}))[1] is False
         assert len(calls) == 3
     finally:

@@ -342,14 +342,26 @@ class Agent:
             raise AcpError(f"{self.name} cannot load sessions (no loadSession capability)")
         self._loading.add(session_id)  # its replayed history is not for us
         try:
-            result = await self._call("session/load", {"sessionId": session_id, "cwd": self.working_dir(cwd),
-                                                       "mcpServers": list(mcp_servers or [])})
-        except RpcError as exc:
-            raise self._auth_error(exc) from None
+            await self._with_session("session/load", session_id, cwd, mcp_servers)
         finally:
             self._loading.discard(session_id)
-        self.sessions.add(session_id)
-        self.state(session_id).apply_result(result)
+
+    async def _with_session(self, method: str, session_id: str, cwd: str | None,
+                            mcp_servers: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """session/load, /resume or /fork of `session_id`: the session they give is ours from
+        now on (the one asked for; for a fork, the new one), its state from the result."""
+        try:
+            result = await self._call(method, {"sessionId": session_id, "cwd": self.working_dir(cwd),
+                                               "mcpServers": list(mcp_servers or [])})
+        except RpcError as exc:
+            raise self._auth_error(exc) from None
+        result = result if isinstance(result, dict) else {}
+        given = result.get("sessionId") if method == "session/fork" else session_id
+        if not isinstance(given, str) or not given:
+            raise AcpError(f"{self.name}: {method} returned no session id")
+        self.sessions.add(given)
+        self.state(given).apply_result(result)
+        return result
 
     def _need(self, capability: str, method: str) -> None:
         if not getattr(self.session_capabilities, capability):
@@ -384,30 +396,14 @@ class Agent:
                              mcp_servers: list[dict[str, Any]] | None = None) -> None:
         """session/resume: the session goes on, its history is not replayed."""
         self._need("resume", "session/resume")
-        try:
-            result = await self._call("session/resume", {"sessionId": session_id, "cwd": self.working_dir(cwd),
-                                                         "mcpServers": list(mcp_servers or [])})
-        except RpcError as exc:
-            raise self._auth_error(exc) from None
-        self.sessions.add(session_id)
-        self.state(session_id).apply_result(result)
+        await self._with_session("session/resume", session_id, cwd, mcp_servers)
 
     async def fork_session(self, session_id: str, cwd: str | None = None,
                            mcp_servers: list[dict[str, Any]] | None = None) -> str:
         """session/fork (unstable in ACP): a new session with a copy of this one's history;
         its id."""
         self._need("fork", "session/fork")
-        try:
-            result = await self._call("session/fork", {"sessionId": session_id, "cwd": self.working_dir(cwd),
-                                                       "mcpServers": list(mcp_servers or [])})
-        except RpcError as exc:
-            raise self._auth_error(exc) from None
-        forked = result.get("sessionId") if isinstance(result, dict) else None
-        if not isinstance(forked, str) or not forked:
-            raise AcpError(f"{self.name}: session/fork returned no session id")
-        self.sessions.add(forked)
-        self.state(forked).apply_result(result)
-        return forked
+        return (await self._with_session("session/fork", session_id, cwd, mcp_servers))["sessionId"]
 
     async def close_session(self, session_id: str) -> bool:
         """session/close where the agent announces it: it frees the session. False when it

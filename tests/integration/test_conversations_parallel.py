@@ -61,7 +61,7 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     quick = await say(owner, room_id, "@bob quick one", **in_thread(root2, root2))
     await sync_until(owner, lambda: (a := answer_to(owner, room_id, BOB, quick)) is not None and is_final(a),
                      timeout=60)
-    main = await say(owner, room_id, "@bob and in the main timeline?")
+    await say(owner, room_id, "@bob and in the main timeline?")
     bob = await answered(owner, room_id, BOB, 3)
     assert thread_of(bob[1]) == root2 and bob[1]["final"] == "echo: @bob quick one"
     assert thread_of(bob[2]) == "" and bob[2]["final"] == "echo: @bob and in the main timeline?"

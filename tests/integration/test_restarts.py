@@ -29,8 +29,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from bridge.channels.recovery import UNSURE_TEXT as UNSURE
 from bridge_harness import agent, answers_in, write_config
 from matrix_helpers import caught_up, events_in, private_homeserver, record_figures, sync_until

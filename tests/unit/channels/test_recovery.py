@@ -84,7 +84,7 @@ async def test_an_answer_whose_prompt_was_written_is_interrupted_once_and_never_
     store.turns.claim(turn.id, BEFORE)
     store.turns.prompted(turn.id, ["$answer"])
     for _ in range(2):  # a second start (say the first died right after the edit) does nothing more
-        done = await scene.recovery().start()
+        await scene.recovery().start()
     expected = "sk-interrupted-" + hashlib.sha256(b"$answer").hexdigest()[:32]
     assert [s[:3] for s in intent.sends] == [("edit", expected, "$answer")]
     assert "half an ans" in intent.sends[0][3] and "interrupted" in intent.sends[0][3]

@@ -5,7 +5,6 @@ and its removal only with `confirm` and only when clean."""
 from __future__ import annotations
 
 import os
-import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -21,18 +20,6 @@ class Notices:
 
     async def notice(self, portal, text, puppet=None, relates_to=None):
         self.said.append((text, relates_to))
-
-
-@pytest.fixture
-def repo(tmp_path):
-    top = tmp_path / "app"
-    (top / "src").mkdir(parents=True)
-    run = lambda *args: subprocess.run(["git", "-C", str(top), *args], check=True, capture_output=True)
-    run("init", "-q")
-    (top / "README").write_text("hello\n")
-    run("add", "README")
-    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    return top
 
 
 @pytest.fixture

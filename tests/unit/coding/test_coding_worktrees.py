@@ -1,23 +1,10 @@
 """Git for the threads' worktrees (coding/worktrees.py), on a real temporary repository: made
 on a new branch from HEAD (or the branch again), clean or dirty, removed only when clean."""
 import os
-import subprocess
 
 import pytest
 
 from bridge.coding import worktrees as git
-
-
-@pytest.fixture
-def repo(tmp_path):
-    top = tmp_path / "app"
-    (top / "src").mkdir(parents=True)
-    run = lambda *args: subprocess.run(["git", "-C", str(top), *args], check=True, capture_output=True)
-    run("init", "-q")
-    (top / "README").write_text("hello\n")
-    run("add", "README")
-    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    return top
 
 
 async def test_the_top_of_a_checkout_and_none_outside(repo, tmp_path):

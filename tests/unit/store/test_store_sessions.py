@@ -2,16 +2,6 @@
 (the agent's over the first prompt's line) and the last use; gone with the thread, the member,
 the channel."""
 
-import pytest
-
-
-@pytest.fixture
-def channel(store):
-    channel = store.create_channel("!room:hs", "general")
-    store.add_member(channel.id, "alice")
-    store.add_member(channel.id, "bob")
-    return channel
-
 
 def ids(records):
     return [r.session_id for r in records]

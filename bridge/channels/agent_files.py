@@ -2,7 +2,8 @@
 
 An agent is steered by untrusted text, so a `resource_link` to `file:///…` (and any later way an
 agent names a local file) is read only through `read_agent_file`: the file must be a regular file
-inside the agent's working directory once every link is resolved (`realpath`), never inside the
+inside the working directory of the agent's session (a thread's worktree, the channel's `!cwd`,
+else the configured cwd) once every link is resolved (`realpath`), never inside the
 bridge's own configuration or data folders (registration tokens, device keys, the owner's
 password), opened without following a link (`O_NOFOLLOW`) and without blocking (`O_NONBLOCK`: a
 FIFO never wedges the answer), checked with `fstat` (`S_ISREG`: no device, no FIFO, no socket),
@@ -34,8 +35,8 @@ class Refused:
 
 @dataclass(frozen=True)
 class FileRoots:
-    """Where an agent may post files from (`allowed`: its working directory, None when it has
-    none configured) and where never (`forbidden`: the bridge's config and data folders)."""
+    """Where an agent may post files from (`allowed`: the working directory of its session, None
+    when it has none) and where never (`forbidden`: the bridge's config and data folders)."""
     allowed: str | None
     forbidden: tuple[str, ...] = ()
     agent: str = ""
@@ -115,10 +116,12 @@ def read_agent_file(path: str | os.PathLike, allowed_root: str | os.PathLike | N
         os.close(fd)
 
 
-def roots_for(config, agent: str) -> FileRoots:
-    """The FileRoots of `agent` under `config` (config.model.Config)."""
+def roots_for(config, agent: str, session_cwd: str | None = None) -> FileRoots:
+    """The FileRoots of `agent` under `config` (config.model.Config): it may post from the
+    directory its session works in (`session_cwd`: a thread's worktree, the channel's `!cwd`),
+    else from its configured cwd. The bridge's own folders stay forbidden wherever it works."""
     agent_config = config.agents.get(agent)
-    cwd = agent_config.cwd if agent_config is not None else None
+    cwd = session_cwd or (agent_config.cwd if agent_config is not None else None)
     allowed = os.path.abspath(os.path.expanduser(cwd)) if cwd else None
     forbidden = [Path(config.path).parent, Path(config.data_dir), Path(config.registration_path).parent]
     homeserver_config = getattr(config, "homeserver_config", None)

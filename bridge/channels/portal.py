@@ -81,6 +81,8 @@ class Portal:
         self.waiting: set[str] = set()    # event ids of the messages queued or being answered
         self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
         self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}  # (agent, conversation)
+        # (agent, conversation) → the directory its session works in, as the last turn decided
+        self._session_dirs: dict[tuple[str, str], str | None] = {}
 
     @property
     def room_id(self) -> str:
@@ -134,6 +136,12 @@ class Portal:
         async with self.session_lock(agent_name, conversation):
             return await self._session_for(agent_name, agent, also, conversation)
 
+    def session_dir(self, agent_name: str, conversation: str = "") -> str | None:
+        """The directory the agent's session in `conversation` works in (a thread's worktree,
+        the channel's `!cwd`, the configured cwd), as its last opening decided; None before
+        one (or when it has none). Its files are the ones it may post (agent_files.py)."""
+        return self._session_dirs.get((agent_name, conversation))
+
     def session_lock(self, agent_name: str, conversation: str) -> asyncio.Lock:
         """Held while a member's session in a conversation is opened or changed (a turn, a
         command, `!resume`, `!reset`, `!fork`: sessions.py)."""
@@ -153,6 +161,7 @@ class Portal:
         place = await self.parts.places.where(self, agent_name, conversation)
         cwd = place.cwd
         where = agent.working_dir(cwd) if cwd else None  # none configured: wherever the bridge runs
+        self._session_dirs[(agent_name, conversation)] = where
         kept = member.session_id if session_fits(member.session_cwd, where) else None
         if kept and kept in agent.sessions:
             return member.session_id, member.fresh, extra

@@ -75,6 +75,7 @@ class TurnRun:
         self.answer = answer
         self.agent = None
         self.session_id: str | None = None
+        self.session_dir: str | None = None  # where its session works: the files it may post
         self.prompt_event_id: str | None = None
         self.cancelled = False
         self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
@@ -228,7 +229,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     run.prompt_event_id = incoming.event_id
     run.journal = journal
     showing = Showing(answer, work, puppet, portal.room_id, notices=parts.notices,
-                      attachment_bytes=config.attachment_bytes, media_roots=partial(roots_for, config, turn.agent),
+                      attachment_bytes=config.attachment_bytes, media_roots=lambda: roots_for(config, turn.agent, run.session_dir),
                       courtesy=channels.courtesy, note_tool_call=run.note_tool_call)
     # the note and the place in the queue are taken together (no await between)
     note = waiting_note(channels, parts.pool, turn.agent, here=portal)
@@ -260,6 +261,9 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                                                   record.conversation),
                 conversation=record.conversation)
             run.session_id = session_id
+            # its files are posted from where this session works (a thread's worktree, `!cwd`),
+            # read now: a later `!cwd` moves the next session, not this one
+            run.session_dir = portal.session_dir(turn.agent, record.conversation)
             record_use(portal, turn.agent, agent, record.conversation, session_id, turn.text)  # sessions.py
             if run.cancelled:
                 await _end(answer, "⏹ stopped")

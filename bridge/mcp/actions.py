@@ -67,17 +67,28 @@ async def history(means: Means, scope: Scope, limit: int, query: str | None) -> 
     return history_text(found, query)
 
 
-def _working_dir(means: Means, agent: str) -> str:
-    cwd = means.config.agents[agent].cwd
+async def _session_dir(means: Means, scope: Scope) -> str | None:
+    """The directory the caller's session works in, as stored with the member (a thread's
+    worktree, the channel's `!cwd`); None when none is stored (the configured cwd then)."""
+    store = means.db.target
+    member = await means.db.run(lambda: store.member(scope.channel_id, scope.agent, scope.conversation))
+    return member.session_cwd if member is not None else None
+
+
+def _working_dir(means: Means, agent: str, session_dir: str | None) -> str:
+    cwd = session_dir or means.config.agents[agent].cwd
     return os.path.abspath(os.path.expanduser(cwd)) if cwd else os.getcwd()
 
 
 async def send_file(means: Means, scope: Scope, path: str, caption: str | None) -> str:
-    """Through the one gate for files an agent hands the bridge (channels/agent_files.py)."""
+    """Through the one gate for files an agent hands the bridge (channels/agent_files.py), from
+    the directory its session works in (a relative path is read from there too)."""
     config = means.config
-    wanted = path if os.path.isabs(os.path.expanduser(path)) else os.path.join(_working_dir(means, scope.agent), path)
+    session_dir = await _session_dir(means, scope)
+    wanted = path if os.path.isabs(os.path.expanduser(path)) else os.path.join(
+        _working_dir(means, scope.agent, session_dir), path)
     wanted = os.path.expanduser(wanted)
-    roots = roots_for(config, scope.agent)
+    roots = roots_for(config, scope.agent, session_dir)
     read = await asyncio.to_thread(read_agent_file, wanted, roots.allowed, roots.forbidden, config.attachment_bytes)
     name = Path(wanted).name or "file"
     if isinstance(read, FileRefused):

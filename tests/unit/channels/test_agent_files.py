@@ -109,3 +109,30 @@ def test_roots_for_an_agent_forbid_the_config_data_and_registration_folders(tmp_
     assert roots.allowed == str(tmp_path / "work")
     assert set(roots.forbidden) == {str(tmp_path / "cfg"), str(tmp_path / "data"), str(tmp_path / "reg")}
     assert roots_for(config, "bob") == FileRoots(None, roots.forbidden, "bob")
+
+
+def test_roots_for_a_session_follow_the_directory_it_works_in(tmp_path):
+    """A session in a thread's worktree (or a `!cwd` folder) posts from there, not from the
+    configured cwd it does not work in; the bridge's own folders stay forbidden even inside it."""
+    work, tree = tmp_path / "work", tmp_path / "work.worktrees" / "t1"
+    (work / "data").mkdir(parents=True)
+    tree.mkdir(parents=True)
+    (work / "main.txt").write_text("main")
+    (tree / "mine.txt").write_text("mine")
+    (work / "data" / "keys").write_text("secret")
+    agents = {"alice": SimpleNamespace(cwd=str(work)), "bob": SimpleNamespace(cwd=None)}
+    config = SimpleNamespace(agents=agents, path=tmp_path / "cfg" / "config.yaml", data_dir=work / "data",
+                             registration_path=tmp_path / "reg" / "registration.yaml", homeserver_config=None)
+    in_tree = roots_for(config, "alice", str(tree))
+    assert in_tree.allowed == str(tree)
+    assert in_tree.forbidden == roots_for(config, "alice").forbidden
+    assert read_agent_file(tree / "mine.txt", in_tree.allowed, in_tree.forbidden, MIB) == b"mine"
+    assert "outside" in refused(read_agent_file(work / "main.txt", in_tree.allowed, in_tree.forbidden, MIB))
+    # a session in the main checkout still never posts the bridge's data folder inside it
+    in_work = roots_for(config, "alice", str(work))
+    assert "configuration or data" in refused(read_agent_file(work / "data" / "keys", in_work.allowed,
+                                                               in_work.forbidden, MIB))
+    # no session directory known: the configured cwd (none: nothing may be posted)
+    assert roots_for(config, "alice", None).allowed == str(work)
+    assert roots_for(config, "bob", str(tree)).allowed == str(tree)
+    assert roots_for(config, "bob", None).allowed is None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nio
 
+from bridge_harness import answers_in
 from matrix_helpers import events_in, sync_until
 
 ALICE, BOB, BOT = "@sk_alice:localhost", "@sk_bob:localhost", "@sidekicks:localhost"
@@ -70,3 +71,33 @@ async def say(client: nio.AsyncClient, room_id: str, text: str, html: str | None
 def is_final(answer: dict) -> bool:
     """An answer (as bridge_harness.answers_in gives it) that no longer shows a status line."""
     return not answer["body"].startswith(STATUS) and "getting ready" not in answer["body"]
+
+
+# ---- threads (SPEC §15) ----
+
+def in_thread(root: str, latest: str) -> dict:
+    """The content fields of a thread message as Element sends it."""
+    return {"m.relates_to": {"rel_type": "m.thread", "event_id": root, "is_falling_back": True,
+                             "m.in_reply_to": {"event_id": latest}}}
+
+
+def originals(owner, room_id, sender) -> list[dict]:
+    """`sender`'s messages as first sent (not edits), oldest first."""
+    return [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message" and e.get("sender") == sender
+            and (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"]
+
+
+def thread_of(event: dict) -> str:
+    relates = event["content"].get("m.relates_to") or {}
+    return relates.get("event_id", "") if relates.get("rel_type") == "m.thread" else ""
+
+
+async def answered(owner, room_id, sender, count) -> list[dict]:
+    """Once `sender` has `count` finished answers: each as first sent, its final body added."""
+    def done():
+        answers = [a for a in answers_in(events_in(owner, room_id), sender) if a["msgtype"] != "m.notice"]
+        return len(answers) >= count and all(is_final(a) for a in answers[:count])
+    await sync_until(owner, done, timeout=60)
+    final = {a["event_id"]: a["body"] for a in answers_in(events_in(owner, room_id), sender)}
+    return [{**e, "final": final[e["event_id"]]} for e in originals(owner, room_id, sender)
+            if e["content"].get("msgtype") != "m.notice"]

@@ -10,10 +10,9 @@ at a time wherever it is (ADR §2): asked in a second thread, it answers there o
 from __future__ import annotations
 
 from bridge_harness import agent, answers_in
-from helpers import ALICE, BOB, is_final, prompts, say
+from helpers import ALICE, BOB, answered, in_thread, is_final, prompts, say, thread_of
 from matrix_helpers import events_in, sync_until
 from test_channels import group
-from test_threads import answered, in_thread, thread_of
 
 
 def two_agents(tmp_path):

@@ -12,9 +12,8 @@ import secrets
 import nio
 
 from bridge_harness import agent, answers_in
-from helpers import ALICE, prompts, received, say
+from helpers import ALICE, answered, in_thread, originals, prompts, received, say, thread_of
 from matrix_helpers import events_in, login, sync_until
-from test_threads import answered, in_thread, originals, thread_of
 
 
 async def second_owner(homeserver) -> nio.AsyncClient:

@@ -13,10 +13,9 @@ from __future__ import annotations
 import re
 
 from bridge_harness import agent, answers_in, wait_until
-from helpers import ALICE, BOB, is_final, open_dm, received, say
+from helpers import ALICE, BOB, in_thread, is_final, open_dm, received, say, thread_of
 from matrix_helpers import events_in, sync_until
 from test_channels import group
-from test_threads import in_thread, thread_of
 
 SESSIONS = ("--session-list", "--session-resume", "--session-fork", "--session-close")
 

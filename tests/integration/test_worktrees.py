@@ -23,12 +23,11 @@ from pathlib import Path
 import nio
 
 from bridge_harness import agent, answers_in, wait_until
-from helpers import ALICE, BOB, is_final, received, say
+from helpers import ALICE, BOB, answered, in_thread, is_final, received, say, thread_of
 from matrix_helpers import events_in, sync_until
 from test_channels import group
 from test_conversations_parallel import answer_to
 from test_matrix_mcp import mcp_agent
-from test_threads import answered, in_thread, thread_of
 
 
 def git(repo: Path, *args: str) -> str:

@@ -119,8 +119,10 @@ async def test_sessions_are_listed_resumed_reset_forked_and_closed(bridge_factor
     root = next(e for e in said_by_bridge(owner, room_id) if e["event_id"] not in before
                 and e["content"]["body"].startswith("Forked from"))
     assert root["sender"] == ALICE and thread_of(root) == ""
+    # the line is posted first, then the session forked: the fork is in the log once it is stored
+    await wait_until(lambda: (m := store.member(channel.id, "alice", root["event_id"])) is not None
+                     and m.session_id is not None, what="the forked session stored")
     assert [c["sessionId"] for c in calls(logs["alice"], "session/fork")] == [first_alice]
-    await wait_until(lambda: store.member(channel.id, "alice", root["event_id"]).session_id is not None)
     forked = store.member(channel.id, "alice", root["event_id"]).session_id
     # unaddressed in the new thread: alice (its root is hers), in the copy (two prompts copied)
     body = await answer(owner, room_id, ALICE, "[[session]]", thread=root["event_id"])

@@ -164,8 +164,7 @@ class Bridge:
                                        self.handle_user_query, db.txn_seen, db.mark_txn,
                                        self.dispatcher.refused,
                                        TransactionOrder(lambda: store.get_value(keys.TRANSACTION_ORDER),
-                                                        lambda value: db.soon(
-                                                            "the last transaction number",
+                                                        lambda value: db.thread.run(
                                                             lambda: store.set_value(keys.TRANSACTION_ORDER, value))),
                                        on_gap=self._retry_soon)
 

@@ -60,14 +60,16 @@ class Turns:
 
     def take(self, channel_id: str, sender: str, stored_text: str, event_id: str,
              turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "",
-             turns_in: str | None = None) -> tuple[Message, list[TurnRecord]] | None:
+             turns_in: str | None = None, claim_first: bool = False) -> tuple[Message, list[TurnRecord]] | None:
         """Store the owner message `event_id` in `conversation` and its turns ((agent, text,
         alone), in order) in `turns_in` (None: the same; a thread under the message itself when
         the channel opens threads, `!threads on`); None if that message is stored already (the
         homeserver sent it again). Either way the event is recorded as handled
-        (keys.handled_event), in the same transaction."""
+        (keys.handled_event), in the same transaction. With `claim_first` (its conversation has
+        nothing queued or running) the first turn is claimed for `run` in that transaction too:
+        its worker starts it without a write of its own (`claimed_in`)."""
         return self._store._run(_take, channel_id, sender, stored_text, event_id, turns, run, conversation,
-                                conversation if turns_in is None else turns_in)
+                                conversation if turns_in is None else turns_in, claim_first)
 
     def add(self, channel_id: str, prompt_event: str, message_id: str | None,
             turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "") -> list[TurnRecord]:
@@ -150,17 +152,25 @@ def _get(store: "Store", turn_id: str) -> TurnRecord | None:
     return _record(row) if row else None
 
 
+def claimed_in(turn: TurnRecord, run: str) -> bool:
+    """The turn was claimed for `run` when it was taken (`Turns.take(claim_first=True)`)."""
+    return turn.state == CLAIMED and turn.run == run and turn.attempt == 1
+
+
 def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id: str | None,
-                  turns: Iterable[tuple[str, str, bool]], run: str, conversation: str) -> list[TurnRecord]:
+                  turns: Iterable[tuple[str, str, bool]], run: str, conversation: str,
+                  claim_first: bool = False) -> list[TurnRecord]:
     T, now, made, agents = store._m.Turn, now_ms(), [], set()
     for agent, text, alone in turns:
         if agent in agents:
             continue
         agents.add(agent)
         turn_id = new_id()
+        claimed = claim_first and not made  # the first turn, when its worker is free to start it
         inserted = T.insert(id=turn_id, channel_id=channel_id, conversation=conversation,
                             prompt_event=prompt_event, agent=agent, message_id=message_id, text=text,
-                            alone=bool(alone), state=TAKEN, run=run, attempt=0, answer="[]",
+                            alone=bool(alone), state=CLAIMED if claimed else TAKEN, run=run,
+                            attempt=1 if claimed else 0, answer="[]",
                             updated=now).on_conflict_ignore().execute()
         if inserted:
             made.append(_get(store, turn_id))
@@ -168,7 +178,7 @@ def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id
 
 
 def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_id: str,
-          turns, run: str, conversation: str, turns_in: str):
+          turns, run: str, conversation: str, turns_in: str, claim_first: bool = False):
     with store._db.atomic():
         # the event counts as handled in the same transaction (the dispatcher's record of it,
         # keys.handled_event): one write fewer before its turns start
@@ -176,7 +186,7 @@ def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_
         if store._hot.by_event.rows(event_id=event_id):
             return None
         message = store._add_message(channel_id, sender, "user", stored_text, [event_id], conversation)
-        return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, turns_in)
+        return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, turns_in, claim_first)
 
 
 def _add(store: "Store", channel_id: str, prompt_event: str, message_id: str | None, turns, run: str,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from store import Channel, TurnRecord, keys
 from store.schedules import parse_run_key
-from store.turns import DROPPED
+from store.turns import DROPPED, claimed_in
 
 from ..matrix.media import restored
 from .command_parse import opens_threads
@@ -235,6 +235,9 @@ class Portal:
         answers go into a thread under it: their conversation is the message's event id."""
         store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
         channel_id, run = self.channel.id, self.parts.run_id
+        # a conversation with nothing queued or running starts the first turn at once: it is
+        # claimed in the same write (one database round trip fewer before the prompt)
+        free = {c for c in (conversation, event_id) if self._free(c)}
 
         def work():
             decision = router(_last_speaker(store, channel_id, conversation))
@@ -243,8 +246,14 @@ class Portal:
             if turns and conversation == MAIN and opens_threads(store.get_value(keys.threads(channel_id))):
                 turns_in = event_id
             return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run, conversation,
-                                              turns_in)
+                                              turns_in, claim_first=turns_in in free)
         return await self.parts.db.run(work)
+
+    def _free(self, conversation: str) -> bool:
+        """Nothing queued or running in `conversation`, and the bridge neither recovering nor stopping."""
+        parts, line = self.parts, self.lines.get(conversation)
+        return (parts.recovered.is_set() and not parts.stopping.is_set()
+                and (line is None or (line.idle() and not line.queue)))
 
     def _router(self, body: str, formatted_body: str | None, mention_ids: list[str]):
         """routing.route for this message, given the last speaker (pure: runs anywhere)."""
@@ -317,7 +326,8 @@ class Portal:
         """Claim the turn (store/turns.py: once per run, never after its prompt reached the agent)
         and run it; a mentioned agent that is not a member is invited first."""
         parts = self.parts
-        claimed = await parts.db.turns.claim(turn.id, parts.run_id)
+        # claimed when it was taken, or now (once per run, whichever path queued it)
+        claimed = turn if claimed_in(turn, parts.run_id) else await parts.db.turns.claim(turn.id, parts.run_id)
         if claimed is None:
             return  # started already (in this run, or begun in an earlier one) or over
         scheduled = parse_run_key(claimed.prompt_event) is not None  # a run of scheduled work

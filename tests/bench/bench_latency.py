@@ -1,9 +1,12 @@
 """Echo floor vs bridge (end to end), the bridge's own latencies, and streaming.
 
 One bridge (in process, probes installed) with two scripted agents: `echo` answers at once,
-`stream` answers 2,000 tokens (4 characters each) at 100 tokens/s. Floor and bridge take turns
-in blocks of BLOCK prompts, one at a time, so both see the same machine and the same Synapse,
-and neither side's after-work (receipts, typing) lands in the other's figures.
+`stream` answers 2,000 tokens (4 characters each) at 100 tokens/s. Three sides take turns in
+blocks of BLOCK prompts, one at a time, so all see the same machine and the same Synapse, and no
+side's after-work (receipts, typing) lands in another's figures: the floor, the floor declaring
+its mentions (`"m.mentions": {}`, as every message the bridge sends does, SPEC §4: Synapse
+validates that key at a cost of its own, ~3–4 ms here), and the bridge. The goal is judged
+against the floor that sends the same event; the ratio to the plain floor is shown beside it.
 """
 from __future__ import annotations
 
@@ -55,18 +58,22 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
     })
     out: dict = {}
     try:
-        floor_room = await owner.create_room(invite=[floor.bot])
-        await floor.join(floor_room)
-        await owner.wait_joined(floor_room, floor.bot)
+        floor_rooms = {}
+        for side in ("floor", "declaring"):
+            floor_rooms[side] = await owner.create_room(invite=[floor.bot])
+            await floor.join(floor_rooms[side])
+            await owner.wait_joined(floor_rooms[side], floor.bot)
+        floor.declaring.add(floor_rooms["declaring"])
         bridge_room = await _dm(owner, ECHO)
 
         sent: dict[str, tuple[float, float]] = {}  # token → (client sends, client sees the first answer)
 
-        async def floor_once(token: str) -> float:
-            start = len(owner.events.get(floor_room, []))
+        async def floor_once(token: str, side: str = "floor") -> float:
+            room = floor_rooms[side]
+            start = len(owner.events.get(room, []))
             t0 = now()
-            await owner.send_text(floor_room, token)
-            seen = await owner.wait_for(_first_from(owner, floor_room, floor.bot, start))
+            await owner.send_text(room, token)
+            seen = await owner.wait_for(_first_from(owner, room, floor.bot, start))
             sent[token] = (t0, seen)
             return seen - t0
 
@@ -84,28 +91,33 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
 
         for i in range(5):  # warm up: agent start, session/new, connection pools, caches
             await floor_once(f"bench-wf{i}")
+            await floor_once(f"bench-wd{i}", "declaring")
             await bridge_once(f"bench-wb{i}")
         probes.reset()
-        floor_t, first_t, text_t, final_t = [], [], [], []
-        # the two sides take turns in blocks (BLOCK rounds of one, then of the other, who goes
-        # first alternating): each side's own tail (the bridge's read receipt 0.2 s after an
-        # answer, its typing off) falls in its own block, not in the other side's measurement,
-        # and both see the homeserver as its state grows
+        floor_t, declaring_t, first_t, text_t, final_t = [], [], [], [], []
+        # the sides take turns in blocks (BLOCK rounds of one, then of the next, who goes first
+        # turning round): each side's own tail (the bridge's read receipt 0.2 s after an
+        # answer, its typing off) falls in its own block, not in another side's measurement,
+        # and all see the homeserver as its state grows
         block = max(1, min(BLOCK, rounds // 4))
+        order = ("floor", "declaring", "bridge")
         for b in range(0, rounds, block):
-            sides = ("floor", "bridge") if (b // block) % 2 == 0 else ("bridge", "floor")
-            for side in sides:
+            turn = (b // block) % len(order)
+            for side in order[turn:] + order[:turn]:
                 for i in range(b, min(b + block, rounds)):
                     if side == "floor":
                         floor_t.append(await floor_once(f"bench-f{i}"))
+                    elif side == "declaring":
+                        declaring_t.append(await floor_once(f"bench-d{i}", "declaring"))
                     else:
                         first, text, final = await bridge_once(f"bench-b{i}")
                         first_t.append(first)
                         text_t.append(text)
                         final_t.append(final)
-                    await asyncio.sleep(PAUSE)  # the same pause after each, on either side
+                    await asyncio.sleep(PAUSE)  # the same pause after each, on every side
         out["rounds"] = rounds
         out["floor"] = floor_t
+        out["floor_declaring"] = declaring_t
         out["bridge_first"] = first_t
         out["bridge_text"] = text_t
         out["bridge_final"] = final_t
@@ -165,14 +177,17 @@ BRIDGE_STEPS = ("client → transaction in", "transaction in → prompt written"
 def _steps(rounds: int, sent: dict, floor_stamps: dict, answers: list[dict]) -> dict[str, dict[str, list[float]]]:
     """Where each side's time goes, round by round (seconds): the client's stamps, the floor's,
     the bridge's probes. The bridge's answers are in the order of its rounds (one each)."""
-    floor: dict[str, list[float]] = {name: [] for name in FLOOR_STEPS}
+    floors: dict[str, dict[str, list[float]]] = {}
+    for side, prefix in (("floor", "bench-f"), ("floor declaring its mentions", "bench-d")):
+        steps = floors[side] = {name: [] for name in FLOOR_STEPS}
+        for i in range(rounds):
+            token = f"{prefix}{i}"
+            if token in sent and token in floor_stamps:
+                (t0, seen), (arrived, started, answered) = sent[token], floor_stamps[token]
+                for name, value in zip(FLOOR_STEPS, (arrived - t0, started - arrived, answered - started,
+                                                     seen - answered)):
+                    steps[name].append(value)
     bridge: dict[str, list[float]] = {name: [] for name in BRIDGE_STEPS}
-    for i in range(rounds):
-        token = f"bench-f{i}"
-        if token in sent and token in floor_stamps:
-            (t0, seen), (arrived, started, answered) = sent[token], floor_stamps[token]
-            for name, value in zip(FLOOR_STEPS, (arrived - t0, started - arrived, answered - started, seen - answered)):
-                floor[name].append(value)
     for i, record in enumerate(answers[:rounds]):
         token = f"bench-b{i}"
         if token not in sent or token not in probes.txn_entry or token not in probes.prompt_written \
@@ -184,7 +199,7 @@ def _steps(rounds: int, sent: dict, floor_stamps: dict, answers: list[dict]) -> 
                                               send_start - record["first_part"], send_end - send_start,
                                               seen - send_end)):
             bridge[name].append(value)
-    return {"floor": floor, "bridge": bridge}
+    return {**floors, "bridge": bridge}
 
 
 def notes(r: dict) -> list[str]:
@@ -203,21 +218,25 @@ def notes(r: dict) -> list[str]:
 
 def rows(r: dict) -> list[tuple]:
     ms = 1000
-    f50, f99 = p50(r["floor"]) * ms, p99(r["floor"]) * ms
+    f50, f99 = p50(r["floor_declaring"]) * ms, p99(r["floor_declaring"]) * ms  # the same event as the bridge's
+    p50_plain, p99_plain = p50(r["floor"]) * ms, p99(r["floor"]) * ms
     b50, b99 = p50(r["bridge_first"]) * ms, p99(r["bridge_first"]) * ms
     s = r["stream"]
     n = r["rounds"]
     return [
-        ("Echo floor", f"first answer event p50 (n={n})", f"{b50:.1f} ms", f"{f50:.1f} ms",
-         f"{b50 / f50:.2f}×", "≤ 1.10×", b50 / f50 <= 1.10),
-        ("Echo floor", f"first answer event p99 (n={n})", f"{b99:.1f} ms", f"{f99:.1f} ms",
-         f"{b99 / f99:.2f}×", "≤ 1.10×", b99 / f99 <= 1.10),
+        ("Echo floor", f"first answer event p50 (n={n}), vs the floor declaring its mentions", f"{b50:.1f} ms",
+         f"{f50:.1f} ms", f"{b50 / f50:.2f}×", "≤ 1.10×", b50 / f50 <= 1.10),
+        ("Echo floor", f"first answer event p99 (n={n}), vs the floor declaring its mentions", f"{b99:.1f} ms",
+         f"{f99:.1f} ms", f"{b99 / f99:.2f}×", "≤ 1.10×", b99 / f99 <= 1.10),
+        ("Echo floor", "first answer event p50 / p99, vs the plain floor (no m.mentions)",
+         f"{b50:.1f} / {b99:.1f} ms", f"{p50_plain:.1f} / {p99_plain:.1f} ms",
+         f"{b50 / p50_plain:.2f}× / {b99 / p99_plain:.2f}×", "(info)", None),
         ("Echo floor", "bridge: first answer text p50 / p99",
          f"{p50(r['bridge_text']) * ms:.1f} / {p99(r['bridge_text']) * ms:.1f} ms", f"{f50:.1f} / {f99:.1f} ms",
-         f"{p50(r['bridge_text']) / p50(r['floor']):.2f}×", "(info)", None),
+         f"{p50(r['bridge_text']) / p50(r['floor_declaring']):.2f}×", "(info)", None),
         ("Echo floor", "bridge: final text p50 / p99",
          f"{p50(r['bridge_final']) * ms:.1f} / {p99(r['bridge_final']) * ms:.1f} ms", f"{f50:.1f} / {f99:.1f} ms",
-         f"{p50(r['bridge_final']) / p50(r['floor']):.2f}×", "(info)", None),
+         f"{p50(r['bridge_final']) / p50(r['floor_declaring']):.2f}×", "(info)", None),
         ("In bridge", "transaction in → session/prompt written p50",
          f"{p50(r['txn_to_prompt']) * ms:.2f} ms", "", "", "≤ 5 ms", p50(r["txn_to_prompt"]) * ms <= 5),
         ("In bridge", "transaction in → session/prompt written p99",

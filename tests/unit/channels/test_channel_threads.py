@@ -3,16 +3,19 @@ own last speaker), what a turn in a thread reads (its root and its own messages)
 member's ACP session per conversation — with a real store, through the portal's calls."""
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 import pytest
 
 from acp import SessionCapabilities
 from bridge.channels.context import Line
+from bridge.channels import portal as portals
 from bridge.channels.portal import Portal
 from bridge.channels.turns import context_reader, unseen_lines
 from store import Store
 from store.offloop import OffLoop
+from store.turns import TAKEN, claimed_in
 
 from fake_places import ConfiguredPlaces
 
@@ -33,7 +36,9 @@ async def scene():
                              agent_for_user_id=lambda u: None)
     parts = SimpleNamespace(db=OffLoop(store), config=config, aliases={a: a for a in AGENTS}, run_id="run-1",
                             mcp_servers=lambda portal, name, agent, conversation: [],
-                            settings=SimpleNamespace(opened=settings_opened), places=ConfiguredPlaces(config))
+                            settings=SimpleNamespace(opened=settings_opened), places=ConfiguredPlaces(config),
+                            recovered=asyncio.Event(), stopping=asyncio.Event())
+    parts.recovered.set()
     portal = Portal(parts, channel, list(AGENTS))
     yield SimpleNamespace(store=store, channel=channel, portal=portal, opened=opened)
     store.close()
@@ -68,9 +73,24 @@ async def test_a_thread_message_is_taken_with_its_turns_in_the_thread(scene):
     decision, (message, turns) = await portal.take("@me:hs", "more please", "$t1", "more please", None, [], "$a1")
     assert [t.agent for t in decision.turns] == ["alice"]
     assert message.conversation == "$a1" and [(t.agent, t.conversation) for t in turns] == [("alice", "$a1")]
+    # nothing was queued or running in the thread: its turn is claimed in the same write
+    assert claimed_in(turns[0], "run-1")
     # a live turn counts at once: the next thread message goes to alice, the main timeline's is its own
     assert await route(portal, "and?", "$a1") == ["alice"]
     assert store.turns.last_live_agent(channel.id) is None
+
+
+async def test_a_turn_is_claimed_with_its_take_only_where_nothing_waits_before_it(scene):
+    store, channel, portal = scene.store, scene.channel, scene.portal
+    say(store, channel, "alice", "alice's answer", "$a1")
+    portal.lines["$a1"] = portals.Line(queue=[object()])  # a turn queued in that thread already
+    _, (_, (queued,)) = await portal.take("@me:hs", "more", "$t1", "more", None, [], "$a1")
+    assert queued.state == TAKEN  # its worker claims it when its turn comes
+    _, (_, (main,)) = await portal.take("@me:hs", "@bob hi", "$m1", "@bob hi", None, [], "")
+    assert claimed_in(main, "run-1")  # the main timeline has nothing waiting
+    scene.portal.parts.stopping.set()  # a stop: nothing is claimed that may not start
+    _, (_, (late,)) = await portal.take("@me:hs", "@bob again", "$m2", "@bob again", None, [], "")
+    assert late.state == TAKEN
 
 
 async def test_a_turn_in_a_thread_reads_its_root_and_its_own_messages(scene):

@@ -6,7 +6,7 @@ import pytest
 
 from store import keys
 
-from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, PROMPTED, PROMPTING, TAKEN
+from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, PROMPTED, PROMPTING, TAKEN, claimed_in
 
 RUN, NEXT = "run-1", "run-2"
 
@@ -50,6 +50,20 @@ def test_a_turn_is_claimed_once_per_run(store, channel):
     claimed = store.turns.claim(alice.id, RUN)
     assert claimed.state == CLAIMED and claimed.attempt == 1
     assert store.turns.claim(alice.id, RUN) is None  # this run has it already
+
+
+def test_a_take_for_a_free_conversation_claims_its_first_turn_in_the_same_write(store, channel):
+    # the worker of a conversation with nothing queued starts the first turn without a claim
+    # of its own; the other turns wait for theirs, and the claim still holds once per run
+    _, (alice, bob) = store.turns.take(channel.id, "@me:hs", "hi", "$m1",
+                                       [("alice", "hi", False), ("bob", "hi", False)], RUN, claim_first=True)
+    assert (alice.state, alice.run, alice.attempt) == (CLAIMED, RUN, 1) and claimed_in(alice, RUN)
+    assert bob.state == TAKEN and not claimed_in(bob, RUN)
+    assert store.turns.claim(alice.id, RUN) is None  # this run has it
+    assert store.turns.claim(bob.id, RUN).state == CLAIMED
+    # the run stops before it began: the next run claims it (a second attempt), as any claimed turn
+    assert not claimed_in(store.turns.get(alice.id), NEXT)
+    assert store.turns.claim(alice.id, NEXT).attempt == 2
 
 
 def test_a_later_run_claims_a_turn_that_had_not_begun_and_never_one_that_had(store, channel):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from store import StoreError, TurnRecord
 from store.ids import now_ms
@@ -42,16 +42,19 @@ RETRY_AFTER = 5.0     # seconds after the store failed
 
 
 class Scheduler:
-    def __init__(self, db: "OffLoop", channels: "Channels", identities: "Identities", run_id: str) -> None:
+    def __init__(self, db: "OffLoop", channels: "Channels", identities: "Identities", run_id: str,
+                 clock: Callable[[], int] = now_ms) -> None:
         self.db, self.channels, self.identities = db, channels, identities
         self.run_id = run_id  # the bridge's run: the runs it takes are marked with it
-        self.started_ms = now_ms()  # a run due before this was missed while the bridge was down
+        # what time it is (ms since the epoch): a test moves it on instead of waiting (`changed`)
+        self.clock = clock
+        self.started_ms = clock()  # a run due before this was missed while the bridge was down
         self.fired = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self.started_ms = now_ms()
+        self.started_ms = self.clock()
         self._task = asyncio.create_task(self._loop(), name="scheduler")
 
     async def stop(self) -> None:
@@ -70,7 +73,7 @@ class Scheduler:
             try:
                 await self.fire_due()
                 due = await self.db.schedules.next_due()
-                sleep = LONGEST_SLEEP if due is None else min(LONGEST_SLEEP, max(0.0, (due - now_ms()) / 1000))
+                sleep = LONGEST_SLEEP if due is None else min(LONGEST_SLEEP, max(0.0, (due - self.clock()) / 1000))
             except StoreError as exc:
                 log.info("scheduled work waits for the database: %s", exc)
                 sleep = RETRY_AFTER
@@ -85,7 +88,7 @@ class Scheduler:
     async def fire_due(self) -> int:
         """Take every run that is due; the number taken."""
         db, fired = self.db, 0
-        now = now_ms()
+        now = self.clock()
         for schedule in await db.schedules.due(now):
             try:
                 following = after_run(schedule.cron, schedule.due, now)

@@ -264,7 +264,6 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             # its files are posted from where this session works (a thread's worktree, `!cwd`),
             # read now: a later `!cwd` moves the next session, not this one
             run.session_dir = portal.session_dir(turn.agent, record.conversation)
-            record_use(portal, turn.agent, agent, record.conversation, session_id, turn.text)  # sessions.py
             if run.cancelled:
                 await _end(answer, "⏹ stopped")
                 journal.ended(ENDED, answer.event_ids, None)
@@ -294,7 +293,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                                                  partial(parts.permissions.ask, portal, puppet, **asked, run=run),
                                                  partial(parts.questions.ask, portal, puppet, **asked, run=run),
                                                  before_send=lambda: _prompting(run),
-                                                 on_sent=lambda: journal.prompted(answer.event_ids))
+                                                 on_sent=lambda: _prompted(run, turn.text))
             finally:
                 showing.prompted()
         await showing.work_shown()
@@ -377,6 +376,13 @@ async def _prompting(run: TurnRun) -> None:
     a prompt reaches its agent at most once, whenever the bridge is killed."""
     await run.journal.prompting(run.answer.event_ids)
     run.prompt_sent = True
+
+
+def _prompted(run: TurnRun, text: str) -> None:
+    """`session/prompt` was written: its record says so, and the session's last use is recorded
+    (sessions.py) — after the prompt, so that this write never keeps the prompt waiting."""
+    run.journal.prompted(run.answer.event_ids)
+    record_use(run.portal, run.agent_name, run.agent, run.conversation, run.session_id, text)
 
 
 def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:

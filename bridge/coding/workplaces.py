@@ -59,6 +59,10 @@ class WorkPlaces:
         self._making: dict[tuple[str, str, str], asyncio.Lock] = {}  # (channel, thread, checkout)
         self.tasks = Background(log)  # what a redaction starts: git runs after the transaction
         self._tops: dict[str, str] = {}  # a folder → the top of the checkout it lies in
+        # (channel, agent) → the folder `!cwd` chose (None: none), as stored: read once, then
+        # kept here as this object writes it (`!cwd` is its only writer) — a turn reads it
+        # before its prompt, and a round trip to the database thread costs about a millisecond
+        self._chosen: dict[tuple[str, str], str | None] = {}
 
     async def close(self) -> None:
         await self.tasks.close()
@@ -69,7 +73,7 @@ class WorkPlaces:
         """The working directory (and additional roots) of `agent_name`'s next new session in
         this conversation of the channel."""
         agent = self.config.agents[agent_name]
-        chosen = await self.db.places.work_dir(portal.channel.id, agent_name)
+        chosen = await self._work_dir(portal.channel.id, agent_name)
         if chosen is not None and (not os.path.isdir(chosen) or root_of(chosen, agent.roots) is None):
             chosen = None  # gone since, or no longer in the configured roots: as configured
         base = base_dir(agent.cwd, chosen)
@@ -79,6 +83,12 @@ class WorkPlaces:
         if agent.worktrees and conversation:
             cwd = await self._thread_dir(portal, agent_name, base, conversation)
         return Place(cwd, additional(cwd, agent.roots, base))
+
+    async def _work_dir(self, channel_id: str, agent_name: str) -> str | None:
+        key = (channel_id, agent_name)
+        if key not in self._chosen:
+            self._chosen[key] = await self.db.places.work_dir(channel_id, agent_name)
+        return self._chosen[key]
 
     async def _thread_dir(self, portal: "Portal", agent_name: str, base: str, conversation: str) -> str:
         top = self._tops.get(base) or await git.top(base)
@@ -162,7 +172,7 @@ class WorkPlaces:
         lines = []
         for agent_name in targets:
             agent = self.config.agents[agent_name]
-            chosen = await self.db.places.work_dir(portal.channel.id, agent_name)
+            chosen = await self._work_dir(portal.channel.id, agent_name)
             current = base_dir(agent.cwd, chosen) or os.getcwd()
             if not wanted:
                 how = "chosen here with !cwd" if chosen else "as configured"
@@ -175,6 +185,7 @@ class WorkPlaces:
                 lines.append(f"{agent.title}: no folder {path}.")
             else:
                 await self.db.places.set_work_dir(portal.channel.id, agent_name, path)
+                self._chosen[(portal.channel.id, agent_name)] = path
                 lines.append(f"{agent.title} works in {path} here from its next new session.")
         await say("\n".join(lines))
 

@@ -16,6 +16,7 @@ import nio
 from bridge_harness import answers_in, wait_until
 from helpers import received, say
 from matrix_helpers import caught_up, events_in, sync_until
+from store.ids import now_ms
 
 MCP_AGENT = Path(__file__).resolve().parents[1] / "agents" / "mcp_agent.py"
 ALICE = "@sk_alice:localhost"
@@ -148,16 +149,25 @@ def runs(owner, room_id: str, prompt: str) -> list[str]:
     return [n for n in notices(owner, room_id) if n.startswith(f"⏰ alice scheduled: {prompt}")]
 
 
+def clock_moved_on(running, seconds: float) -> None:
+    """The bridge's scheduler sees the time `seconds` ahead from now on (its clock; nothing else's),
+    and looks at its schedules at once: a test need not wait for real time to pass."""
+    scheduler = running.bridge.scheduler
+    ahead = int(seconds * 1000)
+    scheduler.clock = lambda: now_ms() + ahead
+    scheduler.changed()
+
+
 async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": mcp_agent(log, tmp_path)})
     room = await channel_with_alice(owner, "later")
-    # due far enough ahead that both are still listed, and the second cancelled before its time,
-    # on a loaded machine (each ask is a turn: seconds each under a double load)
-    made = await ask(owner, room, '[[tool:schedule {"prompt": "time to stretch", "in_seconds": 15}]]',
+    # an hour ahead: still listed, and the second cancelled before its time, however slow the
+    # machine; then the scheduler's clock is moved on instead of waiting
+    made = await ask(owner, room, '[[tool:schedule {"prompt": "time to stretch", "in_seconds": 3600}]]',
                      "schedule")
     assert made.startswith("schedule: Scheduled as id 1"), made
-    cancelled = await ask(owner, room, '[[tool:schedule {"prompt": "never said", "in_seconds": 20}]]',
+    cancelled = await ask(owner, room, '[[tool:schedule {"prompt": "never said", "in_seconds": 3700}]]',
                           "schedule")
     assert "id 2" in cancelled
     listed = await ask(owner, room, "[[tool:schedules]]", "schedules")
@@ -165,7 +175,11 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
     gone = await ask(owner, room, '[[tool:cancel_schedule {"id": 2}]]', "cancel_schedule")
     assert gone.startswith("cancel_schedule: Cancelled schedule 2"), gone
     # a later one, as a barrier: once it has run, the cancelled one's time has long passed
-    await ask(owner, room, '[[tool:schedule {"prompt": "the barrier", "in_seconds": 22}]]', "schedule")
+    await ask(owner, room, '[[tool:schedule {"prompt": "the barrier", "in_seconds": 3800}]]', "schedule")
+    assert runs(owner, room, "time to stretch") == []  # not before its time
+    clock_moved_on(running, 3650)
+    await sync_until(owner, lambda: "echo: time to stretch" in answers(owner, room))
+    clock_moved_on(running, 3900)
     await sync_until(owner, lambda: "echo: the barrier" in answers(owner, room))
     await running.idle()
     await caught_up(owner, room)
@@ -323,7 +337,8 @@ async def test_a_run_whose_agent_left_the_room_is_dropped_and_its_schedule_cance
     channel_id = store.channel_by_room(room).id
     assert isinstance(await owner.room_kick(room, ALICE), nio.RoomKickResponse)
     await wait_until(lambda: store.member(channel_id, "alice") is None, what="alice is no member")
-    await wait_until(lambda: store.schedules.listed(channel_id) == [], timeout=90,
+    clock_moved_on(running, 61)  # past the next minute (no waiting for it)
+    await wait_until(lambda: store.schedules.listed(channel_id) == [], timeout=60,
                      what="the schedule is cancelled at its first run")
     await running.idle()
     await caught_up(owner, room)

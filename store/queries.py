@@ -5,6 +5,8 @@ from types import SimpleNamespace
 import peewee as pw
 
 from .compiled import Compiled
+from .turns import COLUMNS as TURN_COLUMNS
+from .turns import LIVE as LIVE_TURN_STATES
 
 MESSAGE_FIELDS = ("id", "channel_id", "sender", "role", "text", "event_ids", "created", "conversation")
 MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen", "session_cwd")
@@ -12,7 +14,7 @@ MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen", "ses
 
 def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
     C, M, E, T, V = m.Channel, m.Message, m.MessageEvent, m.Txn, m.Value
-    R, S = m.Member, m.ThreadSession
+    R, S, U = m.Member, m.ThreadSession, m.Turn
     columns = [getattr(M, name) for name in MESSAGE_FIELDS]
     member_columns = [getattr(R, name) for name in MEMBER_FIELDS]
 
@@ -124,4 +126,16 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
             "last_seen",
         ),
         get_value=Compiled(db, lambda key: V.select(V.value).where(V.key == key), "key"),
+        # a turn by its id, and the conversation's newest live turn's agent (routing's last
+        # speaker): read for every owner message before its prompt
+        turn=Compiled(db, lambda id: U.select(*(getattr(U, c) for c in TURN_COLUMNS)).where(U.id == id), "id"),
+        last_live_agent=Compiled(
+            db,
+            lambda channel_id, conversation: U.select(U.agent).where(
+                (U.channel_id == channel_id) & (U.conversation == conversation)
+                & U.state.in_(list(LIVE_TURN_STATES)) & (U.agent != "")
+            ).order_by(U.id.desc()).limit(1),
+            "channel_id",
+            "conversation",
+        ),
     )

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from . import keys
+from .compiled import Compiled
 from .ids import new_id, now_ms
 from .records import Message, TurnRecord
 
@@ -148,8 +149,8 @@ def _select(store: "Store"):
 
 
 def _get(store: "Store", turn_id: str) -> TurnRecord | None:
-    row = _select(store).where(store._m.Turn.id == turn_id).tuples().first()
-    return _record(row) if row else None
+    rows = store._hot.turn.rows(id=turn_id)
+    return _record(rows[0]) if rows else None
 
 
 def claimed_in(turn: TurnRecord, run: str) -> bool:
@@ -167,14 +168,12 @@ def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id
         agents.add(agent)
         turn_id = new_id()
         claimed = claim_first and not made  # the first turn, when its worker is free to start it
-        inserted = T.insert(id=turn_id, channel_id=channel_id, conversation=conversation,
-                            prompt_event=prompt_event, agent=agent, message_id=message_id, text=text,
-                            alone=bool(alone), state=CLAIMED if claimed else TAKEN, run=run,
-                            attempt=1 if claimed else 0, answer="[]",
-                            updated=now).on_conflict_ignore().execute()
-        if inserted:
-            made.append(_get(store, turn_id))
-    return [turn for turn in made if turn is not None]
+        row = dict(id=turn_id, channel_id=channel_id, conversation=conversation, prompt_event=prompt_event,
+                   agent=agent, message_id=message_id, text=text, alone=bool(alone),
+                   state=CLAIMED if claimed else TAKEN, run=run, attempt=1 if claimed else 0)
+        T.insert(**row, answer="[]", updated=now).execute()  # a new id: never there already
+        made.append(TurnRecord(**row, answer=(), final=None))  # as read back, without reading it
+    return made
 
 
 def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_id: str,
@@ -205,8 +204,17 @@ def _claim(store: "Store", turn_id: str, run: str) -> TurnRecord | None:
 
 
 def _set(store: "Store", turn_id: str, values: dict, states: Sequence[str]) -> None:
-    T = store._m.Turn
-    T.update(**values, updated=now_ms()).where((T.id == turn_id) & T.state.in_(list(states))).execute()
+    """A turn's step (prompting, prompted…): its SQL is written once per kind of step
+    (compiled.py) — the steps before a prompt are on every owner message's way."""
+    key = (tuple(values), tuple(states))
+    steps = store.__dict__.setdefault("_turn_steps", {})
+    step = steps.get(key)
+    if step is None:
+        T = store._m.Turn
+        step = steps[key] = Compiled(
+            store._db, lambda id, updated, **set_: T.update(**set_, updated=updated).where(
+                (T.id == id) & T.state.in_(list(states))), "id", "updated", *values)
+    step.run(id=turn_id, updated=now_ms(), **values)
 
 
 def _answered(store: "Store", turn_id: str, channel_id: str, agent: str, text: str, event_ids, seen_upto):
@@ -249,8 +257,5 @@ def _unfinished(store: "Store") -> list[TurnRecord]:
 
 
 def _last_live_agent(store: "Store", channel_id: str, conversation: str) -> str | None:
-    T = store._m.Turn
-    row = (T.select(T.agent).where((T.channel_id == channel_id) & (T.conversation == conversation)
-                                   & T.state.in_(list(LIVE)) & (T.agent != ""))
-           .order_by(T.id.desc()).limit(1).tuples().first())
-    return row[0] if row else None
+    rows = store._hot.last_live_agent.rows(channel_id=channel_id, conversation=conversation)
+    return rows[0][0] if rows else None

@@ -8,6 +8,7 @@ import functools
 import json
 import threading
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 
 import peewee as pw
@@ -21,7 +22,12 @@ from .locks import PgAdvisoryLock
 from .queries import hot_queries
 from .records import Channel, Member, Message
 from .resilience import Reconnector, diagnose
-from .turns import TERMINAL
+from .e2ee import E2ee
+from .places import Places
+from .schedules import Schedules
+from .sessions import Sessions
+from .settings import Settings
+from .turns import TERMINAL, Turns
 
 ROLES = ("user", "agent")
 
@@ -118,53 +124,35 @@ class Store:
                 if self._lock is not None:
                     self._lock.release()  # a file lock: only once the database is closed
 
-    @property
-    def settings(self):
+    @cached_property
+    def settings(self) -> Settings:
         """Each member's session settings (store/settings.py)."""
-        from .settings import Settings
-        if self.__dict__.get("_settings") is None:
-            self._settings = Settings(self)
-        return self._settings
+        return Settings(self)
 
-    @property
-    def turns(self):
+    @cached_property
+    def turns(self) -> Turns:
         """The turn records (store/turns.py)."""
-        from .turns import Turns
-        if self.__dict__.get("_turns") is None:
-            self._turns = Turns(self)
-        return self._turns
+        return Turns(self)
 
-    @property
-    def schedules(self):
+    @cached_property
+    def schedules(self) -> Schedules:
         """Work agents scheduled for later (store/schedules.py)."""
-        from .schedules import Schedules
-        if self.__dict__.get("_schedules") is None:
-            self._schedules = Schedules(self)
-        return self._schedules
+        return Schedules(self)
 
-    @property
-    def places(self):
+    @cached_property
+    def places(self) -> Places:
         """Where agents work: `!cwd` folders, the threads' worktrees (store/places.py)."""
-        from .places import Places
-        if self.__dict__.get("_places") is None:
-            self._places = Places(self)
-        return self._places
+        return Places(self)
 
-    @property
-    def sessions(self):
+    @cached_property
+    def sessions(self) -> Sessions:
         """The bridge's record of each member's sessions per conversation (store/sessions.py)."""
-        from .sessions import Sessions
-        if self.__dict__.get("_sessions") is None:
-            self._sessions = Sessions(self)
-        return self._sessions
+        return Sessions(self)
 
-    @property
-    def e2ee(self):
+    @cached_property
+    def e2ee(self) -> E2ee:
         """What the bridge's encryption keeps: events waiting for a key, encrypted rooms (store/e2ee.py)."""
-        from .e2ee import E2ee
-        if self.__dict__.get("_e2ee") is None:
-            self._e2ee = E2ee(self)
-        return self._e2ee
+        return E2ee(self)
 
     def _run(self, operation, *args, **kwargs):
         """Run `operation(self, ...)` as a store operation: for the store's other modules."""

@@ -1,15 +1,6 @@
 """Where agents work, in the store (store/places.py): a member's `!cwd` folder per channel, the
 threads' worktrees numbered per channel, one per thread and repository; both go with the channel."""
 
-import pytest
-
-
-@pytest.fixture
-def channel(store):
-    channel = store.create_channel("!room:hs", "general")
-    store.add_member(channel.id, "alice")
-    return channel
-
 
 def test_a_members_folder_is_kept_per_channel_and_can_be_forgotten(store, channel):
     other = store.create_channel("!other:hs", "other")

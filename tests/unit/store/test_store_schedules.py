@@ -9,13 +9,6 @@ from store.turns import TAKEN
 RUN = "run-1"
 
 
-@pytest.fixture
-def channel(store):
-    channel = store.create_channel("!room:hs", "general")
-    store.add_member(channel.id, "alice")
-    return channel
-
-
 def test_schedules_are_numbered_per_channel_and_listed_by_conversation(store, channel):
     other = store.create_channel("!other:hs", "other")
     first = store.schedules.add(channel.id, "", "alice", "stretch", due=1000, cron=None, most=5)

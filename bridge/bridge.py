@@ -53,7 +53,10 @@ from .channels.parts import ChannelParts
 log = logging.getLogger(__name__)
 
 STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes
-GAP_RETRY_AFTER = 0.05  # seconds after refusing a transaction for a gap before the ping
+# seconds after refusing a transaction for a gap before each ping, until a transaction comes
+# (the first as soon as the homeserver has its answer; later ones in case it had not started its
+# recovery yet, or its own retry never fires — seen with Synapse 1.163 after a restart)
+GAP_RETRY_AFTER = (0.05, 0.5, 2.0, 5.0, 10.0, 20.0, 40.0)
 
 
 def freeze_startup_objects() -> None:
@@ -283,10 +286,20 @@ class Bridge:
 
     def _retry_soon(self) -> None:
         """A transaction was refused for a gap (appservice.TransactionOrder): once the homeserver
-        has its answer, ping it, so it sends what is unsent now instead of after its backoff."""
+        has its answer, ping it, so it sends what is unsent now instead of after its backoff —
+        again and again (GAP_RETRY_AFTER) until a transaction comes: a ping made before the
+        homeserver started its recovery finds nothing to hurry, and Synapse 1.163 was seen, after
+        its own restart, never running the retry it had scheduled (a test waited 60 s for it)."""
+        if any(not task.done() for task in self._gap_pings):
+            return  # the pings of an earlier refusal go on
+
         async def later() -> None:
-            await asyncio.sleep(GAP_RETRY_AFTER)
-            await self._ping()
+            answered = self.server.acknowledged
+            for delay in GAP_RETRY_AFTER:
+                await asyncio.sleep(delay)
+                if self.server.acknowledged != answered:
+                    return  # the homeserver sends again
+                await self._ping()
         task = asyncio.ensure_future(later())
         self._gap_pings.add(task)
         task.add_done_callback(self._gap_pings.discard)

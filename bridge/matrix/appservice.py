@@ -262,6 +262,7 @@ class AppserviceServer:
         self._txn_lock = asyncio.Lock()  # one transaction at a time keeps events in order
         self._order = order or TransactionOrder()
         self._on_gap = on_gap  # a transaction was refused for a gap: ask for a retry at once
+        self.acknowledged = 0  # transactions answered 200 so far (the homeserver is sending)
         self.pinged = asyncio.Event()
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         for prefix in ("/_matrix/app/v1", ""):  # unprefixed paths: legacy homeservers
@@ -302,6 +303,7 @@ class AppserviceServer:
                     # handled before (a kill may have come before its number was kept)
                     self._order.handled(txn_id)
                     await self._order.kept()
+                    self.acknowledged += 1
                     return web.json_response({})
                 if not self._order.admit(txn_id):
                     await self._order.kept()  # since when the gap waits
@@ -313,6 +315,7 @@ class AppserviceServer:
                     await self._mark_txn(key)  # only a transaction handled in full is recorded
                 self._order.handled(txn_id)
                 await self._order.kept()  # acknowledged once its number is kept
+                self.acknowledged += 1
             except TransactionRefused as exc:
                 log.warning("%s: the homeserver will send it again", exc)
                 self._refused_because(transaction, exc.__cause__ or exc)

@@ -1,0 +1,41 @@
+"""After refusing a transaction for a gap, the bridge pings the homeserver until a transaction
+comes (bridge.py `_retry_soon`): a ping made before the homeserver started its recovery finds
+nothing to hurry, and Synapse 1.163 was seen never running the retry it had scheduled."""
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from bridge import bridge as bridge_module
+from bridge.bridge import Bridge
+
+
+def pinging(monkeypatch):
+    monkeypatch.setattr(bridge_module, "GAP_RETRY_AFTER", (0.01,) * 6)
+    bridge = Bridge.__new__(Bridge)  # only what the pings use
+    bridge._gap_pings = set()
+    bridge.server = SimpleNamespace(acknowledged=0)
+    pings = []
+
+    async def ping():
+        pings.append(bridge.server.acknowledged)
+        if len(pings) == 3:  # the third ping is the one the homeserver acts on
+            bridge.server.acknowledged += 1
+    bridge._ping = ping
+    return bridge, pings
+
+
+async def test_the_homeserver_is_pinged_again_until_a_transaction_comes(monkeypatch):
+    bridge, pings = pinging(monkeypatch)
+    bridge._retry_soon()
+    bridge._retry_soon()  # a second refusal meanwhile: the same pings go on, no second round
+    await asyncio.gather(*bridge._gap_pings)
+    assert pings == [0, 0, 0]  # and none after the homeserver sent again
+
+
+async def test_the_pings_stop_after_the_last_delay(monkeypatch):
+    bridge, pings = pinging(monkeypatch)
+    bridge._ping = lambda: pings.append("ping") or asyncio.sleep(0)  # the homeserver never sends
+    bridge._retry_soon()
+    await asyncio.gather(*bridge._gap_pings)
+    assert pings == ["ping"] * 6

@@ -23,6 +23,7 @@ from store import Store, keys, new_id
 from store.offloop import OffLoop
 
 from .matrix.appservice import AppserviceServer, TransactionOrder
+from .matrix.reachability import Reachability
 from .coding import render as coding_render
 from .coding.questions import Questions
 from .coding.work import Work
@@ -57,6 +58,9 @@ STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes
 # (the first as soon as the homeserver has its answer; later ones in case it had not started its
 # recovery yet, or its own retry never fires — seen with Synapse 1.163 after a restart)
 GAP_RETRY_AFTER = (0.05, 0.5, 2.0, 5.0, 10.0, 20.0, 40.0)
+# seconds before the homeserver's first failed request from which its channels' messages are read
+# back once it answers again (it may have taken a message and not handed it on before it went)
+CATCH_UP_BEFORE = 120.0
 
 
 def freeze_startup_objects() -> None:
@@ -89,6 +93,9 @@ class Bridge:
             self.aliases[name] = name
             self.aliases[f"{config.puppet_prefix}{name}"] = name
         self._gap_pings: set[asyncio.Task] = set()
+        # the homeserver answers again after failing: what it may have lost is read back
+        self.reachability = Reachability(self._back)
+        self._catching_up: set[asyncio.Task] = set()
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
         # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
         # appservice still answers while answers finish) is run by the next start (recovery)
@@ -167,14 +174,16 @@ class Bridge:
                                        self.handle_user_query, db.txn_seen, db.mark_txn,
                                        self.dispatcher.refused,
                                        TransactionOrder(lambda: store.get_value(keys.TRANSACTION_ORDER),
-                                                        lambda value: db.thread.run(
+                                                        lambda value: db.soon(
+                                                            "the last transaction number",
                                                             lambda: store.set_value(keys.TRANSACTION_ORDER, value))),
                                        on_gap=self._retry_soon)
 
     # ---- life cycle -------------------------------------------------------------------------
 
     async def start(self, progress=lambda text: None) -> None:
-        bot = self.identities.open(aiohttp.ClientSession())  # the HTTP session, and the bot
+        # the HTTP session (watched: the homeserver away and back, matrix/reachability.py), and the bot
+        bot = self.identities.open(aiohttp.ClientSession(trace_configs=[self.reachability.trace_config()]))
         await self.server.start(self.config.listen_host, self.config.listen_port)
         progress(f"appservice listening on {self.config.appservice_url}")
         await self._wait_for_homeserver(progress)
@@ -235,7 +244,8 @@ class Bridge:
             await self.settings.close()
             await self.places.close()
             await self.presence.stop()
-            later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings]  # replies, receipts on their way
+            later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings,
+                     *self._catching_up]  # replies, receipts on their way
             for task in later:
                 task.cancel()
             await asyncio.gather(*later, return_exceptions=True)
@@ -303,6 +313,21 @@ class Bridge:
         task = asyncio.ensure_future(later())
         self._gap_pings.add(task)
         task.add_done_callback(self._gap_pings.discard)
+
+    def _back(self, since: float) -> None:
+        """The homeserver answers again; it failed from `since` (matrix/reachability.py). Its
+        channels' messages from shortly before are read back (inbound.catch_up_since)."""
+        if self.stopping.is_set():
+            return
+        log.info("the homeserver answers again (away for %.1f s): reading back what it may have lost",
+                 time.time() - since)
+
+        async def catch_up() -> None:
+            read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
+            log.info("read back %s channel(s) after the homeserver was away", read)
+        task = asyncio.ensure_future(catch_up())
+        self._catching_up.add(task)
+        task.add_done_callback(self._catching_up.discard)
 
     async def _ping(self) -> None:
         """Ask the homeserver to call us now: a backlog of transactions is retried at once."""

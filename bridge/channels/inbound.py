@@ -134,12 +134,14 @@ class Inbound:
             if portal is not None:
                 await portal.left(agent)
 
-    async def catch_up(self, puppet: "Puppet", room_id: str, since_event_id: str | None) -> None:
-        """Handle the owner's messages sent between the invite and the puppet's join.
+    async def catch_up(self, puppet: "Puppet", room_id: str, since_event_id: str | None,
+                       since_ms: int | None = None) -> None:
+        """Handle the owner's messages sent between the invite and the puppet's join (back to
+        `since_event_id`), or since `since_ms` (origin time; the homeserver was away).
 
         The homeserver only sends an appservice the events of rooms where one of its users has
         joined, so a message typed right after opening a DM would otherwise never arrive. They
-        go through the dispatcher like any other event.
+        go through the dispatcher like any other event (one it handled already is passed over).
         """
         status, body = await puppet.intent.request(
             "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit={CATCH_UP_LIMIT}")
@@ -149,11 +151,30 @@ class Inbound:
         for event in body.get("chunk") or []:
             if not isinstance(event, dict) or event.get("event_id") == since_event_id:
                 break
+            if since_ms is not None and not (isinstance(event.get("origin_server_ts"), int)
+                                             and event["origin_server_ts"] >= since_ms):
+                break
             if event.get("type") in ("m.room.message", "m.room.encrypted"):
                 missed.append(event)
         for event in reversed(missed):
             event.setdefault("room_id", room_id)
             await self.dispatcher.event(event)
+
+    async def catch_up_since(self, since_ms: int) -> int:
+        """The homeserver answers again after failing (matrix/reachability.py): every loaded
+        channel's messages since `since_ms` go through the dispatcher — a homeserver killed can
+        lose events before they reach the appservice. How many channels were read."""
+        read = 0
+        for room_id, portal in list(self.channels.portals.items()):
+            members = portal.member_names()
+            if not members:
+                continue
+            try:
+                await self.catch_up(await self.identities.puppet(members[0]), room_id, None, since_ms)
+                read += 1
+            except Exception as exc:  # the next room still gets its turn
+                log.warning("catching up %s after the homeserver was away: %s", room_id, exc)
+        return read
 
     async def say_encrypted(self, room_id: str) -> None:
         """Once per room and run: the bridge cannot read end-to-end encrypted rooms."""

@@ -85,20 +85,19 @@ class TransactionOrder:
     — and the check is disarmed. A gap still open PATIENCE seconds after it was first seen is let
     through. The last number handled (and since when a gap waits) is kept (`save`), so a gap
     across a restart of the bridge is seen too; a transaction acknowledged as seen counts as
-    handled (a kill may have come between recording it and keeping its number). `save` may
-    return an awaitable (a write on the database thread): the server awaits it (`kept`) before
-    acknowledging the transaction, so the homeserver never moves past a number a kill can lose
-    (a start that reads an older number would refuse the next transaction for a gap that is not
-    there, and rely on the homeserver's retry).
+    handled (a kill may have come between recording it and keeping its number). The number is
+    written without holding the homeserver's answer back: a kill -9 can lose the last one, and
+    the next start then refuses the homeserver's next transaction for a gap that is not there —
+    once, and the bridge pings until it comes again (bridge.py `_retry_soon`). Holding every
+    answer until the number was written kept the homeserver's next events in its memory longer
+    (behind the database thread's queue), where a kill -9 of the homeserver loses them.
     """
 
     PATIENCE = 10.0  # seconds a gap may hold the next transactions back (Synapse retries in 2)
 
     def __init__(self, load: Callable[[], str | None] = lambda: None,
-                 save: Callable[[str], Awaitable[None] | None] = lambda value: None,
-                 clock: Callable[[], float] = time.time):
+                 save: Callable[[str], None] = lambda value: None, clock: Callable[[], float] = time.time):
         self._save, self._clock = save, clock
-        self._writing: Awaitable[None] | None = None  # the last number's write, not yet awaited
         self.last: int | None = None
         self.armed = True  # a start: Synapse may be recovering this appservice
         self._refused: str | None = None  # the transaction refused for a gap, once
@@ -159,17 +158,7 @@ class TransactionOrder:
         if self._gap_since is not None:
             kept["gap_since"] = self._gap_since
         try:
-            self._writing = self._save(json.dumps(kept))
-        except Exception as exc:  # the store: the count in memory goes on
-            log.info("could not keep the last transaction number: %s", exc)
-
-    async def kept(self) -> None:
-        """Wait until the last number is written (when `save` gave something to wait for)."""
-        writing, self._writing = self._writing, None
-        if writing is None:
-            return
-        try:
-            await writing
+            self._save(json.dumps(kept))
         except Exception as exc:  # the store: the count in memory goes on
             log.info("could not keep the last transaction number: %s", exc)
 
@@ -302,11 +291,9 @@ class AppserviceServer:
                 if record and await self._txn_seen(key):
                     # handled before (a kill may have come before its number was kept)
                     self._order.handled(txn_id)
-                    await self._order.kept()
                     self.acknowledged += 1
                     return web.json_response({})
                 if not self._order.admit(txn_id):
-                    await self._order.kept()  # since when the gap waits
                     if self._on_gap is not None:
                         self._on_gap()
                     return _refused(f"transaction {txn_id} came after a gap: send any earlier one first")
@@ -314,7 +301,6 @@ class AppserviceServer:
                 if record:
                     await self._mark_txn(key)  # only a transaction handled in full is recorded
                 self._order.handled(txn_id)
-                await self._order.kept()  # acknowledged once its number is kept
                 self.acknowledged += 1
             except TransactionRefused as exc:
                 log.warning("%s: the homeserver will send it again", exc)

@@ -104,3 +104,52 @@ async def test_a_burst_of_messages_when_the_homeserver_is_killed_is_answered_onc
     finally:
         await owner.close()
         await running.stop()
+
+
+async def test_a_message_the_homeserver_never_handed_on_is_read_back_once_it_answers_again(private_hs, tmp_path):
+    """A killed Synapse can lose events for the appservice API: it moves the appservice's stream
+    position past the events it has queued in memory. To the bridge that is a message that never
+    arrives — here its transaction is dropped before the bridge handles it (acknowledged, as the
+    homeserver would count it). The homeserver then dies during an answer and comes back: the
+    bridge, seeing its requests fail and then answered, reads the channel back and answers the
+    lost message, once (matrix/reachability.py, inbound.catch_up_since)."""
+    hs = private_hs
+    log, release = tmp_path / "alice.log", tmp_path / "release"
+    running = await start_bridge(hs, tmp_path / "bridge", {"alice": agent("--log", str(log))})
+    owner = await login(hs, hs.owner_id, hs.owner_password)
+    server = running.bridge.server
+    handle = server._on_transaction
+
+    async def losing(transaction):
+        transaction.events[:] = [e for e in transaction.events
+                                 if (e.get("content") or {}).get("body") != "lost on the way"]
+        await handle(transaction)
+    try:
+        room_id = await open_dm(owner, PUPPET)
+        server._on_transaction = losing
+        sent = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "lost on the way"})
+        await running.deliveries.wait(sent.event_id)  # the homeserver is done with it
+        server._on_transaction = handle
+        await owner.room_send(room_id, "m.room.message", {
+            "msgtype": "m.text", "body": f"[[chunks:6]] [[hold:{release}]] keep going"})
+        await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), PUPPET)))
+        assert not any("lost on the way" in p["params"]["prompt"][0]["text"] for p in prompts(log))
+        await owner.close()
+        hs.server.kill()  # mid-answer: the bridge's next edits meet a dead homeserver
+        release.touch()
+        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
+                         what="the agent finished its answer while Synapse was dead")
+        await hs.server.start()
+        owner = await login(hs, hs.owner_id, hs.owner_password)
+        await sync_until(owner, lambda: any(a["body"] == "echo: lost on the way"
+                                            for a in answers_in(events_in(owner, room_id), PUPPET)))
+        await sync_until(owner, settled(owner, room_id, 2))
+        await running.idle()
+        bodies = [a["body"] for a in answers_in(events_in(owner, room_id), PUPPET)]
+        assert bodies.count("echo: lost on the way") == 1 and len(bodies) == 2, bodies
+        asked = [p for p in prompts(log) if "lost on the way" in p["params"]["prompt"][0]["text"].splitlines()[-1]]
+        assert len(asked) == 1
+    finally:
+        release.touch()
+        await owner.close()
+        await running.stop()

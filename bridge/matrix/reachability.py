@@ -1,0 +1,53 @@
+"""Whether the homeserver answers the bridge, and when it answers again after failing.
+
+A homeserver killed and started again can lose events the bridge never got: Synapse hands an
+appservice's events to an in-memory queue (and into transactions it may not send again until
+another failure) after moving its stream position past them, so a `kill -9` while owner messages
+wait in that queue loses them for the appservice API. The bridge sees the homeserver go: its own
+requests (streamed answers, typing, presence, receipts) fail to connect. When one is answered
+again, `on_back(since)` is told the time the first one failed, and the bridge reads the recent
+messages of its channels (channels/inbound.py `catch_up_since`): what it missed goes through the
+dispatcher like any event, once (events already handled are recognised by their id).
+
+One `aiohttp.TraceConfig` on the bridge's HTTP session watches every request to the homeserver.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+import aiohttp
+
+
+class Reachability:
+    def __init__(self, on_back: Callable[[float], None], clock: Callable[[], float] = time.time) -> None:
+        self._on_back, self._clock = on_back, clock
+        self.away_since: float | None = None  # when a request first failed, while none is answered
+
+    def failed(self) -> None:
+        if self.away_since is None:
+            self.away_since = self._clock()
+
+    def answered(self) -> None:
+        since, self.away_since = self.away_since, None
+        if since is not None:
+            self._on_back(since)
+
+    def trace_config(self) -> aiohttp.TraceConfig:
+        """For the bridge's `aiohttp.ClientSession(trace_configs=[...])`."""
+        config = aiohttp.TraceConfig()
+
+        async def on_end(session, context, params: aiohttp.TraceRequestEndParams) -> None:
+            if params.response.status in (502, 503, 504):  # a proxy in front of one that is not up
+                self.failed()
+            else:
+                self.answered()
+
+        async def on_exception(session, context, params: aiohttp.TraceRequestExceptionParams) -> None:
+            if isinstance(params.exception, (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError)):
+                self.failed()
+
+        config.on_request_end.append(on_end)
+        config.on_request_exception.append(on_exception)
+        return config

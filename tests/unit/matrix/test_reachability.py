@@ -1,0 +1,59 @@
+"""The homeserver away and back (matrix/reachability.py), seen through the bridge's HTTP session:
+a request that cannot connect marks it away; the next one answered tells `on_back` once, with
+the time of the first failure."""
+from __future__ import annotations
+
+import socket
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from bridge.matrix.reachability import Reachability
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_failed_connection_then_an_answer_tells_once_since_when():
+    backs, now = [], iter([100.0, 101.0, 102.0])
+    reach = Reachability(backs.append, clock=lambda: next(now))
+    async def ok(request):
+        return web.json_response({})
+    app = web.Application()
+    app.router.add_get("/ok", ok)
+    server = TestServer(app)
+    await server.start_server()
+    closed = f"http://127.0.0.1:{free_port()}/ok"
+    try:
+        async with aiohttp.ClientSession(trace_configs=[reach.trace_config()]) as session:
+            async with session.get(server.make_url("/ok")) as response:
+                assert response.status == 200
+            assert backs == [] and reach.away_since is None  # never away: nothing to tell
+            for _ in range(2):  # the homeserver is down: both fail, the first one counts
+                try:
+                    async with session.get(closed):
+                        pass
+                except aiohttp.ClientConnectionError:
+                    pass
+            assert reach.away_since == 100.0 and backs == []
+            async with session.get(server.make_url("/ok")) as response:
+                assert response.status == 200
+            assert backs == [100.0] and reach.away_since is None
+            async with session.get(server.make_url("/ok")):
+                pass
+            assert backs == [100.0]  # told once
+    finally:
+        await server.close()
+
+
+def test_away_is_told_once_from_the_first_failure():
+    backs = []
+    reach = Reachability(backs.append, clock=lambda: 5.0)
+    reach.failed()
+    reach.failed()
+    reach.answered()
+    assert backs == [5.0]

@@ -4,7 +4,7 @@ A homeserver killed and started again can lose events the bridge never got: Syna
 appservice's events to an in-memory queue (and into transactions it may not send again until
 another failure) after moving its stream position past them, so a `kill -9` while owner messages
 wait in that queue loses them for the appservice API. The bridge sees the homeserver go: its own
-requests (streamed answers, typing, presence, receipts) fail to connect. When one is answered
+requests (streamed answers, typing, presence, receipts) cannot connect. When one is answered
 again, `on_back(since)` is told the time the first one failed, and the bridge reads the recent
 messages of its channels (channels/inbound.py `catch_up_since`): what it missed goes through the
 dispatcher like any event, once (events already handled are recognised by their id).
@@ -13,7 +13,6 @@ One `aiohttp.TraceConfig` on the bridge's HTTP session watches every request to 
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Callable
 
@@ -45,7 +44,10 @@ class Reachability:
                 self.answered()
 
         async def on_exception(session, context, params: aiohttp.TraceRequestExceptionParams) -> None:
-            if isinstance(params.exception, (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError)):
+            # only a connection refused or unreachable: a keep-alive connection the homeserver
+            # closed under a request (ServerDisconnectedError) or a slow answer is not a
+            # homeserver gone — a killed one refuses the retries until it is back
+            if isinstance(params.exception, aiohttp.ClientConnectorError):
                 self.failed()
 
         config.on_request_end.append(on_end)

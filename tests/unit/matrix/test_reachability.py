@@ -1,8 +1,9 @@
 """The homeserver away and back (matrix/reachability.py), seen through the bridge's HTTP session:
-a request that cannot connect marks it away; the next one answered tells `on_back` once, with
-the time of the first failure."""
+a request that cannot connect marks it away (a connection closed under a request does not); the
+next one answered tells `on_back` once, with the time of the first failure."""
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import aiohttp
@@ -57,3 +58,29 @@ def test_away_is_told_once_from_the_first_failure():
     reach.failed()
     reach.answered()
     assert backs == [5.0]
+
+
+async def test_a_connection_closed_under_a_request_is_not_the_homeserver_gone():
+    # a keep-alive connection the homeserver closed as a request went out: it is up (the request
+    # is sent again); only a connection refused says it is gone
+    backs = []
+    reach = Reachability(backs.append, clock=lambda: 1.0)
+
+    async def hang_up(reader, writer):
+        await reader.readline()
+        writer.close()
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession(trace_configs=[reach.trace_config()]) as session:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/"):
+                    pass
+            except aiohttp.ServerDisconnectedError:
+                pass
+            else:
+                raise AssertionError("the stand-in answered")
+        assert reach.away_since is None and backs == []
+    finally:
+        server.close()
+        await server.wait_closed()

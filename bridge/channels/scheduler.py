@@ -68,6 +68,7 @@ class Scheduler:
         self._stopping = False
 
     def start(self) -> None:
+        self._stopping = False
         self.started_ms = self.clock()
         self._task = asyncio.create_task(self._loop(), name="scheduler")
 

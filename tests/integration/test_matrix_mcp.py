@@ -159,11 +159,11 @@ def runs(owner, room_id: str, prompt: str) -> list[str]:
 
 
 def approval_ask(owner, room_id: str, number: int, agent: str = "alice", user_id: str = ALICE) -> dict | None:
-    """The owner's ask to approve `agent`'s repeating schedule `number` ({event_id, body, …},
-    its edits applied), or None before it came."""
-    return next((m for m in answers_in(events_in(owner, room_id), user_id)
-                 if m["body"].startswith(f"🗓 {agent} asks to schedule work that repeats (schedule {number})")),
-                None)
+    """The owner's latest ask to approve `agent`'s repeating schedule `number` ({event_id, body,
+    …}, its edits applied), or None before it came."""
+    found = [m for m in answers_in(events_in(owner, room_id), user_id)
+             if m["body"].startswith(f"🗓 {agent} asks to schedule work that repeats (schedule {number})")]
+    return found[-1] if found else None
 
 
 async def approved(owner, room_id: str, running, number: int) -> None:
@@ -505,3 +505,35 @@ async def test_a_run_due_while_its_last_one_waits_is_skipped_and_unschedule_drop
     await sync_until(owner, lambda: any(a.startswith("echo:") and "still there?" in a for a in answers(owner, room)))
     await running.idle()
     assert "echo: every year" not in answers(owner, room) and framed(log, "every year") == []
+
+
+async def test_a_waiting_cron_is_asked_again_after_a_restart_and_its_approval_is_kept(
+        bridge_factory, tmp_path, owner):
+    log = tmp_path / "alice.log"
+    agents = {"alice": mcp_agent(log, tmp_path)}
+    folder = tmp_path / "bridge"
+    running = await bridge_factory(agents, folder=folder)
+    room = await channel_with_alice(owner, "kept")
+
+    def asks() -> list[dict]:
+        return [m for m in answers_in(events_in(owner, room), ALICE)
+                if m["body"].startswith("🗓 alice asks to schedule work that repeats (schedule 1)")]
+    await ask(owner, room, '[[tool:schedule {"prompt": "after restarts", "cron": "0 3 1 1 *"}]]', "schedule")
+    await sync_until(owner, lambda: len(asks()) == 1)
+    await running.idle()
+    await running.stop()
+    # the stop ended the open ask, saying so; the next start asks again
+    await sync_until(owner, lambda: "⏹ Not answered before the bridge stopped" in asks()[0]["body"])
+    running = await bridge_factory(agents, folder=folder)
+    await sync_until(owner, lambda: len(asks()) == 2)
+    await approved(owner, room, running, 1)  # "1" answers the open ask, the new one
+    await running.stop()
+    running = await bridge_factory(agents, folder=folder)
+    channel_id = running.store.channel_by_room(room).id
+    (schedule,) = running.store.schedules.listed(channel_id)
+    assert schedule.state == "active" and schedule.approved is not None  # kept: not asked again
+    clock_moved_on(running, TWO_YEARS_AND_MORE)
+    await sync_until(owner, lambda: "echo: after restarts" in answers(owner, room))
+    await running.idle()
+    await caught_up(owner, room)
+    assert len(asks()) == 2 and len(framed(log, "after restarts")) == 1

@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from .schedule_args import clock
+from .schedule_times import when_text
 
 SHOWN_CHARS = 300  # a prompt shown to the owner is cut here
 
@@ -88,6 +89,13 @@ def outcome_line(approved: bool, cron: str) -> str:
     return f"{APPROVED} {cron}" if approved else DECLINED
 
 
+def owner_when(state: str, due_ms: int | None, cron: str | None, tz: timezone | None = None) -> str:
+    """When a schedule runs, as `!schedules` tells the owner."""
+    if state == "waiting":
+        return f"waiting for your approval, on cron {cron}"
+    return when_text(due_ms, cron, tz)
+
+
 def agent_line(number: int, state: str, due_ms: int | None, cron: str | None, prompt: str,
                tz: timezone | None = None) -> str:
     """One schedule in the agent's `schedules()`: `state` is the store's (waiting, active,
@@ -96,8 +104,6 @@ def agent_line(number: int, state: str, due_ms: int | None, cron: str | None, pr
         when = f"waiting for the owner's approval, on cron {cron}; it does not run before"
     elif state == "declined":
         when = f"declined by the owner (on cron {cron}): removed, it never runs"
-    elif due_ms is None:
-        when = "not any more"
     else:
-        when = f"next at {clock(due_ms, tz)}" + (f", then on cron {cron}" if cron else "")
+        when = when_text(due_ms, cron, tz)
     return f"id {number} ({when}): {prompt}"

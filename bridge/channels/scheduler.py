@@ -32,10 +32,10 @@ from store.turns import DROPPED
 
 from ..matrix.puppet import relating
 from .conversations import relation_for
-from .incoming import Incoming
 from . import schedule_frames as frames
+from .incoming import Incoming
 from .schedule_args import BadArguments
-from .schedule_times import after_run, is_late, next_due, run_line, when_text
+from .schedule_times import after_run, is_late, next_due, run_line
 
 if TYPE_CHECKING:
     from store import ScheduleRecord
@@ -172,9 +172,11 @@ class Scheduler:
         """The owner approves or declines a repeating schedule, by the permission prompts' asks
         (a number, a keycap): approved, it runs from the next time its cron names; declined or
         unanswered, it is removed. Stopped (the bridge stops, `!unschedule`), it stays as it is."""
+        if schedule.agent not in self.identities.config.agents:
+            return  # an agent no longer configured: nothing of it runs
         try:
             portal, puppet = await self._where(schedule)
-            if portal is None or schedule.agent not in self.identities.config.agents:
+            if portal is None:
                 return
             first = next_due(schedule.cron or "", self.clock())
             shown = frames.approval_ask(schedule.agent, schedule.number, schedule.cron or "", first, schedule.prompt)
@@ -248,9 +250,8 @@ class Scheduler:
         listed = await self.db.schedules.listed(channel_id)
         if not listed:
             return "Nothing is scheduled here. Agents schedule work with their `schedule` tool."
-        lines = [f"{s.number}. {s.agent}, "
-                 f"{'waiting for your approval, on cron ' + (s.cron or '') if s.state == 'waiting' else when_text(s.due, s.cron)}: "
-                 f"{frames.shown(s.prompt)}" for s in listed]
+        lines = [f"{s.number}. {s.agent}, {frames.owner_when(s.state, s.due, s.cron)}: {frames.shown(s.prompt)}"
+                 for s in listed]
         return "Scheduled here:\n" + "\n".join(lines) + "\n!unschedule N cancels one."
 
 

@@ -69,3 +69,8 @@ def test_the_agents_own_list_says_waiting_declined_or_when():
 def test_the_outcome_names_the_cron_approved():
     assert frames.outcome_line(True, "0 9 * * *") == "✅ Approved: it runs on its cron 0 9 * * *"
     assert frames.outcome_line(False, "0 9 * * *") == frames.DECLINED
+
+
+def test_the_owners_list_says_which_wait_for_approval():
+    assert frames.owner_when("waiting", DUE, "0 9 * * *", UTC) == "waiting for your approval, on cron 0 9 * * *"
+    assert frames.owner_when("active", DUE, "0 9 * * *", UTC) == "next at 2025-12-06 08:00:00 +0000, then on cron 0 9 * * *"

@@ -27,6 +27,8 @@ Versions:
    there as of the migration, untitled
 11. where agents work (store/places.py): `sk_work_dir`, the folder `!cwd` chose for a member of a
    channel; `sk_worktree`, the git worktrees made for threads
+12. `sk_schedule.approved`: when the owner approved a repeating schedule; an older store's
+   repeating schedules wait for that approval (state `waiting`) instead of running
 """
 
 from __future__ import annotations
@@ -174,6 +176,15 @@ def _add_places(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.WorkDir, m.Worktree], safe=True)
 
 
+def _add_schedule_approval(db: pw.Database, m: SimpleNamespace) -> None:
+    """`sk_schedule.approved`. The repeating schedules an older store holds were never approved
+    by the owner: they wait for it now (the bridge asks at its next start) instead of running."""
+    if not any(column.name == "approved" for column in db.get_columns("sk_schedule")):
+        db.execute_sql("ALTER TABLE sk_schedule ADD COLUMN approved BIGINT")
+    S = m.Schedule
+    S.update(state="waiting").where((S.state == "active") & S.cron.is_null(False) & S.approved.is_null()).execute()
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
@@ -186,6 +197,7 @@ STEPS = [
     (9, _add_conversations),
     (10, _add_sessions),
     (11, _add_places),
+    (12, _add_schedule_approval),
 ]
 LATEST = STEPS[-1][0]
 

@@ -64,8 +64,9 @@ class ScheduleRecord:
     prompt: str
     cron: str | None  # a cron expression, or None for a single run
     due: int | None  # the next run (ms since the epoch); None once over
-    state: str  # active | done | cancelled
+    state: str  # waiting (for the owner's approval) | active | declined | done | cancelled
     created: int
+    approved: int | None = None  # when the owner approved a repeating one (ms)
 
 
 @dataclass(frozen=True)

@@ -240,8 +240,9 @@ def build(db: pw.Database) -> SimpleNamespace:
         prompt = pw.TextField()
         cron = pw.TextField(null=True)  # a cron expression: runs again after each run
         due = pw.BigIntegerField(null=True, index=True)  # the next run (ms); NULL once over
-        state = pw.TextField(default="active")  # active | done | cancelled
+        state = pw.TextField(default="active")  # waiting | active | declined | done | cancelled
         created = pw.BigIntegerField()
+        approved = pw.BigIntegerField(null=True)  # when the owner approved a cron (ms); step 12
 
         class Meta:
             table_name = "sk_schedule"

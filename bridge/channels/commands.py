@@ -303,7 +303,8 @@ class BotCommands:
             await say(f"There is no !{command.name} here. {CHANNEL_HELP}")
 
     async def _unschedule(self, portal: "Portal", args: tuple[str, ...], say) -> None:
-        """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them)."""
+        """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them), a
+        waiting one's approval ask with it, and drop its runs still queued (not begun)."""
         from .schedule_args import BadArguments, schedule_number
         try:
             number = schedule_number(args[0] if len(args) == 1 else None)
@@ -314,8 +315,10 @@ class BotCommands:
         if cancelled is None:
             await say(f"There is no schedule {number} here (see !schedules).")
             return
-        self.scheduler.changed()
-        await say(f"Cancelled schedule {number} of {cancelled.agent}: {cancelled.prompt}")
+        record, dropped = cancelled
+        self.scheduler.changed(cancelled=record.id)
+        queued = f" ({dropped} queued run{'' if dropped == 1 else 's'} dropped)" if dropped else ""
+        await say(f"Cancelled schedule {number} of {record.agent}: {record.prompt}{queued}")
 
     async def _threads(self, portal: "Portal", args: tuple[str, ...], say) -> None:
         """`!threads on|off`: whether the channel opens a thread under each top-level message

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import quote
 
 from store.ids import now_ms
-from store.schedules import TooManySchedules
+from store.schedules import NotYours, TooManySchedules
 
 from ..channels.agent_files import Refused as FileRefused
 from ..channels.agent_files import read_agent_file, roots_for
 from ..channels.conversations import relation_for
+from ..channels.schedule_frames import agent_line
 from ..channels.schedule_times import first_due, when_text
 from ..matrix.media import MediaError, OutgoingMedia, mib, post
 from ..matrix.puppet import relating
@@ -48,11 +49,11 @@ class Scope:
 @dataclass(frozen=True)
 class Means:
     """What the tools act through: the store, the config, the puppets (each tool acts as the
-    caller's), and the scheduler's bell (a schedule added or cancelled)."""
+    caller's), and the scheduler's bell (a schedule added — given — or cancelled)."""
     db: "OffLoop"
     config: "Config"
     identities: "Identities"
-    schedules_changed: Callable[[], None]
+    schedules_changed: Callable[..., None]
 
 
 async def run(means: Means, scope: Scope, tool: str, args: dict[str, Any]) -> str:
@@ -121,30 +122,42 @@ async def react(means: Means, scope: Scope, event_id: str, key: str) -> str:
 
 async def schedule(means: Means, scope: Scope, prompt: str, in_seconds: float | None = None,
                    at: str | None = None, cron: str | None = None) -> str:
+    """A repeating schedule waits for the owner's approval (the scheduler asks in the room); a
+    single run is posted in the room with the command that cancels it."""
     due = first_due(now_ms(), in_seconds=in_seconds, at=at, cron=cron)
     try:
         made = await means.db.schedules.add(scope.channel_id, scope.conversation, scope.agent, prompt, due,
                                              cron.strip() if cron else None,
-                                             means.config.schedules_per_conversation)
+                                             means.config.schedules_per_conversation, waiting=cron is not None)
     except TooManySchedules as exc:
         raise Refused(f"not scheduled: {exc} (limits.schedules_per_conversation); cancel one first") from None
-    means.schedules_changed()
-    return f"Scheduled as id {made.number}: {when_text(made.due, made.cron)}."
+    means.schedules_changed(made)
+    if made.cron is not None:
+        return (f"Schedule id {made.number} (on cron {made.cron}) waits for the owner's approval, asked in "
+                "the room: it does not run before. `schedules` says whether it was approved or declined.")
+    return (f"Scheduled as id {made.number}: {when_text(made.due, made.cron)}. It was posted in the room "
+            f"with the command that cancels it (!unschedule {made.number}).")
 
 
 async def schedules(means: Means, scope: Scope) -> str:
-    listed = await means.db.schedules.listed(scope.channel_id, scope.conversation)
-    if not listed:
-        return "Nothing is scheduled in this conversation."
-    return "\n".join(f"id {s.number} ({s.agent}, {when_text(s.due, s.cron)}): {s.prompt}" for s in listed)
+    """The caller's own schedules in this conversation, and the ones the owner declined since
+    it last asked."""
+    declined = await means.db.schedules.declined_news(scope.channel_id, scope.conversation, scope.agent)
+    listed = await means.db.schedules.listed(scope.channel_id, scope.conversation, scope.agent)
+    lines = [agent_line(s.number, s.state, s.due, s.cron, s.prompt) for s in declined + listed]
+    return "\n".join(lines) if lines else "You have nothing scheduled in this conversation."
 
 
 async def cancel_schedule(means: Means, scope: Scope, id: int) -> str:
-    cancelled = await means.db.schedules.cancel(scope.channel_id, id, scope.conversation)
+    try:
+        cancelled = await means.db.schedules.cancel(scope.channel_id, id, scope.conversation, scope.agent)
+    except NotYours:
+        raise Refused(f"schedule {id} is another agent's: you see and cancel only your own (see `schedules`)") from None
     if cancelled is None:
-        raise Refused(f"there is no schedule {id} in this conversation (see `schedules`)")
-    means.schedules_changed()
-    return f"Cancelled schedule {id}: {cancelled.prompt}"
+        raise Refused(f"you have no schedule {id} in this conversation (see `schedules`)")
+    record, _ = cancelled
+    means.schedules_changed(None, record.id)
+    return f"Cancelled schedule {id}: {record.prompt}"
 
 
 _ACTIONS = {"history": history, "send_file": send_file, "react": react, "schedule": schedule,

@@ -50,16 +50,19 @@ TOOLS: tuple[Tool, ...] = (
     Tool("schedule", "Run `prompt` later as a turn of yours in this conversation: once after `in_seconds`, "
                      "once at `at` (ISO 8601; without an offset, the bridge's local time), or repeatedly on "
                      "`cron` (5 fields, the bridge's local time). Give exactly one of the three. Returns "
-                     "the schedule's id.",
+                     "the schedule's id. A single run is shown to the owner, who can cancel it; a repeating "
+                     "one runs only once the owner approves it in the room (`schedules` says whether they "
+                     "did). When it runs you are told it is your scheduled run, not the owner's message.",
          {"type": "object", "properties": {
              "prompt": {"type": "string", "description": "what you will be told when it runs"},
              "in_seconds": {"type": "number", "minimum": 1},
              "at": {"type": "string", "description": "e.g. 2026-12-05T09:00:00+01:00"},
              "cron": {"type": "string", "description": "e.g. 0 9 * * 1-5"}},
           "required": ["prompt"]}),
-    Tool("schedules", "The schedules of this conversation: id, agent, when it runs next, prompt.",
+    Tool("schedules", "Your schedules in this conversation: id, when it runs next (or that it waits for "
+                      "the owner's approval, or was declined), prompt.",
          {"type": "object", "properties": {}}),
-    Tool("cancel_schedule", "Cancel a schedule of this conversation by its id.",
+    Tool("cancel_schedule", "Cancel one of your schedules in this conversation by its id.",
          {"type": "object", "properties": {"id": {"type": ["integer", "string"]}}, "required": ["id"]}),
 )
 NAMES = tuple(tool.name for tool in TOOLS)

@@ -13,7 +13,7 @@ from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
 ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"],
-         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 10: ["Session"], 11: ["WorkDir", "Worktree"]}  # 4, 6 and 9 add a column
+         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 10: ["Session"], 11: ["WorkDir", "Worktree"]}  # 4, 6, 9 and 12 add a column
 
 # what the bridge's encryption kept: before version 8, two JSON lists in the key-value table
 WAITING = [{"event_id": f"$x{n}", "type": "m.room.encrypted", "room_id": "!r:hs", "sender": "@me:hs",
@@ -63,6 +63,13 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
                     {"room": "!r:hs", "agent": "alice", "prompt": "$e1", "txn": "x", "sent": True})).execute()
             if v >= 5:
                 m.Schema.insert(version=v).execute()
+            if 7 <= v < 12:  # what an agent scheduled, before the owner approved repeating ones
+                m.Schedule.insert(id="s1", channel_id="c1", conversation="", number=1, agent="alice",
+                                  prompt="every minute", cron="* * * * *", due=5, state="active",
+                                  created=1).execute()
+                m.Schedule.insert(id="s2", channel_id="c1", conversation="", number=2, agent="alice",
+                                  prompt="once", cron=None, due=5, state="active", created=1).execute()
+                db.execute_sql("ALTER TABLE sk_schedule DROP COLUMN approved")
             if v < 9:  # after the history is in: the model writes the column
                 db.execute_sql("DROP INDEX IF EXISTS sk_message_channel_id_conversation_id")
                 db.execute_sql("ALTER TABLE sk_message DROP COLUMN conversation")
@@ -90,7 +97,7 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     taken = store.turns.take("c1", "@me:hs", "again", "$e2", [("alice", "again", False)], "run")
     assert taken is not None and store.turns.claim(taken[1][0].id, "run") is not None
     made = store.schedules.add("c1", "", "alice", "look again", due=5, cron=None, most=10)
-    assert [s.number for s in store.schedules.listed("c1")] == [made.number]
+    assert [s.number for s in store.schedules.listed("c1")][-1] == made.number
     # the encryption's events waiting for a key and its encrypted rooms, in their tables
     assert store.e2ee.waiting() == WAITING
     assert store.e2ee.waiting("!r:hs", "S1") == [WAITING[1]]
@@ -156,6 +163,18 @@ def test_what_an_older_store_kept_for_encryption_is_carried_over_as_far_as_it_re
     assert store.e2ee.waiting("!r:hs", "") == waiting  # no session id: waits under none
     assert store.e2ee.encrypted_rooms() == (["!r:hs"] if rooms.startswith("[") else [])
     assert store.get_value(keys.E2EE_PENDING) is None and store.get_value(keys.E2EE_ROOMS) is None
+
+
+@pytest.mark.parametrize("v", [7, 11])
+def test_an_older_stores_repeating_schedules_wait_for_the_owners_approval(open_durable, durable_backend, v):
+    """Before version 12 an agent's cron ran unasked: it waits for the owner now; a single run
+    stays as it was."""
+    make_store_of_version(durable_backend, v)
+    store = open_durable()
+    assert [(s.prompt, s.state, s.approved) for s in store.schedules.listed("c1")] == [
+        ("every minute", "waiting", None), ("once", "active", None)]
+    assert [s.prompt for s in store.schedules.due(10)] == ["once"]
+    assert [s.prompt for s in store.schedules.waiting()] == ["every minute"]
 
 
 def test_a_new_store_starts_at_the_current_version(open_durable):

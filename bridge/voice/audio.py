@@ -119,8 +119,8 @@ def _child(argv: list[str]) -> int:
         try:
             samples, seconds = _decode_here(data, max_seconds)
         except (av.error.FFmpegError, ValueError, IndexError) as exc:
-            print(f"not audio: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
-                  file=sys.stderr)
+            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            print(f"not audio: {why.splitlines()[0][:200].lower()}", file=sys.stderr)
             return 2
     except ImportError as exc:
         print(f"PyAV is missing: {exc}", file=sys.stderr)

@@ -82,7 +82,7 @@ def speakable(markdown: str, limit: int = SPEAK_CHARS) -> str:
     text = _LINK.sub(r"\1", text)
     text = _URL.sub("a link", text)
     text = "\n".join(_MARKS.sub(r"\1", line) for line in text.splitlines())
-    text = re.sub(r"[ \t]+", " ", text)
+    text = "\n".join(" ".join(line.split()) for line in text.splitlines())
     text = re.sub(r"\n\s*\n+", "\n", text).strip()
     if len(text) <= limit:
         return text

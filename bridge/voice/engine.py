@@ -87,3 +87,26 @@ class Engine:
 
 
 ENGINE = Engine()
+
+
+def check_line(voice) -> str:
+    """`sidekicks check`'s line on voice notes (`voice`: the config's VoiceConfig)."""
+    from .speech import tts_missing
+    from .words import clock
+    if voice.enabled is False:
+        return "voice notes: not transcribed (voice: off)"
+    why = missing()
+    if why is not None:
+        return f"voice notes: ✗ not transcribed: {why}"
+    english = "" if voice.language == "en" else f" (voice_language {voice.language}: this model hears English only)"
+    spoken = tts_missing()
+    return (f"voice notes: ✓ transcribed on this machine by Whisper tiny.en (faster-whisper){english}, "
+            f"up to {clock(voice.max_seconds)} each; spoken answers (!voice on): "
+            + ("espeak-ng" if spoken is None else f"unavailable, {spoken}"))
+
+
+def up_hint(voice) -> str | None:
+    """What `sidekicks up` says when voice notes cannot be transcribed here (None: they can)."""
+    if voice.enabled is False or missing() is None:
+        return None
+    return f"Voice notes are not transcribed here: add the voice extra ({INSTALL_HINT}; ./sidekicks test installs it)."

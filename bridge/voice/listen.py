@@ -55,16 +55,22 @@ async def hear(intent: "Intent", attachment: "Attachment", data: bytes, listenin
     key = attachment.mxc or str(id(attachment))
     known = _heard.get(key)
     if known is not None:
-        return await asyncio.shield(known)
+        try:
+            return await asyncio.shield(known)
+        except asyncio.CancelledError:
+            if not known.cancelled():
+                raise  # this turn is stopped
+            # the turn that was hearing it stopped (or failed): this one hears it
     future: asyncio.Future[Transcript] = asyncio.get_running_loop().create_future()
     _heard[key] = future
     while len(_heard) > KEPT:
         _heard.popitem(last=False)
     try:
         result = await _transcribe(intent, attachment, data, listening)
-    except BaseException as exc:
-        _heard.pop(key, None)
-        future.set_exception(exc) if not isinstance(exc, asyncio.CancelledError) else future.cancel()
+    except BaseException:
+        if _heard.get(key) is future:
+            del _heard[key]
+        future.cancel()  # the turns waiting for it hear it themselves
         raise
     future.set_result(result)
     return result

@@ -83,6 +83,7 @@ class Engine:
         for segment in segments:
             texts.append(segment.text.strip())
             told(min(segment.end, total), total)
+        told(total, total)
         return Heard(" ".join(t for t in texts if t), total)
 
 

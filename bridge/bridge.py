@@ -29,6 +29,7 @@ from .coding.questions import Questions
 from .coding.work import Work
 from .coding.settings import COMMANDS as SETTINGS_COMMANDS, SessionSettings
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS, WorkPlaces
+from .voice.spoken import COMMANDS as VOICE_COMMANDS, VoiceCommand
 from .channels.commands import BotCommands
 from .channels.command_parse import SESSION_COMMANDS
 from .channels.sessions import SessionCommands
@@ -144,7 +145,8 @@ class Bridge:
                                     self.command_descriptions, self.scheduler,
                                     {**{name: self.settings.command for name in SETTINGS_COMMANDS},
                                      **{name: self.places.command for name in PLACE_COMMANDS},
-                                     **{name: self.sessions.command for name in SESSION_COMMANDS}},
+                                     **{name: self.sessions.command for name in SESSION_COMMANDS},
+                                     **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS}},
                                     self.aliases, self.mcp.forget_channel)
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)

@@ -17,13 +17,14 @@ from typing import Any
 
 import yaml
 
-from .model import AgentConfig, Config
+from .model import AgentConfig, Config, VoiceConfig
 from .paths import data_dir
 
 USER_ID = re.compile(r"^@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-]+(:\d+)?$")
 LOCALPART = re.compile(r"^[a-z0-9._=\-]+$")
 AGENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 DOMAIN = re.compile(r"^[A-Za-z0-9.\-]+(:\d+)?$")
+VOICE_LANGUAGE = re.compile(r"^[A-Za-z]{2,3}$")
 MAX_ATTACHMENT_MIB = 100  # base64 in one JSON line to the agent: ~133 MiB
 
 # Every key the loader reads, per section ("agents.*": each agent's settings). A key not here is a
@@ -36,6 +37,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib",
                "tool_calls_per_turn", "history_messages", "schedules_per_conversation"),
 }
+KNOWN_KEYS[""] += ("voice", "voice_language", "voice_max_seconds")  # _voice below
 
 
 def unknown_keys(data: dict, known: tuple[str, ...]) -> list[tuple[str, str | None]]:
@@ -261,6 +263,8 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         c.problem("encryption", f"must be on or off, got {encryption!r}")
         encryption = True
 
+    voice = _voice(c, data)
+
     database = data.get("database", "sqlite")
     if not isinstance(database, str) or not (
         database in ("sqlite", ":memory:") or re.match(r"^postgres(ql)?://", database)
@@ -283,7 +287,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
         public_url=public_url.rstrip("/") if public_url else None,
         homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
-        encryption=encryption, device_traffic=device_traffic,
+        encryption=encryption, device_traffic=device_traffic, voice=voice,
     )
 
 
@@ -352,6 +356,17 @@ def _on_off(c: _Checker, value: Any, key: str, default: bool) -> bool:
         c.problem(key, f"must be on or off, got {shown(value)}")
         return default
     return value
+
+
+def _voice(c: _Checker, data: dict) -> VoiceConfig:
+    """`voice: on | off` (unset: on where the engine is installed), `voice_language` (a
+    language code for the speech model and the spoken answers), `voice_max_seconds` (a longer
+    voice note is transcribed up to there): docs/voice.md."""
+    enabled = None if data.get("voice") is None else _on_off(c, data["voice"], "voice", True)
+    language = c.string(data, "voice_language", "voice_language", "en", VOICE_LANGUAGE,
+                        "a language code like \"en\" or \"de\"") or "en"
+    max_seconds = c.integer(data, "voice_max_seconds", "voice_max_seconds", 300, 1, 4 * 3600)
+    return VoiceConfig(enabled=enabled, language=language.lower(), max_seconds=max_seconds)
 
 
 def _roots(c: _Checker, value: Any, key: str, path: Path, cwd: str | None) -> tuple[str, ...]:

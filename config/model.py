@@ -62,6 +62,8 @@ class Config:
     # to-device, MSC3202 key counts and device lists: `homeserver.device_traffic`, by default
     # on for the embedded homeserver, which the bridge configures so): the bot's device reads
     device_traffic: bool = False
+    # voice notes (`voice`, `voice_language`, `voice_max_seconds`: docs/voice.md)
+    voice: "VoiceConfig" = field(default_factory=lambda: VoiceConfig())
 
     @property
     def bot_user_id(self) -> str:
@@ -84,3 +86,11 @@ class Config:
             return self.public_url
         host = "127.0.0.1" if self.listen_host in ("0.0.0.0", "::") else self.listen_host
         return f"http://{host}:{self.listen_port}"
+
+
+@dataclass(frozen=True)
+class VoiceConfig:
+    """Voice notes (docs/voice.md): `enabled` None is on where the engine is installed."""
+    enabled: bool | None = None
+    language: str = "en"
+    max_seconds: int = 300

@@ -29,6 +29,12 @@ def threads(channel_id: str) -> str:
     return f"threads:{channel_id}"
 
 
+def voice(channel_id: str) -> str:
+    """"on" when channel `channel_id` also reads each final answer aloud as a voice note
+    (`!voice on`, bridge/voice/spoken.py); absent (the default) when it does not."""
+    return f"voice:{channel_id}"
+
+
 def command_digest(room_id: str, agent: str) -> str:
     """The digest of the MSC4391 command descriptions `agent`'s puppet last published in
     `room_id` (bridge/matrix/msc4391.py)."""

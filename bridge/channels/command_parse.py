@@ -59,7 +59,8 @@ CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the a
                 "commands), !status, !mode, !model, !config (the agents' state and settings), "
                 "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
                 "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
-                "!threads on|off (answers in a thread under each message), !delete (delete this "
+                "!threads on|off (answers in a thread under each message), !voice on|off (answers also "
+                "as voice notes), !delete (delete this "
                 "channel's history). Everything else is in my DM: !help.")
 
 

@@ -15,10 +15,12 @@ import base64
 import logging
 import mimetypes
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..matrix.media import Attachment, MediaError, OwnerMessage, fetch, read_message
+from ..voice.listen import Listening, hear
+from ..voice.words import transcript_prompt
 
 if TYPE_CHECKING:
     from ..matrix.intent import Intent
@@ -89,17 +91,34 @@ def prompt_blocks(text: str, content: list[dict]) -> list[dict]:
 
 
 async def attachment_prompt(intent: "Intent", attachment: Attachment, text: str, capabilities: dict,
-                            title: str, limit: int) -> tuple[list[dict], str | None]:
+                            title: str, limit: int,
+                            listening: Listening | None = None) -> tuple[list[dict], str | None]:
     """The prompt for a message with an attachment, for an agent with these capabilities: its
-    blocks, or ([], the one line saying why it cannot be passed on)."""
+    blocks, or ([], the one line saying why it cannot be passed on). Audio, with `listening`
+    (transcription on and installed), is transcribed: the transcript is the prompt's text, and
+    an agent taking audio gets the audio too (docs/voice.md)."""
     try:
         data = await fetch(intent, attachment, limit)
     except MediaError as exc:
         return [], str(exc)
+    if attachment.kind == "audio" and listening is not None and listening.can():
+        heard = await hear(intent, attachment, data, listening)
+        if heard.refused is not None:
+            return [], heard.refused
+        audio, _ = prompt_content(attachment, data, capabilities, title) if capabilities.get("audio") else ([], None)
+        return prompt_blocks(transcript_prompt(heard.text, text), audio), None
     content, refused = prompt_content(attachment, data, capabilities, title)
     if refused is not None:
         return [], refused
     return prompt_blocks(text, content), None
+
+
+def listening(config: Any, portal: Any, answer: Any) -> Listening:
+    """How a turn hears a voice note (bridge/voice/listen.py): the config's `voice` keys, the
+    channel's room, and the answer's status line for a long note's progress."""
+    voice = config.voice
+    return Listening(enabled=voice.enabled is not False, language=voice.language,
+                     max_seconds=voice.max_seconds, room_id=portal.room_id, status=answer.set_status)
 
 
 async def reread(reader: "Intent", room_id: str, event_id: str, limit: int) -> OwnerMessage | None:

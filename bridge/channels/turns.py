@@ -25,7 +25,8 @@ from .context import Line, build_prompt
 from .conversations import relation_for
 from ..matrix.client import MatrixError
 from ..matrix.puppet import relating
-from .prompt import attachment_prompt
+from ..voice.spoken import speak_answer
+from .prompt import attachment_prompt, listening
 from .agent_files import roots_for
 from .render import escape_html
 from .routing import Turn
@@ -276,7 +277,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             if incoming.attachment is not None:  # as the content this agent takes (media.py)
                 prompt, refused = await attachment_prompt(puppet.intent, incoming.attachment, text,
                                                           agent.prompt_capabilities, agent_config.title,
-                                                          config.attachment_bytes)
+                                                          config.attachment_bytes, listening(config, portal, answer))
                 if refused is not None:  # one line in the answer's place; nothing goes to the agent
                     await _end(answer, f"⚠️ {refused}")
                     journal.ended(ENDED, answer.event_ids, None)
@@ -304,6 +305,9 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                                                None if seen is None else stored_upto))
         try:
             await asyncio.shield(closing)
+            if stop_reason != "cancelled":  # `!voice on`: the answer read aloud too (docs/voice.md)
+                channels.courtesy(speak_answer(parts.db, portal.channel.id, puppet.intent, portal.room_id,
+                                               answer.full_text, config.voice.language))
         except asyncio.CancelledError:
             if not closing.done():
                 await asyncio.wait({closing}, timeout=FINISH_ON_STOP)

@@ -23,6 +23,8 @@ import re
 
 from acp import AcpError, AgentSpec, AuthRequired, start_agent
 
+from ..voice.engine import check_line
+
 START_LIMIT = 60.0    # seconds for the process to start and answer initialize
 SESSION_LIMIT = 30.0  # seconds for session/new
 COMMANDS_GRACE = 1.0  # seconds to wait for available_commands_update after session/new
@@ -51,6 +53,7 @@ class Announced:
 async def check_agents(cfg, say) -> int:
     count = len(cfg.agents)
     say(f"{cfg.path}: configuration is valid ({count} agent{'s' if count != 1 else ''})")
+    say(check_line(cfg.voice))  # voice notes: transcription here or not (docs/voice.md)
     failures = 0
     for name, agent in cfg.agents.items():
         found = await announced(spec_of(name, agent))

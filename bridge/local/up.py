@@ -28,6 +28,7 @@ from config import registration as registrations
 from config.paths import write_private
 
 from .homeserver import Homeserver, HomeserverError
+from ..voice.engine import up_hint
 
 DEFAULT_CONFIG = """\
 # Sidekicks for Matrix — written by `sidekicks up`. Edit freely; see the README for every key.
@@ -148,6 +149,8 @@ async def up(path: Path, args, stop: asyncio.Event, say) -> int:
             say(f"  password:    in {password_file(cfg)}")
             say(f"  then start a direct message with @{cfg.puppet_prefix}{agent}:{cfg.domain}")
             say("Ctrl-C stops everything.")
+            if (hint := up_hint(cfg.voice)) is not None:  # docs/voice.md
+                say(hint)
 
         await run_bridge(cfg, stop, on_ready=ready, at_start=checker(cfg, say))
     finally:
@@ -193,6 +196,8 @@ async def join(cfg, registration, stop: asyncio.Event, say) -> int:
         say(f"Sidekicks is running on the shared homeserver {url}. Log in with Element as "
             f"{cfg.owners[0]}, then start a direct message with @{cfg.puppet_prefix}{agent}:{cfg.domain}")
         say("Ctrl-C stops this bridge (the homeserver keeps running).")
+        if (hint := up_hint(cfg.voice)) is not None:
+            say(hint)
 
     await run_bridge(cfg, stop, on_ready=ready, at_start=checker(cfg, say))
     return 0

@@ -24,7 +24,7 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "e2ee")
+ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "e2ee", "voice")
 
 
 def machine() -> str:
@@ -88,7 +88,13 @@ async def main(args) -> int:
                 result = await bench_soak.run(folder / "soak", args.quick, http)
             rows += bench_soak.rows(result)
             notes += bench_soak.notes(result)
-        needs_hs = [name for name in only if name not in ("store", "soak", "model")]
+        if "voice" in only:
+            import bench_voice
+            print("• voice notes: word error rate, transcription time …", flush=True)
+            result = await bench_voice.run(args.quick)
+            rows += bench_voice.rows(result)
+            notes += bench_voice.notes(result)
+        needs_hs = [name for name in only if name not in ("store", "soak", "model", "voice")]
         if needs_hs:
             bench = await start_homeserver(folder / "hs", args.quick)
             try:

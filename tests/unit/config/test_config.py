@@ -96,7 +96,8 @@ TYPOS = [
      "homeserver.domian: unknown key — did you mean domain?"),
     ({**GOOD, "appservice": {"puppet_prefx": "sk_"}}, "appservice.puppet_prefx: unknown key — did you mean puppet_prefix?"),
     ({**GOOD, "encrypton": "off"}, "encrypton: unknown key — did you mean encryption?"),
-    ({**GOOD, "zzz": 1}, "zzz: unknown key (known here: owner, homeserver, appservice, agents, limits, encryption, database)"),
+    ({**GOOD, "zzz": 1}, "zzz: unknown key (known here: owner, homeserver, appservice, agents, limits, encryption, database, "
+                         "voice, voice_language, voice_max_seconds)"),
 ]
 
 

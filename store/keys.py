@@ -29,6 +29,12 @@ def threads(channel_id: str) -> str:
     return f"threads:{channel_id}"
 
 
+def approve(channel_id: str) -> str:
+    """"any-owner" when any owner answers the permission prompts and questions of channel
+    `channel_id` (`!approve`, channels/approvals.py); absent (the default): the requester."""
+    return f"approve:{channel_id}"
+
+
 def command_digest(room_id: str, agent: str) -> str:
     """The digest of the MSC4391 command descriptions `agent`'s puppet last published in
     `room_id` (bridge/matrix/msc4391.py)."""

@@ -44,6 +44,9 @@ In a channel:
   !reset [AGENT]         start a new session here
   !fork [AGENT]          go on with a copy of the session in a new thread
   !threads [on|off]      on: each message agents answer gets its answers in a thread under it
+  !approve [requester|any-owner]  who answers the agents' permission prompts and questions
+  !queue                 the messages waiting for an answer here; !drop N removes one
+  !steer TEXT            redirect the answer being written (or reply to it): asked again with TEXT
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 
@@ -59,7 +62,9 @@ CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the a
                 "commands), !status, !mode, !model, !config (the agents' state and settings), "
                 "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
                 "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
-                "!threads on|off (answers in a thread under each message), !delete (delete this "
+                "!threads on|off (answers in a thread under each message), !approve requester|any-owner "
+                "(who answers permission prompts), !queue, !drop N, !steer TEXT (what waits, and "
+                "redirecting the running answer), !delete (delete this "
                 "channel's history). Everything else is in my DM: !help.")
 
 
@@ -83,6 +88,24 @@ def parse(body: str) -> Command | None:
     except ValueError:  # an unbalanced quote: plain words
         args = rest.split()
     return Command(match.group(1).lower(), tuple(args))
+
+
+def rest_of(body: str) -> str:
+    """The words after `!name`, as typed (quotes and line breaks kept): `!steer`'s text."""
+    match = _COMMAND.match(body.strip())
+    return (match.group(2) or "").strip() if match is not None else ""
+
+
+def queue_listing(jobs: Iterable[tuple[str, str]], cut: int = 80) -> str:
+    """`!queue`: the turns waiting in a conversation ((agent, text), in order), numbered."""
+    jobs = list(jobs)
+    if not jobs:
+        return "Nothing waits here."
+    lines = ["Waiting here (!drop N removes one, !steer TEXT steers the running answer):"]
+    for number, (agent, text) in enumerate(jobs, 1):
+        text = " ".join(text.split())
+        lines.append(f"  {number}. {agent}: {text if len(text) <= cut else text[:cut - 1] + '…'}")
+    return "\n".join(lines)
 
 
 THREADS_ON = "on"  # the stored value of a channel that opens threads (store/keys.py `threads`)

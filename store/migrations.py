@@ -27,6 +27,8 @@ Versions:
    there as of the migration, untitled
 11. where agents work (store/places.py): `sk_work_dir`, the folder `!cwd` chose for a member of a
    channel; `sk_worktree`, the git worktrees made for threads
+12. what agents cost (store/spend.py): `sk_spend`, per agent and period, with what `!budget raise`
+   added; `sk_session_cost`, the last cumulative cost each session reported
 """
 
 from __future__ import annotations
@@ -174,6 +176,10 @@ def _add_places(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.WorkDir, m.Worktree], safe=True)
 
 
+def _add_spend(db: pw.Database, m: SimpleNamespace) -> None:
+    db.create_tables([m.Spend, m.SessionCost], safe=True)
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
@@ -186,6 +192,7 @@ STEPS = [
     (9, _add_conversations),
     (10, _add_sessions),
     (11, _add_places),
+    (12, _add_spend),
 ]
 LATEST = STEPS[-1][0]
 

@@ -47,6 +47,7 @@ In a channel:
   !approve [requester|any-owner]  who answers the agents' permission prompts and questions
   !queue                 the messages waiting for an answer here; !drop N removes one
   !steer TEXT            redirect the answer being written (or reply to it): asked again with TEXT
+  !budget [AGENT] [raise AMOUNT]  an agent's budget and what it spent (raise: for this period)
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 
@@ -64,7 +65,7 @@ CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the a
                 "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
                 "!threads on|off (answers in a thread under each message), !approve requester|any-owner "
                 "(who answers permission prompts), !queue, !drop N, !steer TEXT (what waits, and "
-                "redirecting the running answer), !delete (delete this "
+                "redirecting the running answer), !budget (what agents may cost), !delete (delete this "
                 "channel's history). Everything else is in my DM: !help.")
 
 

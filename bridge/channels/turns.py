@@ -89,6 +89,7 @@ class TurnRun:
         self.conversation = ""  # its record's: "" the main timeline, else the thread's root
         self.steering: list[str] = []  # what `!steer` (or a reply to the answer) adds, not yet asked
         self.steerable = True  # False once its agent is done: too late to steer it
+        self.stop_line: str | None = None  # why it was cancelled, when not by the owner (budgets.py)
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -265,6 +266,12 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         running = parts.pool.state(turn.agent) in ("ready", "busy")
         posting = answer.post(note, grace=PLACEHOLDER_GRACE if running else 0.0)
         posting.add_done_callback(lambda done: _begin(run, done))
+        budgets = getattr(parts, "budgets", None)
+        refused = await budgets.refusal(turn.agent) if budgets is not None else None
+        if refused is not None:  # over its budget: one line, and the agent is not asked
+            await _end(answer, refused)
+            journal.ended(ENDED, answer.event_ids, None)
+            return
         async with _agent_turn(parts.pool, run) as agent:
             channels.active_turns[turn.agent] = portal
             parts.presence.answering(turn.agent, portal.channel.name)
@@ -327,7 +334,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 run.steerable = False
                 showing.prompted()
         await showing.work_shown()
-        footer = "⏹ stopped" if stop_reason == "cancelled" else parts.stop_line(stop_reason)
+        footer = (run.stop_line or "⏹ stopped") if stop_reason == "cancelled" else parts.stop_line(stop_reason)
         # the agent is done: a stop from here on lets the complete answer land and be stored
         # (within FINISH_ON_STOP) rather than marking it interrupted
         closing = asyncio.ensure_future(_close(portal, journal, turn.agent, answer, footer,

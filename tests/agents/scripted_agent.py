@@ -82,6 +82,8 @@ Directives inside the prompt text (apply to that prompt only)
   [[answer:TEXT]]   answer with TEXT
   [[session]]       answer with the session id and how many prompts it has had
   [[title:TEXT]]    send a session_info_update with this title before answering
+  [[cost:AMOUNT]]   add AMOUNT (USD) to the session's cost and send a usage_update with the
+                    session's cumulative cost (used 1000 of 200000 tokens) before answering
   [[commands:SPEC]] send available_commands_update during the prompt
   [[image:FILE]]    answer as --reply-image FILE
 
@@ -328,6 +330,11 @@ class Scripted(AgentBase):
         elif turn.session_id in self._metas() or o.session_list:
             self._touch(turn.session_id)
 
+        if "cost" in d:
+            costs = self.__dict__.setdefault("costs", {})
+            costs[turn.session_id] = costs.get(turn.session_id, 0.0) + float(d["cost"])
+            await turn.update({"sessionUpdate": "usage_update", "used": 1000, "size": 200000,
+                               "cost": {"amount": costs[turn.session_id], "currency": "USD"}})
         if "stderr" in d or o.stderr_flood:
             flood(float(d.get("stderr") or o.stderr_flood))
         if "garbage" in d or o.garbage:

@@ -5,7 +5,9 @@ Portal.session_for). In a conversation:
 
 - `!sessions [AGENT]` lists the member's sessions there: the agent's own list (session/list)
   where it announces one — all its sessions in that working directory, less those the bridge
-  keeps for another conversation or channel — else the bridge's record (store/sessions.py).
+  keeps for another conversation or channel; those another client made (Zed, the agent's CLI)
+  are marked "elsewhere", and `!resume` carries one on here (docs/sessions.md, "Handoff") —
+  else the bridge's record (store/sessions.py).
   Each has a number, a title and when it was last used; the current one is marked.
 - `!resume [AGENT] N` goes back to session N of that list: session/resume where announced (the
   agent goes on, nothing is replayed), else session/load (its replay is not shown, ADR §4).
@@ -51,6 +53,7 @@ class Listed:
     session_id: str
     title: str | None
     used: int | None  # ms since the epoch; None: not known
+    elsewhere: bool = False  # made by another client (Zed, the agent's CLI…), not by the bridge
 
 
 def title_line(text: str, limit: int = TITLE_CHARS) -> str | None:
@@ -108,6 +111,8 @@ def format_sessions(title: str, agent: str, listed: list[Listed], current: str |
     for number, session in enumerate(listed, 1):
         name = _one_line(session.title) or f"untitled ({session.session_id[:12]})"
         mark = " ← current" if session.session_id == current else ""
+        if session.elsewhere and session.session_id != current:
+            mark = " — elsewhere (another client's: !resume carries it on here)"
         lines.append(f"  {number}. {name} — {ago(session.used, now)}{mark}")
     return lines
 
@@ -138,7 +143,7 @@ def merged(listed: Iterable[Listed], records: list["SessionRecord"], channel_id:
             continue
         title = session.title or (record.title if record is not None else None)
         used = session.used if session.used is not None else (record.used if record is not None else None)
-        kept.append(Listed(session.session_id, title, used))
+        kept.append(Listed(session.session_id, title, used, elsewhere=record is None))
     return kept
 
 
@@ -203,7 +208,9 @@ class SessionCommands:
         if agent.session_capabilities.list:
             place = await portal.parts.places.where(portal, agent_name, conversation)
             found = await agent.list_sessions(place.cwd)
-            listed = [Listed(s.session_id, s.title, iso_ms(s.updated_at)) for s in found]
+            # a title the agent gave since (session_info_update) shows at once
+            listed = [Listed(s.session_id, _live_title(agent, s.session_id) or s.title, iso_ms(s.updated_at))
+                      for s in found]
             return merged(listed, await db.sessions.of_agent(agent_name), channel_id, conversation)
         records = await db.sessions.listed(channel_id, agent_name, conversation)
         # a title the agent gave since (session_info_update) wins over the recorded one

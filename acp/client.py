@@ -13,7 +13,8 @@ between prompts, during one. `set_mode`, `set_model`, `set_config_option` and
 
 Sessions are managed with what the agent announces in `agentCapabilities.sessionCapabilities`
 (`session_capabilities`): `list_sessions` (session/list), `resume_session` (session/resume:
-no replay), `fork_session` (session/fork, unstable in ACP), `close_session` (session/close).
+no replay), `fork_session` (session/fork, unstable in ACP), `close_session` (session/close),
+`delete_session` (session/delete).
 
 The agent's questions (permissions, elicitations) are bounded per session
 (MAX_QUESTIONS): one more is refused at once and the turn is told in one line.
@@ -84,13 +85,15 @@ class SessionCapabilities:
     resume: bool = False
     fork: bool = False
     close: bool = False
+    delete: bool = False
 
     @classmethod
     def from_capabilities(cls, caps: Any) -> "SessionCapabilities":
         found = caps.get("sessionCapabilities") if isinstance(caps, dict) else None
         if not isinstance(found, dict):
             return cls()
-        return cls(**{name: isinstance(found.get(name), dict) for name in ("list", "resume", "fork", "close")})
+        return cls(**{name: isinstance(found.get(name), dict)
+                      for name in ("list", "resume", "fork", "close", "delete")})
 
 
 @dataclass(frozen=True)
@@ -404,6 +407,16 @@ class Agent:
         its id."""
         self._need("fork", "session/fork")
         return (await self._with_session("session/fork", session_id, cwd, mcp_servers))["sessionId"]
+
+    async def delete_session(self, session_id: str) -> None:
+        """session/delete where the agent announces it: the session is gone from its list."""
+        self._need("delete", "session/delete")
+        try:
+            await self._call("session/delete", {"sessionId": session_id})
+        except RpcError as exc:
+            raise AcpError(f"{self.name} could not delete session {session_id}: {exc.message}") from None
+        self.sessions.discard(session_id)
+        self._states.pop(session_id, None)
 
     async def close_session(self, session_id: str) -> bool:
         """session/close where the agent announces it: it frees the session. False when it

@@ -39,7 +39,8 @@ In a channel:
   !unschedule N          cancel schedule N
   !cwd [AGENT] [PATH]    see or change where an agent works here (only inside its configured roots)
   !worktrees             the threads' git worktrees (agents with worktrees: on); !worktrees remove N confirm
-  !sessions [AGENT]      the agents' sessions in this conversation (main timeline or thread)
+  !sessions [AGENT]      the agents' sessions in this conversation (main timeline or thread);
+                         !sessions [AGENT] delete N deletes one (where the agent can)
   !resume [AGENT] N      go back to session N of !sessions
   !reset [AGENT]         start a new session here
   !fork [AGENT]          go on with a copy of the session in a new thread
@@ -153,7 +154,7 @@ def split_delete(args: Iterable[str]) -> tuple[str, bool]:
 
 
 SESSION_COMMANDS = ("sessions", "resume", "reset", "fork")
-SESSION_USAGE = {"sessions": "!sessions [AGENT]", "resume": "!resume [AGENT] N",
+SESSION_USAGE = {"sessions": "!sessions [AGENT], or !sessions [AGENT] delete N", "resume": "!resume [AGENT] N",
                  "reset": "!reset [AGENT]", "fork": "!fork [AGENT]"}
 
 
@@ -165,18 +166,22 @@ class BadSessionArgs(ValueError):
 class SessionArgs:
     agent: str | None   # the word naming an agent, as typed (`alice`, `@alice`), or None
     number: int | None  # `!resume`'s N (from 1), else None
+    delete: bool = False  # `!sessions [AGENT] delete N`
 
 
 def session_args(name: str, args: Iterable[str]) -> SessionArgs:
     """`!sessions [AGENT]`, `!reset [AGENT]`, `!fork [AGENT]`, `!resume [AGENT] N` (N before
     or after the agent) → SessionArgs; BadSessionArgs (its usage line) for anything else."""
     words = list(args)
+    delete = name == "sessions" and any(w.lower() == "delete" for w in words)
+    if delete:
+        words = [w for w in words if w.lower() != "delete"]
     numbers = [w for w in words if w.isdigit()]
     others = [w for w in words if not w.isdigit()]
-    wanted = 1 if name == "resume" else 0
+    wanted = 1 if name == "resume" or delete else 0
     if len(numbers) != wanted or len(others) > 1 or (numbers and int(numbers[0]) < 1):
         raise BadSessionArgs(f"Usage: {SESSION_USAGE[name]}" + (" (N from !sessions)" if wanted else ""))
-    return SessionArgs(others[0] if others else None, int(numbers[0]) if numbers else None)
+    return SessionArgs(others[0] if others else None, int(numbers[0]) if numbers else None, delete)
 
 
 def find_channels(channels: Iterable["Channel"], query: str) -> list["Channel"]:

@@ -12,6 +12,8 @@ Portal.session_for). In a conversation:
 - `!resume [AGENT] N` goes back to session N of that list: session/resume where announced (the
   agent goes on, nothing is replayed), else session/load (its replay is not shown, ADR §4).
 - `!reset [AGENT]` starts a new session there.
+- `!sessions [AGENT] delete N` deletes session N (session/delete, where announced), never the
+  current one.
 - `!fork [AGENT]` goes on with a copy of the session (session/fork) in a new thread: the member
   posts its root ("Forked from …") and the copy is its session of that thread.
 
@@ -185,7 +187,12 @@ class SessionCommands:
             await say(f"Which agent? e.g. {example}")
             return
         try:
-            if name == "sessions":
+            if name == "sessions" and words.delete:
+                if len(targets) != 1:
+                    await say(f"Which agent? e.g. !sessions {members[0]} delete {words.number}")
+                    return
+                await say(await self._delete(portal, targets[0], conversation, words.number))
+            elif name == "sessions":
                 lines = []
                 for agent_name in targets:
                     lines += await self._listing(portal, agent_name, conversation)
@@ -251,6 +258,25 @@ class SessionCommands:
                                new=False, left=member.session_id if member is not None else None)
         name = _one_line(chosen.title) or "untitled"
         return f"{title} goes on in session {number} ({name})."
+
+    async def _delete(self, portal: "Portal", agent_name: str, conversation: str, number: int) -> str:
+        """`!sessions delete N`: session/delete where the agent announces it; never the
+        current one of this conversation (`!reset` first)."""
+        parts = portal.parts
+        title = parts.config.agents[agent_name].title
+        agent = await parts.pool.get(agent_name)
+        if not agent.session_capabilities.delete:
+            return f"{title} cannot delete sessions (it offers no session/delete)."
+        entries = await self._entries(portal, agent_name, agent, conversation)
+        if number > len(entries):
+            return f"{title} has no session {number} here (!sessions lists them)."
+        chosen = entries[number - 1]
+        async with portal.session_lock(agent_name, conversation):
+            member = await parts.db.member(portal.channel.id, agent_name, conversation)
+            if member is not None and member.session_id == chosen.session_id:
+                return f"Session {number} is {title}'s current one here: !reset first, then delete it."
+            await agent.delete_session(chosen.session_id)
+        return f"Deleted {title}'s session {number} ({_one_line(chosen.title) or 'untitled'})."
 
     async def _reset(self, portal: "Portal", agent_name: str, conversation: str) -> str:
         parts = portal.parts

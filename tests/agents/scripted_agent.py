@@ -36,6 +36,8 @@ Options
   --session-fork        announce sessionCapabilities.fork; session/fork makes a new session
                         with a copy of the history (answers then say which session they are in
                         with [[session]])
+  --session-delete      announce sessionCapabilities.delete; session/delete removes the session
+                        from session/list and its history
   --session-close       announce sessionCapabilities.close; session/close forgets the session
                         as active (it can still be resumed or loaded)
   --permission          ask session/request_permission (allow_once / reject_once)
@@ -161,6 +163,7 @@ class Scripted(AgentBase):
         o = self.opts
         announced = {name: {} for name, on in (("list", o.session_list), ("resume", o.session_resume),
                                                ("fork", o.session_fork), ("close", o.session_close),
+                                               ("delete", o.session_delete),
                                                ("additionalDirectories", o.additional_directories)) if on}
         if announced:
             result["agentCapabilities"]["sessionCapabilities"] = announced
@@ -237,6 +240,16 @@ class Scripted(AgentBase):
             title = self._metas().get(session_id, {}).get("title")
             self._touch(forked, cwd=params.get("cwd", ""), title=f"fork of {title}" if title else None)
             return {"sessionId": forked, **self.session_setup()}
+        if method == "session/delete" and o.session_delete:
+            self._known(session_id)
+            self.active.discard(session_id)
+            self.history.pop(session_id, None)
+            self._metas().pop(session_id, None)
+            if path := self._meta_path():
+                path.write_text(json.dumps(self._meta))
+            if (path := self._path(session_id)) and path.exists():
+                path.unlink()
+            return {}
         if method == "session/close" and o.session_close:
             self._known(session_id)
             self.active.discard(session_id)
@@ -480,6 +493,7 @@ def main() -> None:
     p.add_argument("--session-resume", action="store_true")
     p.add_argument("--session-fork", action="store_true")
     p.add_argument("--session-close", action="store_true")
+    p.add_argument("--session-delete", action="store_true")
     p.add_argument("--permission", action="store_true")
     p.add_argument("--auth", action="store_true")
     p.add_argument("--fail-session")

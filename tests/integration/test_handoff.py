@@ -2,7 +2,8 @@
 scripted agent over stdio as Zed would, in the agent's working directory — is listed by
 `!sessions` in a Matrix room, marked "elsewhere" with the title the agent gave it; `!resume 1`
 carries it on here (session/resume), and the next prompt goes to that very session, its earlier
-exchange included; `!status` names the session id another ACP client resumes it by."""
+exchange included; `!status` names the session id another ACP client resumes it by; `!sessions
+delete N` deletes one (session/delete), never the current one."""
 from __future__ import annotations
 
 import asyncio
@@ -45,7 +46,7 @@ async def test_a_session_made_by_another_client_is_listed_elsewhere_and_carried_
     state, work, log = tmp_path / "state", tmp_path / "work", tmp_path / "alice.log"
     work.mkdir()
     zed = await made_elsewhere(state, work.resolve(), "[[title:Kumquat plans]] remember kumquat")
-    await bridge_factory({"alice": agent("--load-session", *SESSIONS, "--state", str(state),
+    await bridge_factory({"alice": agent("--load-session", *SESSIONS, "--session-delete", "--state", str(state),
                                          "--log", str(log), title="Alice", cwd=str(work))})
     room_id = await open_dm(owner)
     listing = await command(owner, room_id, "!sessions")
@@ -58,3 +59,12 @@ async def test_a_session_made_by_another_client_is_listed_elsewhere_and_carried_
     assert f"session {zed}" in status, status
     listing = await command(owner, room_id, "!sessions")
     assert "1. Kumquat plans — just now ← current" in listing, listing
+
+    # !sessions delete N: never the current one; another one is gone from the agent's list
+    assert (await command(owner, room_id, "!sessions delete 1")).startswith("Session 1 is Alice's current one here")
+    assert (await command(owner, room_id, "!reset")).startswith("Alice starts a new session here")
+    listing = await command(owner, room_id, "!sessions")
+    assert "2. Kumquat plans" in listing, listing
+    assert await command(owner, room_id, "!sessions delete 2") == "Deleted Alice's session 2 (Kumquat plans)."
+    assert [m["params"]["sessionId"] for m in received(log) if m.get("method") == "session/delete"] == [zed]
+    assert "Kumquat" not in await command(owner, room_id, "!sessions")

@@ -291,6 +291,7 @@ class Agent:
         }) or {}
         self.protocol_version = int(result.get("protocolVersion") or 0)
         caps = result.get("agentCapabilities") or {}
+        self.agent_capabilities = dict(caps) if isinstance(caps, dict) else {}  # as announced (`check`)
         self.supports_load_session = bool(caps.get("loadSession"))
         self.prompt_capabilities = dict(caps.get("promptCapabilities") or {})
         mcp = caps.get("mcpCapabilities")

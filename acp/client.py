@@ -57,6 +57,7 @@ DEFAULT_CLIENT_CAPABILITIES = {"fs": {"readTextFile": False, "writeTextFile": Fa
 CODING_CLIENT_CAPABILITIES = {
     **DEFAULT_CLIENT_CAPABILITIES,
     "elicitation": {"form": {}, "url": {}},
+    "session": {"configOptions": {"boolean": {}}},  # `!config NAME on|off` (coding/settings.py)
     "_meta": {"terminal_output": True},
 }
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
@@ -540,6 +541,8 @@ class Agent:
         else:
             call, params = "session/set_config_option", {"sessionId": session_id, "configId": selector.key,
                                                          "value": value}
+            if selector.boolean:  # stable ACP: a boolean option takes a JSON bool
+                params.update(type="boolean", value=value == "true")
         try:
             result = await self._call(call, params)
         except RpcError as exc:

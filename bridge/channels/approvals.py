@@ -58,13 +58,13 @@ def pill(user_id: str) -> str:
 
 
 def mentioning(content: dict[str, Any], user_ids: Sequence[str]) -> dict[str, Any]:
-    """Message `content` that mentions `user_ids`: `m.mentions.user_ids`, their ids before the
-    body and their pills before the HTML. No one: `content` unchanged."""
+    """Message `content` that mentions `user_ids`: `m.mentions.user_ids` (what makes their
+    clients notify them) and their pills before the HTML; the plain body is left as it is (it
+    starts with what is asked). No one: `content` unchanged."""
     if not user_ids:
         return content
     out = dict(content)
     out["m.mentions"] = {"user_ids": list(user_ids)}
-    out["body"] = f"{', '.join(user_ids)}: {content.get('body', '')}"
     if "formatted_body" in content:
         out["formatted_body"] = f"<p>{', '.join(pill(u) for u in user_ids)}:</p>{content['formatted_body']}"
     return out

@@ -38,12 +38,12 @@ def test_switch_words():
     assert USAGE.startswith("Usage: !approve")
 
 
-def test_mentioning_adds_the_ids_the_pills_and_m_mentions():
+def test_mentioning_adds_the_pills_and_m_mentions():
     content = {"msgtype": "m.text", "body": "Alice asks", "format": "org.matrix.custom.html",
                "formatted_body": "<p>Alice asks</p>"}
     out = mentioning(content, ["@me:hs"])
     assert out["m.mentions"] == {"user_ids": ["@me:hs"]}
-    assert out["body"] == "@me:hs: Alice asks"
+    assert out["body"] == "Alice asks"  # the plain text still starts with what is asked
     assert out["formatted_body"] == '<p><a href="https://matrix.to/#/@me:hs">@me:hs</a>:</p><p>Alice asks</p>'
     assert "m.mentions" not in content  # not changed in place
 

@@ -13,7 +13,8 @@ between prompts, during one. `set_mode`, `set_model`, `set_config_option` and
 
 Sessions are managed with what the agent announces in `agentCapabilities.sessionCapabilities`
 (`session_capabilities`): `list_sessions` (session/list), `resume_session` (session/resume:
-no replay), `fork_session` (session/fork, unstable in ACP), `close_session` (session/close).
+no replay), `fork_session` (session/fork, unstable in ACP), `close_session` (session/close),
+`delete_session` (session/delete).
 
 The agent's questions (permissions, elicitations) are bounded per session
 (MAX_QUESTIONS): one more is refused at once and the turn is told in one line.
@@ -56,6 +57,7 @@ DEFAULT_CLIENT_CAPABILITIES = {"fs": {"readTextFile": False, "writeTextFile": Fa
 CODING_CLIENT_CAPABILITIES = {
     **DEFAULT_CLIENT_CAPABILITIES,
     "elicitation": {"form": {}, "url": {}},
+    "session": {"configOptions": {"boolean": {}}},  # `!config NAME on|off` (coding/settings.py)
     "_meta": {"terminal_output": True},
 }
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
@@ -84,13 +86,15 @@ class SessionCapabilities:
     resume: bool = False
     fork: bool = False
     close: bool = False
+    delete: bool = False
 
     @classmethod
     def from_capabilities(cls, caps: Any) -> "SessionCapabilities":
         found = caps.get("sessionCapabilities") if isinstance(caps, dict) else None
         if not isinstance(found, dict):
             return cls()
-        return cls(**{name: isinstance(found.get(name), dict) for name in ("list", "resume", "fork", "close")})
+        return cls(**{name: isinstance(found.get(name), dict)
+                      for name in ("list", "resume", "fork", "close", "delete")})
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,7 @@ class Agent:
         }) or {}
         self.protocol_version = int(result.get("protocolVersion") or 0)
         caps = result.get("agentCapabilities") or {}
+        self.agent_capabilities = dict(caps) if isinstance(caps, dict) else {}  # as announced (`check`)
         self.supports_load_session = bool(caps.get("loadSession"))
         self.prompt_capabilities = dict(caps.get("promptCapabilities") or {})
         mcp = caps.get("mcpCapabilities")
@@ -404,6 +409,16 @@ class Agent:
         its id."""
         self._need("fork", "session/fork")
         return (await self._with_session("session/fork", session_id, cwd, mcp_servers))["sessionId"]
+
+    async def delete_session(self, session_id: str) -> None:
+        """session/delete where the agent announces it: the session is gone from its list."""
+        self._need("delete", "session/delete")
+        try:
+            await self._call("session/delete", {"sessionId": session_id})
+        except RpcError as exc:
+            raise AcpError(f"{self.name} could not delete session {session_id}: {exc.message}") from None
+        self.sessions.discard(session_id)
+        self._states.pop(session_id, None)
 
     async def close_session(self, session_id: str) -> bool:
         """session/close where the agent announces it: it frees the session. False when it
@@ -526,6 +541,8 @@ class Agent:
         else:
             call, params = "session/set_config_option", {"sessionId": session_id, "configId": selector.key,
                                                          "value": value}
+            if selector.boolean:  # stable ACP: a boolean option takes a JSON bool
+                params.update(type="boolean", value=value == "true")
         try:
             result = await self._call(call, params)
         except RpcError as exc:

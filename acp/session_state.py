@@ -50,7 +50,7 @@ class ConfigOption:
 
     @property
     def settable(self) -> bool:
-        return self.type == "select" and bool(self.choices)
+        return self.type in ("select", "boolean") and bool(self.choices)
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,7 @@ class Selector:
     name: str
     current: str | None
     choices: tuple[Choice, ...]
+    boolean: bool = False  # a boolean config option: set with `type: "boolean"` and a JSON bool
 
     def current_choice(self) -> Choice | None:
         return next((c for c in self.choices if c.id == self.current), None)
@@ -134,6 +135,9 @@ def parse_config_options(value: Any) -> tuple[ConfigOption, ...] | None:
                 choice = _choice(entry, "value")
                 if choice:
                     choices.append(choice)
+        kind = _str(item.get("type")) or "select"
+        if kind == "boolean" and not choices:  # an on/off toggle: its two values (stable ACP)
+            choices = [Choice("true", "on"), Choice("false", "off")]
         current = item.get("currentValue")
         if isinstance(current, bool):
             current = "true" if current else "false"
@@ -142,7 +146,7 @@ def parse_config_options(value: Any) -> tuple[ConfigOption, ...] | None:
         found.append(ConfigOption(
             id=item["id"], name=_str(item.get("name")) or item["id"],
             description=_str(item.get("description")) or "", category=_str(item.get("category")) or "",
-            type=_str(item.get("type")) or "select", current=current, choices=tuple(choices)))
+            type=kind, current=current, choices=tuple(choices)))
     return tuple(found)
 
 
@@ -273,7 +277,8 @@ class SessionState:
             return None
         if option.category in (MODE, MODEL):
             return Selector(option.category, "config", option.id, option.name, option.current, option.choices)
-        return Selector(CONFIG, "config", option.id, option.name, option.current, option.choices)
+        return Selector(CONFIG, "config", option.id, option.name, option.current, option.choices,
+                        boolean=option.type == "boolean")
 
     def option(self, key: str) -> ConfigOption | None:
         options = self.config or ()

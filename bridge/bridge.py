@@ -30,6 +30,7 @@ from .coding.work import Work
 from .coding.settings import COMMANDS as SETTINGS_COMMANDS, SessionSettings
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS, WorkPlaces
 from .voice.spoken import COMMANDS as VOICE_COMMANDS, VoiceCommand
+from .channels.budgets import COMMANDS as BUDGET_COMMANDS, Budgets
 from .channels.commands import BotCommands
 from .channels.command_parse import SESSION_COMMANDS
 from .channels.sessions import SessionCommands
@@ -88,7 +89,7 @@ class Bridge:
                          agents_in_memory=config.agents_in_memory,
                          on_commands=self._on_commands, on_stopped=self._on_stopped,
                          client_capabilities=CODING_CLIENT_CAPABILITIES,
-                         on_state=lambda *args: self.settings.on_state(*args))
+                         on_state=self._on_state)
         self.aliases = {}
         for name in config.agents:
             self.aliases[name] = name
@@ -132,6 +133,8 @@ class Bridge:
         self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
         # modes, models, options, usage (coding/settings.py)
         self.settings = SessionSettings(config, db, self.pool, channels, identities, notices, self.aliases)
+        # what agents cost, their budgets, !budget (channels/budgets.py)
+        self.budgets = Budgets(config, db, channels, notices, self.aliases)
         # where each conversation's agent works: !cwd, the threads' worktrees (coding/workplaces.py)
         self.places = WorkPlaces(config, db, channels, identities, notices, self.aliases)
         self.recovery = Recovery(db, config, channels, identities, self.run_id)
@@ -146,7 +149,8 @@ class Bridge:
                                     {**{name: self.settings.command for name in SETTINGS_COMMANDS},
                                      **{name: self.places.command for name in PLACE_COMMANDS},
                                      **{name: self.sessions.command for name in SESSION_COMMANDS},
-                                     **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS}},
+                                     **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS},
+                                     **{name: self.budgets.command for name in BUDGET_COMMANDS}},
                                     self.aliases, self.mcp.forget_channel)
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)
@@ -157,7 +161,7 @@ class Bridge:
             scheduler=self.scheduler, later=self.outage.later, mcp_servers=self.mcp.servers_for,
             tell_owners=self.commands.tell_owners, work=Work, stop_line=coding_render.stop_reason,
             run_id=self.run_id, recovered=self.recovered, stopping=self.stopping,
-            aliases=self.aliases, places=self.places)
+            aliases=self.aliases, places=self.places, budgets=self.budgets)
         # what each incoming event does (channels/inbound.py, channels/upgrade.py)
         self.inbound = Inbound(config, db, channels, identities, notices, self.commands, self.permissions,
                                self.questions, self.command_descriptions)
@@ -180,6 +184,12 @@ class Bridge:
                                                             "the last transaction number",
                                                             lambda: store.set_value(keys.TRANSACTION_ORDER, value))),
                                        on_gap=self._retry_soon)
+
+    def _on_state(self, *args) -> None:
+        """A session's state changed (the Pool's callback): its settings, usage and title
+        (coding/settings.py), and what it cost (channels/budgets.py)."""
+        self.settings.on_state(*args)
+        self.budgets.on_state(*args)
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -244,6 +254,7 @@ class Bridge:
             await self.outage.close()
             await self.command_descriptions.close()
             await self.settings.close()
+            await self.budgets.tasks.close()
             await self.places.close()
             await self.presence.stop()
             later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings,

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .model import AgentConfig, Config, VoiceConfig
+from .model import AgentConfig, Budget, Config, VoiceConfig
 from .paths import data_dir
 
 USER_ID = re.compile(r"^@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-]+(:\d+)?$")
@@ -33,7 +33,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
-    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees"),
+    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget"),
     "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib",
                "tool_calls_per_turn", "history_messages", "schedules_per_conversation"),
 }
@@ -341,11 +341,30 @@ def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
             c.problem(f"{key}.worktrees", "on needs a cwd: the git checkout whose worktrees the threads get")
         elif worktrees and cwd is not None and os.path.isdir(cwd) and git_checkout(cwd) is None:
             c.problem(f"{key}.worktrees", f"on needs a cwd inside a git checkout; {cwd} is not in one")
+        budget = _budget(c, spec.get("budget"), f"{key}.budget")
         if command is not None and isinstance(title, str):
             agents[name] = AgentConfig(name=name, title=title.strip(), command=tuple(command),
                                        cwd=cwd, env=env, timeout=timeout, tools=tools,
-                                       roots=roots, worktrees=worktrees)
+                                       roots=roots, worktrees=worktrees, budget=budget)
     return agents
+
+
+def _budget(c: _Checker, value: Any, key: str) -> Budget | None:
+    """`budget: {cost: 5.00, per: day | month}` (absent: no budget)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        c.problem(key, f"must be a mapping like {{cost: 5.00, per: day}}, got {shown(value)}")
+        return None
+    problems = [f"unknown key {k!r} (known here: cost, per)" for k in value if k not in ("cost", "per")]
+    cost, per = value.get("cost"), value.get("per", "day")
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
+        problems.append(f"cost must be a number of 0 or more, got {shown(cost)}")
+    if per not in ("day", "month"):
+        problems.append(f"per must be day or month, got {shown(per)}")
+    for problem in problems:
+        c.problem(key, problem)
+    return None if problems else Budget(float(cost), per)
 
 
 def _on_off(c: _Checker, value: Any, key: str, default: bool) -> bool:

@@ -22,6 +22,16 @@ class AgentConfig:
     # each thread works in a git worktree of its own, on a branch named after the thread
     # (`worktrees: on`; needs a `cwd` inside a git checkout): bridge/coding/worktrees.py
     worktrees: bool = False
+    # what it may cost a day or a month (`budget:`; None: no cap): channels/budgets.py
+    budget: "Budget | None" = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """`budget: {cost: 5.00, per: day}`: what an agent may cost a day or a month (UTC), in the
+    currency it reports (docs/sessions.md, "Usage and budgets")."""
+    cost: float
+    per: str  # "day" | "month"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ def voice(channel_id: str) -> str:
     """"on" when channel `channel_id` also reads each final answer aloud as a voice note
     (`!voice on`, bridge/voice/spoken.py); absent (the default) when it does not."""
     return f"voice:{channel_id}"
+def approve(channel_id: str) -> str:
+    """"any-owner" when any owner answers the permission prompts and questions of channel
+    `channel_id` (`!approve`, channels/approvals.py); absent (the default): the requester."""
+    return f"approve:{channel_id}"
 
 
 def command_digest(room_id: str, agent: str) -> str:

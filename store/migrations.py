@@ -29,6 +29,8 @@ Versions:
    channel; `sk_worktree`, the git worktrees made for threads
 12. `sk_schedule.approved`: when the owner approved a repeating schedule; an older store's
    repeating schedules wait for that approval (state `waiting`) instead of running
+13. what agents cost (store/spend.py): `sk_spend`, per agent and period, with what `!budget raise`
+   added; `sk_session_cost`, the last cumulative cost each session reported
 """
 
 from __future__ import annotations
@@ -172,6 +174,8 @@ def _add_sessions(db: pw.Database, m: SimpleNamespace) -> None:
     for channel_id, agent, conversation, session_id in rows:
         S.insert(channel_id=channel_id, agent=agent, conversation=conversation, session_id=session_id,
                  created=now, used=now).on_conflict_ignore().execute()
+
+
 def _add_places(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.WorkDir, m.Worktree], safe=True)
 
@@ -183,6 +187,10 @@ def _add_schedule_approval(db: pw.Database, m: SimpleNamespace) -> None:
         db.execute_sql("ALTER TABLE sk_schedule ADD COLUMN approved BIGINT")
     S = m.Schedule
     S.update(state="waiting").where((S.state == "active") & S.cron.is_null(False) & S.approved.is_null()).execute()
+
+
+def _add_spend(db: pw.Database, m: SimpleNamespace) -> None:
+    db.create_tables([m.Spend, m.SessionCost], safe=True)
 
 
 # (version reached, step): in order
@@ -198,6 +206,7 @@ STEPS = [
     (10, _add_sessions),
     (11, _add_places),
     (12, _add_schedule_approval),
+    (13, _add_spend),
 ]
 LATEST = STEPS[-1][0]
 

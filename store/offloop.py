@@ -27,7 +27,7 @@ from .errors import StoreClosed
 
 log = logging.getLogger(__name__)
 
-_NESTED = ("turns", "settings", "schedules", "e2ee", "places", "sessions")  # parts of the store with calls of their own
+_NESTED = ("turns", "settings", "schedules", "e2ee", "places", "sessions", "spending")  # parts of the store with calls of their own
 
 
 class DatabaseThread:

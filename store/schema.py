@@ -28,6 +28,8 @@ TABLES = (
     "sk_e2ee_room",
     "sk_work_dir",
     "sk_worktree",
+    "sk_spend",
+    "sk_session_cost",
     "sk_schema",
 )
 
@@ -300,6 +302,31 @@ def build(db: pw.Database) -> SimpleNamespace:
             table_name = "sk_worktree"
             indexes = ((("channel_id", "number"), True), (("channel_id", "conversation", "repo"), True))
 
+    class Spend(Base):
+        # What an agent cost in a period ("day:2026-12-06", "month:2026-12", UTC), as its
+        # `usage_update`s reported, and what `!budget raise` added to its budget for that period
+        # (store/spend.py). Added by migration step 12 (store/migrations.py).
+        agent = pw.TextField()
+        period = pw.TextField()
+        amount = pw.DoubleField(default=0.0)
+        raised = pw.DoubleField(default=0.0)
+        currency = pw.TextField(null=True)
+
+        class Meta:
+            table_name = "sk_spend"
+            primary_key = pw.CompositeKey("agent", "period")
+
+    class SessionCost(Base):
+        # The last cumulative cost an agent's session reported: the next report adds only what
+        # is new (store/spend.py). Added by migration step 12.
+        agent = pw.TextField()
+        session_id = pw.TextField()
+        amount = pw.DoubleField(default=0.0)
+
+        class Meta:
+            table_name = "sk_session_cost"
+            primary_key = pw.CompositeKey("agent", "session_id")
+
     class Schema(Base):
         # One row: the store's schema version (store/migrations.py).
         version = pw.IntegerField()
@@ -326,11 +353,13 @@ def build(db: pw.Database) -> SimpleNamespace:
         E2eeRoom=E2eeRoom,
         WorkDir=WorkDir,
         Worktree=Worktree,
+        Spend=Spend,
+        SessionCost=SessionCost,
         Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
     models.all = [Channel, Member, MemberSetting, ThreadSession, Session, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
-                  Turn, Schedule, E2eePending, E2eeRoom, WorkDir, Worktree, Schema]
+                  Turn, Schedule, E2eePending, E2eeRoom, WorkDir, Worktree, Spend, SessionCost, Schema]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 

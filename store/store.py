@@ -25,6 +25,7 @@ from .resilience import Reconnector, diagnose
 from .e2ee import E2ee
 from .places import Places
 from .schedules import Schedules
+from .spend import Spending
 from .sessions import Sessions
 from .settings import Settings
 from .turns import TERMINAL, Turns
@@ -138,6 +139,11 @@ class Store:
     def schedules(self) -> Schedules:
         """Work agents scheduled for later (store/schedules.py)."""
         return Schedules(self)
+
+    @cached_property
+    def spending(self) -> Spending:
+        """What agents cost per period, for their budgets (store/spend.py)."""
+        return Spending(self)
 
     @cached_property
     def places(self) -> Places:

@@ -4,7 +4,7 @@
       ▲                 │           │           │             (answer stored, same transaction)
       └────release──────┴───────────┘           ├──▶ ended        (stopped, the agent crashed…)
                                                 └──▶ interrupted  (the bridge stopped or failed)
-    taken / claimed / posted ──▶ dropped   (redacted, the agent or the channel is gone)
+    taken / claimed / posted ──▶ dropped   (redacted, `!drop`, the agent or the channel is gone)
 
 - `take` stores an owner message and its turns in one transaction: a message is never stored
   without its turns, nor turns without their message.
@@ -128,12 +128,22 @@ class Turns:
         """The owner withdrew the message: its turns that have not begun never start."""
         return self._store._run(_drop_prompt, prompt_event)
 
+    def drop(self, turn_id: str) -> bool:
+        """The owner dropped a waiting turn (`!drop`): it never starts, now or after a restart.
+        When no other turn of its message is left, the message is forgotten too, so that no
+        agent is told it later as context. False: it had begun (or was over) — nothing changed."""
+        return self._store._run(_drop, turn_id)
+
     def get(self, turn_id: str) -> TurnRecord | None:
         return self._store._run(_get, turn_id)
 
     def unfinished(self) -> list[TurnRecord]:
         """Every turn not over, oldest first."""
         return self._store._run(_unfinished)
+
+    def in_channel(self, channel_id: str) -> list[TurnRecord]:
+        """Every turn of the channel, oldest first (over or not)."""
+        return self._store._run(_in_channel, channel_id)
 
     def last_live_agent(self, channel_id: str, conversation: str = "") -> str | None:
         """The agent of the newest turn of the conversation that is not over: the one who will
@@ -251,9 +261,28 @@ def _drop_prompt(store: "Store", prompt_event: str) -> int:
             .where((T.prompt_event == prompt_event) & T.state.in_(list(NOT_BEGUN))).execute())
 
 
+def _drop(store: "Store", turn_id: str) -> bool:
+    T = store._m.Turn
+    with store._db.atomic():
+        row = T.select(T.prompt_event).where(T.id == turn_id).tuples().first()
+        changed = (T.update(state=DROPPED, updated=now_ms())
+                   .where((T.id == turn_id) & T.state.in_(list(NOT_BEGUN))).execute())
+        if not changed or row is None:
+            return False
+        others = (T.select(T.id).where((T.prompt_event == row[0]) & (T.state != DROPPED)).count())
+        if not others:
+            store.delete_message_by_event(row[0])
+        return True
+
+
 def _unfinished(store: "Store") -> list[TurnRecord]:
     T = store._m.Turn
     return [_record(row) for row in _select(store).where(T.state.in_(list(LIVE))).order_by(T.id).tuples()]
+
+
+def _in_channel(store: "Store", channel_id: str) -> list[TurnRecord]:
+    T = store._m.Turn
+    return [_record(row) for row in _select(store).where(T.channel_id == channel_id).order_by(T.id).tuples()]
 
 
 def _last_live_agent(store: "Store", channel_id: str, conversation: str) -> str | None:

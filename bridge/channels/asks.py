@@ -17,7 +17,8 @@ the main timeline, or the thread it is in; a thread message's fallback `m.in_rep
 reply). Only owners' events are passed on.
 
 Several owners (SPEC §15): an ask is answered by the owner whose message started the turn (the
-`asker`: the prompt's sender, read back from the store after a restart). Another owner's keycap,
+`asker`: the prompt's sender, read back from the store after a restart), or by any owner where
+the channel says `!approve any-owner` (approvals.py); the ask mentions who may answer. Another owner's keycap,
 number, or reply to the ask is refused in one line from the puppet, in the ask's conversation,
 and changes nothing; another owner's message that replies to nothing is no answer (it goes on
 as an ordinary message, so nothing of theirs is lost). A scheduled run answers no owner's
@@ -37,6 +38,7 @@ import aiohttp
 
 from ..matrix.client import MatrixError
 from ..matrix.puppet import relating
+from .approvals import mentioning
 from .render import escape_html
 
 if TYPE_CHECKING:
@@ -131,16 +133,17 @@ class Asks:
     async def ask(self, portal: "Portal", puppet: "Puppet", shown: Shown, waiting: str,
                   wait: Callable[[Ask], Awaitable[tuple[R, str]]], *, timed_out: tuple[R, str],
                   stopped: Callable[[], str], unsent: R, options: Sequence[Any] = (),
-                  conversation: str = "", asker: str | None = None, run: Any = None) -> R:
+                  conversation: str = "", asker: str | None = None, run: Any = None,
+                  mention: Sequence[str] = ()) -> R:
         """Post `shown`, wait for the owner, show how it ended. `wait(ask)` reads the owner's
         answer: (what the ask returns, the line shown under it). Timed out: `timed_out`;
         cancelled: `stopped()` is shown and the cancellation goes on; the message could not be
         posted: `unsent`, as the owner cannot be asked. `conversation`: where the turn is (the
         puppet's messages go there already); `asker`: the owner who answers (None: any); `run`:
         the turn asking (its answer shows the wait; None: the portal's current one —
-        conversations run side by side)."""
+        conversations run side by side); `mention`: the owners it notifies (approvals.py)."""
         event_id = await self._sent(f"the {self.what}", portal.room_id,
-                                    puppet.intent.send(portal.room_id, shown.content()))
+                                    puppet.intent.send(portal.room_id, mentioning(shown.content(), mention)))
         if event_id is None:
             return unsent
         ask = Ask(portal.room_id, event_id, options, asyncio.get_running_loop().create_future(),

@@ -39,11 +39,16 @@ In a channel:
   !unschedule N          cancel schedule N
   !cwd [AGENT] [PATH]    see or change where an agent works here (only inside its configured roots)
   !worktrees             the threads' git worktrees (agents with worktrees: on); !worktrees remove N confirm
-  !sessions [AGENT]      the agents' sessions in this conversation (main timeline or thread)
+  !sessions [AGENT]      the agents' sessions in this conversation (main timeline or thread);
+                         !sessions [AGENT] delete N deletes one (where the agent can)
   !resume [AGENT] N      go back to session N of !sessions
   !reset [AGENT]         start a new session here
   !fork [AGENT]          go on with a copy of the session in a new thread
   !threads [on|off]      on: each message agents answer gets its answers in a thread under it
+  !approve [requester|any-owner]  who answers the agents' permission prompts and questions
+  !queue                 the messages waiting for an answer here; !drop N removes one
+  !steer TEXT            redirect the answer being written (or reply to it): asked again with TEXT
+  !budget [AGENT] [raise AMOUNT]  an agent's budget and what it spent (raise: for this period)
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 
@@ -60,7 +65,9 @@ CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the a
                 "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
                 "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
                 "!threads on|off (answers in a thread under each message), !voice on|off (answers also "
-                "as voice notes), !delete (delete this "
+                "as voice notes), !approve requester|any-owner "
+                "(who answers permission prompts), !queue, !drop N, !steer TEXT (what waits, and "
+                "redirecting the running answer), !budget (what agents may cost), !delete (delete this "
                 "channel's history). Everything else is in my DM: !help.")
 
 
@@ -84,6 +91,24 @@ def parse(body: str) -> Command | None:
     except ValueError:  # an unbalanced quote: plain words
         args = rest.split()
     return Command(match.group(1).lower(), tuple(args))
+
+
+def rest_of(body: str) -> str:
+    """The words after `!name`, as typed (quotes and line breaks kept): `!steer`'s text."""
+    match = _COMMAND.match(body.strip())
+    return (match.group(2) or "").strip() if match is not None else ""
+
+
+def queue_listing(jobs: Iterable[tuple[str, str]], cut: int = 80) -> str:
+    """`!queue`: the turns waiting in a conversation ((agent, text), in order), numbered."""
+    jobs = list(jobs)
+    if not jobs:
+        return "Nothing waits here."
+    lines = ["Waiting here (!drop N removes one, !steer TEXT steers the running answer):"]
+    for number, (agent, text) in enumerate(jobs, 1):
+        text = " ".join(text.split())
+        lines.append(f"  {number}. {agent}: {text if len(text) <= cut else text[:cut - 1] + '…'}")
+    return "\n".join(lines)
 
 
 THREADS_ON = "on"  # the stored value of a channel that opens threads (store/keys.py `threads`)
@@ -130,7 +155,7 @@ def split_delete(args: Iterable[str]) -> tuple[str, bool]:
 
 
 SESSION_COMMANDS = ("sessions", "resume", "reset", "fork")
-SESSION_USAGE = {"sessions": "!sessions [AGENT]", "resume": "!resume [AGENT] N",
+SESSION_USAGE = {"sessions": "!sessions [AGENT], or !sessions [AGENT] delete N", "resume": "!resume [AGENT] N",
                  "reset": "!reset [AGENT]", "fork": "!fork [AGENT]"}
 
 
@@ -142,18 +167,22 @@ class BadSessionArgs(ValueError):
 class SessionArgs:
     agent: str | None   # the word naming an agent, as typed (`alice`, `@alice`), or None
     number: int | None  # `!resume`'s N (from 1), else None
+    delete: bool = False  # `!sessions [AGENT] delete N`
 
 
 def session_args(name: str, args: Iterable[str]) -> SessionArgs:
     """`!sessions [AGENT]`, `!reset [AGENT]`, `!fork [AGENT]`, `!resume [AGENT] N` (N before
     or after the agent) → SessionArgs; BadSessionArgs (its usage line) for anything else."""
     words = list(args)
+    delete = name == "sessions" and any(w.lower() == "delete" for w in words)
+    if delete:
+        words = [w for w in words if w.lower() != "delete"]
     numbers = [w for w in words if w.isdigit()]
     others = [w for w in words if not w.isdigit()]
-    wanted = 1 if name == "resume" else 0
+    wanted = 1 if name == "resume" or delete else 0
     if len(numbers) != wanted or len(others) > 1 or (numbers and int(numbers[0]) < 1):
         raise BadSessionArgs(f"Usage: {SESSION_USAGE[name]}" + (" (N from !sessions)" if wanted else ""))
-    return SessionArgs(others[0] if others else None, int(numbers[0]) if numbers else None)
+    return SessionArgs(others[0] if others else None, int(numbers[0]) if numbers else None, delete)
 
 
 def find_channels(channels: Iterable["Channel"], query: str) -> list["Channel"]:

@@ -15,10 +15,11 @@ import aiohttp
 
 from store import keys
 
+from .approvals import ANY_OWNER, approve_mode, approve_state, approve_switch
 from .background import Background
 from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, THREADS_ON, Command, describe_state,
-                            find_channels, format_commands, opens_threads, parse, resolve_agent,
-                            split_delete, threads_state, threads_switch)
+                            find_channels, format_commands, opens_threads, parse, queue_listing, resolve_agent,
+                            rest_of, split_delete, threads_state, threads_switch)
 from .conversations import Here
 from .places import place_of
 from .sessions import close_sessions
@@ -75,7 +76,7 @@ class BotCommands:
         try:
             portal = await self.channels.portal_for(room_id)
             if portal is not None:
-                await self._in_channel(portal, command, here)
+                await self._in_channel(portal, command, here, body)
                 return True
             if await self._is_bot_room(room_id, sender):
                 event_id = event.get("event_id")
@@ -276,9 +277,9 @@ class BotCommands:
 
     # -- in a channel --
 
-    async def _in_channel(self, portal: "Portal", command: Command, here: Here) -> None:
+    async def _in_channel(self, portal: "Portal", command: Command, here: Here, body: str = "") -> None:
         """A command typed in a channel: it acts on the conversation it was typed in (`here`,
-        the main timeline or a thread) and answers there."""
+        the main timeline or a thread) and answers there. `body`: the message as typed."""
         async def say(text: str) -> None:
             await self.notices.notice(portal, text, relates_to=here.relates_to)
         if command.name == "stop":
@@ -297,6 +298,15 @@ class BotCommands:
             await self._unschedule(portal, command.args, say)
         elif command.name == "threads":
             await self._threads(portal, command.args, say)
+        elif command.name == "approve":
+            await self._approve(portal, command.args, say)
+        elif command.name == "queue":
+            await say(queue_listing((job.turn.agent, job.incoming.body)
+                                    for job in portal.queued(here.conversation)))
+        elif command.name == "drop":
+            await self._drop(portal, command.args, here, say)
+        elif command.name == "steer":
+            await self._steer(portal, rest_of(body), here, say)
         elif command.name == "help":
             await say(CHANNEL_HELP + "\n\n" + HELP)
         else:
@@ -337,6 +347,51 @@ class BotCommands:
         else:
             await self.db.delete_value(key)
         await say(threads_state(switch))
+
+    async def _drop(self, portal: "Portal", args: tuple[str, ...], here: Here, say) -> None:
+        """`!drop N`: waiting turn N of `!queue` never runs — taken out of the queue at once,
+        its record dropped and, with no other turn, its message forgotten (a restart does not
+        run it either, no agent is told it: store/turns.py `drop`)."""
+        number = int(args[0]) if len(args) == 1 and args[0].isdigit() else None
+        if number is None:
+            await say("Say which: !drop N, with N from !queue.")
+            return
+        job = portal.unqueue(here.conversation, number)
+        if job is None:
+            await say(f"Nothing waits as {number} here (see !queue).")
+            return
+        if not await self.db.turns.drop(job.turn_id):  # begun meanwhile elsewhere: not dropped
+            await say(f"{number} has begun already: !stop stops it.")
+            return
+        await say(f"Dropped {number}: {job.turn.agent} will not answer “{' '.join(job.incoming.body.split())[:80]}”.")
+
+    async def _steer(self, portal: "Portal", text: str, here: Here, say) -> None:
+        """`!steer TEXT`: the answer being written in this conversation is redirected
+        (turns.TurnRun.steer)."""
+        if not text:
+            await say("Usage: !steer TEXT (or reply to the answer being written).")
+            return
+        run = portal.run_in(here.conversation)
+        if run is None or not await run.steer(text):
+            await say("Nothing is being answered here to steer: send it as a message.")
+
+    async def _approve(self, portal: "Portal", args: tuple[str, ...], say) -> None:
+        """`!approve requester|any-owner`: who answers the channel's permission prompts and
+        questions (stored per channel, keys.approve; approvals.py); `!approve` tells."""
+        try:
+            mode = approve_switch(args)
+        except ValueError as exc:
+            await say(str(exc))
+            return
+        key = keys.approve(portal.channel.id)
+        if mode is None:
+            await say(approve_state(approve_mode(await self.db.get_value(key))))
+            return
+        if mode == ANY_OWNER:
+            await self.db.set_value(key, ANY_OWNER)
+        else:
+            await self.db.delete_value(key)
+        await say(approve_state(mode))
 
     async def _stop(self, portal: "Portal", here: Here) -> None:
         """`!stop`: the answer being written in the conversation it was typed in — in a thread
@@ -420,6 +475,7 @@ class BotCommands:
                 await run.cancel()
         await self.db.delete_channel(channel.id)  # its schedules too
         await self.db.delete_value(keys.threads(channel.id))
+        await self.db.delete_value(keys.approve(channel.id))
         self.forget_channel(channel.id)
         await close_sessions(self.pool, sessions)
         for agent in members:

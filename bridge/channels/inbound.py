@@ -216,6 +216,8 @@ class Inbound:
                 return
             if await self.questions.on_reply(room_id, body, None, sender=sender, conversation=conversation):
                 return  # the answer to the conversation's open question
+            if reply_to is not None and await self._steer(room_id, reply_to, body):
+                return  # a reply to the answer being written steers it (docs/sessions.md)
         portal = await self.channels.portal_for(room_id)
         if portal is None or read.silent:
             return
@@ -258,6 +260,15 @@ class Inbound:
         for turn in turns:
             portal.submit(turn, incoming)
         return True
+
+    async def _steer(self, room_id: str, reply_to: str, body: str) -> bool:
+        """A reply to an answer still being written: that turn is steered with it (turns.py
+        `TurnRun.steer`); False when the answer replied to is not running (an ordinary message)."""
+        portal = self.channels.portals.get(room_id)
+        for run in list(portal.runs.values()) if portal is not None else ():
+            if reply_to in run.answer.event_ids:
+                return await run.steer(body)
+        return False
 
     async def reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         relates = content.get("m.relates_to")

@@ -101,3 +101,4 @@ class ChannelParts:
     stopping: asyncio.Event       # set as the bridge's stop begins: no turn starts from then on
     aliases: dict[str, str]       # names an agent is called by → the agent
     places: WorkPlaces            # where each conversation's agent works (coding/workplaces.py)
+    budgets: Any = None           # the agents' budgets (budgets.py; None: none kept)

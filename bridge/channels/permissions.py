@@ -15,7 +15,7 @@ to show the decision. While it waits, the answer's status line says so.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .asks import Ask, Asks
 
@@ -62,7 +62,8 @@ class Permissions:
         self.asks = Asks(config, notices, "permission prompt", channels, identities)
 
     async def ask(self, portal: "Portal", puppet: "Puppet", request: "PermissionRequest", *,
-                  conversation: str = "", asker: str | None = None, run: Any = None) -> str | None:
+                  conversation: str = "", asker: str | None = None, run: Any = None,
+                  mention: Sequence[str] = ()) -> str | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
         the turn's `conversation`; the chosen optionId, or None for cancelled. `run`: the turn
         asking (turns.TurnRun; None: the portal's current one)."""
@@ -92,7 +93,8 @@ class Permissions:
         # not posted: the owner cannot be asked, cancelled rather than allowed
         return await self.asks.ask(portal, puppet, shown, waiting_status(call_title), decided,
                                    timed_out=(None, TIMED_OUT), stopped=lambda: STOPPED, unsent=None,
-                                   options=options, conversation=conversation, asker=asker, run=run)
+                                   options=options, conversation=conversation, asker=asker, run=run,
+                                   mention=mention)
 
     async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
         """An owner's reaction; True when it answered a pending permission request (or was

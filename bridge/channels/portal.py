@@ -276,11 +276,40 @@ class Portal:
         if not line.push(Job(turn.id, turn, incoming)):
             return
         self.waiting.add(incoming.event_id)
+        self.note_queue(conversation)  # the answer running there says it (docs/sessions.md)
         if self.parts.stopping.is_set():
             return  # taken, never started: the next start runs it (its record says taken)
         if line.idle():
             name = f"portal-{self.room_id}" + (f"-{conversation}" if conversation else "")
             line.worker = asyncio.create_task(self._work(line), name=name)
+
+    def queued(self, conversation: str) -> list[Job]:
+        """The turns waiting in `conversation`, in the order they will run (`!queue`)."""
+        line = self.lines.get(conversation)
+        return sorted(line.queue) if line is not None else []
+
+    def note_queue(self, conversation: str) -> None:
+        """The running answer of `conversation` says how many turns wait behind it."""
+        run, count = self.runs.get(conversation), self.pending(conversation)
+        if run is not None:
+            run.answer.set_note("queued", f"queued ({count})" if count else None)
+
+    def unqueue(self, conversation: str, number: int) -> Job | None:
+        """Take the `number`th waiting turn (1: the next) out of `conversation`'s queue, before
+        anything can start it (`!drop`; its record is ended by the caller). None: no such turn."""
+        jobs = self.queued(conversation)
+        if not 1 <= number <= len(jobs):
+            return None
+        job, line = jobs[number - 1], self.lines[conversation]
+        line.queue.remove(job)
+        heapq.heapify(line.queue)
+        line.queued.discard(job.turn_id)
+        if not any(j.incoming.event_id == job.incoming.event_id for j in line.queue):
+            running = self.runs.get(conversation)
+            if running is None or running.prompt_event_id != job.incoming.event_id:
+                self.waiting.discard(job.incoming.event_id)
+        self.note_queue(conversation)
+        return job
 
     def pending(self, conversation: str | None = None) -> int:
         """Turns queued, not yet begun: in `conversation`, or in all of them (None)."""

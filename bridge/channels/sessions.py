@@ -5,11 +5,15 @@ Portal.session_for). In a conversation:
 
 - `!sessions [AGENT]` lists the member's sessions there: the agent's own list (session/list)
   where it announces one — all its sessions in that working directory, less those the bridge
-  keeps for another conversation or channel — else the bridge's record (store/sessions.py).
+  keeps for another conversation or channel; those another client made (Zed, the agent's CLI)
+  are marked "elsewhere", and `!resume` carries one on here (docs/sessions.md, "Handoff") —
+  else the bridge's record (store/sessions.py).
   Each has a number, a title and when it was last used; the current one is marked.
 - `!resume [AGENT] N` goes back to session N of that list: session/resume where announced (the
   agent goes on, nothing is replayed), else session/load (its replay is not shown, ADR §4).
 - `!reset [AGENT]` starts a new session there.
+- `!sessions [AGENT] delete N` deletes session N (session/delete, where announced), never the
+  current one.
 - `!fork [AGENT]` goes on with a copy of the session (session/fork) in a new thread: the member
   posts its root ("Forked from …") and the copy is its session of that thread.
 
@@ -51,6 +55,7 @@ class Listed:
     session_id: str
     title: str | None
     used: int | None  # ms since the epoch; None: not known
+    elsewhere: bool = False  # made by another client (Zed, the agent's CLI…), not by the bridge
 
 
 def title_line(text: str, limit: int = TITLE_CHARS) -> str | None:
@@ -108,6 +113,8 @@ def format_sessions(title: str, agent: str, listed: list[Listed], current: str |
     for number, session in enumerate(listed, 1):
         name = _one_line(session.title) or f"untitled ({session.session_id[:12]})"
         mark = " ← current" if session.session_id == current else ""
+        if session.elsewhere and session.session_id != current:
+            mark = " — elsewhere (another client's: !resume carries it on here)"
         lines.append(f"  {number}. {name} — {ago(session.used, now)}{mark}")
     return lines
 
@@ -138,7 +145,7 @@ def merged(listed: Iterable[Listed], records: list["SessionRecord"], channel_id:
             continue
         title = session.title or (record.title if record is not None else None)
         used = session.used if session.used is not None else (record.used if record is not None else None)
-        kept.append(Listed(session.session_id, title, used))
+        kept.append(Listed(session.session_id, title, used, elsewhere=record is None))
     return kept
 
 
@@ -180,7 +187,12 @@ class SessionCommands:
             await say(f"Which agent? e.g. {example}")
             return
         try:
-            if name == "sessions":
+            if name == "sessions" and words.delete:
+                if len(targets) != 1:
+                    await say(f"Which agent? e.g. !sessions {members[0]} delete {words.number}")
+                    return
+                await say(await self._delete(portal, targets[0], conversation, words.number))
+            elif name == "sessions":
                 lines = []
                 for agent_name in targets:
                     lines += await self._listing(portal, agent_name, conversation)
@@ -203,7 +215,9 @@ class SessionCommands:
         if agent.session_capabilities.list:
             place = await portal.parts.places.where(portal, agent_name, conversation)
             found = await agent.list_sessions(place.cwd)
-            listed = [Listed(s.session_id, s.title, iso_ms(s.updated_at)) for s in found]
+            # a title the agent gave since (session_info_update) shows at once
+            listed = [Listed(s.session_id, _live_title(agent, s.session_id) or s.title, iso_ms(s.updated_at))
+                      for s in found]
             return merged(listed, await db.sessions.of_agent(agent_name), channel_id, conversation)
         records = await db.sessions.listed(channel_id, agent_name, conversation)
         # a title the agent gave since (session_info_update) wins over the recorded one
@@ -244,6 +258,25 @@ class SessionCommands:
                                new=False, left=member.session_id if member is not None else None)
         name = _one_line(chosen.title) or "untitled"
         return f"{title} goes on in session {number} ({name})."
+
+    async def _delete(self, portal: "Portal", agent_name: str, conversation: str, number: int) -> str:
+        """`!sessions delete N`: session/delete where the agent announces it; never the
+        current one of this conversation (`!reset` first)."""
+        parts = portal.parts
+        title = parts.config.agents[agent_name].title
+        agent = await parts.pool.get(agent_name)
+        if not agent.session_capabilities.delete:
+            return f"{title} cannot delete sessions (it offers no session/delete)."
+        entries = await self._entries(portal, agent_name, agent, conversation)
+        if number > len(entries):
+            return f"{title} has no session {number} here (!sessions lists them)."
+        chosen = entries[number - 1]
+        async with portal.session_lock(agent_name, conversation):
+            member = await parts.db.member(portal.channel.id, agent_name, conversation)
+            if member is not None and member.session_id == chosen.session_id:
+                return f"Session {number} is {title}'s current one here: !reset first, then delete it."
+            await agent.delete_session(chosen.session_id)
+        return f"Deleted {title}'s session {number} ({_one_line(chosen.title) or 'untitled'})."
 
     async def _reset(self, portal: "Portal", agent_name: str, conversation: str) -> str:
         parts = portal.parts

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from acp import Update
 
 from ..matrix.media import outgoing_part, post
+from .budget_rules import usage_note
 from .silence import SilenceWatch
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ class Showing:
         self._quiet: SilenceWatch | None = None
         self._typing: asyncio.Task | None = None
         self._typed = False  # typing was switched on
+        # ACP `messageId`: the agent's message the answer's text is in now, and the ones before
+        # it — a message sent again after another began is not added twice
+        self._message: str | None = None
+        self._messages: set[str] = set()
 
     # ---- around the prompt ----------------------------------------------------------------------
 
@@ -85,6 +90,8 @@ class Showing:
             self._quiet.heard()
         answer = self.answer
         if update.kind == "text":
+            if self._again(update.raw.get("messageId")):
+                return
             answer.set_status(STATUS_WRITING)
             part = outgoing_part(update.raw.get("content"))  # an image, a file (media.py)
             if part is None or isinstance(part, str):
@@ -97,6 +104,9 @@ class Showing:
             answer.set_status(STATUS_THINKING)
         elif update.kind == "plan":
             self.work.update(update)
+        elif update.kind == "usage" and update.usage is not None:
+            u = update.usage  # context used / size and cost, after the status (budget_rules.py)
+            answer.set_note("usage", usage_note(u.used, u.size, u.cost, u.currency))
         elif update.kind == "notice" and update.text:
             self.courtesy(self.notices.send(self.puppet, self.room_id, f"⚠️ {update.text}"))
         elif update.kind in ("tool_call", "tool_call_update"):
@@ -106,6 +116,18 @@ class Showing:
                 answer.set_status(STATUS_THINKING)
             else:
                 answer.set_status(tool_status(update.title or known.get("title")))
+
+    def _again(self, message_id) -> bool:
+        """A chunk of an agent message that ended already (a later `messageId` came since): the
+        agent sent it again (docs/acp.md); its text is in the answer already."""
+        if not isinstance(message_id, str) or not message_id or message_id == self._message:
+            return False
+        if message_id in self._messages:
+            return True
+        if self._message is not None:
+            self._messages.add(self._message)
+        self._message = message_id
+        return False
 
     # ---- once the prompt is over ----------------------------------------------------------------
 

@@ -155,6 +155,9 @@ class Answer:
         self.done_text: list[str] = []        # text of messages already closed (split)
         self.text = ""                        # text of the current message
         self.status: str | None = None
+        # shown after the status line's words while there is one: "queued (2)", the context
+        # used and the cost (`set_note`; docs/sessions.md)
+        self.notes: dict[str, str] = {}
         self.edits = 0
         self._dirty = asyncio.Event()
         self._last_edit = 0.0
@@ -223,7 +226,7 @@ class Answer:
         # homeserver again with it and learns the event id without posting a second message.
         # Text past the split (a huge first part) waits for the edit loop, which splits it.
         head = self.text[:split_point(self.text, self.split_weight)]
-        content = await rendered(head, self.status, live=True)
+        content = await rendered(head, self.status_line, live=True)
         event_id = await self._send(content, self.placeholder_txn)
         self._added(event_id)
         self._open = True
@@ -255,7 +258,25 @@ class Answer:
         async with self._send_lock:
             await self._stop_pump()
             if self.event_ids and not self.finished:
-                await self._edit(await rendered(self.text, self.status))
+                await self._edit(await rendered(self.text, self.status_line))
+
+    @property
+    def status_line(self) -> str | None:
+        """The status and its notes, as shown above the text (None: no status line)."""
+        if self.status is None:
+            return None
+        return " · ".join([self.status, *(note for note in self.notes.values() if note)])
+
+    def set_note(self, key: str, note: str | None) -> None:
+        """A note after the status line's words (None: none); shown with the next edit."""
+        if (note or None) == self.notes.get(key):
+            return
+        if note:
+            self.notes[key] = note
+        else:
+            self.notes.pop(key, None)
+        if self.status is not None:
+            self._dirty.set()
 
     def set_status(self, status: str | None) -> None:
         if status != self.status:
@@ -371,7 +392,7 @@ class Answer:
             async with self._send_lock:
                 if await self._split_if_needed():
                     if not (self._closed and not self.text):  # a status alone opens no message
-                        if not await self._edit(await rendered(self.text, self.status, live=True)) \
+                        if not await self._edit(await rendered(self.text, self.status_line, live=True)) \
                                 and self._shrunk():
                             self._dirty.set()  # it did not fit: split smaller at the next edit
             if self.text:

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 
 from acp import AcpError, AgentCrashed, AgentTimeout, Update
-from store import StoreError, TurnRecord
+from store import StoreError, TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
+from .approvals import approve_mode, approvers
 from .context import Line, build_prompt
 from .conversations import relation_for
 from ..matrix.client import MatrixError
@@ -61,6 +62,8 @@ class Portal(Protocol):
 
     def member_names(self) -> list[str]: ...
 
+    def note_queue(self, conversation: str) -> None: ...
+
     def pending(self, conversation: str | None = None) -> int: ...
 
     async def session_with(self, agent_name: str, agent: Any, also: Any = None,
@@ -85,6 +88,9 @@ class TurnRun:
         self.prompt_sent = False  # session/prompt is written to the agent (store/turns.py)
         self.journal: Journal | None = None  # what it writes into its turn record
         self.conversation = ""  # its record's: "" the main timeline, else the thread's root
+        self.steering: list[str] = []  # what `!steer` (or a reply to the answer) adds, not yet asked
+        self.steerable = True  # False once its agent is done: too late to steer it
+        self.stop_line: str | None = None  # why it was cancelled, when not by the owner (budgets.py)
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -93,6 +99,18 @@ class TurnRun:
             if update.raw.get(key) not in (None, "", [], {}):
                 known[key] = update.raw[key]
         return known
+
+    async def steer(self, text: str) -> bool:
+        """Steer the turn (docs/sessions.md): the agent is asked again, in this answer and this
+        turn, what it had been asked plus `text` — its running prompt cancelled first
+        (`session/cancel`), a prompt not yet written gets `text` at once. False: too late, the
+        agent has finished."""
+        if not self.steerable:
+            return False
+        self.steering.append(text)
+        if self.prompt_sent:
+            await self.cancel()
+        return True
 
     async def cancel(self) -> None:
         self.cancelled = True
@@ -236,6 +254,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     note = waiting_note(channels, parts.pool, turn.agent, here=portal)
     channels.queue(turn.agent).append(run)
     portal.runs[record.conversation] = run
+    portal.note_queue(record.conversation)  # the turns still waiting behind it
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
@@ -248,6 +267,12 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         running = parts.pool.state(turn.agent) in ("ready", "busy")
         posting = answer.post(note, grace=PLACEHOLDER_GRACE if running else 0.0)
         posting.add_done_callback(lambda done: _begin(run, done))
+        budgets = getattr(parts, "budgets", None)
+        refused = await budgets.refusal(turn.agent) if budgets is not None else None
+        if refused is not None:  # over its budget: one line, and the agent is not asked
+            await _end(answer, refused)
+            journal.ended(ENDED, answer.event_ids, None)
+            return
         async with _agent_turn(parts.pool, run) as agent:
             channels.active_turns[turn.agent] = portal
             parts.presence.answering(turn.agent, portal.channel.name)
@@ -285,20 +310,32 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             if incoming.message_id is not None:  # a scheduled run answers no message of the room
                 channels.courtesy(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
             # its asks go into its conversation, answered by the owner who sent the message
-            asked = {"conversation": record.conversation, "asker": incoming.sender}
+            # (or any owner: `!approve any-owner`), whom they mention (approvals.py)
+            asked = partial(_ask, portal, puppet, record.conversation, incoming.sender, run)
+            on_permission, on_question = partial(asked, parts.permissions.ask), partial(asked, parts.questions.ask)
+            request = turn.text  # what it was asked: a steer asks it again with more
+            if run.steering:  # steered before its prompt was written: in that prompt
+                request, prompt = _steered(run, request, prompt, answer)
             try:
                 showing.prompting(lambda: agent.asking)
                 # its record says "prompted" before the agent can have it (at most once), and the
                 # prompt is written the moment that is done
                 stop_reason = await agent.prompt(session_id, prompt, showing.on_update,
-                                                 partial(parts.permissions.ask, portal, puppet, **asked, run=run),
-                                                 partial(parts.questions.ask, portal, puppet, **asked, run=run),
+                                                 on_permission, on_question,
                                                  before_send=lambda: _prompting(run),
                                                  on_sent=lambda: _prompted(run, turn.text))
+                # steered meanwhile: the same turn asks again (one record, one answer)
+                while run.steering:
+                    request, prompt = _steered(run, request, request, answer)
+                    run.cancelled = False
+                    stop_reason = await agent.prompt(session_id, prompt, showing.on_update,
+                                                     on_permission, on_question)
+                run.steerable = False
             finally:
+                run.steerable = False
                 showing.prompted()
         await showing.work_shown()
-        footer = "⏹ stopped" if stop_reason == "cancelled" else parts.stop_line(stop_reason)
+        footer = (run.stop_line or "⏹ stopped") if stop_reason == "cancelled" else parts.stop_line(stop_reason)
         # the agent is done: a stop from here on lets the complete answer land and be stored
         # (within FINISH_ON_STOP) rather than marking it interrupted
         closing = asyncio.ensure_future(_close(portal, journal, turn.agent, answer, footer,
@@ -360,6 +397,28 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             del channels.active_turns[turn.agent]
             parts.presence.answering(turn.agent, None)
         await showing.typing_ended()
+
+
+def _steered(run: TurnRun, request: str, prompt: str | list[dict], answer: Answer) -> tuple[str, str | list[dict]]:
+    """What the agent is asked once steered: (the request with the steering words, the prompt
+    with them); the answer shows where it was steered."""
+    words = "\n\n".join(run.steering)
+    run.steering.clear()
+    answer.append(("\n\n" if answer.full_text else "") + f"↪ steered: {words}\n\n")
+    if isinstance(prompt, list):
+        return f"{request}\n\n{words}", [*prompt, {"type": "text", "text": words}]
+    return f"{request}\n\n{words}", f"{prompt}\n\n{words}"
+
+
+async def _ask(portal: "Portal", puppet, conversation: str, requester: str | None, run: TurnRun,
+               ask, request):
+    """Ask the owner through `ask` (permissions.py, coding/questions.py): who answers and whom
+    it mentions, as the channel's `!approve` says (approvals.py) when it is asked."""
+    parts = portal.parts
+    mode = approve_mode(await parts.db.get_value(keys.approve(portal.channel.id)))
+    asker, mention = approvers(mode, requester, parts.config.owners)
+    return await ask(portal, puppet, request, conversation=conversation, asker=asker, run=run,
+                     mention=mention)
 
 
 async def _after(first: asyncio.Task, then) -> None:

@@ -18,7 +18,7 @@ permission requests; what is here is what a question asks and how its answer rea
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from acp import ElicitationAnswer, ElicitationRequest
 from acp.elicitation import ACCEPT, CANCEL, DECLINE, parse_answer
@@ -44,10 +44,12 @@ class Questions:
         self.asks = Asks(config, notices, "question")
 
     async def ask(self, portal: "Portal", puppet: "Puppet", request: ElicitationRequest, *,
-                  conversation: str = "", asker: str | None = None, run: Any = None) -> ElicitationAnswer | None:
+                  conversation: str = "", asker: str | None = None, run: Any = None,
+                  mention: Sequence[str] = ()) -> ElicitationAnswer | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
         the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.TurnRun;
-        None: the portal's current one)."""
+        None: the portal's current one); `mention`: whom it notifies
+        (channels/approvals.py)."""
         run = run if run is not None else portal.current
         title = puppet.displayname
         shown = (render.url_consent(title, request) if request.mode == "url"
@@ -66,7 +68,8 @@ class Questions:
         return await self.asks.ask(portal, puppet, shown, f"❓ waiting for your answer to {title}'s question",
                                    answered, timed_out=(ElicitationAnswer(DECLINE), TIMED_OUT),
                                    stopped=stopped, unsent=ElicitationAnswer(CANCEL),
-                                   conversation=conversation, asker=asker, run=run)
+                                   conversation=conversation, asker=asker, run=run,
+                                   mention=mention)
 
     async def _answer(self, ask: Ask, request: ElicitationRequest) -> ElicitationAnswer:
         while True:

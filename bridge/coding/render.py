@@ -341,6 +341,7 @@ class StatusLine:
     cost: float | None = None
     currency: str | None = None
     title: str | None = None
+    session: str | None = None  # its ACP session id: another ACP client resumes it by this
 
 
 def tokens(n: int) -> str:
@@ -372,6 +373,8 @@ def status_text(line: StatusLine) -> str:
         parts.append(f"cost {money(line.cost, line.currency)}")
     if line.title:
         parts.append(f"“{line.title}”")
+    if line.session:
+        parts.append(f"session {line.session}")
     return f"{line.agent}: " + " · ".join(parts)
 
 

@@ -363,6 +363,7 @@ class SessionSettings:
                                    **({} if used is None else
                                       {"used": used.used, "size": used.size, "cost": used.cost,
                                        "currency": used.currency}))
+            member = await self.db.member(portal.channel.id, agent_name, here.conversation)
             mode = model = None
             if state is not None:
                 mode = choice_name(state.selector(MODE), state.mode)
@@ -371,7 +372,8 @@ class SessionSettings:
                 title, state_word, mode, model,
                 settings.used if settings else None, settings.size if settings else None,
                 settings.cost if settings else None, settings.currency if settings else None,
-                (settings.title if settings else None) or (state.title if state else None)))
+                (settings.title if settings else None) or (state.title if state else None),
+                member.session_id if member is not None else None))
         shown = render.status(lines)
         where = " (this thread)" if here.conversation else ""
         await self.notices.send(await self._sender(portal, members, here), portal.room_id,

@@ -41,6 +41,7 @@ class Announced:
     load_session: bool = False
     prompt_capabilities: dict[str, Any] = field(default_factory=dict)
     mcp_capabilities: dict[str, Any] = field(default_factory=dict)  # agentCapabilities.mcpCapabilities
+    capabilities: dict[str, Any] = field(default_factory=dict)  # agentCapabilities, all of it
     auth_methods: list[dict[str, Any]] = field(default_factory=list)
     initialized: bool = False
     session: dict[str, Any] | None = None  # session/new's result
@@ -85,6 +86,7 @@ async def announced(spec: AgentSpec) -> Announced:
         found.load_session = bool(running.load_session)
         found.prompt_capabilities = dict(running.prompt_capabilities or {})
         found.mcp_capabilities = dict(running.mcp_capabilities or {})
+        found.capabilities = dict(getattr(running, "agent_capabilities", None) or {})
         found.auth_methods = [m for m in running.auth_methods or [] if isinstance(m, dict)]
         step = f"no answer to session/new within {SESSION_LIMIT:g} s"
         found.session = await asyncio.wait_for(running.open_session(spec.cwd), SESSION_LIMIT)
@@ -125,6 +127,7 @@ def report(name: str, found: Announced, tools: bool = True) -> list[str]:
             return lines
         lines.append(f"    agent: {who}; loadSession: {load}")
     lines.append(f"    protocol: ACP v{found.protocol}; prompts: {_prompt_kinds(found.prompt_capabilities)}")
+    lines.append(f"    capabilities: {', '.join(announced_capabilities(found.capabilities)) or 'none'}")
     lines.append(f"    auth methods: {_auth(found.auth_methods)}")
     lines.append(f"    tools: {_tools(name, tools, found.mcp_capabilities)}")
     if found.session is None:
@@ -133,6 +136,26 @@ def report(name: str, found: Announced, tools: bool = True) -> list[str]:
     lines.extend(_config_options(found.session.get("configOptions")))
     lines.append(f"    models: {_models(found.session.get('models'))}")
     return lines
+
+
+def announced_capabilities(caps: Any, prefix: str = "") -> list[str]:
+    """Every capability in `agentCapabilities`, as dotted names: a true value or an object
+    (`{}` means supported, in ACP) is announced, its fields too (`sessionCapabilities.resume`);
+    false, null and `_meta` are not."""
+    names: list[str] = []
+    for key, value in (caps.items() if isinstance(caps, dict) else ()):
+        if key == "_meta" or value in (None, False):
+            continue
+        name = f"{prefix}{key}"
+        if not isinstance(value, dict):
+            names.append(name)
+            continue
+        inner = announced_capabilities(value, f"{name}.")
+        # an object of fields none of which is on announces nothing; an empty one announces
+        # itself, except the baseline ones (prompts of text, MCP over stdio)
+        if inner or (not value and name not in ("promptCapabilities", "mcpCapabilities")):
+            names.extend(inner or [name])
+    return names
 
 
 def _tools(name: str, on: bool, mcp: dict[str, Any]) -> str:

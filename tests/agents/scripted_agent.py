@@ -36,6 +36,8 @@ Options
   --session-fork        announce sessionCapabilities.fork; session/fork makes a new session
                         with a copy of the history (answers then say which session they are in
                         with [[session]])
+  --session-delete      announce sessionCapabilities.delete; session/delete removes the session
+                        from session/list and its history
   --session-close       announce sessionCapabilities.close; session/close forgets the session
                         as active (it can still be resumed or loaded)
   --permission          ask session/request_permission (allow_once / reject_once)
@@ -82,6 +84,8 @@ Directives inside the prompt text (apply to that prompt only)
   [[answer:TEXT]]   answer with TEXT
   [[session]]       answer with the session id and how many prompts it has had
   [[title:TEXT]]    send a session_info_update with this title before answering
+  [[cost:AMOUNT]]   add AMOUNT (USD) to the session's cost and send a usage_update with the
+                    session's cumulative cost (used 1000 of 200000 tokens) before answering
   [[commands:SPEC]] send available_commands_update during the prompt
   [[image:FILE]]    answer as --reply-image FILE
 
@@ -159,6 +163,7 @@ class Scripted(AgentBase):
         o = self.opts
         announced = {name: {} for name, on in (("list", o.session_list), ("resume", o.session_resume),
                                                ("fork", o.session_fork), ("close", o.session_close),
+                                               ("delete", o.session_delete),
                                                ("additionalDirectories", o.additional_directories)) if on}
         if announced:
             result["agentCapabilities"]["sessionCapabilities"] = announced
@@ -235,6 +240,16 @@ class Scripted(AgentBase):
             title = self._metas().get(session_id, {}).get("title")
             self._touch(forked, cwd=params.get("cwd", ""), title=f"fork of {title}" if title else None)
             return {"sessionId": forked, **self.session_setup()}
+        if method == "session/delete" and o.session_delete:
+            self._known(session_id)
+            self.active.discard(session_id)
+            self.history.pop(session_id, None)
+            self._metas().pop(session_id, None)
+            if path := self._meta_path():
+                path.write_text(json.dumps(self._meta))
+            if (path := self._path(session_id)) and path.exists():
+                path.unlink()
+            return {}
         if method == "session/close" and o.session_close:
             self._known(session_id)
             self.active.discard(session_id)
@@ -328,6 +343,11 @@ class Scripted(AgentBase):
         elif turn.session_id in self._metas() or o.session_list:
             self._touch(turn.session_id)
 
+        if "cost" in d:
+            costs = self.__dict__.setdefault("costs", {})
+            costs[turn.session_id] = costs.get(turn.session_id, 0.0) + float(d["cost"])
+            await turn.update({"sessionUpdate": "usage_update", "used": 1000, "size": 200000,
+                               "cost": {"amount": costs[turn.session_id], "currency": "USD"}})
         if "stderr" in d or o.stderr_flood:
             flood(float(d.get("stderr") or o.stderr_flood))
         if "garbage" in d or o.garbage:
@@ -473,6 +493,7 @@ def main() -> None:
     p.add_argument("--session-resume", action="store_true")
     p.add_argument("--session-fork", action="store_true")
     p.add_argument("--session-close", action="store_true")
+    p.add_argument("--session-delete", action="store_true")
     p.add_argument("--permission", action="store_true")
     p.add_argument("--auth", action="store_true")
     p.add_argument("--fail-session")

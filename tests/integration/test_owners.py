@@ -91,3 +91,55 @@ async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt
             "@alice hello", "[[permission]] write notes", "allowed"]
     finally:
         await ben.close()
+
+
+async def test_a_permission_prompt_mentions_who_answers_it_and_any_owner_may_answer_when_the_channel_says_so(
+        bridge_factory, homeserver, tmp_path, owner):
+    """The prompt mentions the owner whose message started the turn (`m.mentions.user_ids` and
+    a matrix.to pill); the answer around it declares no mentions. `!approve any-owner`: the
+    next prompt mentions both owners and the second owner's "1" answers it."""
+    ben = await second_owner(homeserver)
+    try:
+        log = tmp_path / "alice.log"
+        running = await bridge_factory({"alice": agent("--log", str(log), title="Alice")},
+                                       owner=[homeserver.owner_id, ben.user_id])
+        created = await owner.room_create(name="approvals", invite=[ALICE, ben.user_id],
+                                          preset=nio.RoomPreset.private_chat)
+        assert isinstance(created, nio.RoomCreateResponse), created
+        room_id = created.room_id
+        await sync_until(ben, lambda: room_id in ben.invited_rooms)
+        assert isinstance(await ben.join(room_id), nio.JoinResponse)
+
+        def asking() -> list[dict]:
+            return [e for e in originals(ben, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
+
+        def allowed() -> int:
+            return sum(1 for a in answers_in(events_in(owner, room_id), ALICE) if a["body"] == "allowed")
+
+        await say(owner, room_id, "@alice [[permission]] write notes")
+        await sync_until(ben, lambda: len(asking()) == 1, timeout=60)
+        [ask] = asking()
+        assert ask["content"]["m.mentions"] == {"user_ids": [owner.user_id]}
+        assert f'href="https://matrix.to/#/{owner.user_id}"' in ask["content"]["formatted_body"]
+        await say(owner, room_id, "1")
+        await sync_until(owner, lambda: allowed() == 1, timeout=60)
+        await running.idle()
+        # every other message of alice's declares no mentions
+        others = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
+                  and e.get("type") == "m.room.message" and e["event_id"] != ask["event_id"]]
+        assert others and all(e["content"].get("m.mentions") == {} for e in others)
+
+        await say(owner, room_id, "!approve any-owner")
+        await sync_until(owner, lambda: any("Any owner may answer" in e["content"].get("body", "")
+                                            for e in originals(owner, room_id, ALICE)), timeout=60)
+        await say(owner, room_id, "@alice [[permission]] write more notes")
+        await sync_until(ben, lambda: len(asking()) == 2, timeout=60)
+        second = asking()[1]
+        assert sorted(second["content"]["m.mentions"]["user_ids"]) == sorted([owner.user_id, ben.user_id])
+        await say(ben, room_id, "1")
+        await sync_until(owner, lambda: allowed() == 2, timeout=60)
+        assert not any("who started this turn" in e["content"].get("body", "")
+                       for e in originals(owner, room_id, ALICE))
+        assert [a["result"]["outcome"]["optionId"] for a in permission_answers(log)] == ["allow_once"] * 2
+    finally:
+        await ben.close()

@@ -236,3 +236,13 @@ def test_answer_results():
     assert ElicitationAnswer("accept", {"a": 1}).to_result() == {"action": "accept", "content": {"a": 1}}
     assert ElicitationAnswer("decline").to_result() == {"action": "decline"}
     assert ElicitationAnswer("whatever").to_result() == {"action": "cancel"}
+
+
+def test_a_boolean_config_option_is_an_on_off_choice_set_as_a_bool():
+    state = SessionState()
+    state.apply_result({"configOptions": [{"id": "yolo", "name": "Auto-approve", "type": "boolean",
+                                           "currentValue": False}]})
+    selector = state.selector("config", "auto-approve")
+    assert selector is not None and selector.boolean and selector.current == "false"
+    assert [c.id for c in selector.choices] == ["true", "false"]
+    assert resolve(selector.choices, "on").id == "true" and resolve(selector.choices, "off").id == "false"

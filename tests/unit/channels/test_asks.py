@@ -122,6 +122,19 @@ async def test_a_numbered_answer_resolves_the_ask_and_its_message_shows_it():
     assert s.notices.said == []
 
 
+async def test_an_ask_mentions_who_may_answer_it_and_its_edit_notifies_no_one():
+    s = scene()
+    task = numbered(s, asker="@me:hs", mention=["@me:hs"])
+    await until(lambda: len(s.intent.reactions) == 3)
+    [(_, sent)] = s.intent.sent
+    assert sent["m.mentions"] == {"user_ids": ["@me:hs"]}
+    assert sent["formatted_body"].startswith('<p><a href="https://matrix.to/#/@me:hs">')
+    assert await s.asks.on_number(ROOM, "1", sender="@me:hs") is True
+    assert await task == "red"
+    [(_, edit)] = s.intent.edits
+    assert "m.mentions" not in edit and edit["body"] == "Which?\n\nchose red"
+
+
 async def test_a_wrong_number_is_refused_and_the_ask_stays_open():
     s = scene()
     task = numbered(s)

@@ -49,8 +49,15 @@ def test_the_agents_list_leaves_out_sessions_of_other_conversations():
                SessionRecord("c1", "alice", "$thread", "s2", "in a thread", 1, 6),
                SessionRecord("c2", "alice", "", "s3", "elsewhere", 1, 7)]
     listed = [Listed("s1", None, None), Listed("s2", "x", 1), Listed("s3", "y", 1), Listed("s4", "outside", 9)]
-    assert merged(listed, records, "c1", "") == [Listed("s1", "hello", 5), Listed("s4", "outside", 9)]
-    assert merged(listed, records, "c1", "$thread") == [Listed("s2", "x", 1), Listed("s4", "outside", 9)]
+    assert merged(listed, records, "c1", "") == [Listed("s1", "hello", 5), Listed("s4", "outside", 9, elsewhere=True)]
+    assert merged(listed, records, "c1", "$thread") == [Listed("s2", "x", 1), Listed("s4", "outside", 9, elsewhere=True)]
+
+
+def test_a_session_made_by_another_client_is_marked_elsewhere():
+    listed = [Listed("s1", "mine", MIN), Listed("s9", "From Zed", MIN, elsewhere=True)]
+    assert format_sessions("Alice", "alice", listed, "s1", 2 * MIN, in_thread=False)[1:] == [
+        "  1. mine — 1 min ago ← current",
+        "  2. From Zed — 1 min ago — elsewhere (another client's: !resume carries it on here)"]
 
 
 class Agent:

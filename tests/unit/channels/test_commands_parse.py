@@ -92,7 +92,9 @@ def test_session_commands_take_an_optional_agent_and_resume_a_number():
     assert session_args("resume", ("2",)) == SessionArgs(None, 2)
     assert session_args("resume", ("alice", "3")) == SessionArgs("alice", 3)
     assert session_args("resume", ("3", "@alice")) == SessionArgs("@alice", 3)
-    for name, words in [("resume", ()), ("resume", ("alice",)), ("resume", ("0",)), ("resume", ("1", "2")),
+    assert session_args("sessions", ("delete", "2")) == SessionArgs(None, 2, delete=True)
+    assert session_args("sessions", ("alice", "delete", "1")) == SessionArgs("alice", 1, delete=True)
+    for name, words in [("sessions", ("delete",)), ("sessions", ("delete", "0")), ("resume", ()), ("resume", ("alice",)), ("resume", ("0",)), ("resume", ("1", "2")),
                         ("resume", ("alice", "bob", "1")), ("reset", ("alice", "bob")), ("reset", ("1",)),
                         ("sessions", ("2",)), ("fork", ("alice", "now"))]:
         try:

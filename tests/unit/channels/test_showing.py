@@ -170,3 +170,29 @@ async def test_the_work_display_closes_even_when_it_fails():
     s = scene(Work(fails=True))
     await s.showing.work_shown()  # logged, not raised: the turn goes on to its end
     assert s.work.closed == 1
+
+
+def test_a_message_sent_again_by_its_message_id_never_doubles_the_text():
+    s = scene()
+
+    def chunk(text, message_id=None):
+        raw = {"content": {"type": "text", "text": text}}
+        if message_id is not None:
+            raw["messageId"] = message_id
+        s.showing.on_update(Update("text", text=text, raw=raw))
+    chunk("Hello ", "m1")
+    chunk("world. ", "m1")     # the same message goes on
+    chunk("Next. ", "m2")      # a new one begins
+    chunk("Hello world. ", "m1")  # the first again, whole: not added
+    chunk("More. ", "m2")
+    chunk("No id. ")           # chunks without an id are always added
+    assert s.answer.text == "Hello world. Next. More. No id. "
+
+
+def test_usage_is_a_note_after_the_status():
+    s = scene()
+    notes = {}
+    s.answer.set_note = lambda key, note: notes.__setitem__(key, note)
+    from acp.session_state import Usage
+    s.showing.on_update(Update("usage", usage=Usage(1500, 200_000, 0.5, "USD")))
+    assert notes == {"usage": "context 1.5k/200k · $0.50"}

@@ -264,3 +264,8 @@ def test_stop_reasons_end_with_one_line():
         line = render.stop_reason(reason)
         assert line and "\n" not in line
     assert render.stop_reason("end_turn") is None and render.stop_reason("cancelled") is None
+
+
+def test_status_names_the_session_id_another_acp_client_resumes():
+    line = render.StatusLine("Coder", "ready", title="Fix it", session="ses_42")
+    assert render.status_text(line) == "Coder: ready · “Fix it” · session ses_42"

@@ -109,6 +109,7 @@ def test_modes_config_options_models_and_capabilities_are_listed(tmp_path):
     assert line == "✓ coder: coder 2.0; loadSession: no; commands: /init", line
     assert details(result.stdout, "coder") == [
         "protocol: ACP v1; prompts: text, image, embedded context",
+        "capabilities: promptCapabilities.image, promptCapabilities.embeddedContext",
         "auth methods: none",
         "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
         'modes: ask "Ask first" (current), code "Write code"',
@@ -125,7 +126,7 @@ def test_agent_without_modes_or_options_says_none(tmp_path):
     result = check(path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert details(result.stdout, "plain") == [
-        "protocol: ACP v1; prompts: text", "auth methods: none", "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule", "modes: none",
+        "protocol: ACP v1; prompts: text", "capabilities: none", "auth methods: none", "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule", "modes: none",
         "config options: none", "models: none"], result.stdout
 
 
@@ -149,6 +150,7 @@ def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
     assert details(result.stdout, "gem") == [
         "agent: gemini-cli 0.61.0; loadSession: yes",
         "protocol: ACP v1; prompts: text, image, audio, embedded context",
+        "capabilities: loadSession, promptCapabilities.image, promptCapabilities.audio, promptCapabilities.embeddedContext",
         "auth methods: scripted-login (Scripted login)",
         "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
     ], result.stdout  # no modes: session/new never answered with any
@@ -288,3 +290,15 @@ def test_report_shortens_long_lists_and_flattens_odd_values():
 
 def test_report_of_an_agent_that_never_initialized_is_one_line():
     assert report("ghost", Announced(error="command not found: ghost")) == ["✗ ghost: command not found: ghost"]
+
+
+def test_every_announced_capability_is_named_session_ones_included():
+    from bridge.local.check import announced_capabilities
+    caps = {"loadSession": True, "promptCapabilities": {"image": True, "audio": False},
+            "mcpCapabilities": {"http": False, "sse": False},
+            "sessionCapabilities": {"list": {}, "resume": {}, "delete": {}, "close": None, "_meta": {"x": 1}},
+            "futureThing": {}, "_meta": {"y": True}}
+    assert announced_capabilities(caps) == [
+        "loadSession", "promptCapabilities.image", "sessionCapabilities.list", "sessionCapabilities.resume",
+        "sessionCapabilities.delete", "futureThing"]
+    assert announced_capabilities({"promptCapabilities": {}, "mcpCapabilities": {}}) == []

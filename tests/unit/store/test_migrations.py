@@ -13,7 +13,8 @@ from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
 ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"],
-         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 10: ["Session"], 11: ["WorkDir", "Worktree"]}  # 4, 6, 9 and 12 add a column
+         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 10: ["Session"], 11: ["WorkDir", "Worktree"],
+         13: ["Spend", "SessionCost"]}  # 4, 6, 9 and 12 add a column
 
 # what the bridge's encryption kept: before version 8, two JSON lists in the key-value table
 WAITING = [{"event_id": f"$x{n}", "type": "m.room.encrypted", "room_id": "!r:hs", "sender": "@me:hs",

@@ -170,3 +170,22 @@ def test_a_prompt_is_recorded_before_it_is_written_and_then_as_written(store, ch
     assert store.turns.get(alice.id).state == PROMPTED
     store.turns.prompting(alice.id, ["$a"])  # no step back
     assert store.turns.get(alice.id).state == PROMPTED
+
+
+def test_a_dropped_turn_never_starts_and_its_message_goes_with_its_last_turn(store, channel):
+    _, (alice, bob) = take(store, channel)
+    assert store.turns.drop(alice.id) is True
+    assert store.turns.claim(alice.id, NEXT) is None  # not after a restart either
+    assert [t.id for t in store.turns.unfinished()] == [bob.id]
+    assert store.message_by_event("$m1") is not None  # bob still answers it
+    assert store.turns.drop(bob.id) is True
+    assert store.message_by_event("$m1") is None  # no agent is told it as context
+    assert [t.state for t in store.turns.in_channel(channel.id)] == [DROPPED, DROPPED]
+
+
+def test_a_begun_turn_is_not_dropped(store, channel):
+    _, (alice, _) = take(store, channel)
+    store.turns.claim(alice.id, RUN)
+    store.turns.prompting(alice.id, [])
+    assert store.turns.drop(alice.id) is False
+    assert store.turns.get(alice.id).state == PROMPTING and store.message_by_event("$m1") is not None

@@ -104,7 +104,7 @@ class WorkPlaces:
                 return _existing(in_worktree(base, top, record.path))
             try:
                 if record is not None:  # gone from disk: made again where it was
-                    await git.git(top, "worktree", "prune")
+                    await git.prune(top)
                     await git.add(top, record.path, record.branch)
                     branch, path = record.branch, record.path
                 else:
@@ -193,7 +193,7 @@ class WorkPlaces:
         shown = []
         for record in await self.db.places.worktrees(portal.channel.id):
             root = await self.db.message_by_event(record.conversation)
-            status = await git.status(record.path)
+            status = await git.status(record.repo, record.path)
             state = "missing" if status is None else (
                 "clean" if not changes(status) else f"dirty: {changes(status)} uncommitted changes")
             shown.append(Shown(record.number, thread_words(root.text if root else "(deleted thread)",
@@ -215,7 +215,7 @@ class WorkPlaces:
         if record is None:
             await say(f"There is no worktree {number} here (see !worktrees).")
             return
-        status = await git.status(record.path)
+        status = await git.status(record.repo, record.path)
         if status is not None and changes(status):
             await say(f"Worktree {number} ({record.path}) has {changes(status)} uncommitted "
                                     "changes: it stays. Commit or discard them first.")
@@ -247,7 +247,7 @@ class WorkPlaces:
         found = await self.db.places.worktrees(portal.channel.id, event_id)
         lines = []
         for record in found:
-            status = await git.status(record.path)
+            status = await git.status(record.repo, record.path)
             if status is None:
                 lines.append(f"The deleted thread's worktree {record.number} is gone from disk: "
                              f"!worktrees remove {record.number} {CONFIRM} forgets it.")

@@ -106,3 +106,12 @@ async def test_a_worktrees_rewritten_git_file_is_not_followed(repo, tmp_path):
     with pytest.raises(git.GitError):  # git itself will not remove a worktree whose .git points elsewhere
         await git.remove(str(repo), str(path))
     assert path.is_dir()
+
+
+async def test_a_worktrees_git_folder_is_found_in_the_checkouts_own_list(repo, tmp_path):
+    path = tmp_path / "app.worktrees" / "t-1"
+    await git.add(str(repo), str(path), "sidekicks/t-1")
+    assert git.admin_dir(str(repo / ".git"), str(path)) == str(repo / ".git" / "worktrees" / "t-1")
+    assert git.admin_dir(str(repo / ".git"), str(tmp_path / "elsewhere")) is None
+    assert git.admin_dir(str(tmp_path / "no-checkout"), str(path)) is None
+    assert await git.status(str(repo), str(tmp_path / "app")) is None  # a folder git does not list: none

@@ -6,7 +6,9 @@ inside the working directory of the agent's session (a thread's worktree, the ch
 else the configured cwd) once every link is resolved (`realpath`), never inside the
 bridge's own configuration or data folders (registration tokens, device keys, the owner's
 password), opened without following a link (`O_NOFOLLOW`) and without blocking (`O_NONBLOCK`: a
-FIFO never wedges the answer), checked with `fstat` (`S_ISREG`: no device, no FIFO, no socket),
+FIFO never wedges the answer), checked with `fstat` (`S_ISREG`: no device, no FIFO, no socket;
+one name only, `st_nlink == 1`: a hard link made in the working directory to a file outside it
+— the registration, a key — is the same file under a name inside, which no path check sees),
 and read up to a byte cap — never trusting the size the file reports (`/proc` files say 0).
 
 Anything else is refused with a reason written for the owner, one line, saying what and why.
@@ -96,6 +98,9 @@ def read_agent_file(path: str | os.PathLike, allowed_root: str | os.PathLike | N
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):  # swapped since the stat above
             return Refused(f"it is not a regular file ({_kind(info.st_mode)})")
+        if info.st_nlink > 1:  # of the file opened: a link made after any check by path is seen
+            return Refused(f"it has {info.st_nlink} hard links (another name of the same file may lie "
+                           "outside the working directory): copy it to post it")
         opened = _opened_path(fd)  # a folder on the way swapped for a link after realpath
         if opened is not None and opened != real:
             return Refused("it moved while it was opened")

@@ -9,7 +9,10 @@ A new session gets one working directory, chosen in this order (SPEC §15):
 
 `!cwd PATH` is read as a shell would (`~` expanded, relative to the agent's current folder),
 every link resolved, and taken only inside one of the agent's `roots:` — an owner's typo or a
-link out of the roots never moves an agent somewhere the config does not allow. The roots that
+link out of the roots never moves an agent somewhere the config does not allow. The folder
+kept is resolved and checked again each time a session opens there (`recheck`): one swapped
+for a link out of the roots since `!cwd` took it is not opened (the configured cwd is, and
+the owner is told, `moved_out`). The roots that
 do not hold the chosen folder are the session's `additionalDirectories`, where the agent
 announces it takes them.
 """
@@ -45,6 +48,26 @@ def resolve(current: str, wanted: str, home: str | None = None) -> str:
     if wanted == "~" or wanted.startswith("~/"):
         wanted = (home if home is not None else os.path.expanduser("~")) + wanted[1:]
     return os.path.realpath(os.path.join(current, wanted))
+
+
+def recheck(chosen: str, roots: tuple[str, ...]) -> tuple[str | None, str]:
+    """The folder `!cwd` chose, resolved again as a session opens: (its real path, "") while it
+    is a folder inside the roots; else (None, "") when it is gone (the configured cwd, nothing
+    to say), or (None, its real path) when it now leads out of the roots."""
+    real = os.path.realpath(chosen)
+    if not os.path.isdir(real):
+        return None, ""
+    if root_of(real, roots) is None:
+        return None, real
+    return real, ""
+
+
+def moved_out(title: str, chosen: str, real: str, fallback: str | None) -> str:
+    """The one line said when the `!cwd` folder leads out of the roots as a session opens."""
+    where = fallback or "its default folder"
+    leads = f"now leads to {real}, " if real != chosen else "is "
+    return (f"{title}: the folder chosen with !cwd, {chosen}, {leads}outside its roots "
+            f"(agents.<name>.roots): this session opens in {where} instead.")
 
 
 def base_dir(configured: str | None, chosen: str | None) -> str | None:

@@ -28,7 +28,7 @@ from ..channels.command_parse import CONFIRM, resolve_agent
 from ..channels.conversations import Here, relation_for
 from ..channels.places import place_of
 from . import worktrees as git
-from .places import Place, additional, base_dir, in_worktree, refusal, resolve, root_of
+from .places import Place, additional, base_dir, in_worktree, moved_out, recheck, refusal, resolve, root_of
 from .worktree_names import Shown, branch_name, changes, listing, thread_words, worktree_path
 
 if TYPE_CHECKING:
@@ -74,8 +74,14 @@ class WorkPlaces:
         this conversation of the channel."""
         agent = self.config.agents[agent_name]
         chosen = await self._work_dir(portal.channel.id, agent_name)
-        if chosen is not None and (not os.path.isdir(chosen) or root_of(chosen, agent.roots) is None):
-            chosen = None  # gone since, or no longer in the configured roots: as configured
+        if chosen is not None:  # resolved again now: a folder swapped for a link is seen
+            real, outside = recheck(chosen, agent.roots)
+            if outside:  # not opened there: as configured, and the owner is told
+                log.warning("%s's !cwd folder %s leads to %s, out of its roots: not opened there",
+                            agent_name, chosen, outside)
+                await self.notices.notice(portal, moved_out(agent.title, chosen, outside, agent.cwd),
+                                          relates_to=relation_for(conversation))
+            chosen = real  # None: gone since, or out of the roots: as configured
         base = base_dir(agent.cwd, chosen)
         if base is None:
             return Place(None)
@@ -104,7 +110,7 @@ class WorkPlaces:
                 return _existing(in_worktree(base, top, record.path))
             try:
                 if record is not None:  # gone from disk: made again where it was
-                    await git.git(top, "worktree", "prune")
+                    await git.prune(top)
                     await git.add(top, record.path, record.branch)
                     branch, path = record.branch, record.path
                 else:
@@ -193,7 +199,7 @@ class WorkPlaces:
         shown = []
         for record in await self.db.places.worktrees(portal.channel.id):
             root = await self.db.message_by_event(record.conversation)
-            status = await git.status(record.path)
+            status = await git.status(record.repo, record.path)
             state = "missing" if status is None else (
                 "clean" if not changes(status) else f"dirty: {changes(status)} uncommitted changes")
             shown.append(Shown(record.number, thread_words(root.text if root else "(deleted thread)",
@@ -215,7 +221,7 @@ class WorkPlaces:
         if record is None:
             await say(f"There is no worktree {number} here (see !worktrees).")
             return
-        status = await git.status(record.path)
+        status = await git.status(record.repo, record.path)
         if status is not None and changes(status):
             await say(f"Worktree {number} ({record.path}) has {changes(status)} uncommitted "
                                     "changes: it stays. Commit or discard them first.")
@@ -247,7 +253,7 @@ class WorkPlaces:
         found = await self.db.places.worktrees(portal.channel.id, event_id)
         lines = []
         for record in found:
-            status = await git.status(record.path)
+            status = await git.status(record.repo, record.path)
             if status is None:
                 lines.append(f"The deleted thread's worktree {record.number} is gone from disk: "
                              f"!worktrees remove {record.number} {CONFIRM} forgets it.")

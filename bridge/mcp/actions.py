@@ -60,6 +60,20 @@ async def run(means: Means, scope: Scope, tool: str, args: dict[str, Any]) -> st
     return await _ACTIONS[tool](means, scope, **args)
 
 
+async def standing(db: "OffLoop", scope: Scope) -> str | None:
+    """None while the caller may still act in its conversation, else why not (asked before
+    every call, docs/SECURITY.md): it must still be a member of the channel (not left, not
+    kicked), and its conversation must still have its session (a deleted thread's are closed)."""
+    member = await db.member(scope.channel_id, scope.agent, scope.conversation)
+    if member is None:
+        return (f"{scope.agent} is no longer a member of this channel (it left or was removed): "
+                "its tools here are revoked")
+    if not member.session_id:
+        where = "this thread" if scope.conversation else "this conversation"
+        return f"the session in {where} was closed (the thread was deleted): its tools are revoked"
+    return None
+
+
 async def history(means: Means, scope: Scope, limit: int, query: str | None) -> str:
     store = means.db.target
     scan = HISTORY_SCAN if query else limit

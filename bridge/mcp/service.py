@@ -3,11 +3,15 @@ conversation, the `mcpServers` entries a session is opened with, and each call d
 
 - The socket is `mcp.sock` in the data folder (0700; the socket 0600), or, when that path is too
   long for a Unix socket (108 bytes), in a private temporary folder (0700) made for this run.
-- A secret (32 random bytes, hex) stands for one (channel, conversation, agent) for the life of
-  this bridge run: it is given to the agent in the `env` of the stdio entry (and as a header of
-  the HTTP entry) when the session is opened or loaded, and a call carrying it acts there and
-  nowhere else. Secrets are kept hashed; after a restart the sessions are loaded again and get
-  new ones.
+- A secret (32 random bytes, hex) stands for one session of an agent in one (channel,
+  conversation): it is given to the agent in the `env` of the stdio entry (and as a header of
+  the HTTP entry) when the session is opened, loaded, resumed or forked, and a call carrying it
+  acts there and nowhere else. It lives as long as its reason (docs/SECURITY.md): the next
+  session opened in that conversation (`!reset`, `!resume` of another, a reload) gets a new one
+  and the old one is revoked; a call is refused, and its secret revoked, once the agent is no
+  longer a member of the channel (it left, it was kicked), the conversation has no session any
+  more (its thread was deleted) or the channel is gone. Secrets are kept hashed; after a restart
+  the sessions are loaded again and get new ones.
 - Over HTTP too (http.py: the SDK's streamable HTTP on 127.0.0.1, the secret as a bearer token)
   for agents that announce `mcpCapabilities.http`.
 - Limits: `limits.tool_calls_per_turn` calls per turn of the agent in that conversation.
@@ -51,8 +55,12 @@ def _hash(secret: str) -> str:
 
 
 def stdio_command() -> tuple[str, list[str]]:
-    """How an agent starts `sidekicks mcp`: this Python, so it works whatever is on PATH."""
-    return sys.executable, ["-m", "bridge", "mcp"]
+    """How an agent starts `sidekicks mcp`: this Python, so it works whatever is on PATH, in
+    isolated mode (`-I`: neither the working directory nor PYTHONPATH nor any PYTHON* variable
+    nor the user's site-packages is read), so that a project's `config.py` or `bridge/` in the
+    folder the agent starts it from is never imported in place of the bridge's own modules
+    (docs/SECURITY.md)."""
+    return sys.executable, ["-I", "-m", "bridge", "mcp"]
 
 
 class McpService:
@@ -143,7 +151,9 @@ class McpService:
         agent_config = self.config.agents.get(agent_name)
         if agent_config is None or not agent_config.tools or self.path is None:
             return []
-        secret = self.secret_for(Scope(portal.channel.id, portal.room_id, conversation, agent_name))
+        # asked just before a session is opened, loaded, resumed or forked there: that session's
+        # secret, the conversation's earlier session's revoked
+        secret = self.renew(Scope(portal.channel.id, portal.room_id, conversation, agent_name))
         command, args = stdio_command()
         servers = [{"name": tools.SERVER_NAME, "command": command, "args": args,
                     "env": [{"name": wire.ENV_SOCKET, "value": str(self.path)},
@@ -155,18 +165,24 @@ class McpService:
                             "headers": [{"name": "Authorization", "value": f"Bearer {secret}"}]})
         return servers
 
-    def secret_for(self, scope: Scope) -> str:
-        secret = self._secrets.get(scope)
-        if secret is None:
-            secret = self._secrets[scope] = secrets.token_hex(32)
-            self._scopes[_hash(secret)] = scope
+    def renew(self, scope: Scope) -> str:
+        """A new secret for the session about to be opened in `scope`; the one before is revoked."""
+        self.revoke(scope)
+        secret = self._secrets[scope] = secrets.token_hex(32)
+        self._scopes[_hash(secret)] = scope
         return secret
+
+    def revoke(self, scope: Scope) -> None:
+        """`scope`'s secret reaches nothing any more."""
+        secret = self._secrets.pop(scope, None)
+        if secret is not None:
+            self._scopes.pop(_hash(secret), None)
+        self._calls.pop(scope, None)
 
     def forget_channel(self, channel_id: str) -> None:
         """The channel is deleted: its secrets reach nothing any more."""
         for scope in [s for s in self._secrets if s.channel_id == channel_id]:
-            self._scopes.pop(_hash(self._secrets.pop(scope)), None)
-            self._calls.pop(scope, None)
+            self.revoke(scope)
 
     # -- calls -------------------------------------------------------------------------------------
 
@@ -194,7 +210,13 @@ class McpService:
                     "conversation was deleted): the tools work again in the next turn"), True
         channel = await self.db.channel(scope.channel_id)
         if channel is None:
+            self.revoke(scope)
             return "this conversation's channel was deleted: there is nothing here to act on", True
+        gone = await actions.standing(self.db, scope)
+        if gone is not None:  # the secret's reason is gone: revoked for good
+            self.revoke(scope)
+            log.info("%s in %s: an MCP call refused and its secret revoked: %s", scope.agent, scope.room_id, gone)
+            return gone, True
         key = scope
         if channel.room_id != scope.room_id:  # the room was upgraded: the channel lives on in the new one
             scope = replace(scope, room_id=channel.room_id)

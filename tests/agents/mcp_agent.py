@@ -8,15 +8,21 @@ stdio_client + ClientSession: initialize, tools/call) and answers with the tool'
   [[tool:NAME {"json": "arguments"}]]   call NAME of the `matrix` server; the answer is
                                         "NAME: <result text>" or "NAME error: <result text>"
   [[tools]]                             list the server's tools: "tools: a, b, c"
+  [[tool-when:PATH NAME {"json": …}]]   answer "waiting for PATH" at once, and call NAME once the
+                                        file PATH exists (a call made on the agent's own, after
+                                        the turn: its result only in the log)
   anything else                         "echo: " + the prompt's last line
 
 Options: --log FILE (every JSON-RPC message received, one JSON a line, and each tool result as
 {"tool": NAME, "text": …, "error": …}), --load-session (announce loadSession; a session loaded
-keeps the mcpServers of the load), --http (announce mcpCapabilities.http).
+keeps the mcpServers of the load), --http (announce mcpCapabilities.http), --in-session-cwd
+(start the stdio server in the session's working directory, as many agents do), --server-env
+NAME=VALUE (more of the stdio server's environment, e.g. PYTHONPATH; repeatable).
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import sys
@@ -27,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 from acp.agent_kit import AgentBase, Turn, run  # noqa: E402
 
 TOOL = re.compile(r"\[\[tool:([a-z_]+)\s*(\{.*?\})?\]\]", re.DOTALL)
+TOOL_WHEN = re.compile(r"\[\[tool-when:(\S+)\s+([a-z_]+)\s*(\{.*?\})?\]\]", re.DOTALL)
 
 
 class McpAgent(AgentBase):
@@ -38,6 +45,8 @@ class McpAgent(AgentBase):
         self.opts = opts
         self.load_session = opts.load_session
         self.servers: dict[str, list[dict]] = {}
+        self.cwds: dict[str, str] = {}
+        self.later: set[asyncio.Task] = set()
 
     async def initialize(self, params: dict) -> dict:
         result = await super().initialize(params)
@@ -56,10 +65,12 @@ class McpAgent(AgentBase):
     async def new_session(self, cwd: str, params: dict) -> str:
         session_id = await super().new_session(cwd, params)
         self.servers[session_id] = list(params.get("mcpServers") or [])
+        self.cwds[session_id] = cwd
         return session_id
 
     async def load(self, session_id: str, cwd: str, params: dict) -> None:
         self.servers[session_id] = list(params.get("mcpServers") or [])
+        self.cwds[session_id] = cwd
 
     def _entry(self, session_id: str) -> dict | None:
         """The matrix server to use: over HTTP with --http (where the client gave one), else stdio."""
@@ -75,6 +86,14 @@ class McpAgent(AgentBase):
         last = (turn.text.splitlines() or [""])[-1]
         call = TOOL.search(last)
         entry = self._entry(turn.session_id)
+        when = TOOL_WHEN.search(last)
+        if when is not None and entry is not None:
+            task = asyncio.create_task(self._call_when(entry, self.cwds.get(turn.session_id), Path(when.group(1)),
+                                                       when.group(2), json.loads(when.group(3) or "{}")))
+            self.later.add(task)
+            task.add_done_callback(self.later.discard)
+            await turn.say(f"waiting for {when.group(1)}")
+            return "end_turn"
         if "[[tools]]" in last:
             names = await self._session(entry, lambda s: s.list_tools()) if entry else None
             await turn.say("tools: " + (", ".join(t.name for t in names.tools) if names else "none"))
@@ -86,14 +105,22 @@ class McpAgent(AgentBase):
         if entry is None:
             await turn.say(f"{name} error: no matrix MCP server in this session")
             return "end_turn"
-        result = await self._session(entry, lambda s: s.call_tool(name, arguments))
-        text = "".join(getattr(block, "text", "") for block in result.content)
-        self.log({"tool": name, "text": text, "error": bool(result.is_error), "via": entry.get("type", "stdio")})
-        await turn.say(f"{name}{' error' if result.is_error else ''}: {text}")
+        text, error = await self._call(entry, self.cwds.get(turn.session_id), name, arguments)
+        await turn.say(f"{name}{' error' if error else ''}: {text}")
         return "end_turn"
 
-    @staticmethod
-    async def _session(entry: dict, use):
+    async def _call(self, entry: dict, cwd: str | None, name: str, arguments: dict) -> tuple[str, bool]:
+        result = await self._session(entry, lambda s: s.call_tool(name, arguments), cwd)
+        text = "".join(getattr(block, "text", "") for block in result.content)
+        self.log({"tool": name, "text": text, "error": bool(result.is_error), "via": entry.get("type", "stdio")})
+        return text, bool(result.is_error)
+
+    async def _call_when(self, entry: dict, cwd: str | None, path: Path, name: str, arguments: dict) -> None:
+        while not path.exists():
+            await asyncio.sleep(0.05)
+        await self._call(entry, cwd, name, arguments)
+
+    async def _session(self, entry: dict, use, cwd: str | None = None):
         from mcp.client.session import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -106,8 +133,10 @@ class McpAgent(AgentBase):
                     async with ClientSession(read, write) as session:
                         await session.initialize()
                         return await use(session)
-        params = StdioServerParameters(command=entry["command"], args=list(entry.get("args") or []),
-                                       env={e["name"]: e["value"] for e in entry.get("env") or []})
+        env = {e["name"]: e["value"] for e in entry.get("env") or []}
+        env.update(dict(item.split("=", 1) for item in self.opts.server_env))
+        params = StdioServerParameters(command=entry["command"], args=list(entry.get("args") or []), env=env,
+                                       cwd=cwd if self.opts.in_session_cwd else None)
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
@@ -119,6 +148,8 @@ def main() -> None:
     p.add_argument("--log")
     p.add_argument("--load-session", action="store_true")
     p.add_argument("--http", action="store_true")
+    p.add_argument("--in-session-cwd", action="store_true")
+    p.add_argument("--server-env", action="append", default=[])
     run(McpAgent(p.parse_args()))
 
 

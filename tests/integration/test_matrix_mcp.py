@@ -92,7 +92,7 @@ async def test_history_is_this_rooms_messages_and_no_other_rooms(bridge_factory,
     news = [m for m in received(log) if m.get("method") == "session/new"]
     assert news
     (entry,) = news[0]["params"]["mcpServers"]
-    assert entry["name"] == "matrix" and entry["args"] == ["-m", "bridge", "mcp"]
+    assert entry["name"] == "matrix" and entry["args"] == ["-I", "-m", "bridge", "mcp"]
     env = {e["name"]: e["value"] for e in entry["env"]}
     socket_path = Path(env["SIDEKICKS_MCP_SOCKET"])
     assert len(env["SIDEKICKS_MCP_SECRET"]) == 64

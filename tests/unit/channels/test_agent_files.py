@@ -64,6 +64,19 @@ def test_a_symlink_out_of_the_working_directory_is_refused(cwd, tmp_path):
     assert "outside" in refused(read_agent_file(sibling / "x", cwd, [], MIB))
 
 
+def test_a_file_with_more_than_one_hard_link_is_refused(cwd, tmp_path):
+    """A hard link in the working directory to a file outside it is the same file: refused,
+    as is any file with a second name; one name again, it is read."""
+    secret = tmp_path / "registration.yaml"
+    secret.write_text("as_token: secret")
+    os.link(secret, cwd / "innocent.txt")
+    assert "2 hard links" in refused(read_agent_file(cwd / "innocent.txt", cwd, [], MIB))
+    os.link(cwd / "notes.txt", cwd / "again.txt")  # both inside: still two names
+    assert "hard links" in refused(read_agent_file(cwd / "notes.txt", cwd, [], MIB))
+    os.unlink(cwd / "again.txt")
+    assert read_agent_file(cwd / "notes.txt", cwd, [], MIB) == b"hello"
+
+
 def test_proc_files_are_refused_outside_and_read_with_a_byte_cap_not_their_reported_size(cwd):
     assert "outside" in refused(read_agent_file("/proc/self/environ", cwd, [], MIB))
     (cwd / "env").symlink_to("/proc/self/environ")

@@ -3,7 +3,8 @@ resolved, only inside the roots; a worktree keeps the agent's place below the ch
 other roots become additionalDirectories."""
 import os
 
-from bridge.coding.places import additional, base_dir, in_worktree, inside, refusal, resolve, root_of
+from bridge.coding.places import (additional, base_dir, in_worktree, inside, moved_out, recheck, refusal,
+                                  resolve, root_of)
 
 
 def test_inside_is_the_folder_or_below_never_a_prefix_of_a_name():
@@ -53,3 +54,20 @@ def test_a_refusal_names_the_roots_in_one_line():
     line = refusal("Alice", "/etc", ("/code", "/notes"))
     assert line == "Alice may work only in /code, /notes (agents.<name>.roots); /etc is not in them."
     assert "\n" not in refusal("Alice", "/etc", ())
+
+
+def test_a_chosen_folder_is_resolved_again_and_kept_only_inside_the_roots(tmp_path):
+    (tmp_path / "code" / "app").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    code, app = str(tmp_path / "code"), str(tmp_path / "code" / "app")
+    assert recheck(app, (code,)) == (app, "")
+    os.rename(app, str(tmp_path / "code" / "was-app"))
+    assert recheck(app, (code,)) == (None, "")  # gone: as configured, nothing to say
+    os.symlink(tmp_path / "outside", app)  # swapped for a link out of the roots
+    assert recheck(app, (code,)) == (None, str(tmp_path / "outside"))
+    os.unlink(app)
+    os.symlink(tmp_path / "code" / "was-app", app)  # a link that stays inside: where it leads
+    assert recheck(app, (code,)) == (str(tmp_path / "code" / "was-app"), "")
+    line = moved_out("Alice", app, str(tmp_path / "outside"), code)
+    assert "\n" not in line and line == (f"Alice: the folder chosen with !cwd, {app}, now leads to {tmp_path / 'outside'}, "
+                                          f"outside its roots (agents.<name>.roots): this session opens in {code} instead.")

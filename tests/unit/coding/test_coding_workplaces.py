@@ -81,6 +81,27 @@ async def test_cwd_moves_an_agent_inside_its_roots_and_refuses_elsewhere_in_one_
     assert scene.store.places.work_dir(scene.channel.id, "bob") is None
 
 
+async def test_a_cwd_folder_swapped_for_a_link_out_of_the_roots_is_not_opened(scene):
+    """`!cwd` took a folder inside the roots; it was then swapped for a link leading out of
+    them: the next session opens in the configured cwd, and the owner is told in one line."""
+    places, portal, said = scene.places, scene.portal, scene.notices.said
+    inner, outside = scene.tmp / "notes" / "inner", scene.tmp / "outside"
+    inner.mkdir()
+    outside.mkdir()
+    await places.command(portal, "cwd", ("alice", str(inner)))
+    assert said[-1][0] == f"Alice works in {inner} here from its next new session."
+    inner.rmdir()
+    inner.symlink_to(outside)
+    place = await places.where(portal, "alice", "$thread")
+    assert place.cwd != str(outside) and not place.cwd.startswith(str(outside))
+    assert place.cwd.startswith(str(scene.tmp / "app.worktrees"))  # the configured cwd's checkout, a worktree
+    text, relates_to = next((t, r) for t, r in said if "!cwd" in t)
+    assert "\n" not in text and f"now leads to {outside}" in text and relates_to["event_id"] == "$thread"
+    said.clear()
+    assert (await places.where(portal, "alice")).cwd == str(scene.repo / "src")
+    assert len(said) == 1 and "outside its roots" in said[0][0]
+
+
 async def test_each_thread_gets_its_own_worktree_once_found_again_after_a_restart(scene):
     store, channel = scene.store, scene.channel
     store.add_message(channel.id, "@me:hs", "user", "Fix the login bug", ["$t1"])

@@ -17,21 +17,101 @@ async def test_a_worktree_on_its_own_branch_clean_then_dirty_then_removed(repo, 
     await git.add(str(repo), path, "sidekicks/t-1")
     assert (tmp_path / "app.worktrees" / "t-1" / "README").read_text() == "hello\n"
     assert await git.branch_exists(str(repo), "sidekicks/t-1")
-    assert await git.status(path) == ""
+    assert await git.status(str(repo), path) == ""
     (tmp_path / "app.worktrees" / "t-1" / "new.txt").write_text("x")
-    assert await git.status(path) == "?? new.txt\n"
+    assert await git.status(str(repo), path) == "?? new.txt\n"
     assert not (repo / "new.txt").exists()  # the main checkout is untouched
     with pytest.raises(git.GitError):   # git keeps a dirty tree
         await git.remove(str(repo), path)
     os.remove(os.path.join(path, "new.txt"))
     await git.remove(str(repo), path)
-    assert not os.path.exists(path) and await git.status(path) is None
+    assert not os.path.exists(path) and await git.status(str(repo), path) is None
     assert await git.branch_exists(str(repo), "sidekicks/t-1")  # the branch stays
     await git.add(str(repo), path, "sidekicks/t-1")  # made again: on the branch it had
-    assert await git.status(path) == ""
+    assert await git.status(str(repo), path) == ""
 
 
 async def test_a_failing_git_call_says_gits_own_words(repo, tmp_path):
     await git.add(str(repo), str(tmp_path / "one"), "sidekicks/same")
     with pytest.raises(git.GitError, match="sidekicks/same"):  # checked out in "one" already
         await git.add(str(repo), str(tmp_path / "two"), "sidekicks/same")
+
+
+def plant(repo, marker):
+    """What an agent could write in its checkout so that git runs it: a hook, an fsmonitor, a
+    smudge and a clean filter named by .gitattributes (committed, as a project would), each
+    writing `marker`-NAME when run."""
+    import stat
+    import subprocess
+
+    def script(name):
+        path = repo.parent / f"evil-{name}"
+        path.write_text(f"#!/bin/sh\ntouch {marker}-{name}\ncat\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+        return str(path)
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}-hook\n")
+    hook.chmod(0o755)
+    (repo / ".git" / "hooks" / "reference-transaction").write_text(f"#!/bin/sh\ntouch {marker}-ref\n")
+    (repo / ".git" / "hooks" / "reference-transaction").chmod(0o755)
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    run = lambda *args: subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    run("add", ".gitattributes")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.hooksPath=/dev/null", "commit", "-qm", "attributes")
+    run("config", "core.fsmonitor", script("fsmonitor"))
+    run("config", "filter.evil.smudge", script("smudge"))
+    run("config", "filter.evil.clean", script("clean"))
+    run("config", "filter.evil.required", "true")
+    run("config", "diff.evil.textconv", script("textconv"))
+    (repo.parent / "included").write_text(f"[filter \"other\"]\n\tprocess = {script('process')}\n")
+    run("config", "include.path", str(repo.parent / "included"))
+    (repo / "README").write_text("changed\n")  # a modified file: status hashes it (the clean filter)
+
+
+async def test_git_runs_nothing_the_checkout_names(repo, tmp_path):
+    """A hook, fsmonitor and filters planted in the checkout: making a worktree, its status and
+    its removal run none of them (each would leave a marker file)."""
+    marker = tmp_path / "ran"
+    plant(repo, marker)
+    path = str(tmp_path / "app.worktrees" / "t-1")
+    await git.add(str(repo), path, "sidekicks/t-1")
+    assert (tmp_path / "app.worktrees" / "t-1" / "README").read_text() == "hello\n"  # no smudge
+    assert await git.status(str(repo), path) == ""
+    (tmp_path / "app.worktrees" / "t-1" / "README").write_text("edited\n")
+    assert await git.status(str(repo), path) == " M README\n"
+    (tmp_path / "app.worktrees" / "t-1" / "README").write_text("hello\n")
+    await git.remove(str(repo), path)
+    assert not os.path.exists(path)
+    assert await git.top(str(repo / "src")) == str(repo)
+    assert sorted(p.name for p in tmp_path.glob("ran-*")) == []
+    # the planted commands do run when git is asked without the bridge's care (the test can fail)
+    import subprocess
+    subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], check=True, capture_output=True)
+    assert (tmp_path / "ran-fsmonitor").exists() and (tmp_path / "ran-clean").exists()
+
+
+async def test_a_worktrees_rewritten_git_file_is_not_followed(repo, tmp_path):
+    """The worktree's `.git` file rewritten to point at another repository: the bridge names
+    the worktree's git folder from the checkout's own list and sees the real state."""
+    import subprocess
+    other = tmp_path / "other"
+    subprocess.run(["git", "init", "-q", str(other)], check=True, capture_output=True)
+    path = tmp_path / "app.worktrees" / "t-1"
+    await git.add(str(repo), str(path), "sidekicks/t-1")
+    (path / "new.txt").write_text("x")
+    (path / ".git").write_text(f"gitdir: {other / '.git'}\n")
+    assert await git.status(str(repo), str(path)) == "?? new.txt\n"  # followed, it would list README too
+    followed = subprocess.run(["git", "-C", str(path), "status", "--porcelain"], capture_output=True, text=True)
+    assert "README" in followed.stdout
+    with pytest.raises(git.GitError):  # git itself will not remove a worktree whose .git points elsewhere
+        await git.remove(str(repo), str(path))
+    assert path.is_dir()
+
+
+async def test_a_worktrees_git_folder_is_found_in_the_checkouts_own_list(repo, tmp_path):
+    path = tmp_path / "app.worktrees" / "t-1"
+    await git.add(str(repo), str(path), "sidekicks/t-1")
+    assert git.admin_dir(str(repo / ".git"), str(path)) == str(repo / ".git" / "worktrees" / "t-1")
+    assert git.admin_dir(str(repo / ".git"), str(tmp_path / "elsewhere")) is None
+    assert git.admin_dir(str(tmp_path / "no-checkout"), str(path)) is None
+    assert await git.status(str(repo), str(tmp_path / "app")) is None  # a folder git does not list: none

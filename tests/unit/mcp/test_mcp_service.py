@@ -1,6 +1,7 @@
 """The bridge's side of the MCP server (bridge/mcp/service.py), without Matrix: a secret reaches
-its own conversation only, an unknown one nothing; calls per turn are capped; the socket is
-private; a call over the socket gets its answer as a line."""
+its own conversation only, an unknown one nothing; a secret lives as long as its session and the
+agent's membership; calls per turn are capped; the socket is private; a call over the socket
+gets its answer as a line."""
 from __future__ import annotations
 
 import asyncio
@@ -21,9 +22,18 @@ def fake_bridge(tmp_path, limit=3, tools=True):
                              history_messages=100)
     channels = {"c1": SimpleNamespace(id="c1", room_id="!here:hs"), "c2": SimpleNamespace(id="c2", room_id="!there:hs")}
 
+    left: set = set()      # (channel id, agent): no longer members
+    closed: set = set()    # (channel id, conversation): its sessions closed (a deleted thread)
+
     async def channel(channel_id):
         return channels.get(channel_id)
-    return SimpleNamespace(config=config, portals={}, channels=channels, db=SimpleNamespace(channel=channel))
+
+    async def member(channel_id, agent, conversation=""):
+        if (channel_id, agent) in left:
+            return None
+        return SimpleNamespace(session_id=None if (channel_id, conversation) in closed else "s1")
+    return SimpleNamespace(config=config, portals={}, channels=channels, left=left, closed=closed,
+                           db=SimpleNamespace(channel=channel, member=member))
 
 
 def service_of(bridge) -> McpService:
@@ -53,7 +63,6 @@ async def test_a_secret_acts_on_its_own_conversation_and_an_unknown_one_on_nothi
         here, there = portal("!here:hs", "c1"), portal("!there:hs", "c2")
         (entry,) = service.servers_for(here, "alice")
         secret = {e["name"]: e["value"] for e in entry["env"]}[wire.ENV_SECRET]
-        assert service.servers_for(here, "alice") == [entry]  # the same secret for that conversation
         other = {e["name"]: e["value"] for e in service.servers_for(there, "alice")[0]["env"]}[wire.ENV_SECRET]
         assert other != secret
         assert await service.call(secret, "history", {}) == ("history in !here:hs", False)
@@ -70,6 +79,50 @@ async def test_a_secret_acts_on_its_own_conversation_and_an_unknown_one_on_nothi
         assert error and "deleted" in text
         service.forget_channel("c1")
         assert (await service.call(secret, "history", {}))[1] is True
+    finally:
+        await service.stop()
+
+
+def secret_of(entries: list[dict]) -> str:
+    return {e["name"]: e["value"] for e in entries[0]["env"]}[wire.ENV_SECRET]
+
+
+async def test_a_secret_lives_as_long_as_its_session_and_its_agents_membership(tmp_path, calls):
+    """A new session in a conversation (`!reset`, `!resume` of another, a reload) revokes the
+    secret of the one before; a call after the agent left or was kicked, or after its thread's
+    sessions were closed (the thread deleted), is refused and its secret stays revoked; the other
+    conversations' secrets still work."""
+    bridge = fake_bridge(tmp_path)
+    service = service_of(bridge)
+    await service.start()
+    try:
+        here, there = portal("!here:hs", "c1"), portal("!there:hs", "c2")
+        first = secret_of(service.servers_for(here, "alice"))
+        assert (await service.call(first, "history", {}))[1] is False
+        second = secret_of(service.servers_for(here, "alice"))  # the next session opened here
+        assert second != first
+        text, error = await service.call(first, "history", {})
+        assert error and "not known" in text
+        assert (await service.call(second, "history", {}))[1] is False
+
+        # a deleted thread: its session closed, its secret refused, then unknown
+        thread = secret_of(service.servers_for(here, "alice", None, "$root"))
+        assert (await service.call(thread, "history", {}))[1] is False
+        bridge.closed.add(("c1", "$root"))
+        text, error = await service.call(thread, "history", {})
+        assert error and "closed" in text
+        bridge.closed.clear()  # even were a session opened there again: this secret is gone
+        assert "not known" in (await service.call(thread, "history", {}))[0]
+
+        # kicked from c1: refused there (and stays so), still at work in c2
+        elsewhere = secret_of(service.servers_for(there, "alice"))
+        bridge.left.add(("c1", "alice"))
+        text, error = await service.call(second, "history", {})
+        assert error and "no longer a member of this channel" in text
+        bridge.left.clear()  # invited back: a new session gets a new secret, this one stays revoked
+        assert "not known" in (await service.call(second, "history", {}))[0]
+        assert await service.call(elsewhere, "history", {}) == ("history in !there:hs", False)
+        assert [scope.room_id for scope, _, _ in calls] == ["!here:hs", "!here:hs", "!here:hs", "!there:hs"]
     finally:
         await service.stop()
 
@@ -150,7 +203,6 @@ async def test_a_threads_session_acts_in_its_thread(tmp_path, calls):
             {e["name"]: e["value"] for e in service.servers_for(here, "alice", None, conversation)[0]["env"]}[
                 wire.ENV_SECRET] for conversation in ("", "$root"))
         assert main != thread
-        assert service.servers_for(here, "alice")[0] == service.servers_for(here, "alice", None, "")[0]
         await service.call(main, "history", {})
         await service.call(thread, "history", {})
         assert [scope.conversation for scope, _, _ in calls] == ["", "$root"]

@@ -598,10 +598,11 @@ class Agent:
                 await _call(self.on_state, self.name, session_id, update, self.state(session_id))
             except Exception:
                 log.exception("%s: on_state callback failed", self.name)
-        # A session being loaded replays its history: never an answer's (ADR §4). An update
-        # reaches a prompt only if it was read after that prompt was written, and only while
-        # it runs: the reader handles lines strictly in order, and session/load answers after
-        # its replay, so a replay cannot reach the turn that follows it.
+        # A session being loaded replays its history: never an answer's
+        # (docs/architecture.md "Slots and sessions"). An update reaches a prompt only if it was
+        # read after that prompt was written, and only while it runs: the reader handles lines
+        # strictly in order, and session/load answers after its replay, so a replay cannot reach the
+        # turn that follows it.
         if session_id in self._loading:
             return
         running = self._prompts.get(session_id)

@@ -231,7 +231,8 @@ class Bridge:
         progress("bridge ready")
 
     async def _say_history_unavailable(self, progress) -> None:
-        """Another bridge holds the database: this run keeps its history in memory (ADR §5)."""
+        """Another bridge holds the database: this run keeps its history in memory
+        (docs/architecture.md "The store")."""
         text = ("⚠️ History is unavailable: the database of this config is used by another running "
                 "bridge, so this bridge keeps channels and messages in memory only, and forgets them "
                 "when it stops. Stop the other bridge, then restart this one to get the history back.")

@@ -1,4 +1,5 @@
-"""`sidekicks` command line (SPEC §4): up, run, registration, check; and `mcp`, which agents start.
+"""`sidekicks` command line (docs/commands.md "The command line"): up, run, registration, check; and
+`mcp`, which agents start.
 
 User errors end in one clear line (exit 2 for a bad configuration), never a traceback.
 """

@@ -1,5 +1,5 @@
 """The store went away under the running bridge: transactions wait at the homeserver, a turn's
-last writes wait here, and the rooms whose messages wait are told (SPEC §11).
+last writes wait here, and the rooms whose messages wait are told (docs/reliability.md "The database away").
 
 Beside the store's own resilience (store/resilience.py: reconnecting, the lock taken again),
 this is what the bridge does meanwhile. The dispatcher (matrix/dispatch.py) is handed it; the

@@ -26,7 +26,8 @@ def say(text: str) -> None:
 
 
 def open_store(cfg: configuration.Config):
-    """The store of this config; an in-memory one when another bridge holds it (ADR §5)."""
+    """The store of this config; an in-memory one when another bridge holds it
+    (docs/architecture.md "The store")."""
     from store import Store, StoreLocked
     try:
         return Store.open(cfg.database, cfg.data_dir), False

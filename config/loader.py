@@ -1,4 +1,4 @@
-"""Load and validate the per-user YAML file (SPEC §3).
+"""Load and validate the per-user YAML file (docs/configuration.md).
 
 Every problem is collected, not just the first, and reported as one line:
 `config.yaml: agents.alice.command: must be a non-empty list of strings`. A key the loader does
@@ -28,7 +28,8 @@ VOICE_LANGUAGE = re.compile(r"^[A-Za-z]{2,3}$")
 MAX_ATTACHMENT_MIB = 100  # base64 in one JSON line to the agent: ~133 MiB
 
 # Every key the loader reads, per section ("agents.*": each agent's settings). A key not here is a
-# typo or a setting this version does not have: refused, naming the closest known key (SPEC §17).
+# typo or a setting this version does not have: refused, naming the closest known key
+# (docs/configuration.md "Bad configuration").
 KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),

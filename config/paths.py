@@ -1,7 +1,8 @@
-"""Where things live: the per-user config file and the per-config data folder (ADR §5).
+"""Where things live: the per-user config file and the per-config data folder
+(docs/architecture.md "The store").
 
 The data folder is named by a hash of the config file's absolute path, so two config
-files never share a database, and moving the config file starts a new one (like the ADR).
+files never share a database, and moving the config file starts a new one.
 """
 from __future__ import annotations
 

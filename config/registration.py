@@ -1,15 +1,17 @@
-"""The application-service registration (SPEC §5): the file the homeserver and the bridge share.
+"""The application-service registration (docs/architecture.md "The Matrix side"): the file the
+homeserver and the bridge share.
 
 Tokens are random (secrets.token_urlsafe) and the file is written 0600. Writing it again keeps
 the existing tokens, so a homeserver that already loaded it keeps working.
 
-Several people on one homeserver (SPEC §13) each have a registration; Synapse refuses two with
-the same id, and a user in two exclusive namespaces cannot be registered by either appservice
-("This user ID is reserved by an application service"), and an appservice receives the events
-of every user its namespace matches. So before a registration is written, it is compared with the
-other registrations the homeserver loads, as far as they can be read on this machine (`others`):
-the embedded homeserver's homeserver.yaml, or the file named by `homeserver.config`. An external
-homeserver's list cannot be known from here; its admin has to keep the prefixes apart.
+Several people on one homeserver (docs/architecture.md "Beyond one machine") each have a
+registration; Synapse refuses two with the same id, and a user in two exclusive namespaces cannot be
+registered by either appservice ("This user ID is reserved by an application service"), and an
+appservice receives the events of every user its namespace matches. So before a registration is
+written, it is compared with the other registrations the homeserver loads, as far as they can be
+read on this machine (`others`): the embedded homeserver's homeserver.yaml, or the file named by
+`homeserver.config`. An external homeserver's list cannot be known from here; its admin has to keep
+the prefixes apart.
 """
 from __future__ import annotations
 

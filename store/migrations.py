@@ -19,9 +19,9 @@ Versions:
 8. `sk_e2ee_pending`, `sk_e2ee_room`: the encrypted events waiting for their room key and the
    encrypted rooms, a row each (store/e2ee.py); the JSON lists of the key-value `e2ee:pending`
    and `e2ee:rooms` carried over, and gone
-9. conversations (SPEC §15): `sk_message.conversation` ("" the main timeline — every message an
-   older store holds — else a thread's root event), indexed with the channel; `sk_thread_session`:
-   each member's session per thread
+9. conversations (docs/architecture.md "Conversations and threads"): `sk_message.conversation` (""
+   the main timeline — every message an older store holds — else a thread's root event), indexed
+   with the channel; `sk_thread_session`: each member's session per thread
 10. `sk_session`: the bridge's own record of each member's sessions per conversation (title, last
    used), for `!sessions` (store/sessions.py); the sessions an older store holds are recorded
    there as of the migration, untitled

@@ -1,4 +1,5 @@
-"""Scheduled work: what an agent asked to run later in its conversation (SPEC §16).
+"""Scheduled work: what an agent asked to run later in its conversation
+(docs/architecture.md "MCP tools and schedules").
 
 A schedule is a row: its prompt, its agent, its conversation, when it runs next (`due`, ms) and,
 for a repeating one, its cron expression. A run is a turn record (store/turns.py) whose prompt

@@ -97,10 +97,11 @@ def build(db: pw.Database) -> SimpleNamespace:
                                   "ON DELETE CASCADE")]
 
     class ThreadSession(Base):
-        # A member's ACP session in one thread of its channel (SPEC §15): what `sk_member` keeps for
-        # the main timeline — session, fresh flag, last seen message, working directory — per
-        # (channel, agent, thread root). A row is made at the member's first turn in the thread;
-        # it goes with the membership. Added by migration step 9 (store/migrations.py).
+        # A member's ACP session in one thread of its channel
+        # (docs/architecture.md "Conversations and threads"): what `sk_member` keeps for the main
+        # timeline — session, fresh flag, last seen message, working directory — per (channel,
+        # agent, thread root). A row is made at the member's first turn in the thread; it goes with
+        # the membership. Added by migration step 9 (store/migrations.py).
         channel_id = pw.TextField()
         agent = pw.TextField()
         conversation = pw.TextField()  # the thread's root event id

@@ -1,4 +1,5 @@
-"""Turn records: one row per turn — one agent answering one prompt in one conversation (SPEC §14).
+"""Turn records: one row per turn — one agent answering one prompt in one conversation
+(docs/reliability.md "Exactly once").
 
     taken ──claim──▶ claimed ──▶ posted ──▶ prompting ──▶ prompted ──▶ finishing ──▶ done
       ▲                 │           │           │             (answer stored, same transaction)

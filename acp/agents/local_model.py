@@ -1,4 +1,4 @@
-"""The project's own ACP agent for local GGUF models (SPEC §12).
+"""The project's own ACP agent for local GGUF models (docs/configuration.md "The shipped local agent").
 
     python -m acp.agents.local_model [--model PATH.gguf] [--sessions DIR]
         [--max-tokens N] [--ctx N] [--threads N] [--temperature T] [--system TEXT]

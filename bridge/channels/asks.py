@@ -1,6 +1,7 @@
-"""Asking the owner something in a channel and waiting for the answer (SPEC §9): the one
-mechanism behind an agent's permission requests (permissions.py) and its questions
-(coding/questions.py). Each kind keeps only what it asks and how it reads the answer.
+"""Asking the owner something in a channel and waiting for the answer
+(docs/architecture.md "Streaming, permissions and cancel"): the one mechanism behind an agent's
+permission requests (permissions.py) and its questions (coding/questions.py). Each kind keeps only
+what it asks and how it reads the answer.
 
 An ask is one message from the agent's puppet. While it is open, the answer's status line says
 the agent waits. The owner answers in the room:
@@ -12,9 +13,9 @@ the agent waits. The owner answers in the room:
 * in words (an ask without options): any message; the kind reads it (and may ask again).
 
 A message replying to an ask (`m.in_reply_to`, its fallback quote stripped) answers that ask
-only; a message replying to nothing answers the latest open ask of its conversation (SPEC §15:
-the main timeline, or the thread it is in; a thread message's fallback `m.in_reply_to` is no
-reply). Only owners' events are passed on.
+only; a message replying to nothing answers the latest open ask of its conversation
+(docs/architecture.md "Conversations and threads": the main timeline, or the thread it is in; a
+thread message's fallback `m.in_reply_to` is no reply). Only owners' events are passed on.
 
 Several owners (SPEC §15): an ask is answered by the owner whose message started the turn (the
 `asker`: the prompt's sender, read back from the store after a restart), or by any owner where

@@ -1,6 +1,8 @@
 """Bridge commands: `!help`, `!agents`, ... in the bridge bot's DM, `!stop`, `!commands`,
-`!threads`, `!delete` in a channel (SPEC §5). A command typed in a thread acts on that thread
-(its answer, its sessions) and is answered there (SPEC §15). `!` is the bridge's; `/` belongs to agents (ADR §6).
+`!threads`, `!delete` in a channel (docs/architecture.md "The Matrix side"). A command typed in a
+thread acts on that thread (its answer, its sessions) and is answered there
+(docs/architecture.md "Conversations and threads"). `!` is the bridge's; `/` belongs to agents
+(docs/architecture.md "The Matrix side").
 
 Parsing and wording are in command_parse.py (pure); rooms and the space in space.py. Replies
 come from the bot in its DM and from a member puppet in a channel. Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
@@ -72,7 +74,8 @@ class BotCommands:
         command = parse(body)
         if command is None:
             return False
-        here = Here.of(event)  # in a channel: the replies go where it was typed (SPEC §15)
+        here = Here.of(event)  # in a channel: the replies go where it was typed
+                               # (docs/architecture.md "Conversations and threads")
         try:
             portal = await self.channels.portal_for(room_id)
             if portal is not None:
@@ -418,7 +421,8 @@ class BotCommands:
         listed: list[str] = [f"Commands in #{portal.channel.name}:"]
         for agent in members:
             commands = await self.db.agent_commands(agent)
-            if commands is None:  # never announced: start it and open its session (ADR "Prepare")
+            if commands is None:  # never announced: start it and open its session
+                                  # (docs/architecture.md "Slots and sessions")
                 commands = await self._prepare(portal, agent, here.conversation)
             listed += format_commands(agent, commands, several=len(members) > 1)
         if len(members) > 1:
@@ -463,7 +467,7 @@ class BotCommands:
         await self._delete(channel)
 
     async def _delete(self, channel: "Channel") -> None:
-        """Forget the channel and its history (ADR consequences); its puppets leave the room;
+        """Forget the channel and its history (docs/architecture.md "The store"); its puppets leave the room;
         its members' sessions are closed (sessions.py)."""
         found = await self.db.members(channel.id)
         members = [m.agent for m in found]

@@ -1,7 +1,8 @@
-"""What an agent reads before its turn (SPEC §7, ADR §3). Pure: no I/O, tested on its own.
+"""What an agent reads before its turn (docs/architecture.md "What each agent reads"). Pure: no I/O,
+tested on its own.
 
-The header and closing lines are the ADR's, byte for byte: the last sentence stops a model from
-imitating the transcript ("Bob: 4217").
+The header and closing lines are those of docs/architecture.md "What each agent reads", byte for
+byte: the last sentence stops a model from imitating the transcript ("Bob: 4217").
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Conversations (SPEC §15): a room's main timeline, or one Matrix thread in it (MSC3440,
-`rel_type: m.thread`). Pure: no I/O, tested on its own.
+"""Conversations (docs/architecture.md "Conversations and threads"): a room's main timeline, or one
+Matrix thread in it (MSC3440, `rel_type: m.thread`). Pure: no I/O, tested on its own.
 
 A conversation is named by a string: "" for the main timeline, else the event id of the thread's
 root (itself a main-timeline event). This is the `conversation` of a turn record, of a stored

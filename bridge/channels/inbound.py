@@ -1,6 +1,7 @@
-"""What each kind of incoming room event does (SPEC §5, §6, §9). The dispatcher
-(bridge/matrix/dispatch.py) calls these, one event at a time, with its type, room, sender and content
-already checked; nothing else calls them.
+"""What each kind of incoming room event does (docs/architecture.md "The Matrix side",
+"Who answers", "Streaming, permissions and cancel"). The dispatcher (bridge/matrix/dispatch.py)
+calls these, one event at a time, with its type, room, sender and content already checked; nothing
+else calls them.
 
 - `m.room.member`: an owner's invite of a puppet makes the room a channel (or adds a member) and
   the puppet joins; others' invites are declined; a kick removes the member. The bot's own
@@ -127,7 +128,7 @@ class Inbound:
             if invite_state(event, "m.room.encryption") is not None:
                 await self.dispatcher.encryption.room_encrypted(room_id)
             await self.catch_up(puppet, room_id, event.get("event_id"))
-            if made:  # channels sit in the "Sidekicks" space (SPEC §5)
+            if made:  # channels sit in the "Sidekicks" space (docs/architecture.md "The Matrix side")
                 await self.commands.channel_created(room_id)
         elif membership in ("leave", "ban") and sender != target:
             portal = await channels.portal_for(room_id)
@@ -192,13 +193,15 @@ class Inbound:
         """An owner's message; True once it is taken (store/turns.py `take` records the event
         as handled in the same write, Dispatcher)."""
         if not self.is_owner(sender):
-            return  # strangers never reach an agent (SPEC §5)
+            return  # strangers never reach an agent (docs/architecture.md "The Matrix side")
         relates = content.get("m.relates_to")
         if "m.new_content" in content or (isinstance(relates, dict) and relates.get("rel_type") == "m.replace"):
             return  # edits of earlier messages are not new prompts
-        conversation = conversation_of(content)  # the main timeline, or a thread (SPEC §15)
+        conversation = conversation_of(content)  # the main timeline, or a thread
+                                                 # (docs/architecture.md "Conversations and threads")
         content = without_fallback(content)  # a reply's quote is neither a mention nor history
-        # what this kind of message says to agents (bridge/matrix/media.py; README's table)
+        # what this kind of message says to agents (bridge/matrix/media.py;
+        # docs/using.md "What each message kind does")
         read = read_message(event.get("type", "m.room.message"), content, self.config.attachment_bytes)
         body = read.text
         if read.plain:
@@ -237,7 +240,8 @@ class Inbound:
             body, formatted, mentions, stored = command, None, [], command
         elif not read.passed_on:
             return
-        else:  # a pill's display name reaches agents as `@name`, now and in context lines (SPEC §6)
+        else:  # a pill's display name reaches agents as `@name`, now and in context lines
+               # (docs/architecture.md "Who answers")
             config = self.config
             titles = {name: agent.title for name, agent in config.agents.items()}
             body, stored = (named(text, formatted, mentions, config.agent_for_user_id, titles)
@@ -285,9 +289,9 @@ class Inbound:
                     await run.cancel()
 
     async def redaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
-        """The owner redacted a message. A prompt being answered: the answer is cancelled (SPEC
-        §9); one still queued is never answered; and the store forgets it, so that no agent is
-        told it later as context."""
+        """The owner redacted a message. A prompt being answered: the answer is cancelled
+        (docs/architecture.md "Streaming, permissions and cancel"); one still queued is never
+        answered; and the store forgets it, so that no agent is told it later as context."""
         if not self.is_owner(sender):
             return
         redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions

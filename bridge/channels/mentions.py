@@ -1,4 +1,5 @@
-"""Who a message names: pills, plain @name text, and `/agent:command` (SPEC §6). Pure functions.
+"""Who a message names: pills, plain @name text, and `/agent:command`
+(docs/architecture.md "Who answers"). Pure functions.
 
 A pill is a `matrix.to` link to a puppet in `formatted_body` (and, in newer clients, an entry of
 `m.mentions.user_ids`); plain text is `@name` (case-insensitive), `@sk_name` or a full user id.
@@ -92,7 +93,7 @@ def _slash(body: str, formatted_body: str | None, names: dict[str, str],
     match = SLASH.match(stripped)
     if match and match.group(1).lower() in names:
         return SlashCommand(names[match.group(1).lower()], match.group(2), (match.group(3) or "").strip())
-    # `@agent /command args`: some clients never send an unknown `/x:y` (SPEC §6)
+    # `@agent /command args`: some clients never send an unknown `/x:y` (docs/architecture.md "Who answers")
     agent, rest = _leading_mention(body, formatted_body, names, agent_of)
     if agent is not None:
         command = COMMAND.match(rest)
@@ -128,7 +129,8 @@ WORD = re.compile(r"\w")
 
 def named(text: str, formatted_body: str | None, mention_ids: Iterable[str],
           agent_of: Callable[[str], str | None], titles: dict[str, str]) -> str:
-    """`text` with each mention of an agent written `@name` (SPEC §6, ADR §3: `user: @alice …`).
+    """`text` with each mention of an agent written `@name` (docs/architecture.md "Who answers",
+    "What each agent reads": `user: @alice …`).
 
     Element and nheko put a pill's label — the puppet's display name, "SmolLM2 · runs on this
     computer" — in the body, and the link only in `formatted_body`; a small model reads that

@@ -1,5 +1,6 @@
-"""Permission requests in Matrix (SPEC §9): the puppet shows the tool call and numbered options,
-the owner answers by reaction or by replying with the number (asks.py: asking and waiting).
+"""Permission requests in Matrix (docs/architecture.md "Streaming, permissions and cancel"): the
+puppet shows the tool call and numbered options, the owner answers by reaction or by replying with
+the number (asks.py: asking and waiting).
 
 The puppet posts one message per request — the tool call as the turn saw it (its diff, its
 command, its input and locations: bridge/coding/render.py) and the options numbered 1., 2., …

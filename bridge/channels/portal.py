@@ -1,12 +1,13 @@
 """A portal: one Matrix room that is a Sidekicks channel (mautrix's word for a bridged room).
 
-It owns the channel's queues, one per conversation (SPEC §15: the main timeline, or one thread):
-inside a conversation messages are answered one at a time, each by the agents routing picks, one
-after the other — never two agents in one conversation at once (ADR §2). Two conversations do
-not wait for each other: each has its own worker, so a turn in one thread runs while another
-thread's (or the main timeline's) runs too. An agent still answers one prompt at a time
-wherever it is (acp/slots.py `Pool.turn`, ADR §2): the same agent asked in two threads answers
-them one after the other, two agents answer at once.
+It owns the channel's queues, one per conversation
+(docs/architecture.md "Conversations and threads": the main timeline, or one thread): inside a
+conversation messages are answered one at a time, each by the agents routing picks, one after the
+other — never two agents in one conversation at once (docs/architecture.md "Who answers"). Two
+conversations do not wait for each other: each has its own worker, so a turn in one thread runs
+while another thread's (or the main timeline's) runs too. An agent still answers one prompt at a
+time wherever it is (acp/slots.py `Pool.turn`, docs/architecture.md "Who answers"): the same agent
+asked in two threads answers them one after the other, two agents answer at once.
 """
 from __future__ import annotations
 
@@ -121,11 +122,11 @@ class Portal:
 
     async def session_for(self, agent_name: str, agent, conversation: str = "") -> tuple[str, bool]:
         """The agent's ACP session for this channel's `conversation` ("" the main timeline, else a
-        thread: each has its own, SPEC §15): kept, loaded, or new and fresh (ADR §4); a
-        session belongs to the working directory it was opened in (`session_fits`).
-        A session opened or loaded gets the member's stored mode, model and options again
-        (coding/settings.py). One at a time per member: a command (`!mode`, `!commands`) and a
-        turn never open two sessions."""
+        thread: each has its own, docs/architecture.md "Conversations and threads"): kept, loaded,
+        or new and fresh (docs/architecture.md "Slots and sessions"); a session belongs to the
+        working directory it was opened in (`session_fits`). A session opened or loaded gets the
+        member's stored mode, model and options again (coding/settings.py). One at a time per
+        member: a command (`!mode`, `!commands`) and a turn never open two sessions."""
         session_id, fresh, _ = await self.session_with(agent_name, agent, conversation=conversation)
         return session_id, fresh
 
@@ -220,8 +221,9 @@ class Portal:
 
     async def route(self, body: str, formatted_body: str | None, mention_ids: list[str],
                     conversation: str = "") -> Route:
-        """Who answers this message (routing.py) in its conversation (SPEC §15). The last
-        speaker is the one who will have spoken last there once the turns queued before it are done."""
+        """Who answers this message (routing.py) in its conversation
+        (docs/architecture.md "Conversations and threads"). The last speaker is the one who will
+        have spoken last there once the turns queued before it are done."""
         store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
         channel_id = self.channel.id
         return await self.parts.db.run(lambda: router(_last_speaker(store, channel_id, conversation)))

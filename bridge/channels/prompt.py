@@ -1,5 +1,6 @@
 """The prompt an agent gets from an owner's message: its text with the channel's context
-(context.py), and its attachment as the ACP content the agent announced (SPEC §7, §9).
+(context.py), and its attachment as the ACP content the agent announced
+(docs/architecture.md "What each agent reads", "Streaming, permissions and cancel").
 
 - `prompt_content(attachment, data, capabilities, title)` (pure) — the attachment as the ACP
   content the agent announced (`promptCapabilities`): an `image` / `audio` block, an embedded

@@ -1,4 +1,4 @@
-"""At start, the turns an earlier run left unfinished are carried on (SPEC §14).
+"""At start, the turns an earlier run left unfinished are carried on (docs/reliability.md "Exactly once").
 
 Every turn is a record (store/turns.py) that says how far it got; recovery_plan.py decides from
 those records alone what each needs, and this carries it out, before any portal starts its queue:

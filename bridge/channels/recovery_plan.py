@@ -1,5 +1,6 @@
-"""What a start does with the turns an earlier run left unfinished (SPEC §14). Pure: records in,
-actions out, tested as a table of cases (tests/unit/channels/test_recovery_plan.py); recovery.py carries them out.
+"""What a start does with the turns an earlier run left unfinished
+(docs/reliability.md "Exactly once"). Pure: records in, actions out, tested as a table of cases
+(tests/unit/channels/test_recovery_plan.py); recovery.py carries them out.
 
 - not begun (taken, claimed, posted — the agent was never prompted): run it (again). Its
   placeholder, if one was posted, is found again by its transaction id and reused.

@@ -1,5 +1,5 @@
-"""The channels the bridge has open, and the turns between them (SPEC §6: one agent answers one
-channel at a time).
+"""The channels the bridge has open, and the turns between them (docs/architecture.md "Who answers":
+one agent answers one channel at a time).
 
 One per bridge, owned by it: the portal of each channel room (read from the store the first
 time it is asked for), the channel each agent answers in now, the turns that wait for an agent

@@ -1,4 +1,4 @@
-"""Who answers a message (SPEC §6, ADR §2). Pure: no I/O, tested on its own.
+"""Who answers a message (docs/architecture.md "Who answers"). Pure: no I/O, tested on its own.
 
 1. `/agent:command args` (or `@agent /command args`) → that agent, `/command args`, alone.
 2. Else the mentioned agents, one after the other, in the order of the mentions; a mentioned

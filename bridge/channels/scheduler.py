@@ -1,4 +1,5 @@
-"""Scheduled work comes due (SPEC §16): each run is a turn, claimed through the turn record.
+"""Scheduled work comes due (docs/architecture.md "MCP tools and schedules"): each run is a turn,
+claimed through the turn record.
 
 The scheduler sleeps until the earliest schedule is due (or a schedule is added or cancelled),
 then, for each one due, takes its run: `store.schedules.fire` inserts the turn (prompt key

@@ -1,4 +1,5 @@
-"""Sessions the owner can see and change, per member and conversation (SPEC §15, ADR §4).
+"""Sessions the owner can see and change, per member and conversation
+(docs/architecture.md "Conversations and threads", "Slots and sessions").
 
 Each member has one ACP session per conversation of its channel (the main timeline, each thread:
 Portal.session_for). In a conversation:
@@ -10,7 +11,8 @@ Portal.session_for). In a conversation:
   else the bridge's record (store/sessions.py).
   Each has a number, a title and when it was last used; the current one is marked.
 - `!resume [AGENT] N` goes back to session N of that list: session/resume where announced (the
-  agent goes on, nothing is replayed), else session/load (its replay is not shown, ADR §4).
+  agent goes on, nothing is replayed), else session/load (its replay is not shown,
+  docs/architecture.md "Slots and sessions").
 - `!reset [AGENT]` starts a new session there.
 - `!sessions [AGENT] delete N` deletes session N (session/delete, where announced), never the
   current one.

@@ -1,8 +1,9 @@
-"""What the owner sees of a turn while its agent works (SPEC §8): the answer's status line
-(thinking, writing, using a tool; "nothing received for 30 s": silence.py), the agent's text and
-media parts going into the answer (stream.py), its plan and tool calls as messages (coding/work.py,
-through `WorkShown`), its notices, and the puppet typing. The turn's life — its record, its
-agent, its end — is turns.py; it hands each of the agent's updates to `Showing.on_update`.
+"""What the owner sees of a turn while its agent works
+(docs/architecture.md "Streaming, permissions and cancel"): the answer's status line (thinking,
+writing, using a tool; "nothing received for 30 s": silence.py), the agent's text and media parts
+going into the answer (stream.py), its plan and tool calls as messages (coding/work.py, through
+`WorkShown`), its notices, and the puppet typing. The turn's life — its record, its agent, its end —
+is turns.py; it hands each of the agent's updates to `Showing.on_update`.
 """
 from __future__ import annotations
 

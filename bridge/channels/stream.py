@@ -203,8 +203,9 @@ class Answer:
         """Post the placeholder in the background: the prompt does not wait for the homeserver.
         With a `grace`, an agent that is already running gets that long to send its first part,
         which then makes the first message itself (the placeholder covers a start or a wait,
-        ADR §6); parts that arrive while it is posted go out in the first edit. An answer that
-        ends within the grace (and SETTLE after its first part) is posted once, final."""
+        docs/architecture.md "The Matrix side"); parts that arrive while it is posted go out in the
+        first edit. An answer that ends within the grace (and SETTLE after its first part) is posted
+        once, final."""
         async def post_it() -> str:
             if grace > 0:
                 await _until(self._news, grace)

@@ -1,4 +1,6 @@
-"""One turn: one agent answering one message in one channel (SPEC §7–9).
+"""One turn: one agent answering one message in one channel
+(docs/architecture.md "What each agent reads", "Slots and sessions",
+"Streaming, permissions and cancel").
 
 Picks up the agent's session (kept, loaded or fresh), tells it what it has not seen, streams its
 answer into an `Answer`, and stores the answer once it is finished — never while it streams.
@@ -158,9 +160,9 @@ def context_reader(channel_id: str, limit: int, queued: int, conversation: str =
     """What a turn reads of its conversation's messages to tell its agent (database thread,
     given the member's session there by `Portal.session_with`): (since the member's last seen
     message, the newest). A thread's start with its root; no main-timeline message after the
-    root is in them, nor any thread's in the main timeline's (SPEC §15). Which one is told
-    depends on whether its session turns out fresh, known only once it is opened: both are
-    read when they differ."""
+    root is in them, nor any thread's in the main timeline's
+    (docs/architecture.md "Conversations and threads"). Which one is told depends on whether its
+    session turns out fresh, known only once it is opened: both are read when they differ."""
     count = limit + 1 + queued
 
     def read(store, member) -> tuple[list, list]:
@@ -187,9 +189,10 @@ def unseen_lines(read: tuple[list, list] | None, agent: str, current_message_id:
 
 
 def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = None, here: Any = None) -> str:
-    """Why an answer has not started: whose turn it is (SPEC §6), or that the agent starts.
-    `here`: the waiting turn's portal — the agent may be answering in another conversation of
-    the same channel (a thread, or the main timeline: one prompt at a time per agent)."""
+    """Why an answer has not started: whose turn it is (docs/architecture.md "Who answers"), or that
+    the agent starts. `here`: the waiting turn's portal — the agent may be answering in another
+    conversation of the same channel (a thread, or the main timeline: one prompt at a time per
+    agent)."""
     from .places import place_of   # here: a DM is "your direct chat", not "#local"
     busy_in = channels.active_turns.get(agent)
     if busy_in is not None:
@@ -258,7 +261,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
     stored_upto = incoming.message_id
-    # a command went without the context: it is still unseen (ADR §3)
+    # a command went without the context: it is still unseen (docs/architecture.md "What each agent reads")
     seen = None if turn.alone or stored_upto is None else (portal.channel.id, turn.agent, stored_upto)
     try:
         # the prompt does not wait for the placeholder; a running agent (idle, or busy in
@@ -369,8 +372,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             await _end(answer, f"⚠️ {exc}")
     except asyncio.CancelledError:
         # the bridge is quitting. An answer begun and not finished is marked so, and not stored
-        # (ADR §5); one whose prompt never reached the agent waits for the next start, which
-        # runs it and takes its placeholder over
+        # (docs/architecture.md "The store"); one whose prompt never reached the agent waits for the
+        # next start, which runs it and takes its placeholder over
         if not run.prompt_sent:
             await asyncio.shield(_paused(answer))
         elif not answer.finished:

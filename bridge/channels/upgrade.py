@@ -11,7 +11,7 @@ there (an upgrade mutes the old room for users below level 50; clients show the 
 anyway), and is no channel any more: a message there is not answered.
 
 Only the owner's tombstone counts: a room's state may be set by others with the power to, and a
-stranger changes nothing (SPEC §17).
+stranger changes nothing (docs/SECURITY.md "What a stranger cannot do").
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Where a conversation's agent works: pure decisions, no I/O but reading paths.
 
-A new session gets one working directory, chosen in this order (SPEC §15):
+A new session gets one working directory, chosen in this order
+(docs/architecture.md "Conversations and threads"):
 
 1. the thread's git worktree, for an agent with `worktrees: on` in a thread (coding/worktrees.py
    makes it; the same folder below the checkout's top as the agent's own, inside the worktree);

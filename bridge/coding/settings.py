@@ -13,7 +13,7 @@ One entry point for each way in:
   one line (a change to what the owner chose already is silent);
 * `command(portal, name, args, here)` — `!mode`, `!model`, `!config`, `!status` in a channel.
   Typed in a thread (`here`), they act on the member's session of that thread (each
-  conversation has its own, SPEC §15) and answer in the thread.
+  conversation has its own, docs/architecture.md "Conversations and threads") and answer in the thread.
 
 The store keeps choices with the membership (store/settings.py), one set per member whatever
 the conversation: a choice made in a thread is applied to that thread's session at once and to

@@ -1,5 +1,6 @@
-"""Where each conversation's agent works (SPEC §15): the one place a new session asks for its
-working directory, the owner's `!cwd` and `!worktrees`, and a deleted thread's worktree.
+"""Where each conversation's agent works (docs/architecture.md "Conversations and threads"): the one
+place a new session asks for its working directory, the owner's `!cwd` and `!worktrees`, and a
+deleted thread's worktree.
 
 * `where(portal, agent_name, conversation)` — Portal.session_for asks it before it opens a
   session: the thread's worktree (agents with `worktrees: on`; made at the thread's first turn,

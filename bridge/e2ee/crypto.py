@@ -246,7 +246,7 @@ class E2EE:
             return
         if event["room_id"] not in self.rooms:
             # only the room's m.room.encryption state says it is encrypted: anyone can send an
-            # m.room.encrypted event into a plain room (SPEC §17)
+            # m.room.encrypted event into a plain room (docs/SECURITY.md "What a stranger cannot do")
             await self._confirm_encrypted(event["room_id"])
         plain = self._try(event)
         # the key travels by the devices' /sync, the event by the appservice: a moment apart —

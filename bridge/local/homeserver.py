@@ -1,4 +1,5 @@
-"""The embedded homeserver of `sidekicks up` (SPEC §4, §12): a Synapse of our own, in a folder.
+"""The embedded homeserver of `sidekicks up` (docs/architecture.md "The command line";
+docs/configuration.md "The shipped local agent"): a Synapse of our own, in a folder.
 
 Synapse runs as a child process (`python -m synapse.app.homeserver`), never imported: it brings
 its own Twisted reactor and logging, and a crash in it must not take the bridge down with it.
@@ -186,11 +187,13 @@ class Homeserver:
             "trusted_key_servers": [],
             "suppress_key_server_warning": True,
             "federation_domain_whitelist": [],
-            # puppets are online while the bridge runs, offline after (SPEC §5; bridge/matrix/presence.py)
+            # puppets are online while the bridge runs, offline after
+            # (docs/architecture.md "The Matrix side"; bridge/matrix/presence.py)
             "presence": {"enabled": True},
-            # Rooms every client the README names can read (SPEC §4). Synapse's default, 12, gives
-            # rooms ids without `:server`, which nheko 0.11 (Debian's) cannot parse; 11 drops
-            # `creator` from m.room.create, which its mtxclient 0.9 requires. 10 has both.
+            # Rooms every client the README names can read
+            # (docs/architecture.md "The command line"). Synapse's default, 12, gives rooms ids
+            # without `:server`, which nheko 0.11 (Debian's) cannot parse; 11 drops `creator` from
+            # m.room.create, which its mtxclient 0.9 requires. 10 has both.
             "default_room_version": ROOM_VERSION,
             "url_preview_enabled": False,
             # Element decides "encrypt new rooms?" from the well-known file; Synapse from this.
@@ -198,7 +201,8 @@ class Homeserver:
             "encryption_enabled_by_default_for_room_type": "off",
             "app_service_config_files": [str(p) for p in self.appservice_files],
             # crypto traffic of the appservice's users in its transactions: how the bot's device
-            # (which Synapse serves no /sync) gets its room keys (bridge/e2ee, README Encryption)
+            # (which Synapse serves no /sync) gets its room keys (bridge/e2ee,
+            # docs/encryption.md "How it works")
             "experimental_features": {"msc2409_to_device_messages_enabled": True,
                                       "msc3202_transaction_extensions": True},
         }

@@ -1,15 +1,17 @@
-"""`sidekicks up`: the whole local stack in one command (SPEC §4, §12).
+"""`sidekicks up`: the whole local stack in one command (docs/architecture.md "The command line";
+docs/configuration.md "The shipped local agent").
 
 Writes a default config on first use, starts an embedded Synapse in the data folder, creates the
 owner account once (password printed once, kept 0600), starts the bridge with the local-model
 agent, and says how to log in. Ctrl-C stops everything.
 
-Several people on one machine (SPEC §13): when a Matrix server already answers on the configured
-port and it is not this config's own homeserver, `up` joins it instead of starting another:
-a config written then gets its own puppet prefix, bot, appservice id and listen port
-(`sk-<user>_`, `sidekicks_<user>`); if the homeserver has loaded this bridge's registration, the
-bridge runs against it; if not, `up` says exactly what the person running it has to do (Synapse
-reads app_service_config_files only when it starts, and its folder belongs to that person).
+Several people on one machine (docs/architecture.md "Beyond one machine"): when a Matrix server
+already answers on the configured port and it is not this config's own homeserver, `up` joins it
+instead of starting another: a config written then gets its own puppet prefix, bot, appservice id
+and listen port (`sk-<user>_`, `sidekicks_<user>`); if the homeserver has loaded this bridge's
+registration, the bridge runs against it; if not, `up` says exactly what the person running it has
+to do (Synapse reads app_service_config_files only when it starts, and its folder belongs to that
+person).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from .homeserver import Homeserver, HomeserverError
 from ..voice.engine import up_hint
 
 DEFAULT_CONFIG = """\
-# Sidekicks for Matrix — written by `sidekicks up`. Edit freely; see the README for every key.
+# Sidekicks for Matrix — written by `sidekicks up`. Edit freely; see docs/configuration.md for every key.
 owner: "@{user}:localhost"
 homeserver:
   embedded: true            # `sidekicks up` runs a local Synapse; use `url:` for your own
@@ -160,7 +162,8 @@ async def up(path: Path, args, stop: asyncio.Event, say) -> int:
 
 
 async def join(cfg, registration, stop: asyncio.Event, say) -> int:
-    """Run the bridge against a homeserver someone else started on this machine (SPEC §13)."""
+    """Run the bridge against a homeserver someone else started on this machine
+    (docs/architecture.md "Beyond one machine")."""
     from ..run import UserError, run_bridge
 
     url = cfg.homeserver_url

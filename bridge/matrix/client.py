@@ -38,7 +38,8 @@ class MatrixError(Exception):
 
 def client_config() -> AsyncClientConfig:
     # Unlimited retries with capped backoff: a homeserver that is down mid-answer gets the
-    # same request (same transaction id, so never twice) once it is back (SPEC §11).
+    # same request (same transaction id, so never twice) once it is back
+    # (docs/reliability.md "The homeserver away").
     return AsyncClientConfig(max_timeouts=None, max_limit_exceeded=None, backoff_factor=0.2,
                              max_timeout_retry_wait_time=5, request_timeout=30)
 

@@ -1,4 +1,5 @@
-"""The bridge's Matrix users: the bridge bot and one puppet per agent (SPEC §5).
+"""The bridge's Matrix users: the bridge bot and one puppet per agent
+(docs/architecture.md "The Matrix side").
 
 Each has its Intent, the one way out (intent.py). This is the part the rest of the bridge is
 handed to send as someone: `bot`, `puppet(agent)` (registered on first use), `everyone()`. The

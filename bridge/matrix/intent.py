@@ -6,7 +6,7 @@ Every room event goes out through `Intent.send` (`edit` and `react` build on it)
   so a request retried after a timeout or a restart (nio's backoff, recovery) never posts twice;
 - an `m.room.message` declares its mentions (`m.mentions`, also inside `m.new_content` of an
   edit): `{}` unless the caller put the intended ones in the content, so agent text that says
-  "@room" or the owner's name triggers no push rule (SPEC §5);
+  "@room" or the owner's name triggers no push rule (docs/architecture.md "The Matrix side");
 - `Outgoing.prepare(user_id, room_id, event_type, content)` sees it last and may change its type
   and content: the one place where a room's events are transformed (encryption plugs in here:
   `m.room.encrypted`, with `m.relates_to` left in the clear). The default sends as is.

@@ -1,10 +1,11 @@
-"""Attachments both ways, and what each kind of owner message is to an agent (SPEC §9).
+"""Attachments both ways, and what each kind of owner message is to an agent
+(docs/architecture.md "Streaming, permissions and cancel").
 
 In (pure):
 - `read_message(event_type, content)` — what an owner's message says to the agents: a text (the
   prompt; routing and mentions read it), what the store keeps for other agents' context, an
-  attachment to fetch, or why it is not passed on. The table of kinds is in README
-  ("What each message kind does").
+  attachment to fetch, or why it is not passed on. The table of kinds is in docs/using.md
+  "What each message kind does".
   What an attachment becomes in an agent's prompt is channels/prompt.py.
 
 Out (pure): `outgoing_part(block)` — an agent's image, audio or resource block as media to post
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 ATTACHMENT_TYPES = {"m.image": "image", "m.audio": "audio", "m.video": "video", "m.file": "file"}
 POLL_TYPES = ("m.poll.start", "org.matrix.msc3381.poll.start")
 STICKER = "m.sticker"
-# message kinds that say nothing to an agent, and are not answered (see README)
+# message kinds that say nothing to an agent, and are not answered
+# (docs/using.md "What each message kind does")
 SILENT_MSGTYPES = ("m.notice", "m.key.verification.request", "m.server_notice")
 DOWNLOAD_CHUNK = 64 * 1024
 
@@ -123,8 +125,9 @@ def _html(content: dict) -> str | None:
 
 
 def read_message(event_type: str, content: dict, limit: int | None = None) -> OwnerMessage:
-    """What an owner's event of `event_type` says to the agents (the kinds: README's table).
-    `limit`: the largest attachment taken; a bigger declared size is refused at once."""
+    """What an owner's event of `event_type` says to the agents (the kinds:
+    docs/using.md "What each message kind does"). `limit`: the largest attachment taken; a bigger
+    declared size is refused at once."""
     if event_type in POLL_TYPES:
         return _poll(content)
     if event_type == STICKER:

@@ -1,5 +1,6 @@
 """Agents' slash commands as MSC4391 command descriptions, so that clients which implement it
-offer them after `/` even before the agent has started (SPEC §9, ADR §5).
+offer them after `/` even before the agent has started
+(docs/architecture.md "Streaming, permissions and cancel", "The store").
 
 Each member's stored commands (the agent's last `available_commands_update`, kept in the store)
 are published by its puppet as state events `org.matrix.msc4391.command_description`, one per
@@ -20,8 +21,8 @@ command) as `/command args` — the same as typing `/agent:command args`.
 
 At most MAX_DESCRIPTIONS commands per agent are published (its first ones, in its order), each
 description and hint cut to a few hundred characters: an agent announcing a thousand commands
-writes no more than that into every room (SPEC §17). The rest still run as text
-(`/agent:command`), and `!commands` lists them all.
+writes no more than that into every room (docs/SECURITY.md "What an agent cannot do"). The rest
+still run as text (`/agent:command`), and `!commands` lists them all.
 
 Sending state needs power in the room. A puppet that made the room (`!dm`) has it; in a room the
 bridge bot made (`!new`), the bot raises the puppet to the level the event needs; in a room the

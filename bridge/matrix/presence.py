@@ -1,7 +1,8 @@
 """Presence: the bridge bot and every puppet are online while the bridge runs, offline after
-(SPEC §5); a puppet answering says so in its status message, never where: presence is seen by
-anyone who shares any room with the puppet, so it names no room (SPEC §17). Where an agent is
-busy is told only to the owner: in the bot's DM (`!agents`) and in the room that waits for it.
+(docs/architecture.md "The Matrix side"); a puppet answering says so in its status message, never
+where: presence is seen by anyone who shares any room with the puppet, so it names no room
+(docs/SECURITY.md "What a stranger cannot do"). Where an agent is busy is told only to the owner: in
+the bot's DM (`!agents`) and in the room that waits for it.
 
 A user who never set a presence shows as offline, and a homeserver takes a user that stopped
 syncing for offline after a while (Synapse: 30 s, `presence.sync_online_timeout`), so `online`

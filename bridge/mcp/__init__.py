@@ -1,4 +1,5 @@
-"""The bridge's own MCP server, `matrix`, offered to every agent session (SPEC §16).
+"""The bridge's own MCP server, `matrix`, offered to every agent session
+(docs/architecture.md "MCP tools and schedules").
 
 - `tools.py` (pure): the tools' names, descriptions and argument schemas, argument checking,
   and how results read.

@@ -4,9 +4,10 @@ One bridge (in process, probes installed) with two scripted agents: `echo` answe
 `stream` answers 2,000 tokens (4 characters each) at 100 tokens/s. Three sides take turns in
 blocks of BLOCK prompts, one at a time, so all see the same machine and the same Synapse, and no
 side's after-work (receipts, typing) lands in another's figures: the floor, the floor declaring
-its mentions (`"m.mentions": {}`, as every message the bridge sends does, SPEC §4: Synapse
-validates that key at a cost of its own, ~3–4 ms here), and the bridge. The goal is judged
-against the floor that sends the same event; the ratio to the plain floor is shown beside it.
+its mentions (`"m.mentions": {}`, as every message the bridge sends does,
+docs/architecture.md "The Matrix side": Synapse validates that key at a cost of its own, ~3–4 ms
+here), and the bridge. The goal is judged against the floor that sends the same event; the ratio to
+the plain floor is shown beside it.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ agent_message_chunk read. Every session starts with a prompt of 1,000+ tokens of
         compared with the turns of (a) at the same history length (its first 10);
         in a full run also with the states off (--kv-ram 0 --kv-disk 0: the old single context);
     (c) a new agent process: session/load, then a prompt, for the sessions of (a) and (b);
-    (d) a fresh session whose first prompt carries the ADR's replay: 20 messages × 1,500
+    (d) a fresh session whose first prompt carries the full context replay: 20 messages × 1,500
         characters (bridge.channels.context.build_prompt), reported with its tokens and tokens/s;
     RSS of an agent holding 1, 4 and 16 such sessions (VmRSS), against its bound: --kv-ram plus the scratch of a prompt.
 """
@@ -39,7 +39,7 @@ WORDS = ("garden rose tulip apple tree soil water morning summer winter pruning 
          "bird seed spade rain sun shade leaf root branch flower hedge pond frog moss stone gate "
          "market river bridge lantern kitchen window letter neighbour evening autumn harvest").split()
 # Chat messages are denser than plain prose (names, numbers, code, links): about 4 characters a
-# token, which makes the ADR's 20 × 1500 characters the ~7,500 tokens of issue 16.
+# token, which makes the replay's 20 × 1500 characters the ~7,500 tokens of issue 16.
 DENSE = WORDS * 4 + ("rhododendron's 14:30 2026-12-03 #garden @alice:localhost pH=6.5 `mulch.py` "
                  "re-pot (ericaceous) 3×/week https://example.org/soil?x=1 e.g. N-P-K ~20cm "
                  "Quercus-robur v0.3.36 wasn't 1,250g").split()
@@ -238,9 +238,9 @@ def rows(r: dict) -> list[tuple]:
         ("Local model", f"(d) fresh session, first prompt with {r['replay']} × 1,500 characters: TTFT",
          _ms(r["d"]["ttft"]), "", "", "(info)", None),
     ]
-    # the README's stated bound: the states held (at most --kv-ram) plus llama.cpp's scratch of
-    # a prompt (~20 MB for the ~1,100-token prompts here, measured with one session; ~110 MB
-    # for 7,000+ tokens)
+    # docs/performance.md "The local agent" states the bound: the states held (at most --kv-ram)
+    # plus llama.cpp's scratch of a prompt (~20 MB for the ~1,100-token prompts here, measured with
+    # one session; ~110 MB for 7,000+ tokens)
     bound = DEFAULT_KV_RAM_MIB * 1.048576 + SCRATCH_MB  # MiB → MB
     for n, mb in r["rss"].items():
         out.append(("Local model", f"agent RSS, {n} session{'s' if n > 1 else ''} of "

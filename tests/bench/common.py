@@ -98,7 +98,7 @@ async def start_homeserver(folder: Path, quick: bool) -> Bench:
         # what the bridge's registration asks for too (config/registration.py): ephemeral events
         # and the MSC3202 transaction extensions. Synapse's work for them (one-time-key counts,
         # device lists) delays every transaction to the service by 4-8 ms; a floor that asks for
-        # neither measured the bridge at 1.17-1.25x instead of 1.18x (README, Performance)
+        # neither measured the bridge at 1.17-1.25x instead of 1.18x (docs/performance.md)
         "rate_limited": False, "receive_ephemeral": True,
         "de.sorunome.msc2409.push_ephemeral": True, "org.matrix.msc3202": True,
     }

@@ -2,8 +2,9 @@
 
 It acknowledges each transaction at once and, for every m.room.message not its own, sends
 "echo: <body>" into the room as its bot. Same homeserver, same process, same loop as the bridge.
-In the rooms of `declaring` its echo declares its mentions (`"m.mentions": {}`), as SPEC §4 asks
-of every message the bridge sends: Synapse's validation of that key costs it time of its own.
+In the rooms of `declaring` its echo declares its mentions (`"m.mentions": {}`), as
+docs/architecture.md "The Matrix side" asks of every message the bridge sends: Synapse's validation
+of that key costs it time of its own.
 """
 from __future__ import annotations
 

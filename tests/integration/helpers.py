@@ -73,7 +73,7 @@ def is_final(answer: dict) -> bool:
     return not answer["body"].startswith(STATUS) and "getting ready" not in answer["body"]
 
 
-# ---- threads (SPEC §15) ----
+# ---- threads (docs/architecture.md "Conversations and threads") ----
 
 def in_thread(root: str, latest: str) -> dict:
     """The content fields of a thread message as Element sends it."""

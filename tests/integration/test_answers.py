@@ -1,5 +1,5 @@
-"""Answers end to end (SPEC §6, §9, §11): permissions, cancelling, whose turn it is, long answers,
-typing, a crash mid-answer.
+"""Answers end to end (docs/architecture.md "Who answers", "Streaming, permissions and cancel",
+"Faults"): permissions, cancelling, whose turn it is, long answers, typing, a crash mid-answer.
 
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
 every JSON-RPC message they receive (`--log`).
@@ -418,8 +418,9 @@ async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(bridge_facto
 async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agent(
         bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    # the restarted agent's fresh session is told the past (ADR §4): cut short there, the crash
-    # directive is not repeated
+    # the restarted agent's fresh session is told the past
+    # (docs/architecture.md "Slots and sessions"): cut short there, the crash directive is not
+    # repeated
     running = await bridge_factory({"alice": agent("--log", str(log))}, limits={"context_chars": 10})
     room_id = await room_with(owner)
 

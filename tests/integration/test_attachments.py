@@ -1,6 +1,6 @@
-"""Attachments both ways, end to end (SPEC §9, issue 15): the owner's images and files reach the
-agent as the ACP content it announced, an agent's image comes back as an m.image, size limits,
-and the other message kinds.
+"""Attachments both ways, end to end (docs/architecture.md "Streaming, permissions and cancel",
+issue 15): the owner's images and files reach the agent as the ACP content it announced, an agent's
+image comes back as an m.image, size limits, and the other message kinds.
 
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
 every JSON-RPC message they receive (`--log`) and announce what they take (`--prompt-caps`).
@@ -261,7 +261,7 @@ async def test_an_attachment_left_unanswered_by_a_stop_reaches_the_next_agent_af
     assert bob_prompt[0]["type"] == "text" and bob_prompt[0]["text"].endswith("@alice @bob what is this?")
     assert "[image: dot.png]" not in bob_prompt[0]["text"].splitlines()[-1]
     assert bob_prompt[-1] == {"type": "image", "mimeType": "image/png", "data": base64.b64encode(image).decode()}
-    assert len(prompts(alice_log)) == 1  # her cut answer is not redone (ADR §5)
+    assert len(prompts(alice_log)) == 1  # her cut answer is not redone (docs/architecture.md "The store")
 
 
 async def wait_until_prompted(log_path) -> None:

@@ -1,4 +1,5 @@
-"""Channels end to end (SPEC §5–7, ADR §1–3): group rooms, who answers, what each agent reads.
+"""Channels end to end (docs/architecture.md "The Matrix side", "Who answers",
+"What each agent reads", "Words"): group rooms, who answers, what each agent reads.
 
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
 every JSON-RPC message they receive (`--log`) so the exact prompt text can be asserted.
@@ -110,7 +111,8 @@ async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(
 async def test_an_element_pill_reaches_the_agent_and_the_context_as_at_name(
         bridge_factory, tmp_path, owner):
     """Element (and nheko) put the puppet's display name in the body for a pill; the agent reads
-    `@local`, in its prompt and in another agent's context lines (SPEC §6, ADR §3)."""
+    `@local`, in its prompt and in another agent's context lines
+    (docs/architecture.md "Who answers", "What each agent reads")."""
     title, local = "SmolLM2 · runs on this computer", "@sk_local:localhost"
     logs = {"local": tmp_path / "local.log", "bob": tmp_path / "bob.log"}
     running = await bridge_factory({"local": agent("--log", str(logs["local"]), title=title),
@@ -253,7 +255,8 @@ async def test_kick_of_a_puppet_removes_the_member(bridge_factory, tmp_path, own
 
 async def test_a_queued_message_is_not_shown_early_nor_lost(bridge_factory, tmp_path, owner):
     """Two messages sent at once: the first turn must not show the second as already written,
-    and the agent who answered the first still reads the second later (ADR §3)."""
+    and the agent who answered the first still reads the second later
+    (docs/architecture.md "What each agent reads")."""
     running, logs = await two_agents(bridge_factory, tmp_path)
     room_id = await group(owner, ALICE, BOB)
     await say(owner, room_id, "@alice one")

@@ -1,4 +1,5 @@
-"""Bridge commands end to end (SPEC §5): the bot's DM, `!` commands there and in channels, the space.
+"""Bridge commands end to end (docs/architecture.md "The Matrix side"): the bot's DM, `!` commands
+there and in channels, the space.
 
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents.
 """

@@ -1,5 +1,6 @@
-"""Matrix conventions for bots, end to end (SPEC §5, §9; issue 15): MSC4391 command descriptions
-and invocations, MSC4357's live marker on streamed answers, puppets' presence.
+"""Matrix conventions for bots, end to end (docs/architecture.md "The Matrix side",
+"Streaming, permissions and cancel"; issue 15): MSC4391 command descriptions and invocations,
+MSC4357's live marker on streamed answers, puppets' presence.
 
 Real Synapse (presence on), the owner's matrix-nio client, the real bridge in-process, scripted
 agents that announce commands (`--commands`) and log what they receive (`--log`).

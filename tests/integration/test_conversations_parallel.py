@@ -1,11 +1,12 @@
-"""Conversations run side by side (SPEC §15), and a channel can open threads by itself
-(`!threads on`): real Synapse, the owner's matrix-nio client, the real bridge in-process, two
-scripted agents that log every JSON-RPC message they receive.
+"""Conversations run side by side (docs/architecture.md "Conversations and threads"), and a channel
+can open threads by itself (`!threads on`): real Synapse, the owner's matrix-nio client, the real
+bridge in-process, two scripted agents that log every JSON-RPC message they receive.
 
 A turn held in one thread (the scripted agent's `[[hold:FILE]]`: it streams its first part, then
 waits until the test creates FILE) keeps neither another thread nor the main timeline waiting;
 inside one conversation agents still answer one at a time, in order. An agent answers one prompt
-at a time wherever it is (ADR §2): asked in a second thread, it answers there once it is free.
+at a time wherever it is (docs/architecture.md "Who answers"): asked in a second thread, it answers
+there once it is free.
 """
 from __future__ import annotations
 
@@ -78,8 +79,9 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     assert thread_of(said[0]) == "" and stop
     assert not is_final(answer_to(owner, room_id, ALICE, held))
 
-    # alice asked in thread 2 while held in thread 1: she answers one prompt at a time (ADR §2),
-    # so it waits for her — and the same agent answers there as soon as she is free
+    # alice asked in thread 2 while held in thread 1: she answers one prompt at a time
+    # (docs/architecture.md "Who answers"), so it waits for her — and the same agent answers there
+    # as soon as she is free
     again = await say(owner, room_id, "@alice your turn here", **in_thread(root2, quick))
     await sync_until(owner, lambda: (a := answer_to(owner, room_id, ALICE, again)) is not None
                      and "answering in another conversation here" in a["body"], timeout=60)

@@ -298,7 +298,8 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
         await joined(owner, room_id, ALICE)
         await joined(owner, room_id, BOB)
 
-        # the ADR example: only alice answers, then bob reads exactly what he missed
+        # the example of docs/architecture.md "What each agent reads": only alice answers, then bob
+        # reads exactly what he missed
         await say(owner, room_id, "@alice explain goroutines")
         await final_answers(owner, room_id, ALICE, 1)
         await running.idle()

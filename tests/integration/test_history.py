@@ -1,5 +1,6 @@
-"""History that survives (SPEC §8, §10, §11; ADR §4–5): restarts, session/load, slot eviction,
-interrupted answers, a store closed under a running answer, two bridges on one config.
+"""History that survives (docs/architecture.md "Slots and sessions", "The store", "Faults"):
+restarts, session/load, slot eviction, interrupted answers, a store closed under a running answer,
+two bridges on one config.
 
 Real Synapse, the real bridge (in-process, or as a `python -m bridge run` subprocess where a
 process has to die), scripted agents that log every JSON-RPC message they receive.

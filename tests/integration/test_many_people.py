@@ -1,4 +1,5 @@
-"""Several people on one machine (SPEC §13): two configs, two bridges, one real Synapse.
+"""Several people on one machine (docs/architecture.md "Beyond one machine"): two configs, two
+bridges, one real Synapse.
 
 Ana and Ben each have their own config, registration, bridge, store (the hash-of-path data
 folder) and an agent called `alice`: Ana's is @sk_alice, Ben's @sk-ben_alice. Each owner reaches

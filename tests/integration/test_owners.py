@@ -1,5 +1,6 @@
-"""Several owners in one room (SPEC §15): real Synapse, two owners' matrix-nio clients, the real
-bridge in-process, a scripted agent that logs every JSON-RPC message it receives.
+"""Several owners in one room (docs/architecture.md "Conversations and threads"): real Synapse, two
+owners' matrix-nio clients, the real bridge in-process, a scripted agent that logs every JSON-RPC
+message it receives.
 
 An agent's permission prompt is answered by the owner whose message started the turn: the other
 owner's "1" or keycap is refused in one line in the turn's thread and changes nothing (the agent

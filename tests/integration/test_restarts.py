@@ -1,9 +1,10 @@
-"""Exactly once across restarts (SPEC §14): the bridge is stopped again and again — SIGTERM or
-kill -9, at random moments, sometimes while it starts — while the owner keeps writing, also
-while it is down and while it starts. Two agents share one slot (a turn waits for the slot and
-for the other agent); one loads its sessions (`loadSession`), one does not; one room is a plain
-DM, the other an encrypted channel where both answer one message, one after the other. Some of
-the channel's messages go into one of two threads (SPEC §15), hung on its first two messages.
+"""Exactly once across restarts (docs/reliability.md "Exactly once"): the bridge is stopped again
+and again — SIGTERM or kill -9, at random moments, sometimes while it starts — while the owner keeps
+writing, also while it is down and while it starts. Two agents share one slot (a turn waits for the
+slot and for the other agent); one loads its sessions (`loadSession`), one does not; one room is a
+plain DM, the other an encrypted channel where both answer one message, one after the other. Some of
+the channel's messages go into one of two threads
+(docs/architecture.md "Conversations and threads"), hung on its first two messages.
 
 Checked at the end, from the agents' own logs and the owner's client, per conversation (the DM,
 the channel's main timeline, each thread):

@@ -162,7 +162,8 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
         await running.idle()
     texts = [m.text for m in running.store.last_messages(channel.id, 10)]
     assert texts[:3] == ["once", "echo: once", "new one"] and len(texts) == 4
-    # the agent was restarted without loadSession: its fresh session is told the past (ADR §4)
+    # the agent was restarted without loadSession: its fresh session is told the past
+    # (docs/architecture.md "Slots and sessions")
     assert texts[3] == ("echo: [Messages in #alice you have not seen yet]\nuser: once\n"
                         "alice: echo: once\n[End of the messages]\nThe user now writes to you "
                         "(answer directly, without your name in front):\nnew one")

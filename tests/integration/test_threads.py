@@ -1,5 +1,6 @@
-"""Threads are conversations (SPEC §15) end to end: real Synapse, the owner's matrix-nio client,
-the real bridge in-process, two scripted agents that log every JSON-RPC message they receive.
+"""Threads are conversations (docs/architecture.md "Conversations and threads") end to end: real
+Synapse, the owner's matrix-nio client, the real bridge in-process, two scripted agents that log
+every JSON-RPC message they receive.
 
 A message in a thread is answered in that thread (with the reply fallback for clients without
 threads), in the agent's own session for that thread, told the thread's root and its own
@@ -137,7 +138,7 @@ async def test_after_a_restart_each_thread_session_is_loaded_or_fresh_as_in_the_
         bridge_factory, tmp_path, owner):
     """alice loads her sessions (`loadSession`): her thread's session is loaded in the thread;
     bob cannot: a new session, fresh, told the thread's last messages — its root and its own, not
-    the main timeline's after the root (SPEC §8 per conversation)."""
+    the main timeline's after the root (docs/architecture.md "Slots and sessions" per conversation)."""
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
     agents = {"alice": agent("--echo-last-line", "--load-session", "--state", str(tmp_path / "alice-state"),
                              "--log", str(logs["alice"]), title="Alice"),

@@ -1,6 +1,7 @@
-"""Where the agent works (SPEC §15), end to end: real Synapse, the owner's matrix-nio client, the
-real bridge in-process, the scripted agent (it writes files in its session's working directory
-and logs every JSON-RPC message it receives), a temporary git repository as its `cwd`.
+"""Where the agent works (docs/architecture.md "Conversations and threads"), end to end: real
+Synapse, the owner's matrix-nio client, the real bridge in-process, the scripted agent (it writes
+files in its session's working directory and logs every JSON-RPC message it receives), a temporary
+git repository as its `cwd`.
 
 With `worktrees: on` each thread works in a git worktree of its own, on a branch named after
 the thread, made at the thread's first turn: an edit in one thread is in neither the other's
@@ -9,10 +10,11 @@ deleted thread's clean worktree goes once the owner confirms, a dirty one stays.
 agent within its roots only; the other roots are the session's additionalDirectories.
 
 The first test's two threads answer one after the other; in another, two agents edit two
-worktrees at the same moment (one agent answers one prompt at a time, ADR §2): alice is held
-mid-answer in one thread while bob writes in the other, and their edits never meet. An agent
-posts the files of the folder its session works in (SPEC §17): a thread's session those of its
-worktree, not those of the main checkout.
+worktrees at the same moment (one agent answers one prompt at a time,
+docs/architecture.md "Who answers"): alice is held mid-answer in one thread while bob writes in the
+other, and their edits never meet. An agent posts the files of the folder its session works in
+(docs/SECURITY.md "What an agent cannot do"): a thread's session those of its worktree, not those of
+the main checkout.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The import rules of README "Design" → Layout hold: import-linter's contracts in pyproject.toml
-([tool.importlinter]), checked the way CI runs the tests. A broken rule prints the report, which
-names each import that breaks it and its line."""
+"""The import rules of docs/architecture.md "Layout and import rules" hold: import-linter's
+contracts in pyproject.toml ([tool.importlinter]), checked the way CI runs the tests. A broken rule
+prints the report, which names each import that breaks it and its line."""
 from __future__ import annotations
 
 import os

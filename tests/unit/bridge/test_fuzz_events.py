@@ -1,4 +1,4 @@
-"""Malformed, unknown and random Matrix events never raise inside the bridge (SPEC §11).
+"""Malformed, unknown and random Matrix events never raise inside the bridge (docs/architecture.md "Faults").
 
 The homeserver is a small local aiohttp server that answers every call with 200 (aioresponses
 0.7.9 cannot build responses for aiohttp 3.14), the agent is the real scripted agent, the store

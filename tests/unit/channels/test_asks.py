@@ -249,7 +249,7 @@ async def test_an_answer_in_words_goes_to_the_ask_that_reads_it():
     assert s.intent.edits[-1][1]["body"] == "Name?\n\nanswered"
 
 
-# ---- conversations and several owners (SPEC §15) -------------------------------------------------
+# ---- conversations and several owners (docs/architecture.md "Conversations and threads") ---------
 
 ANA, BEN = "@ana:hs", "@ben:hs"
 THREAD = "$root"
@@ -397,7 +397,8 @@ async def test_a_stopped_turn_declines_its_question_and_a_withdrawn_one_says_so(
 
 async def test_closed_already_is_said_where_the_number_was_typed():
     """A number typed in a thread, replying to a closed ask: the line goes into that thread
-    (SPEC §15), from the puppet of the turn running, or as a notice of the channel."""
+    (docs/architecture.md "Conversations and threads"), from the puppet of the turn running, or as a
+    notice of the channel."""
     from bridge.channels.conversations import relation_for
     thread = relation_for("$root", "$typed")
     s = scene()

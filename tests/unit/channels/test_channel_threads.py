@@ -1,6 +1,7 @@
-"""Conversations in a channel (SPEC §15), without a homeserver: who answers a thread message (its
-own last speaker), what a turn in a thread reads (its root and its own messages), and each
-member's ACP session per conversation — with a real store, through the portal's calls."""
+"""Conversations in a channel (docs/architecture.md "Conversations and threads"), without a
+homeserver: who answers a thread message (its own last speaker), what a turn in a thread reads (its
+root and its own messages), and each member's ACP session per conversation — with a real store,
+through the portal's calls."""
 from __future__ import annotations
 
 import asyncio

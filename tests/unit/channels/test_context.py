@@ -1,9 +1,9 @@
-"""What an agent reads before its turn (SPEC §7, ADR §3), byte for byte. Pure."""
+"""What an agent reads before its turn (docs/architecture.md "What each agent reads"), byte for byte. Pure."""
 from __future__ import annotations
 
 from bridge.channels.context import Line, build_prompt, cut
 
-ADR_EXAMPLE = ("[Messages in #general you have not seen yet]\n"
+READS_EXAMPLE = ("[Messages in #general you have not seen yet]\n"
                "user: @alice explain goroutines\n"
                "alice: Goroutines are light threads…\n"
                "[End of the messages]\n"
@@ -13,12 +13,12 @@ ADR_EXAMPLE = ("[Messages in #general you have not seen yet]\n"
 
 def test_adr_example_exactly():
     unseen = [Line("user", "@alice explain goroutines"), Line("alice", "Goroutines are light threads…")]
-    assert build_prompt("general", unseen, "@bob what do you think?") == ADR_EXAMPLE
+    assert build_prompt("general", unseen, "@bob what do you think?") == READS_EXAMPLE
 
 
 def test_channel_name_with_hash_is_not_doubled():
     unseen = [Line("user", "@alice explain goroutines"), Line("alice", "Goroutines are light threads…")]
-    assert build_prompt("#general", unseen, "@bob what do you think?") == ADR_EXAMPLE
+    assert build_prompt("#general", unseen, "@bob what do you think?") == READS_EXAMPLE
 
 
 def test_nothing_unseen_sends_the_text_alone():

@@ -1,4 +1,5 @@
-"""Who a message names (SPEC §6): pills, m.mentions, plain @name, slash commands. Pure."""
+"""Who a message names (docs/architecture.md "Who answers"): pills, m.mentions, plain @name, slash
+commands. Pure."""
 from __future__ import annotations
 
 from hypothesis import given, strategies as st
@@ -157,7 +158,8 @@ def test_not_a_command():
     assert slash("@alice /tmp/x.log is empty, why?") is None  # a path, not a command
 
 
-# ---- what the agent reads: `@name`, whatever the client put in the body (SPEC §6) ---------------
+# ---- what the agent reads: `@name`, whatever the client put in the body
+# (docs/architecture.md "Who answers") ---
 
 TITLES = {"alice": "Alice", "bob": "Bob", "carol": "Carol", "local": "SmolLM2 · runs on this computer"}
 

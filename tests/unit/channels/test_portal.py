@@ -98,7 +98,7 @@ class Held:
 
 async def test_two_threads_turns_run_side_by_side():
     """A turn held in one thread keeps neither another thread's turn nor the main timeline's
-    waiting (SPEC §15: one queue per conversation)."""
+    waiting (docs/architecture.md "Conversations and threads": one queue per conversation)."""
     held = Held()
     held.submit("t1", "$thread1")
     await held.until(lambda: held.started == ["t1"])
@@ -165,8 +165,9 @@ def test_current_is_the_main_timelines_turn_else_a_threads():
 
 
 def test_a_turn_waiting_for_its_agent_says_where_the_agent_answers():
-    """An agent answers one prompt at a time wherever it is (ADR §2): a turn waiting for it
-    names the other channel, or says it answers in another conversation of this one."""
+    """An agent answers one prompt at a time wherever it is (docs/architecture.md "Who answers"): a
+    turn waiting for it names the other channel, or says it answers in another conversation of this
+    one."""
     from types import SimpleNamespace
 
     from bridge.channels.turns import waiting_note

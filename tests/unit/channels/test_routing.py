@@ -1,4 +1,4 @@
-"""Who answers (SPEC §6, ADR §2): every rule, pure."""
+"""Who answers (docs/architecture.md "Who answers"): every rule, pure."""
 from __future__ import annotations
 
 from bridge.channels.mentions import Parsed, SlashCommand

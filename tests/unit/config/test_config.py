@@ -229,7 +229,7 @@ def test_appservice_url_defaults_to_listen_and_can_be_set(tmp_path):
     assert "appservice.url: must be an http(s) URL" in caught.value.problems[0]
 
 
-# -- several people on one homeserver (SPEC §13) ------------------------------------------------
+# -- several people on one homeserver (docs/architecture.md "Beyond one machine") ------------------
 
 def person(tmp_path, name, prefix, bot, as_id, **homeserver):
     folder = tmp_path / name

@@ -1,4 +1,5 @@
-"""`sidekicks check` (SPEC §4) run as a real subprocess, and the example configs in deploy/examples.
+"""`sidekicks check` (docs/commands.md "The command line") run as a real subprocess, and the example
+configs in deploy/examples.
 
 `check` validates the configuration, starts each agent, runs ACP `initialize` and `session/new`
 and reports what the agent announces: a ✓/✗ line per agent, then indented details. It never

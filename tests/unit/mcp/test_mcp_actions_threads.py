@@ -1,5 +1,6 @@
-"""The MCP tools act in the caller's conversation (bridge/mcp/actions.py, SPEC §15-16): `history`
-reads that conversation's messages (a thread: its root and its own), `send_file` posts into it."""
+"""The MCP tools act in the caller's conversation (bridge/mcp/actions.py,
+docs/architecture.md "Conversations and threads", "MCP tools and schedules"): `history` reads that
+conversation's messages (a thread: its root and its own), `send_file` posts into it."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -46,7 +47,7 @@ class FakeIntent:
 
 async def test_send_file_posts_from_the_directory_the_session_works_in(tmp_path):
     """A thread's session in its own worktree posts the worktree's files (a relative path is
-    read there), not the main checkout's it does not work in (SPEC §17)."""
+    read there), not the main checkout's it does not work in (docs/SECURITY.md "What an agent cannot do")."""
     work, tree = tmp_path / "repo", tmp_path / "repo.worktrees" / "t1"
     work.mkdir()
     tree.mkdir(parents=True)

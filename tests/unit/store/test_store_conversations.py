@@ -1,6 +1,7 @@
-"""Conversations in the store (SPEC §15): messages, the last speaker, each member's session and
-what it has seen are kept per conversation — the main timeline ("") or a thread (its root's event
-id); a thread's messages start with its root and hold no later main-timeline message."""
+"""Conversations in the store (docs/architecture.md "Conversations and threads"): messages, the last
+speaker, each member's session and what it has seen are kept per conversation — the main timeline
+("") or a thread (its root's event id); a thread's messages start with its root and hold no later
+main-timeline message."""
 
 
 RUN = "run-1"

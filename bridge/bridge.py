@@ -98,6 +98,7 @@ class Bridge:
         # the homeserver answers again after failing: what it may have lost is read back
         self.reachability = Reachability(self._back)
         self._catching_up: set[asyncio.Task] = set()
+        self._watching: asyncio.Future | None = None  # the homeserver asked when idle (reachability.py)
         self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
         # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
         # appservice still answers while answers finish) is run by the next start (recovery)
@@ -195,7 +196,10 @@ class Bridge:
 
     async def start(self, progress=lambda text: None) -> None:
         # the HTTP session (watched: the homeserver away and back, matrix/reachability.py), and the bot
-        bot = self.identities.open(aiohttp.ClientSession(trace_configs=[self.reachability.trace_config()]))
+        session = aiohttp.ClientSession(trace_configs=[self.reachability.trace_config()])
+        bot = self.identities.open(session)
+        # an idle bridge asks the homeserver now and then: one gone meanwhile is noticed
+        self._watching = asyncio.ensure_future(self.reachability.watch(session, self.config.homeserver_url))
         await self.server.start(self.config.listen_host, self.config.listen_port)
         progress(f"appservice listening on {self.config.appservice_url}")
         await self._wait_for_homeserver(progress)
@@ -259,7 +263,7 @@ class Bridge:
             await self.places.close()
             await self.presence.stop()
             later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings,
-                     *self._catching_up]  # replies, receipts on their way
+                     *self._catching_up, *([self._watching] if self._watching else [])]  # replies, receipts on their way
             for task in later:
                 task.cancel()
             await asyncio.gather(*later, return_exceptions=True)

@@ -9,13 +9,17 @@ kill leaves the record one step behind, and the next start acts on that step (re
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Callable
 
-from store import StoreError, TurnRecord
+from store import StoreError, StoreUnavailable, TurnRecord
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
 log = logging.getLogger(__name__)
+
+PROMPT_RETRY = 0.25     # seconds at least between tries of the prompt's step while the database is away
+PROMPT_RETRY_MAX = 5.0
 
 
 class Journal:
@@ -41,8 +45,20 @@ class Journal:
         self._soon("answer messages", lambda: turns.set_answer(turn_id, answer))
 
     async def prompting(self, answer: list[str]) -> None:
-        """Before `session/prompt` is written: awaited, so that the record says so first."""
-        await self._turns.prompting(self.record.id, answer)
+        """Before `session/prompt` is written: awaited, so that the record says so first. A
+        database away for now is waited for (the agent has nothing yet: shown interrupted,
+        the message would never be answered; docs/outages.md)."""
+        while True:
+            try:
+                await self._turns.prompting(self.record.id, answer)
+                return
+            except StoreUnavailable as exc:  # nothing written: the same step again, when due
+                log.info("turn in %s waits for the database before its prompt: %s", self._room, exc)
+                try:
+                    due = await self._db.retry_in()
+                except StoreError:
+                    due = 0.0
+                await asyncio.sleep(min(max(due, PROMPT_RETRY), PROMPT_RETRY_MAX))
 
     def prompted(self, answer: list[str]) -> None:
         """`session/prompt` was written (as it was: told with no await since)."""

@@ -48,7 +48,11 @@ BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
 # half the homeserver writes, and no "(edited)" in the client.
 SETTLE = 0.003
 FINAL_ATTEMPTS = 3       # the final text is sent this many times before the answer counts as cut
-FINAL_RETRY = 1.0        # seconds before the second attempt (twice that before the third)
+FINAL_RETRY = 1.0        # seconds before the second attempt (twice that before the third…)
+# A homeserver that is away (5xx, no connection: its database restarting) is waited for this
+# long, FINAL_RETRY_MAX between attempts, before the answer counts as cut (docs/outages.md)
+FINAL_PATIENCE = 600.0
+FINAL_RETRY_MAX = 10.0
 LIVE = "org.matrix.msc4357.live"  # MSC4357: this message is still being written
 
 
@@ -194,6 +198,7 @@ class Answer:
         self._too_large = False           # the last edit did not fit: split smaller, at once
         self._bytes = 0                   # UTF-8 bytes of text taken so far (MAX_ANSWER_BYTES)
         self.cut = False                  # the answer passed MAX_ANSWER_BYTES
+        self._away = False                # the last edit failed for a homeserver away (5xx, no connection)
 
     @property
     def full_text(self) -> str:
@@ -337,7 +342,8 @@ class Answer:
 
     async def finish(self, footer: str | None = None, complete: bool = False) -> list[str]:
         """Final edit(s) without status line; returns the event ids of the answer's messages.
-        AnswerNotFinished when the homeserver took no final text after FINAL_ATTEMPTS.
+        AnswerNotFinished when the homeserver took no final text after FINAL_ATTEMPTS (or,
+        while it is away, FINAL_PATIENCE).
         `complete`: the agent finished it — its final send is told to `on_final` first (an
         answer ended early, stopped or cut, is not: if that send is lost, it is interrupted)."""
         self._complete = complete
@@ -357,8 +363,8 @@ class Answer:
             # nothing looks finished before the final send (and its record, journal.py) is made
             self.status = None
             final: dict | None = None
-            attempt = 0
-            while attempt < FINAL_ATTEMPTS:
+            attempt, began = 0, time.monotonic()
+            while True:
                 split = await self._split_if_needed()
                 content = await rendered(self.text or "(no answer)", None)
                 if content != final:  # the same final text is sent again with the same id
@@ -371,8 +377,10 @@ class Answer:
                 if self._shrunk():
                     continue  # it did not fit: split smaller and try again at once
                 attempt += 1
-                if attempt < FINAL_ATTEMPTS:
-                    await asyncio.sleep(FINAL_RETRY * attempt)
+                away = self._away and time.monotonic() - began < FINAL_PATIENCE
+                if attempt >= FINAL_ATTEMPTS and not away:
+                    break
+                await asyncio.sleep(min(FINAL_RETRY_MAX, FINAL_RETRY * attempt))
         raise AnswerNotFinished(f"the final text of the answer in {self.room_id} could not be sent")
 
     async def _stop_pump(self) -> None:
@@ -455,7 +463,7 @@ class Answer:
         if not finishing and self._open and self._shown is not None and new == self._shown:
             return True  # it shows that already
         ok = False
-        self._too_large = False
+        self._too_large = self._away = False
         try:
             if not self._open:  # the placeholder never got out, split, or media came last
                 # one transaction id per new message until the homeserver answers: a send that
@@ -487,6 +495,7 @@ class Answer:
             self._too_large = True
             log.warning("edit too large in %s: %s", self.room_id, exc)
         except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            self._away = not isinstance(exc, MatrixError) or exc.transient
             log.warning("edit failed in %s: %s", self.room_id, exc)
         except Exception:
             log.exception("edit failed in %s", self.room_id)

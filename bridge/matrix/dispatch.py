@@ -109,6 +109,9 @@ class Dispatcher:
         self.encryption = encryption
         self.is_channel = is_channel
         self._handlers = dict(handlers)
+        # events being handled now, by event id: the same event from two ways at once (read back
+        # after the homeserver was away, and in the transaction it sends again) runs once
+        self._handling: dict[str, asyncio.Future] = {}
 
     # ---- entry points -------------------------------------------------------------------------
 
@@ -155,13 +158,23 @@ class Dispatcher:
             handler = self._handlers.get(kind)
         if handler is None or not self._acts_on(kind, sender, event):
             return
-        db = self.db
         event_id = event.get("event_id")
+        while (earlier := self._handling.get(event_id)) is not None:
+            await asyncio.wait({earlier})  # then it is found handled (or, refused, handled here)
+        handling = self._handling[event_id] = asyncio.get_running_loop().create_future()
+        try:
+            await self._handle_once(event, event_id, lambda: handler(event, room_id, sender, content))
+        finally:
+            del self._handling[event_id]
+            handling.set_result(None)
+
+    async def _handle_once(self, event: dict, event_id, handle: Callable[[], Awaitable]) -> None:
+        db = self.db
         key = keys.handled_event(event_id)
         if await db.txn_seen(key):
             log.debug("event %s was handled already", event_id)
             return
-        if await self._run(event, handler(event, room_id, sender, content)):
+        if await self._run(event, handle()):
             return  # the handler recorded it with its own write (an owner message and its turns)
         # not waited for: the database thread writes it before any later call (the next event's
         # check), and a homeserver that sends the event again sends it after this answer

@@ -10,19 +10,29 @@ messages of its channels (channels/inbound.py `catch_up_since`): what it missed 
 dispatcher like any event, once (events already handled are recognised by their id).
 
 One `aiohttp.TraceConfig` on the bridge's HTTP session watches every request to the homeserver.
+A bridge that sends nothing (no answer streams, nobody writes) would not see the homeserver go:
+`watch` asks it something (its client API versions) when no request was made for IDLE_PING
+seconds, and every AWAY_PING seconds while it is away, so a homeserver killed while the bridge
+is idle is noticed, and read back once it answers again.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable
 
 import aiohttp
+
+IDLE_PING = 15.0  # seconds without a request to the homeserver before the bridge asks it
+AWAY_PING = 2.0   # seconds between asks while it is away
+PING_TIMEOUT = 10.0
 
 
 class Reachability:
     def __init__(self, on_back: Callable[[float], None], clock: Callable[[], float] = time.time) -> None:
         self._on_back, self._clock = on_back, clock
         self.away_since: float | None = None  # when a request first failed, while none is answered
+        self._last = time.monotonic()  # when the last request to the homeserver ended
 
     def failed(self) -> None:
         if self.away_since is None:
@@ -38,6 +48,7 @@ class Reachability:
         config = aiohttp.TraceConfig()
 
         async def on_end(session, context, params: aiohttp.TraceRequestEndParams) -> None:
+            self._last = time.monotonic()
             if params.response.status in (502, 503, 504):  # a proxy in front of one that is not up
                 self.failed()
             else:
@@ -47,9 +58,27 @@ class Reachability:
             # only a connection refused or unreachable: a keep-alive connection the homeserver
             # closed under a request (ServerDisconnectedError) or a slow answer is not a
             # homeserver gone — a killed one refuses the retries until it is back
+            self._last = time.monotonic()
             if isinstance(params.exception, aiohttp.ClientConnectorError):
                 self.failed()
 
         config.on_request_end.append(on_end)
         config.on_request_exception.append(on_exception)
         return config
+
+    async def watch(self, session: aiohttp.ClientSession, homeserver_url: str) -> None:
+        """Until cancelled: ask the homeserver when the bridge has not for IDLE_PING seconds (every
+        AWAY_PING while it is away), through `session` (whose trace config is this one's)."""
+        url = f"{homeserver_url.rstrip('/')}/_matrix/client/versions"
+        while True:
+            every = AWAY_PING if self.away_since is not None else IDLE_PING
+            wait = self._last + every - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=PING_TIMEOUT)) as response:
+                    await response.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass  # the trace config saw it
+            self._last = time.monotonic()

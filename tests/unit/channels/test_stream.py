@@ -15,6 +15,7 @@ from fake_intent import FakeIntent
 def quick(monkeypatch):
     monkeypatch.setattr(stream, "BASE_INTERVAL", 0.01)
     monkeypatch.setattr(stream, "FINAL_RETRY", 0.01)
+    monkeypatch.setattr(stream, "FINAL_PATIENCE", 0.05)
 
 
 async def stream_long_answer(answer: Answer, size: int = 2 * SPLIT_WEIGHT + 5000) -> str:
@@ -59,6 +60,40 @@ async def test_an_answer_whose_final_text_is_refused_is_not_finished():
     with pytest.raises(AnswerNotFinished):
         await answer.finish()
     assert not answer.finished
+
+
+async def test_a_final_text_refused_while_the_homeserver_is_away_is_sent_once_it_is_back(monkeypatch):
+    # its database restarting, the homeserver answers 5xx for longer than FINAL_ATTEMPTS: the
+    # final text is sent again until it is taken (docs/outages.md), not left with its status
+    monkeypatch.setattr(stream, "FINAL_PATIENCE", 30)
+    back = stream.asyncio.Event()
+    intent = FakeIntent(fail=lambda kind, n: kind == "edit" and not back.is_set())
+    answer = Answer(intent, "!r", "Alice")
+    await answer.start()
+    answer.append("the whole answer")
+    finishing = stream.asyncio.ensure_future(answer.finish())
+    while intent.calls["edit"] <= 2 * stream.FINAL_ATTEMPTS and not finishing.done():
+        await stream.asyncio.sleep(0.005)
+    assert not finishing.done() and not answer.finished
+    back.set()
+    assert await finishing == list(intent.messages)
+    assert answer.finished and intent.shown() == ["the whole answer"]
+
+
+async def test_a_final_text_the_homeserver_refuses_for_good_is_not_sent_again_and_again(monkeypatch):
+    monkeypatch.setattr(stream, "FINAL_PATIENCE", 30)
+    intent = FakeIntent()
+    answer = Answer(intent, "!r", "Alice")
+    await answer.start()
+    answer.append("the whole answer")
+
+    async def forbidden(room_id, event_id, new_content, *, txn_id=None):
+        intent.calls["edit"] += 1
+        raise MatrixError("sending: M_FORBIDDEN not in the room", 403)
+    intent.edit = forbidden
+    with pytest.raises(AnswerNotFinished):
+        await answer.finish()
+    assert intent.calls["edit"] == stream.FINAL_ATTEMPTS and not answer.finished
 
 
 async def test_a_quick_answer_posted_final_is_finished():

@@ -363,3 +363,36 @@ def test_a_tombstone_points_to_its_replacement_only_when_it_is_one():
     assert replacement_of({**event, "content": {"replacement_room": "#alias:hs"}}, "!old:hs") is None
     assert replacement_of({**event, "content": {"replacement_room": 7}}, "!old:hs") is None
     assert replacement_of({**event, "content": "x"}, "!old:hs") is None
+
+
+async def test_an_event_that_comes_two_ways_at_once_is_handled_once():
+    # read back after the homeserver was away while its transaction is being handled: the
+    # second waits for the first and finds it handled; one the first could not handle (refused,
+    # transient) is handled by the second
+    import asyncio
+
+    from bridge.matrix.client import MatrixError
+    gate, handled = asyncio.Event(), []
+    dispatcher = owned_dispatcher()
+
+    async def message(event, room_id, sender, content):
+        handled.append(event["event_id"])
+        await gate.wait()
+        if content["body"] == "refused":
+            raise MatrixError("the homeserver is busy", 502)
+    dispatcher._handlers["m.room.message"] = message
+    first = asyncio.ensure_future(dispatcher.event(owner_message("$cmd", "!help")))
+    second = asyncio.ensure_future(dispatcher.event(owner_message("$cmd", "!help")))
+    while not handled:
+        await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, second)
+    assert handled == ["$cmd"]
+    gate.clear()
+    first = asyncio.ensure_future(dispatcher.event(owner_message("$busy", "refused")))
+    second = asyncio.ensure_future(dispatcher.event(owner_message("$busy", "refused")))
+    while not handled.count("$busy"):
+        await asyncio.sleep(0)
+    gate.set()
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    assert handled.count("$busy") == 2 and all(isinstance(r, MatrixError) for r in results)

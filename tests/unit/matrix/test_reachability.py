@@ -84,3 +84,48 @@ async def test_a_connection_closed_under_a_request_is_not_the_homeserver_gone():
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_an_idle_bridge_asks_the_homeserver_and_notices_it_gone_and_back(monkeypatch):
+    # nothing else is sent: only the watch's own asks see the homeserver go and come back
+    from bridge.matrix import reachability
+    monkeypatch.setattr(reachability, "IDLE_PING", 0.05)
+    monkeypatch.setattr(reachability, "AWAY_PING", 0.05)
+    asked, backs = [], []
+    reach = Reachability(backs.append)
+
+    async def versions(request):
+        asked.append(request.path)
+        return web.json_response({"versions": []})
+    app = web.Application()
+    app.router.add_get("/_matrix/client/versions", versions)
+    port = free_port()
+
+    async def serve() -> web.AppRunner:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        return runner
+
+    async def until(predicate) -> None:
+        for _ in range(400):
+            if predicate():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("still false after 4 s")
+    runner = await serve()
+    async with aiohttp.ClientSession(trace_configs=[reach.trace_config()]) as session:
+        watching = asyncio.ensure_future(reach.watch(session, f"http://127.0.0.1:{port}/"))
+        try:
+            await until(lambda: len(asked) >= 2)  # asked again and again while nothing else is sent
+            assert reach.away_since is None and backs == []
+            await runner.cleanup()  # the homeserver goes away
+            await until(lambda: reach.away_since is not None)
+            assert backs == []
+            runner = await serve()  # and comes back
+            await until(lambda: backs)
+            assert backs == [backs[0]] and reach.away_since is None
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            await runner.cleanup()

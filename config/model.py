@@ -6,6 +6,16 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """`sandbox:` of an agent (docs/sandbox.md): on by default; `write`/`read` paths absolute
+    (`~` expanded, relative to the config file), `network` on unless the config says off."""
+    on: bool = True
+    write: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()
+    network: bool = True
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     name: str
     title: str
@@ -22,6 +32,8 @@ class AgentConfig:
     # each thread works in a git worktree of its own, on a branch named after the thread
     # (`worktrees: on`; needs a `cwd` inside a git checkout): bridge/coding/worktrees.py
     worktrees: bool = False
+    # the bubblewrap sandbox the agent runs in (`sandbox: on | off | {write, read, network}`)
+    sandbox: SandboxConfig = SandboxConfig()
 
 
 @dataclass(frozen=True)

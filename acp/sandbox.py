@@ -10,7 +10,7 @@ What the command line gives the agent:
   remounted), killed with the bridge (`--die-with-parent`); no network with `network: off`;
 - writable: `write` (its working directory, its roots, the folder its thread worktrees are made
   in, the config's `write:` paths); read-only even under a hidden folder: `read`;
-- hidden: each `hide` folder becomes an empty tmpfs, each `hide` file /dev/null (the bridge's
+- hidden: each `hide` folder becomes an empty read-only tmpfs, each `hide` file /dev/null (the bridge's
   config folder and file, its data folder, the registration, other users' homes);
 - `reach`: bound in last (the MCP socket, which may lie in the hidden data folder or /tmp);
 - `keep`: what must stay readable for the agent to run at all (the Python the MCP command
@@ -110,8 +110,10 @@ def argv(sandbox: Sandbox, command: Sequence[str], cwd: str, kinds: Mapping[str,
         line.append("--unshare-net")
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for mount in mounts(sandbox, cwd, kinds):
-        if mount.kind == HIDE_DIR:
-            line += ["--tmpfs", mount.path]
+        if mount.kind == HIDE_DIR and mount.path == "/tmp":
+            line += ["--tmpfs", "/tmp"]  # private, and the agent's to write
+        elif mount.kind == HIDE_DIR:
+            line += ["--perms", "0555", "--tmpfs", mount.path]  # empty, and nothing written there
         elif mount.kind == HIDE_FILE:
             line += ["--ro-bind", "/dev/null", mount.path]
         elif mount.kind == READ:

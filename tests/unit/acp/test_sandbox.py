@@ -12,7 +12,7 @@ from acp.sandbox import (ENV_KEPT, HIDE_DIR, HIDE_FILE, READ, REACH, WRITE, Moun
 
 def pairs(line: list[str]) -> list[tuple[str, ...]]:
     """The options of a bwrap command line as tuples: ("--bind", src, dst), ("--tmpfs", dst)…"""
-    takes = {"--bind": 2, "--ro-bind": 2, "--tmpfs": 1, "--dev": 1, "--proc": 1, "--chdir": 1, "--cap-drop": 1}
+    takes = {"--perms": 1, "--bind": 2, "--ro-bind": 2, "--tmpfs": 1, "--dev": 1, "--proc": 1, "--chdir": 1, "--cap-drop": 1}
     found, i = [], 1
     while i < len(line) and line[i] != "--":
         n = takes.get(line[i], 0)
@@ -40,7 +40,7 @@ def test_network_off_unshares_the_network():
 def test_hidden_folders_become_empty_and_hidden_files_dev_null():
     kinds = {"/w": "dir", "/etc/sk": "dir", "/srv/registration.yaml": "file"}
     options = pairs(argv(Sandbox(hide=("/etc/sk", "/srv/registration.yaml", "/gone")), ["a"], "/w", kinds))
-    assert ("--tmpfs", "/etc/sk") in options
+    assert ("--perms", "0555") == options[options.index(("--tmpfs", "/etc/sk")) - 1]  # nothing written there
     assert ("--ro-bind", "/dev/null", "/srv/registration.yaml") in options
     assert not any("/gone" in option for option in options)  # not on disk: nothing to hide
 

@@ -276,7 +276,9 @@ def test_invalid_config_is_refused_with_exit_code_2(tmp_path):
 
 @pytest.mark.model
 def test_local_model_agent(tmp_path):
-    path = write_config(tmp_path, {"local": {"command": [sys.executable, "-m", "acp.agents.local_model"]}})
+    path = write_config(tmp_path, {"local": {"command": [sys.executable, "-m", "acp.agents.local_model",
+                                                         "--sessions", str(tmp_path / "sessions")],
+                                             "sandbox": {"write": [str(tmp_path / "sessions")], "network": "off"}}})
     result = check(path)
     no_traceback(result)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -38,7 +38,7 @@ async def sandbox_problem(network: bool = True) -> str | None:
         return _probed[network]
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        problem: str | None = "bubblewrap is not installed (no bwrap on PATH)"
+        problem: str | None = "bubblewrap is not installed: no bwrap on PATH"
     else:
         try:
             probe = await asyncio.create_subprocess_exec(

@@ -49,10 +49,10 @@ def spec_of(cfg: Config, name: str) -> AgentSpec:
 
 def specs(cfg: Config) -> dict[str, AgentSpec]:
     """Every agent's spec; an agent without a sandbox is said in the log."""
-    for name in cfg.agents:
+    for name, agent in cfg.agents.items():
         line = unsandboxed(cfg, name)
         if line:
-            log.warning("agent %s %s", name, line)
+            log.log(logging.INFO if is_remote(agent.command) else logging.WARNING, "agent %s %s", name, line)
     return {name: spec_of(cfg, name) for name in cfg.agents}
 
 

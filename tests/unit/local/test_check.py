@@ -258,7 +258,7 @@ def test_without_bubblewrap_the_agent_does_not_start_and_check_says_the_fix(tmp_
     no_traceback(result)
     assert result.returncode == 1, result.stdout + result.stderr
     [line] = agent_lines(result.stdout, "boxed")
-    assert line == ("✗ boxed: sandbox cannot run: bubblewrap is not installed (no bwrap on PATH); "
+    assert line == ("✗ boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
                     "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"), line
     [open_line] = agent_lines(result.stdout, "open")
     assert open_line.startswith("✓ open:"), result.stdout

@@ -30,9 +30,9 @@ CASES = [
      "`sidekicks check` shows more"),
     ("requires authentication (Log in with Google); log in with the agent itself first",
      "agent alice: requires authentication (Log in with Google); log in with the agent itself first"),
-    ("sandbox cannot run: bubblewrap is not installed (no bwrap on PATH); install bubblewrap "
+    ("sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; install bubblewrap "
      "(apt-get install bubblewrap) or set sandbox: off for this agent",
-     "agent alice: its sandbox cannot run (bubblewrap is not installed (no bwrap on PATH)) — install "
+     "agent alice: its sandbox cannot run (bubblewrap is not installed: no bwrap on PATH) — install "
      f"bubblewrap (apt-get install bubblewrap), or set agents.alice.sandbox: off in {PATH}"),
     ("session/new returned no session id",
      f"agent alice: session/new returned no session id — `sidekicks check -c {PATH}` shows more"),

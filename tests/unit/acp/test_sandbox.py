@@ -140,3 +140,39 @@ def test_real_bubblewrap_reaches_what_the_order_says(tmp_path):
     denied = subprocess.run(argv(box, ["sh", "-c", f"echo x > {top}/outside"], str(work), kinds, bwrap),
                             capture_output=True, text=True, timeout=60)
     assert denied.returncode != 0 and not (top / "outside").exists()
+
+
+# ---- acp.start_agent with a sandbox (acp/process.py) ----------------------------------------
+
+async def test_an_agent_starts_in_its_sandbox(tmp_path):
+    import sys
+
+    from acp import AgentSpec, start_agent
+    scripted = os.path.join(os.path.dirname(__file__), "..", "..", "agents", "scripted_agent.py")
+    work = tmp_path / "work"
+    spec = AgentSpec(name="boxed", command=[sys.executable, os.path.abspath(scripted)], cwd=str(work),
+                     sandbox=Sandbox(write=(str(work),), hide=(str(tmp_path / "data"),)))
+    work.mkdir()
+    agent = await start_agent(spec)
+    try:
+        assert agent.protocol_version == 1  # initialize answered from inside bwrap
+        with open(f"/proc/{agent.process.pid}/cmdline", "rb") as handle:  # the child is bwrap
+            assert os.path.basename(handle.read().split(b"\0")[0]) == b"bwrap"
+    finally:
+        await agent.stop()
+
+
+async def test_without_bubblewrap_a_sandboxed_agent_does_not_start(tmp_path, monkeypatch):
+    import sys
+
+    import pytest
+
+    from acp import AgentStartError, AgentSpec, start_agent
+    from acp import process
+    monkeypatch.setattr(process, "_probed", {})
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap here
+    spec = AgentSpec(name="boxed", command=[sys.executable, "-c", "pass"], sandbox=Sandbox())
+    with pytest.raises(AgentStartError) as caught:
+        await start_agent(spec)
+    assert str(caught.value) == ("boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
+                                 "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent")

@@ -38,6 +38,7 @@ from .errors import (AcpError, AgentCrashed, AgentStartError, AgentStopped, Agen
                      AuthRequired, ConnectionLost, RpcError, last_line)
 from .process import AgentProcess
 from .rpc import Peer
+from .sandbox import Sandbox
 from .session_state import (MODE, MODEL, ChoiceError, Choices, Selector, SessionState, Skipped,
                             plan_choices, resolve)
 from .updates import Update, normalise_commands, normalise_update
@@ -76,6 +77,9 @@ class AgentSpec:
     env: dict[str, str] = field(default_factory=dict)
     title: str = ""
     timeout: float = 300.0  # silence limit during a call, seconds
+    # the bubblewrap sandbox it runs in (acp/sandbox.py; the bridge gives every agent one unless
+    # its config says `sandbox: off` or it runs over ssh); None: a plain child process
+    sandbox: Sandbox | None = None
 
 
 @dataclass(frozen=True)
@@ -728,7 +732,7 @@ async def start_agent(spec: AgentSpec, on_commands: OnCommands | None = None,
                       client_capabilities: dict[str, Any] | None = None,
                       on_state: OnState | None = None) -> Agent:
     """Spawn the agent and run initialize. Raises AgentStartError."""
-    process = AgentProcess(spec.name, spec.command, spec.cwd, spec.env)
+    process = AgentProcess(spec.name, spec.command, spec.cwd, spec.env, spec.sandbox)
     await process.start()
     agent = Agent(spec, process, on_commands, on_state)
     agent.peer.start()

@@ -2,6 +2,10 @@
 
 The child gets its own process group (session) so that stopping it also
 stops whatever it spawned (shells, node, language servers): nothing leaks.
+
+With a `Sandbox` (acp/sandbox.py, docs/sandbox.md) the child is bubblewrap running the agent:
+bwrap is probed once per process, and where it cannot run the agent does not start (one line
+with the fix), never unsandboxed.
 """
 
 from __future__ import annotations
@@ -9,21 +13,75 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pwd
 import shutil
 import signal
+import sys
 from typing import Sequence
 
+from . import sandbox as sandboxes
 from .errors import AgentStartError
+from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
 STDERR_TAIL = 4096
+PROBE_LIMIT = 20.0  # seconds the one bwrap probe may take on a busy machine
+
+_probed: dict[bool, str | None] = {}  # network on/off → None (bwrap works) or why not
+
+
+async def sandbox_problem(network: bool = True) -> str | None:
+    """None if bubblewrap runs here (with or without the network), else why not, in a few
+    words. Probed once per process and network setting."""
+    if network in _probed:
+        return _probed[network]
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        problem: str | None = "bubblewrap is not installed: no bwrap on PATH"
+    else:
+        try:
+            probe = await asyncio.create_subprocess_exec(
+                *sandboxes.probe_argv(network, bwrap), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            _, err = await asyncio.wait_for(probe.communicate(), PROBE_LIMIT)
+        except asyncio.TimeoutError:
+            probe.kill()
+            await probe.wait()
+            problem = f"bwrap did not run within {PROBE_LIMIT:g} s"
+        except OSError as exc:
+            problem = f"bwrap cannot run: {exc.strerror or exc}"
+        else:
+            lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
+            problem = None if probe.returncode == 0 else (
+                lines[-1].strip() if lines else f"bwrap failed (exit code {probe.returncode})")
+    _probed[network] = problem
+    return problem
+
+
+def other_homes() -> tuple[str, ...]:
+    """Other users' home folders (people's: uid 0 or ≥ 1000), to hide from agents."""
+    mine = os.path.realpath(os.path.expanduser("~"))
+    found = []
+    for entry in pwd.getpwall():
+        if entry.pw_uid != 0 and not 1000 <= entry.pw_uid < 65534:
+            continue
+        home = os.path.realpath(entry.pw_dir) if entry.pw_dir else ""
+        if home not in ("", "/", mine) and not sandboxes.under(mine, home):
+            found.append(home)
+    return tuple(dict.fromkeys(found))
+
+
+def _kinds(paths: Sequence[str]) -> dict[str, str]:
+    """path → "dir" or "file", for those that exist."""
+    return {path: "dir" if os.path.isdir(path) else "file" for path in paths if os.path.lexists(path)}
 
 
 class AgentProcess:
     def __init__(self, name: str, command: Sequence[str], cwd: str | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, sandbox: Sandbox | None = None):
         self.name = name
+        self.sandbox = sandbox
         self.command = list(command)
         self.cwd = os.path.abspath(os.path.expanduser(cwd)) if cwd else None
         self.env = {str(k): str(v) for k, v in (env or {}).items()}  # YAML may give numbers
@@ -37,14 +95,19 @@ class AgentProcess:
         if self.cwd and not os.path.isdir(self.cwd):
             raise AgentStartError(f"{self.name}: working directory not found: {self.cwd}")
         env = {**os.environ, **self.env}
+        if self.sandbox is not None:
+            env = sandboxes.environment(self.env, os.environ)
         executable = self.command[0]
         # Resolve with the agent's own PATH, so the error names the real cause
         # (a missing cwd also raises FileNotFoundError from exec).
         if os.sep not in executable and shutil.which(executable, path=env.get("PATH")) is None:
             raise AgentStartError(f"{self.name}: command not found: {executable}")
+        command = self.command
+        if self.sandbox is not None:
+            command = await self._sandboxed(env)
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.command, cwd=self.cwd, env=env,
+                *command, cwd=self.cwd, env=env,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True)
         except FileNotFoundError:
@@ -54,6 +117,34 @@ class AgentProcess:
         except OSError as exc:
             raise AgentStartError(f"{self.name}: cannot start {executable}: {exc.strerror or exc}") from None
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name=f"acp-stderr-{self.name}")
+
+    async def _sandboxed(self, env: dict[str, str]) -> list[str]:
+        """bwrap's command line for this agent (AgentStartError if bwrap cannot run here)."""
+        assert self.sandbox is not None
+        problem = await sandbox_problem(self.sandbox.network)
+        if problem is not None:
+            raise AgentStartError(f"{self.name}: sandbox cannot run: {problem}; {sandboxes.FIX}")
+        cwd = os.path.realpath(self.cwd or os.getcwd())
+        executable = shutil.which(self.command[0], path=env.get("PATH")) or self.command[0]
+        policy = Sandbox(
+            write=tuple(os.path.realpath(p) for p in self.sandbox.write),
+            read=tuple(os.path.realpath(p) for p in self.sandbox.read),
+            hide=tuple(os.path.realpath(p) for p in (*self.sandbox.hide, *other_homes())),
+            reach=tuple(os.path.realpath(p) for p in self.sandbox.reach),
+            # the agent's own program, and the Python (and this package) the MCP command runs
+            keep=tuple(os.path.realpath(p) for p in (
+                *self.sandbox.keep, os.path.abspath(os.path.join(self.cwd or "", executable)),
+                sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(__file__)))),
+            network=self.sandbox.network)
+        for folder in policy.write:  # an agent's state folder it has not made yet (~/.claude …)
+            if not os.path.lexists(folder) and folder != "/":
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                except OSError as exc:
+                    raise AgentStartError(f"{self.name}: cannot make the folder {folder} "
+                                          f"(sandbox write:): {exc.strerror or exc}") from None
+        return sandboxes.argv(policy, self.command, cwd, _kinds((cwd, *policy.paths())),
+                              shutil.which("bwrap") or "bwrap")
 
     async def _drain_stderr(self) -> None:
         # Read continuously so a chatty agent never blocks on a full pipe; keep

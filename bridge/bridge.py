@@ -16,12 +16,13 @@ import time
 
 import aiohttp
 
-from acp import CODING_CLIENT_CAPABILITIES, AgentSpec, Pool
+from acp import CODING_CLIENT_CAPABILITIES, Pool
 from config import Config
 from config.registration import Registration
 from store import Store, keys, new_id
 from store.offloop import OffLoop
 
+from . import agent_specs
 from .matrix.appservice import AppserviceServer, TransactionOrder
 from .matrix.reachability import Reachability
 from .coding import render as coding_render
@@ -83,9 +84,9 @@ class Bridge:
         # the store's calls from the event loop, awaited on one database thread (store/offloop.py)
         self.db = OffLoop(store)
         self.history_unavailable = history_unavailable
-        self.pool = Pool({name: AgentSpec(name=name, command=list(a.command), cwd=a.cwd,
-                                          env=dict(a.env), title=a.title, timeout=a.timeout)
-                          for name, a in config.agents.items()},
+        # how each agent starts, in its sandbox (agent_specs.py; the MCP socket added at start)
+        self.specs = agent_specs.specs(config)
+        self.pool = Pool(self.specs,
                          agents_in_memory=config.agents_in_memory,
                          on_commands=self._on_commands, on_stopped=self._on_stopped,
                          client_capabilities=CODING_CLIENT_CAPABILITIES,
@@ -218,6 +219,7 @@ class Bridge:
                     log.exception("could not tell the owners that the devices are new")
         self.presence.start()
         await self.mcp.start()
+        agent_specs.reach_socket(self.specs, self.mcp.path)
         if self.history_unavailable:
             await self._say_history_unavailable(progress)
         # the turns earlier runs left: queued before any portal starts, so they go first

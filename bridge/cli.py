@@ -48,6 +48,9 @@ def _stop_event() -> asyncio.Event:
 
 async def _cmd_run(args) -> int:
     cfg = load_config(args)
+    from .local.start_check import sandbox_trouble
+    for line in await sandbox_trouble(cfg):  # that agent will not start (docs/sandbox.md)
+        say(f"✗ {line}")
     await run_bridge(cfg, _stop_event())
     return 0
 

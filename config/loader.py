@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .model import AgentConfig, Budget, Config, VoiceConfig
+from .model import AgentConfig, Budget, Config, SandboxConfig, VoiceConfig
 from .paths import data_dir
 
 USER_ID = re.compile(r"^@[a-z0-9._=\-/+]+:[A-Za-z0-9.\-]+(:\d+)?$")
@@ -34,7 +34,9 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
-    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget"),
+    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget",
+                 "sandbox"),
+    "agents.*.sandbox": ("write", "read", "network"),
     "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib",
                "tool_calls_per_turn", "history_messages", "schedules_per_conversation"),
 }
@@ -343,10 +345,11 @@ def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
         elif worktrees and cwd is not None and os.path.isdir(cwd) and git_checkout(cwd) is None:
             c.problem(f"{key}.worktrees", f"on needs a cwd inside a git checkout; {cwd} is not in one")
         budget = _budget(c, spec.get("budget"), f"{key}.budget")
+        sandbox = _sandbox(c, spec.get("sandbox", True), f"{key}.sandbox", path)
         if command is not None and isinstance(title, str):
             agents[name] = AgentConfig(name=name, title=title.strip(), command=tuple(command),
                                        cwd=cwd, env=env, timeout=timeout, tools=tools,
-                                       roots=roots, worktrees=worktrees, budget=budget)
+                                       roots=roots, worktrees=worktrees, budget=budget, sandbox=sandbox)
     return agents
 
 
@@ -387,6 +390,34 @@ def _voice(c: _Checker, data: dict) -> VoiceConfig:
                         "a language code like \"en\" or \"de\"") or "en"
     max_seconds = c.integer(data, "voice_max_seconds", "voice_max_seconds", 300, 1, 4 * 3600)
     return VoiceConfig(enabled=enabled, language=language.lower(), max_seconds=max_seconds)
+
+
+def _sandbox(c: _Checker, value: Any, key: str, path: Path) -> SandboxConfig:
+    """`sandbox:` — on (the default), off, or {write: [paths], read: [paths], network: on|off}
+    (on, with these paths and that network). Paths: `~` expanded, relative to the config file."""
+    if isinstance(value, str) and value.strip().lower() in ("on", "off"):
+        value = value.strip().lower() == "on"
+    if isinstance(value, bool):
+        return SandboxConfig(on=value)
+    if not isinstance(value, dict):
+        c.problem(key, f"must be on, off or a mapping like {{write: [~/.claude], network: on}}, "
+                       f"got {shown(value)}")
+        return SandboxConfig()
+    c.known(value, "agents.*.sandbox", key)
+    found: dict[str, tuple[str, ...]] = {}
+    for part in ("write", "read"):
+        items = value.get(part) or []
+        items = [items] if isinstance(items, str) else items
+        if not isinstance(items, list) or not all(isinstance(i, str) and i.strip() for i in items):
+            c.problem(f"{key}.{part}", "must be a list of paths, like [~/.claude, ~/models]")
+            items = []
+        paths = [str((path.resolve().parent / os.path.expanduser(i.strip())).resolve()) for i in items]
+        if part == "write" and "/" in paths:
+            c.problem(f"{key}.write", "must not be / (that is the whole system: use sandbox: off)")
+            paths = [p for p in paths if p != "/"]
+        found[part] = tuple(dict.fromkeys(paths))
+    network = _on_off(c, value.get("network", True), f"{key}.network", True)
+    return SandboxConfig(on=True, write=found["write"], read=found["read"], network=network)
 
 
 def _roots(c: _Checker, value: Any, key: str, path: Path, cwd: str | None) -> tuple[str, ...]:

@@ -6,6 +6,16 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """`sandbox:` of an agent (docs/sandbox.md): on by default; `write`/`read` paths absolute
+    (`~` expanded, relative to the config file), `network` on unless the config says off."""
+    on: bool = True
+    write: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()
+    network: bool = True
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     name: str
     title: str
@@ -24,6 +34,8 @@ class AgentConfig:
     worktrees: bool = False
     # what it may cost a day or a month (`budget:`; None: no cap): channels/budgets.py
     budget: "Budget | None" = None
+    # the bubblewrap sandbox the agent runs in (`sandbox: on | off | {write, read, network}`)
+    sandbox: SandboxConfig = SandboxConfig()
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,12 @@ def agent(*options: str, title: str | None = None, **extra: Any) -> dict:
 def write_config(hs, folder: Path, agents: dict[str, dict], **top: Any) -> Path:
     data = yaml.safe_load(hs.base_config_path.read_text())
     data["appservice"]["registration"] = str(hs.registration_path)
-    data["agents"] = agents
+    # every agent runs in its sandbox (docs/sandbox.md); test agents write their logs and read
+    # their scripts in the test's own folder (under the private /tmp each sandbox gets): it is
+    # theirs to write, unless a test gives the agent a sandbox of its own. The bridge's config
+    # and data folders inside it stay hidden.
+    data["agents"] = {name: entry if not isinstance(entry, dict) or "sandbox" in entry else {**entry, "sandbox": {"write": [str(folder.parent)]}}
+                      for name, entry in agents.items()}
     # the owner of matrix_helpers.login has no end-to-end encryption: rooms the bridge makes stay
     # readable to it unless a test (tests/integration/test_e2ee.py) turns encryption on
     data["encryption"] = "off"

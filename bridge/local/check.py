@@ -10,6 +10,9 @@ When a step fails, the JSON-RPC error's `data` and the end of the agent's stderr
 line: the cause is often there and nowhere else (e.g. Claude Code's adapter refusing to run as
 root said so on stderr and answered only "Internal error").
 
+Each agent is started as the bridge starts it: in its sandbox (docs/sandbox.md); the line
+`sandbox:` says which (on, with what it writes; off; remote over ssh).
+
 `announced()` talks to the agent; `report()` is a pure function of what was announced.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ import re
 from acp import AcpError, AgentSpec, AuthRequired, start_agent
 
 from ..voice.engine import check_line
+from ..agent_specs import sandbox_line, spec_of
 
 START_LIMIT = 60.0    # seconds for the process to start and answer initialize
 SESSION_LIMIT = 30.0  # seconds for session/new
@@ -57,17 +61,11 @@ async def check_agents(cfg, say) -> int:
     say(check_line(cfg.voice))  # voice notes: transcription here or not (docs/voice.md)
     failures = 0
     for name, agent in cfg.agents.items():
-        found = await announced(spec_of(name, agent))
+        found = await announced(spec_of(cfg, name))
         failures += found.error is not None
-        for line in report(name, found, tools=agent.tools):
+        for line in report(name, found, tools=agent.tools, sandbox=sandbox_line(cfg, name)):
             say(line)
     return 1 if failures else 0
-
-
-def spec_of(name: str, agent) -> AgentSpec:
-    """How to start the configured agent `name` (a config.AgentConfig)."""
-    return AgentSpec(name=name, command=list(agent.command), cwd=agent.cwd, env=dict(agent.env),
-                     title=agent.title, timeout=agent.timeout)
 
 
 async def announced(spec: AgentSpec) -> Announced:
@@ -114,15 +112,17 @@ async def announced(spec: AgentSpec) -> Announced:
 
 # ---- the report: pure --------------------------------------------------------------------------
 
-def report(name: str, found: Announced, tools: bool = True) -> list[str]:
+def report(name: str, found: Announced, tools: bool = True, sandbox: str | None = None) -> list[str]:
     """The lines `check` prints for one agent: the ✓/✗ line, then indented details (`tools`:
-    the agent's `tools` setting, for the line naming the bridge's MCP tools it is offered)."""
+    the agent's `tools` setting, for the line naming the bridge's MCP tools it is offered;
+    `sandbox`: what agent_specs.sandbox_line says of its sandbox)."""
     who = f"{_text(found.info.get('name')) or '?'} {_text(found.info.get('version'))}".rstrip()
     load = "yes" if found.load_session else "no"
+    boxed = [f"    sandbox: {sandbox}"] if sandbox else []
     if found.error is None:
-        lines = [f"✓ {name}: {who}; loadSession: {load}; commands: {_command_names(found.commands)}"]
+        lines = [f"✓ {name}: {who}; loadSession: {load}; commands: {_command_names(found.commands)}"] + boxed
     else:
-        lines = [f"✗ {name}: {_text(found.error)}"] + _why(found)
+        lines = [f"✗ {name}: {_text(found.error)}"] + boxed + _why(found)
         if not found.initialized:
             return lines
         lines.append(f"    agent: {who}; loadSession: {load}")

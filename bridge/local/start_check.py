@@ -2,6 +2,9 @@
 said at once, in the terminal and in the owner's DM with the bridge bot, in one line with the fix
 — not on the owner's first message.
 
+An agent whose config says `sandbox: off` is said the same way (docs/sandbox.md): the owner
+knows which agents reach everything the bridge reaches.
+
 The check is `sidekicks check`'s (bridge/local/check.py: `announced`), one agent after the other,
 in the background: the banner is not delayed. `trouble()` turns what failed into the line; pure.
 """
@@ -14,7 +17,11 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
-from .check import announced, spec_of
+from acp.process import sandbox_problem
+from acp.sandbox import FIX, is_remote
+
+from ..agent_specs import sandbox_of, spec_of, unsandboxed
+from .check import announced
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +38,9 @@ _FIXES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"^(?:no answer to initialize within|initialize failed)"),
      "{error} — is agents.{name}.command in {path} an ACP agent? `sidekicks check` shows more"),
     (re.compile(r"^requires authentication"), "{error}"),
+    (re.compile(r"^sandbox cannot run: (?P<what>.+?); install bubblewrap"),
+     "its sandbox cannot run ({what}) — install bubblewrap (apt-get install bubblewrap), "
+     "or set agents.{name}.sandbox: off in {path}"),
 )
 
 
@@ -47,28 +57,47 @@ def trouble(name: str, error: str, path: str) -> str:
     return f"agent {name}: {error} — `sidekicks check -c {path}` shows more"
 
 
+async def sandbox_trouble(cfg) -> list[str]:
+    """One line per agent whose sandbox cannot run here (bubblewrap missing or refused): that
+    agent will not start. What `sidekicks run` says before the bridge starts."""
+    lines = []
+    for name, agent in cfg.agents.items():
+        box = sandbox_of(cfg, agent)
+        problem = await sandbox_problem(box.network) if box is not None else None
+        if problem is not None:
+            lines.append(trouble(name, f"sandbox cannot run: {problem}; {FIX}", str(cfg.path)))
+    return lines
+
+
 async def check_at_start(cfg, say: Callable[[str], None], tell: Callable[[str], Awaitable[None]],
                          readable: Callable[[], Awaitable[None]] | None = None) -> list[str]:
     """Check every agent, one after the other; say each failure (`✗ …`) at once, then one line
     of summary; then, once `readable()` returns (the owners can read the bot's DM), tell the
-    owners each failure. Returns the failure lines."""
+    owners each failure, and each agent that runs without a sandbox. Returns the failure lines."""
     failures = []
     for name, agent in cfg.agents.items():
-        found = await announced(spec_of(name, agent))
+        found = await announced(spec_of(cfg, name))
         if found.error is None:
             continue
         line = trouble(name, found.error, str(cfg.path))
         failures.append(line)
         say(f"✗ {line}")
+    # `sandbox: off` is the owner's to know (not an agent over ssh: its machine decides)
+    open_agents = [f"agent {name} {unsandboxed(cfg, name)}" for name, agent in cfg.agents.items()
+                   if not agent.sandbox.on and not is_remote(agent.command)]
+    for line in open_agents:
+        say(f"! {line}")
     count = len(cfg.agents)
+    checked = f"• checked {count} agent{'s' if count != 1 else ''}"
     if not failures:
-        say(f"• checked {count} agent{'s' if count != 1 else ''}: each starts")
+        say(f"{checked}: each starts")
+    else:
+        say(f"{checked}: {len(failures)} cannot start (also said in your DM with the bridge bot)")
+    if not failures and not open_agents:
         return failures
-    say(f"• checked {count} agent{'s' if count != 1 else ''}: {len(failures)} cannot start "
-        "(also said in your DM with the bridge bot)")
     if readable is not None:
         await readable()
-    for line in failures:
+    for line in failures + open_agents:
         try:
             await tell(f"⚠️ {line}")
         except Exception as exc:   # the terminal has it; the DM is a courtesy

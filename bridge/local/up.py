@@ -49,6 +49,8 @@ agents:
   local:
     title: SmolLM2 · runs on this computer
     command: [{python}, -m, acp.agents.local_model]
+    # in a sandbox (docs/sandbox.md): it keeps its sessions in this folder, needs no network
+    sandbox: {{write: [~/.local/state/sidekicks/local-model], network: off}}
 limits:
   agents_in_memory: 2
   context_messages: 20

@@ -24,7 +24,7 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "e2ee", "voice")
+ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "e2ee", "voice", "sandbox")
 
 
 def machine() -> str:
@@ -81,6 +81,12 @@ async def main(args) -> int:
             result = await asyncio.to_thread(bench_model.run, folder / "model", args.quick)
             rows += bench_model.rows(result)
             notes += bench_model.notes(result)
+        if "sandbox" in only:
+            import bench_sandbox
+            print("• an agent's start in its sandbox vs without …", flush=True)
+            result = await bench_sandbox.run(folder / "sandbox", args.quick)
+            rows += bench_sandbox.rows(result)
+            notes += bench_sandbox.notes(result)
         if "soak" in only:
             import bench_soak
             print("• soak: 100k messages (10k with --quick) over 1,000 channels …", flush=True)
@@ -94,7 +100,7 @@ async def main(args) -> int:
             result = await bench_voice.run(args.quick)
             rows += bench_voice.rows(result)
             notes += bench_voice.notes(result)
-        needs_hs = [name for name in only if name not in ("store", "soak", "model", "voice")]
+        needs_hs = [name for name in only if name not in ("store", "soak", "model", "voice", "sandbox")]
         if needs_hs:
             bench = await start_homeserver(folder / "hs", args.quick)
             try:

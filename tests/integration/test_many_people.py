@@ -36,7 +36,8 @@ def write_person(folder: Path, name: str, prefix: str, bot: str, as_id: str, hs_
         "homeserver": {"url": f"http://127.0.0.1:{hs_port}", "domain": DOMAIN, "config": str(hs_yaml)},
         "appservice": {"listen": f"127.0.0.1:{free_port()}", "puppet_prefix": prefix, "bot": bot,
                        "id": as_id, "registration": "registration.yaml"},
-        "agents": agents,
+        # in their sandbox, the agents write their logs in the test's folder (as bridge_harness)
+        "agents": {name: {"sandbox": {"write": [str(folder.parent)]}, **entry} for name, entry in agents.items()},
     }, sort_keys=False))
     return path
 

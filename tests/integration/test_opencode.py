@@ -146,6 +146,10 @@ def opencode_entry(binary: Path, server: LlmServer, home: Path) -> dict:
     for name, sub in (("HOME", ""), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
                       ("XDG_STATE_HOME", ".local/state"), ("XDG_CACHE_HOME", ".cache")):
         entry["env"][name] = str(home / sub) if sub else str(home)
+    # the example's sandbox: opencode's folders under that HOME writable, nothing else of it
+    writes = entry["sandbox"]["write"]
+    assert all(path.startswith("~/") for path in writes), writes
+    entry["sandbox"] = {"write": [str(home / path[2:]) for path in writes]}
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
     entry["cwd"] = str(work)

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 import pytest_asyncio
 
 from bridge_harness import answers_in, start_bridge
@@ -40,7 +41,7 @@ from matrix_helpers import events_in, sync_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
 from model_server import ModelServer, Text, Tools  # noqa: E402
-from test_opencode import OPENCODE_VERSION, cache_folder, opencode_binary, version_of  # noqa: E402,F401
+from test_opencode import EXAMPLE, OPENCODE_VERSION, cache_folder, opencode_binary, version_of  # noqa: E402,F401
 
 pytestmark = [pytest.mark.thirdparty]
 
@@ -93,8 +94,11 @@ class Stack:
         for name, sub in (("HOME", ""), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
                           ("XDG_STATE_HOME", ".local/state"), ("XDG_CACHE_HOME", ".cache")):
             env[name] = str(self.home / sub) if sub else str(self.home)
+        # sandboxed as the example says: opencode's folders under its HOME writable (docs/sandbox.md)
+        writes = yaml.safe_load(EXAMPLE.read_text())["agents"]["opencode"]["sandbox"]["write"]
         self.agents = {"opencode": {"title": "OpenCode (scripted model)", "command": [str(binary), "acp"],
-                                    "cwd": str(self.work), "timeout": 120, "env": env}}
+                                    "cwd": str(self.work), "timeout": 120, "env": env,
+                                    "sandbox": {"write": [str(self.home / path[2:]) for path in writes]}}}
         self.running = None
 
     async def start(self):

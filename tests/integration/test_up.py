@@ -93,6 +93,7 @@ agents:
   local:
     title: Local model
     command: [{sys.executable}, -m, acp.agents.local_model, --sessions, {sessions}, --max-tokens, "48"]
+    sandbox: {{write: ["{sessions}"], network: off}}
 """)
     proc, out = await start_up(config, xdg)
     output = out.read_text()

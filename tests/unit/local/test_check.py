@@ -44,15 +44,25 @@ def agent_lines(output: str, name: str) -> list[str]:
 
 
 def details(output: str, name: str) -> list[str]:
-    """The indented lines under `name`'s ✓/✗ line, stripped."""
+    """The indented lines under `name`'s ✓/✗ line, stripped; but its `sandbox:` line (see
+    sandbox_of below)."""
     lines = output.splitlines()
     [start] = [i for i, line in enumerate(lines) if line.startswith(("✓ ", "✗ ")) and f" {name}:" in line]
     found = []
     for line in lines[start + 1:]:
         if not line.startswith("    "):
             break
-        found.append(line.strip())
+        if not line.startswith("    sandbox: "):
+            found.append(line.strip())
     return found
+
+
+def sandbox_of(output: str, name: str) -> str:
+    """What check says of `name`'s sandbox (the line after its ✓/✗ line)."""
+    lines = output.splitlines()
+    [start] = [i for i, line in enumerate(lines) if line.startswith(("✓ ", "✗ ")) and f" {name}:" in line]
+    assert lines[start + 1].startswith("    sandbox: "), output
+    return lines[start + 1].removeprefix("    sandbox: ")
 
 
 def no_traceback(result: subprocess.CompletedProcess) -> None:
@@ -222,6 +232,41 @@ def test_missing_executable_says_command_not_found(tmp_path):
     assert good.startswith("✓ good:")
 
 
+def test_check_says_each_agent_s_sandbox(tmp_path):
+    """docs/sandbox.md: on (what it writes, the network), off, or remote over ssh."""
+    (tmp_path / "work").mkdir()
+    path = write_config(tmp_path, {
+        "boxed": {"command": [sys.executable, SCRIPTED], "cwd": "work",
+                  "sandbox": {"write": ["state"], "network": "off"}},
+        "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"},
+        "far": {"command": ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=1", "sidekicks-nowhere.invalid", "agent"]},
+    })
+    result = check(path)
+    no_traceback(result)
+    assert sandbox_of(result.stdout, "boxed") == f"on; writes {tmp_path / 'work'}, {tmp_path / 'state'}; network off"
+    assert agent_lines(result.stdout, "boxed")[0].startswith("✓ boxed:")  # it starts, sandboxed
+    assert sandbox_of(result.stdout, "open") == "off (agents.open.sandbox: off): it reaches what the bridge reaches"
+    assert sandbox_of(result.stdout, "far") == "remote over ssh (not sandboxed by the bridge)"
+
+
+def test_without_bubblewrap_the_agent_does_not_start_and_check_says_the_fix(tmp_path):
+    """No bwrap on PATH (the agent's command given by its full path): ✗ with the fix, never an
+    agent started unsandboxed; `sandbox: off` still starts."""
+    path = write_config(tmp_path, {"boxed": {"command": [sys.executable, SCRIPTED]},
+                                   "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"}})
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", str(path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, env={"PATH": str(empty)})
+    no_traceback(result)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = agent_lines(result.stdout, "boxed")
+    assert line == ("✗ boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
+                    "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"), line
+    [open_line] = agent_lines(result.stdout, "open")
+    assert open_line.startswith("✓ open:"), result.stdout
+
+
 def test_invalid_config_is_refused_with_exit_code_2(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text('owner: "@me:localhost"\nagents:\n  alice:\n    command: []\n', encoding="utf-8")
@@ -234,7 +279,9 @@ def test_invalid_config_is_refused_with_exit_code_2(tmp_path):
 
 @pytest.mark.model
 def test_local_model_agent(tmp_path):
-    path = write_config(tmp_path, {"local": {"command": [sys.executable, "-m", "acp.agents.local_model"]}})
+    path = write_config(tmp_path, {"local": {"command": [sys.executable, "-m", "acp.agents.local_model",
+                                                         "--sessions", str(tmp_path / "sessions")],
+                                             "sandbox": {"write": [str(tmp_path / "sessions")], "network": "off"}}})
     result = check(path)
     no_traceback(result)
     assert result.returncode == 0, result.stdout + result.stderr

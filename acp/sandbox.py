@@ -1,0 +1,134 @@
+"""The agent sandbox (docs/sandbox.md): a policy turned into a bubblewrap (`bwrap`) command line.
+
+Pure: what exists on disk (`kinds`: path → "dir" or "file") and the bridge's environment come in
+as values; acp/process.py looks them up, probes bwrap once and runs the result.
+
+What the command line gives the agent:
+- the whole system read-only (`--ro-bind / /`), a fresh `/dev` and `/proc`, a private `/tmp`;
+- its own PID namespace (it sees no other process: no one's environ or command line), its own
+  session (no terminal to push keys into), no capabilities (root included: nothing can be
+  remounted), killed with the bridge (`--die-with-parent`); no network with `network: off`;
+- writable: `write` (its working directory, its roots, the folder its thread worktrees are made
+  in, the config's `write:` paths); read-only even under a hidden folder: `read`;
+- hidden: each `hide` folder becomes an empty read-only tmpfs, each `hide` file /dev/null (the bridge's
+  config folder and file, its data folder, the registration, other users' homes);
+- `reach`: bound in last (the MCP socket, which may lie in the hidden data folder or /tmp);
+- `keep`: what must stay readable for the agent to run at all (the Python the MCP command
+  runs): bound read-only only where a hidden folder would cover it.
+
+Mounts are applied by depth, shallow first, so the deeper one wins: a working directory inside a
+hidden folder stays visible and writable, a hidden folder inside the working directory stays
+hidden. At one depth: hidden, then read-only, then writable, then `reach`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+from typing import Mapping, Sequence
+
+ENV_KEPT = ("PATH", "HOME", "LANG", "TERM")  # what an agent gets of the bridge's environment
+FIX = "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"
+
+# at one depth, in this order (the later mount covers the earlier one)
+HIDE_DIR, HIDE_FILE, READ, WRITE, REACH = "hide-dir", "hide-file", "read", "write", "reach"
+_ORDER = {HIDE_DIR: 0, HIDE_FILE: 0, READ: 1, WRITE: 2, REACH: 3}
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What one agent process may reach (paths absolute, links resolved by the caller)."""
+    write: tuple[str, ...] = ()
+    read: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+    reach: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    network: bool = True
+
+    def reaching(self, *paths: str) -> "Sandbox":
+        """The same sandbox with `paths` (sockets) reachable too."""
+        return replace(self, reach=tuple(dict.fromkeys((*self.reach, *paths))))
+
+    def paths(self) -> tuple[str, ...]:
+        """Every path whose kind (folder, file, missing) the command line depends on."""
+        return tuple(dict.fromkeys((*self.write, *self.read, *self.hide, *self.reach, *self.keep)))
+
+
+@dataclass(frozen=True)
+class Mount:
+    kind: str
+    path: str
+
+
+def depth(path: str) -> int:
+    return len(PurePosixPath(path).parts)
+
+
+def under(path: str, folder: str) -> bool:
+    """`path` is `folder` or lies below it."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def is_remote(command: Sequence[str]) -> bool:
+    """An agent started over ssh runs on another machine: the bridge does not sandbox it."""
+    return bool(command) and os.path.basename(command[0]) == "ssh"
+
+
+def mounts(sandbox: Sandbox, cwd: str, kinds: Mapping[str, str]) -> list[Mount]:
+    """The mounts after the read-only root, in the order they are applied. Paths missing from
+    `kinds` (not on disk) are left out; `/` is never made writable; /tmp is private."""
+    found: list[Mount] = [Mount(HIDE_DIR, "/tmp")]
+    writable = [p for p in dict.fromkeys((cwd, *sandbox.write)) if p != "/" and p in kinds]
+    found += [Mount(WRITE, p) for p in writable]
+    found += [Mount(READ, p) for p in dict.fromkeys(sandbox.read) if p in kinds and p not in writable]
+    hidden = []
+    for path in dict.fromkeys(sandbox.hide):
+        if path in kinds and path != "/":
+            found.append(Mount(HIDE_DIR if kinds[path] == "dir" else HIDE_FILE, path))
+            if kinds[path] == "dir":
+                hidden.append(path)
+    hidden.append("/tmp")
+    for path in dict.fromkeys(sandbox.keep):
+        if path in kinds and any(under(path, folder) for folder in hidden):
+            found.append(Mount(READ, path))
+    found += [Mount(REACH, p) for p in dict.fromkeys(sandbox.reach) if p in kinds]
+    found.sort(key=lambda m: (depth(m.path), _ORDER[m.kind]))
+    # a hidden file already in a hidden folder (nothing shown between them) needs no mount
+    return [m for i, m in enumerate(found) if m.kind != HIDE_FILE or _covering(found[:i], m.path) != HIDE_DIR]
+
+
+def _covering(before: list[Mount], path: str) -> str | None:
+    """The kind of the last mount in `before` that `path` lies in."""
+    return next((m.kind for m in reversed(before) if under(path, m.path)), None)
+
+
+def argv(sandbox: Sandbox, command: Sequence[str], cwd: str, kinds: Mapping[str, str],
+         bwrap: str = "bwrap") -> list[str]:
+    """The command line that runs `command` in `cwd` inside the sandbox."""
+    line = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--cap-drop", "ALL"]
+    if not sandbox.network:
+        line.append("--unshare-net")
+    line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for mount in mounts(sandbox, cwd, kinds):
+        if mount.kind == HIDE_DIR and mount.path == "/tmp":
+            line += ["--tmpfs", "/tmp"]  # private, and the agent's to write
+        elif mount.kind == HIDE_DIR:
+            line += ["--perms", "0555", "--tmpfs", mount.path]  # empty, and nothing written there
+        elif mount.kind == HIDE_FILE:
+            line += ["--ro-bind", "/dev/null", mount.path]
+        elif mount.kind == READ:
+            line += ["--ro-bind", mount.path, mount.path]
+        else:  # WRITE, REACH
+            line += ["--bind", mount.path, mount.path]
+    return [*line, "--chdir", cwd, "--", *command]
+
+
+def environment(agent_env: Mapping[str, str], bridge_env: Mapping[str, str]) -> dict[str, str]:
+    """The agent's whole environment: its `env:` over PATH, HOME, LANG, TERM of the bridge's."""
+    kept = {name: bridge_env[name] for name in ENV_KEPT if name in bridge_env}
+    return {**kept, **{str(k): str(v) for k, v in agent_env.items()}}
+
+
+def probe_argv(network: bool, bwrap: str = "bwrap") -> list[str]:
+    """A sandbox as agents get it, running `true`: does bwrap work here?"""
+    return argv(Sandbox(network=network), ["true"], "/", {"/tmp": "dir"}, bwrap)

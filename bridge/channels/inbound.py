@@ -25,6 +25,7 @@ from ..matrix.media import read_message
 from .conversations import conversation_of, relation_for
 from .mentions import named
 from .incoming import Incoming
+from . import prepare
 from .replies import replied_to, without_fallback
 
 if TYPE_CHECKING:
@@ -257,6 +258,8 @@ class Inbound:
                             sender=sender)
         for turn in turns:
             portal.submit(turn, incoming)
+        answering = {turn.agent for turn in turns}  # the others have one more unseen message
+        prepare.soon(portal, [m for m in portal.member_names() if m not in answering], conversation)
         return True
 
     async def reaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:

@@ -25,6 +25,7 @@ from ..matrix.media import restored
 from .command_parse import opens_threads
 from .conversations import MAIN, relation_for
 from .incoming import Incoming
+from . import prepare
 from .mentions import parse
 from .prompt import reread
 from .routing import Route, route
@@ -113,6 +114,7 @@ class Portal:
         await self.parts.db.add_member(self.channel.id, agent)
         if agent not in self.members:
             self.members.append(agent)
+            prepare.soon(self, [agent])  # what it will be told in the channel (prepare.py)
 
     async def left(self, agent: str) -> None:
         await self.parts.db.remove_member(self.channel.id, agent)

@@ -38,8 +38,8 @@ def lines(agent, pattern: re.Pattern, count: int = 1, timeout: float = 120.0) ->
     raise AssertionError(f"no line like {pattern.pattern!r}: {agent.stderr_lines[-5:]}")
 
 
-def start(start_agent, *extra: str):
-    agent = start_agent("--max-tokens", "12", "--log-turns", *extra)
+def start(start_agent, *extra: str, sessions=None):
+    agent = start_agent("--max-tokens", "12", "--log-turns", *extra, sessions=sessions)
     reply = agent.initialize()
     return agent, reply
 

@@ -29,7 +29,7 @@ from . import prepare
 from .mentions import parse
 from .prompt import reread
 from .routing import Route, route
-from .turns import run_turn
+from .turns import context_reader, run_turn, unseen_lines
 
 if TYPE_CHECKING:
     from .parts import ChannelParts
@@ -137,6 +137,14 @@ class Portal:
         its prompt); its result is the third item (None without `also`)."""
         async with self.session_lock(agent_name, conversation):
             return await self._session_for(agent_name, agent, also, conversation)
+
+    async def unseen_for(self, agent_name: str, agent, conversation: str = "") -> tuple[str, list]:
+        """The member's session and what it has not seen there, as a turn would tell it now
+        (turns.py; for prepare.py)."""
+        limit = self.parts.config.context_messages
+        session_id, fresh, context = await self.session_with(
+            agent_name, agent, context_reader(self.channel.id, limit, 0, conversation), conversation=conversation)
+        return session_id, unseen_lines(context, agent_name, None, fresh, limit)
 
     def session_dir(self, agent_name: str, conversation: str = "") -> str | None:
         """The directory the agent's session in `conversation` works in (a thread's worktree,

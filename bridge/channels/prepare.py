@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .context import Line, build_prompt
 
-if TYPE_CHECKING:
-    from .portal import Portal
+Portal = Any  # bridge/channels/portal.py (imports this module: not imported here)
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ def prepare_text(channel: str, unseen: list[Line], max_messages: int, max_chars:
     return build_prompt(channel, unseen, "", max_messages, max_chars)
 
 
-def soon(portal: "Portal", agents: list[str], conversation: str = "") -> None:
+def soon(portal: Portal, agents: list[str], conversation: str = "") -> None:
     """Prepare `agents` in the conversation DEBOUNCE seconds after the last call for them."""
     for agent in agents:
         key = (portal.room_id, agent, conversation)
@@ -67,7 +66,7 @@ def pending() -> list[asyncio.Task]:
     return [task for task in _timers.values() if not task.done()]
 
 
-async def _later(portal: "Portal", agent_name: str, conversation: str) -> None:
+async def _later(portal: Portal, agent_name: str, conversation: str) -> None:
     await asyncio.sleep(DEBOUNCE)
     try:
         await prepare(portal, agent_name, conversation)
@@ -77,10 +76,8 @@ async def _later(portal: "Portal", agent_name: str, conversation: str) -> None:
         log.info("no preparation for %s in %s: %s", agent_name, portal.channel.name, exc)
 
 
-async def prepare(portal: "Portal", agent_name: str, conversation: str = "") -> bool:
+async def prepare(portal: Portal, agent_name: str, conversation: str = "") -> bool:
     """Hand the member's agent its prompt's known start now; True if it was sent."""
-    from .turns import context_reader, unseen_lines  # turns imports the hooks' modules
-
     parts = portal.parts
     config, pool = parts.config, parts.pool
     agent = pool.agent(agent_name)
@@ -88,12 +85,8 @@ async def prepare(portal: "Portal", agent_name: str, conversation: str = "") -> 
             pool.state(agent_name), announces(agent.meta), portal.pending(conversation),
             config.context_messages):
         return False
-    session_id, fresh, context = await portal.session_with(
-        agent_name, agent, context_reader(portal.channel.id, config.context_messages, 0, conversation),
-        conversation=conversation)
-    text = prepare_text(portal.channel.name,
-                        unseen_lines(context, agent_name, None, fresh, config.context_messages),
-                        config.context_messages, config.context_chars)
+    session_id, unseen = await portal.unseen_for(agent_name, agent, conversation)
+    text = prepare_text(portal.channel.name, unseen, config.context_messages, config.context_chars)
     if not text or pool.state(agent_name) != "ready":
         return False
     await agent.extension(METHOD, {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})

@@ -24,7 +24,7 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "e2ee")
+ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "prepare", "e2ee")
 
 
 def machine() -> str:
@@ -81,6 +81,12 @@ async def main(args) -> int:
             result = await asyncio.to_thread(bench_model.run, folder / "model", args.quick)
             rows += bench_model.rows(result)
             notes += bench_model.notes(result)
+        if "prepare" in only:
+            import bench_prepare
+            print("• local model: first token with and without prepare …", flush=True)
+            result = await asyncio.to_thread(bench_prepare.run, folder / "prepare", args.quick)
+            rows += bench_prepare.rows(result)
+            notes += bench_prepare.notes(result)
         if "soak" in only:
             import bench_soak
             print("• soak: 100k messages (10k with --quick) over 1,000 channels …", flush=True)
@@ -88,7 +94,7 @@ async def main(args) -> int:
                 result = await bench_soak.run(folder / "soak", args.quick, http)
             rows += bench_soak.rows(result)
             notes += bench_soak.notes(result)
-        needs_hs = [name for name in only if name not in ("store", "soak", "model")]
+        needs_hs = [name for name in only if name not in ("store", "soak", "model", "prepare")]
         if needs_hs:
             bench = await start_homeserver(folder / "hs", args.quick)
             try:

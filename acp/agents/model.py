@@ -629,7 +629,7 @@ class ChatModel:
             stats.seconds = time.perf_counter() - began
             if stats.evaluated:
                 with self._waiting_lock:
-                    same = set(self._waiting) <= {session}
+                    same = set(self._waiting) == {session}
                 if same:  # the waiting prompt is this session's: its state stays in the context
                     self._owner = session
                 else:

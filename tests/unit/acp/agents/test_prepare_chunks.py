@@ -111,3 +111,18 @@ def test_what_is_already_evaluated_is_kept_and_only_the_rest_evaluated():
     stats = model.prepare(MESSAGES, "s", lambda: False, chunk=256)
     assert stats.reused == 300 and stats.evaluated == 700
     assert llm.input_ids == list(range(1000))
+
+
+def test_a_finished_preparation_is_saved_and_one_this_sessions_prompt_waits_for_is_not(monkeypatch):
+    """Saved as a turn's state (kept across other sessions' turns and restarts), except when the
+    prompt that stopped it is the same session's: the context already holds it for that prompt."""
+    saved: list[str] = []
+    for waiting, expected in ((None, ["s"]), ("other", ["s"]), ("s", [])):
+        saved.clear()
+        llm = FakeLlm()
+        model = model_with(llm, list(range(600)))
+        monkeypatch.setattr(model, "_save", lambda _llm, session, start: saved.append(session))
+        if waiting is not None:
+            llm.on_eval = lambda model=model, waiting=waiting: model._waiting.setdefault(waiting, 1)
+        model.prepare(MESSAGES, "s", lambda: False, chunk=256)
+        assert saved == expected, waiting

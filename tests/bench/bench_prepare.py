@@ -15,6 +15,7 @@ TTFT = `session/prompt` written → first agent_message_chunk read. One round pe
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -79,19 +80,23 @@ def run(folder: Path, quick: bool) -> dict:
         out["idle_cpu"] = (cpu_seconds(pid) - idle_before) / (time.perf_counter() - idle_started)
     finally:
         agent.close()
+    print(json.dumps(out), flush=True)  # the raw figures, whatever happens to the table
     return out
 
 
 def rows(r: dict) -> list[tuple]:
     a, b, c, prep = r["a"], r["b"], r["c"], r["prep"]
     what = f"{r['replay']} × 1,500 characters"
+    full = r["replay"] == 20
     return [
-        ("Prepare", f"first question, {what}: TTFT with prepare (vs without)",
-         f"{b['ttft']:.2f} s", f"{a['ttft']:.2f} s", f"{b['ttft'] / a['ttft']:.3f}×"),
-        ("Prepare", "… with prepare vs a warm follow-up in the same session",
-         f"{b['ttft']:.2f} s", f"{c['ttft']:.2f} s", f"{b['ttft'] / c['ttft']:.2f}×"),
-        ("Prepare", f"the preparation: {prep['tokens']} tokens, wall / CPU",
-         f"{prep['wall']:.1f} s", f"{prep['cpu']:.1f} CPU s", "—"),
+        ("Prepare", f"first question after {what}, prepared: TTFT (baseline: not prepared)",
+         f"{b['ttft']:.2f} s", f"{a['ttft']:.2f} s", f"{b['ttft'] / a['ttft']:.3f}×",
+         "≤ 10 s" if full else "(info)", b["ttft"] <= 10 if full else None),
+        ("Prepare", "… prepared vs a warm follow-up in the same session",
+         f"{b['ttft']:.2f} s", f"{c['ttft']:.2f} s", f"{b['ttft'] / c['ttft']:.2f}×", "≤ 1.1×",
+         b["ttft"] / c["ttft"] <= 1.1),
+        ("Prepare", f"the preparation ({prep['tokens']} tokens): wall (baseline: CPU time)",
+         f"{prep['wall']:.1f} s", f"{prep['cpu']:.1f} CPU s", "", "(info)", None),
     ]
 
 

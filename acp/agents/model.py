@@ -611,8 +611,6 @@ class ChatModel:
             if reused == len(tokens):
                 stats.outcome = "done"
                 return stats
-            llm._ctx.kv_cache_seq_rm(-1, reused, -1)
-            llm.n_tokens = reused
             position = reused
             stats.outcome = "done"
             if started is not None:
@@ -621,6 +619,9 @@ class ChatModel:
                 if should_stop() or self.prompt_waiting():
                     stats.outcome = "preempted"
                     break
+                if position == reused:  # the context keeps what it had until there is more
+                    llm._ctx.kv_cache_seq_rm(-1, reused, -1)
+                    llm.n_tokens = reused
                 llm.eval(tokens[position:position + chunk])
                 position = llm.n_tokens
                 self.prepare_chunks += 1

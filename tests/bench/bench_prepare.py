@@ -62,14 +62,19 @@ def prepare(agent: Agent, session: str, known: str) -> dict:
 
 def run(folder: Path, quick: bool) -> dict:
     replay = 5 if quick else 20
-    lines = [Line("user" if i % 2 == 0 else "alice", text(100 + i, 400, DENSE)[:1500])
-             for i in range(replay)]
-    known = build_prompt("garden", lines, "")
+    def history(seed: int) -> str:
+        lines = [Line("user" if i % 2 == 0 else "alice", text(seed + i, 400, DENSE)[:1500])
+                 for i in range(replay)]
+        return build_prompt("garden", lines, "")
+
+    # two histories of the same size: llama.cpp reuses any matching prefix in its context,
+    # so the prepared side must not find the unprepared side's tokens there
+    unprepared, known = history(100), history(300)
     out: dict = {"replay": replay, "chars": len(known) + len(QUESTION)}
     agent = Agent(folder / "prepare")
     try:
         agent.ask(agent.new(), "Hello")  # the model is loaded: neither side pays for it
-        out["a"] = agent.ask(agent.new(), known + QUESTION)
+        out["a"] = agent.ask(agent.new(), unprepared + QUESTION)
         session = agent.new()
         out["prep"] = prepare(agent, session, known)
         out["b"] = agent.ask(session, known + QUESTION)

@@ -180,6 +180,7 @@ class Agent:
         self.on_state = on_state
         self.on_exit: Callable[["Agent"], Any] | None = None  # set by the Pool
         self.info: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}  # agentCapabilities._meta
         self.protocol_version = 0
         self.supports_load_session = False
         self.load_session = _LoadSession(self)
@@ -307,6 +308,9 @@ class Agent:
         sessions = caps.get("sessionCapabilities")
         self.takes_directories = isinstance(sessions, dict) and isinstance(sessions.get("additionalDirectories"), dict)
         self.info = dict(result.get("agentInfo") or {})
+        # custom capabilities an agent announces (ACP's `_meta`), e.g. `_sidekicks/prepare`
+        meta = caps.get("_meta")
+        self.meta = dict(meta) if isinstance(meta, dict) else {}
 
     def working_dir(self, cwd: str | None = None) -> str:
         """The absolute working directory a session opened with `cwd` gets (the configured
@@ -463,6 +467,11 @@ class Agent:
         finally:
             self._prompts.pop(session_id, None)
         return str((result or {}).get("stopReason") or "end_turn")
+
+    async def extension(self, method: str, params: dict[str, Any]) -> Any:
+        """An ACP extension request (its name starts with `_`), answered at once by an agent
+        that announced it (docs/prepare.md)."""
+        return await self._call(method, params)
 
     async def cancel(self, session_id: str) -> None:
         """session/cancel, then its pending questions are answered: permissions 'cancelled',

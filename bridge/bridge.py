@@ -36,6 +36,7 @@ from .channels.commands import BotCommands
 from .channels.command_parse import SESSION_COMMANDS
 from .channels.sessions import SessionCommands
 from .channels.inbound import Inbound
+from .channels import prepare
 from .channels.upgrade import RoomUpgrades
 from .outage import StoreOutage
 from .matrix.dispatch import Dispatcher, Encryption
@@ -265,7 +266,8 @@ class Bridge:
             await self.places.close()
             await self.presence.stop()
             later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings,
-                     *self._catching_up, *([self._watching] if self._watching else [])]  # replies, receipts on their way
+                     *self._catching_up, *prepare.pending(),
+                     *([self._watching] if self._watching else [])]  # replies, receipts on their way
             for task in later:
                 task.cancel()
             await asyncio.gather(*later, return_exceptions=True)

@@ -24,6 +24,11 @@ any chat GGUF can be given with --model.
   end) so prompt and answer fit in the context window (8192 tokens by default).
 * --log-turns writes one line per answer on stderr: prompt tokens, how many
   were reused from the session's state and how many evaluated.
+* `_sidekicks/prepare` (an ACP extension method, announced in `initialize` under
+  `agentCapabilities._meta`): `{sessionId, prompt}` with the prompt the client
+  would send if asked now; its known start is evaluated into the session's KV
+  state in the background, and a real prompt preempts it between two chunks.
+  It changes nothing the agent is told (docs/prepare.md).
 * stdout is the protocol channel: agent_kit moves everything else, llama.cpp
   included, to stderr.
 """
@@ -42,7 +47,8 @@ from typing import Any
 from acp import framing
 from acp.agent_kit import AgentBase, RpcFailure, Turn, run
 from acp.agents.model import (DEFAULT_CTX, DEFAULT_KV_DISK_MIB, DEFAULT_KV_RAM_MIB, ChatModel,
-                              ModelError, Piece, default_model_path, default_threads)
+                              ModelError, Piece, PrepareStats, default_model_path,
+                              default_threads)
 from acp.agents.sessions import Session, SessionError, SessionStore, default_sessions_dir
 
 
@@ -60,6 +66,10 @@ COMMANDS: list[dict[str, Any]] = [
     {"name": "model", "description": "Say which model file is used and its size"},
     {"name": "help", "description": "List these commands"},
 ]
+
+# The extension method (ACP reserves names starting with "_") and where it is announced.
+PREPARE_METHOD = "_sidekicks/prepare"
+META_KEY = "sidekicks"
 
 _COMMAND = re.compile(r"^/([A-Za-z][\w-]*)(?:\s+(.*))?$", re.S)
 
@@ -106,6 +116,81 @@ class LocalModelAgent(AgentBase):
         # prompts received but not yet started are counted here.
         self._arriving: dict[str, int] = {}
         self._cancel_early: set[str] = set()
+        # The running preparation per session: a newer one (or /clear) stops it.
+        self._preparing: dict[str, threading.Event] = {}
+        self._prepare_tasks: set[asyncio.Task] = set()
+
+    async def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        answer = await super().initialize(params)
+        answer["agentCapabilities"]["_meta"] = {META_KEY: {"prepare": PREPARE_METHOD}}
+        return answer
+
+    async def other_request(self, method: str, params: dict[str, Any]) -> Any:
+        if method != PREPARE_METHOD:
+            return await super().other_request(method, params)
+        return await self._prepare(params)
+
+    async def _prepare(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Evaluate what the session will be told, before it is asked (docs/prepare.md).
+        Answered at once: {"outcome": "started"}, or "none" (nothing to prepare), or
+        "unsupported" (no model)."""
+        session_id = params.get("sessionId")
+        blocks = params.get("prompt")
+        if not isinstance(session_id, str) or not isinstance(blocks, list):
+            raise RpcFailure(framing.INVALID_PARAMS, "_sidekicks/prepare needs sessionId and prompt")
+        session = self._session(session_id)
+        text = prompt_text(blocks)
+        if not text.strip() or parse_command(text) is not None:
+            return {"outcome": "none"}
+        try:
+            self.model.check()
+        except ModelError:
+            return {"outcome": "unsupported"}
+        messages = list(session.messages) + [{"role": "user", "content": text}]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        previous = self._preparing.get(session_id)
+        if previous is not None:
+            previous.set()
+        stop = threading.Event()
+        self._preparing[session_id] = stop
+        task = asyncio.create_task(self._run_prepare(session_id, messages, stop))
+        self._prepare_tasks.add(task)
+        task.add_done_callback(self._prepare_tasks.discard)
+        return {"outcome": "started"}
+
+    async def _run_prepare(self, session_id: str, messages: list[dict[str, str]],
+                           stop: threading.Event) -> None:
+        """In the background: the request was answered at once, so that a long preparation is
+        never taken for a silent agent. With --log-turns, one line when it ends."""
+        try:
+            # a daemon thread, not the default executor: the agent never waits for a
+            # preparation to exit
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[PrepareStats] = loop.create_future()
+
+            def work() -> None:
+                try:
+                    result: Any = self.model.prepare(messages, session_id, stop.is_set,
+                                                     started=self._started)
+                    setter = done.set_result
+                except BaseException as exc:
+                    result, setter = exc, done.set_exception
+                try:
+                    loop.call_soon_threadsafe(lambda: done.done() or setter(result))
+                except RuntimeError:
+                    pass  # the loop is gone: the agent is exiting
+
+            threading.Thread(target=work, name=f"prepare-{session_id}", daemon=True).start()
+            stats = await done
+        except ModelError as exc:
+            print(f"sidekicks-local: prepare {session_id}: {exc}", file=sys.stderr, flush=True)
+            return
+        finally:
+            if self._preparing.get(session_id) is stop:
+                del self._preparing[session_id]
+        if self.log_turns:
+            print(f"sidekicks-local: {session_id}: {stats.line()}", file=sys.stderr, flush=True)
 
     def received(self, message: dict[str, Any]) -> None:
         if message.get("method") == "session/prompt" and message.get("id") is not None:
@@ -179,8 +264,17 @@ class LocalModelAgent(AgentBase):
             self._fail(exc)
         return await self._generate(turn, session, text)
 
+    def _started(self, stats: PrepareStats) -> None:
+        if self.log_turns:
+            print(f"sidekicks-local: preparing {stats.tokens - stats.reused} tokens of "
+                  f"{stats.tokens}",
+                  file=sys.stderr, flush=True)
+
     def _run_command(self, session: Session, name: str, argument: str) -> str:
         if name == "clear":
+            stop = self._preparing.get(session.id)
+            if stop is not None:
+                stop.set()
             count = len(session.messages)
             session.messages = []
             self.store.save(session)

@@ -59,6 +59,8 @@ STATE_FORMAT = 1
 # tokens in use: at 7,300 tokens the agent's RSS peaks ~100 MB lower with 256 than with the
 # default 512, at the same prompt speed within this machine's noise (128 was slower).
 N_UBATCH = 256
+# Marks where the prepared text ends in the formatted chat prompt (a private-use character).
+PREPARE_MARK = "\ue000sidekicks-prepare\ue000"
 
 Message = dict[str, str]  # {"role": "user"|"assistant"|"system", "content": str}
 
@@ -239,6 +241,22 @@ class TurnStats:
 
 
 @dataclass
+class PrepareStats:
+    """What one preparation did (docs/prepare.md)."""
+
+    outcome: str = "none"  # done | preempted | unsupported
+    tokens: int = 0        # the prompt's known start, in tokens
+    reused: int = 0        # already in the session's state
+    evaluated: int = 0     # evaluated now
+    state: str = "none"
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return (f"prepare {self.outcome}: {self.tokens} tokens known, {self.reused} reused, "
+                f"{self.evaluated} evaluated in {self.seconds:.2f} s; state from {self.state}")
+
+
+@dataclass
 class Piece:
     """One step of a streamed answer: some text, or the end with its reason."""
 
@@ -288,6 +306,13 @@ class ChatModel:
         self._busy = threading.Lock()
         self._owner: str | None = None  # the session whose tokens are in the context
         self._evals: list[tuple[int, int, float]] = []  # (n_past, n_tokens, seconds) per eval
+        # Prompts waiting for the model, by session: a preparation yields to them between
+        # two chunks (docs/prepare.md).
+        self._waiting: dict[str, int] = {}
+        self._waiting_lock = threading.Lock()
+        self._formatter: Any = None
+        self.prepare_chunks = 0  # chunks evaluated by preparations (tests read it)
+        self._closing = False
 
     # -- without loading ------------------------------------------------------
     @property
@@ -421,6 +446,7 @@ class ChatModel:
     def close(self, timeout: float = 5.0) -> None:
         """Let the last answer save its state, then finish writing states (bounded wait)."""
         deadline = time.monotonic() + timeout
+        self._closing = True  # a preparation stops at its next chunk
         if self._busy.acquire(timeout=timeout):
             self._busy.release()
         if self.states is not None:
@@ -459,10 +485,14 @@ class ChatModel:
         restored first and saved after (also when the answer is cancelled).
         """
         llm = self.load()
-        while not self._busy.acquire(timeout=0.05):
-            if should_stop():
-                yield Piece(finish_reason="cancelled")
-                return
+        self._wait(session or "", +1)
+        try:
+            while not self._busy.acquire(timeout=0.05):
+                if should_stop():
+                    yield Piece(finish_reason="cancelled")
+                    return
+        finally:
+            self._wait(session or "", -1)
         try:
             if should_stop():
                 yield Piece(finish_reason="cancelled")
@@ -503,6 +533,109 @@ class ChatModel:
             finally:  # after the end went out (or the consumer stopped early)
                 if session is not None:
                     self._save(llm, session, stats.start)
+        finally:
+            self._busy.release()
+
+    def _wait(self, session: str, step: int) -> None:
+        with self._waiting_lock:
+            count = self._waiting.get(session, 0) + step
+            if count > 0:
+                self._waiting[session] = count
+            else:
+                self._waiting.pop(session, None)
+
+    def prompt_waiting(self) -> bool:
+        """True while a prompt waits for the model: a preparation stops at its next chunk."""
+        return bool(self._waiting) or self._closing
+
+    def prefix_tokens(self, llm: Any, messages: list[Message]) -> list[int] | None:
+        """The tokens a prompt ending with `messages` will begin with, up to the end of the
+        last message's text (the question that follows is not known yet), tokenized as
+        create_chat_completion will; None when the chat format is not the GGUF's own template
+        (preparation is then skipped)."""
+        if getattr(llm, "chat_format", None) != "chat_template.default":
+            return None
+        if self._formatter is None:
+            from llama_cpp import llama_chat_format
+
+            eos, bos = llm.token_eos(), llm.token_bos()
+            self._formatter = llama_chat_format.Jinja2ChatFormatter(
+                template=llm.metadata["tokenizer.chat_template"],
+                eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
+                bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
+                stop_token_ids=[eos])
+        marked = [dict(m) for m in messages]
+        marked[-1]["content"] += PREPARE_MARK
+        result = self._formatter(messages=marked)
+        text = result.prompt[:result.prompt.index(PREPARE_MARK)]
+        tokens = llm.tokenize(text.encode("utf-8"), add_bos=not result.added_special, special=True)
+        return tokens[:-1]  # the last token may merge with the text that follows
+
+    def prepare(self, messages: list[Message], session: str, should_stop: Callable[[], bool],
+                chunk: int = N_UBATCH,
+                started: Callable[[PrepareStats], None] | None = None) -> PrepareStats:
+        """Blocking, at low priority: evaluate the start of the prompt `messages` will make
+        into `session`'s KV state, `chunk` tokens at a time, without sampling.
+
+        It waits while the model is busy and stops between two chunks as soon as a prompt
+        waits for the model or `should_stop()` is true (a newer preparation); what it
+        evaluated is kept (saved as the session's state), so the prompt reuses it.
+        """
+        stats = PrepareStats()
+        llm = self.load()
+        while not self._busy.acquire(timeout=0.05):
+            if should_stop() or self.prompt_waiting():
+                stats.outcome = "preempted"
+                return stats
+        try:
+            if should_stop() or self.prompt_waiting():
+                stats.outcome = "preempted"
+                return stats
+            began = time.perf_counter()
+            saved_start = self.states.first(session) if self.states is not None else None
+            kept, start = self.fit(messages, saved_start)
+            stats.state = self._restore(llm, session, saved_start == start)
+            tokens = self.prefix_tokens(llm, kept)
+            if tokens is None:
+                stats.outcome = "unsupported"
+                return stats
+            stats.tokens = len(tokens)
+            n = llm.n_tokens
+            have = [int(t) for t in llm.input_ids[:n]]
+            reused = 0
+            for a, b in zip(have, tokens):
+                if a != b:
+                    break
+                reused += 1
+            stats.reused = reused
+            if reused == len(tokens):
+                stats.outcome = "done"
+                return stats
+            position = reused
+            stats.outcome = "done"
+            if started is not None:
+                started(stats)
+            while position < len(tokens):
+                if should_stop() or self.prompt_waiting():
+                    stats.outcome = "preempted"
+                    break
+                if position == reused:  # the context keeps what it had until there is more
+                    llm._ctx.kv_cache_seq_rm(-1, reused, -1)
+                    llm.n_tokens = reused
+                llm.eval(tokens[position:position + chunk])
+                position = llm.n_tokens
+                self.prepare_chunks += 1
+            stats.evaluated = position - reused
+            llm._requires_eval = True  # the next prompt evaluates at least its last token
+            stats.seconds = time.perf_counter() - began
+            if stats.evaluated:
+                with self._waiting_lock:
+                    same = set(self._waiting) == {session}
+                if same:  # the waiting prompt is this session's: its state stays in the context
+                    self._owner = session
+                else:
+                    self._save(llm, session, start)
+            return stats
         finally:
             self._busy.release()
 

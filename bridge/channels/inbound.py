@@ -26,6 +26,7 @@ from ..matrix.media import read_message
 from .conversations import conversation_of, relation_for
 from .mentions import named
 from .incoming import Incoming
+from . import prepare
 from .replies import replied_to, without_fallback
 
 if TYPE_CHECKING:
@@ -263,6 +264,8 @@ class Inbound:
                             sender=sender)
         for turn in turns:
             portal.submit(turn, incoming)
+        answering = {turn.agent for turn in turns}  # the others have one more unseen message
+        prepare.soon(portal, [m for m in portal.member_names() if m not in answering], conversation)
         return True
 
     async def _steer(self, room_id: str, reply_to: str, body: str) -> bool:

@@ -26,10 +26,11 @@ from ..matrix.media import restored
 from .command_parse import opens_threads
 from .conversations import MAIN, relation_for
 from .incoming import Incoming
+from . import prepare
 from .mentions import parse
 from .prompt import reread
 from .routing import Route, route
-from .turns import run_turn
+from .turns import context_reader, run_turn, unseen_lines
 
 if TYPE_CHECKING:
     from .parts import ChannelParts
@@ -114,6 +115,7 @@ class Portal:
         await self.parts.db.add_member(self.channel.id, agent)
         if agent not in self.members:
             self.members.append(agent)
+            prepare.soon(self, [agent])  # what it will be told in the channel (prepare.py)
 
     async def left(self, agent: str) -> None:
         await self.parts.db.remove_member(self.channel.id, agent)
@@ -136,6 +138,14 @@ class Portal:
         its prompt); its result is the third item (None without `also`)."""
         async with self.session_lock(agent_name, conversation):
             return await self._session_for(agent_name, agent, also, conversation)
+
+    async def unseen_for(self, agent_name: str, agent, conversation: str = "") -> tuple[str, list]:
+        """The member's session and what it has not seen there, as a turn would tell it now
+        (turns.py; for prepare.py)."""
+        limit = self.parts.config.context_messages
+        session_id, fresh, context = await self.session_with(
+            agent_name, agent, context_reader(self.channel.id, limit, 0, conversation), conversation=conversation)
+        return session_id, unseen_lines(context, agent_name, None, fresh, limit)
 
     def session_dir(self, agent_name: str, conversation: str = "") -> str | None:
         """The directory the agent's session in `conversation` works in (a thread's worktree,

@@ -38,6 +38,7 @@ from acp import AcpError
 
 from .command_parse import BadSessionArgs, resolve_agent, session_args
 from .conversations import Here, relation_for
+from . import prepare
 
 if TYPE_CHECKING:
     from acp import Pool
@@ -292,6 +293,7 @@ class SessionCommands:
             # a fresh start: what was said before is not told to it again
             await self._became(portal, agent_name, agent, conversation, session_id, place.cwd, fresh=False,
                                new=True, left=member.session_id if member is not None else None)
+        prepare.soon(portal, [agent_name], conversation)  # a fresh session: prepare.py
         where = "in this thread" if conversation else "here"
         return (f"{parts.config.agents[agent_name].title} starts a new session {where}; "
                 f"!sessions lists the earlier ones.")

@@ -34,6 +34,7 @@ from .agent_files import roots_for
 from .render import escape_html
 from .routing import Turn
 from .journal import Journal
+from . import prepare
 from .sessions import record_use
 from .showing import Showing
 from .stream import Answer, AnswerNotFinished, TxnIds
@@ -400,6 +401,8 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             del channels.active_turns[turn.agent]
             parts.presence.answering(turn.agent, None)
         await showing.typing_ended()
+        # the others have its answer to read: they prepare it (prepare.py)
+        prepare.soon(portal, [m for m in portal.member_names() if m != turn.agent], record.conversation)
 
 
 def _steered(run: TurnRun, request: str, prompt: str | list[dict], answer: Answer) -> tuple[str, str | list[dict]]:

@@ -47,6 +47,8 @@ Options
   --fail-session DATA   write two lines to stderr, then refuse session/new with -32603
                         "Internal error" and DATA as the error's data (as Claude Code's
                         adapter does when it cannot run)
+  --prepare             announce `_sidekicks/prepare` (agentCapabilities._meta) and answer it
+                        with {"outcome": "started"} (--log records what it was handed)
   --prompt-caps LIST    promptCapabilities to announce, e.g. "image,audio,embeddedContext"
   --modes SPEC          "id:Name,id2:Name2": session/new returns these modes (the first
                         is current)
@@ -167,6 +169,8 @@ class Scripted(AgentBase):
                                                ("additionalDirectories", o.additional_directories)) if on}
         if announced:
             result["agentCapabilities"]["sessionCapabilities"] = announced
+        if o.prepare:
+            result["agentCapabilities"]["_meta"] = {"sidekicks": {"prepare": "_sidekicks/prepare"}}
         return result
 
     # -- what session/list tells of each session: cwd, title, last use -------
@@ -221,6 +225,8 @@ class Scripted(AgentBase):
 
     async def other_request(self, method: str, params: dict):
         o, session_id = self.opts, params.get("sessionId", "")
+        if method == "_sidekicks/prepare" and o.prepare:
+            return {"outcome": "started"}
         if method == "session/list" and o.session_list:
             return self._list(params.get("cwd"), params.get("cursor"))
         if method == "session/resume" and o.session_resume:
@@ -498,6 +504,7 @@ def main() -> None:
     p.add_argument("--auth", action="store_true")
     p.add_argument("--fail-session")
     p.add_argument("--prompt-caps")
+    p.add_argument("--prepare", action="store_true")
     p.add_argument("--modes")
     p.add_argument("--config-options")
     p.add_argument("--models")

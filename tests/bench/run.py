@@ -24,7 +24,8 @@ import aiohttp  # noqa: E402
 
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "e2ee", "voice", "sandbox")
+ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "prepare", "e2ee", "voice",
+       "sandbox")
 
 
 def machine() -> str:
@@ -87,6 +88,12 @@ async def main(args) -> int:
             result = await bench_sandbox.run(folder / "sandbox", args.quick)
             rows += bench_sandbox.rows(result)
             notes += bench_sandbox.notes(result)
+        if "prepare" in only:
+            import bench_prepare
+            print("• local model: first token with and without prepare …", flush=True)
+            result = await asyncio.to_thread(bench_prepare.run, folder / "prepare", args.quick)
+            rows += bench_prepare.rows(result)
+            notes += bench_prepare.notes(result)
         if "soak" in only:
             import bench_soak
             print("• soak: 100k messages (10k with --quick) over 1,000 channels …", flush=True)
@@ -100,7 +107,7 @@ async def main(args) -> int:
             result = await bench_voice.run(args.quick)
             rows += bench_voice.rows(result)
             notes += bench_voice.notes(result)
-        needs_hs = [name for name in only if name not in ("store", "soak", "model", "voice", "sandbox")]
+        needs_hs = [name for name in only if name not in ("store", "soak", "model", "voice", "sandbox", "prepare")]
         if needs_hs:
             bench = await start_homeserver(folder / "hs", args.quick)
             try:

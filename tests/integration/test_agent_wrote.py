@@ -59,7 +59,7 @@ async def test_a_kicked_agents_mcp_call_is_refused(bridge_factory, tmp_path, own
     work.mkdir()
     running = await bridge_factory({"alice": mcp_agent(log, work)})
     room = await channel_with_alice(owner, "kick")
-    assert (await ask(owner, room, "[[tool:schedules]]", "schedules")).startswith("schedules: Nothing")
+    assert (await ask(owner, room, "[[tool:schedules]]", "schedules")).startswith("schedules: You have nothing scheduled")
     # the agent keeps its session's server, and calls on its own once `trigger` exists
     await ask(owner, room, f"[[tool-when:{trigger} history {{}}]]", "waiting for")
     channel = running.store.channel_by_room(room)

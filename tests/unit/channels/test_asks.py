@@ -217,6 +217,33 @@ async def test_a_cancelled_wait_ends_the_ask_stopped_and_goes_on():
     assert await s.asks.on_number(ROOM, "1") is False  # nothing open any more
 
 
+async def test_an_ask_cancelled_while_it_is_posted_lands_closed():
+    """Withdrawn (or stopped) while the homeserver still takes its message: the message lands
+    all the same, so it is shown closed at once instead of staying open in the room."""
+    s = scene()
+    gate = asyncio.Event()
+    send = s.intent.send
+
+    async def slow_send(room_id, content):
+        await gate.wait()
+        return await send(room_id, content)
+
+    s.intent.send = slow_send
+    task = numbered(s)
+    await until(lambda: not task.done() and s.intent.sent == [] and s.asks.open == [])
+    await asyncio.sleep(0)  # the ask is now waiting on its post
+    task.cancel()
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [content["body"] for _, content in s.intent.sent] == ["Which?"]
+    assert s.asks.open == [] and s.asks.closed == {"$ask1": STOPPED}
+    assert s.intent.edits == [("$ask1", {"msgtype": "m.text", "body": f"Which?\n\n{STOPPED}",
+                                         "format": "org.matrix.custom.html",
+                                         "formatted_body": f"<p>Which?</p><p><strong>{STOPPED}</strong></p>"})]
+    assert s.intent.reactions == []  # no option offered on a closed ask
+
+
 async def test_an_ask_that_cannot_be_posted_is_not_waited_for():
     s = scene(refuse=True)
     assert await numbered(s) == "unsent"

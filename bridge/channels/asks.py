@@ -21,7 +21,8 @@ Several owners (SPEC §15): an ask is answered by the owner whose message starte
 number, or reply to the ask is refused in one line from the puppet, in the ask's conversation,
 and changes nothing; another owner's message that replies to nothing is no answer (it goes on
 as an ordinary message, so nothing of theirs is lost). A scheduled run answers no owner's
-message: the agent scheduled it, and who asked the agent is not recorded, so any owner answers. After `config.permission_timeout` seconds the ask times out; a cancelled wait (!stop,
+message: the agent scheduled it, and who asked the agent is not recorded, so any owner answers.
+After `config.permission_timeout` seconds the ask times out; a cancelled wait (!stop,
 a redaction, 🛑: ACP answers for the owner, or the agent withdrew its request) ends it too.
 However it ends, the message is edited to show how, and the answer's status line comes back.
 """

@@ -3,7 +3,8 @@
 (its answer, its sessions) and is answered there (SPEC §15). `!` is the bridge's; `/` belongs to agents (ADR §6).
 
 Parsing and wording are in command_parse.py (pure); rooms and the space in space.py. Replies
-come from the bot in its DM and from a member puppet in a channel. Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
+come from the bot in its DM and from a member puppet in a channel.
+Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
 """
 from __future__ import annotations
 

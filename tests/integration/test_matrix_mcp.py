@@ -133,12 +133,12 @@ async def test_react_on_a_message_of_this_room_only(bridge_factory, tmp_path, ow
     mine = await say(owner, room, "react to me")
     theirs = await say(owner, other, "not this one")
     await running.idle()
-    done = await ask(owner, room, '[[tool:react {"event_id": "%s", "key": "👍"}]]' % mine, "react")
+    done = await ask(owner, room, '[[tool:react {"event_id": "' + mine + '", "key": "👍"}]]', "react")
     assert done.startswith("react: Reacted"), done
     await sync_until(owner, lambda: any(
         e.get("type") == "m.reaction" and e.get("sender") == ALICE
         and e["content"]["m.relates_to"]["event_id"] == mine for e in events_in(owner, room)))
-    refused = await ask(owner, room, '[[tool:react {"event_id": "%s", "key": "👍"}]]' % theirs, "react")
+    refused = await ask(owner, room, '[[tool:react {"event_id": "' + theirs + '", "key": "👍"}]]', "react")
     assert refused.startswith("react error:") and "no message" in refused
     await running.idle()
     await caught_up(owner, other)

@@ -289,7 +289,8 @@ async def test_media_into_a_plain_room_is_uploaded_as_it_is():
 
 # ---- anything a client may send ----------------------------------------------------------------
 
-from hypothesis import example, given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from bridge.matrix.msc4391 import invocation  # noqa: E402
 

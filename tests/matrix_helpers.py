@@ -278,6 +278,21 @@ def texts_in(client: nio.AsyncClient, room_id: str, sender: str | None = None) -
             and (sender is None or event.get("sender") == sender)]
 
 
+def notice_events(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[dict[str, Any]]:
+    """The m.notice messages (the bridge's notices) of `events_in(client, room_id)`, optionally
+    only those from `sender`: raw events, oldest first."""
+    return [event for event in events_in(client, room_id)
+            if event.get("type") == "m.room.message"
+            and isinstance(event.get("content"), dict)
+            and event["content"].get("msgtype") == "m.notice"
+            and (sender is None or event.get("sender") == sender)]
+
+
+def notices(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[str]:
+    """The bodies of `notice_events(client, room_id, sender)`."""
+    return [event["content"].get("body", "") for event in notice_events(client, room_id, sender)]
+
+
 def _describe(client: nio.AsyncClient, last: int = 6) -> str:
     rooms = _events.get(client) or {}
     if not rooms:

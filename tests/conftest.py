@@ -46,12 +46,14 @@ def pytest_configure(config):
     server (`<database>_gw1`, made if missing): each test empties the tables it uses."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     url = os.environ.get("SIDEKICKS_TEST_POSTGRES")
-    if worker and url and not url.rstrip("/").endswith(f"_{worker}"):
+    if worker and url:
+        from urllib.parse import urlsplit, urlunsplit
+
         import psycopg2
         from psycopg2 import sql
 
-        base, _, name = url.rpartition("/")
-        own = f"{name}_{worker}"
+        parts = urlsplit(url)
+        own = f"{parts.path.strip('/')}_{worker}"
         admin = psycopg2.connect(url)
         admin.autocommit = True
         with admin.cursor() as cursor:
@@ -59,7 +61,7 @@ def pytest_configure(config):
             if cursor.fetchone() is None:
                 cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(own)))
         admin.close()
-        os.environ["SIDEKICKS_TEST_POSTGRES"] = f"{base}/{own}"
+        os.environ["SIDEKICKS_TEST_POSTGRES"] = urlunsplit(parts._replace(path=f"/{own}"))
 
 
 # ---- figures: suites that measure (kill -9, strangers) print them at the end of the run ----------

@@ -64,6 +64,18 @@ def pytest_configure(config):
         os.environ["SIDEKICKS_TEST_POSTGRES"] = urlunsplit(parts._replace(path=f"/{own}"))
 
 
+# In parallel, the longest modules start first: one begun last (test_kill9, minutes alone) would
+# keep the run going after every other worker is done. Without workers the order stays as collected.
+SLOW_FIRST = ("test_kill9.py", "test_restarts.py", "test_opencode.py", "test_opencode_tools.py",
+              "test_homeserver_kill9.py", "test_e2ee.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {name: n for n, name in enumerate(SLOW_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest as collected
+
+
 # ---- figures: suites that measure (kill -9, strangers) print them at the end of the run ----------
 # A test's figures travel on its report (user_properties), so the run's summary shows them also
 # when the test ran in a pytest-xdist worker.

@@ -66,8 +66,9 @@ def pytest_configure(config):
 
 # In parallel, the longest modules start first: one begun last (test_kill9, minutes alone) would
 # keep the run going after every other worker is done. Without workers the order stays as collected.
-SLOW_FIRST = ("test_kill9.py", "test_restarts.py", "test_opencode.py", "test_opencode_tools.py",
-              "test_homeserver_kill9.py", "test_e2ee.py")
+# (by their --durations in a run of three workers)
+SLOW_FIRST = ("test_kill9.py", "test_kv_states.py", "test_restarts.py", "test_e2ee.py", "test_opencode.py",
+              "test_local_model_agent.py", "test_matrix_mcp.py", "test_opencode_tools.py", "test_homeserver_kill9.py")
 
 
 def pytest_collection_modifyitems(config, items):

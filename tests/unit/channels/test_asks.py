@@ -17,6 +17,7 @@ from bridge.channels.permissions import Permissions
 from bridge.coding.questions import Questions
 from bridge.matrix.client import MatrixError
 from bridge_harness import wait_until
+from scene_helpers import SentNotices
 
 ROOM = "!room:hs"
 WAITING = "🔧 waiting for you"
@@ -48,16 +49,6 @@ class Intent:
         return f"$edit{len(self.edits)}"
 
 
-class Notices:
-    def __init__(self):
-        self.said: list[tuple[str, str]] = []
-        self.by: list = []  # the puppet of each line: the one that asked writes in its conversation
-
-    async def send(self, puppet, room_id, text, html=None):
-        self.said.append((room_id, text))
-        self.by.append(puppet)
-
-
 class Answer:
     def __init__(self, status):
         self.status = status
@@ -76,7 +67,7 @@ class Shown:
 
 
 def scene(timeout: float = 60.0, refuse: bool = False):
-    intent, notices = Intent(refuse), Notices()
+    intent, notices = Intent(refuse), SentNotices()
     puppet = SimpleNamespace(intent=intent, displayname="Alice")
     answer = Answer("💭 thinking…")
     portal = SimpleNamespace(room_id=ROOM, current=SimpleNamespace(answer=answer, cancelled=False,

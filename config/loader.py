@@ -5,6 +5,7 @@ Every problem is collected, not just the first, and reported as one line:
 not read is a problem too (`agents.alice.titel: unknown key — did you mean title?`), and so are
 non-finite numbers and a file that is not UTF-8.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -34,11 +35,17 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
-    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget",
-                 "sandbox"),
+    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget", "sandbox"),
     "agents.*.sandbox": ("write", "read", "network"),
-    "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib",
-               "tool_calls_per_turn", "history_messages", "schedules_per_conversation"),
+    "limits": (
+        "agents_in_memory",
+        "context_messages",
+        "context_chars",
+        "attachment_mib",
+        "tool_calls_per_turn",
+        "history_messages",
+        "schedules_per_conversation",
+    ),
 }
 KNOWN_KEYS[""] += ("voice", "voice_language", "voice_max_seconds")  # _voice below
 
@@ -68,16 +75,14 @@ def split_command(value: Any) -> tuple[list[str] | None, str | None]:
     if isinstance(value, str):
         try:
             value = shlex.split(value)
-        except ValueError as exc:   # an unclosed quote
+        except ValueError as exc:  # an unclosed quote
             return None, f"cannot be split into words ({str(exc).lower()}): write it as a list"
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(part, str) and part for part in value)):
+    if not isinstance(value, list) or not value or not all(isinstance(part, str) and part for part in value):
         return None, COMMAND_SHAPE
     return value, None
 
 
-COMMAND_SHAPE = ("must be a non-empty list of strings, like [opencode, acp], "
-                 "or one string, like \"opencode acp\"")
+COMMAND_SHAPE = 'must be a non-empty list of strings, like [opencode, acp], or one string, like "opencode acp"'
 
 
 class ConfigError(Exception):
@@ -121,8 +126,15 @@ class _Checker:
         self.known(value, key)
         return value
 
-    def string(self, data: dict, key: str, path: str, default: str | None = None,
-               pattern: re.Pattern | None = None, what: str = "") -> str | None:
+    def string(
+        self,
+        data: dict,
+        key: str,
+        path: str,
+        default: str | None = None,
+        pattern: re.Pattern | None = None,
+        what: str = "",
+    ) -> str | None:
         value = data.get(key, default)
         if value is None:
             return None
@@ -143,8 +155,7 @@ class _Checker:
 
     def number(self, data: dict, key: str, path: str, default: float, low: float) -> float:
         value = data.get(key, default)
-        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                or value < low):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
             self.problem(path, f"must be a finite number of at least {low:g}, got {shown(value)}")
             return default
         return float(value)
@@ -164,8 +175,9 @@ def load(path: str | os.PathLike, label: str | None = None) -> Config:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError([f"{label}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}): "
-                           "save the file as UTF-8"]) from None
+        raise ConfigError(
+            [f"{label}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}): save the file as UTF-8"]
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -186,15 +198,15 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     owners_raw = data.get("owner")
     owners: list[str] = []
     if owners_raw is None and "owner" in suggested:
-        pass   # already said: a misspelt `owner`
+        pass  # already said: a misspelt `owner`
     elif owners_raw is None:
-        c.problem("owner", "is required: the Matrix user id allowed to talk to agents, e.g. \"@me:localhost\"")
+        c.problem("owner", 'is required: the Matrix user id allowed to talk to agents, e.g. "@me:localhost"')
     else:
         items = owners_raw if isinstance(owners_raw, list) else [owners_raw]
         for i, item in enumerate(items):
             key = f"owner[{i}]" if isinstance(owners_raw, list) else "owner"
             if not isinstance(item, str) or not USER_ID.match(item):
-                c.problem(key, f"must be a Matrix user id like \"@me:localhost\", got {item!r}")
+                c.problem(key, f'must be a Matrix user id like "@me:localhost", got {item!r}')
             else:
                 owners.append(item)
         if isinstance(owners_raw, list) and not owners_raw:
@@ -220,7 +232,9 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     if not isinstance(device_traffic, bool):
         c.problem("homeserver.device_traffic", f"must be on or off, got {device_traffic!r}")
         device_traffic = False
-    domain = c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
+    domain = (
+        c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
+    )
 
     aps = c.section(data, "appservice")
     listen = c.string(aps, "listen", "appservice.listen", "127.0.0.1:29333")
@@ -231,12 +245,21 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
             c.problem("appservice.listen", f"must be HOST:PORT like 127.0.0.1:29333, got {listen!r}")
         else:
             host, port = m.group(1), int(m.group(2))
-    prefix = c.string(aps, "puppet_prefix", "appservice.puppet_prefix", "sk_", LOCALPART,
-                      "lowercase letters, digits or ._=- ") or "sk_"
-    bot = c.string(aps, "bot", "appservice.bot", "sidekicks", LOCALPART,
-                   "a user name of lowercase letters, digits or ._=-") or "sidekicks"
-    as_id = c.string(aps, "id", "appservice.id", "sidekicks", LOCALPART,
-                     "lowercase letters, digits or ._=-") or "sidekicks"
+    prefix = (
+        c.string(
+            aps, "puppet_prefix", "appservice.puppet_prefix", "sk_", LOCALPART, "lowercase letters, digits or ._=- "
+        )
+        or "sk_"
+    )
+    bot = (
+        c.string(
+            aps, "bot", "appservice.bot", "sidekicks", LOCALPART, "a user name of lowercase letters, digits or ._=-"
+        )
+        or "sidekicks"
+    )
+    as_id = (
+        c.string(aps, "id", "appservice.id", "sidekicks", LOCALPART, "lowercase letters, digits or ._=-") or "sidekicks"
+    )
     reg = c.string(aps, "registration", "appservice.registration", "registration.yaml") or "registration.yaml"
     if bot.startswith(prefix):
         c.problem("appservice.bot", f"must not start with the puppet prefix {prefix!r}")
@@ -272,25 +295,41 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     if not isinstance(database, str) or not (
         database in ("sqlite", ":memory:") or re.match(r"^postgres(ql)?://", database)
     ):
-        c.problem("database", f"must be \"sqlite\" or a postgresql://user:password@host/db URL, got {database!r}")
+        c.problem("database", f'must be "sqlite" or a postgresql://user:password@host/db URL, got {database!r}')
         database = "sqlite"
 
     if c.problems:
         raise ConfigError(c.problems)
     base = path.resolve().parent
     return Config(
-        path=path.resolve(), owners=tuple(owners), domain=domain, homeserver_url=url.rstrip("/"),
-        homeserver_embedded=embedded, homeserver_port=hs_port, listen_host=host, listen_port=port,
-        appservice_id=as_id, puppet_prefix=prefix, bot=bot,
-        registration_path=(base / os.path.expanduser(reg)).resolve(), agents=agents,
-        agents_in_memory=in_memory, context_messages=ctx_messages, context_chars=ctx_chars,
+        path=path.resolve(),
+        owners=tuple(owners),
+        domain=domain,
+        homeserver_url=url.rstrip("/"),
+        homeserver_embedded=embedded,
+        homeserver_port=hs_port,
+        listen_host=host,
+        listen_port=port,
+        appservice_id=as_id,
+        puppet_prefix=prefix,
+        bot=bot,
+        registration_path=(base / os.path.expanduser(reg)).resolve(),
+        agents=agents,
+        agents_in_memory=in_memory,
+        context_messages=ctx_messages,
+        context_chars=ctx_chars,
         attachment_bytes=int(attachment_mib * 1024 * 1024),
-        tool_calls_per_turn=tool_calls, history_messages=history_messages,
+        tool_calls_per_turn=tool_calls,
+        history_messages=history_messages,
         schedules_per_conversation=schedules,
-        database=database, data_dir=data_dir(path), permission_timeout=permission_timeout,
+        database=database,
+        data_dir=data_dir(path),
+        permission_timeout=permission_timeout,
         public_url=public_url.rstrip("/") if public_url else None,
         homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
-        encryption=encryption, device_traffic=device_traffic, voice=voice,
+        encryption=encryption,
+        device_traffic=device_traffic,
+        voice=voice,
     )
 
 
@@ -347,9 +386,19 @@ def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
         budget = _budget(c, spec.get("budget"), f"{key}.budget")
         sandbox = _sandbox(c, spec.get("sandbox", True), f"{key}.sandbox", path)
         if command is not None and isinstance(title, str):
-            agents[name] = AgentConfig(name=name, title=title.strip(), command=tuple(command),
-                                       cwd=cwd, env=env, timeout=timeout, tools=tools,
-                                       roots=roots, worktrees=worktrees, budget=budget, sandbox=sandbox)
+            agents[name] = AgentConfig(
+                name=name,
+                title=title.strip(),
+                command=tuple(command),
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                tools=tools,
+                roots=roots,
+                worktrees=worktrees,
+                budget=budget,
+                sandbox=sandbox,
+            )
     return agents
 
 
@@ -386,8 +435,10 @@ def _voice(c: _Checker, data: dict) -> VoiceConfig:
     language code for the speech model and the spoken answers), `voice_max_seconds` (a longer
     voice note is transcribed up to there): docs/voice.md."""
     enabled = None if data.get("voice") is None else _on_off(c, data["voice"], "voice", True)
-    language = c.string(data, "voice_language", "voice_language", "en", VOICE_LANGUAGE,
-                        "a language code like \"en\" or \"de\"") or "en"
+    language = (
+        c.string(data, "voice_language", "voice_language", "en", VOICE_LANGUAGE, 'a language code like "en" or "de"')
+        or "en"
+    )
     max_seconds = c.integer(data, "voice_max_seconds", "voice_max_seconds", 300, 1, 4 * 3600)
     return VoiceConfig(enabled=enabled, language=language.lower(), max_seconds=max_seconds)
 
@@ -400,8 +451,7 @@ def _sandbox(c: _Checker, value: Any, key: str, path: Path) -> SandboxConfig:
     if isinstance(value, bool):
         return SandboxConfig(on=value)
     if not isinstance(value, dict):
-        c.problem(key, f"must be on, off or a mapping like {{write: [~/.claude], network: on}}, "
-                       f"got {shown(value)}")
+        c.problem(key, f"must be on, off or a mapping like {{write: [~/.claude], network: on}}, got {shown(value)}")
         return SandboxConfig()
     c.known(value, "agents.*.sandbox", key)
     found: dict[str, tuple[str, ...]] = {}

@@ -9,10 +9,12 @@ handed what it would be told if the owner asked now, so it can evaluate it befor
   `!reset`). Only running agents: no agent is started to prepare, and no slot is taken
   (acp/slots.py); never for an agent that is answering. Losing one changes nothing but speed.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
 
 from .context import Line, build_prompt
@@ -26,6 +28,12 @@ META_KEY = "sidekicks"
 DEBOUNCE = 1.0  # seconds after the last trigger
 
 _timers: dict[tuple[str, str, str], asyncio.Task] = {}
+
+
+def _forget_timer(key: tuple[str, str, str], done: asyncio.Task[None]) -> None:
+    """A finished preparation timer leaves the table, unless a newer one took its place."""
+    if _timers.get(key) is done:
+        _timers.pop(key)
 
 
 def announces(meta: Any) -> bool:
@@ -58,7 +66,7 @@ def soon(portal: Portal, agents: list[str], conversation: str = "") -> None:
             old.cancel()
         task = asyncio.get_running_loop().create_task(_later(portal, agent, conversation))
         _timers[key] = task
-        task.add_done_callback(lambda done, key=key: _timers.get(key) is done and _timers.pop(key))
+        task.add_done_callback(partial(_forget_timer, key))
 
 
 def pending() -> list[asyncio.Task]:
@@ -81,9 +89,13 @@ async def prepare(portal: Portal, agent_name: str, conversation: str = "") -> bo
     parts = portal.parts
     config, pool = parts.config, parts.pool
     agent = pool.agent(agent_name)
-    if agent is None or agent_name not in portal.member_names() or not should_prepare(
-            pool.state(agent_name), announces(agent.meta), portal.pending(conversation),
-            config.context_messages):
+    if (
+        agent is None
+        or agent_name not in portal.member_names()
+        or not should_prepare(
+            pool.state(agent_name), announces(agent.meta), portal.pending(conversation), config.context_messages
+        )
+    ):
         return False
     session_id, unseen = await portal.unseen_for(agent_name, agent, conversation)
     text = prepare_text(portal.channel.name, unseen, config.context_messages, config.context_chars)

@@ -1,4 +1,5 @@
 """Which members prepare, and what they are handed (bridge/channels/prepare.py). Pure."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,14 @@ HISTORY = [Line("user", "@alice the plan?"), Line("alice", "Three steps." * 200)
 
 def test_only_an_agent_announcing_the_method_under_our_key_counts():
     assert announces({"sidekicks": {"prepare": METHOD}})
-    for meta in (None, {}, {"sidekicks": True}, {"sidekicks": {"prepare": "_other/x"}},
-                 {"zed.dev": {"prepare": METHOD}}, "sidekicks"):
+    for meta in (
+        None,
+        {},
+        {"sidekicks": True},
+        {"sidekicks": {"prepare": "_other/x"}},
+        {"zed.dev": {"prepare": METHOD}},
+        "sidekicks",
+    ):
         assert not announces(meta), meta
 
 

@@ -23,7 +23,7 @@ from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, THREADS_ON, C
                             find_channels, format_commands, opens_threads, parse, queue_listing, resolve_agent,
                             rest_of, split_delete, threads_state, threads_switch)
 from .conversations import Here
-from .places import place_of
+from .room_names import place_of
 from .sessions import close_sessions
 from ..matrix.client import MatrixError
 from ..matrix.space import Space, create_room, give_power, membership, room_link

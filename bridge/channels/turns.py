@@ -194,7 +194,7 @@ def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = Non
     the agent starts. `here`: the waiting turn's portal — the agent may be answering in another
     conversation of the same channel (a thread, or the main timeline: one prompt at a time per
     agent)."""
-    from .places import place_of   # here: a DM is "your direct chat", not "#local"
+    from .room_names import place_of   # here: a DM is "your direct chat", not "#local"
     busy_in = channels.active_turns.get(agent)
     if busy_in is not None:
         if ahead is None:

@@ -35,7 +35,7 @@ from store import StoreClosed, StoreError
 from ..channels.background import Background
 from ..channels.command_parse import describe_state, resolve_agent
 from ..channels.conversations import Here, relation_for
-from ..channels.places import place_of
+from ..channels.room_names import place_of
 from ..channels.render import escape_html, sanitise
 from ..matrix.puppet import relating
 from . import render

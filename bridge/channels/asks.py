@@ -42,7 +42,7 @@ import aiohttp
 from ..matrix.client import MatrixError
 from ..matrix.puppet import relating
 from .approvals import mentioning
-from .render import escape_html
+from ..matrix.markdown import escape_html
 
 if TYPE_CHECKING:
     from config import Config

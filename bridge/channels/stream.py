@@ -33,7 +33,7 @@ import aiohttp
 from ..matrix.intent import EventTooLarge, Intent, weight
 from .background import stop_task
 from ..matrix.client import MatrixError
-from .render import escape_html, markdown_to_html, needs_html
+from ..matrix.markdown import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from ..matrix.puppet import relating
 from ..voice.spoken import speak_answer
 from .prompt import attachment_prompt, listening
 from .agent_files import roots_for
-from .render import escape_html
+from ..matrix.markdown import escape_html
 from .routing import Turn
 from .journal import Journal
 from . import prepare

@@ -36,7 +36,7 @@ from ..channels.background import Background
 from ..channels.command_parse import describe_state, resolve_agent
 from ..channels.conversations import Here, relation_for
 from ..channels.room_names import place_of
-from ..channels.render import escape_html, sanitise
+from ..matrix.markdown import escape_html, sanitise
 from ..matrix.puppet import relating
 from . import render
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bridge.channels.render import markdown_to_html
+from bridge.matrix.markdown import markdown_to_html
 from bridge.channels.stream import SPLIT_WEIGHT, message_content
 from bridge.matrix.intent import MAX_EVENT_BYTES, EventTooLarge, Intent, Outgoing, declare_mentions, edit_content
 from bridge.matrix.client import AppserviceClient, MatrixError

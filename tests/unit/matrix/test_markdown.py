@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from bridge.channels.render import markdown_to_html, needs_html
+from bridge.matrix.markdown import markdown_to_html, needs_html
 from bridge.matrix.intent import weight
 from bridge.channels.stream import SPLIT_WEIGHT, edit_interval, message_content, split_point, notice_parts, MAX_NOTICE_PARTS
 

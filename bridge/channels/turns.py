@@ -24,7 +24,7 @@ from store import StoreError, TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
 from .approvals import approve_mode, approvers
-from .context import Line, build_prompt
+from .context import UnseenMessage, build_prompt
 from .conversations import relation_for
 from ..matrix.client import MatrixError
 from ..matrix.puppet import relating
@@ -177,13 +177,13 @@ def context_reader(channel_id: str, limit: int, queued: int, conversation: str =
 
 
 def unseen_lines(read: tuple[list, list] | None, agent: str, current_message_id: str | None, fresh: bool,
-                 limit: int) -> list[Line]:
+                 limit: int) -> list[UnseenMessage]:
     """What `agent` has not seen in the channel, as context lines (from `context_reader`'s read)."""
     if not limit or read is None:
         return []
     messages = read[1] if fresh else read[0]
     # user messages after the current one are queued: each is told in its own turn, not before
-    return [Line("user" if m.role == "user" else m.sender, m.text)
+    return [UnseenMessage("user" if m.role == "user" else m.sender, m.text)
             for m in messages if m.id != current_message_id
             and not (m.role == "user" and current_message_id is not None and m.id > current_message_id)
             and (fresh or m.role != "agent" or m.sender != agent)][-limit:]

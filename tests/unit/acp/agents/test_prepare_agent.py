@@ -11,7 +11,7 @@ import time
 import pytest
 
 from acp.agents.local_model import PREPARE_METHOD
-from bridge.channels.context import Line, build_prompt
+from bridge.channels.context import UnseenMessage, build_prompt
 from stdio_client import chunks
 
 pytestmark = pytest.mark.model
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.model
 TURN = re.compile(r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated")
 PREPARED = re.compile(r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated")
 PREPARING = re.compile(r"preparing (\d+) tokens of (\d+)")
-HISTORY = [Line("user" if i % 2 else "helper", f"Message {i}: " + ("the garden wants water, the "
+HISTORY = [UnseenMessage("user" if i % 2 else "helper", f"Message {i}: " + ("the garden wants water, the "
                                                                     "roses want sun. " * 12))
            for i in range(3)]
 KNOWN = build_prompt("garden", HISTORY, "")  # what the bridge sends to prepare

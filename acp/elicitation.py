@@ -157,7 +157,7 @@ def safe_link(url: Any) -> tuple[str, str] | None:
         if not host or not all(_LABEL.fullmatch(label) for label in labels):
             return None
         if labels[-1].isdigit() or re.fullmatch(r"0x[0-9a-f]*", labels[-1]):  # an IPv4 address to a browser
-            if len(labels) != 4 or not all(l.isdigit() and str(int(l)) == l and int(l) <= 255 for l in labels):
+            if len(labels) != 4 or not all(p.isdigit() and str(int(p)) == p and int(p) <= 255 for p in labels):
                 return None
     if port and (not port.isdigit() or int(port) > 65535):
         return None
@@ -347,7 +347,7 @@ def parse_answer(fields: tuple[Field, ...], reply: str) -> tuple[dict[str, Any],
     if len(fields) == 1:
         first = _NUMBERED.match(lines[0]) if len(lines) == 1 else None
         numbered_one = first is not None and first.group(1) == "1" and first.group(2).strip()
-        given[fields[0].name] = first.group(2) if numbered_one else " ".join(l.strip() for l in lines)
+        given[fields[0].name] = first.group(2) if numbered_one else " ".join(line.strip() for line in lines)
     else:
         loose = []
         for line in lines:

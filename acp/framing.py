@@ -78,11 +78,11 @@ class LineBuffer:
         """The line now complete with `last` (its final piece, newline excluded)."""
         self._hold(last)
         if self._skipped:
-            line = OversizedLine(self._preview)
-            line.size, line.limit = self._skipped, self.limit
+            oversized = OversizedLine(self._preview)
+            oversized.size, oversized.limit = self._skipped, self.limit
             self._skipped, self._preview = 0, b""
             self.dropped += 1
-            return line
+            return oversized
         line = b"".join(self._pieces) if len(self._pieces) > 1 else (self._pieces[0] if self._pieces else b"")
         self._pieces, self._pending = [], 0
         return line

@@ -73,7 +73,7 @@ def _add_txn_seen(db: pw.Database, m: SimpleNamespace) -> None:
     if not any(column.name == "seen" for column in db.get_columns("sk_txn")):
         db.execute_sql("ALTER TABLE sk_txn ADD COLUMN seen BIGINT")
         # keys of an older store count as seen now: they are pruned one horizon later
-        db.execute_sql("UPDATE sk_txn SET seen = %d" % int(now_ms()))
+        db.execute_sql(f"UPDATE sk_txn SET seen = {int(now_ms())}")
     db.create_tables([m.Txn], safe=True)  # its index on `seen`
 
 

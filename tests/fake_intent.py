@@ -1,8 +1,9 @@
-"""A puppet's Intent for unit tests: sends and edits recorded instead of made (bridge/matrix/intent.py).
+"""A puppet's Intent for unit tests: what it would do on the homeserver recorded instead of done
+(bridge/matrix/intent.py): messages and their edits, uploads, downloads, presence.
 
-Imported as `fake_intent` (tests/ is on sys.path: tests/conftest.py). Used where the tests need the
-messages an answer made (bridge/channels/stream.py); the fakes of other tests record other calls
-(presence, media, a gate around every request) and stay with them.
+Imported as `fake_intent` (tests/ is on sys.path: tests/conftest.py), by the tests of an answer's
+messages (bridge/channels/stream.py), of live messages (bridge/coding/live.py), of attachments
+(bridge/matrix/media.py), of presence and of the MCP tools that post files.
 """
 from __future__ import annotations
 
@@ -12,22 +13,30 @@ from bridge.matrix.client import MatrixError
 
 
 class FakeIntent:
-    """Records each message and its edits, as a list in order (`events`) and per message
+    """Records each message and its edits, as a list in order (`events`, `sent`) and per message
     (`messages`). `fail(kind, n)` decides which requests fail (kind "send" or "edit", n counting
-    from 1 per kind); a send waits for `release` (set at first)."""
+    from 1 per kind). A send or an edit waits for `gate` (open at first); `in_flight` counts the
+    requests under way and `overlaps` those that started while another was. `encrypts` says
+    whether rooms are encrypted, `stored` is what a download gets."""
 
     user_id = "@sk_alice:localhost"
 
-    def __init__(self, fail=lambda kind, n: False):
+    def __init__(self, fail=lambda kind, n: False, *, encrypts: bool = False, stored: bytes = b""):
         self.fail = fail
         self.messages: dict[str, list[dict]] = {}  # event id → its contents, newest last
         self.events: list[tuple[str, str, dict]] = []  # (kind, event id or the edited one, content)
         self.calls = {"send": 0, "edit": 0}
-        self.release = asyncio.Event()
-        self.release.set()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.in_flight = 0
+        self.overlaps = 0
+        self._encrypts = encrypts
+        self.stored = stored
+        self.uploads: list[tuple[bytes, str, str]] = []  # (data, content type, file name)
+        self.presence: list[tuple[str, str | None]] = []  # (presence, status message)
 
     async def send(self, room_id, content, *, event_type="m.room.message", txn_id=None):
-        await self.release.wait()
+        await self._request()
         self.calls["send"] += 1
         if self.fail("send", self.calls["send"]):
             raise MatrixError("sending: M_UNKNOWN the homeserver is busy", 502)
@@ -37,12 +46,47 @@ class FakeIntent:
         return event_id
 
     async def edit(self, room_id, event_id, new_content, *, txn_id=None):
+        await self._request()
         self.calls["edit"] += 1
         if self.fail("edit", self.calls["edit"]):
             raise MatrixError("sending: M_UNKNOWN the homeserver is busy", 502)
         self.messages[event_id].append(new_content)
         self.events.append(("edit", event_id, new_content))
         return f"$edit{self.calls['edit']}"
+
+    async def _request(self) -> None:
+        self.in_flight += 1
+        self.overlaps += self.in_flight > 1
+        try:
+            await self.gate.wait()
+            await asyncio.sleep(0)
+        finally:
+            self.in_flight -= 1
+
+    async def encrypts(self, room_id: str) -> bool:
+        return self._encrypts
+
+    async def upload(self, data: bytes, content_type: str, filename: str) -> str:
+        self.uploads.append((data, content_type, filename))
+        return "mxc://localhost/up"
+
+    async def download(self, mxc: str, limit: int) -> bytes:
+        from bridge.matrix.intent import TooLarge
+        if len(self.stored) > limit:
+            raise TooLarge(mxc)
+        return self.stored
+
+    async def set_presence(self, presence, status_msg=None):
+        self.presence.append((presence, status_msg))
+
+    @property
+    def sent(self) -> list[tuple[str, dict]]:
+        """(kind, content) of every send and edit, in order."""
+        return [(kind, content) for kind, _, content in self.events]
+
+    def contents(self) -> list[dict]:
+        """The content of every message sent (not the edits), in order."""
+        return [content for kind, _, content in self.events if kind == "send"]
 
     def shown(self) -> list[str]:
         """What each message shows now."""

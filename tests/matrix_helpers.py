@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import secrets
+import socket
 from contextlib import asynccontextmanager
 import itertools
 import time
@@ -75,14 +77,39 @@ def write_base_config(folder: Path, hs_port: int, as_port: int) -> "config.Confi
     return cfg
 
 
+# Ports of the test homeservers and their bridges: a block of its own for each pytest-xdist worker
+# (gw0, gw1, …), below the kernel's ephemeral range (32768+), so no two workers pick the same port
+# and no outgoing connection holds one a server is about to listen on.
+PORT_BLOCK = 600
+_ports = itertools.count()
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (gw2 → 2), 0 without workers."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+def worker_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, from this worker's own block."""
+    base = 21000 + PORT_BLOCK * (worker_index() % 13)
+    for _ in range(PORT_BLOCK):
+        port = base + next(_ports) % PORT_BLOCK
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return free_port()  # the whole block busy: let the kernel choose
+
+
 @asynccontextmanager
 async def private_homeserver(folder: Path):
     """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):
     base.yaml + registration.yaml for a bridge on a free port, users owner and stranger."""
     folder.mkdir(parents=True, exist_ok=True)
-    hs_port, as_port = free_port(), free_port()
-    while as_port == hs_port:
-        as_port = free_port()
+    hs_port, as_port = worker_port(), worker_port()
     cfg = write_base_config(folder, hs_port, as_port)
     server = Homeserver(folder / "synapse", server_name="localhost", port=hs_port,
                         appservice_files=[cfg.registration_path], relaxed_limits=True,
@@ -249,6 +276,21 @@ def texts_in(client: nio.AsyncClient, room_id: str, sender: str | None = None) -
             if event.get("type") == "m.room.message"
             and isinstance(event.get("content"), dict)
             and (sender is None or event.get("sender") == sender)]
+
+
+def notice_events(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[dict[str, Any]]:
+    """The m.notice messages (the bridge's notices) of `events_in(client, room_id)`, optionally
+    only those from `sender`: raw events, oldest first."""
+    return [event for event in events_in(client, room_id)
+            if event.get("type") == "m.room.message"
+            and isinstance(event.get("content"), dict)
+            and event["content"].get("msgtype") == "m.notice"
+            and (sender is None or event.get("sender") == sender)]
+
+
+def notices(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[str]:
+    """The bodies of `notice_events(client, room_id, sender)`."""
+    return [event["content"].get("body", "") for event in notice_events(client, room_id, sender)]
 
 
 def _describe(client: nio.AsyncClient, last: int = 6) -> str:

@@ -145,8 +145,23 @@ class Asks:
         puppet's messages go there already); `asker`: the owner who answers (None: any); `run`:
         the turn asking (its answer shows the wait; None: the portal's current one —
         conversations run side by side); `mention`: the owners it notifies (approvals.py)."""
-        event_id = await self._sent(f"the {self.what}", portal.room_id,
-                                    puppet.intent.send(portal.room_id, mentioning(shown.content(), mention)))
+        posting = asyncio.ensure_future(self._sent(
+            f"the {self.what}", portal.room_id,
+            puppet.intent.send(portal.room_id, mentioning(shown.content(), mention))))
+        try:
+            event_id = await asyncio.shield(posting)
+        except asyncio.CancelledError:
+            # withdrawn or stopped while it was being posted: it lands all the same (the send
+            # goes on), so it is shown closed at once, never left open in the room
+            event_id = await posting
+            if event_id is not None:
+                ask = Ask(portal.room_id, event_id, options, asyncio.get_running_loop().create_future(),
+                          shown.body, shown.html, puppet, conversation=conversation, asker=asker)
+                ask.chosen.cancel()
+                outcome = stopped()
+                self._close(ask, outcome)
+                await asyncio.shield(self._show_end(ask, outcome))
+            raise
         if event_id is None:
             return unsent
         ask = Ask(portal.room_id, event_id, options, asyncio.get_running_loop().create_future(),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
     from store import Channel
@@ -205,7 +205,7 @@ def describe_state(state: str, answering_in: str | None = None) -> str:
             "waiting": "waiting for a free slot"}.get(state, state)
 
 
-def format_commands(agent: str, commands: list[dict] | None, several: bool) -> list[str]:
+def format_commands(agent: str, commands: list[dict[str, Any]] | None, several: bool) -> list[str]:
     """Lines for one agent's commands: `/agent:name hint — description` with several members."""
     if not commands:
         return [f"{agent}: no commands"]

@@ -5,7 +5,8 @@ thread acts on that thread (its answer, its sessions) and is answered there
 (docs/architecture.md "The Matrix side").
 
 Parsing and wording are in command_parse.py (pure); rooms and the space in space.py. Replies
-come from the bot in its DM and from a member puppet in a channel. Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
+come from the bot in its DM and from a member puppet in a channel.
+Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
 """
 from __future__ import annotations
 

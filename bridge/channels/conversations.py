@@ -13,12 +13,13 @@ message and of a member's session (store/).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 MAIN = ""  # the room's main timeline
 THREAD = "m.thread"
 
 
-def conversation_of(content: dict) -> str:
+def conversation_of(content: dict[str, Any]) -> str:
     """The thread root an event's content says it is in, else MAIN. A reply without
     `rel_type: m.thread` (a client without threads) is in the main timeline. An edit
     (`m.replace`) says nothing of its own: it stays where its original is, which its content
@@ -34,7 +35,7 @@ def is_thread(conversation: str) -> bool:
     return conversation != MAIN
 
 
-def thread_relation(root: str, latest: str | None = None) -> dict:
+def thread_relation(root: str, latest: str | None = None) -> dict[str, Any]:
     """The `m.relates_to` of a new message in the thread of `root`. Clients without threads see
     a reply to `latest` (the message it follows: for a turn, the one it answers), or to the root;
     clients with threads know by `is_falling_back` that it is no real reply. An edit never
@@ -45,7 +46,7 @@ def thread_relation(root: str, latest: str | None = None) -> dict:
             "m.in_reply_to": {"event_id": reply_to}}
 
 
-def relation_for(conversation: str, latest: str | None = None) -> dict | None:
+def relation_for(conversation: str, latest: str | None = None) -> dict[str, Any] | None:
     """What a message sent into `conversation` relates to: None in the main timeline."""
     return thread_relation(conversation, latest) if is_thread(conversation) else None
 
@@ -58,12 +59,12 @@ class Here:
     event_id: str | None = None
 
     @classmethod
-    def of(cls, event: dict) -> "Here":
+    def of(cls, event: dict[str, Any]) -> "Here":
         """Where `event` (an owner's message) was typed."""
         event_id = event.get("event_id")
         return cls(conversation_of(event.get("content") or {}),
                    event_id if isinstance(event_id, str) else None)
 
     @property
-    def relates_to(self) -> dict | None:
+    def relates_to(self) -> dict[str, Any] | None:
         return relation_for(self.conversation, self.event_id)

@@ -2,7 +2,8 @@
 
 `send` is any notice, split to fit (a listing, an agent's words: any size, at most
 MAX_NOTICE_PARTS messages, stream.notice_parts); `in_channel` picks who says it in a channel: the
-puppet given, else its first member, else the bot (`notice`: the same for a portal). A notice that cannot be sent is logged, never
+puppet given, else its first member, else the bot (`notice`: the same for a portal).
+A notice that cannot be sent is logged, never
 raised: it tells, it does not decide anything.
 """
 from __future__ import annotations

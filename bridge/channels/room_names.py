@@ -6,6 +6,8 @@ the room has (renames follow); a room that never had a name is said to be one.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 def place(name: str | None, direct_agent: str | None) -> str:
     """Where something happens, as words after "in": `your direct chat`, `#general`."""
@@ -17,6 +19,6 @@ def place(name: str | None, direct_agent: str | None) -> str:
     return f"#{name}"
 
 
-def place_of(channel) -> str:
+def place_of(channel: Any) -> str:
     """`place` of a store Channel (its `name` and `direct_agent`)."""
     return place(channel.name, channel.direct_agent)

@@ -40,7 +40,7 @@ def route(text: str, parsed: Parsed, members: list[str], last_speaker: str | Non
         return Route((Turn(direct_agent, text),))
     if parsed.slash is not None:
         agent = parsed.slash.agent
-        invite = () if agent in members else (agent,)
+        invite: tuple[str, ...] = () if agent in members else (agent,)
         return Route((Turn(agent, parsed.slash.text, alone=True),), invite=invite)
     if parsed.mentions:
         invite = tuple(agent for agent in parsed.mentions if agent not in members)

@@ -4,7 +4,7 @@ heavy: the `sidekicks mcp` process (mcp/stdio.py) reads it at every start.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 MAX_IN_SECONDS = 366 * 24 * 3600
@@ -25,7 +25,7 @@ def schedule_number(value: Any) -> int:
     return value
 
 
-def clock(ms: int, tz: timezone | None = None) -> str:
+def clock(ms: int, tz: tzinfo | None = None) -> str:
     """A stored time (ms) as the tools show it: 2026-12-05 07:30:15 +0000 (the bridge's zone)."""
     when = datetime.fromtimestamp(ms / 1000, tz or timezone.utc)
     if tz is None:

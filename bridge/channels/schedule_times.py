@@ -7,7 +7,7 @@ What is wrong with a schedule's arguments is `BadArguments` (schedule_args.py).
 """
 from __future__ import annotations
 
-from datetime import datetime, tzinfo
+from datetime import datetime, timezone, tzinfo
 
 from croniter import croniter
 
@@ -17,7 +17,7 @@ GRACE_MS = 2000  # an `at` this little in the past (the agent's clock, the call'
 
 
 def _zone(tz: tzinfo | None) -> tzinfo:
-    return tz or datetime.now().astimezone().tzinfo
+    return tz or datetime.now().astimezone().tzinfo or timezone.utc
 
 
 def first_due(now_ms: int, in_seconds: float | None = None, at: str | None = None, cron: str | None = None,

@@ -208,8 +208,8 @@ def tool_call(call: ToolCall) -> tuple[Rendered, list[DiffView]]:
         where = locations_text(call.locations)
         body.append(f"Where: {where}")
         html.append(f"<p>Where: <code>{_e(where)}</code></p>")
-    attachments = []
-    terminals_shown = set()
+    attachments: list[DiffView] = []
+    terminals_shown: set[str] = set()
     shell = call.text_terminal()  # a command's output sent as text: its tail, not its head
     for item in call.content:
         if shell is not None and item.type == "content":
@@ -230,7 +230,7 @@ def tool_call(call: ToolCall) -> tuple[Rendered, list[DiffView]]:
     return _done(body, html), attachments
 
 
-def _content_part(call: ToolCall, item: ToolContent, attachments: list, terminals_shown: set) -> Rendered | None:
+def _content_part(call: ToolCall, item: ToolContent, attachments: list[DiffView], terminals_shown: set[str]) -> Rendered | None:
     if item.type == "diff":
         view = diff(item.path, item.old_text, item.new_text)
         if view.attach:
@@ -249,7 +249,7 @@ def _content_part(call: ToolCall, item: ToolContent, attachments: list, terminal
 
 def option_label(option: dict[str, Any]) -> str:
     name = str(option.get("name") or option.get("optionId") or "?")
-    label = OPTION_LABELS.get(option.get("kind"))
+    label = OPTION_LABELS.get(str(option.get("kind")))
     return f"{label} — {name}" if label and name.lower() != label.split(" ", 1)[1].lower() else (label or name)
 
 
@@ -292,7 +292,7 @@ def permission(agent_title: str, tool_call_raw: dict[str, Any], options: list[di
         where = locations_text(call.locations)
         body.append(f"Where: {where}")
         html.append(f"<p>Where: <code>{_e(where)}</code></p>")
-    attachments = []
+    attachments: list[DiffView] = []
     for item in call.content:
         part = _content_part(call, item, attachments, set())
         if part is not None:

@@ -662,7 +662,7 @@ class Device:
                 missing.setdefault(user_id, []).append(device.id)
         if missing:
             delay = 0.5
-            for attempt in range(5):
+            for _attempt in range(5):
                 response = await self.nio.keys_claim(missing)
                 if isinstance(response, nio.KeysClaimResponse):
                     break

@@ -4,7 +4,8 @@ Every endpoint checks the hs_token in constant time and answers M_FORBIDDEN othe
 Transactions are idempotent: a transaction is recorded once all its events are handled, and the
 same transaction sent again (also after a restart — the keys are in the store) is acknowledged
 without handling it again; one the bridge could not handle in full is refused (HTTP 500) and
-comes again (bridge/matrix/dispatch.py says which failures refuse it). The key is the id *and* what it carries: Synapse on SQLite numbers
+comes again (bridge/matrix/dispatch.py says which failures refuse it).
+The key is the id *and* what it carries: Synapse on SQLite numbers
 transactions from 1 again after a restart, so an id alone would drop new events.
 
 Besides room events, a transaction may carry what end-to-end encryption needs (MSC2409 to-device

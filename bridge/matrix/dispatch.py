@@ -4,7 +4,8 @@ messages a puppet catches up on when it joins, and (with encryption) decrypted e
 A transaction's crypto traffic (to-device messages, device lists, key counts) goes to the
 `Encryption` seam first, so that a room key arrives before the message it opens; then its events,
 in order. Each event is checked (type, room, sender, content) and handed to the handler of its
-kind, given by whoever builds the dispatcher (the bridge: bridge/channels/inbound.py). Events the bridge's own identities sent are not handled: their answers
+kind, given by whoever builds the dispatcher (the bridge: bridge/channels/inbound.py).
+Events the bridge's own identities sent are not handled: their answers
 and notices come back to the appservice and are stored by the turns that made them.
 
 Nothing is lost, nothing runs twice:

@@ -289,7 +289,7 @@ class Intent:
         """Join; False if the homeserver refuses (4xx). A busy or broken homeserver (5xx, 429,
         no answer) is asked again with backoff (JOIN_RETRIES); then MatrixError (transient), so
         that the event that asked for the join is sent again rather than counted as handled."""
-        for attempt, pause in enumerate((*JOIN_RETRIES, None)):
+        for pause in (*JOIN_RETRIES, None):
             try:
                 status, body = await self.client.raw("POST", f"/_matrix/client/v3/join/{_q(room_id)}", {})
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:

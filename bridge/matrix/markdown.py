@@ -48,7 +48,7 @@ def _only_mxc_images(tag: str, attribute: str, value: str) -> str | None:
     return value
 
 
-def _alt_for_sourceless(match: re.Match) -> str:
+def _alt_for_sourceless(match: re.Match[str]) -> str:
     attributes = match.group(1)
     if re.search(r'\ssrc="', attributes):
         return match.group(0)

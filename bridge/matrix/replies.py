@@ -11,13 +11,14 @@ A thread message whose `m.in_reply_to` is only a fallback for clients without th
 from __future__ import annotations
 
 import re
+from typing import Any
 
 MX_REPLY = re.compile(r"^\s*<mx-reply>.*?</mx-reply>", re.IGNORECASE | re.DOTALL)
 # the first line of a body fallback: "> <@sender:server> quoted text" ("> * <@…>" for an emote)
 FALLBACK_HEAD = re.compile(r"^> (?:\* )?<@[^>\s]+>")
 
 
-def replied_to(content: dict) -> str | None:
+def replied_to(content: dict[str, Any]) -> str | None:
     """The event id this message replies to, if it is a reply. A thread message's
     `m.in_reply_to` marked `is_falling_back` is no reply: clients put the thread's latest event
     there for clients without threads (a number typed in a thread answers the thread's question)."""
@@ -48,7 +49,7 @@ def strip_html_fallback(html: str) -> str:
     return MX_REPLY.sub("", html, count=1)
 
 
-def without_fallback(content: dict) -> dict:
+def without_fallback(content: dict[str, Any]) -> dict[str, Any]:
     """The content of a message with its reply fallback removed (the same dict if none)."""
     if replied_to(content) is None:
         html = content.get("formatted_body")

@@ -3,7 +3,8 @@
 (uvicorn). The port is bound and listening from the bridge's start (`bind`: its URL is known at
 once), but the SDK (pydantic, starlette, uvicorn: ~37 MB of the bridge's memory) is imported, on a
 worker thread, and served only when the first agent announcing HTTP opens a session (`serve`);
-a connection made before then waits in the listening socket's backlog. A request must carry a session's secret as `Authorization: Bearer …`; one without a
+a connection made before then waits in the listening socket's backlog.
+A request must carry a session's secret as `Authorization: Bearer …`; one without a
 known secret is answered 401 before it reaches MCP. Each tool call goes to the same
 `McpService.call` as the stdio server's, so both act on the same conversation the same way.
 """

@@ -68,7 +68,7 @@ TOOLS: tuple[Tool, ...] = (
 NAMES = tuple(tool.name for tool in TOOLS)
 
 
-def _text(args: dict, key: str, required: bool, most: int | None = None) -> str | None:
+def _text(args: dict[str, Any], key: str, required: bool, most: int | None = None) -> str | None:
     value = args.get(key)
     if value is None:
         if required:
@@ -104,7 +104,7 @@ def check(name: str, args: Any, history_most: int) -> dict[str, Any]:
         return {"path": _text(args, "path", True, 4096), "caption": _text(args, "caption", False, 4000)}
     if name == "react":
         event_id = _text(args, "event_id", True, 255)
-        if not event_id.startswith("$"):
+        if event_id is None or not event_id.startswith("$"):
             raise BadArguments("`event_id` must be a Matrix event id, starting with $")
         return {"event_id": event_id, "key": _text(args, "key", True, KEY_CHARS)}
     if name == "schedule":

@@ -57,7 +57,7 @@ async def bridge_figures(bench: Bench, owner: Owner, rounds: int) -> dict:
             room, start = rooms["echo"], len(owner.events.get(rooms["echo"], []))
             t0 = now()
             await owner.send_text(room, f"echo {i}")
-            seen, _ = await owner.wait_for(_seen(owner, room, start, lambda e: e.get("sender") == ECHO
+            seen, _ = await owner.wait_for(_seen(owner, room, start, lambda e, i=i: e.get("sender") == ECHO
                                                  and f"echo {i}" in body_of(e) and is_final(body_of(e))))
             if i >= 2:
                 out["echo"].append(seen - t0)

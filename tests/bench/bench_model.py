@@ -261,8 +261,9 @@ def notes(r: dict) -> list[str]:
     d = r["d"]
     rate = d["evaluated"] / d["seconds"] if d["seconds"] else 0
     out = [
-        f"local model: first prompts of 1,000+ tokens: {', '.join(str(t['prompt']) for t in [r['a_prime'], *r['b_prime']])} "
-        f"tokens, evaluated at {p50([t['evaluated'] / t['seconds'] for t in [r['a_prime'], *r['b_prime']]]):.0f} tokens/s",
+        f"local model: first prompts of 1,000+ tokens: "
+        f"{', '.join(str(t['prompt']) for t in [r['a_prime'], *r['b_prime']])} tokens, evaluated at "
+        f"{p50([t['evaluated'] / t['seconds'] for t in [r['a_prime'], *r['b_prime']]]):.0f} tokens/s",
         f"local model (a): {counts(r['a'])}; (b): {counts(r['b'])}; (c): {counts(r['c'])}",
         f"local model (d): {d['chars']} characters → {d['prompt']} prompt tokens, {d['evaluated']} "
         f"evaluated in {d['seconds']:.1f} s ({rate:.0f} tokens/s); agent RSS after it {r['d_rss']:.0f} MB",

@@ -1,5 +1,5 @@
 """Prepare ahead (docs/prepare.md): the local agent's first token after a question in a channel
-with the ADR's full history (20 messages × 1,500 characters), with and without `_sidekicks/prepare`.
+with a full unseen history (20 messages × 1,500 characters, docs/architecture.md "What each agent reads"), with and without `_sidekicks/prepare`.
 
 The agent runs as the bridge runs it (acp.agents.local_model over stdio, `--log-turns`). The
 prompt is the bridge's own (bridge.channels.context.build_prompt); the prepared text is that

@@ -250,6 +250,8 @@ def notes(r: dict) -> list[str]:
     line = ", ".join(f"{c['sent'] // 1000}k: {c['txn_rows']} keys / {c['rss_kb'] / 1024:.0f} MB" for c in cps[::4])
     end = r.get("final", {})
     return [f"soak: {r['messages']:,} messages in transactions of {PER_TXN}, {AGENTS} echo agents, stub "
-            f"homeserver ({r.get('sends', 0):,} sends; requests by kind {r.get('kinds', {})}); keys kept {r['keep_s']} s (a bridge keeps 7 days), "
+            f"homeserver ({r.get('sends', 0):,} sends; requests by kind {r.get('kinds', {})}); "
+            f"keys kept {r['keep_s']} s (a bridge keeps 7 days), "
             f"pruned at most every 2 s; keys / RSS along the run: {line}; "
-            f"{end.get('pruned', 0):,} keys pruned by the bridge; WAL at the end {end.get('wal', 0) / 1024 / 1024:.1f} MiB"]
+            f"{end.get('pruned', 0):,} keys pruned by the bridge; "
+            f"WAL at the end {end.get('wal', 0) / 1024 / 1024:.1f} MiB"]

@@ -11,7 +11,7 @@ import nio
 
 from bridge_harness import agent, answers_in
 from helpers import is_final, joined, prompts, say
-from matrix_helpers import events_in, sync_until
+from matrix_helpers import events_in, notices, sync_until
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
 GOROUTINES = "Goroutines are light threads…"
@@ -37,11 +37,6 @@ async def wait_answers(owner, room_id, puppet_id, count=1, timeout=60) -> list[d
         return len(answers) >= count and all(is_final(a) for a in answers[:count])
     await sync_until(owner, done, timeout=timeout)
     return finished_answers(owner, room_id, puppet_id)
-
-
-def notices(owner, room_id) -> list[str]:
-    return [e["content"].get("body", "") for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.message" and e["content"].get("msgtype") == "m.notice"]
 
 
 def header(channel: str) -> str:

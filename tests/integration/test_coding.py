@@ -99,7 +99,7 @@ async def test_the_plan_is_one_message_edited_as_the_agent_replaces_it(bridge_fa
     await say(owner, room_id, "fix it [[plan:4]]")
     sent = [plan_body(n) for n in range(4)]
     for n in range(4):  # each plan is shown before the agent sends the next
-        await sync_until(owner, lambda: plans(owner, room_id) and plans(owner, room_id)[-1]["body"] == sent[n])
+        await sync_until(owner, lambda n=n: plans(owner, room_id) and plans(owner, room_id)[-1]["body"] == sent[n])
         (hold / f"plan-{n + 1}").touch()
     found = await final_answer(owner, room_id, "done: fix it")
     shown = plans(owner, room_id)

@@ -12,7 +12,7 @@ import nio
 
 from bridge_harness import wait_until as until, agent, answers_in
 from helpers import say
-from matrix_helpers import WHOLE_TIMELINE, events_in, sync_until
+from matrix_helpers import WHOLE_TIMELINE, events_in, notices, sync_until
 
 BOT, ALICE, BOB = "@sidekicks:localhost", "@sk_alice:localhost", "@sk_bob:localhost"
 LINK = re.compile(r"https://matrix\.to/#/(![^?\s]+)")
@@ -26,12 +26,6 @@ def logged(log_path) -> list[dict]:
 
 def methods(log_path) -> list[str]:
     return [m.get("method") for m in logged(log_path) if m.get("method")]
-
-
-def notices(client, room_id, sender) -> list[str]:
-    return [e["content"].get("body", "") for e in events_in(client, room_id)
-            if e.get("type") == "m.room.message" and e.get("sender") == sender
-            and e["content"].get("msgtype") == "m.notice"]
 
 
 def membership_of(client, room_id, user_id) -> str | None:

@@ -17,7 +17,7 @@ import nio
 from bridge.matrix.msc4391 import DESCRIPTION, description, state_key
 from bridge_harness import agent, wait_until
 from helpers import joined, received, say
-from matrix_helpers import caught_up, events_in, login, sync_until
+from matrix_helpers import caught_up, events_in, login, notices, sync_until
 
 BOT, ALICE, BOB = "@sidekicks:localhost", "@sk_alice:localhost", "@sk_bob:localhost"
 LIVE = "org.matrix.msc4357.live"
@@ -57,12 +57,6 @@ def expected(user_id: str, *specs: str) -> dict[str, dict]:
         content = description({"name": name, "description": desc, "input": {"hint": hint[0]} if hint else None})
         found[state_key(name, user_id)] = content
     return found
-
-
-def notices(owner, room_id, sender) -> list[str]:
-    return [e["content"].get("body", "") for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.message" and e.get("sender") == sender
-            and e["content"].get("msgtype") == "m.notice"]
 
 
 async def new_channel(owner, name: str, *agents: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bridge_harness import agent, answers_in
 from helpers import ALICE, BOB, answered, in_thread, is_final, prompts, say, thread_of
-from matrix_helpers import events_in, sync_until
+from matrix_helpers import events_in, notice_events, sync_until
 from test_channels import group
 
 
@@ -32,11 +32,6 @@ def answer_to(owner, room_id, sender, prompt_event) -> dict | None:
         if (relates.get("m.in_reply_to") or {}).get("event_id") == prompt_event and answer["msgtype"] != "m.notice":
             return answer
     return None
-
-
-def notices_in(owner, room_id) -> list[dict]:
-    return [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
-            and e["content"].get("msgtype") == "m.notice"]
 
 
 async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bridge_factory, tmp_path, owner):
@@ -74,8 +69,8 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     # !stop in the main timeline stops the main timeline's answer only: there is none, said so
     stop = await say(owner, room_id, "!stop")
     await sync_until(owner, lambda: any("Nothing is being answered in the main timeline" in e["content"]["body"]
-                                        for e in notices_in(owner, room_id)), timeout=60)
-    said = [e for e in notices_in(owner, room_id) if "Nothing is being answered" in e["content"]["body"]]
+                                        for e in notice_events(owner, room_id)), timeout=60)
+    said = [e for e in notice_events(owner, room_id) if "Nothing is being answered" in e["content"]["body"]]
     assert thread_of(said[0]) == "" and stop
     assert not is_final(answer_to(owner, room_id, ALICE, held))
 
@@ -115,7 +110,7 @@ async def test_threads_on_answers_a_top_level_message_in_a_thread_under_it(bridg
     room_id = await group(owner, ALICE, BOB, name="slack")
 
     def said(text: str) -> list[dict]:
-        return [e for e in notices_in(owner, room_id) if text in e["content"]["body"]]
+        return [e for e in notice_events(owner, room_id) if text in e["content"]["body"]]
 
     await say(owner, room_id, "!threads")
     await sync_until(owner, lambda: said("Threads are off here"), timeout=60)
@@ -187,7 +182,7 @@ async def test_a_command_typed_in_a_thread_acts_on_the_threads_session_and_answe
     main_session = calls(log, "session/prompt")[0]["sessionId"]
 
     def notices_about(text: str) -> list[dict]:
-        return [e for e in notices_in(owner, room_id) if text in e["content"]["body"]]
+        return [e for e in notice_events(owner, room_id) if text in e["content"]["body"]]
 
     asked = await say(owner, room_id, "!mode alice plan", **in_thread(root, root))
     await sync_until(owner, lambda: notices_about("🔀"), timeout=60)

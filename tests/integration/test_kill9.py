@@ -163,7 +163,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
         await sync_until(owner, lambda: any(
             e.get("type") == "m.room.member" and e.get("state_key") == puppet_id
             and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
-        for kill in range(KILLS):
+        for _kill in range(KILLS):
             for _ in range(rng.choice((1, 1, 2))):
                 text = f"msg {len(sent)}"
                 await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})

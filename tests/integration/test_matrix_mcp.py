@@ -16,7 +16,7 @@ import nio
 
 from bridge_harness import answers_in, wait_until
 from helpers import BOB, prompts, received, say
-from matrix_helpers import caught_up, events_in, sync_until
+from matrix_helpers import caught_up, events_in, notices, sync_until
 from store.ids import now_ms
 
 MCP_AGENT = Path(__file__).resolve().parents[1] / "agents" / "mcp_agent.py"
@@ -38,12 +38,6 @@ def answers(owner, room_id: str) -> list[str]:
     """alice's final messages in the room, oldest first (status lines still streaming left out)."""
     return [m["body"] for m in answers_in(events_in(owner, room_id), ALICE)
             if m.get("msgtype") in ("m.text", None) and not m["body"].startswith(("⏳", "💭", "✍️", "🔧"))]
-
-
-def notices(owner, room_id: str) -> list[str]:
-    return [e["content"]["body"] for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.message" and e.get("sender") == ALICE
-            and e["content"].get("msgtype") == "m.notice"]
 
 
 def answers_of(owner, room_id: str, user_id: str) -> list[str]:
@@ -143,12 +137,12 @@ async def test_react_on_a_message_of_this_room_only(bridge_factory, tmp_path, ow
     mine = await say(owner, room, "react to me")
     theirs = await say(owner, other, "not this one")
     await running.idle()
-    done = await ask(owner, room, '[[tool:react {"event_id": "%s", "key": "👍"}]]' % mine, "react")
+    done = await ask(owner, room, '[[tool:react {"event_id": "' + mine + '", "key": "👍"}]]', "react")
     assert done.startswith("react: Reacted"), done
     await sync_until(owner, lambda: any(
         e.get("type") == "m.reaction" and e.get("sender") == ALICE
         and e["content"]["m.relates_to"]["event_id"] == mine for e in events_in(owner, room)))
-    refused = await ask(owner, room, '[[tool:react {"event_id": "%s", "key": "👍"}]]' % theirs, "react")
+    refused = await ask(owner, room, '[[tool:react {"event_id": "' + theirs + '", "key": "👍"}]]', "react")
     assert refused.startswith("react error:") and "no message" in refused
     await running.idle()
     await caught_up(owner, other)
@@ -156,7 +150,7 @@ async def test_react_on_a_message_of_this_room_only(bridge_factory, tmp_path, ow
 
 
 def runs(owner, room_id: str, prompt: str) -> list[str]:
-    return [n for n in notices(owner, room_id) if n.startswith(f"⏰ alice scheduled: {prompt}")]
+    return [n for n in notices(owner, room_id, ALICE) if n.startswith(f"⏰ alice scheduled: {prompt}")]
 
 
 def approval_ask(owner, room_id: str, number: int, agent: str = "alice", user_id: str = ALICE) -> dict | None:
@@ -233,11 +227,11 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
     # each single run was posted for the owner with the command that cancels it
     await sync_until(owner, lambda: any(n.startswith("🗓 alice scheduled a single run (schedule 1)")
                                         and n.endswith("time to stretch\n`!unschedule 1` cancels it.")
-                                        for n in notices(owner, room)))
+                                        for n in notices(owner, room, ALICE)))
     assert running.store.schedules.listed(running.store.channel_by_room(room).id) == []
     # the owner sees none left
     await say(owner, room, "!schedules")
-    await sync_until(owner, lambda: any(n.startswith("Nothing is scheduled here") for n in notices(owner, room)))
+    await sync_until(owner, lambda: any(n.startswith("Nothing is scheduled here") for n in notices(owner, room, ALICE)))
 
 
 async def test_a_run_due_while_the_bridge_was_down_runs_once_at_the_start_saying_it_is_late(
@@ -296,29 +290,29 @@ async def test_the_owner_lists_and_cancels_schedules_and_a_stranger_can_do_neith
     await ask(owner, room, '[[tool:schedule {"prompt": "also later", "in_seconds": 3600}]]', "schedule")
     await running.idle()
     await sync_until(owner, lambda: approval_ask(owner, room, 1) is not None and any(
-        n.startswith("🗓 alice scheduled a single run (schedule 2)") for n in notices(owner, room)))
-    seen = len(notices(owner, room))
+        n.startswith("🗓 alice scheduled a single run (schedule 2)") for n in notices(owner, room, ALICE)))
+    seen = len(notices(owner, room, ALICE))
     for attempt in ("!schedules", "!unschedule 1", "[[tool:cancel_schedule {\"id\": 2}]]"):
         sent = await stranger.room_send(room, "m.room.message", {"msgtype": "m.text", "body": attempt})
         await running.handled(sent.event_id)
     await running.idle()
     await caught_up(owner, room)
-    assert len(notices(owner, room)) == seen  # no listing, no cancelling, for the stranger
+    assert len(notices(owner, room, ALICE)) == seen  # no listing, no cancelling, for the stranger
     channel_id = running.store.channel_by_room(room).id
     assert [s.prompt for s in running.store.schedules.listed(channel_id)] == ["far away", "also later"]
     await say(owner, room, "!schedules")
-    await sync_until(owner, lambda: any(n.startswith("Scheduled here:") for n in notices(owner, room)))
-    listing = next(n for n in notices(owner, room) if n.startswith("Scheduled here:"))
+    await sync_until(owner, lambda: any(n.startswith("Scheduled here:") for n in notices(owner, room, ALICE)))
+    listing = next(n for n in notices(owner, room, ALICE) if n.startswith("Scheduled here:"))
     assert "1. alice, waiting for your approval, on cron 0 3 1 1 *: far away" in listing
     assert "2. alice" in listing and "also later" in listing
     await say(owner, room, "!unschedule 1")
     await sync_until(owner, lambda: any(n.startswith("Cancelled schedule 1 of alice: far away")
-                                        for n in notices(owner, room)))
+                                        for n in notices(owner, room, ALICE)))
     assert [s.prompt for s in running.store.schedules.listed(channel_id)] == ["also later"]
     # its ask is over: shown cancelled, and a number no longer approves it
     await sync_until(owner, lambda: "🗑 Cancelled before an answer" in approval_ask(owner, room, 1)["body"])
     await say(owner, room, "!unschedule 9")
-    await sync_until(owner, lambda: any(n.startswith("There is no schedule 9 here") for n in notices(owner, room)))
+    await sync_until(owner, lambda: any(n.startswith("There is no schedule 9 here") for n in notices(owner, room, ALICE)))
 
 
 async def test_an_agent_announcing_http_gets_the_server_over_http_too(bridge_factory, tmp_path, owner):

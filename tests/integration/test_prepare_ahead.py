@@ -1,6 +1,6 @@
 """Prepare ahead through the bridge (docs/prepare.md): a running member that announces
 `_sidekicks/prepare` is handed the start of the prompt it will get, and the prompt it then gets
-is byte for byte the one it gets without preparation (the ADR's example); an agent that is not
+is byte for byte the one it gets without preparation (the example of docs/architecture.md "What each agent reads"); an agent that is not
 running is never started to prepare.
 
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
@@ -67,7 +67,7 @@ async def test_a_running_member_is_handed_its_prompts_start_and_the_prompt_is_un
 
     await say(owner, room_id, QUESTION)
     await wait_answers(owner, room_id, BOB, count=2)
-    # byte for byte the ADR's text, as without preparation (tests/integration/test_channels.py)
+    # byte for byte the example's text, as without preparation (tests/integration/test_channels.py)
     assert prompts(logs["bob"])[-1] == KNOWN + QUESTION
     assert prompt_sessions(logs["bob"])[-1] == prepared_in  # prepared in the session it is asked in
     # carol was never asked: no agent is started only to prepare

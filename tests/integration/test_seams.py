@@ -13,16 +13,10 @@ import nio
 from bridge.matrix import dispatch
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import joined, open_dm, say
-from matrix_helpers import events_in, sync_until, texts_in
+from matrix_helpers import events_in, notices, sync_until, texts_in
 from store import StoreError
 
 ALICE, BOT = "@sk_alice:localhost", "@sidekicks:localhost"
-
-
-def notices(owner, room_id: str, sender: str = BOT) -> list[str]:
-    return [e["content"]["body"] for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.message" and e.get("sender") == sender
-            and e["content"].get("msgtype") == "m.notice"]
 
 
 until = partial(wait_until, timeout=30)
@@ -104,16 +98,16 @@ async def test_a_command_delivered_again_runs_once(homeserver, tmp_path, owner):
     try:
         dm = (await owner.room_create(is_direct=True, invite=[BOT],
                                       preset=nio.RoomPreset.trusted_private_chat)).room_id
-        await sync_until(owner, lambda: notices(owner, dm))  # the bot's greeting
+        await sync_until(owner, lambda: notices(owner, dm, BOT))  # the bot's greeting
         name = f"again-{secrets.token_hex(3)}"
         event = {"event_id": f"$replayed-{name}", "type": "m.room.message", "room_id": dm,
                  "sender": homeserver.owner_id, "origin_server_ts": 1,
                  "content": {"msgtype": "m.text", "body": f"!new {name} alice"}}
         assert await put_transaction(homeserver, running, f"replay-{name}-1", [event]) == 200
         assert await put_transaction(homeserver, running, f"replay-{name}-2", [event]) == 200
-        await sync_until(owner, lambda: any(n.startswith(f"Made #{name}") for n in notices(owner, dm)))
+        await sync_until(owner, lambda: any(n.startswith(f"Made #{name}") for n in notices(owner, dm, BOT)))
         assert [c.name for c in running.store.channels()].count(name) == 1
-        assert sum(1 for n in notices(owner, dm) if n.startswith(f"Made #{name}")) == 1
+        assert sum(1 for n in notices(owner, dm, BOT) if n.startswith(f"Made #{name}")) == 1
     finally:
         await running.stop()
 

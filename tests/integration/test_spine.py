@@ -142,7 +142,7 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
     url = f"http://127.0.0.1:{homeserver.as_port}/_matrix/app/v1/transactions/{txn_id}"
     headers = {"Authorization": f"Bearer {token}"}
     async with aiohttp.ClientSession() as http:
-        for attempt in range(2):
+        for _attempt in range(2):
             async with http.put(url, json=transaction("$first", "once"), headers=headers) as r:
                 assert r.status == 200
         await final_answer(owner, room_id, "@sk_alice:localhost", done=lambda a: a["body"] == "echo: once")

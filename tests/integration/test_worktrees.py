@@ -26,7 +26,7 @@ import nio
 
 from bridge_harness import agent, answers_in, wait_until
 from helpers import ALICE, BOB, answered, in_thread, is_final, received, say, thread_of
-from matrix_helpers import events_in, sync_until
+from matrix_helpers import events_in, notice_events, sync_until
 from test_channels import group
 from test_conversations_parallel import answer_to
 from test_matrix_mcp import mcp_agent
@@ -45,15 +45,10 @@ def make_repo(folder: Path) -> Path:
     return folder
 
 
-def notices(owner, room_id) -> list[dict]:
-    return [e for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.message" and e["content"].get("msgtype") == "m.notice"]
-
-
 async def notice(owner, room_id, *words: str) -> dict:
     """Once a notice with all these words has come: it."""
     def found():
-        return next((e for e in notices(owner, room_id)
+        return next((e for e in notice_events(owner, room_id)
                      if all(w in e["content"].get("body", "") for w in words)), None)
     await sync_until(owner, lambda: found() is not None, timeout=60)
     return found()

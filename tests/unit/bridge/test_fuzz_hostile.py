@@ -4,7 +4,8 @@ while strangers send random Matrix events into the same rooms. Seeded, a few sec
 
 Measured: no unexpected exception (an ERROR log fails the test), the event loop never stalls more
 than 100 ms (its own stalls: the loop thread's CPU time, or its lateness less the time this
-process's threads waited for a CPU, which the machine's other work decides), nothing of one room reaches another, nothing of a stranger
+process's threads waited for a CPU, which the machine's other work decides),
+nothing of one room reaches another, nothing of a stranger
 reaches an agent. The homeserver is a local aiohttp server that records every request.
 """
 from __future__ import annotations

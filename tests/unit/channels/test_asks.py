@@ -17,6 +17,7 @@ from bridge.channels.permissions import Permissions
 from bridge.coding.questions import Questions
 from bridge.matrix.client import MatrixError
 from bridge_harness import wait_until
+from scene_helpers import SentNotices
 
 ROOM = "!room:hs"
 WAITING = "🔧 waiting for you"
@@ -48,16 +49,6 @@ class Intent:
         return f"$edit{len(self.edits)}"
 
 
-class Notices:
-    def __init__(self):
-        self.said: list[tuple[str, str]] = []
-        self.by: list = []  # the puppet of each line: the one that asked writes in its conversation
-
-    async def send(self, puppet, room_id, text, html=None):
-        self.said.append((room_id, text))
-        self.by.append(puppet)
-
-
 class Answer:
     def __init__(self, status):
         self.status = status
@@ -76,7 +67,7 @@ class Shown:
 
 
 def scene(timeout: float = 60.0, refuse: bool = False):
-    intent, notices = Intent(refuse), Notices()
+    intent, notices = Intent(refuse), SentNotices()
     puppet = SimpleNamespace(intent=intent, displayname="Alice")
     answer = Answer("💭 thinking…")
     portal = SimpleNamespace(room_id=ROOM, current=SimpleNamespace(answer=answer, cancelled=False,
@@ -215,6 +206,33 @@ async def test_a_cancelled_wait_ends_the_ask_stopped_and_goes_on():
                                            "format": "org.matrix.custom.html",
                                            "formatted_body": f"<p>Which?</p><p><strong>{STOPPED}</strong></p>"})
     assert await s.asks.on_number(ROOM, "1") is False  # nothing open any more
+
+
+async def test_an_ask_cancelled_while_it_is_posted_lands_closed():
+    """Withdrawn (or stopped) while the homeserver still takes its message: the message lands
+    all the same, so it is shown closed at once instead of staying open in the room."""
+    s = scene()
+    gate = asyncio.Event()
+    send = s.intent.send
+
+    async def slow_send(room_id, content):
+        await gate.wait()
+        return await send(room_id, content)
+
+    s.intent.send = slow_send
+    task = numbered(s)
+    await until(lambda: not task.done() and s.intent.sent == [] and s.asks.open == [])
+    await asyncio.sleep(0)  # the ask is now waiting on its post
+    task.cancel()
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [content["body"] for _, content in s.intent.sent] == ["Which?"]
+    assert s.asks.open == [] and s.asks.closed == {"$ask1": STOPPED}
+    assert s.intent.edits == [("$ask1", {"msgtype": "m.text", "body": f"Which?\n\n{STOPPED}",
+                                         "format": "org.matrix.custom.html",
+                                         "formatted_body": f"<p>Which?</p><p><strong>{STOPPED}</strong></p>"})]
+    assert s.intent.reactions == []  # no option offered on a closed ask
 
 
 async def test_an_ask_that_cannot_be_posted_is_not_waited_for():

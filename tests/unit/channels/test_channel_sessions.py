@@ -12,10 +12,11 @@ from bridge.channels.conversations import Here
 from bridge.channels.portal import Portal
 from bridge.channels.sessions import (Listed, SessionCommands, ago, close_sessions, format_sessions,
                                       iso_ms, merged, title_line)
-from store import SessionRecord, Store
+from store import SessionRecord
 from store.offloop import OffLoop
 
 from fake_places import ConfiguredPlaces
+from scene_helpers import PortalNotices, store_with_channel
 
 MIN = 60_000
 
@@ -112,15 +113,10 @@ ALL = SessionCapabilities(list=True, resume=True, fork=True, close=True)
 
 @pytest.fixture
 async def scene():
-    store = Store.open(":memory:")
-    channel = store.create_channel("!room:hs", "general")
-    store.add_member(channel.id, "alice")
-    said: list[tuple[str, dict | None]] = []
+    store, channel = store_with_channel("!room:hs", "general", ("alice",))
+    notices = PortalNotices()
     sent: list[dict] = []
     agents: dict[str, Agent] = {}
-
-    async def notice(portal, text, puppet=None, relates_to=None):
-        said.append((text, relates_to))
 
     async def send(room_id, content):
         sent.append(content)
@@ -139,11 +135,11 @@ async def scene():
                              agent_for_user_id=lambda u: None)
     parts = SimpleNamespace(db=OffLoop(store), config=config, aliases={"alice": "alice", "bob": "bob"},
                             run_id="run-1", mcp_servers=lambda portal, name, agent, conversation: [],
-                            settings=SimpleNamespace(opened=opened), notices=SimpleNamespace(notice=notice),
+                            settings=SimpleNamespace(opened=opened), notices=notices,
                             pool=SimpleNamespace(get=get, agent=lambda name: agents.get(name)),
                             identities=SimpleNamespace(puppet=puppet), places=ConfiguredPlaces(config))
     portal = Portal(parts, channel, ["alice"])
-    yield SimpleNamespace(store=store, channel=channel, portal=portal, said=said, sent=sent, agents=agents,
+    yield SimpleNamespace(store=store, channel=channel, portal=portal, said=notices.said, sent=sent, agents=agents,
                           commands=SessionCommands())
     store.close()
 

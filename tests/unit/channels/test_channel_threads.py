@@ -14,21 +14,18 @@ from bridge.channels.context import UnseenMessage
 from bridge.channels import portal as portals
 from bridge.channels.portal import Portal
 from bridge.channels.turns import context_reader, unseen_lines
-from store import Store
 from store.offloop import OffLoop
 from store.turns import TAKEN, claimed_in
 
 from fake_places import ConfiguredPlaces
+from scene_helpers import store_with_channel
 
 AGENTS = ("alice", "bob")
 
 
 @pytest.fixture
 async def scene():
-    store = Store.open(":memory:")
-    channel = store.create_channel("!room:hs", "general")
-    for agent in AGENTS:
-        store.add_member(channel.id, agent)
+    store, channel = store_with_channel("!room:hs", "general", AGENTS)
     opened: list[tuple[str, str, bool]] = []
 
     async def settings_opened(portal, agent_name, agent, session_id, new, conversation=""):

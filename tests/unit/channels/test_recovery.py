@@ -9,8 +9,9 @@ import pytest
 
 from bridge.channels.recovery import Recovery
 from bridge.outage import StoreOutage
-from store import Store
 from store.offloop import OffLoop
+
+from scene_helpers import store_with_channel
 from store.turns import DONE, DROPPED, INTERRUPTED
 
 BEFORE, NOW = "run-before", "run-now"
@@ -40,10 +41,8 @@ class RecordingIntent:
 def scene():
     """The parts recovery is handed, stand-ins: channel !r:hs with the owner's message $p and alice's turn on it,
     taken by an earlier run; what its puppet sends, what it queues."""
-    store = Store.open(":memory:")
+    store, channel = store_with_channel("!r:hs", "general", ("alice",))
     intent, submitted = RecordingIntent(), []
-    channel = store.create_channel("!r:hs", "general")
-    store.add_member(channel.id, "alice")
     message, (turn,) = store.turns.take(channel.id, "@owner:hs", "hello", "$p", [("alice", "hello", False)], BEFORE)
 
     async def puppet(agent):

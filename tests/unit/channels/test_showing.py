@@ -13,6 +13,7 @@ from acp import Update
 from bridge.channels import showing
 from bridge.channels.showing import STATUS_THINKING, STATUS_WRITING, Showing, tool_status
 from bridge_harness import wait_until
+from scene_helpers import SentNotices
 
 ROOM = "!room:hs"
 
@@ -53,16 +54,8 @@ class Intent:
         self.typing_calls.append(on)
 
 
-class Notices:
-    def __init__(self):
-        self.said = []
-
-    async def send(self, puppet, room_id, text, html=None):
-        self.said.append((room_id, text))
-
-
 def scene(work=None):
-    answer, work, notices = Answer(), work or Work(), Notices()
+    answer, work, notices = Answer(), work or Work(), SentNotices()
     puppet = SimpleNamespace(intent=Intent())
     tool_calls: dict[str, dict] = {}
     courtesies: list = []

@@ -9,7 +9,9 @@ def repo(tmp_path):
     """A git checkout with one commit (README) and a src/ folder: the agent's configured cwd."""
     top = tmp_path / "app"
     (top / "src").mkdir(parents=True)
-    run = lambda *args: subprocess.run(["git", "-C", str(top), *args], check=True, capture_output=True)
+    def run(*args):
+        return subprocess.run(["git", "-C", str(top), *args], check=True, capture_output=True)
+
     run("init", "-q")
     (top / "README").write_text("hello\n")
     run("add", "README")

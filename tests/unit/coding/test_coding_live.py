@@ -11,39 +11,7 @@ from bridge.coding import live
 from bridge.coding.live import LiveMessage
 from bridge.coding.settings import current_values
 from bridge.coding.work import Work
-from bridge.matrix.client import MatrixError
-
-
-class FakeIntent:
-    def __init__(self, fail_edits: int = 0):
-        self.sent: list[tuple[str, dict]] = []   # ("send" | "edit", content)
-        self.fail_edits = fail_edits
-        self.in_flight = 0
-        self.overlaps = 0
-        self.gate = asyncio.Event()
-        self.gate.set()
-
-    async def send(self, room_id, content, *, txn_id=None, event_type="m.room.message"):
-        await self._request()
-        self.sent.append(("send", content))
-        return f"$e{len(self.sent)}"
-
-    async def edit(self, room_id, event_id, content, *, txn_id=None):
-        await self._request()
-        if self.fail_edits:
-            self.fail_edits -= 1
-            raise MatrixError("refused")
-        self.sent.append(("edit", content))
-        return f"$e{len(self.sent)}"
-
-    async def _request(self):
-        self.in_flight += 1
-        self.overlaps += self.in_flight > 1
-        try:
-            await self.gate.wait()
-            await asyncio.sleep(0)
-        finally:
-            self.in_flight -= 1
+from fake_intent import FakeIntent
 
 
 def body(n: int) -> dict:
@@ -64,7 +32,7 @@ async def test_first_state_at_once_then_only_the_latest_never_out_of_order():
     for n in range(1, 10):
         message.show(body(n))
     intent.gate.set()
-    assert await message.close() == "$e1"
+    assert await message.close() == "$m1"
     shown = [int(c["body"].split()[1]) for _, c in intent.sent]
     assert shown[0] == 0 and shown[-1] == 9 and shown == sorted(shown) and len(shown) <= 3
     assert [kind for kind, _ in intent.sent] == ["send"] + ["edit"] * (len(shown) - 1)
@@ -72,7 +40,7 @@ async def test_first_state_at_once_then_only_the_latest_never_out_of_order():
 
 
 async def test_a_failed_edit_is_carried_by_close():
-    intent = FakeIntent(fail_edits=1)
+    intent = FakeIntent(fail=lambda kind, n: kind == "edit" and n == 1)
     message = LiveMessage(intent, "!r", "a tool call")
     message.show(body(0))
     await asyncio.sleep(0.05)

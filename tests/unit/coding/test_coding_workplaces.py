@@ -10,31 +10,21 @@ from types import SimpleNamespace
 import pytest
 
 from bridge.coding.workplaces import WorkPlaces
-from store import Store
 from store.offloop import OffLoop
 
-
-class Notices:
-    def __init__(self):
-        self.said: list[tuple[str, dict | None]] = []
-
-    async def notice(self, portal, text, puppet=None, relates_to=None):
-        self.said.append((text, relates_to))
+from scene_helpers import PortalNotices, store_with_channel
 
 
 @pytest.fixture
 async def scene(tmp_path, repo):
     (tmp_path / "notes").mkdir()
-    store = Store.open(":memory:")
-    channel = store.create_channel("!room:hs", "dev")
-    for agent in ("alice", "bob"):
-        store.add_member(channel.id, agent)
+    store, channel = store_with_channel("!room:hs", "dev", ("alice", "bob"))
     agents = {
         "alice": SimpleNamespace(title="Alice", cwd=str(repo / "src"), roots=(str(repo), str(tmp_path / "notes")),
                                  worktrees=True),
         "bob": SimpleNamespace(title="Bob", cwd=None, roots=(), worktrees=False),
     }
-    notices = Notices()
+    notices = PortalNotices()
     portal = SimpleNamespace(channel=channel, room_id=channel.room_id, member_names=lambda: ["alice", "bob"])
 
     async def puppet(name):

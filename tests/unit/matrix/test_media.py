@@ -7,6 +7,7 @@ import base64
 from bridge.channels.prompt import prompt_blocks, prompt_content
 from bridge.matrix.media import (Attachment, OutgoingMedia, outgoing_part,
                           read_message, restored)
+from fake_intent import FakeIntent
 
 MXC = "mxc://localhost/abc"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20
@@ -207,31 +208,6 @@ def test_text_blocks_stay_text_and_broken_media_says_so():
 
 # ---- transfer: encrypted attachments, both ways (a stand-in for the Intent) ---------------------
 
-class FakeIntent:
-    def __init__(self, encrypts: bool = False, stored: bytes = b""):
-        self._encrypts = encrypts
-        self.stored = stored
-        self.uploads: list[tuple[bytes, str, str]] = []
-        self.sent: list[dict] = []
-
-    async def download(self, mxc: str, limit: int) -> bytes:
-        from bridge.matrix.intent import TooLarge
-        if len(self.stored) > limit:
-            raise TooLarge(mxc)
-        return self.stored
-
-    async def encrypts(self, room_id: str) -> bool:
-        return self._encrypts
-
-    async def upload(self, data: bytes, content_type: str, filename: str) -> str:
-        self.uploads.append((data, content_type, filename))
-        return "mxc://localhost/up"
-
-    async def send(self, room_id: str, content: dict) -> str:
-        self.sent.append(content)
-        return "$sent"
-
-
 async def test_an_encrypted_attachment_is_decrypted_and_checked():
     from nio.crypto.attachments import encrypt_attachment
 
@@ -270,7 +246,7 @@ async def test_media_into_an_encrypted_room_is_uploaded_encrypted_with_its_key_i
     intent = FakeIntent(encrypts=True)
     await post(intent, "!room:localhost", OutgoingMedia("m.image", "dot.png", "image/png", PNG), 1024)
     (uploaded, content_type, _), = intent.uploads
-    content, = intent.sent
+    content, = intent.contents()
     assert content_type == "application/octet-stream" and uploaded != PNG
     assert "url" not in content and content["file"]["url"] == "mxc://localhost/up"
     assert content["file"]["v"] == "v2" and content["file"]["key"]["alg"] == "A256CTR"
@@ -284,12 +260,13 @@ async def test_media_into_a_plain_room_is_uploaded_as_it_is():
     intent = FakeIntent()
     await post(intent, "!room:localhost", OutgoingMedia("m.file", "plan.md", "text/markdown", b"# Plan"), 1024)
     assert intent.uploads == [(b"# Plan", "text/markdown", "plan.md")]
-    assert intent.sent[0]["url"] == "mxc://localhost/up" and "file" not in intent.sent[0]
+    assert intent.contents()[0]["url"] == "mxc://localhost/up" and "file" not in intent.contents()[0]
 
 
 # ---- anything a client may send ----------------------------------------------------------------
 
-from hypothesis import example, given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from bridge.matrix.msc4391 import invocation  # noqa: E402
 

@@ -7,14 +7,7 @@ from types import SimpleNamespace
 
 from bridge.matrix import presence as presence_module
 from bridge.matrix.presence import Presence
-
-
-class FakeIntent:
-    def __init__(self):
-        self.sent: list[tuple[str, str | None]] = []
-
-    async def set_presence(self, presence, status_msg=None):
-        self.sent.append((presence, status_msg))
+from fake_intent import FakeIntent
 
 
 async def test_an_answering_puppets_status_names_no_room(monkeypatch):
@@ -25,13 +18,13 @@ async def test_an_answering_puppets_status_names_no_room(monkeypatch):
     identities = SimpleNamespace(bot=None, puppets={"alice": puppet}, everyone=lambda: [puppet])
     presence = Presence(identities)
     presence.answering("alice", "secret-project")
-    while not intent.sent:
+    while not intent.presence:
         await asyncio.sleep(0.01)
-    assert intent.sent[-1] == ("online", "answering")
+    assert intent.presence[-1] == ("online", "answering")
     presence.answering("alice", "other-room")  # the same status: nothing new to send
     presence.answering("alice", None)
-    while len(intent.sent) < 2:
+    while len(intent.presence) < 2:
         await asyncio.sleep(0.01)
-    assert intent.sent[-1] == ("online", None)
-    assert not any("secret" in str(status) or "#" in str(status) for _, status in intent.sent)
+    assert intent.presence[-1] == ("online", None)
+    assert not any("secret" in str(status) or "#" in str(status) for _, status in intent.presence)
     await presence.stop()

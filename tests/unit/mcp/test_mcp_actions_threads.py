@@ -9,6 +9,7 @@ import pytest
 
 from bridge.mcp import actions
 from bridge.mcp.actions import Means, Refused, Scope
+from fake_intent import FakeIntent
 from store import Store
 from store.offloop import OffLoop
 
@@ -27,22 +28,6 @@ async def test_history_is_the_callers_conversation():
         assert "the root" in thread and "in the thread" in thread and "main later" not in thread
     finally:
         store.close()
-
-
-class FakeIntent:
-    """Uploads and sends, remembering what was sent."""
-    def __init__(self):
-        self.sent: list[dict] = []
-
-    async def encrypts(self, room_id):
-        return False
-
-    async def upload(self, data, mimetype, name):
-        return "mxc://hs/" + name
-
-    async def send(self, room_id, content, event_type="m.room.message", txn_id=None):
-        self.sent.append(content)
-        return f"$sent{len(self.sent)}"
 
 
 async def test_send_file_posts_from_the_directory_the_session_works_in(tmp_path):
@@ -71,8 +56,8 @@ async def test_send_file_posts_from_the_directory_the_session_works_in(tmp_path)
         assert "Posted mine.txt" in await actions.send_file(means, thread, str(tree / "mine.txt"), None)
         with pytest.raises(Refused, match="outside the agent's working directory"):
             await actions.send_file(means, thread, str(work / "main.txt"), None)
-        assert [c["body"] for c in intent.sent] == ["mine.txt", "mine.txt"]
-        assert all(c["m.relates_to"]["event_id"] == "$root" for c in intent.sent)
+        assert [c["body"] for c in intent.contents()] == ["mine.txt", "mine.txt"]
+        assert all(c["m.relates_to"]["event_id"] == "$root" for c in intent.contents())
         # the main timeline's session, none stored: the configured cwd
         main = Scope(channel.id, "!r:hs", "", "alice")
         assert "Posted main.txt" in await actions.send_file(means, main, "main.txt", None)

@@ -8,6 +8,7 @@ every message is answered, once.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import nio
 import pytest
@@ -255,7 +256,7 @@ async def test_an_answer_streaming_in_one_room_goes_on_while_the_database_hangs(
 
 def _alive_and_stopped(pid: int) -> bool:
     try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
     return state == "T"

@@ -50,7 +50,7 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
                 m.Value.insert(key=keys.E2EE_PENDING, value=json.dumps(WAITING)).execute()
                 m.Value.insert(key=keys.E2EE_ROOMS, value=json.dumps(ENCRYPTED)).execute()
             else:
-                for n, event in enumerate(WAITING):
+                for _n, event in enumerate(WAITING):
                     m.E2eePending.insert(id=new_id(), event_id=event["event_id"], room_id=event["room_id"],
                                          session_id=event["content"]["session_id"], event=json.dumps(event),
                                          received=1).execute()
@@ -186,7 +186,7 @@ def test_a_new_store_starts_at_the_current_version(open_durable):
 def test_a_store_of_a_newer_version_is_refused_with_a_clear_message(open_durable, durable_backend):
     make_store_of_version(durable_backend, LATEST)
     db, lock = connect(durable_backend.database, durable_backend.folder)
-    db.execute_sql("UPDATE sk_schema SET version = %d" % (LATEST + 1))
+    db.execute_sql(f"UPDATE sk_schema SET version = {LATEST + 1}")
     db.close()
     if lock is not None:
         lock.release()

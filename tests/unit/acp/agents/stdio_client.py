@@ -136,7 +136,7 @@ class AgentProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError("the agent did not exit after stdin closed")
+            raise AssertionError("the agent did not exit after stdin closed") from None
 
 
 def chunks(updates: list[dict[str, Any]], kind: str = "agent_message_chunk") -> list[str]:

@@ -84,7 +84,7 @@ class RemoteError(Exception):
 class Connection:
     """Agent-side JSON-RPC endpoint over raw file descriptors."""
 
-    def __init__(self, agent: "AgentBase", in_fd: int, out_fd: int):
+    def __init__(self, agent: AgentBase, in_fd: int, out_fd: int):
         self._agent = agent
         self._in_fd, self._out_fd = in_fd, out_fd
         self._ids = itertools.count(1)
@@ -105,7 +105,7 @@ class Connection:
         """Write bytes as they are (tests use it to send garbage lines)."""
         view = memoryview(data)
         while view:
-            view = view[os.write(self._out_fd, view):]
+            view = view[os.write(self._out_fd, view) :]
 
     def notify(self, method: str, params: Any = None) -> None:
         self.send(framing.notification(method, params))
@@ -202,6 +202,7 @@ class Connection:
                 self._withdrawn.discard(task)
                 if self._answering.get(request_id) is task:
                     del self._answering[request_id]
+
             task.add_done_callback(done)
         else:
             self.send(framing.error(message.get("id"), framing.INVALID_REQUEST, "Invalid request"))
@@ -226,7 +227,7 @@ class Connection:
 class Turn:
     """One session/prompt being answered: the prompt plus ways to reply."""
 
-    def __init__(self, agent: "AgentBase", session_id: str, prompt: list[dict]):
+    def __init__(self, agent: AgentBase, session_id: str, prompt: list[dict]):
         self.agent = agent
         self.session_id = session_id
         self.prompt = prompt
@@ -245,10 +246,19 @@ class Turn:
     async def thought(self, text: str) -> None:
         await self.update({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": text}})
 
-    async def tool_call(self, tool_call_id: str, title: str, kind: str = "other",
-                        status: str = "pending", **fields: Any) -> None:
-        await self.update({"sessionUpdate": "tool_call", "toolCallId": tool_call_id,
-                           "title": title, "kind": kind, "status": status, **fields})
+    async def tool_call(
+        self, tool_call_id: str, title: str, kind: str = "other", status: str = "pending", **fields: Any
+    ) -> None:
+        await self.update(
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": tool_call_id,
+                "title": title,
+                "kind": kind,
+                "status": status,
+                **fields,
+            }
+        )
 
     async def tool_call_update(self, tool_call_id: str, **fields: Any) -> None:
         await self.update({"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, **fields})
@@ -259,19 +269,29 @@ class Turn:
 
     async def elicit(self, message: str, schema: dict[str, Any]) -> dict[str, Any]:
         """elicitation/create in form mode; the client's reply ({action, content})."""
-        return await self.agent.conn.request("elicitation/create", {
-            "sessionId": self.session_id, "mode": "form", "message": message, "requestedSchema": schema})
+        return await self.agent.conn.request(
+            "elicitation/create",
+            {"sessionId": self.session_id, "mode": "form", "message": message, "requestedSchema": schema},
+        )
 
     async def elicit_url(self, message: str, url: str, elicitation_id: str) -> dict[str, Any]:
         """elicitation/create in URL mode; the client's reply ({action})."""
-        return await self.agent.conn.request("elicitation/create", {
-            "sessionId": self.session_id, "mode": "url", "message": message, "url": url,
-            "elicitationId": elicitation_id})
+        return await self.agent.conn.request(
+            "elicitation/create",
+            {
+                "sessionId": self.session_id,
+                "mode": "url",
+                "message": message,
+                "url": url,
+                "elicitationId": elicitation_id,
+            },
+        )
 
     async def request_permission(self, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> str | None:
         """Ask the client; returns the chosen optionId, or None if cancelled."""
-        reply = await self.agent.conn.request("session/request_permission", {
-            "sessionId": self.session_id, "toolCall": tool_call, "options": options})
+        reply = await self.agent.conn.request(
+            "session/request_permission", {"sessionId": self.session_id, "toolCall": tool_call, "options": options}
+        )
         outcome = (reply or {}).get("outcome") or {}
         if outcome.get("outcome") == "selected":
             return outcome.get("optionId")
@@ -301,8 +321,7 @@ class AgentBase:
 
     def send_commands(self, session_id: str, commands: list[dict[str, Any]]) -> None:
         """commands: [{"name", "description", "input": {"hint"} or None}]"""
-        self.send_update(session_id, {"sessionUpdate": "available_commands_update",
-                                      "availableCommands": commands})
+        self.send_update(session_id, {"sessionUpdate": "available_commands_update", "availableCommands": commands})
 
     # -- hooks ---------------------------------------------------------------
     def received(self, message: dict[str, Any]) -> None:
@@ -314,8 +333,10 @@ class AgentBase:
             info["title"] = self.title
         return {
             "protocolVersion": self.protocol_version,
-            "agentCapabilities": {"loadSession": self.load_session,
-                                  "promptCapabilities": dict(self.prompt_capabilities)},
+            "agentCapabilities": {
+                "loadSession": self.load_session,
+                "promptCapabilities": dict(self.prompt_capabilities),
+            },
             "authMethods": list(self.auth_methods),
             "agentInfo": info,
         }

@@ -27,20 +27,28 @@ import inspect
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from . import framing
-from .elicitation import (CANCEL, DECLINE, BadElicitation, ElicitationAnswer, ElicitationRequest,
-                          parse_request)
-from .errors import (AcpError, AgentCrashed, AgentStartError, AgentStopped, AgentTimeout,
-                     AuthRequired, ConnectionLost, RpcError, last_line)
+from .elicitation import CANCEL, DECLINE, BadElicitation, ElicitationAnswer, ElicitationRequest, parse_request
+from .errors import (
+    AcpError,
+    AgentCrashed,
+    AgentStartError,
+    AgentStopped,
+    AgentTimeout,
+    AuthRequired,
+    ConnectionLost,
+    RpcError,
+    last_line,
+)
 from .process import AgentProcess
 from .rpc import Peer
 from .sandbox import Sandbox
-from .session_state import (MODE, MODEL, ChoiceError, Choices, Selector, SessionState, Skipped,
-                            plan_choices, resolve)
+from .session_state import MODE, MODEL, ChoiceError, Choices, Selector, SessionState, Skipped, plan_choices, resolve
 from .updates import Update, normalise_commands, normalise_update
 
 log = logging.getLogger(__name__)
@@ -86,6 +94,7 @@ class AgentSpec:
 class SessionCapabilities:
     """What `agentCapabilities.sessionCapabilities` announces (ACP: an object, `{}` or more,
     means supported; omitted or null means not)."""
+
     list: bool = False
     resume: bool = False
     fork: bool = False
@@ -93,17 +102,19 @@ class SessionCapabilities:
     delete: bool = False
 
     @classmethod
-    def from_capabilities(cls, caps: Any) -> "SessionCapabilities":
+    def from_capabilities(cls, caps: Any) -> SessionCapabilities:
         found = caps.get("sessionCapabilities") if isinstance(caps, dict) else None
         if not isinstance(found, dict):
             return cls()
-        return cls(**{name: isinstance(found.get(name), dict)
-                      for name in ("list", "resume", "fork", "close", "delete")})
+        return cls(
+            **{name: isinstance(found.get(name), dict) for name in ("list", "resume", "fork", "close", "delete")}
+        )
 
 
 @dataclass(frozen=True)
 class SessionInfo:
     """One session as session/list tells it."""
+
     session_id: str
     cwd: str
     title: str | None = None
@@ -128,7 +139,8 @@ OnState = Callable[[str, str, Update, SessionState], Any]
 @dataclass(frozen=True)
 class Applied:
     """What apply_choices() did: the calls made, and the choices it could not apply."""
-    done: list[tuple[str, str, str]]       # (kind, key, value)
+
+    done: list[tuple[str, str, str]]  # (kind, key, value)
     failed: list[Skipped]
 
 
@@ -148,14 +160,15 @@ class _LoadSession:
     the agent announced loadSession and calling it loads a session.
     """
 
-    def __init__(self, agent: "Agent"):
+    def __init__(self, agent: Agent):
         self._agent = agent
 
     def __bool__(self) -> bool:
         return self._agent.supports_load_session
 
-    def __call__(self, session_id: str, cwd: str | None = None,
-                 mcp_servers: list[dict[str, Any]] | None = None) -> Awaitable[None]:
+    def __call__(
+        self, session_id: str, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None
+    ) -> Awaitable[None]:
         return self._agent._load_session(session_id, cwd, mcp_servers)
 
     def __repr__(self) -> str:
@@ -167,18 +180,23 @@ class _Prompt:
     on_update: OnUpdate
     on_permission: OnPermission | None
     on_elicitation: OnElicitation | None = None
-    sent: bool = False       # session/prompt is written: updates from now on are this turn's
+    sent: bool = False  # session/prompt is written: updates from now on are this turn's
     cancelled: bool = False  # session/cancel went out: new permission questions are cancelled
 
 
 class Agent:
-    def __init__(self, spec: AgentSpec, process: AgentProcess, on_commands: OnCommands | None = None,
-                 on_state: OnState | None = None):
+    def __init__(
+        self,
+        spec: AgentSpec,
+        process: AgentProcess,
+        on_commands: OnCommands | None = None,
+        on_state: OnState | None = None,
+    ):
         self.spec = spec
         self.process = process
         self.on_commands = on_commands
         self.on_state = on_state
-        self.on_exit: Callable[["Agent"], Any] | None = None  # set by the Pool
+        self.on_exit: Callable[[Agent], Any] | None = None  # set by the Pool
         self.info: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}  # agentCapabilities._meta
         self.protocol_version = 0
@@ -199,8 +217,13 @@ class Agent:
         self._asking = 0  # questions waiting for a person: not silence
         self.refused_questions = 0  # questions refused past MAX_QUESTIONS
         self._stopping = False
-        self.peer = Peer(process.stdout, process.stdin, on_request=self._on_request,
-                         on_notification=self._on_notification, label=spec.name)
+        self.peer = Peer(
+            process.stdout,
+            process.stdin,
+            on_request=self._on_request,
+            on_notification=self._on_notification,
+            label=spec.name,
+        )
         self._watch = asyncio.create_task(self._watch_exit(), name=f"acp-watch-{spec.name}")
 
     @property
@@ -249,9 +272,14 @@ class Agent:
         cls = AgentStopped if self._stopping else AgentCrashed
         return cls(self.name, code, tail)
 
-    async def _call(self, method: str, params: dict[str, Any], session_id: str | None = None,
-                    on_sent: Callable[[], None] | None = None,
-                    before_send: Callable[[], Awaitable[None]] | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        params: dict[str, Any],
+        session_id: str | None = None,
+        on_sent: Callable[[], None] | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
+    ) -> Any:
         """A request bounded by the silence limit; crash/timeout mapped to our errors."""
         call = asyncio.ensure_future(self.peer.request(method, params, on_sent, before_send))
         try:
@@ -289,12 +317,19 @@ class Agent:
 
     # -- protocol calls -------------------------------------------------------------
     async def _initialize(self, client_capabilities: dict[str, Any] | None) -> None:
-        result = await self._call("initialize", {
-            "protocolVersion": PROTOCOL_VERSION,
-            "clientCapabilities": client_capabilities if client_capabilities is not None
-            else DEFAULT_CLIENT_CAPABILITIES,
-            "clientInfo": {"name": "sidekicks-matrix", "version": CLIENT_VERSION},
-        }) or {}
+        result = (
+            await self._call(
+                "initialize",
+                {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "clientCapabilities": client_capabilities
+                    if client_capabilities is not None
+                    else DEFAULT_CLIENT_CAPABILITIES,
+                    "clientInfo": {"name": "sidekicks-matrix", "version": CLIENT_VERSION},
+                },
+            )
+            or {}
+        )
         self.protocol_version = int(result.get("protocolVersion") or 0)
         caps = result.get("agentCapabilities") or {}
         self.agent_capabilities = dict(caps) if isinstance(caps, dict) else {}  # as announced (`check`)
@@ -317,19 +352,25 @@ class Agent:
         one by default, else the bridge's own)."""
         return os.path.abspath(os.path.expanduser(cwd or self.spec.cwd or os.getcwd()))
 
-
     def _auth_error(self, exc: RpcError) -> AcpError:
         if exc.code == framing.AUTH_REQUIRED or (self.auth_methods and "auth" in exc.message.lower()):
             return AuthRequired(self.name, self.auth_methods)
         return exc
 
-    async def new_session(self, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None,
-                          additional_directories: list[str] | None = None) -> str:
+    async def new_session(
+        self,
+        cwd: str | None = None,
+        mcp_servers: list[dict[str, Any]] | None = None,
+        additional_directories: list[str] | None = None,
+    ) -> str:
         return (await self.open_session(cwd, mcp_servers, additional_directories))["sessionId"]
 
-    async def open_session(self, cwd: str | None = None,
-                           mcp_servers: list[dict[str, Any]] | None = None,
-                           additional_directories: list[str] | None = None) -> dict[str, Any]:
+    async def open_session(
+        self,
+        cwd: str | None = None,
+        mcp_servers: list[dict[str, Any]] | None = None,
+        additional_directories: list[str] | None = None,
+    ) -> dict[str, Any]:
         """session/new: the whole result (its modes, config options and models besides the
         session id, for `sidekicks check`); the session is kept as new_session() keeps it.
         `mcp_servers`: ACP McpServer entries the session gets (the bridge's `matrix` server);
@@ -349,8 +390,9 @@ class Agent:
         self.state(session_id).apply_result(result)  # updates sent before it are kept
         return result
 
-    async def _load_session(self, session_id: str, cwd: str | None = None,
-                            mcp_servers: list[dict[str, Any]] | None = None) -> None:
+    async def _load_session(
+        self, session_id: str, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None
+    ) -> None:
         if not self.supports_load_session:
             raise AcpError(f"{self.name} cannot load sessions (no loadSession capability)")
         self._loading.add(session_id)  # its replayed history is not for us
@@ -359,13 +401,15 @@ class Agent:
         finally:
             self._loading.discard(session_id)
 
-    async def _with_session(self, method: str, session_id: str, cwd: str | None,
-                            mcp_servers: list[dict[str, Any]] | None) -> dict[str, Any]:
+    async def _with_session(
+        self, method: str, session_id: str, cwd: str | None, mcp_servers: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
         """session/load, /resume or /fork of `session_id`: the session they give is ours from
         now on (the one asked for; for a fork, the new one), its state from the result."""
         try:
-            result = await self._call(method, {"sessionId": session_id, "cwd": self.working_dir(cwd),
-                                               "mcpServers": list(mcp_servers or [])})
+            result = await self._call(
+                method, {"sessionId": session_id, "cwd": self.working_dir(cwd), "mcpServers": list(mcp_servers or [])}
+            )
         except RpcError as exc:
             raise self._auth_error(exc) from None
         result = result if isinstance(result, dict) else {}
@@ -405,14 +449,16 @@ class Agent:
                 break
         return found
 
-    async def resume_session(self, session_id: str, cwd: str | None = None,
-                             mcp_servers: list[dict[str, Any]] | None = None) -> None:
+    async def resume_session(
+        self, session_id: str, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None
+    ) -> None:
         """session/resume: the session goes on, its history is not replayed."""
         self._need("resume", "session/resume")
         await self._with_session("session/resume", session_id, cwd, mcp_servers)
 
-    async def fork_session(self, session_id: str, cwd: str | None = None,
-                           mcp_servers: list[dict[str, Any]] | None = None) -> str:
+    async def fork_session(
+        self, session_id: str, cwd: str | None = None, mcp_servers: list[dict[str, Any]] | None = None
+    ) -> str:
         """session/fork (unstable in ACP): a new session with a copy of this one's history;
         its id."""
         self._need("fork", "session/fork")
@@ -441,11 +487,16 @@ class Agent:
             raise AcpError(f"{self.name} could not close session {session_id}: {exc.message}") from None
         return True
 
-    async def prompt(self, session_id: str, text: str | list[dict[str, Any]], on_update: OnUpdate,
-                     on_permission: OnPermission | None = None,
-                     on_elicitation: OnElicitation | None = None,
-                     on_sent: Callable[[], None] | None = None,
-                     before_send: Callable[[], Awaitable[None]] | None = None) -> str:
+    async def prompt(
+        self,
+        session_id: str,
+        text: str | list[dict[str, Any]],
+        on_update: OnUpdate,
+        on_permission: OnPermission | None = None,
+        on_elicitation: OnElicitation | None = None,
+        on_sent: Callable[[], None] | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
+    ) -> str:
         """Send one prompt: a text, or a list of ACP content blocks (text, image, audio,
         resource, resource_link: what the agent's promptCapabilities allow; the caller
         checks). Returns the stopReason once the agent is done. `on_sent` runs (synchronously)
@@ -460,10 +511,15 @@ class Agent:
             running.sent = True
             if on_sent is not None:
                 on_sent()
+
         try:
-            result = await self._call("session/prompt", {
-                "sessionId": session_id, "prompt": prompt_blocks(text)}, session_id,
-                on_sent=sent, before_send=before_send)
+            result = await self._call(
+                "session/prompt",
+                {"sessionId": session_id, "prompt": prompt_blocks(text)},
+                session_id,
+                on_sent=sent,
+                before_send=before_send,
+            )
         finally:
             self._prompts.pop(session_id, None)
         return str((result or {}).get("stopReason") or "end_turn")
@@ -508,7 +564,7 @@ class Agent:
         made-up ids cannot grow this without bound)."""
         if session_id not in self._states and session_id not in self.sessions and session_id not in self._loading:
             early = [sid for sid in self._states if sid not in self.sessions and sid not in self._loading]
-            for sid in early[:max(0, len(early) - MAX_EARLY_STATES + 1)]:
+            for sid in early[: max(0, len(early) - MAX_EARLY_STATES + 1)]:
                 del self._states[sid]
         return self.state(session_id)
 
@@ -552,8 +608,10 @@ class Agent:
         elif selector.via == "set_model":
             call, params = "session/set_model", {"sessionId": session_id, "modelId": value}
         else:
-            call, params = "session/set_config_option", {"sessionId": session_id, "configId": selector.key,
-                                                         "value": value}
+            call, params = (
+                "session/set_config_option",
+                {"sessionId": session_id, "configId": selector.key, "value": value},
+            )
             if selector.boolean:  # stable ACP: a boolean option takes a JSON bool
                 params.update(type="boolean", value=value == "true")
         try:
@@ -563,8 +621,11 @@ class Agent:
         state = self.state(session_id)
         state.set_current(selector, value)
         if selector.via == "config":
-            state.apply_result({"configOptions": result["configOptions"]}
-                               if isinstance(result, dict) and "configOptions" in result else None)
+            state.apply_result(
+                {"configOptions": result["configOptions"]}
+                if isinstance(result, dict) and "configOptions" in result
+                else None
+            )
 
     async def apply_choices(self, session_id: str, choices: Choices) -> Applied:
         """Bring a session (new, loaded, after a restart or an eviction) to the owner's choices:
@@ -605,8 +666,11 @@ class Agent:
         # A session's settings are kept whenever they come: before session/new returns (the
         # result, read after them, then replaces only the fields it carries), between
         # prompts, during a session/load (its result comes last and wins).
-        if session_id is not None and self._state_for_update(session_id).apply_update(update) \
-                and session_id not in self._loading:
+        if (
+            session_id is not None
+            and self._state_for_update(session_id).apply_update(update)
+            and session_id not in self._loading
+        ):
             try:
                 await _call(self.on_state, self.name, session_id, update, self.state(session_id))
             except Exception:
@@ -679,8 +743,7 @@ class Agent:
         if len(self._permissions.get(session_id, {})) < MAX_QUESTIONS:
             return True
         self.refused_questions += 1
-        line = (f"{self.name} asked more than {MAX_QUESTIONS} questions at once; "
-                f"this {what} was refused")
+        line = f"{self.name} asked more than {MAX_QUESTIONS} questions at once; this {what} was refused"
         log.warning("%s (session %s)", line, session_id)
         try:
             await _call(running.on_update, Update(kind="notice", text=line))
@@ -726,9 +789,12 @@ def _session_info(entry: Any) -> SessionInfo | None:
         return None
     title, updated = entry.get("title"), entry.get("updatedAt")
     cwd = entry.get("cwd")
-    return SessionInfo(entry["sessionId"], cwd if isinstance(cwd, str) else "",
-                       title.strip() or None if isinstance(title, str) else None,
-                       updated if isinstance(updated, str) else None)
+    return SessionInfo(
+        entry["sessionId"],
+        cwd if isinstance(cwd, str) else "",
+        title.strip() or None if isinstance(title, str) else None,
+        updated if isinstance(updated, str) else None,
+    )
 
 
 def _session_id(params: dict[str, Any]) -> str | None:
@@ -737,9 +803,12 @@ def _session_id(params: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def start_agent(spec: AgentSpec, on_commands: OnCommands | None = None,
-                      client_capabilities: dict[str, Any] | None = None,
-                      on_state: OnState | None = None) -> Agent:
+async def start_agent(
+    spec: AgentSpec,
+    on_commands: OnCommands | None = None,
+    client_capabilities: dict[str, Any] | None = None,
+    on_state: OnState | None = None,
+) -> Agent:
     """Spawn the agent and run initialize. Raises AgentStartError."""
     process = AgentProcess(spec.name, spec.command, spec.cwd, spec.env, spec.sandbox)
     await process.start()
@@ -751,14 +820,16 @@ async def start_agent(spec: AgentSpec, on_commands: OnCommands | None = None,
         raise AgentStartError(
             f"{spec.name}: exited during initialize (exit code {exc.exit_code})"
             + (f": {last_line(exc.stderr_tail)}" if last_line(exc.stderr_tail) else ""),
-            exc.exit_code, exc.stderr_tail) from None
+            exc.exit_code,
+            exc.stderr_tail,
+        ) from None
     except AgentTimeout:
-        raise AgentStartError(f"{spec.name}: no answer to initialize within {spec.timeout:g} s",
-                              None, agent.stderr_tail()) from None
+        raise AgentStartError(
+            f"{spec.name}: no answer to initialize within {spec.timeout:g} s", None, agent.stderr_tail()
+        ) from None
     except RpcError as exc:
         await agent.stop()
-        raise AgentStartError(f"{spec.name}: initialize failed: {exc}", None, agent.stderr_tail(),
-                              exc.data) from None
+        raise AgentStartError(f"{spec.name}: initialize failed: {exc}", None, agent.stderr_tail(), exc.data) from None
     except BaseException:
         await agent.stop()
         raise

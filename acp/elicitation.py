@@ -49,7 +49,7 @@ class Field:
     description: str = ""
     required: bool = False
     default: Any = None
-    options: tuple[Option, ...] = ()   # string enum / oneOf, array items
+    options: tuple[Option, ...] = ()  # string enum / oneOf, array items
     minimum: float | None = None
     maximum: float | None = None
     min_length: int | None = None
@@ -66,13 +66,13 @@ class Field:
 
 @dataclass(frozen=True)
 class ElicitationRequest:
-    mode: str                           # form | url
+    mode: str  # form | url
     message: str
     session_id: str | None = None
     tool_call_id: str | None = None
-    fields: tuple[Field, ...] = ()      # form
-    url: str = ""                       # url
-    elicitation_id: str = ""            # url
+    fields: tuple[Field, ...] = ()  # form
+    url: str = ""  # url
+    elicitation_id: str = ""  # url
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -88,7 +88,7 @@ class ElicitationRequest:
 
 @dataclass(frozen=True)
 class ElicitationAnswer:
-    action: str                         # accept | decline | cancel
+    action: str  # accept | decline | cancel
     content: dict[str, Any] | None = None
 
     def to_result(self) -> dict[str, Any]:
@@ -121,7 +121,7 @@ _IPV6 = re.compile(r"\[[0-9a-fA-F:.]+\]")
 _LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 # characters a browser reads otherwise than a parser might (a backslash is a slash to it; tabs
 # and newlines are dropped) or that break out of an attribute or of Markdown: never in a link
-_REFUSED = frozenset('\\"\'<>`{}|^ ')
+_REFUSED = frozenset("\\\"'<>`{}|^ ")
 
 
 def safe_link(url: Any) -> tuple[str, str] | None:
@@ -176,8 +176,11 @@ def url_host(url: str) -> str | None:
 def _options(schema: dict[str, Any]) -> tuple[Option, ...]:
     if isinstance(schema.get("oneOf"), list) or isinstance(schema.get("anyOf"), list):
         items = schema.get("oneOf") if isinstance(schema.get("oneOf"), list) else schema["anyOf"]
-        return tuple(Option(str(i["const"]), str(i.get("title") or i["const"]))
-                     for i in items if isinstance(i, dict) and isinstance(i.get("const"), str))
+        return tuple(
+            Option(str(i["const"]), str(i.get("title") or i["const"]))
+            for i in items
+            if isinstance(i, dict) and isinstance(i.get("const"), str)
+        )
     if isinstance(schema.get("enum"), list):
         return tuple(Option(v, v) for v in schema["enum"] if isinstance(v, str))
     return ()
@@ -186,8 +189,11 @@ def _options(schema: dict[str, Any]) -> tuple[Option, ...]:
 def parse_fields(schema: Any) -> tuple[Field, ...]:
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         raise BadElicitation("the form has no fields (requestedSchema.properties)")
-    required = set(n for n in schema.get("required") or [] if isinstance(n, str)) \
-        if isinstance(schema.get("required"), list) else set()
+    required = (
+        set(n for n in schema.get("required") or [] if isinstance(n, str))
+        if isinstance(schema.get("required"), list)
+        else set()
+    )
     fields = []
     for name, prop in schema["properties"].items():
         if not isinstance(prop, dict):
@@ -199,14 +205,25 @@ def parse_fields(schema: Any) -> tuple[Field, ...]:
         options = _options(items if kind == "array" else prop)
         if kind == "array" and not options:
             raise BadElicitation(f"field {name!r} is a list without choices")
-        fields.append(Field(
-            name=str(name), type=kind, title=_str(prop.get("title")) or "",
-            description=_str(prop.get("description")) or "", required=name in required,
-            default=prop.get("default"), options=options, minimum=_num(prop.get("minimum")),
-            maximum=_num(prop.get("maximum")), min_length=_int(prop.get("minLength")),
-            max_length=_int(prop.get("maxLength")), pattern=_str(prop.get("pattern")),
-            format=_str(prop.get("format")), min_items=_int(prop.get("minItems")),
-            max_items=_int(prop.get("maxItems"))))
+        fields.append(
+            Field(
+                name=str(name),
+                type=kind,
+                title=_str(prop.get("title")) or "",
+                description=_str(prop.get("description")) or "",
+                required=name in required,
+                default=prop.get("default"),
+                options=options,
+                minimum=_num(prop.get("minimum")),
+                maximum=_num(prop.get("maximum")),
+                min_length=_int(prop.get("minLength")),
+                max_length=_int(prop.get("maxLength")),
+                pattern=_str(prop.get("pattern")),
+                format=_str(prop.get("format")),
+                min_items=_int(prop.get("minItems")),
+                max_items=_int(prop.get("maxItems")),
+            )
+        )
     if not fields:
         raise BadElicitation("the form has no fields")
     return tuple(fields)
@@ -220,8 +237,9 @@ def parse_request(params: Any) -> ElicitationRequest:
     message = _str(params.get("message")) or ""
     scope = {"session_id": _str(params.get("sessionId")), "tool_call_id": _str(params.get("toolCallId"))}
     if mode == "form":
-        return ElicitationRequest("form", message, fields=parse_fields(params.get("requestedSchema")),
-                                  raw=params, **scope)
+        return ElicitationRequest(
+            "form", message, fields=parse_fields(params.get("requestedSchema")), raw=params, **scope
+        )
     if mode == "url":
         url, ident = _str(params.get("url")), _str(params.get("elicitationId"))
         if not url or not ident:
@@ -242,7 +260,7 @@ def _pick(options: tuple[Option, ...], text: str, allow_number: bool) -> Option 
     if re.fullmatch(r"[A-Za-z\d]{1,2}[.)]", wanted):  # "b)" or "2." as in the question
         wanted = wanted[:-1]
     low = wanted.lower()
-    if len(low) == 1 and low in LETTERS[:len(options)]:
+    if len(low) == 1 and low in LETTERS[: len(options)]:
         return options[LETTERS.index(low)]
     if allow_number and low.isdigit() and 1 <= int(low) <= len(options):
         return options[int(low) - 1]
@@ -270,7 +288,9 @@ def parse_value(f: Field, text: str) -> Any:
         try:
             value: Any = int(text) if f.type == "integer" else float(text)
         except ValueError:
-            raise ValueError(f"{f.label}: {text!r} is not {'a whole number' if f.type == 'integer' else 'a number'}") from None
+            raise ValueError(
+                f"{f.label}: {text!r} is not {'a whole number' if f.type == 'integer' else 'a number'}"
+            ) from None
         if f.type == "number" and not math.isfinite(value):
             raise ValueError(f"{f.label}: {text!r} is not a number")
         if f.minimum is not None and value < f.minimum:

@@ -8,8 +8,9 @@ live in one place and can be tested without processes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 # JSON-RPC 2.0 error codes, plus ACP's "authentication required".
 PARSE_ERROR = -32700
@@ -67,7 +68,7 @@ class LineBuffer:
         if self._skipped:
             self._skipped += len(piece)
         elif self._pending + len(piece) > self.limit:
-            self._preview = (b"".join(self._pieces) + piece[:self.PREVIEW])[:self.PREVIEW]
+            self._preview = (b"".join(self._pieces) + piece[: self.PREVIEW])[: self.PREVIEW]
             self._skipped = self._pending + len(piece)
             self._pieces, self._pending = [], 0
         else:
@@ -95,13 +96,12 @@ class LineBuffer:
             self._hold(data)
             return []
         lines = [self._end_line(data[:cut])]
-        rest = data[cut + 1:].split(b"\n")
+        rest = data[cut + 1 :].split(b"\n")
         for line in rest[:-1]:
             lines.append(self._end_line(line))
         if rest[-1]:
             self._hold(rest[-1])
-        return [line if isinstance(line, OversizedLine) or not line.endswith(b"\r") else line[:-1]
-                for line in lines]
+        return [line if isinstance(line, OversizedLine) or not line.endswith(b"\r") else line[:-1] for line in lines]
 
     def close(self) -> bytes | None:
         """End of stream: the unterminated last line, if any."""
@@ -129,8 +129,10 @@ def encode(message: dict[str, Any]) -> bytes:
 
 def decode(line: bytes | str) -> dict[str, Any] | ParseError:
     if isinstance(line, OversizedLine):
-        return ParseError(f"a line of {line.size:,} bytes, over the {line.limit:,}-byte limit of one ACP "
-                          "message, was dropped", line.decode("utf-8", "replace"))
+        return ParseError(
+            f"a line of {line.size:,} bytes, over the {line.limit:,}-byte limit of one ACP message, was dropped",
+            line.decode("utf-8", "replace"),
+        )
     preview = line[:200]
     if isinstance(preview, bytes):
         preview = preview.decode("utf-8", "replace")

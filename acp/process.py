@@ -17,7 +17,7 @@ import pwd
 import shutil
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import sandbox as sandboxes
 from .errors import AgentStartError
@@ -42,10 +42,13 @@ async def sandbox_problem(network: bool = True) -> str | None:
     else:
         try:
             probe = await asyncio.create_subprocess_exec(
-                *sandboxes.probe_argv(network, bwrap), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+                *sandboxes.probe_argv(network, bwrap),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
             _, err = await asyncio.wait_for(probe.communicate(), PROBE_LIMIT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             probe.kill()
             await probe.wait()
             problem = f"bwrap did not run within {PROBE_LIMIT:g} s"
@@ -53,8 +56,11 @@ async def sandbox_problem(network: bool = True) -> str | None:
             problem = f"bwrap cannot run: {exc.strerror or exc}"
         else:
             lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
-            problem = None if probe.returncode == 0 else (
-                lines[-1].strip() if lines else f"bwrap failed (exit code {probe.returncode})")
+            problem = (
+                None
+                if probe.returncode == 0
+                else (lines[-1].strip() if lines else f"bwrap failed (exit code {probe.returncode})")
+            )
     _probed[network] = problem
     return problem
 
@@ -78,8 +84,14 @@ def _kinds(paths: Sequence[str]) -> dict[str, str]:
 
 
 class AgentProcess:
-    def __init__(self, name: str, command: Sequence[str], cwd: str | None = None,
-                 env: dict[str, str] | None = None, sandbox: Sandbox | None = None):
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        sandbox: Sandbox | None = None,
+    ):
         self.name = name
         self.sandbox = sandbox
         self.command = list(command)
@@ -107,9 +119,14 @@ class AgentProcess:
             command = await self._sandboxed(env)
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *command, cwd=self.cwd, env=env,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+                *command,
+                cwd=self.cwd,
+                env=env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
         except FileNotFoundError:
             raise AgentStartError(f"{self.name}: command not found: {executable}") from None
         except PermissionError:
@@ -132,19 +149,29 @@ class AgentProcess:
             hide=tuple(os.path.realpath(p) for p in (*self.sandbox.hide, *other_homes())),
             reach=tuple(os.path.realpath(p) for p in self.sandbox.reach),
             # the agent's own program, and the Python (and this package) the MCP command runs
-            keep=tuple(os.path.realpath(p) for p in (
-                *self.sandbox.keep, os.path.abspath(os.path.join(self.cwd or "", executable)),
-                sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(__file__)))),
-            network=self.sandbox.network)
+            keep=tuple(
+                os.path.realpath(p)
+                for p in (
+                    *self.sandbox.keep,
+                    os.path.abspath(os.path.join(self.cwd or "", executable)),
+                    sys.prefix,
+                    sys.base_prefix,
+                    os.path.dirname(os.path.dirname(__file__)),
+                )
+            ),
+            network=self.sandbox.network,
+        )
         for folder in policy.write:  # an agent's state folder it has not made yet (~/.claude …)
             if not os.path.lexists(folder) and folder != "/":
                 try:
                     os.makedirs(folder, exist_ok=True)
                 except OSError as exc:
-                    raise AgentStartError(f"{self.name}: cannot make the folder {folder} "
-                                          f"(sandbox write:): {exc.strerror or exc}") from None
-        return sandboxes.argv(policy, self.command, cwd, _kinds((cwd, *policy.paths())),
-                              shutil.which("bwrap") or "bwrap")
+                    raise AgentStartError(
+                        f"{self.name}: cannot make the folder {folder} (sandbox write:): {exc.strerror or exc}"
+                    ) from None
+        return sandboxes.argv(
+            policy, self.command, cwd, _kinds((cwd, *policy.paths())), shutil.which("bwrap") or "bwrap"
+        )
 
     async def _drain_stderr(self) -> None:
         # Read continuously so a chatty agent never blocks on a full pipe; keep
@@ -182,7 +209,7 @@ class AgentProcess:
             return None
         try:
             return await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     async def stderr_settled(self, timeout: float = 1.0) -> str:

@@ -26,7 +26,8 @@ import inspect
 import itertools
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from . import framing
 from .errors import ConnectionLost, RpcError
@@ -37,16 +38,21 @@ RequestHandler = Callable[[str, Any], Awaitable[Any]]
 NotificationHandler = Callable[[str, Any], Any]
 
 READ_SIZE = 1 << 16
-YIELD_AFTER = 0.005    # seconds of handling one read's messages before the loop is given back
+YIELD_AFTER = 0.005  # seconds of handling one read's messages before the loop is given back
 CANCEL_REQUEST = "$/cancel_request"
 REQUEST_CANCELLED = -32800
 
 
 class Peer:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 on_request: RequestHandler | None = None,
-                 on_notification: NotificationHandler | None = None,
-                 label: str = "peer"):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
+        label: str = "peer",
+    ):
         self._reader, self._writer = reader, writer
         self._on_request, self._on_notification = on_request, on_notification
         self.label = label
@@ -82,9 +88,13 @@ class Peer:
         except (ConnectionError, RuntimeError) as exc:  # broken pipe, closed transport
             raise ConnectionLost(f"{self.label}: cannot write ({exc})") from exc
 
-    async def request(self, method: str, params: Any = None,
-                      on_sent: Callable[[], None] | None = None,
-                      before_send: Callable[[], Awaitable[None]] | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        on_sent: Callable[[], None] | None = None,
+        before_send: Callable[[], Awaitable[None]] | None = None,
+    ) -> Any:
         """Send a request and wait for its result. `on_sent` runs as the request is written (right
         before it, no await between), before anything the peer sends after it can be read.
         `before_send` is awaited first, and the request is written as soon as it returns (no other
@@ -102,6 +112,7 @@ class Peer:
             written = True
             if on_sent is not None:
                 on_sent()
+
         try:
             await self._send(framing.request(request_id, method, params), sent)
             return await future
@@ -164,8 +175,13 @@ class Peer:
                 log.debug("%s: response to unknown id %r", self.label, message["id"])
             elif "error" in message:
                 err = message["error"] if isinstance(message["error"], dict) else {}
-                future.set_exception(RpcError(err.get("code", framing.INTERNAL_ERROR),
-                                              str(err.get("message", "unknown error")), err.get("data")))
+                future.set_exception(
+                    RpcError(
+                        err.get("code", framing.INTERNAL_ERROR),
+                        str(err.get("message", "unknown error")),
+                        err.get("data"),
+                    )
+                )
             else:
                 future.set_result(message.get("result"))
         elif kind == framing.NOTIFICATION:
@@ -211,8 +227,13 @@ class Peer:
             self._answering[request_id] = handling
             reply = framing.result(request_id, await handling)
         except asyncio.CancelledError:
-            withdrawn = (request_id in self._withdrawn and handling is not None and handling.cancelled()
-                         and not asyncio.current_task().cancelling() and not self.closed.is_set())
+            withdrawn = (
+                request_id in self._withdrawn
+                and handling is not None
+                and handling.cancelled()
+                and not asyncio.current_task().cancelling()
+                and not self.closed.is_set()
+            )
             if not withdrawn:  # we are closing: nobody waits for the reply
                 if handling is not None:
                     handling.cancel()

@@ -20,12 +20,13 @@ Mounts are applied by depth, shallow first, so the deeper one wins: a working di
 hidden folder stays visible and writable, a hidden folder inside the working directory stays
 hidden. At one depth: hidden, then read-only, then writable, then `reach`.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
-from typing import Mapping, Sequence
 
 ENV_KEPT = ("PATH", "HOME", "LANG", "TERM")  # what an agent gets of the bridge's environment
 FIX = "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"
@@ -38,6 +39,7 @@ _ORDER = {HIDE_DIR: 0, HIDE_FILE: 0, READ: 1, WRITE: 2, REACH: 3}
 @dataclass(frozen=True)
 class Sandbox:
     """What one agent process may reach (paths absolute, links resolved by the caller)."""
+
     write: tuple[str, ...] = ()
     read: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
@@ -45,7 +47,7 @@ class Sandbox:
     keep: tuple[str, ...] = ()
     network: bool = True
 
-    def reaching(self, *paths: str) -> "Sandbox":
+    def reaching(self, *paths: str) -> Sandbox:
         """The same sandbox with `paths` (sockets) reachable too."""
         return replace(self, reach=tuple(dict.fromkeys((*self.reach, *paths))))
 
@@ -102,8 +104,9 @@ def _covering(before: list[Mount], path: str) -> str | None:
     return next((m.kind for m in reversed(before) if under(path, m.path)), None)
 
 
-def argv(sandbox: Sandbox, command: Sequence[str], cwd: str, kinds: Mapping[str, str],
-         bwrap: str = "bwrap") -> list[str]:
+def argv(
+    sandbox: Sandbox, command: Sequence[str], cwd: str, kinds: Mapping[str, str], bwrap: str = "bwrap"
+) -> list[str]:
     """The command line that runs `command` in `cwd` inside the sandbox."""
     line = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--cap-drop", "ALL"]
     if not sandbox.network:

@@ -56,6 +56,7 @@ class ConfigOption:
 @dataclass(frozen=True)
 class Menu:
     """A current value and the values to choose from (modes, models)."""
+
     current: str | None
     choices: tuple[Choice, ...]
 
@@ -74,9 +75,10 @@ class Selector:
 
     via: "config" (session/set_config_option with config_id), "set_mode" or "set_model".
     """
-    kind: str        # mode | model | config
+
+    kind: str  # mode | model | config
     via: str
-    key: str         # the config option id, or "mode" / "model"
+    key: str  # the config option id, or "mode" / "model"
     name: str
     current: str | None
     choices: tuple[Choice, ...]
@@ -143,10 +145,17 @@ def parse_config_options(value: Any) -> tuple[ConfigOption, ...] | None:
             current = "true" if current else "false"
         elif current is not None and not isinstance(current, str):
             current = str(current)
-        found.append(ConfigOption(
-            id=item["id"], name=_str(item.get("name")) or item["id"],
-            description=_str(item.get("description")) or "", category=_str(item.get("category")) or "",
-            type=kind, current=current, choices=tuple(choices)))
+        found.append(
+            ConfigOption(
+                id=item["id"],
+                name=_str(item.get("name")) or item["id"],
+                description=_str(item.get("description")) or "",
+                category=_str(item.get("category")) or "",
+                type=kind,
+                current=current,
+                choices=tuple(choices),
+            )
+        )
     return tuple(found)
 
 
@@ -156,7 +165,11 @@ def parse_usage(raw: dict[str, Any]) -> Usage | None:
         return None
     cost = raw.get("cost")
     amount = currency = None
-    if isinstance(cost, dict) and isinstance(cost.get("amount"), (int, float)) and not isinstance(cost.get("amount"), bool):
+    if (
+        isinstance(cost, dict)
+        and isinstance(cost.get("amount"), (int, float))
+        and not isinstance(cost.get("amount"), bool)
+    ):
         amount, currency = float(cost["amount"]), _str(cost.get("currency"))
     return Usage(used, size, amount, currency)
 
@@ -167,8 +180,11 @@ def resolve(choices: tuple[Choice, ...], text: str, what: str = "value") -> Choi
     wanted = text.strip()
     if not wanted:
         raise ChoiceError(f"no {what} given; choose one of: {names(choices)}")
-    for test in (lambda c: c.id == wanted, lambda c: c.id.lower() == wanted.lower(),
-                 lambda c: c.name.lower() == wanted.lower()):
+    for test in (
+        lambda c: c.id == wanted,
+        lambda c: c.id.lower() == wanted.lower(),
+        lambda c: c.name.lower() == wanted.lower(),
+    ):
         found = [c for c in choices if test(c)]
         if len(found) == 1:
             return found[0]
@@ -242,8 +258,7 @@ class SessionState:
         elif selector.via == "set_model":
             self.models = replace(self.models or Menu(None, ()), current=value)
         else:
-            self.config = tuple(replace(o, current=value) if o.id == selector.key else o
-                                for o in self.config or ())
+            self.config = tuple(replace(o, current=value) if o.id == selector.key else o for o in self.config or ())
             if selector.kind in (MODE, MODEL):
                 menu = self.modes if selector.kind == MODE else self.models
                 if menu is not None and any(c.id == value for c in menu.choices):
@@ -269,21 +284,29 @@ class SessionState:
                 return Selector(kind, "config", option.id, option.name, option.current, option.choices)
             menu = self.modes if kind == MODE else self.models
             if menu is not None and menu.choices:
-                return Selector(kind, "set_mode" if kind == MODE else "set_model", kind,
-                                "Mode" if kind == MODE else "Model", menu.current, menu.choices)
+                return Selector(
+                    kind,
+                    "set_mode" if kind == MODE else "set_model",
+                    kind,
+                    "Mode" if kind == MODE else "Model",
+                    menu.current,
+                    menu.choices,
+                )
             return None
         option = self.option(key or "")
         if option is None or not option.settable:
             return None
         if option.category in (MODE, MODEL):
             return Selector(option.category, "config", option.id, option.name, option.current, option.choices)
-        return Selector(CONFIG, "config", option.id, option.name, option.current, option.choices,
-                        boolean=option.type == "boolean")
+        return Selector(
+            CONFIG, "config", option.id, option.name, option.current, option.choices, boolean=option.type == "boolean"
+        )
 
     def option(self, key: str) -> ConfigOption | None:
         options = self.config or ()
-        return (next((o for o in options if o.id == key), None)
-                or next((o for o in options if o.id.lower() == key.lower() or o.name.lower() == key.lower()), None))
+        return next((o for o in options if o.id == key), None) or next(
+            (o for o in options if o.id.lower() == key.lower() or o.name.lower() == key.lower()), None
+        )
 
     @property
     def mode(self) -> str | None:
@@ -299,36 +322,66 @@ class SessionState:
     def to_json(self) -> dict[str, Any]:
         """A snapshot to store (`from_json` reads it back): what !mode and !status show while
         the agent is not running."""
+
         def menu(m: Menu | None) -> dict | None:
             return None if m is None else {"current": m.current, "choices": [_choice_json(c) for c in m.choices]}
+
         return {
-            "modes": menu(self.modes), "models": menu(self.models),
-            "config": None if self.config is None else [
-                {"id": o.id, "name": o.name, "description": o.description, "category": o.category,
-                 "type": o.type, "current": o.current, "choices": [_choice_json(c) for c in o.choices]}
-                for o in self.config],
+            "modes": menu(self.modes),
+            "models": menu(self.models),
+            "config": None
+            if self.config is None
+            else [
+                {
+                    "id": o.id,
+                    "name": o.name,
+                    "description": o.description,
+                    "category": o.category,
+                    "type": o.type,
+                    "current": o.current,
+                    "choices": [_choice_json(c) for c in o.choices],
+                }
+                for o in self.config
+            ],
             "title": self.title,
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> "SessionState":
+    def from_json(cls, data: Any) -> SessionState:
         state = cls()
         if not isinstance(data, dict):
             return state
 
         def choices(items: Any) -> tuple[Choice, ...]:
-            return tuple(Choice(str(i.get("id")), str(i.get("name") or i.get("id")), str(i.get("description") or ""),
-                                str(i.get("group") or "")) for i in items or [] if isinstance(i, dict) and i.get("id"))
+            return tuple(
+                Choice(
+                    str(i.get("id")),
+                    str(i.get("name") or i.get("id")),
+                    str(i.get("description") or ""),
+                    str(i.get("group") or ""),
+                )
+                for i in items or []
+                if isinstance(i, dict) and i.get("id")
+            )
 
         def menu(m: Any) -> Menu | None:
             return Menu(_str(m.get("current")), choices(m.get("choices"))) if isinstance(m, dict) else None
+
         state.modes, state.models = menu(data.get("modes")), menu(data.get("models"))
         if isinstance(data.get("config"), list):
             state.config = tuple(
-                ConfigOption(str(o["id"]), str(o.get("name") or o["id"]), str(o.get("description") or ""),
-                             str(o.get("category") or ""), str(o.get("type") or "select"), _str(o.get("current")),
-                             choices(o.get("choices")))
-                for o in data["config"] if isinstance(o, dict) and o.get("id"))
+                ConfigOption(
+                    str(o["id"]),
+                    str(o.get("name") or o["id"]),
+                    str(o.get("description") or ""),
+                    str(o.get("category") or ""),
+                    str(o.get("type") or "select"),
+                    _str(o.get("current")),
+                    choices(o.get("choices")),
+                )
+                for o in data["config"]
+                if isinstance(o, dict) and o.get("id")
+            )
         state.title = _str(data.get("title"))
         return state
 
@@ -344,14 +397,16 @@ def _choice_json(c: Choice) -> dict[str, str]:
 
 # --- the owner's choices, and bringing a session back to them ----------------------------
 
+
 @dataclass(frozen=True)
 class Choices:
     """What the owner chose for one member (stored with the membership)."""
+
     mode: str | None = None
     model: str | None = None
     config: dict[str, str] = field(default_factory=dict)
 
-    def with_choice(self, selector: Selector, value: str) -> "Choices":
+    def with_choice(self, selector: Selector, value: str) -> Choices:
         if selector.kind == MODE:
             return replace(self, mode=value)
         if selector.kind == MODEL:
@@ -362,12 +417,15 @@ class Choices:
         return {"mode": self.mode, "model": self.model, "config": dict(self.config)}
 
     @classmethod
-    def from_json(cls, data: Any) -> "Choices":
+    def from_json(cls, data: Any) -> Choices:
         if not isinstance(data, dict):
             return cls()
         config = data.get("config") if isinstance(data.get("config"), dict) else {}
-        return cls(_str(data.get("mode")), _str(data.get("model")),
-                   {str(k): v for k, v in config.items() if isinstance(v, str)})
+        return cls(
+            _str(data.get("mode")),
+            _str(data.get("model")),
+            {str(k): v for k, v in config.items() if isinstance(v, str)},
+        )
 
     def __bool__(self) -> bool:
         return bool(self.mode or self.model or self.config)

@@ -19,8 +19,9 @@ import asyncio
 import inspect
 import itertools
 import logging
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from .client import Agent, AgentSpec, OnCommands, OnState, start_agent
 from .errors import AcpError
@@ -35,8 +36,8 @@ class _Entry:
         self.turn_lock = asyncio.Lock()
         self.start_lock = asyncio.Lock()
         self.in_turn = False
-        self.queued = 0        # callers waiting for a turn
-        self.getting = 0       # get() calls in progress (pins the agent)
+        self.queued = 0  # callers waiting for a turn
+        self.getting = 0  # get() calls in progress (pins the agent)
         self.starting = False  # holds a slot while the process starts
         self.stopping = False  # holds a slot while the process is being stopped
         self.waiting_slot = False
@@ -52,16 +53,27 @@ class _Entry:
 
     @property
     def evictable(self) -> bool:
-        return (self.running and not self.in_turn and not self.starting and not self.stopping
-                and self.queued == 0 and self.getting == 0 and not self.turn_lock.locked())
+        return (
+            self.running
+            and not self.in_turn
+            and not self.starting
+            and not self.stopping
+            and self.queued == 0
+            and self.getting == 0
+            and not self.turn_lock.locked()
+        )
 
 
 class Pool:
-    def __init__(self, specs: dict[str, AgentSpec], agents_in_memory: int = 2,
-                 on_commands: OnCommands | None = None,
-                 on_stopped: Callable[[str], Any] | None = None,
-                 client_capabilities: dict[str, Any] | None = None,
-                 on_state: OnState | None = None):
+    def __init__(
+        self,
+        specs: dict[str, AgentSpec],
+        agents_in_memory: int = 2,
+        on_commands: OnCommands | None = None,
+        on_stopped: Callable[[str], Any] | None = None,
+        client_capabilities: dict[str, Any] | None = None,
+        on_state: OnState | None = None,
+    ):
         if agents_in_memory < 1:
             raise ValueError("agents_in_memory must be at least 1")
         self.capacity = agents_in_memory
@@ -133,8 +145,7 @@ class Pool:
 
     async def close(self) -> None:
         self._closed = True
-        await asyncio.gather(*(self._stop_entry(e) for e in self._entries.values() if e.agent),
-                             return_exceptions=True)
+        await asyncio.gather(*(self._stop_entry(e) for e in self._entries.values() if e.agent), return_exceptions=True)
         for waiter in self._slot_waiters:
             if not waiter.done():
                 waiter.set_result(None)

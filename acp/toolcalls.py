@@ -34,8 +34,7 @@ TODO_STATUSES = PLAN_STATUSES + ("cancelled",)  # a to-do tool's items may also 
 TODO_TOOLS = frozenset({"todowrite", "writetodos", "todos", "updatetodos"})
 PRIORITIES = ("high", "medium", "low")
 TOOL_STATUSES = ("pending", "in_progress", "completed", "failed")
-TOOL_KINDS = ("read", "edit", "delete", "move", "search", "execute", "think", "fetch",
-              "switch_mode", "other")
+TOOL_KINDS = ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other")
 TERMINAL_KEEP = 64 * 1024  # characters of a terminal's output kept (only the tail is shown)
 
 
@@ -43,7 +42,7 @@ TERMINAL_KEEP = 64 * 1024  # characters of a terminal's output kept (only the ta
 class PlanEntry:
     content: str
     priority: str = "medium"  # high | medium | low
-    status: str = "pending"   # pending | in_progress | completed
+    status: str = "pending"  # pending | in_progress | completed
 
 
 @dataclass(frozen=True)
@@ -55,20 +54,22 @@ class Location:
 @dataclass(frozen=True)
 class ToolContent:
     """One item of a tool call's `content` list."""
-    type: str                       # content | diff | terminal (anything else: kept, shown as text)
-    text: str = ""                  # content: the block's text (placeholders for images etc.)
+
+    type: str  # content | diff | terminal (anything else: kept, shown as text)
+    text: str = ""  # content: the block's text (placeholders for images etc.)
     block: dict[str, Any] | None = None  # content: the block as sent
-    path: str = ""                  # diff
-    old_text: str | None = None     # diff: None for a new file
-    new_text: str = ""              # diff
-    terminal_id: str = ""           # terminal
+    path: str = ""  # diff
+    old_text: str | None = None  # diff: None for a new file
+    new_text: str = ""  # diff
+    terminal_id: str = ""  # terminal
 
 
 @dataclass(frozen=True)
 class TerminalMeta:
     """What one update's `_meta` says about a terminal (see the module docstring)."""
+
     terminal_id: str
-    data: str = ""                 # output to append
+    data: str = ""  # output to append
     exited: bool = False
     exit_code: int | None = None
     signal: str | None = None
@@ -132,8 +133,10 @@ class ToolCall:
             if meta.exited:
                 terminal.exited, terminal.exit_code, terminal.signal = True, meta.exit_code, meta.signal
         if not self.todo:
-            self.todo = _todo_list(self.raw_input) is not None or \
-                "".join(ch for ch in self.title.lower() if ch.isalnum()) in TODO_TOOLS
+            self.todo = (
+                _todo_list(self.raw_input) is not None
+                or "".join(ch for ch in self.title.lower() if ch.isalnum()) in TODO_TOOLS
+            )
 
     @property
     def todos(self) -> list[PlanEntry] | None:
@@ -176,6 +179,7 @@ class ToolCall:
 
 # --- parsing (tolerant: agents may send anything) --------------------------------------------
 
+
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -198,8 +202,9 @@ def _json(value: Any) -> Any:
         return None
 
 
-def parse_plan(value: Any, statuses: tuple[str, ...] = PLAN_STATUSES,
-               other_names: tuple[str, ...] = ()) -> list[PlanEntry]:
+def parse_plan(
+    value: Any, statuses: tuple[str, ...] = PLAN_STATUSES, other_names: tuple[str, ...] = ()
+) -> list[PlanEntry]:
     """A plan's entries; `statuses` are the ones kept (any other is pending), `other_names` the
     keys tried for an entry's text when it has no `content`."""
     entries = []
@@ -243,8 +248,14 @@ def parse_content(value: Any, text_of) -> list[ToolContent] | None:
             if path is None:
                 continue
             old = item.get("oldText")
-            found.append(ToolContent("diff", path=path, old_text=old if isinstance(old, str) else None,
-                                     new_text=_str(item.get("newText")) or ""))
+            found.append(
+                ToolContent(
+                    "diff",
+                    path=path,
+                    old_text=old if isinstance(old, str) else None,
+                    new_text=_str(item.get("newText")) or "",
+                )
+            )
         elif kind == "terminal":
             terminal_id = _str(item.get("terminalId"))
             if terminal_id:

@@ -14,8 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .session_state import ConfigOption, Usage, parse_config_options, parse_usage
-from .toolcalls import (TOOL_KINDS, TOOL_STATUSES, Location, PlanEntry, TerminalMeta, ToolContent,
-                        parse_content, parse_locations, parse_plan, parse_terminal_meta)
+from .toolcalls import (
+    TOOL_KINDS,
+    TOOL_STATUSES,
+    Location,
+    PlanEntry,
+    TerminalMeta,
+    ToolContent,
+    parse_content,
+    parse_locations,
+    parse_plan,
+    parse_terminal_meta,
+)
 
 KINDS = {
     "agent_message_chunk": "text",
@@ -109,6 +119,7 @@ def normalise_commands(value: Any) -> list[dict[str, Any]]:
     commands = []
     for item in value if isinstance(value, list) else []:
         if isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"]:
-            commands.append({"name": item["name"], "description": str(item.get("description") or ""),
-                             "input": item.get("input")})
+            commands.append(
+                {"name": item["name"], "description": str(item.get("description") or ""), "input": item.get("input")}
+            )
     return commands

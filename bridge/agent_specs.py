@@ -9,6 +9,7 @@ read-only its `read:` paths; hidden the config folder and file, the data folder,
 registration and the homeserver's own config. The MCP socket is added once it listens
 (`reach_socket`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,15 +37,23 @@ def sandbox_of(cfg: Config, agent: AgentConfig) -> Sandbox | None:
     hide = [str(cfg.path.parent), str(cfg.path), str(cfg.data_dir), str(cfg.registration_path)]
     if cfg.homeserver_config is not None:
         hide.append(str(cfg.homeserver_config))
-    return Sandbox(write=tuple(dict.fromkeys(write)), read=agent.sandbox.read, hide=tuple(hide),
-                   network=agent.sandbox.network)
+    return Sandbox(
+        write=tuple(dict.fromkeys(write)), read=agent.sandbox.read, hide=tuple(hide), network=agent.sandbox.network
+    )
 
 
 def spec_of(cfg: Config, name: str) -> AgentSpec:
     """How to start the configured agent `name`."""
     agent = cfg.agents[name]
-    return AgentSpec(name=name, command=list(agent.command), cwd=agent.cwd, env=dict(agent.env),
-                     title=agent.title, timeout=agent.timeout, sandbox=sandbox_of(cfg, agent))
+    return AgentSpec(
+        name=name,
+        command=list(agent.command),
+        cwd=agent.cwd,
+        env=dict(agent.env),
+        title=agent.title,
+        timeout=agent.timeout,
+        sandbox=sandbox_of(cfg, agent),
+    )
 
 
 def specs(cfg: Config) -> dict[str, AgentSpec]:
@@ -71,8 +80,10 @@ def unsandboxed(cfg: Config, name: str) -> str | None:
     if is_remote(agent.command):
         return "runs over ssh: the bridge does not sandbox it (the other machine decides what it reaches)"
     if not agent.sandbox.on:
-        return (f"runs without a sandbox (agents.{name}.sandbox: off): it reaches what the bridge "
-                "reaches — its config, data and registration included")
+        return (
+            f"runs without a sandbox (agents.{name}.sandbox: off): it reaches what the bridge "
+            "reaches — its config, data and registration included"
+        )
     return None
 
 

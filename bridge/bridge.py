@@ -7,6 +7,7 @@ this module (pyproject.toml's import rules). Flow is one way: bridge → acp (ag
 the Intent of a puppet or of the bot (intent.py). Events of one transaction are handled in
 order; answering happens in each portal's own task so a transaction is acknowledged quickly.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,37 +24,41 @@ from store import Store, keys, new_id
 from store.offloop import OffLoop
 
 from . import agent_specs
-from .matrix.appservice import AppserviceServer, TransactionOrder
-from .matrix.reachability import Reachability
+from .channels import prepare
+from .channels.budgets import COMMANDS as BUDGET_COMMANDS
+from .channels.budgets import Budgets
+from .channels.command_parse import SESSION_COMMANDS
+from .channels.commands import BotCommands
+from .channels.inbound import Inbound
+from .channels.notices import Notices
+from .channels.parts import ChannelParts
+from .channels.permissions import Permissions
+from .channels.portal import Portal
+from .channels.recovery import Recovery
+from .channels.registry import Channels
+from .channels.scheduler import Scheduler
+from .channels.sessions import SessionCommands
+from .channels.upgrade import RoomUpgrades
 from .coding import render as coding_render
 from .coding.questions import Questions
+from .coding.settings import COMMANDS as SETTINGS_COMMANDS
+from .coding.settings import SessionSettings
 from .coding.work import Work
-from .coding.settings import COMMANDS as SETTINGS_COMMANDS, SessionSettings
-from .coding.workplaces import COMMANDS as PLACE_COMMANDS, WorkPlaces
-from .voice.spoken import COMMANDS as VOICE_COMMANDS, VoiceCommand
-from .channels.budgets import COMMANDS as BUDGET_COMMANDS, Budgets
-from .channels.commands import BotCommands
-from .channels.command_parse import SESSION_COMMANDS
-from .channels.sessions import SessionCommands
-from .channels.inbound import Inbound
-from .channels import prepare
-from .channels.upgrade import RoomUpgrades
-from .outage import StoreOutage
+from .coding.workplaces import COMMANDS as PLACE_COMMANDS
+from .coding.workplaces import WorkPlaces
+from .matrix.appservice import AppserviceServer, TransactionOrder
 from .matrix.dispatch import Dispatcher, Encryption
 from .matrix.identities import Identities
 from .matrix.intent import Outgoing
 from .matrix.msc4391 import CommandDescriptions
-from .channels.portal import Portal
-from .channels.permissions import Permissions
 from .matrix.presence import Presence
 from .matrix.puppet import Puppet
-from .channels.recovery import Recovery
-from .channels.scheduler import Scheduler
+from .matrix.reachability import Reachability
 from .mcp.actions import Means
 from .mcp.service import McpService
-from .channels.notices import Notices
-from .channels.registry import Channels
-from .channels.parts import ChannelParts
+from .outage import StoreOutage
+from .voice.spoken import COMMANDS as VOICE_COMMANDS
+from .voice.spoken import VoiceCommand
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +82,7 @@ def freeze_startup_objects() -> None:
 
 
 class Bridge:
-    def __init__(self, config: Config, registration: Registration, store: Store,
-                 history_unavailable: bool = False):
+    def __init__(self, config: Config, registration: Registration, store: Store, history_unavailable: bool = False):
         self.config = config
         self.registration = registration
         self.store = store
@@ -87,11 +91,14 @@ class Bridge:
         self.history_unavailable = history_unavailable
         # how each agent starts, in its sandbox (agent_specs.py; the MCP socket added at start)
         self.specs = agent_specs.specs(config)
-        self.pool = Pool(self.specs,
-                         agents_in_memory=config.agents_in_memory,
-                         on_commands=self._on_commands, on_stopped=self._on_stopped,
-                         client_capabilities=CODING_CLIENT_CAPABILITIES,
-                         on_state=self._on_state)
+        self.pool = Pool(
+            self.specs,
+            agents_in_memory=config.agents_in_memory,
+            on_commands=self._on_commands,
+            on_stopped=self._on_stopped,
+            client_capabilities=CODING_CLIENT_CAPABILITIES,
+            on_state=self._on_state,
+        )
         self.aliases = {}
         for name in config.agents:
             self.aliases[name] = name
@@ -116,6 +123,7 @@ class Bridge:
         self.e2ee = None  # with `encryption: on`, a device per identity (bridge/e2ee)
         if config.encryption:
             from .e2ee.crypto import E2EE
+
             self.e2ee = E2EE(config, self.db, registration.as_token)
             self.outgoing = self.e2ee.outgoing
         db = self.db
@@ -124,8 +132,7 @@ class Bridge:
         self.notices = notices = Notices(identities)  # what the bridge says in rooms (channels/notices.py)
         # the open channels, the turns between them (channels/registry.py); a portal is handed
         # the parts below (channels/parts.py)
-        self.channels: Channels[Portal] = Channels(
-            db, lambda channel, members: Portal(self.parts, channel, members))
+        self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
         channels = self.channels
         if self.e2ee is not None:
             self.e2ee.plug(channels, identities, notices)
@@ -147,46 +154,92 @@ class Bridge:
         self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/sessions.py)
         # the bot's commands; other parts register channel commands: coding/ (!mode, !model,
         # !config, !status; !cwd, !worktrees), channels/sessions.py (!sessions, !resume, !reset, !fork)
-        self.commands = BotCommands(config, db, self.pool, channels, identities, notices,
-                                    self.command_descriptions, self.scheduler,
-                                    {**{name: self.settings.command for name in SETTINGS_COMMANDS},
-                                     **{name: self.places.command for name in PLACE_COMMANDS},
-                                     **{name: self.sessions.command for name in SESSION_COMMANDS},
-                                     **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS},
-                                     **{name: self.budgets.command for name in BUDGET_COMMANDS}},
-                                    self.aliases, self.mcp.forget_channel)
+        self.commands = BotCommands(
+            config,
+            db,
+            self.pool,
+            channels,
+            identities,
+            notices,
+            self.command_descriptions,
+            self.scheduler,
+            {
+                **{name: self.settings.command for name in SETTINGS_COMMANDS},
+                **{name: self.places.command for name in PLACE_COMMANDS},
+                **{name: self.sessions.command for name in SESSION_COMMANDS},
+                **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS},
+                **{name: self.budgets.command for name in BUDGET_COMMANDS},
+            },
+            self.aliases,
+            self.mcp.forget_channel,
+        )
         # while the store is away (bridge/outage.py)
         self.outage = StoreOutage(db, self.halt, self.ping, identities)
         self.parts = ChannelParts(
-            config=config, db=db, pool=self.pool, channels=channels, identities=identities,
-            notices=notices, presence=self.presence, descriptions=self.command_descriptions,
-            permissions=self.permissions, questions=self.questions, settings=self.settings,
-            scheduler=self.scheduler, later=self.outage.later, mcp_servers=self.mcp.servers_for,
-            tell_owners=self.commands.tell_owners, work=Work, stop_line=coding_render.stop_reason,
-            run_id=self.run_id, recovered=self.recovered, stopping=self.stopping,
-            aliases=self.aliases, places=self.places, budgets=self.budgets)
+            config=config,
+            db=db,
+            pool=self.pool,
+            channels=channels,
+            identities=identities,
+            notices=notices,
+            presence=self.presence,
+            descriptions=self.command_descriptions,
+            permissions=self.permissions,
+            questions=self.questions,
+            settings=self.settings,
+            scheduler=self.scheduler,
+            later=self.outage.later,
+            mcp_servers=self.mcp.servers_for,
+            tell_owners=self.commands.tell_owners,
+            work=Work,
+            stop_line=coding_render.stop_reason,
+            run_id=self.run_id,
+            recovered=self.recovered,
+            stopping=self.stopping,
+            aliases=self.aliases,
+            places=self.places,
+            budgets=self.budgets,
+        )
         # what each incoming event does (channels/inbound.py, channels/upgrade.py)
-        self.inbound = Inbound(config, db, channels, identities, notices, self.commands, self.permissions,
-                               self.questions, self.command_descriptions)
+        self.inbound = Inbound(
+            config,
+            db,
+            channels,
+            identities,
+            notices,
+            self.commands,
+            self.permissions,
+            self.questions,
+            self.command_descriptions,
+        )
         self.upgrades = RoomUpgrades(db, channels, identities, notices, self.command_descriptions)
         if self.e2ee is not None:
             from .e2ee.crypto import Decrypting
+
             encryption: Encryption = Decrypting(self.e2ee)
         else:
             encryption = Encryption(self.inbound.say_encrypted, self.inbound.is_owner)
         # every incoming event passes it (matrix/dispatch.py), to its kind's handler
-        self.dispatcher = Dispatcher(config, db, self._handlers(), self.outage, encryption,
-                                     is_channel=channels.portals.__contains__)
+        self.dispatcher = Dispatcher(
+            config, db, self._handlers(), self.outage, encryption, is_channel=channels.portals.__contains__
+        )
         self.inbound.dispatcher = self.dispatcher  # catch-up and an invite's encryption go through it
         self.inbound.redacted = self.places.redacted  # a deleted thread's worktrees
-        self.server = AppserviceServer(registration.hs_token, self.dispatcher.transaction,
-                                       self.handle_user_query, db.txn_seen, db.mark_txn,
-                                       self.dispatcher.refused,
-                                       TransactionOrder(lambda: store.get_value(keys.TRANSACTION_ORDER),
-                                                        lambda value: db.soon(
-                                                            "the last transaction number",
-                                                            lambda: store.set_value(keys.TRANSACTION_ORDER, value))),
-                                       on_gap=self._retry_soon)
+        self.server = AppserviceServer(
+            registration.hs_token,
+            self.dispatcher.transaction,
+            self.handle_user_query,
+            db.txn_seen,
+            db.mark_txn,
+            self.dispatcher.refused,
+            TransactionOrder(
+                lambda: store.get_value(keys.TRANSACTION_ORDER),
+                lambda value: db.soon(
+                    "the last transaction number", lambda: store.set_value(keys.TRANSACTION_ORDER, value)
+                ),
+            ),
+            on_gap=self._retry_soon,
+        )
 
     def _on_state(self, *args) -> None:
         """A session's state changed (the Pool's callback): its settings, usage and title
@@ -210,10 +263,12 @@ class Bridge:
             await self.identities.puppet(name)
         if self.e2ee is not None:
             progress("encryption: a device for each agent and the bot")
-            renewed = await self.e2ee.start([identity.user_id for identity in self.identities.everyone()],
-                                            self.dispatcher)
+            renewed = await self.e2ee.start(
+                [identity.user_id for identity in self.identities.everyone()], self.dispatcher
+            )
             if renewed:
                 from .e2ee.crypto import RENEWED
+
                 try:
                     await self.commands.tell_owners(RENEWED)
                 except Exception:
@@ -240,9 +295,11 @@ class Bridge:
     async def _say_history_unavailable(self, progress) -> None:
         """Another bridge holds the database: this run keeps its history in memory
         (docs/architecture.md "The store")."""
-        text = ("⚠️ History is unavailable: the database of this config is used by another running "
-                "bridge, so this bridge keeps channels and messages in memory only, and forgets them "
-                "when it stops. Stop the other bridge, then restart this one to get the history back.")
+        text = (
+            "⚠️ History is unavailable: the database of this config is used by another running "
+            "bridge, so this bridge keeps channels and messages in memory only, and forgets them "
+            "when it stops. Stop the other bridge, then restart this one to get the history back."
+        )
         log.warning("the database is used by another running bridge: history is unavailable this time")
         progress("history unavailable: the database is used by another running bridge")
         try:
@@ -265,9 +322,14 @@ class Bridge:
             await self.budgets.tasks.close()
             await self.places.close()
             await self.presence.stop()
-            later = [*self.commands.tasks, *self.channels.courtesy_tasks(), *self._gap_pings,
-                     *self._catching_up, *prepare.pending(),
-                     *([self._watching] if self._watching else [])]  # replies, receipts on their way
+            later = [
+                *self.commands.tasks,
+                *self.channels.courtesy_tasks(),
+                *self._gap_pings,
+                *self._catching_up,
+                *prepare.pending(),
+                *([self._watching] if self._watching else []),
+            ]  # replies, receipts on their way
             for task in later:
                 task.cancel()
             await asyncio.gather(*later, return_exceptions=True)
@@ -283,9 +345,8 @@ class Bridge:
             # does not hold the stop (the thread is a daemon)
             try:
                 await asyncio.wait_for(self.db.run(self.store.close), STORE_CLOSE_WAIT)
-            except asyncio.TimeoutError:
-                log.warning("the database did not answer within %d s: stopping without closing it",
-                            STORE_CLOSE_WAIT)
+            except TimeoutError:
+                log.warning("the database did not answer within %d s: stopping without closing it", STORE_CLOSE_WAIT)
             except Exception:
                 log.exception("closing the store failed")
             self.db.thread.close()  # from now on every store call raises StoreClosed
@@ -298,7 +359,7 @@ class Bridge:
                 async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
                     if response.status == 200:
                         return
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
             if not said:
                 progress(f"waiting for the homeserver at {self.config.homeserver_url} …")
@@ -332,6 +393,7 @@ class Bridge:
                 if self.server.acknowledged != answered:
                     return  # the homeserver sends again
                 await self._ping()
+
         task = asyncio.ensure_future(later())
         self._gap_pings.add(task)
         task.add_done_callback(self._gap_pings.discard)
@@ -341,12 +403,14 @@ class Bridge:
         channels' messages from shortly before are read back (inbound.catch_up_since)."""
         if self.stopping.is_set():
             return
-        log.info("the homeserver answers again (away for %.1f s): reading back what it may have lost",
-                 time.time() - since)
+        log.info(
+            "the homeserver answers again (away for %.1f s): reading back what it may have lost", time.time() - since
+        )
 
         async def catch_up() -> None:
             read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
             log.info("read back %s channel(s) after the homeserver was away", read)
+
         task = asyncio.ensure_future(catch_up())
         self._catching_up.add(task)
         task.add_done_callback(self._catching_up.discard)
@@ -355,8 +419,9 @@ class Bridge:
         """Ask the homeserver to call us now: a backlog of transactions is retried at once."""
         for attempt in range(5):
             try:
-                status, body = await self.identities.bot.intent.ping(self.registration.id,
-                                                          f"sidekicks-{int(time.time() * 1000)}")
+                status, body = await self.identities.bot.intent.ping(
+                    self.registration.id, f"sidekicks-{int(time.time() * 1000)}"
+                )
             except aiohttp.ClientError as exc:
                 status, body = 0, {"error": str(exc)}
             if status == 200:
@@ -378,13 +443,13 @@ class Bridge:
         return {
             "m.room.member": inbound.member,
             "m.room.message": inbound.message,
-            "m.sticker": inbound.message,                      # as an image (bridge/matrix/media.py)
-            "m.poll.start": inbound.message,                   # as its question and answers
+            "m.sticker": inbound.message,  # as an image (bridge/matrix/media.py)
+            "m.poll.start": inbound.message,  # as its question and answers
             "org.matrix.msc3381.poll.start": inbound.message,
             "m.reaction": inbound.reaction,
             "m.room.redaction": inbound.redaction,
             "m.room.name": inbound.room_name,
-            "m.room.tombstone": self.upgrades.room_upgraded,   # the channel moves (channels/upgrade.py)
+            "m.room.tombstone": self.upgrades.room_upgraded,  # the channel moves (channels/upgrade.py)
         }
 
     # for the command line and tests: the parts' state, read through the bridge that owns them
@@ -436,4 +501,3 @@ class Bridge:
 
     def _on_stopped(self, agent: str) -> None:
         log.info("agent %s stopped", agent)
-

@@ -3,6 +3,7 @@
 
 User errors end in one clear line (exit 2 for a bad configuration), never a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,11 @@ def load_config(args) -> configuration.Config:
 
 
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
     for noisy in ("aiohttp.access", "nio", "peewee"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -49,6 +53,7 @@ def _stop_event() -> asyncio.Event:
 async def _cmd_run(args) -> int:
     cfg = load_config(args)
     from .local.start_check import sandbox_trouble
+
     for line in await sandbox_trouble(cfg):  # that agent will not start (docs/sandbox.md)
         say(f"✗ {line}")
     await run_bridge(cfg, _stop_event())
@@ -65,12 +70,14 @@ def cmd_registration(args) -> int:
 
 async def _cmd_check(args) -> int:
     from .local.check import check_agents
+
     cfg = load_config(args)
     return await check_agents(cfg, say)
 
 
 async def _cmd_up(args) -> int:
     from .local.up import up
+
     return await up(config_path(args), args, _stop_event(), say)
 
 
@@ -79,8 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-c", "--config", help="config file (default: %(default)s)",
-                        default=None)
+    common.add_argument("-c", "--config", help="config file (default: %(default)s)", default=None)
     sub.add_parser("up", parents=[common], help="the whole local stack: homeserver, bridge, local agent")
     sub.add_parser("run", parents=[common], help="the bridge alone, against the configured homeserver")
     reg = sub.add_parser("registration", parents=[common], help="write the appservice registration YAML")
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_registration(args)
         if args.command == "mcp":  # stdout is the MCP stream: nothing else may write there
             from .mcp.stdio import main as mcp_main
+
             return mcp_main()
         command = {"run": _cmd_run, "check": _cmd_check, "up": _cmd_up}[args.command]
         return asyncio.run(command(args))

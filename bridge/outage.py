@@ -5,13 +5,15 @@ Beside the store's own resilience (store/resilience.py: reconnecting, the lock t
 this is what the bridge does meanwhile. The dispatcher (matrix/dispatch.py) is handed it; the
 turns' journal (channels/journal.py) writes through `later`.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable, keys
 
@@ -23,8 +25,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
-DOWN_TEXT = ("⚠️ The bridge cannot reach its database right now. Your messages are not lost: the "
-             "homeserver keeps them, and they are answered as soon as the database is back.")
+DOWN_TEXT = (
+    "⚠️ The bridge cannot reach its database right now. Your messages are not lost: the "
+    "homeserver keeps them, and they are answered as soon as the database is back."
+)
 BACK_TEXT = "✅ The database is back: the messages that waited are being answered now."
 
 
@@ -42,9 +46,13 @@ class StoreOutage:
     turn that ends while the database is down leaves them here (`later`), in order; they are
     written when it is back, before any transaction is handled again (`flush`)."""
 
-    def __init__(self, db: "OffLoop | None" = None, halt: Callable[[str], None] = lambda reason: None,
-                 ping: Callable[[], Awaitable[None]] | None = None,
-                 identities: "Identities | None" = None):
+    def __init__(
+        self,
+        db: OffLoop | None = None,
+        halt: Callable[[str], None] = lambda reason: None,
+        ping: Callable[[], Awaitable[None]] | None = None,
+        identities: Identities | None = None,
+    ):
         """`db`: the store's calls (None: no database thread, tests of this class alone);
         `halt`: stops this bridge, with the reason; `ping`: asks the homeserver for what it
         keeps; `identities`: who says the outage in the rooms."""
@@ -140,8 +148,7 @@ class StoreOutage:
         except Exception:
             log.exception("watching the database failed")
             return
-        log.info("the database is back after %.1f s: asking the homeserver for what waits",
-                 time.monotonic() - began)
+        log.info("the database is back after %.1f s: asking the homeserver for what waits", time.monotonic() - began)
         if told:
             await self._say(BACK_TEXT)
         self.rooms = []
@@ -160,6 +167,7 @@ class StoreOutage:
             except StoreUnavailable:
                 return False
             return True
+
         return await self.db.run(probe)
 
     async def _flushed(self) -> bool:

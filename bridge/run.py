@@ -4,6 +4,7 @@ the local stack come here for it.
 
 User errors are `UserError`: one line, an exit code (cli.py prints them).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,6 +30,7 @@ def open_store(cfg: configuration.Config):
     """The store of this config; an in-memory one when another bridge holds it
     (docs/architecture.md "The store")."""
     from store import Store, StoreLocked
+
     try:
         return Store.open(cfg.database, cfg.data_dir), False
     except StoreLocked:  # the bridge says so when it starts (Bridge.start)
@@ -38,6 +40,7 @@ def open_store(cfg: configuration.Config):
 def _port_in_use(host: str, port: int) -> bool:
     """Whether something already listens on host:port (what the appservice is about to bind)."""
     import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
@@ -54,10 +57,14 @@ def _check_port(cfg: configuration.Config, store_locked: bool) -> None:
         return
     where = f"{cfg.listen_host}:{cfg.listen_port}"
     if store_locked:
-        raise UserError(f"another bridge is already running for this config (its database is in use and "
-                        f"{where} is taken): stop it first")
-    raise UserError(f"another bridge is already running for this config, or another program uses "
-                    f"{where} (appservice.listen): stop it or choose another port")
+        raise UserError(
+            f"another bridge is already running for this config (its database is in use and "
+            f"{where} is taken): stop it first"
+        )
+    raise UserError(
+        f"another bridge is already running for this config, or another program uses "
+        f"{where} (appservice.listen): stop it or choose another port"
+    )
 
 
 async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=None, at_start=None) -> None:
@@ -68,8 +75,10 @@ async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=No
     registration = registrations.read(cfg.registration_path)
     if registration is None:
         registration = registrations.ensure(cfg)
-        raise UserError(f"wrote a new appservice registration to {cfg.registration_path}: add it to the "
-                        "homeserver's app_service_config_files, restart the homeserver, then run again")
+        raise UserError(
+            f"wrote a new appservice registration to {cfg.registration_path}: add it to the "
+            "homeserver's app_service_config_files, restart the homeserver, then run again"
+        )
     registrations.check(cfg, registration)  # another bridge on this homeserver claims our users?
     store, unavailable = open_store(cfg)
     try:

@@ -5,6 +5,7 @@ Every problem is collected, not just the first, and reported as one line:
 not read is a problem too (`agents.alice.titel: unknown key — did you mean title?`), and so are
 non-finite numbers and a file that is not UTF-8.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -34,11 +35,17 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
-    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget",
-                 "sandbox"),
+    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget", "sandbox"),
     "agents.*.sandbox": ("write", "read", "network"),
-    "limits": ("agents_in_memory", "context_messages", "context_chars", "attachment_mib",
-               "tool_calls_per_turn", "history_messages", "schedules_per_conversation"),
+    "limits": (
+        "agents_in_memory",
+        "context_messages",
+        "context_chars",
+        "attachment_mib",
+        "tool_calls_per_turn",
+        "history_messages",
+        "schedules_per_conversation",
+    ),
 }
 KNOWN_KEYS[""] += ("voice", "voice_language", "voice_max_seconds")  # _voice below
 
@@ -68,16 +75,14 @@ def split_command(value: Any) -> tuple[list[str] | None, str | None]:
     if isinstance(value, str):
         try:
             value = shlex.split(value)
-        except ValueError as exc:   # an unclosed quote
+        except ValueError as exc:  # an unclosed quote
             return None, f"cannot be split into words ({str(exc).lower()}): write it as a list"
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(part, str) and part for part in value)):
+    if not isinstance(value, list) or not value or not all(isinstance(part, str) and part for part in value):
         return None, COMMAND_SHAPE
     return value, None
 
 
-COMMAND_SHAPE = ("must be a non-empty list of strings, like [opencode, acp], "
-                 "or one string, like \"opencode acp\"")
+COMMAND_SHAPE = 'must be a non-empty list of strings, like [opencode, acp], or one string, like "opencode acp"'
 
 
 class ConfigError(Exception):
@@ -121,8 +126,15 @@ class _Checker:
         self.known(value, key)
         return value
 
-    def string(self, data: dict, key: str, path: str, default: str | None = None,
-               pattern: re.Pattern | None = None, what: str = "") -> str | None:
+    def string(
+        self,
+        data: dict,
+        key: str,
+        path: str,
+        default: str | None = None,
+        pattern: re.Pattern | None = None,
+        what: str = "",
+    ) -> str | None:
         value = data.get(key, default)
         if value is None:
             return None
@@ -143,8 +155,7 @@ class _Checker:
 
     def number(self, data: dict, key: str, path: str, default: float, low: float) -> float:
         value = data.get(key, default)
-        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                or value < low):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
             self.problem(path, f"must be a finite number of at least {low:g}, got {shown(value)}")
             return default
         return float(value)
@@ -164,8 +175,9 @@ def load(path: str | os.PathLike, label: str | None = None) -> Config:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError([f"{label}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}): "
-                           "save the file as UTF-8"]) from None
+        raise ConfigError(
+            [f"{label}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}): save the file as UTF-8"]
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -206,15 +218,15 @@ def _owners(c: _Checker, data: dict, suggested: set[str]) -> tuple[str, ...]:
     owners_raw = data.get("owner")
     owners: list[str] = []
     if owners_raw is None and "owner" in suggested:
-        pass   # already said: a misspelt `owner`
+        pass  # already said: a misspelt `owner`
     elif owners_raw is None:
-        c.problem("owner", "is required: the Matrix user id allowed to talk to agents, e.g. \"@me:localhost\"")
+        c.problem("owner", 'is required: the Matrix user id allowed to talk to agents, e.g. "@me:localhost"')
     else:
         items = owners_raw if isinstance(owners_raw, list) else [owners_raw]
         for i, item in enumerate(items):
             key = f"owner[{i}]" if isinstance(owners_raw, list) else "owner"
             if not isinstance(item, str) or not USER_ID.match(item):
-                c.problem(key, f"must be a Matrix user id like \"@me:localhost\", got {item!r}")
+                c.problem(key, f'must be a Matrix user id like "@me:localhost", got {item!r}')
             else:
                 owners.append(item)
         if isinstance(owners_raw, list) and not owners_raw:
@@ -244,10 +256,15 @@ def _homeserver(c: _Checker, data: dict, base: Path) -> dict[str, Any]:
     if not isinstance(device_traffic, bool):
         c.problem("homeserver.device_traffic", f"must be on or off, got {device_traffic!r}")
         device_traffic = False
-    domain = c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
+    domain = (
+        c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
+    )
     return {
-        "domain": domain, "homeserver_url": url.rstrip("/"), "homeserver_embedded": embedded,
-        "homeserver_port": hs_port, "device_traffic": device_traffic,
+        "domain": domain,
+        "homeserver_url": url.rstrip("/"),
+        "homeserver_embedded": embedded,
+        "homeserver_port": hs_port,
+        "device_traffic": device_traffic,
         "homeserver_config": (base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
     }
 
@@ -263,12 +280,21 @@ def _appservice(c: _Checker, data: dict, base: Path) -> dict[str, Any]:
             c.problem("appservice.listen", f"must be HOST:PORT like 127.0.0.1:29333, got {listen!r}")
         else:
             host, port = m.group(1), int(m.group(2))
-    prefix = c.string(aps, "puppet_prefix", "appservice.puppet_prefix", "sk_", LOCALPART,
-                      "lowercase letters, digits or ._=- ") or "sk_"
-    bot = c.string(aps, "bot", "appservice.bot", "sidekicks", LOCALPART,
-                   "a user name of lowercase letters, digits or ._=-") or "sidekicks"
-    as_id = c.string(aps, "id", "appservice.id", "sidekicks", LOCALPART,
-                     "lowercase letters, digits or ._=-") or "sidekicks"
+    prefix = (
+        c.string(
+            aps, "puppet_prefix", "appservice.puppet_prefix", "sk_", LOCALPART, "lowercase letters, digits or ._=- "
+        )
+        or "sk_"
+    )
+    bot = (
+        c.string(
+            aps, "bot", "appservice.bot", "sidekicks", LOCALPART, "a user name of lowercase letters, digits or ._=-"
+        )
+        or "sidekicks"
+    )
+    as_id = (
+        c.string(aps, "id", "appservice.id", "sidekicks", LOCALPART, "lowercase letters, digits or ._=-") or "sidekicks"
+    )
     reg = c.string(aps, "registration", "appservice.registration", "registration.yaml") or "registration.yaml"
     if bot.startswith(prefix):
         c.problem("appservice.bot", f"must not start with the puppet prefix {prefix!r}")
@@ -277,8 +303,12 @@ def _appservice(c: _Checker, data: dict, base: Path) -> dict[str, Any]:
     if public_url is not None and not re.match(r"^https?://[^/\s]+", public_url):
         c.problem("appservice.url", f"must be an http(s) URL the homeserver can reach, got {public_url!r}")
     return {
-        "listen_host": host, "listen_port": port, "appservice_id": as_id, "puppet_prefix": prefix,
-        "bot": bot, "registration_path": (base / os.path.expanduser(reg)).resolve(),
+        "listen_host": host,
+        "listen_port": port,
+        "appservice_id": as_id,
+        "puppet_prefix": prefix,
+        "bot": bot,
+        "registration_path": (base / os.path.expanduser(reg)).resolve(),
         "permission_timeout": permission_timeout,
         "public_url": public_url.rstrip("/") if public_url else None,
     }
@@ -297,9 +327,13 @@ def _limits(c: _Checker, data: dict) -> dict[str, Any]:
     if attachment_mib > MAX_ATTACHMENT_MIB:
         c.problem("limits.attachment_mib", f"must be at most {MAX_ATTACHMENT_MIB} (MiB), got {attachment_mib:g}")
     return {
-        "agents_in_memory": in_memory, "context_messages": ctx_messages, "context_chars": ctx_chars,
-        "attachment_bytes": int(attachment_mib * 1024 * 1024), "tool_calls_per_turn": tool_calls,
-        "history_messages": history_messages, "schedules_per_conversation": schedules,
+        "agents_in_memory": in_memory,
+        "context_messages": ctx_messages,
+        "context_chars": ctx_chars,
+        "attachment_bytes": int(attachment_mib * 1024 * 1024),
+        "tool_calls_per_turn": tool_calls,
+        "history_messages": history_messages,
+        "schedules_per_conversation": schedules,
     }
 
 
@@ -320,7 +354,7 @@ def _database(c: _Checker, data: dict) -> str:
     if not isinstance(database, str) or not (
         database in ("sqlite", ":memory:") or re.match(r"^postgres(ql)?://", database)
     ):
-        c.problem("database", f"must be \"sqlite\" or a postgresql://user:password@host/db URL, got {database!r}")
+        c.problem("database", f'must be "sqlite" or a postgresql://user:password@host/db URL, got {database!r}')
         database = "sqlite"
     return database
 
@@ -365,9 +399,19 @@ def _agent(c: _Checker, name: Any, spec: Any, path: Path) -> AgentConfig | None:
     sandbox = _sandbox(c, spec.get("sandbox", True), f"{key}.sandbox", path)
     if command is None or not isinstance(title, str):
         return None
-    return AgentConfig(name=name, title=title.strip(), command=tuple(command), cwd=cwd, env=env,
-                       timeout=timeout, tools=tools, roots=roots, worktrees=worktrees,
-                       budget=budget, sandbox=sandbox)
+    return AgentConfig(
+        name=name,
+        title=title.strip(),
+        command=tuple(command),
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        tools=tools,
+        roots=roots,
+        worktrees=worktrees,
+        budget=budget,
+        sandbox=sandbox,
+    )
 
 
 def _agent_command(c: _Checker, spec: dict, key: str, suggested: set[str]) -> list[str] | None:
@@ -455,8 +499,10 @@ def _voice(c: _Checker, data: dict) -> VoiceConfig:
     language code for the speech model and the spoken answers), `voice_max_seconds` (a longer
     voice note is transcribed up to there): docs/voice.md."""
     enabled = None if data.get("voice") is None else _on_off(c, data["voice"], "voice", True)
-    language = c.string(data, "voice_language", "voice_language", "en", VOICE_LANGUAGE,
-                        "a language code like \"en\" or \"de\"") or "en"
+    language = (
+        c.string(data, "voice_language", "voice_language", "en", VOICE_LANGUAGE, 'a language code like "en" or "de"')
+        or "en"
+    )
     max_seconds = c.integer(data, "voice_max_seconds", "voice_max_seconds", 300, 1, 4 * 3600)
     return VoiceConfig(enabled=enabled, language=language.lower(), max_seconds=max_seconds)
 
@@ -469,8 +515,7 @@ def _sandbox(c: _Checker, value: Any, key: str, path: Path) -> SandboxConfig:
     if isinstance(value, bool):
         return SandboxConfig(on=value)
     if not isinstance(value, dict):
-        c.problem(key, f"must be on, off or a mapping like {{write: [~/.claude], network: on}}, "
-                       f"got {shown(value)}")
+        c.problem(key, f"must be on, off or a mapping like {{write: [~/.claude], network: on}}, got {shown(value)}")
         return SandboxConfig()
     c.known(value, "agents.*.sandbox", key)
     found: dict[str, tuple[str, ...]] = {}

@@ -1,4 +1,5 @@
 """The validated configuration, as plain dataclasses the rest of the program reads."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from pathlib import Path
 class SandboxConfig:
     """`sandbox:` of an agent (docs/sandbox.md): on by default; `write`/`read` paths absolute
     (`~` expanded, relative to the config file), `network` on unless the config says off."""
+
     on: bool = True
     write: tuple[str, ...] = ()
     read: tuple[str, ...] = ()
@@ -33,7 +35,7 @@ class AgentConfig:
     # (`worktrees: on`; needs a `cwd` inside a git checkout): bridge/coding/worktrees.py
     worktrees: bool = False
     # what it may cost a day or a month (`budget:`; None: no cap): channels/budgets.py
-    budget: "Budget | None" = None
+    budget: Budget | None = None
     # the bubblewrap sandbox the agent runs in (`sandbox: on | off | {write, read, network}`)
     sandbox: SandboxConfig = SandboxConfig()
 
@@ -42,6 +44,7 @@ class AgentConfig:
 class Budget:
     """`budget: {cost: 5.00, per: day}`: what an agent may cost a day or a month (UTC), in the
     currency it reports (docs/sessions.md, "Usage and budgets")."""
+
     cost: float
     per: str  # "day" | "month"
 
@@ -67,7 +70,7 @@ class Config:
     database: str
     data_dir: Path
     permission_timeout: float = 600.0
-    public_url: str | None = None   # how the homeserver reaches the appservice, if not `listen`
+    public_url: str | None = None  # how the homeserver reaches the appservice, if not `listen`
     # The homeserver's own homeserver.yaml when it is readable on this machine (homeserver.config):
     # its app_service_config_files are checked for registrations that claim the same users.
     homeserver_config: Path | None = None
@@ -85,7 +88,7 @@ class Config:
     # on for the embedded homeserver, which the bridge configures so): the bot's device reads
     device_traffic: bool = False
     # voice notes (`voice`, `voice_language`, `voice_max_seconds`: docs/voice.md)
-    voice: "VoiceConfig" = field(default_factory=lambda: VoiceConfig())
+    voice: VoiceConfig = field(default_factory=lambda: VoiceConfig())
 
     @property
     def bot_user_id(self) -> str:
@@ -99,7 +102,7 @@ class Config:
         prefix, suffix = f"@{self.puppet_prefix}", f":{self.domain}"
         if not (user_id.startswith(prefix) and user_id.endswith(suffix)):
             return None
-        name = user_id[len(prefix):-len(suffix)]
+        name = user_id[len(prefix) : -len(suffix)]
         return name if name in self.agents else None
 
     @property
@@ -113,6 +116,7 @@ class Config:
 @dataclass(frozen=True)
 class VoiceConfig:
     """Voice notes (docs/voice.md): `enabled` None is on where the engine is installed."""
+
     enabled: bool | None = None
     language: str = "en"
     max_seconds: int = 300

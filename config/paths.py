@@ -4,6 +4,7 @@
 The data folder is named by a hash of the config file's absolute path, so two config
 files never share a database, and moving the config file starts a new one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -73,7 +74,6 @@ def write_private(path: Path, text: str) -> None:
             os.close(folder)
     except OSError:
         pass
-
 
 
 def _make_folders(folder: Path) -> None:

@@ -13,6 +13,7 @@ read on this machine (`others`): the embedded homeserver's homeserver.yaml, or t
 `homeserver.config`. An external homeserver's list cannot be known from here; its admin has to keep
 the prefixes apart.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,7 @@ import yaml
 
 from .loader import ConfigError
 from .model import Config
-from .paths import user_config_root
-from .paths import write_private
+from .paths import user_config_root, write_private
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,16 @@ def read(path: Path) -> Registration | None:
         return None
     users = ((data or {}).get("namespaces") or {}).get("users") or [{}]
     return Registration(
-        id=str(data["id"]), url=str(data.get("url") or ""), as_token=str(data["as_token"]),
-        hs_token=str(data["hs_token"]), sender_localpart=str(data["sender_localpart"]),
+        id=str(data["id"]),
+        url=str(data.get("url") or ""),
+        as_token=str(data["as_token"]),
+        hs_token=str(data["hs_token"]),
+        sender_localpart=str(data["sender_localpart"]),
         puppet_regex=str(users[0].get("regex", "")),
     )
 
 
-def ensure(config: Config, path: Path | None = None,
-           others: list[Path] | None = None) -> Registration:
+def ensure(config: Config, path: Path | None = None, others: list[Path] | None = None) -> Registration:
     """Write the registration for `config` (keeping existing tokens) and return it.
 
     Raises ConfigError (one line per clash) when another registration of the same homeserver
@@ -125,13 +127,13 @@ def literal_prefix(regex: str) -> tuple[str, bool]:
             if i + 1 < len(regex) and not regex[i + 1].isalnum():
                 ch, step = regex[i + 1], 2
             else:
-                return "".join(chars), False   # \d, \w, ...: a class, not a character
+                return "".join(chars), False  # \d, \w, ...: a class, not a character
         elif ch in _META:
             return "".join(chars), False
         else:
             step = 1
         if i + step < len(regex) and regex[i + step] in _QUANTIFIERS:
-            return "".join(chars), False       # `x?`, `x*`: that character may be missing
+            return "".join(chars), False  # `x?`, `x*`: that character may be missing
         chars.append(ch)
         i += step
     return "".join(chars), True
@@ -165,10 +167,13 @@ def _read_any(path: Path) -> tuple[Registration | None, list[str]]:
     users = (data.get("namespaces") or {}).get("users") or []
     regexes = [str(u["regex"]) for u in users if isinstance(u, dict) and u.get("regex")]
     return Registration(
-        id=str(data.get("id", "")), url=str(data.get("url") or ""),
-        as_token=str(data.get("as_token", "")), hs_token=str(data.get("hs_token", "")),
+        id=str(data.get("id", "")),
+        url=str(data.get("url") or ""),
+        as_token=str(data.get("as_token", "")),
+        hs_token=str(data.get("hs_token", "")),
         sender_localpart=str(data.get("sender_localpart", "")),
-        puppet_regex=regexes[0] if regexes else ""), regexes
+        puppet_regex=regexes[0] if regexes else "",
+    ), regexes
 
 
 def conflicts(config: Config, mine: Registration, others: list[Path]) -> list[str]:
@@ -180,26 +185,30 @@ def conflicts(config: Config, mine: Registration, others: list[Path]) -> list[st
         try:
             theirs, regexes = _read_any(path)
         except (OSError, yaml.YAMLError, AttributeError):
-            continue   # not ours to read (another person's file) or not a registration
+            continue  # not ours to read (another person's file) or not a registration
         where = f"{path} (appservice {theirs.id!r})"
         their_bot = f"@{theirs.sender_localpart}:{config.domain}"
         if theirs.id == mine.id:
-            problems.append(f"{label}: appservice.id: {mine.id!r} is already used by {where}; "
-                            "each bridge on a homeserver needs its own id")
+            problems.append(
+                f"{label}: appservice.id: {mine.id!r} is already used by {where}; "
+                "each bridge on a homeserver needs its own id"
+            )
         for regex in regexes:
             if _overlap(mine.puppet_regex, regex):
                 problems.append(
                     f"{label}: appservice.puppet_prefix: {config.puppet_prefix!r} claims users that "
                     f"{where} already claims ({regex}); Synapse lets one appservice own a user, so "
                     "choose a prefix that neither starts nor is started by the other "
-                    f"(e.g. {suggest_prefix(config.owners[0] if config.owners else 'me')!r})")
+                    f"(e.g. {suggest_prefix(config.owners[0] if config.owners else 'me')!r})"
+                )
                 break
         if bot == their_bot or any(_matches(regex, bot) for regex in regexes):
-            problems.append(f"{label}: appservice.bot: {bot} is already claimed by {where}; "
-                            "choose another bot name")
+            problems.append(f"{label}: appservice.bot: {bot} is already claimed by {where}; choose another bot name")
         if _matches(mine.puppet_regex, their_bot) and bot != their_bot:
-            problems.append(f"{label}: appservice.puppet_prefix: {config.puppet_prefix!r} would claim "
-                            f"the bot {their_bot} of {where}; choose another prefix")
+            problems.append(
+                f"{label}: appservice.puppet_prefix: {config.puppet_prefix!r} would claim "
+                f"the bot {their_bot} of {where}; choose another prefix"
+            )
     return problems
 
 
@@ -210,8 +219,9 @@ def suggest_prefix(owner: str) -> str:
     return f"sk-{name}_"
 
 
-def check(config: Config, registration: Registration | None = None,
-          others: list[Path] | None = None, own: list[Path] = ()) -> None:
+def check(
+    config: Config, registration: Registration | None = None, others: list[Path] | None = None, own: list[Path] = ()
+) -> None:
     """Raise ConfigError when the registration of `config` clashes with another on its homeserver."""
     registration = registration or build(config, read(config.registration_path))
     if others is None:
@@ -259,7 +269,6 @@ def homeserver_configs(config: Config) -> list[Path]:
                 port = int(data["listeners"][0]["port"])
             except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, ValueError):
                 continue
-            if path == own.resolve() or (port == config.homeserver_port
-                                         and data.get("server_name") == config.domain):
+            if path == own.resolve() or (port == config.homeserver_port and data.get("server_name") == config.domain):
                 found.append(path)
     return found

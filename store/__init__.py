@@ -3,8 +3,7 @@
 Knows nothing of Matrix: room and event ids are opaque strings.
 """
 
-from .errors import (StoreClosed, StoreError, StoreLocked, StoreLockLost, StoreUnavailable,
-                     StoreUnwritable)
+from .errors import StoreClosed, StoreError, StoreLocked, StoreLockLost, StoreUnavailable, StoreUnwritable
 from .ids import new_id
 from .records import Channel, Member, Message, SessionRecord, TurnRecord
 from .settings import MemberSettings

@@ -46,9 +46,7 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
         lock.acquire()  # before touching the database: it may be in use
         try:
             _private_files(folder / DB_FILE)
-            db = pw.SqliteDatabase(
-                str(folder / DB_FILE), pragmas=SQLITE_PRAGMAS, check_same_thread=False, **common
-            )
+            db = pw.SqliteDatabase(str(folder / DB_FILE), pragmas=SQLITE_PRAGMAS, check_same_thread=False, **common)
             db.connect()
         except BaseException as exc:
             lock.release()
@@ -66,8 +64,7 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
             db.connect()
         except pw.PeeweeException as exc:
             detail = " ".join(str(exc).split())
-            raise StoreUnavailable(f"cannot connect to PostgreSQL: {detail}".strip(),
-                                   connection_lost=True) from exc
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {detail}".strip(), connection_lost=True) from exc
         try:
             lock = PgAdvisoryLock(db)
             lock.acquire()

@@ -21,12 +21,13 @@ class E2ee:
     """`store.e2ee`: every method runs as one store operation (serialised, StoreClosed after
     close, driver errors as StoreError)."""
 
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     # --- events waiting for their room key -----------------------------------------------------
-    def wait(self, event_id: str, room_id: str, session_id: str, event: dict[str, Any],
-             most: int | None = None) -> None:
+    def wait(
+        self, event_id: str, room_id: str, session_id: str, event: dict[str, Any], most: int | None = None
+    ) -> None:
         """Keep `event` until its key (`session_id` in `room_id`) comes; kept once per event id.
         With `most`, only the newest `most` events are kept."""
         self._store._run(_wait, event_id, room_id, session_id, json.dumps(event), most)
@@ -51,18 +52,20 @@ class E2ee:
 
 # --- the operations (run by Store._run, under its lock) ----------------------------------------
 
-def _wait(store: "Store", event_id: str, room_id: str, session_id: str, event: str, most: int | None) -> None:
+
+def _wait(store: Store, event_id: str, room_id: str, session_id: str, event: str, most: int | None) -> None:
     P = store._m.E2eePending
     with store._db.atomic():
-        P.insert(id=new_id(), event_id=event_id, room_id=room_id, session_id=session_id, event=event,
-                 received=now_ms()).on_conflict_ignore().execute()
+        P.insert(
+            id=new_id(), event_id=event_id, room_id=room_id, session_id=session_id, event=event, received=now_ms()
+        ).on_conflict_ignore().execute()
         if most is not None:
             older = [row[0] for row in P.select(P.id).order_by(P.id.desc()).offset(max(0, most)).tuples()]
             if older:
                 P.delete().where(P.id.in_(older)).execute()
 
 
-def _waiting(store: "Store", room_id: str | None, session_id: str | None) -> list[dict[str, Any]]:
+def _waiting(store: Store, room_id: str | None, session_id: str | None) -> list[dict[str, Any]]:
     P = store._m.E2eePending
     query = P.select(P.event)
     if room_id is not None:
@@ -80,16 +83,16 @@ def _waiting(store: "Store", room_id: str | None, session_id: str | None) -> lis
     return found
 
 
-def _done(store: "Store", event_id: str) -> bool:
+def _done(store: Store, event_id: str) -> bool:
     P = store._m.E2eePending
     return P.delete().where(P.event_id == event_id).execute() > 0
 
 
-def _mark_encrypted(store: "Store", room_id: str) -> None:
+def _mark_encrypted(store: Store, room_id: str) -> None:
     R = store._m.E2eeRoom
     R.insert(room_id=room_id, marked=now_ms()).on_conflict_ignore().execute()
 
 
-def _encrypted_rooms(store: "Store") -> list[str]:
+def _encrypted_rooms(store: Store) -> list[str]:
     R = store._m.E2eeRoom
     return [row[0] for row in R.select(R.room_id).order_by(R.room_id).tuples()]

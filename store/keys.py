@@ -4,6 +4,7 @@ version is read with the same names, so a key is never renamed without a migrati
 
 Also the key a handled event leaves beside the transaction ids (`txn_seen` / `mark_txn`).
 """
+
 from __future__ import annotations
 
 # ---- sk_value ---------------------------------------------------------------------------------
@@ -24,17 +25,19 @@ def bot_room(room_id: str) -> str:
 
 
 def threads(channel_id: str) -> str:
-    """"on" when channel `channel_id` opens a thread under each top-level message agents answer
+    """ "on" when channel `channel_id` opens a thread under each top-level message agents answer
     (`!threads on`, channels/commands.py); absent (the default) when it does not."""
     return f"threads:{channel_id}"
 
 
 def voice(channel_id: str) -> str:
-    """"on" when channel `channel_id` also reads each final answer aloud as a voice note
+    """ "on" when channel `channel_id` also reads each final answer aloud as a voice note
     (`!voice on`, bridge/voice/spoken.py); absent (the default) when it does not."""
     return f"voice:{channel_id}"
+
+
 def approve(channel_id: str) -> str:
-    """"any-owner" when any owner answers the permission prompts and questions of channel
+    """ "any-owner" when any owner answers the permission prompts and questions of channel
     `channel_id` (`!approve`, channels/approvals.py); absent (the default): the requester."""
     return f"approve:{channel_id}"
 
@@ -47,6 +50,7 @@ def command_digest(room_id: str, agent: str) -> str:
 
 # ---- beside the transaction ids (sk_txn) --------------------------------------------------------
 
+
 def handled_event(event_id: str) -> str:
     """An event the dispatcher handled (bridge/matrix/dispatch.py): never handled twice."""
     return f"ev:{event_id}"
@@ -56,4 +60,4 @@ def handled_event(event_id: str) -> str:
 
 # (step 8, store/migrations.py: now `sk_e2ee_pending` and `sk_e2ee_room`, store/e2ee.py)
 E2EE_PENDING = "e2ee:pending"  # encrypted events waiting for their room key (a JSON list of events)
-E2EE_ROOMS = "e2ee:rooms"      # the rooms known to be encrypted (a JSON list of room ids)
+E2EE_ROOMS = "e2ee:rooms"  # the rooms known to be encrypted (a JSON list of room ids)

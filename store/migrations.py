@@ -59,7 +59,7 @@ def _add_pending(db: pw.Database, m: SimpleNamespace) -> None:
             found = json.loads(row[0])
         except ValueError:
             found = {}
-        for item, data in (found.items() if isinstance(found, dict) else ()):
+        for item, data in found.items() if isinstance(found, dict) else ():
             if isinstance(data, dict):
                 P.insert(kind=kind, key=item, data=json.dumps(data, sort_keys=True)).on_conflict_ignore().execute()
         V.delete().where(V.key == key).execute()
@@ -84,9 +84,10 @@ def _add_turns(db: pw.Database, m: SimpleNamespace) -> None:
     answers it, leaving out the agents whose answer had begun or ended)."""
     db.create_tables([m.Turn], safe=True)
     P, T, E, C = m.Pending, m.Turn, m.MessageEvent, m.Channel
-    items = {kind: {key: json.loads(data) for key, data in
-                    P.select(P.key, P.data).where(P.kind == kind).tuples()}
-             for kind in LEGACY_PENDING}
+    items = {
+        kind: {key: json.loads(data) for key, data in P.select(P.key, P.data).where(P.kind == kind).tuples()}
+        for kind in LEGACY_PENDING
+    }
     rows = []
     for key, where in items["answer"].items():
         if not isinstance(where, dict) or where.get("sent") is False:
@@ -95,8 +96,16 @@ def _add_turns(db: pw.Database, m: SimpleNamespace) -> None:
         if channel is None or not isinstance(where.get("prompt"), str) or not isinstance(where.get("agent"), str):
             continue
         answer = [] if key.startswith("txn:") else [key]
-        rows.append(dict(channel_id=channel[0], prompt_event=where["prompt"], agent=where["agent"],
-                         text="", state="prompted", answer=json.dumps(answer)))
+        rows.append(
+            dict(
+                channel_id=channel[0],
+                prompt_event=where["prompt"],
+                agent=where["agent"],
+                text="",
+                state="prompted",
+                answer=json.dumps(answer),
+            )
+        )
     begun = {(row["prompt_event"], row["agent"]) for row in rows}
     for event_id, entry in items["prompt"].items():
         if not isinstance(entry, dict):
@@ -106,8 +115,16 @@ def _add_turns(db: pw.Database, m: SimpleNamespace) -> None:
             continue  # not stored: the homeserver sends it again
         done = [a for a in entry.get("done") or [] if isinstance(a, str)]
         done += [agent for prompt, agent in begun if prompt == event_id]
-        rows.append(dict(channel_id=found[0], prompt_event=event_id, agent=ROUTE, message_id=found[1],
-                         text=json.dumps(sorted(set(done))), state="taken"))
+        rows.append(
+            dict(
+                channel_id=found[0],
+                prompt_event=event_id,
+                agent=ROUTE,
+                message_id=found[1],
+                text=json.dumps(sorted(set(done))),
+                state="taken",
+            )
+        )
     for row in rows:
         T.insert(id=new_id(), updated=now_ms(), **row).on_conflict_ignore().execute()
     P.delete().where(P.kind.in_(list(LEGACY_PENDING))).execute()
@@ -143,14 +160,20 @@ def _add_e2ee_tables(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.E2eePending, m.E2eeRoom], safe=True)
     now = now_ms()
     for event in _legacy_list(m, keys.E2EE_PENDING):
-        if not (isinstance(event, dict) and isinstance(event.get("event_id"), str)
-                and isinstance(event.get("room_id"), str)):
+        if not (
+            isinstance(event, dict) and isinstance(event.get("event_id"), str) and isinstance(event.get("room_id"), str)
+        ):
             continue  # the bridge could not have used it either
         content = event.get("content") if isinstance(event.get("content"), dict) else {}
         session_id = content.get("session_id") if isinstance(content.get("session_id"), str) else ""
-        m.E2eePending.insert(id=new_id(), event_id=event["event_id"], room_id=event["room_id"],
-                             session_id=session_id, event=json.dumps(event), received=now
-                             ).on_conflict_ignore().execute()
+        m.E2eePending.insert(
+            id=new_id(),
+            event_id=event["event_id"],
+            room_id=event["room_id"],
+            session_id=session_id,
+            event=json.dumps(event),
+            received=now,
+        ).on_conflict_ignore().execute()
     for room_id in _legacy_list(m, keys.E2EE_ROOMS):
         if isinstance(room_id, str):
             m.E2eeRoom.insert(room_id=room_id, marked=now).on_conflict_ignore().execute()
@@ -167,13 +190,19 @@ def _add_sessions(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.Session], safe=True)
     now = now_ms()
     M, T, S = m.Member, m.ThreadSession, m.Session
-    rows = [(channel_id, agent, "", session_id) for channel_id, agent, session_id in
-            M.select(M.channel_id, M.agent, M.session_id).where(M.session_id.is_null(False)).tuples()]
-    rows += list(T.select(T.channel_id, T.agent, T.conversation, T.session_id)
-                 .where(T.session_id.is_null(False)).tuples())
+    rows = [
+        (channel_id, agent, "", session_id)
+        for channel_id, agent, session_id in M.select(M.channel_id, M.agent, M.session_id)
+        .where(M.session_id.is_null(False))
+        .tuples()
+    ]
+    rows += list(
+        T.select(T.channel_id, T.agent, T.conversation, T.session_id).where(T.session_id.is_null(False)).tuples()
+    )
     for channel_id, agent, conversation, session_id in rows:
-        S.insert(channel_id=channel_id, agent=agent, conversation=conversation, session_id=session_id,
-                 created=now, used=now).on_conflict_ignore().execute()
+        S.insert(
+            channel_id=channel_id, agent=agent, conversation=conversation, session_id=session_id, created=now, used=now
+        ).on_conflict_ignore().execute()
 
 
 def _add_places(db: pw.Database, m: SimpleNamespace) -> None:
@@ -219,6 +248,7 @@ def version(db: pw.Database, m: SimpleNamespace) -> int | None:
         if row is not None:
             return int(row[0])
     from .schema import TABLES
+
     return 1 if tables & set(TABLES) else None
 
 
@@ -232,12 +262,19 @@ def migrate(db: pw.Database, m: SimpleNamespace) -> int:
             return LATEST
     if found > LATEST:
         from .errors import StoreError
-        raise StoreError(f"the database is of schema version {found}, newer than this bridge's {LATEST}: "
-                         "run the newer bridge")
+
+        raise StoreError(
+            f"the database is of schema version {found}, newer than this bridge's {LATEST}: run the newer bridge"
+        )
     with db.atomic():  # the tables of version 1 a partial store lacks
         tables = set(db.get_tables())
-        db.create_tables([t for t in (m.Channel, m.Member, m.Message, m.MessageEvent, m.Txn, m.AgentCommand, m.Value)
-                          if t._meta.table_name not in tables])
+        db.create_tables(
+            [
+                t
+                for t in (m.Channel, m.Member, m.Message, m.MessageEvent, m.Txn, m.AgentCommand, m.Value)
+                if t._meta.table_name not in tables
+            ]
+        )
     for reached, step in STEPS:
         if reached <= found:
             continue

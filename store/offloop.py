@@ -14,6 +14,7 @@ appservice endpoint and every other room go on.
 
 The thread is a daemon: a stop never waits for a database that hangs.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,13 +22,22 @@ import functools
 import logging
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import StoreClosed
 
 log = logging.getLogger(__name__)
 
-_NESTED = ("turns", "settings", "schedules", "e2ee", "places", "sessions", "spending")  # parts of the store with calls of their own
+_NESTED = (
+    "turns",
+    "settings",
+    "schedules",
+    "e2ee",
+    "places",
+    "sessions",
+    "spending",
+)  # parts of the store with calls of their own
 
 
 class DatabaseThread:
@@ -76,6 +86,7 @@ def _settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, exc, result
             future.set_exception(exc)
         else:
             future.set_result(result)
+
     try:
         loop.call_soon_threadsafe(settle)
     except RuntimeError:  # the loop is closed: nobody waits any more
@@ -107,18 +118,20 @@ class OffLoop:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             return await self._thread.run(functools.partial(value, *args, **kwargs))
+
         call.__name__ = name
         return call
 
     def soon(self, what: str, fn: Callable[[], Any]) -> None:
         """`fn` on the thread, not waited for (after every call made before it); a failure is
         logged as `what` not written."""
+
         def done(future: asyncio.Future) -> None:
             if not future.cancelled() and future.exception() is not None:
                 log.info("%s not written: %s", what, future.exception())
+
         self._thread.run(fn).add_done_callback(done)
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         """Any function of the store (several calls, one after the other) on the thread."""
         return await self._thread.run(fn)
-

@@ -27,15 +27,15 @@ class WorktreeRecord:
     id: str
     channel_id: str
     conversation: str  # the thread's root event id
-    repo: str          # the top of the checkout it was made from
-    number: int        # per channel: what `!worktrees` shows and `!worktrees remove N` takes
+    repo: str  # the top of the checkout it was made from
+    number: int  # per channel: what `!worktrees` shows and `!worktrees remove N` takes
     branch: str
     path: str
-    created: int       # ms
+    created: int  # ms
 
 
 class Places:
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     def work_dir(self, channel_id: str, agent: str) -> str | None:
@@ -66,13 +66,14 @@ class Places:
 
 # --- the operations (run by Store._run, under its lock) ----------------------------------------
 
-def _work_dir(store: "Store", channel_id: str, agent: str) -> str | None:
+
+def _work_dir(store: Store, channel_id: str, agent: str) -> str | None:
     W = store._m.WorkDir
     row = W.select(W.path).where((W.channel_id == channel_id) & (W.agent == agent)).tuples().first()
     return row[0] if row else None
 
 
-def _set_work_dir(store: "Store", channel_id: str, agent: str, path: str | None) -> None:
+def _set_work_dir(store: Store, channel_id: str, agent: str, path: str | None) -> None:
     W = store._m.WorkDir
     with store._db.atomic():
         W.delete().where((W.channel_id == channel_id) & (W.agent == agent)).execute()
@@ -85,32 +86,45 @@ def _record(row: tuple) -> WorktreeRecord:
     return WorktreeRecord(**{**values, "number": int(values["number"]), "created": int(values["created"] or 0)})
 
 
-def _select(store: "Store"):
+def _select(store: Store):
     T = store._m.Worktree
     return T.select(*(getattr(T, c) for c in COLUMNS))
 
 
-def _worktree(store: "Store", channel_id: str, conversation: str, repo: str) -> WorktreeRecord | None:
+def _worktree(store: Store, channel_id: str, conversation: str, repo: str) -> WorktreeRecord | None:
     T = store._m.Worktree
-    row = _select(store).where((T.channel_id == channel_id) & (T.conversation == conversation)
-                               & (T.repo == repo)).tuples().first()
+    row = (
+        _select(store)
+        .where((T.channel_id == channel_id) & (T.conversation == conversation) & (T.repo == repo))
+        .tuples()
+        .first()
+    )
     return _record(row) if row else None
 
 
-def _add_worktree(store: "Store", channel_id: str, conversation: str, repo: str, branch: str,
-                  path: str) -> WorktreeRecord:
+def _add_worktree(
+    store: Store, channel_id: str, conversation: str, repo: str, branch: str, path: str
+) -> WorktreeRecord:
     T = store._m.Worktree
     with store._db.atomic():
         found = _worktree(store, channel_id, conversation, repo)
         if found is not None:
             return found
         row = T.select(T.number).where(T.channel_id == channel_id).order_by(T.number.desc()).limit(1).tuples().first()
-        T.insert(id=new_id(), channel_id=channel_id, conversation=conversation, repo=repo,
-                 number=(int(row[0]) if row else 0) + 1, branch=branch, path=path, created=now_ms()).execute()
+        T.insert(
+            id=new_id(),
+            channel_id=channel_id,
+            conversation=conversation,
+            repo=repo,
+            number=(int(row[0]) if row else 0) + 1,
+            branch=branch,
+            path=path,
+            created=now_ms(),
+        ).execute()
         return _worktree(store, channel_id, conversation, repo)
 
 
-def _worktrees(store: "Store", channel_id: str, conversation: str | None) -> list[WorktreeRecord]:
+def _worktrees(store: Store, channel_id: str, conversation: str | None) -> list[WorktreeRecord]:
     T = store._m.Worktree
     where = T.channel_id == channel_id
     if conversation is not None:
@@ -118,7 +132,7 @@ def _worktrees(store: "Store", channel_id: str, conversation: str | None) -> lis
     return [_record(row) for row in _select(store).where(where).order_by(T.number).tuples()]
 
 
-def _forget_worktree(store: "Store", channel_id: str, number: int) -> WorktreeRecord | None:
+def _forget_worktree(store: Store, channel_id: str, number: int) -> WorktreeRecord | None:
     T = store._m.Worktree
     with store._db.atomic():
         row = _select(store).where((T.channel_id == channel_id) & (T.number == number)).tuples().first()

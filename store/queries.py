@@ -57,7 +57,8 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
         conv_last=Compiled(
             db,
             lambda channel_id, conversation, limit: newest_first(
-                (M.channel_id == channel_id) & (M.conversation == conversation)).limit(limit),
+                (M.channel_id == channel_id) & (M.conversation == conversation)
+            ).limit(limit),
             "channel_id",
             "conversation",
             "limit",
@@ -65,7 +66,8 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
         conv_after=Compiled(
             db,
             lambda channel_id, conversation, after, limit: newest_first(
-                (M.channel_id == channel_id) & (M.conversation == conversation) & (M.id > after)).limit(limit),
+                (M.channel_id == channel_id) & (M.conversation == conversation) & (M.id > after)
+            ).limit(limit),
             "channel_id",
             "conversation",
             "after",
@@ -73,9 +75,12 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
         ),
         conv_last_agent=Compiled(
             db,
-            lambda channel_id, conversation, role: M.select(M.sender).where(
-                (M.channel_id == channel_id) & (M.conversation == conversation) & (M.role == role)
-            ).order_by(M.id.desc()).limit(1),
+            lambda channel_id, conversation, role: (
+                M.select(M.sender)
+                .where((M.channel_id == channel_id) & (M.conversation == conversation) & (M.role == role))
+                .order_by(M.id.desc())
+                .limit(1)
+            ),
             "channel_id",
             "conversation",
             "role",
@@ -91,11 +96,13 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
         ),
         by_event=Compiled(
             db,
-            lambda event_id: M.select(*columns)
-            .join(E, on=(E.channel_id == M.channel_id) & (E.message_id == M.id))
-            .where(E.event_id == event_id)
-            .order_by(M.id.desc())
-            .limit(1),
+            lambda event_id: (
+                M.select(*columns)
+                .join(E, on=(E.channel_id == M.channel_id) & (E.message_id == M.id))
+                .where(E.event_id == event_id)
+                .order_by(M.id.desc())
+                .limit(1)
+            ),
             "event_id",
         ),
         last_agent_sender=Compiled(db, lambda id: C.select(C.last_agent).where(C.id == id), "id"),
@@ -131,10 +138,17 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
         turn=Compiled(db, lambda id: U.select(*(getattr(U, c) for c in TURN_COLUMNS)).where(U.id == id), "id"),
         last_live_agent=Compiled(
             db,
-            lambda channel_id, conversation: U.select(U.agent).where(
-                (U.channel_id == channel_id) & (U.conversation == conversation)
-                & U.state.in_(list(LIVE_TURN_STATES)) & (U.agent != "")
-            ).order_by(U.id.desc()).limit(1),
+            lambda channel_id, conversation: (
+                U.select(U.agent)
+                .where(
+                    (U.channel_id == channel_id)
+                    & (U.conversation == conversation)
+                    & U.state.in_(list(LIVE_TURN_STATES))
+                    & (U.agent != "")
+                )
+                .order_by(U.id.desc())
+                .limit(1)
+            ),
             "channel_id",
             "conversation",
         ),

@@ -38,6 +38,7 @@ class Message:
 @dataclass(frozen=True)
 class TurnRecord:
     """One agent answering one prompt in one conversation (store/turns.py)."""
+
     id: str  # sorts by the time it was taken
     channel_id: str
     conversation: str  # "" the main timeline; a thread's root event id
@@ -56,6 +57,7 @@ class TurnRecord:
 @dataclass(frozen=True)
 class ScheduleRecord:
     """Work an agent scheduled for later (store/schedules.py)."""
+
     id: str
     channel_id: str
     conversation: str
@@ -72,6 +74,7 @@ class ScheduleRecord:
 @dataclass(frozen=True)
 class SessionRecord:
     """A session of a member in one conversation, as the bridge recorded it (store/sessions.py)."""
+
     channel_id: str
     agent: str
     conversation: str  # "" the main timeline; a thread's root event id

@@ -34,8 +34,14 @@ _PG_CONNECTION_CLASSES = ("08",)  # connection exception
 _PG_CONNECTION_CODES = {"57P01", "57P02", "57P03", "53300"}  # admin/crash shutdown, starting up, too many
 
 # SQLite result codes (and their extended forms) of a file that cannot be used for now
-_SQLITE_UNAVAILABLE = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_LOCKED",
-                       "SQLITE_CANTOPEN")
+_SQLITE_UNAVAILABLE = (
+    "SQLITE_FULL",
+    "SQLITE_READONLY",
+    "SQLITE_IOERR",
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_CANTOPEN",
+)
 
 FIRST_DELAY = 0.25  # seconds before the second reconnection attempt; doubles each time
 MAX_DELAY = 5.0
@@ -74,18 +80,22 @@ def diagnose(exc: BaseException, db: pw.Database, what: str, path: Path | None =
     detail = " ".join(str(error).split()) or type(error).__name__
     if isinstance(db, pw.PostgresqlDatabase):
         code = getattr(error, "pgcode", None) or ""
-        lost = (code.startswith(_PG_CONNECTION_CLASSES) or code in _PG_CONNECTION_CODES
-                or isinstance(exc, pw.InterfaceError) or _pg_connection_gone(db)
-                or (isinstance(exc, pw.OperationalError) and not code))
+        lost = (
+            code.startswith(_PG_CONNECTION_CLASSES)
+            or code in _PG_CONNECTION_CODES
+            or isinstance(exc, pw.InterfaceError)
+            or _pg_connection_gone(db)
+            or (isinstance(exc, pw.OperationalError) and not code)
+        )
         if lost:
-            return StoreUnavailable(f"{what}: the PostgreSQL server cannot be reached ({detail})",
-                                    connection_lost=True)
+            return StoreUnavailable(f"{what}: the PostgreSQL server cannot be reached ({detail})", connection_lost=True)
         return StoreError(f"{what} failed: {detail}")
     for cause in _chain(exc):
         # SQLite rolls a transaction back by itself on some errors (a full disk): peewee's own
         # rollback then fails ("no transaction is active") with the real error as its context
         if isinstance(cause, sqlite3.Error) and (getattr(cause, "sqlite_errorname", "") or "").startswith(
-                _SQLITE_UNAVAILABLE):
+            _SQLITE_UNAVAILABLE
+        ):
             error, detail = cause, " ".join(str(cause).split())
             break
     if isinstance(error, sqlite3.Error):
@@ -135,8 +145,10 @@ class Reconnector:
         if not self.broken:
             return
         if not force and time.monotonic() < self._retry_at:
-            raise StoreUnavailable(f"the PostgreSQL server cannot be reached; next attempt in "
-                                   f"{self.retry_in():.1f} s", connection_lost=True)
+            raise StoreUnavailable(
+                f"the PostgreSQL server cannot be reached; next attempt in {self.retry_in():.1f} s",
+                connection_lost=True,
+            )
         self._drop()
         try:
             self.db.connect()
@@ -150,8 +162,10 @@ class Reconnector:
             delay = min(MAX_DELAY, FIRST_DELAY * 2 ** (self.attempts - 1))
             self._retry_at = time.monotonic() + delay
             detail = " ".join(str(_driver_error(exc)).split())
-            raise StoreUnavailable(f"the PostgreSQL server cannot be reached ({detail}); next attempt "
-                                   f"in {delay:.2f} s", connection_lost=True) from exc
+            raise StoreUnavailable(
+                f"the PostgreSQL server cannot be reached ({detail}); next attempt in {delay:.2f} s",
+                connection_lost=True,
+            ) from exc
         self.broken, self.attempts = False, 0
         self.reconnects += 1
 
@@ -175,7 +189,8 @@ class Reconnector:
             "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s "
             "AND l.objsubid = 1 AND a.pid <> pg_backend_pid()",
-            (_high(PG_LOCK_KEY), _low(PG_LOCK_KEY))).fetchall()
+            (_high(PG_LOCK_KEY), _low(PG_LOCK_KEY)),
+        ).fetchall()
         ours = [pid for pid, name in rows if name == self.app_name]
         if ours and len(ours) == len(rows):
             for pid in ours:
@@ -185,8 +200,10 @@ class Reconnector:
                 if self._try_lock():
                     return
                 time.sleep(0.05)
-        raise StoreLockLost("another bridge took the PostgreSQL database while this bridge's connection "
-                            "was lost: this bridge stops using it (two bridges must never share a database)")
+        raise StoreLockLost(
+            "another bridge took the PostgreSQL database while this bridge's connection "
+            "was lost: this bridge stops using it (two bridges must never share a database)"
+        )
 
     def _try_lock(self) -> bool:
         if self.db.execute_sql("SELECT pg_try_advisory_lock(%s)", (PG_LOCK_KEY,)).fetchone()[0]:

@@ -29,8 +29,19 @@ if TYPE_CHECKING:
 ACTIVE, DONE, CANCELLED = "active", "done", "cancelled"
 WAITING, DECLINED = "waiting", "declined"  # for the owner's approval; not approved (not yet told)
 LISTED = (WAITING, ACTIVE)  # what `!schedules` and `schedules()` show, and what can be cancelled
-COLUMNS = ("id", "channel_id", "conversation", "number", "agent", "prompt", "cron", "due", "state", "created",
-           "approved")
+COLUMNS = (
+    "id",
+    "channel_id",
+    "conversation",
+    "number",
+    "agent",
+    "prompt",
+    "cron",
+    "due",
+    "state",
+    "created",
+    "approved",
+)
 KEY_PREFIX = "schedule:"
 
 
@@ -61,7 +72,7 @@ def parse_run_key(key: str) -> tuple[str, int] | None:
     """(schedule id, due ms) of a run's prompt key; None for any other prompt (an event id)."""
     if not key.startswith(KEY_PREFIX):
         return None
-    ident, _, due = key[len(KEY_PREFIX):].rpartition(":")
+    ident, _, due = key[len(KEY_PREFIX) :].rpartition(":")
     try:
         return (ident, int(due)) if ident else None
     except ValueError:
@@ -69,17 +80,27 @@ def parse_run_key(key: str) -> tuple[str, int] | None:
 
 
 class Schedules:
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
-    def add(self, channel_id: str, conversation: str, agent: str, prompt: str, due: int,
-            cron: str | None, most: int, waiting: bool = False) -> ScheduleRecord:
+    def add(
+        self,
+        channel_id: str,
+        conversation: str,
+        agent: str,
+        prompt: str,
+        due: int,
+        cron: str | None,
+        most: int,
+        waiting: bool = False,
+    ) -> ScheduleRecord:
         """A new schedule (its number the channel's next), `waiting` for the owner's approval
         or active; TooManySchedules when the conversation already has `most` listed ones."""
         return self._store._run(_add, channel_id, conversation, agent, prompt, due, cron, most, waiting)
 
-    def listed(self, channel_id: str, conversation: str | None = None,
-               agent: str | None = None) -> list[ScheduleRecord]:
+    def listed(
+        self, channel_id: str, conversation: str | None = None, agent: str | None = None
+    ) -> list[ScheduleRecord]:
         """The active and waiting schedules of a channel (of one conversation, of one agent, if
         given), by number."""
         return self._store._run(_listed, channel_id, conversation, agent)
@@ -87,8 +108,9 @@ class Schedules:
     def get(self, schedule_id: str) -> ScheduleRecord | None:
         return self._store._run(_get, schedule_id)
 
-    def cancel(self, channel_id: str, number: int, conversation: str | None = None,
-               agent: str | None = None) -> tuple[ScheduleRecord, int] | None:
+    def cancel(
+        self, channel_id: str, number: int, conversation: str | None = None, agent: str | None = None
+    ) -> tuple[ScheduleRecord, int] | None:
         """Cancel the active or waiting schedule `number` of the channel (of that conversation,
         if given) and drop its runs not begun: (the record as it was, how many runs were
         dropped), or None if there is no such schedule. With `agent`: NotYours when it is
@@ -116,8 +138,9 @@ class Schedules:
         """When the earliest active schedule is due (ms), or None."""
         return self._store._run(_next_due)
 
-    def fire(self, schedule_id: str, due: int, next_due: int | None, run: str,
-             text: str | None = None) -> "TurnRecord | Skipped | None":
+    def fire(
+        self, schedule_id: str, due: int, next_due: int | None, run: str, text: str | None = None
+    ) -> TurnRecord | Skipped | None:
         """Take the run of `schedule_id` due at `due`: its turn (prompt key run_key(id, due),
         told `text`, the schedule's prompt if None) and the schedule moved on to `next_due`
         (None: over), in one transaction. SKIPPED (moved on, no turn) while an earlier run of
@@ -128,42 +151,69 @@ class Schedules:
 
 # --- the operations (run by Store._run, under its lock) ----------------------------------------
 
+
 def _record(row: tuple) -> ScheduleRecord:
     values = dict(zip(COLUMNS, row))
-    return ScheduleRecord(**{**values, "number": int(values["number"]),
-                             "due": None if values["due"] is None else int(values["due"]),
-                             "created": int(values["created"] or 0),
-                             "approved": None if values["approved"] is None else int(values["approved"])})
+    return ScheduleRecord(
+        **{
+            **values,
+            "number": int(values["number"]),
+            "due": None if values["due"] is None else int(values["due"]),
+            "created": int(values["created"] or 0),
+            "approved": None if values["approved"] is None else int(values["approved"]),
+        }
+    )
 
 
-def _select(store: "Store"):
+def _select(store: Store):
     S = store._m.Schedule
     return S.select(*(getattr(S, c) for c in COLUMNS))
 
 
-def _get(store: "Store", schedule_id: str) -> ScheduleRecord | None:
+def _get(store: Store, schedule_id: str) -> ScheduleRecord | None:
     row = _select(store).where(store._m.Schedule.id == schedule_id).tuples().first()
     return _record(row) if row else None
 
 
-def _add(store: "Store", channel_id: str, conversation: str, agent: str, prompt: str, due: int,
-         cron: str | None, most: int, waiting: bool) -> ScheduleRecord:
+def _add(
+    store: Store,
+    channel_id: str,
+    conversation: str,
+    agent: str,
+    prompt: str,
+    due: int,
+    cron: str | None,
+    most: int,
+    waiting: bool,
+) -> ScheduleRecord:
     S = store._m.Schedule
     with store._db.atomic():
-        listed = (S.select().where((S.channel_id == channel_id) & (S.conversation == conversation)
-                                   & S.state.in_(list(LISTED))).count())
+        listed = (
+            S.select()
+            .where((S.channel_id == channel_id) & (S.conversation == conversation) & S.state.in_(list(LISTED)))
+            .count()
+        )
         if listed >= most:
             raise TooManySchedules(f"this conversation has {listed} schedules, the most it may have")
         row = S.select(S.number).where(S.channel_id == channel_id).order_by(S.number.desc()).limit(1).tuples().first()
         number = (int(row[0]) if row else 0) + 1
         schedule_id = new_id()
-        S.insert(id=schedule_id, channel_id=channel_id, conversation=conversation, number=number, agent=agent,
-                 prompt=prompt, cron=cron, due=int(due), state=WAITING if waiting else ACTIVE,
-                 created=now_ms()).execute()
+        S.insert(
+            id=schedule_id,
+            channel_id=channel_id,
+            conversation=conversation,
+            number=number,
+            agent=agent,
+            prompt=prompt,
+            cron=cron,
+            due=int(due),
+            state=WAITING if waiting else ACTIVE,
+            created=now_ms(),
+        ).execute()
         return _get(store, schedule_id)
 
 
-def _listed(store: "Store", channel_id: str, conversation: str | None, agent: str | None) -> list[ScheduleRecord]:
+def _listed(store: Store, channel_id: str, conversation: str | None, agent: str | None) -> list[ScheduleRecord]:
     S = store._m.Schedule
     where = (S.channel_id == channel_id) & S.state.in_(list(LISTED))
     if conversation is not None:
@@ -173,15 +223,17 @@ def _listed(store: "Store", channel_id: str, conversation: str | None, agent: st
     return [_record(row) for row in _select(store).where(where).order_by(S.number).tuples()]
 
 
-def _runs_of(store: "Store", schedule_id: str):
+def _runs_of(store: Store, schedule_id: str):
     """The turns of a schedule's runs (their prompt keys start with its run key's prefix)."""
     T = store._m.Turn
     return T.prompt_event.startswith(f"{KEY_PREFIX}{schedule_id}:")
 
 
-def _cancel(store: "Store", channel_id: str, number: int, conversation: str | None,
-            agent: str | None) -> tuple[ScheduleRecord, int] | None:
+def _cancel(
+    store: Store, channel_id: str, number: int, conversation: str | None, agent: str | None
+) -> tuple[ScheduleRecord, int] | None:
     from .turns import DROPPED, TAKEN
+
     S, T = store._m.Schedule, store._m.Turn
     with store._db.atomic():
         where = (S.channel_id == channel_id) & (S.number == number) & S.state.in_(list(LISTED))
@@ -194,52 +246,59 @@ def _cancel(store: "Store", channel_id: str, number: int, conversation: str | No
         if agent is not None and record.agent != agent:
             raise NotYours(record.agent)
         S.update(state=CANCELLED, due=None).where(S.id == record.id).execute()
-        dropped = (T.update(state=DROPPED, updated=now_ms())
-                   .where(_runs_of(store, record.id) & (T.state == TAKEN)).execute())
+        dropped = (
+            T.update(state=DROPPED, updated=now_ms()).where(_runs_of(store, record.id) & (T.state == TAKEN)).execute()
+        )
         return record, int(dropped)
 
 
-def _waiting(store: "Store") -> list[ScheduleRecord]:
+def _waiting(store: Store) -> list[ScheduleRecord]:
     S = store._m.Schedule
     return [_record(row) for row in _select(store).where(S.state == WAITING).order_by(S.id).tuples()]
 
 
-def _decide(store: "Store", schedule_id: str, approved: bool, due: int | None, at: int) -> ScheduleRecord | None:
+def _decide(store: Store, schedule_id: str, approved: bool, due: int | None, at: int) -> ScheduleRecord | None:
     S = store._m.Schedule
     with store._db.atomic():
-        values = dict(state=ACTIVE, due=due, approved=at) if approved and due is not None else dict(
-            state=DECLINED, due=None)
+        values = (
+            dict(state=ACTIVE, due=due, approved=at) if approved and due is not None else dict(state=DECLINED, due=None)
+        )
         if not S.update(**values).where((S.id == schedule_id) & (S.state == WAITING)).execute():
             return None
         return _get(store, schedule_id)
 
 
-def _declined_news(store: "Store", channel_id: str, conversation: str, agent: str) -> list[ScheduleRecord]:
+def _declined_news(store: Store, channel_id: str, conversation: str, agent: str) -> list[ScheduleRecord]:
     S = store._m.Schedule
     with store._db.atomic():
-        where = ((S.channel_id == channel_id) & (S.conversation == conversation) & (S.agent == agent)
-                 & (S.state == DECLINED))
+        where = (
+            (S.channel_id == channel_id) & (S.conversation == conversation) & (S.agent == agent) & (S.state == DECLINED)
+        )
         found = [_record(row) for row in _select(store).where(where).order_by(S.number).tuples()]
         if found:
             S.update(state=CANCELLED).where(S.id.in_([s.id for s in found])).execute()
         return found
 
 
-def _due(store: "Store", until: int) -> list[ScheduleRecord]:
+def _due(store: Store, until: int) -> list[ScheduleRecord]:
     S = store._m.Schedule
-    return [_record(row) for row in _select(store).where((S.state == ACTIVE) & (S.due <= until))
-            .order_by(S.due, S.id).tuples()]
+    return [
+        _record(row)
+        for row in _select(store).where((S.state == ACTIVE) & (S.due <= until)).order_by(S.due, S.id).tuples()
+    ]
 
 
-def _next_due(store: "Store") -> int | None:
+def _next_due(store: Store) -> int | None:
     S = store._m.Schedule
     row = S.select(S.due).where(S.state == ACTIVE).order_by(S.due).limit(1).tuples().first()
     return None if row is None or row[0] is None else int(row[0])
 
 
-def _fire(store: "Store", schedule_id: str, due: int, next_due: int | None, run: str,
-          text: str | None) -> "TurnRecord | Skipped | None":
+def _fire(
+    store: Store, schedule_id: str, due: int, next_due: int | None, run: str, text: str | None
+) -> TurnRecord | Skipped | None:
     from .turns import LIVE, _insert_turns
+
     S, T = store._m.Schedule, store._m.Turn
     with store._db.atomic():
         row = _select(store).where((S.id == schedule_id) & (S.state == ACTIVE) & (S.due == due)).tuples().first()
@@ -249,7 +308,13 @@ def _fire(store: "Store", schedule_id: str, due: int, next_due: int | None, run:
         S.update(due=next_due, state=ACTIVE if next_due is not None else DONE).where(S.id == schedule_id).execute()
         if T.select().where(_runs_of(store, schedule_id) & T.state.in_(list(LIVE))).exists():
             return SKIPPED  # its earlier run still waits or runs: runs never pile up
-        made = _insert_turns(store, schedule.channel_id, run_key(schedule_id, due), None,
-                             [(schedule.agent, schedule.prompt if text is None else text, False)], run,
-                             schedule.conversation)
+        made = _insert_turns(
+            store,
+            schedule.channel_id,
+            run_key(schedule_id, due),
+            None,
+            [(schedule.agent, schedule.prompt if text is None else text, False)],
+            run,
+            schedule.conversation,
+        )
         return made[0] if made else None

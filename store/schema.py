@@ -82,19 +82,20 @@ def build(db: pw.Database) -> SimpleNamespace:
         channel_id = pw.TextField()
         agent = pw.TextField()
         choices = pw.TextField(default="{}")  # JSON {mode, model, config: {id: value}}
-        snapshot = pw.TextField(null=True)    # JSON: the session's offers, for !mode / !status
+        snapshot = pw.TextField(null=True)  # JSON: the session's offers, for !mode / !status
         used = pw.BigIntegerField(null=True)  # context tokens in use
         size = pw.BigIntegerField(null=True)  # context window
         cost = pw.DoubleField(null=True)
         currency = pw.TextField(null=True)
-        title = pw.TextField(null=True)       # the session's title (session_info_update)
+        title = pw.TextField(null=True)  # the session's title (session_info_update)
         updated = pw.BigIntegerField(default=0)
 
         class Meta:
             table_name = "sk_member_setting"
             primary_key = pw.CompositeKey("channel_id", "agent")
-            constraints = [pw.SQL("FOREIGN KEY (channel_id, agent) REFERENCES sk_member (channel_id, agent) "
-                                  "ON DELETE CASCADE")]
+            constraints = [
+                pw.SQL("FOREIGN KEY (channel_id, agent) REFERENCES sk_member (channel_id, agent) ON DELETE CASCADE")
+            ]
 
     class ThreadSession(Base):
         # A member's ACP session in one thread of its channel
@@ -170,9 +171,7 @@ def build(db: pw.Database) -> SimpleNamespace:
             primary_key = False
             # Also serves the foreign key check when a channel's messages go.
             indexes = ((("channel_id", "message_id"), False),)
-            constraints = [
-                pw.SQL("FOREIGN KEY (channel_id, message_id) REFERENCES sk_message (channel_id, id)")
-            ]
+            constraints = [pw.SQL("FOREIGN KEY (channel_id, message_id) REFERENCES sk_message (channel_id, id)")]
 
     class Txn(Base):
         id = pw.TextField(primary_key=True)
@@ -359,8 +358,28 @@ def build(db: pw.Database) -> SimpleNamespace:
         Schema=Schema,
     )
     # Parents first, so that REFERENCES finds its table.
-    models.all = [Channel, Member, MemberSetting, ThreadSession, Session, Message, MessageEvent, Txn, AgentCommand, Value, Pending,
-                  Turn, Schedule, E2eePending, E2eeRoom, WorkDir, Worktree, Spend, SessionCost, Schema]
+    models.all = [
+        Channel,
+        Member,
+        MemberSetting,
+        ThreadSession,
+        Session,
+        Message,
+        MessageEvent,
+        Txn,
+        AgentCommand,
+        Value,
+        Pending,
+        Turn,
+        Schedule,
+        E2eePending,
+        E2eeRoom,
+        WorkDir,
+        Worktree,
+        Spend,
+        SessionCost,
+        Schema,
+    ]
     assert {m._meta.table_name for m in models.all} == set(TABLES)
     return models
 
@@ -368,4 +387,5 @@ def build(db: pw.Database) -> SimpleNamespace:
 def create_tables(db: pw.Database, models: SimpleNamespace) -> None:
     """Bring the database to the current schema version (store/migrations.py)."""
     from .migrations import migrate
+
     migrate(db, models)

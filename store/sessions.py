@@ -22,11 +22,18 @@ COLUMNS = ("channel_id", "agent", "conversation", "session_id", "title", "create
 
 
 class Sessions:
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
-    def used(self, channel_id: str, agent: str, conversation: str, session_id: str,
-             title: str | None = None, first_line: str | None = None) -> None:
+    def used(
+        self,
+        channel_id: str,
+        agent: str,
+        conversation: str,
+        session_id: str,
+        title: str | None = None,
+        first_line: str | None = None,
+    ) -> None:
         """The session is used now in `conversation` (recorded if new). `title`: the agent's,
         kept over any other; `first_line`: the title of a session that has none yet."""
         self._store._run(_used, channel_id, agent, conversation, session_id, title, first_line)
@@ -49,7 +56,7 @@ class Sessions:
         return self._store._run(_forget, channel_id, conversation)
 
 
-def _select(store: "Store"):
+def _select(store: Store):
     S = store._m.Session
     return S.select(*(getattr(S, c) for c in COLUMNS))
 
@@ -58,15 +65,29 @@ def _records(query) -> list[SessionRecord]:
     return [SessionRecord(*row[:5], int(row[5]), int(row[6])) for row in query.tuples()]
 
 
-def _used(store: "Store", channel_id: str, agent: str, conversation: str, session_id: str,
-          title: str | None, first_line: str | None) -> None:
+def _used(
+    store: Store,
+    channel_id: str,
+    agent: str,
+    conversation: str,
+    session_id: str,
+    title: str | None,
+    first_line: str | None,
+) -> None:
     S, now = store._m.Session, now_ms()
     with store._db.atomic():
         where = (S.channel_id == channel_id) & (S.agent == agent) & (S.session_id == session_id)
         row = S.select(S.title).where(where).tuples().first()
         if row is None:
-            S.insert(channel_id=channel_id, agent=agent, conversation=conversation, session_id=session_id,
-                     title=title or first_line, created=now, used=now).execute()
+            S.insert(
+                channel_id=channel_id,
+                agent=agent,
+                conversation=conversation,
+                session_id=session_id,
+                title=title or first_line,
+                created=now,
+                used=now,
+            ).execute()
             return
         values = {S.used: now, S.conversation: conversation}
         if title:
@@ -76,14 +97,16 @@ def _used(store: "Store", channel_id: str, agent: str, conversation: str, sessio
         S.update(values).where(where).execute()
 
 
-def _listed(store: "Store", channel_id: str, agent: str, conversation: str) -> list[SessionRecord]:
+def _listed(store: Store, channel_id: str, agent: str, conversation: str) -> list[SessionRecord]:
     S = store._m.Session
-    return _records(_select(store).where((S.channel_id == channel_id) & (S.agent == agent)
-                                         & (S.conversation == conversation))
-                    .order_by(S.used.desc(), S.created.desc()))
+    return _records(
+        _select(store)
+        .where((S.channel_id == channel_id) & (S.agent == agent) & (S.conversation == conversation))
+        .order_by(S.used.desc(), S.created.desc())
+    )
 
 
-def _of_channel(store: "Store", channel_id: str, conversation: str | None) -> list[SessionRecord]:
+def _of_channel(store: Store, channel_id: str, conversation: str | None) -> list[SessionRecord]:
     S = store._m.Session
     where = S.channel_id == channel_id
     if conversation is not None:
@@ -91,20 +114,26 @@ def _of_channel(store: "Store", channel_id: str, conversation: str | None) -> li
     return _records(_select(store).where(where).order_by(S.agent, S.used.desc()))
 
 
-def _of_agent(store: "Store", agent: str) -> list[SessionRecord]:
+def _of_agent(store: Store, agent: str) -> list[SessionRecord]:
     S = store._m.Session
     return _records(_select(store).where(S.agent == agent).order_by(S.used.desc()))
 
 
-def _forget(store: "Store", channel_id: str, conversation: str) -> list[SessionRecord]:
+def _forget(store: Store, channel_id: str, conversation: str) -> list[SessionRecord]:
     S, T = store._m.Session, store._m.ThreadSession
     with store._db.atomic():
         found = _of_channel(store, channel_id, conversation)
-        current = T.select(T.agent, T.session_id).where(
-            (T.channel_id == channel_id) & (T.conversation == conversation) & T.session_id.is_null(False)).tuples()
+        current = (
+            T.select(T.agent, T.session_id)
+            .where((T.channel_id == channel_id) & (T.conversation == conversation) & T.session_id.is_null(False))
+            .tuples()
+        )
         recorded = {(r.agent, r.session_id) for r in found}
-        found += [SessionRecord(channel_id, agent, conversation, session_id, None, 0, 0)
-                  for agent, session_id in current if (agent, session_id) not in recorded]
+        found += [
+            SessionRecord(channel_id, agent, conversation, session_id, None, 0, 0)
+            for agent, session_id in current
+            if (agent, session_id) not in recorded
+        ]
         S.delete().where((S.channel_id == channel_id) & (S.conversation == conversation)).execute()
         T.delete().where((T.channel_id == channel_id) & (T.conversation == conversation)).execute()
         return found

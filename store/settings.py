@@ -78,15 +78,26 @@ def _record(channel_id: str, agent: str, row: tuple | None) -> MemberSettings:
         return MemberSettings(channel_id, agent)
     choices, snapshot, used, size, cost, currency, title = row
     picked = _choices(choices)
-    return MemberSettings(channel_id, agent, picked["mode"], picked["model"], picked["config"],
-                          used, size, cost, currency, title, _snapshot(snapshot))
+    return MemberSettings(
+        channel_id,
+        agent,
+        picked["mode"],
+        picked["model"],
+        picked["config"],
+        used,
+        size,
+        cost,
+        currency,
+        title,
+        _snapshot(snapshot),
+    )
 
 
 class Settings:
     """`store.settings`: every method runs as one store operation (serialised, StoreClosed
     after close, driver errors as StoreError)."""
 
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     # --- reading ---------------------------------------------------------------------------
@@ -110,50 +121,65 @@ class Settings:
 
     def set_choices(self, channel_id: str, agent: str, choices: dict[str, Any]) -> None:
         """Replace all the choices ({"mode", "model", "config"}; missing keys: none)."""
-        self._store._run(_write, channel_id, agent, {"choices": json.dumps(_choices(json.dumps(choices)),
-                                                                           sort_keys=True)})
+        self._store._run(
+            _write, channel_id, agent, {"choices": json.dumps(_choices(json.dumps(choices)), sort_keys=True)}
+        )
 
-    def set_usage(self, channel_id: str, agent: str, used: int, size: int,
-                  cost: float | None = None, currency: str | None = None) -> None:
-        self._store._run(_write, channel_id, agent,
-                         {"used": int(used), "size": int(size), "cost": cost, "currency": currency})
+    def set_usage(
+        self, channel_id: str, agent: str, used: int, size: int, cost: float | None = None, currency: str | None = None
+    ) -> None:
+        self._store._run(
+            _write, channel_id, agent, {"used": int(used), "size": int(size), "cost": cost, "currency": currency}
+        )
 
     def set_title(self, channel_id: str, agent: str, title: str | None) -> None:
         self._store._run(_write, channel_id, agent, {"title": title})
 
     def set_snapshot(self, channel_id: str, agent: str, snapshot: dict[str, Any] | None) -> None:
-        self._store._run(_write, channel_id, agent,
-                         {"snapshot": None if snapshot is None else json.dumps(snapshot, sort_keys=True)})
+        self._store._run(
+            _write, channel_id, agent, {"snapshot": None if snapshot is None else json.dumps(snapshot, sort_keys=True)}
+        )
 
     def new_session(self, channel_id: str, agent: str) -> None:
         """The member has a new session: usage, title and snapshot go, the choices stay."""
-        self._store._run(_write, channel_id, agent, {"used": None, "size": None, "cost": None,
-                                                     "currency": None, "title": None, "snapshot": None})
+        self._store._run(
+            _write,
+            channel_id,
+            agent,
+            {"used": None, "size": None, "cost": None, "currency": None, "title": None, "snapshot": None},
+        )
 
 
 # --- the operations (run by Store._run, under its lock, with the store as `store`) --------------
 
-def _row(store: "Store", channel_id: str, agent: str) -> tuple | None:
+
+def _row(store: Store, channel_id: str, agent: str) -> tuple | None:
     S = store._m.MemberSetting
-    return (S.select(*(getattr(S, c) for c in COLUMNS))
-            .where((S.channel_id == channel_id) & (S.agent == agent)).tuples().first())
+    return (
+        S.select(*(getattr(S, c) for c in COLUMNS))
+        .where((S.channel_id == channel_id) & (S.agent == agent))
+        .tuples()
+        .first()
+    )
 
 
-def _get(store: "Store", channel_id: str, agent: str) -> MemberSettings | None:
+def _get(store: Store, channel_id: str, agent: str) -> MemberSettings | None:
     if not store._hot.member.rows(channel_id=channel_id, agent=agent):
         return None
     return _record(channel_id, agent, _row(store, channel_id, agent))
 
 
-def _of_channel(store: "Store", channel_id: str) -> list[MemberSettings]:
+def _of_channel(store: Store, channel_id: str) -> list[MemberSettings]:
     S = store._m.MemberSetting
     query = S.select(S.agent, *(getattr(S, c) for c in COLUMNS)).where(S.channel_id == channel_id)
     rows = {row[0]: row[1:] for row in query.tuples()}
-    return [_record(channel_id, member.agent, rows.get(member.agent))
-            for member in store._to_members(store._hot.members.rows(channel_id=channel_id))]
+    return [
+        _record(channel_id, member.agent, rows.get(member.agent))
+        for member in store._to_members(store._hot.members.rows(channel_id=channel_id))
+    ]
 
 
-def _write(store: "Store", channel_id: str, agent: str, values: dict[str, Any]) -> None:
+def _write(store: Store, channel_id: str, agent: str, values: dict[str, Any]) -> None:
     S = store._m.MemberSetting
     with store._db.atomic():
         if not store._hot.member.rows(channel_id=channel_id, agent=agent):
@@ -164,7 +190,7 @@ def _write(store: "Store", channel_id: str, agent: str, values: dict[str, Any]) 
         ).execute()
 
 
-def _choose(store: "Store", channel_id: str, agent: str, kind: str, value: str | None, key: str | None) -> None:
+def _choose(store: Store, channel_id: str, agent: str, kind: str, value: str | None, key: str | None) -> None:
     with store._db.atomic():
         row = _row(store, channel_id, agent)
         choices = _choices(row[0] if row else None)

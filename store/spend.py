@@ -5,6 +5,7 @@ session and adds only what is new to each period given (a day and a month, UTC: 
 one transaction. A session whose cumulative cost went down (the agent counts again) adds its new
 amount. `!budget raise` adds to the budget of one period (`raise_budget`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,18 +18,19 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Spent:
-    amount: float = 0.0       # reported in the period
-    raised: float = 0.0       # added to the budget for the period
+    amount: float = 0.0  # reported in the period
+    raised: float = 0.0  # added to the budget for the period
     currency: str | None = None
-    reported: bool = False    # the agent reported a cost in the period
+    reported: bool = False  # the agent reported a cost in the period
 
 
 class Spending:
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
-    def add(self, agent: str, session_id: str, cumulative: float, currency: str | None,
-            periods: Sequence[str]) -> dict[str, Spent]:
+    def add(
+        self, agent: str, session_id: str, cumulative: float, currency: str | None, periods: Sequence[str]
+    ) -> dict[str, Spent]:
         """A session of `agent` reported `cumulative` cost: what is new is added to each period;
         what each period has now."""
         return self._store._run(_add, agent, session_id, cumulative, currency, list(periods))
@@ -41,7 +43,7 @@ class Spending:
         return self._store._run(_raise, agent, period, amount)
 
 
-def _get(store: "Store", agent: str, period: str) -> Spent:
+def _get(store: Store, agent: str, period: str) -> Spent:
     S = store._m.Spend
     row = S.select(S.amount, S.raised, S.currency).where((S.agent == agent) & (S.period == period)).tuples().first()
     if row is None:
@@ -49,15 +51,17 @@ def _get(store: "Store", agent: str, period: str) -> Spent:
     return Spent(float(row[0] or 0), float(row[1] or 0), row[2], row[2] is not None or bool(row[0]))
 
 
-def _upsert(store: "Store", agent: str, period: str, **add: float) -> None:
+def _upsert(store: Store, agent: str, period: str, **add: float) -> None:
     S = store._m.Spend
     S.insert(agent=agent, period=period).on_conflict_ignore().execute()
     S.update(**{k: getattr(S, k) + v for k, v in add.items()}).where(
-        (S.agent == agent) & (S.period == period)).execute()
+        (S.agent == agent) & (S.period == period)
+    ).execute()
 
 
-def _add(store: "Store", agent: str, session_id: str, cumulative: float, currency: str | None,
-         periods: list[str]) -> dict[str, Spent]:
+def _add(
+    store: Store, agent: str, session_id: str, cumulative: float, currency: str | None, periods: list[str]
+) -> dict[str, Spent]:
     C, S = store._m.SessionCost, store._m.Spend
     with store._db.atomic():
         row = C.select(C.amount).where((C.agent == agent) & (C.session_id == session_id)).tuples().first()
@@ -73,7 +77,7 @@ def _add(store: "Store", agent: str, session_id: str, cumulative: float, currenc
         return {period: _get(store, agent, period) for period in periods}
 
 
-def _raise(store: "Store", agent: str, period: str, amount: float) -> Spent:
+def _raise(store: Store, agent: str, period: str, amount: float) -> Spent:
     with store._db.atomic():
         _upsert(store, agent, period, raised=amount)
         return _get(store, agent, period)

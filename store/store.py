@@ -14,20 +14,19 @@ from pathlib import Path
 import peewee as pw
 
 from . import schema
-from .connect import connect
-from .connect import DB_FILE
+from .connect import DB_FILE, connect
+from .e2ee import E2ee
 from .errors import StoreClosed, StoreError, StoreLockLost, StoreUnavailable
 from .ids import new_id, now_ms
 from .locks import PgAdvisoryLock
+from .places import Places
 from .queries import hot_queries
 from .records import Channel, Member, Message
 from .resilience import Reconnector, diagnose
-from .e2ee import E2ee
-from .places import Places
 from .schedules import Schedules
-from .spend import Spending
 from .sessions import Sessions
 from .settings import Settings
+from .spend import Spending
 from .turns import TERMINAL, Turns
 
 ROLES = ("user", "agent")
@@ -57,8 +56,9 @@ def _operation(method):
                 return method(self, *args, **kwargs)
             except pw.PeeweeException as exc:
                 problem = diagnose(exc, self._db, method.__name__, self._path)
-                if not (isinstance(problem, StoreUnavailable) and problem.connection_lost
-                        and self._reconnector is not None):
+                if not (
+                    isinstance(problem, StoreUnavailable) and problem.connection_lost and self._reconnector is not None
+                ):
                     raise problem from exc
             self._reconnector.lost()
             self._reconnect_if_lost()  # at once: the server may already be back
@@ -87,8 +87,11 @@ class Store:
         self._path = path  # the SQLite file, for messages
         self._lock_lost: StoreLockLost | None = None
         self._retrying = False
-        self._reconnector = (Reconnector(db, lock, db.connect_params.get("application_name", ""))
-                             if isinstance(db, pw.PostgresqlDatabase) else None)
+        self._reconnector = (
+            Reconnector(db, lock, db.connect_params.get("application_name", ""))
+            if isinstance(db, pw.PostgresqlDatabase)
+            else None
+        )
         self.txn_keep_ms = TXN_KEEP_MS  # benchmarks and tests shorten these
         self.txn_prune_every_ms = TXN_PRUNE_EVERY_MS
         self._next_prune = 0  # ms: the first mark_txn prunes (keys left by the last run)
@@ -239,8 +242,7 @@ class Store:
         """Transaction keys, and the records of turns over, older than `txn_keep_ms`."""
         self._next_prune = now + self.txn_prune_every_ms
         T = self._m.Turn
-        T.delete().where(T.state.in_(TERMINAL)
-                         & (T.updated < now - self.txn_keep_ms)).execute()
+        T.delete().where(T.state.in_(TERMINAL) & (T.updated < now - self.txn_keep_ms)).execute()
         return self._hot.prune_txns.run(before=now - self.txn_keep_ms).rowcount
 
     # --- channels ----------------------------------------------------------
@@ -382,16 +384,30 @@ class Store:
         return self._one_member(channel_id, agent, conversation)
 
     @_operation
-    def set_session(self, channel_id: str, agent: str, session_id: str | None, fresh: bool,
-                    cwd: str | None = None, conversation: str = "") -> None:
+    def set_session(
+        self,
+        channel_id: str,
+        agent: str,
+        session_id: str | None,
+        fresh: bool,
+        cwd: str | None = None,
+        conversation: str = "",
+    ) -> None:
         """The member's session in `conversation` (None: none), and the working directory it was
         opened in."""
         if not conversation:
             self._update_member(channel_id, agent, session_id=session_id, fresh=bool(fresh), session_cwd=cwd)
             return
         S = self._m.ThreadSession
-        S.insert(channel_id=channel_id, agent=agent, conversation=conversation, session_id=session_id,
-                 fresh=bool(fresh), session_cwd=cwd, updated=now_ms()).on_conflict(
+        S.insert(
+            channel_id=channel_id,
+            agent=agent,
+            conversation=conversation,
+            session_id=session_id,
+            fresh=bool(fresh),
+            session_cwd=cwd,
+            updated=now_ms(),
+        ).on_conflict(
             conflict_target=[S.channel_id, S.agent, S.conversation],
             update={S.session_id: session_id, S.fresh: bool(fresh), S.session_cwd: cwd, S.updated: now_ms()},
         ).execute()
@@ -416,7 +432,8 @@ class Store:
             return
         S = self._m.ThreadSession
         S.update(last_seen=message_id, fresh=False, updated=now_ms()).where(
-            (S.channel_id == channel_id) & (S.agent == agent) & (S.conversation == conversation)).execute()
+            (S.channel_id == channel_id) & (S.agent == agent) & (S.conversation == conversation)
+        ).execute()
 
     @_operation
     def members_of_agent(self, agent: str) -> list[Member]:
@@ -436,13 +453,19 @@ class Store:
 
     @_operation
     def add_message(
-        self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str] = (),
+        self,
+        channel_id: str,
+        sender: str,
+        role: str,
+        text: str,
+        event_ids: Sequence[str] = (),
         conversation: str = "",
     ) -> Message:
         return self._add_message(channel_id, sender, role, text, event_ids, conversation)
 
-    def _add_message(self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str],
-                     conversation: str = "") -> Message:
+    def _add_message(
+        self, channel_id: str, sender: str, role: str, text: str, event_ids: Sequence[str], conversation: str = ""
+    ) -> Message:
         """add_message, inside an operation (store/turns.py stores a message with its turn)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, not {role!r}")

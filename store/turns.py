@@ -38,8 +38,21 @@ DONE, ENDED, INTERRUPTED, DROPPED = "done", "ended", "interrupted", "dropped"
 TERMINAL = (DONE, ENDED, INTERRUPTED, DROPPED)
 LIVE = (TAKEN, CLAIMED, POSTED, PROMPTING, PROMPTED, FINISHING)
 NOT_BEGUN = (TAKEN, CLAIMED, POSTED)  # the agent has not been prompted: it can start (again)
-COLUMNS = ("id", "channel_id", "conversation", "prompt_event", "agent", "message_id", "text", "alone",
-           "state", "run", "attempt", "answer", "final")
+COLUMNS = (
+    "id",
+    "channel_id",
+    "conversation",
+    "prompt_event",
+    "agent",
+    "message_id",
+    "text",
+    "alone",
+    "state",
+    "run",
+    "attempt",
+    "answer",
+    "final",
+)
 
 
 def _record(row: tuple) -> TurnRecord:
@@ -52,17 +65,33 @@ def _record(row: tuple) -> TurnRecord:
         final = json.loads(values["final"]) if values["final"] else None
     except ValueError:
         final = None
-    return TurnRecord(**{**values, "alone": bool(values["alone"]), "attempt": int(values["attempt"] or 0),
-                         "answer": answer, "final": final if isinstance(final, dict) else None})
+    return TurnRecord(
+        **{
+            **values,
+            "alone": bool(values["alone"]),
+            "attempt": int(values["attempt"] or 0),
+            "answer": answer,
+            "final": final if isinstance(final, dict) else None,
+        }
+    )
 
 
 class Turns:
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
-    def take(self, channel_id: str, sender: str, stored_text: str, event_id: str,
-             turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "",
-             turns_in: str | None = None, claim_first: bool = False) -> tuple[Message, list[TurnRecord]] | None:
+    def take(
+        self,
+        channel_id: str,
+        sender: str,
+        stored_text: str,
+        event_id: str,
+        turns: Sequence[tuple[str, str, bool]],
+        run: str,
+        conversation: str = "",
+        turns_in: str | None = None,
+        claim_first: bool = False,
+    ) -> tuple[Message, list[TurnRecord]] | None:
         """Store the owner message `event_id` in `conversation` and its turns ((agent, text,
         alone), in order) in `turns_in` (None: the same; a thread under the message itself when
         the channel opens threads, `!threads on`); None if that message is stored already (the
@@ -70,11 +99,28 @@ class Turns:
         (keys.handled_event), in the same transaction. With `claim_first` (its conversation has
         nothing queued or running) the first turn is claimed for `run` in that transaction too:
         its worker starts it without a write of its own (`claimed_in`)."""
-        return self._store._run(_take, channel_id, sender, stored_text, event_id, turns, run, conversation,
-                                conversation if turns_in is None else turns_in, claim_first)
+        return self._store._run(
+            _take,
+            channel_id,
+            sender,
+            stored_text,
+            event_id,
+            turns,
+            run,
+            conversation,
+            conversation if turns_in is None else turns_in,
+            claim_first,
+        )
 
-    def add(self, channel_id: str, prompt_event: str, message_id: str | None,
-            turns: Sequence[tuple[str, str, bool]], run: str, conversation: str = "") -> list[TurnRecord]:
+    def add(
+        self,
+        channel_id: str,
+        prompt_event: str,
+        message_id: str | None,
+        turns: Sequence[tuple[str, str, bool]],
+        run: str,
+        conversation: str = "",
+    ) -> list[TurnRecord]:
         """Turns of an already stored prompt (a message routed again at start); the ones that
         exist already are left as they are."""
         return self._store._run(_add, channel_id, prompt_event, message_id, turns, run, conversation)
@@ -104,21 +150,29 @@ class Turns:
 
     def prompted(self, turn_id: str, answer: Sequence[str]) -> None:
         """The prompt was written to the agent."""
-        self._store._run(_set, turn_id, {"state": PROMPTED, "answer": json.dumps(list(answer))},
-                         (*NOT_BEGUN, PROMPTING))
+        self._store._run(
+            _set, turn_id, {"state": PROMPTED, "answer": json.dumps(list(answer))}, (*NOT_BEGUN, PROMPTING)
+        )
 
     def finishing(self, turn_id: str, final: dict, answer: Sequence[str]) -> None:
         """The final text is about to be sent (`final`: how, so that it can be sent again)."""
-        self._store._run(_set, turn_id, {"state": FINISHING, "final": json.dumps(final, sort_keys=True),
-                                         "answer": json.dumps(list(answer))}, (PROMPTING, PROMPTED, FINISHING))
+        self._store._run(
+            _set,
+            turn_id,
+            {"state": FINISHING, "final": json.dumps(final, sort_keys=True), "answer": json.dumps(list(answer))},
+            (PROMPTING, PROMPTED, FINISHING),
+        )
 
-    def answered(self, turn_id: str, channel_id: str, agent: str, text: str, event_ids: Sequence[str],
-                 seen_upto: str | None) -> Message | None:
+    def answered(
+        self, turn_id: str, channel_id: str, agent: str, text: str, event_ids: Sequence[str], seen_upto: str | None
+    ) -> Message | None:
         """Store the answer, what `agent` has seen (up to `seen_upto`) and the turn done, in one
         transaction; None if the turn was done already (nothing written twice)."""
         return self._store._run(_answered, turn_id, channel_id, agent, text, event_ids, seen_upto)
 
-    def end(self, turn_id: str, state: str, answer: Sequence[str] = (), seen: tuple[str, str, str] | None = None) -> None:
+    def end(
+        self, turn_id: str, state: str, answer: Sequence[str] = (), seen: tuple[str, str, str] | None = None
+    ) -> None:
         """The turn is over without a stored answer (`ended`, `interrupted` or `dropped`);
         `seen` (channel, agent, message id) is written with it."""
         if state not in (ENDED, INTERRUPTED, DROPPED):
@@ -154,12 +208,13 @@ class Turns:
 
 # --- the operations (run by Store._run, under its lock, with the store as `store`) --------------
 
-def _select(store: "Store"):
+
+def _select(store: Store):
     T = store._m.Turn
     return T.select(*(getattr(T, c) for c in COLUMNS))
 
 
-def _get(store: "Store", turn_id: str) -> TurnRecord | None:
+def _get(store: Store, turn_id: str) -> TurnRecord | None:
     rows = store._hot.turn.rows(id=turn_id)
     return _record(rows[0]) if rows else None
 
@@ -169,9 +224,16 @@ def claimed_in(turn: TurnRecord, run: str) -> bool:
     return turn.state == CLAIMED and turn.run == run and turn.attempt == 1
 
 
-def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id: str | None,
-                  turns: Iterable[tuple[str, str, bool]], run: str, conversation: str,
-                  claim_first: bool = False) -> list[TurnRecord]:
+def _insert_turns(
+    store: Store,
+    channel_id: str,
+    prompt_event: str,
+    message_id: str | None,
+    turns: Iterable[tuple[str, str, bool]],
+    run: str,
+    conversation: str,
+    claim_first: bool = False,
+) -> list[TurnRecord]:
     T, now, made, agents = store._m.Turn, now_ms(), [], set()
     for agent, text, alone in turns:
         if agent in agents:
@@ -179,16 +241,36 @@ def _insert_turns(store: "Store", channel_id: str, prompt_event: str, message_id
         agents.add(agent)
         turn_id = new_id()
         claimed = claim_first and not made  # the first turn, when its worker is free to start it
-        row = dict(id=turn_id, channel_id=channel_id, conversation=conversation, prompt_event=prompt_event,
-                   agent=agent, message_id=message_id, text=text, alone=bool(alone),
-                   state=CLAIMED if claimed else TAKEN, run=run, attempt=1 if claimed else 0)
+        row = dict(
+            id=turn_id,
+            channel_id=channel_id,
+            conversation=conversation,
+            prompt_event=prompt_event,
+            agent=agent,
+            message_id=message_id,
+            text=text,
+            alone=bool(alone),
+            state=CLAIMED if claimed else TAKEN,
+            run=run,
+            attempt=1 if claimed else 0,
+        )
         T.insert(**row, answer="[]", updated=now).execute()  # a new id: never there already
         made.append(TurnRecord(**row, answer=(), final=None))  # as read back, without reading it
     return made
 
 
-def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_id: str,
-          turns, run: str, conversation: str, turns_in: str, claim_first: bool = False):
+def _take(
+    store: Store,
+    channel_id: str,
+    sender: str,
+    stored_text: str,
+    event_id: str,
+    turns,
+    run: str,
+    conversation: str,
+    turns_in: str,
+    claim_first: bool = False,
+):
     with store._db.atomic():
         # the event counts as handled in the same transaction (the dispatcher's record of it,
         # keys.handled_event): one write fewer before its turns start
@@ -199,22 +281,26 @@ def _take(store: "Store", channel_id: str, sender: str, stored_text: str, event_
         return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, turns_in, claim_first)
 
 
-def _add(store: "Store", channel_id: str, prompt_event: str, message_id: str | None, turns, run: str,
-         conversation: str) -> list[TurnRecord]:
+def _add(
+    store: Store, channel_id: str, prompt_event: str, message_id: str | None, turns, run: str, conversation: str
+) -> list[TurnRecord]:
     with store._db.atomic():
         return _insert_turns(store, channel_id, prompt_event, message_id, turns, run, conversation)
 
 
-def _claim(store: "Store", turn_id: str, run: str) -> TurnRecord | None:
+def _claim(store: Store, turn_id: str, run: str) -> TurnRecord | None:
     T = store._m.Turn
     with store._db.atomic():
-        claimable = ((T.state == TAKEN) | (T.state.in_([CLAIMED, POSTED]) & (T.run != run)))
-        changed = (T.update(state=CLAIMED, run=run, attempt=T.attempt + 1, updated=now_ms())
-                   .where((T.id == turn_id) & claimable).execute())
+        claimable = (T.state == TAKEN) | (T.state.in_([CLAIMED, POSTED]) & (T.run != run))
+        changed = (
+            T.update(state=CLAIMED, run=run, attempt=T.attempt + 1, updated=now_ms())
+            .where((T.id == turn_id) & claimable)
+            .execute()
+        )
         return _get(store, turn_id) if changed else None
 
 
-def _set(store: "Store", turn_id: str, values: dict, states: Sequence[str]) -> None:
+def _set(store: Store, turn_id: str, values: dict, states: Sequence[str]) -> None:
     """A turn's step (prompting, prompted…): its SQL is written once per kind of step
     (compiled.py) — the steps before a prompt are on every owner message's way."""
     key = (tuple(values), tuple(states))
@@ -223,12 +309,18 @@ def _set(store: "Store", turn_id: str, values: dict, states: Sequence[str]) -> N
     if step is None:
         T = store._m.Turn
         step = steps[key] = Compiled(
-            store._db, lambda id, updated, **set_: T.update(**set_, updated=updated).where(
-                (T.id == id) & T.state.in_(list(states))), "id", "updated", *values)
+            store._db,
+            lambda id, updated, **set_: T.update(**set_, updated=updated).where(
+                (T.id == id) & T.state.in_(list(states))
+            ),
+            "id",
+            "updated",
+            *values,
+        )
     step.run(id=turn_id, updated=now_ms(), **values)
 
 
-def _answered(store: "Store", turn_id: str, channel_id: str, agent: str, text: str, event_ids, seen_upto):
+def _answered(store: Store, turn_id: str, channel_id: str, agent: str, text: str, event_ids, seen_upto):
     T = store._m.Turn
     with store._db.atomic():
         row = T.select(T.state, T.conversation).where(T.id == turn_id).tuples().first()
@@ -238,12 +330,13 @@ def _answered(store: "Store", turn_id: str, channel_id: str, agent: str, text: s
         message = store._add_message(channel_id, agent, "agent", text, list(event_ids), conversation)
         if seen_upto is not None:
             store._mark_seen(channel_id, agent, seen_upto, conversation)
-        T.update(state=DONE, answer=json.dumps(list(event_ids)), final=None,
-                 updated=now_ms()).where(T.id == turn_id).execute()
+        T.update(state=DONE, answer=json.dumps(list(event_ids)), final=None, updated=now_ms()).where(
+            T.id == turn_id
+        ).execute()
         return message
 
 
-def _end(store: "Store", turn_id: str, state: str, answer: list, seen) -> None:
+def _end(store: Store, turn_id: str, state: str, answer: list, seen) -> None:
     T = store._m.Turn
     with store._db.atomic():
         values = {"state": state, "updated": now_ms(), "final": None}
@@ -256,36 +349,40 @@ def _end(store: "Store", turn_id: str, state: str, answer: list, seen) -> None:
             store._mark_seen(channel_id, agent, message_id, (row[0] or "") if row is not None else "")
 
 
-def _drop_prompt(store: "Store", prompt_event: str) -> int:
+def _drop_prompt(store: Store, prompt_event: str) -> int:
     T = store._m.Turn
-    return (T.update(state=DROPPED, updated=now_ms())
-            .where((T.prompt_event == prompt_event) & T.state.in_(list(NOT_BEGUN))).execute())
+    return (
+        T.update(state=DROPPED, updated=now_ms())
+        .where((T.prompt_event == prompt_event) & T.state.in_(list(NOT_BEGUN)))
+        .execute()
+    )
 
 
-def _drop(store: "Store", turn_id: str) -> bool:
+def _drop(store: Store, turn_id: str) -> bool:
     T = store._m.Turn
     with store._db.atomic():
         row = T.select(T.prompt_event).where(T.id == turn_id).tuples().first()
-        changed = (T.update(state=DROPPED, updated=now_ms())
-                   .where((T.id == turn_id) & T.state.in_(list(NOT_BEGUN))).execute())
+        changed = (
+            T.update(state=DROPPED, updated=now_ms()).where((T.id == turn_id) & T.state.in_(list(NOT_BEGUN))).execute()
+        )
         if not changed or row is None:
             return False
-        others = (T.select(T.id).where((T.prompt_event == row[0]) & (T.state != DROPPED)).count())
+        others = T.select(T.id).where((T.prompt_event == row[0]) & (T.state != DROPPED)).count()
         if not others:
             store.delete_message_by_event(row[0])
         return True
 
 
-def _unfinished(store: "Store") -> list[TurnRecord]:
+def _unfinished(store: Store) -> list[TurnRecord]:
     T = store._m.Turn
     return [_record(row) for row in _select(store).where(T.state.in_(list(LIVE))).order_by(T.id).tuples()]
 
 
-def _in_channel(store: "Store", channel_id: str) -> list[TurnRecord]:
+def _in_channel(store: Store, channel_id: str) -> list[TurnRecord]:
     T = store._m.Turn
     return [_record(row) for row in _select(store).where(T.channel_id == channel_id).order_by(T.id).tuples()]
 
 
-def _last_live_agent(store: "Store", channel_id: str, conversation: str) -> str | None:
+def _last_live_agent(store: Store, channel_id: str, conversation: str) -> str | None:
     rows = store._hot.last_live_agent.rows(channel_id=channel_id, conversation=conversation)
     return rows[0][0] if rows else None

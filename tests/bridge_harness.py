@@ -19,6 +19,7 @@ Waiting for what a test names, never for a while:
   ping makes Synapse retry at once; the probe verifies it did, and that the transactions left
   from earlier tests (older than the probe) are delivered, before the test begins.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,8 +58,12 @@ def write_config(hs, folder: Path, agents: dict[str, dict], **top: Any) -> Path:
     # their scripts in the test's own folder (under the private /tmp each sandbox gets): it is
     # theirs to write, unless a test gives the agent a sandbox of its own. The bridge's config
     # and data folders inside it stay hidden.
-    data["agents"] = {name: entry if not isinstance(entry, dict) or "sandbox" in entry else {**entry, "sandbox": {"write": [str(folder.parent)]}}
-                      for name, entry in agents.items()}
+    data["agents"] = {
+        name: entry
+        if not isinstance(entry, dict) or "sandbox" in entry
+        else {**entry, "sandbox": {"write": [str(folder.parent)]}}
+        for name, entry in agents.items()
+    }
     # the owner of matrix_helpers.login has no end-to-end encryption: rooms the bridge makes stay
     # readable to it unless a test (tests/integration/test_e2ee.py) turns encryption on
     data["encryption"] = "off"
@@ -111,13 +116,15 @@ class Deliveries:
                 seen, deadline = self.transactions, min(time.monotonic() + timeout, start + 5 * timeout)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise AssertionError(f"the bridge was not delivered {event_id} within "
-                                     f"{time.monotonic() - start:.0f} s ({self.transactions} transactions "
-                                     f"acknowledged; given up after {timeout:g} s without one, or {5 * timeout:g} s in all)")
+                raise AssertionError(
+                    f"the bridge was not delivered {event_id} within "
+                    f"{time.monotonic() - start:.0f} s ({self.transactions} transactions "
+                    f"acknowledged; given up after {timeout:g} s without one, or {5 * timeout:g} s in all)"
+                )
             self._news = asyncio.Event()
             try:
                 await asyncio.wait_for(self._news.wait(), min(remaining, 1.0))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
 
@@ -164,8 +171,9 @@ class RunningBridge:
             await self.bridge.stop()
 
 
-async def start_bridge(hs, folder: Path, agents: dict[str, dict], data_dir: Path | None = None,
-                       probe: bool = True, **top: Any) -> RunningBridge:
+async def start_bridge(
+    hs, folder: Path, agents: dict[str, dict], data_dir: Path | None = None, probe: bool = True, **top: Any
+) -> RunningBridge:
     """Start the real Bridge in this loop. With `probe` (the default), return only once the
     homeserver delivers to it (see the module's docstring); a test about that very delivery
     (the start-up ping) passes probe=False."""
@@ -200,22 +208,22 @@ async def probe_delivery(hs_url: str, as_token: str, running: RunningBridge, tim
     async with aiohttp.ClientSession(headers=headers) as http:
         room_id = _probe_rooms.get((hs_url, as_token))
         if room_id is None:  # one room per homeserver: the bot alone, no name, nothing to bridge
-            async with http.post(f"{hs_url}/_matrix/client/v3/createRoom",
-                                 json={"preset": "private_chat"}) as response:
+            async with http.post(f"{hs_url}/_matrix/client/v3/createRoom", json={"preset": "private_chat"}) as response:
                 body = await response.json()
                 assert response.status == 200, f"probe room not created: {response.status} {body}"
             room_id = _probe_rooms[(hs_url, as_token)] = body["room_id"]
         txn = uuid.uuid4().hex
-        url = (f"{hs_url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/"
-               f"org.sidekicks.test.probe/{txn}")
+        url = f"{hs_url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/org.sidekicks.test.probe/{txn}"
         async with http.put(url, json={"probe": txn}) as response:
             body = await response.json()
             assert response.status == 200, f"probe not sent: {response.status} {body}"
     try:
         await running.handled(body["event_id"], timeout)
     except AssertionError as exc:
-        raise AssertionError(f"the homeserver does not deliver to the new bridge (still backing off "
-                             f"after an earlier test's bridge stopped?): {exc}") from None
+        raise AssertionError(
+            f"the homeserver does not deliver to the new bridge (still backing off "
+            f"after an earlier test's bridge stopped?): {exc}"
+        ) from None
 
 
 def answers_in(events: list[dict], sender: str) -> list[dict]:
@@ -235,9 +243,13 @@ def answers_in(events: list[dict], sender: str) -> list[dict]:
                 target["edits"] += 1
                 target["history"].append(new.get("body", ""))
             continue
-        messages[event["event_id"]] = {"event_id": event["event_id"], "body": content.get("body", ""),
-                                       "html": content.get("formatted_body"), "edits": 0,
-                                       "msgtype": content.get("msgtype"),
-                                       "history": [content.get("body", "")]}
+        messages[event["event_id"]] = {
+            "event_id": event["event_id"],
+            "body": content.get("body", ""),
+            "html": content.get("formatted_body"),
+            "edits": 0,
+            "msgtype": content.get("msgtype"),
+            "history": [content.get("body", "")],
+        }
         order.append(event["event_id"])
     return [messages[event_id] for event_id in order]

@@ -10,6 +10,7 @@ session of its own: its own Synapse, its own PostgreSQL cluster (tests/unit/stor
 own temporary folders and its own block of ports (matrix_helpers.worker_port); a test module
 runs whole on one worker, so its module-scoped fixtures and its tests' order stay as they are.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,6 @@ import os
 import pytest
 import pytest_asyncio
 from hypothesis import settings
-
 from matrix_helpers import FIGURES, TestHomeserver, private_homeserver
 
 # The fuzz tests (hypothesis) draw the same examples on every run, so a run of the suite is
@@ -67,8 +67,17 @@ def pytest_configure(config):
 # In parallel, the longest modules start first: one begun last (test_kill9, minutes alone) would
 # keep the run going after every other worker is done. Without workers the order stays as collected.
 # (by their --durations in a run of three workers)
-SLOW_FIRST = ("test_kill9.py", "test_kv_states.py", "test_restarts.py", "test_e2ee.py", "test_opencode.py",
-              "test_local_model_agent.py", "test_matrix_mcp.py", "test_opencode_tools.py", "test_homeserver_kill9.py")
+SLOW_FIRST = (
+    "test_kill9.py",
+    "test_kv_states.py",
+    "test_restarts.py",
+    "test_e2ee.py",
+    "test_opencode.py",
+    "test_local_model_agent.py",
+    "test_matrix_mcp.py",
+    "test_opencode_tools.py",
+    "test_homeserver_kill9.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,6 +89,7 @@ def pytest_collection_modifyitems(config, items):
 # ---- figures: suites that measure (kill -9, strangers) print them at the end of the run ----------
 # A test's figures travel on its report (user_properties), so the run's summary shows them also
 # when the test ran in a pytest-xdist worker.
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):

@@ -5,6 +5,7 @@ Imported as `fake_intent` (tests/ is on sys.path: tests/conftest.py), by the tes
 messages (bridge/channels/stream.py), of live messages (bridge/coding/live.py), of attachments
 (bridge/matrix/media.py), of presence and of the MCP tools that post files.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -72,6 +73,7 @@ class FakeIntent:
 
     async def download(self, mxc: str, limit: int) -> bytes:
         from bridge.matrix.intent import TooLarge
+
         if len(self.stored) > limit:
             raise TooLarge(mxc)
         return self.stored

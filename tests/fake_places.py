@@ -1,5 +1,6 @@
 """Where agents work as configured: coding/workplaces.py's `where` without `!cwd` or worktrees,
 for unit tests that build a portal's parts by hand."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -27,20 +27,22 @@ back); bridge_harness's `running.handled(event_id)` and `running.idle()` say whe
 done what an event could make it do. Timeouts are generous (PATIENCE): a busy machine is slow,
 not wrong, and a condition that holds returns at once.
 """
+
 from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import os
 import secrets
 import socket
-from contextlib import asynccontextmanager
-import itertools
 import time
 import weakref
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import nio
 import yaml
@@ -48,7 +50,6 @@ import yaml
 import config
 import config.registration
 from bridge.local.homeserver import Homeserver, free_port
-
 
 FIGURES: list[tuple[str, dict]] = []
 
@@ -63,15 +64,25 @@ def record_figures(name: str, figures: dict) -> None:
     FIGURES.append((name, figures))
 
 
-def write_base_config(folder: Path, hs_port: int, as_port: int) -> "config.Config":
+def write_base_config(folder: Path, hs_port: int, as_port: int) -> config.Config:
     """`folder/base.yaml` (owner @owner:localhost, bridge on `as_port`) and its registration."""
     base = folder / "base.yaml"
-    base.write_text(yaml.safe_dump({
-        "owner": "@owner:localhost",
-        "homeserver": {"url": f"http://127.0.0.1:{hs_port}", "domain": "localhost"},
-        "appservice": {"listen": f"127.0.0.1:{as_port}", "puppet_prefix": "sk_",
-                       "bot": "sidekicks", "registration": "registration.yaml"},
-    }, sort_keys=False), encoding="utf-8")
+    base.write_text(
+        yaml.safe_dump(
+            {
+                "owner": "@owner:localhost",
+                "homeserver": {"url": f"http://127.0.0.1:{hs_port}", "domain": "localhost"},
+                "appservice": {
+                    "listen": f"127.0.0.1:{as_port}",
+                    "puppet_prefix": "sk_",
+                    "bot": "sidekicks",
+                    "registration": "registration.yaml",
+                },
+            },
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
     cfg = config.load(base)
     config.registration.ensure(cfg)
     return cfg
@@ -111,9 +122,14 @@ async def private_homeserver(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     hs_port, as_port = worker_port(), worker_port()
     cfg = write_base_config(folder, hs_port, as_port)
-    server = Homeserver(folder / "synapse", server_name="localhost", port=hs_port,
-                        appservice_files=[cfg.registration_path], relaxed_limits=True,
-                        encryption=False)  # the well-known file of `encryption: off`
+    server = Homeserver(
+        folder / "synapse",
+        server_name="localhost",
+        port=hs_port,
+        appservice_files=[cfg.registration_path],
+        relaxed_limits=True,
+        encryption=False,
+    )  # the well-known file of `encryption: off`
     await server.start()
     try:
         owner_password = secrets.token_urlsafe(16)
@@ -121,10 +137,17 @@ async def private_homeserver(folder: Path):
         owner_id = await server.register_user("owner", owner_password)
         stranger_id = await server.register_user("stranger", stranger_password)
         yield TestHomeserver(
-            url=server.url, domain="localhost", as_port=as_port,
-            registration_path=cfg.registration_path, owner_id=owner_id,
-            owner_password=owner_password, stranger_id=stranger_id,
-            stranger_password=stranger_password, folder=folder, server=server)
+            url=server.url,
+            domain="localhost",
+            as_port=as_port,
+            registration_path=cfg.registration_path,
+            owner_id=owner_id,
+            owner_password=owner_password,
+            stranger_id=stranger_id,
+            stranger_password=stranger_password,
+            folder=folder,
+            server=server,
+        )
     finally:
         await server.stop()
 
@@ -132,18 +155,19 @@ async def private_homeserver(folder: Path):
 @dataclass
 class TestHomeserver:
     """What the session fixture `homeserver` yields."""
+
     __test__ = False  # a dataclass named Test*, not a test class: pytest must not collect it
 
-    url: str                  # http://127.0.0.1:<port> of Synapse
-    domain: str               # "localhost" (the server name)
-    as_port: int              # where Synapse expects the bridge's appservice listener
-    registration_path: Path   # appservice registration Synapse loaded (as_token, hs_token)
-    owner_id: str             # "@owner:localhost", the owner in base.yaml
+    url: str  # http://127.0.0.1:<port> of Synapse
+    domain: str  # "localhost" (the server name)
+    as_port: int  # where Synapse expects the bridge's appservice listener
+    registration_path: Path  # appservice registration Synapse loaded (as_token, hs_token)
+    owner_id: str  # "@owner:localhost", the owner in base.yaml
     owner_password: str
-    stranger_id: str          # "@stranger:localhost", a user who is not the owner
+    stranger_id: str  # "@stranger:localhost", a user who is not the owner
     stranger_password: str
-    folder: Path              # the session's temp folder: base.yaml, registration.yaml, synapse/
-    server: Homeserver        # the running server (register more users with server.register_user)
+    folder: Path  # the session's temp folder: base.yaml, registration.yaml, synapse/
+    server: Homeserver  # the running server (register more users with server.register_user)
 
     @property
     def base_config_path(self) -> Path:
@@ -152,8 +176,7 @@ class TestHomeserver:
 
 
 # Per-client record of timeline events: client -> room id -> raw events, in arrival order.
-_events: "weakref.WeakKeyDictionary[nio.AsyncClient, dict[str, list[dict]]]" = (
-    weakref.WeakKeyDictionary())
+_events: weakref.WeakKeyDictionary[nio.AsyncClient, dict[str, list[dict]]] = weakref.WeakKeyDictionary()
 _store_numbers = itertools.count()
 
 
@@ -181,8 +204,7 @@ def _record(client: nio.AsyncClient) -> dict[str, list[dict]]:
     return rooms
 
 
-async def login(hs: TestHomeserver, user_id: str, password: str,
-                device_name: str = "tests") -> nio.AsyncClient:
+async def login(hs: TestHomeserver, user_id: str, password: str, device_name: str = "tests") -> nio.AsyncClient:
     """A matrix-nio client logged in as `user_id`, already recording events. Close it yourself.
 
     Raises AssertionError (with the server's answer) when the login is refused.
@@ -190,11 +212,13 @@ async def login(hs: TestHomeserver, user_id: str, password: str,
     store = hs.folder / "nio" / f"{user_id.strip('@').replace(':', '_')}-{next(_store_numbers)}"
     store.mkdir(parents=True, exist_ok=True)
     client = nio.AsyncClient(
-        hs.url, user_id, store_path=str(store),
+        hs.url,
+        user_id,
+        store_path=str(store),
         # No end-to-end encryption: the bridge only reads unencrypted rooms, and a test that
         # needs an encrypted room can send an m.room.encryption state event by hand.
-        config=nio.AsyncClientConfig(encryption_enabled=False, request_timeout=30,
-                                     max_timeouts=3))
+        config=nio.AsyncClientConfig(encryption_enabled=False, request_timeout=30, max_timeouts=3),
+    )
     response = await client.login(password, device_name=device_name)
     if not isinstance(response, nio.LoginResponse):
         await client.close()
@@ -208,9 +232,9 @@ async def login(hs: TestHomeserver, user_id: str, password: str,
 WHOLE_TIMELINE = {"room": {"timeline": {"limit": 1000}}}
 
 
-async def sync_until(client: nio.AsyncClient,
-                     predicate: Callable[[], bool | Awaitable[bool]],
-                     timeout: float = PATIENCE) -> None:
+async def sync_until(
+    client: nio.AsyncClient, predicate: Callable[[], bool | Awaitable[bool]], timeout: float = PATIENCE
+) -> None:
     """Sync `client` again and again until `predicate()` is true.
 
     `predicate` takes no arguments and may be async; it is checked before the first sync and
@@ -221,6 +245,7 @@ async def sync_until(client: nio.AsyncClient,
     Raises AssertionError after `timeout` seconds, naming the predicate and showing the last
     events the client saw in each room.
     """
+
     async def holds() -> bool:
         result = predicate()
         if inspect.isawaitable(result):
@@ -240,8 +265,8 @@ async def sync_until(client: nio.AsyncClient,
             await asyncio.sleep(0.2)  # a transient error (server busy): try again until the deadline
     name = getattr(predicate, "__qualname__", repr(predicate))
     raise AssertionError(
-        f"sync_until: {name} still false after {timeout:g} s for {client.user_id}\n"
-        + _describe(client))
+        f"sync_until: {name} still false after {timeout:g} s for {client.user_id}\n" + _describe(client)
+    )
 
 
 async def caught_up(client: nio.AsyncClient, room_id: str, timeout: float = PATIENCE) -> None:
@@ -253,6 +278,7 @@ async def caught_up(client: nio.AsyncClient, room_id: str, timeout: float = PATI
 
     def marker_seen() -> bool:
         return any(event.get("event_id") == marker for event in events_in(client, room_id))
+
     marker_seen.__qualname__ = f"marker {marker} seen"
     await sync_until(client, marker_seen, timeout=timeout)
 
@@ -272,20 +298,26 @@ def events_in(client: nio.AsyncClient, room_id: str) -> list[dict[str, Any]]:
 
 def texts_in(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[str]:
     """Bodies of the m.room.message events in `room_id` (optionally only from `sender`)."""
-    return [event["content"].get("body", "") for event in events_in(client, room_id)
-            if event.get("type") == "m.room.message"
-            and isinstance(event.get("content"), dict)
-            and (sender is None or event.get("sender") == sender)]
+    return [
+        event["content"].get("body", "")
+        for event in events_in(client, room_id)
+        if event.get("type") == "m.room.message"
+        and isinstance(event.get("content"), dict)
+        and (sender is None or event.get("sender") == sender)
+    ]
 
 
 def notice_events(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[dict[str, Any]]:
     """The m.notice messages (the bridge's notices) of `events_in(client, room_id)`, optionally
     only those from `sender`: raw events, oldest first."""
-    return [event for event in events_in(client, room_id)
-            if event.get("type") == "m.room.message"
-            and isinstance(event.get("content"), dict)
-            and event["content"].get("msgtype") == "m.notice"
-            and (sender is None or event.get("sender") == sender)]
+    return [
+        event
+        for event in events_in(client, room_id)
+        if event.get("type") == "m.room.message"
+        and isinstance(event.get("content"), dict)
+        and event["content"].get("msgtype") == "m.notice"
+        and (sender is None or event.get("sender") == sender)
+    ]
 
 
 def notices(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[str]:

@@ -4,13 +4,15 @@
 
 tests/ is on sys.path (tests/conftest.py); each test module's `scene` keeps what is its own.
 """
+
 from __future__ import annotations
 
 from store import Channel, Store
 
 
-def store_with_channel(room_id: str = "!room:hs", name: str = "general",
-                       members: tuple[str, ...] = ("alice",)) -> tuple[Store, Channel]:
+def store_with_channel(
+    room_id: str = "!room:hs", name: str = "general", members: tuple[str, ...] = ("alice",)
+) -> tuple[Store, Channel]:
     """An in-memory Store holding one channel (`room_id`, `name`) with `members`. Close it."""
     store = Store.open(":memory:")
     channel = store.create_channel(room_id, name)

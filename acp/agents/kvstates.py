@@ -28,9 +28,10 @@ import tempfile
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 MAGIC = b"SKKV\x01\n"
 SUFFIX = ".kv"
@@ -60,9 +61,16 @@ def model_fingerprint(path: Path) -> dict[str, Any]:
 
 def write_state(path: Path, key: dict[str, Any], state: SavedState) -> None:
     """Write atomically (temporary file in the same folder, then rename), mode 0600."""
-    header = json.dumps({"key": key, "first": state.first, "n_tokens": len(state.tokens),
-                         "n_bytes": len(state.blob), "crc32": zlib.crc32(state.blob)},
-                        sort_keys=True).encode()
+    header = json.dumps(
+        {
+            "key": key,
+            "first": state.first,
+            "n_tokens": len(state.tokens),
+            "n_bytes": len(state.blob),
+            "crc32": zlib.crc32(state.blob),
+        },
+        sort_keys=True,
+    ).encode()
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -95,8 +103,7 @@ def read_header(f, key: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not isinstance(header, dict) or header.get("key") != key:
         return None
-    if not all(isinstance(header.get(k), int) and header[k] >= 0
-               for k in ("first", "n_tokens", "n_bytes", "crc32")):
+    if not all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("first", "n_tokens", "n_bytes", "crc32")):
         return None
     return header
 
@@ -139,8 +146,7 @@ class StateCache:
     event loop forgets them, a writer thread writes files.
     """
 
-    def __init__(self, directory: Path | None, key: dict[str, Any], *,
-                 ram_bytes: int, disk_bytes: int) -> None:
+    def __init__(self, directory: Path | None, key: dict[str, Any], *, ram_bytes: int, disk_bytes: int) -> None:
         self.directory = Path(directory) if directory is not None else None
         self.key = key
         self.ram_bytes = max(0, ram_bytes)
@@ -275,8 +281,7 @@ class StateCache:
                 self.written += 1
                 self._bound_disk(keep=path)
             except OSError as exc:
-                print(f"sidekicks-local: cannot save the KV state of {session_id}: {exc}",
-                      flush=True, file=sys.stderr)
+                print(f"sidekicks-local: cannot save the KV state of {session_id}: {exc}", flush=True, file=sys.stderr)
             finally:
                 with self._lock:
                     self._writing = None

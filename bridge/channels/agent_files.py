@@ -14,6 +14,7 @@ and read up to a byte cap — never trusting the size the file reports (`/proc` 
 
 Anything else is refused with a reason written for the owner, one line, saying what and why.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,9 +22,9 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from ..matrix.media import MediaError
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Refused:
     """Why a file was not read, for the room's line ("⚠️ [file: x] could not be posted: <reason>")."""
+
     reason: str
 
 
@@ -40,6 +42,7 @@ class Refused:
 class FileRoots:
     """Where an agent may post files from (`allowed`: the working directory of its session, None
     when it has none) and where never (`forbidden`: the bridge's config and data folders)."""
+
     allowed: str | None
     forbidden: tuple[str, ...] = ()
     agent: str = ""
@@ -62,12 +65,17 @@ def _mib(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MiB".replace(".0 MiB", " MiB")
 
 
-def read_agent_file(path: str | os.PathLike, allowed_root: str | os.PathLike | None,
-                    forbidden_roots: Iterable[str | os.PathLike], max_bytes: int) -> bytes | Refused:
+def read_agent_file(
+    path: str | os.PathLike,
+    allowed_root: str | os.PathLike | None,
+    forbidden_roots: Iterable[str | os.PathLike],
+    max_bytes: int,
+) -> bytes | Refused:
     """The bytes of `path` if an agent may post it, else Refused with the reason."""
     if allowed_root is None:
-        return Refused("the agent has no working directory configured "
-                       "(agents.<name>.cwd), and agents post files only from there")
+        return Refused(
+            "the agent has no working directory configured (agents.<name>.cwd), and agents post files only from there"
+        )
     raw = os.fspath(path)
     if not os.path.isabs(raw):
         return Refused("not an absolute path")
@@ -77,8 +85,7 @@ def read_agent_file(path: str | os.PathLike, allowed_root: str | os.PathLike | N
         return Refused(f"it could not be found ({_why(exc)})")
     for forbidden in forbidden_roots:
         if _inside(real, os.path.realpath(os.fspath(forbidden))):
-            return Refused("it is in the bridge's own configuration or data "
-                           "folder, which agents cannot post from")
+            return Refused("it is in the bridge's own configuration or data folder, which agents cannot post from")
     root = os.path.realpath(os.fspath(allowed_root))
     if not _inside(real, root):
         return Refused("it is outside the agent's working directory")
@@ -100,8 +107,10 @@ def read_agent_file(path: str | os.PathLike, allowed_root: str | os.PathLike | N
         if not stat.S_ISREG(info.st_mode):  # swapped since the stat above
             return Refused(f"it is not a regular file ({_kind(info.st_mode)})")
         if info.st_nlink > 1:  # of the file opened: a link made after any check by path is seen
-            return Refused(f"it has {info.st_nlink} hard links (another name of the same file may lie "
-                           "outside the working directory): copy it to post it")
+            return Refused(
+                f"it has {info.st_nlink} hard links (another name of the same file may lie "
+                "outside the working directory): copy it to post it"
+            )
         opened = _opened_path(fd)  # a folder on the way swapped for a link after realpath
         if opened is not None and opened != real:
             return Refused("it moved while it was opened")
@@ -113,8 +122,7 @@ def read_agent_file(path: str | os.PathLike, allowed_root: str | os.PathLike | N
             chunks.append(chunk)
             size += len(chunk)
         if size > max_bytes:
-            return Refused(f"it is bigger than the {_mib(max_bytes)} limit "
-                           "(limits.attachment_mib)")
+            return Refused(f"it is bigger than the {_mib(max_bytes)} limit (limits.attachment_mib)")
         return b"".join(chunks)
     except OSError as exc:
         return Refused(f"it could not be read ({_why(exc)})")
@@ -144,8 +152,13 @@ def _opened_path(fd: int) -> str | None:
 
 
 def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+    for test, word in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a pipe"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return word
     return "not a file"

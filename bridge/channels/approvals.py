@@ -10,10 +10,12 @@ Per channel, `!approve requester` (the default) or `!approve any-owner`:
 A turn no owner's message started (a scheduled run) is answered by any owner, all mentioned.
 Every other message the bridge sends declares no mentions (matrix/intent.py).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from html import escape
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 REQUESTER = "requester"
 ANY_OWNER = "any-owner"
@@ -39,10 +41,14 @@ def approve_switch(args: Iterable[str]) -> str | None:
 def approve_state(mode: str) -> str:
     """The `!approve` setting in words."""
     if mode == ANY_OWNER:
-        return ("Any owner may answer the agents' permission prompts and questions here; each "
-                "mentions every owner (!approve requester: only the one who asked).")
-    return ("Only the owner whose message started a turn answers its permission prompts and "
-            "questions here; each mentions that owner (!approve any-owner: any owner).")
+        return (
+            "Any owner may answer the agents' permission prompts and questions here; each "
+            "mentions every owner (!approve requester: only the one who asked)."
+        )
+    return (
+        "Only the owner whose message started a turn answers its permission prompts and "
+        "questions here; each mentions that owner (!approve any-owner: any owner)."
+    )
 
 
 def approvers(mode: str, requester: str | None, owners: Sequence[str]) -> tuple[str | None, list[str]]:

@@ -29,35 +29,37 @@ cancelled wait (!stop, a redaction, 🛑: ACP answers for the owner, or the agen
 ends it too. However it ends, the message is edited to show how, and the answer's status line comes
 back.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aiohttp
 
 from ..matrix.client import MatrixError
+from ..matrix.markdown import escape_html
 from ..matrix.puppet import relating
 from .approvals import mentioning
-from ..matrix.markdown import escape_html
 
 if TYPE_CHECKING:
     from config import Config
 
+    from ..matrix.identities import Identities
+    from ..matrix.puppet import Puppet
     from .notices import Notices
     from .portal import Portal
     from .registry import Channels
-    from ..matrix.identities import Identities
-    from ..matrix.puppet import Puppet
 
 log = logging.getLogger(__name__)
 
 KEYCAPS = [f"{n}\ufe0f\u20e3" for n in range(1, 10)] + ["🔟"]
 NUMBER = re.compile(r"^\s*(\d{1,3})\s*[.)]?\s*$")
-CLOSED_KEPT = 200          # closed asks remembered, so a late reply to one is answered
+CLOSED_KEPT = 200  # closed asks remembered, so a late reply to one is answered
 
 R = TypeVar("R")
 
@@ -72,6 +74,7 @@ _KEY_INDEX = {normalise_key(key): index for index, key in enumerate(KEYCAPS)}
 
 class Shown(Protocol):
     """An ask as the owner reads it (coding/render.py's `Rendered`)."""
+
     body: str
     html: str
 
@@ -81,15 +84,15 @@ class Shown(Protocol):
 @dataclass
 class Ask:
     room_id: str
-    event_id: str                       # the ask's message
-    options: Sequence[Any]              # numbered choices; none: answered in words
-    chosen: asyncio.Future              # the index of the option chosen
+    event_id: str  # the ask's message
+    options: Sequence[Any]  # numbered choices; none: answered in words
+    chosen: asyncio.Future  # the index of the option chosen
     body: str = ""
     html: str = ""
-    puppet: Any = None                  # who asked
+    puppet: Any = None  # who asked
     replies: asyncio.Queue = field(default_factory=asyncio.Queue)  # the owner's words, in order
-    conversation: str = ""              # where it was asked: "" the main timeline, else a thread's root
-    asker: str | None = None            # the owner who answers it; None: any owner (a scheduled run)
+    conversation: str = ""  # where it was asked: "" the main timeline, else a thread's root
+    asker: str | None = None  # the owner who answers it; None: any owner (a scheduled run)
 
     def may_answer(self, sender: str | None) -> bool:
         """Whether `sender` (an owner) answers this ask: the owner whose message started the turn."""
@@ -107,8 +110,9 @@ def refusal(asker: str) -> str:
     return f"Only {asker}, who started this turn, can answer this."
 
 
-def answered_by(asks: list[Ask], room_id: str, reply_to: str | None, loose: bool = True,
-                conversation: str = "") -> Ask | None:
+def answered_by(
+    asks: list[Ask], room_id: str, reply_to: str | None, loose: bool = True, conversation: str = ""
+) -> Ask | None:
     """The open ask a message answers: the one it replies to (if it is a reply, only that one),
     else (with `loose`) the latest of the message's conversation in the room."""
     open_here = [a for a in asks if a.room_id == room_id and not a.chosen.done()]
@@ -126,18 +130,36 @@ class Asks:
     `what` names the ask in the log. `channels` and `identities` find who tells a room that an
     ask is closed already when the ask itself is forgotten (numbered asks only)."""
 
-    def __init__(self, config: "Config", notices: "Notices", what: str,
-                 channels: "Channels | None" = None, identities: "Identities | None" = None):
+    def __init__(
+        self,
+        config: Config,
+        notices: Notices,
+        what: str,
+        channels: Channels | None = None,
+        identities: Identities | None = None,
+    ):
         self.config, self.notices, self.what = config, notices, what
         self.channels, self.identities = channels, identities
         self.open: list[Ask] = []
-        self.closed: dict[str, str] = {}   # the ask's event id → how it ended
+        self.closed: dict[str, str] = {}  # the ask's event id → how it ended
 
-    async def ask(self, portal: "Portal", puppet: "Puppet", shown: Shown, waiting: str,
-                  wait: Callable[[Ask], Awaitable[tuple[R, str]]], *, timed_out: tuple[R, str],
-                  stopped: Callable[[], str], unsent: R, options: Sequence[Any] = (),
-                  conversation: str = "", asker: str | None = None, run: Any = None,
-                  mention: Sequence[str] = ()) -> R:
+    async def ask(
+        self,
+        portal: Portal,
+        puppet: Puppet,
+        shown: Shown,
+        waiting: str,
+        wait: Callable[[Ask], Awaitable[tuple[R, str]]],
+        *,
+        timed_out: tuple[R, str],
+        stopped: Callable[[], str],
+        unsent: R,
+        options: Sequence[Any] = (),
+        conversation: str = "",
+        asker: str | None = None,
+        run: Any = None,
+        mention: Sequence[str] = (),
+    ) -> R:
         """Post `shown`, wait for the owner, show how it ended. `wait(ask)` reads the owner's
         answer: (what the ask returns, the line shown under it). Timed out: `timed_out`;
         cancelled: `stopped()` is shown and the cancellation goes on; the message could not be
@@ -145,9 +167,13 @@ class Asks:
         puppet's messages go there already); `asker`: the owner who answers (None: any); `run`:
         the turn asking (its answer shows the wait; None: the portal's current one —
         conversations run side by side); `mention`: the owners it notifies (approvals.py)."""
-        posting = asyncio.ensure_future(self._sent(
-            f"the {self.what}", portal.room_id,
-            puppet.intent.send(portal.room_id, mentioning(shown.content(), mention))))
+        posting = asyncio.ensure_future(
+            self._sent(
+                f"the {self.what}",
+                portal.room_id,
+                puppet.intent.send(portal.room_id, mentioning(shown.content(), mention)),
+            )
+        )
         try:
             event_id = await asyncio.shield(posting)
         except asyncio.CancelledError:
@@ -155,8 +181,17 @@ class Asks:
             # goes on), so it is shown closed at once, never left open in the room
             event_id = await posting
             if event_id is not None:
-                ask = Ask(portal.room_id, event_id, options, asyncio.get_running_loop().create_future(),
-                          shown.body, shown.html, puppet, conversation=conversation, asker=asker)
+                ask = Ask(
+                    portal.room_id,
+                    event_id,
+                    options,
+                    asyncio.get_running_loop().create_future(),
+                    shown.body,
+                    shown.html,
+                    puppet,
+                    conversation=conversation,
+                    asker=asker,
+                )
                 ask.chosen.cancel()
                 outcome = stopped()
                 self._close(ask, outcome)
@@ -164,8 +199,17 @@ class Asks:
             raise
         if event_id is None:
             return unsent
-        ask = Ask(portal.room_id, event_id, options, asyncio.get_running_loop().create_future(),
-                  shown.body, shown.html, puppet, conversation=conversation, asker=asker)
+        ask = Ask(
+            portal.room_id,
+            event_id,
+            options,
+            asyncio.get_running_loop().create_future(),
+            shown.body,
+            shown.html,
+            puppet,
+            conversation=conversation,
+            asker=asker,
+        )
         self.open.append(ask)
         answer = getattr(run if run is not None else portal.current, "answer", None)
         previous = answer.status if answer is not None else None
@@ -173,12 +217,11 @@ class Asks:
             answer.set_status(waiting)
         result, outcome = timed_out
         try:
-            for key in KEYCAPS[:len(options)]:
-                await self._sent("a reaction", portal.room_id,
-                                 puppet.intent.react(portal.room_id, event_id, key))
+            for key in KEYCAPS[: len(options)]:
+                await self._sent("a reaction", portal.room_id, puppet.intent.react(portal.room_id, event_id, key))
             try:
                 result, outcome = await asyncio.wait_for(wait(ask), self.config.permission_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 result, outcome = timed_out
             return result
         except asyncio.CancelledError:
@@ -215,9 +258,15 @@ class Asks:
                 return ask.choose(index)
         return False
 
-    async def on_number(self, room_id: str, body: str, reply_to: str | None = None,
-                        sender: str | None = None, conversation: str = "",
-                        relates_to: dict | None = None) -> bool:
+    async def on_number(
+        self,
+        room_id: str,
+        body: str,
+        reply_to: str | None = None,
+        sender: str | None = None,
+        conversation: str = "",
+        relates_to: dict | None = None,
+    ) -> bool:
         """An owner's message (its reply fallback stripped); True when it was a number that
         answers an ask — the one it replies to, else the latest open one of its conversation —
         or that another owner than the ask's was refused. "Closed already" goes where the
@@ -238,12 +287,20 @@ class Asks:
             return True
         if ask.choose(number - 1):
             return True
-        await self._tell(room_id, ask.puppet, f"There is no option {number}: answer with a number "
-                                              f"from 1 to {len(ask.options)}.")
+        await self._tell(
+            room_id, ask.puppet, f"There is no option {number}: answer with a number from 1 to {len(ask.options)}."
+        )
         return True
 
-    async def on_words(self, room_id: str, body: str, reply_to: str | None, loose: bool = True,
-                       sender: str | None = None, conversation: str = "") -> bool:
+    async def on_words(
+        self,
+        room_id: str,
+        body: str,
+        reply_to: str | None,
+        loose: bool = True,
+        sender: str | None = None,
+        conversation: str = "",
+    ) -> bool:
         """An owner's message: True when it answers an open ask in words — a reply to it, or
         (with `loose`) the latest open ask of its conversation when it replies to nothing — or
         was a reply to an ask from an owner who does not answer it (refused in one line). Such
@@ -267,11 +324,11 @@ class Asks:
 
     async def send(self, ask: Ask, content: dict) -> str | None:
         """A message from the puppet that asked, in the ask's room (None, logged, if it failed)."""
-        return await self._sent(f"a message of the {self.what}", ask.room_id,
-                                ask.puppet.intent.send(ask.room_id, content))
+        return await self._sent(
+            f"a message of the {self.what}", ask.room_id, ask.puppet.intent.send(ask.room_id, content)
+        )
 
-    async def _tell(self, room_id: str, puppet: "Puppet | None", text: str,
-                    relates_to: dict | None = None) -> None:
+    async def _tell(self, room_id: str, puppet: Puppet | None, text: str, relates_to: dict | None = None) -> None:
         if puppet is None and self.channels is not None and self.identities is not None:
             portal = await self.channels.portal_for(room_id)
             if portal is not None and portal.current is not None:
@@ -300,8 +357,12 @@ class Asks:
         return None
 
     async def _show_end(self, ask: Ask, outcome: str) -> None:
-        new = {"msgtype": "m.text", "body": f"{ask.body}\n\n{outcome}",
-               "format": "org.matrix.custom.html",
-               "formatted_body": f"{ask.html}<p><strong>{escape_html(outcome)}</strong></p>"}
-        await self._sent(f"how the {self.what} ended", ask.room_id,
-                         ask.puppet.intent.edit(ask.room_id, ask.event_id, new))
+        new = {
+            "msgtype": "m.text",
+            "body": f"{ask.body}\n\n{outcome}",
+            "format": "org.matrix.custom.html",
+            "formatted_body": f"{ask.html}<p><strong>{escape_html(outcome)}</strong></p>",
+        }
+        await self._sent(
+            f"how the {self.what} ended", ask.room_id, ask.puppet.intent.edit(ask.room_id, ask.event_id, new)
+        )

@@ -1,10 +1,11 @@
 """Work the bridge starts and does not wait for (a command answered after its transaction): a
 failure is logged with what it was, never lost silently; `close` cancels what still runs."""
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 
 
 class Background:
@@ -21,6 +22,7 @@ class Background:
                 await coroutine
             except Exception:
                 self._log.exception("%s failed", what)
+
         task = asyncio.create_task(run(), name=what)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

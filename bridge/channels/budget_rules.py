@@ -7,10 +7,12 @@ session's cumulative cost; store/spend.py adds what is new). At the cap the runn
 stopped and new prompts are refused until the period ends or `!budget raise AMOUNT`. An agent
 that reports no cost is said to report none: nothing is guessed.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from config.model import Budget
@@ -21,7 +23,7 @@ BUDGET_USAGE = "Usage: !budget [AGENT] to see it, !budget [AGENT] raise AMOUNT t
 
 def period_of(per: str, now: datetime) -> str:
     """The store's key of the period (UTC) `now` is in: "day:2026-12-06", "month:2026-12"."""
-    now = now.astimezone(timezone.utc)
+    now = now.astimezone(UTC)
     return f"month:{now:%Y-%m}" if per == "month" else f"day:{now:%Y-%m-%d}"
 
 
@@ -32,17 +34,17 @@ def periods(now: datetime) -> list[str]:
 
 def period_end(per: str, now: datetime) -> datetime:
     """When the period `now` is in ends (UTC)."""
-    now = now.astimezone(timezone.utc)
+    now = now.astimezone(UTC)
     if per == "month":
         return (now.replace(day=28, hour=0, minute=0, second=0, microsecond=0) + timedelta(days=4)).replace(day=1)
     return now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
 
 
-def cap(budget: "Budget", spent: "Spent") -> float:
+def cap(budget: Budget, spent: Spent) -> float:
     return budget.cost + spent.raised
 
 
-def over(budget: "Budget", spent: "Spent") -> bool:
+def over(budget: Budget, spent: Spent) -> bool:
     """The period's spend reached its cap (an agent that reported nothing is never over)."""
     return spent.reported and spent.amount >= cap(budget, spent) - 1e-9
 
@@ -72,21 +74,25 @@ def _when(per: str) -> str:
     return "today (UTC)" if per == "day" else "this month (UTC)"
 
 
-def stop_line(title: str, budget: "Budget", spent: "Spent") -> str:
+def stop_line(title: str, budget: Budget, spent: Spent) -> str:
     """The line a turn stopped at the cap ends with."""
-    return (f"⛔ stopped: {title} reached its budget, {money(spent.amount, spent.currency)} of "
-            f"{money(cap(budget, spent), spent.currency)} {_when(budget.per)}. !budget raise AMOUNT lets it go on.")
+    return (
+        f"⛔ stopped: {title} reached its budget, {money(spent.amount, spent.currency)} of "
+        f"{money(cap(budget, spent), spent.currency)} {_when(budget.per)}. !budget raise AMOUNT lets it go on."
+    )
 
 
-def refusal(title: str, budget: "Budget", spent: "Spent", now: datetime) -> str:
+def refusal(title: str, budget: Budget, spent: Spent, now: datetime) -> str:
     """The line a prompt gets while the agent is over its budget."""
     ends = period_end(budget.per, now)
-    return (f"⛔ {title} has spent its budget {_when(budget.per)} "
-            f"({money(spent.amount, spent.currency)} of {money(cap(budget, spent), spent.currency)}): "
-            f"it answers again after {ends:%Y-%m-%d %H:%M} UTC, or after !budget raise AMOUNT.")
+    return (
+        f"⛔ {title} has spent its budget {_when(budget.per)} "
+        f"({money(spent.amount, spent.currency)} of {money(cap(budget, spent), spent.currency)}): "
+        f"it answers again after {ends:%Y-%m-%d %H:%M} UTC, or after !budget raise AMOUNT."
+    )
 
 
-def budget_words(title: str, budget: "Budget | None", spent: "Spent") -> str:
+def budget_words(title: str, budget: Budget | None, spent: Spent) -> str:
     """`!budget`: the budget, what was spent, or that the agent reports no cost."""
     if budget is None:
         if not spent.reported:
@@ -95,10 +101,12 @@ def budget_words(title: str, budget: "Budget | None", spent: "Spent") -> str:
     limit = money(cap(budget, spent), spent.currency)
     raised = f" (raised by {money(spent.raised, spent.currency)})" if spent.raised else ""
     if not spent.reported:
-        return (f"{title}: budget {limit} {_when(budget.per)}{raised}; it has reported no cost, so "
-                "it cannot be held to it (nothing is guessed).")
+        return (
+            f"{title}: budget {limit} {_when(budget.per)}{raised}; it has reported no cost, so "
+            "it cannot be held to it (nothing is guessed)."
+        )
     state = "spent: new prompts are refused" if over(budget, spent) else "within it"
-    return (f"{title}: {money(spent.amount, spent.currency)} of {limit} {_when(budget.per)}{raised} — {state}.")
+    return f"{title}: {money(spent.amount, spent.currency)} of {limit} {_when(budget.per)}{raised} — {state}."
 
 
 def budget_args(args: Sequence[str]) -> tuple[str | None, float | None]:

@@ -8,11 +8,13 @@
 * `!budget [AGENT]` shows the budget and the spend (or that the agent reports no cost);
   `!budget [AGENT] raise AMOUNT` raises it for the current period.
 """
+
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from store.spend import Spent
 
@@ -34,12 +36,19 @@ COMMANDS = ("budget",)
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Budgets:
-    def __init__(self, config: "Config", db: "OffLoop", channels: "Channels", notices: "Notices",
-                 aliases: dict[str, str], clock: Callable[[], datetime] = _now):
+    def __init__(
+        self,
+        config: Config,
+        db: OffLoop,
+        channels: Channels,
+        notices: Notices,
+        aliases: dict[str, str],
+        clock: Callable[[], datetime] = _now,
+    ):
         self.config, self.db, self.channels, self.notices = config, db, channels, notices
         self.aliases, self.clock = aliases, clock
         self.known: dict[tuple[str, str], Spent] = {}  # (agent, period) → as last read or written
@@ -52,8 +61,7 @@ class Budgets:
         usage = getattr(update, "usage", None)
         if getattr(update, "kind", None) != "usage" or usage is None or usage.cost is None:
             return
-        self.tasks.start(self._reported(agent, session_id, usage.cost, usage.currency),
-                         f"the cost of {agent}")
+        self.tasks.start(self._reported(agent, session_id, usage.cost, usage.currency), f"the cost of {agent}")
 
     async def _reported(self, agent: str, session_id: str, cost: float, currency: str | None) -> None:
         now = self.clock()
@@ -95,9 +103,10 @@ class Budgets:
 
     # ---- !budget ---------------------------------------------------------------------------
 
-    async def command(self, portal, name: str, args: tuple[str, ...], here: "Here") -> None:
+    async def command(self, portal, name: str, args: tuple[str, ...], here: Here) -> None:
         async def say(text: str) -> None:
             await self.notices.notice(portal, text, relates_to=here.relates_to)
+
         try:
             named, amount = budget_args(args)
         except ValueError as exc:

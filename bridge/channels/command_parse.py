@@ -2,22 +2,26 @@
 
 Pure functions, no Matrix and no store (tests/unit/channels/test_commands_parse.py).
 """
+
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from store import Channel
 
 CONFIRM = "confirm"
 
-GREETING = ("Hi! I am the Sidekicks bridge. Here: !agents, !channels, !new NAME AGENT..., "
-            "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !status, !mode, !model, "
-            "!config, !threads, !delete. "
-            "!help tells more.")
+GREETING = (
+    "Hi! I am the Sidekicks bridge. Here: !agents, !channels, !new NAME AGENT..., "
+    "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !status, !mode, !model, "
+    "!config, !threads, !delete. "
+    "!help tells more."
+)
 
 HELP = """Sidekicks bridge commands (they start with "!"; "/" belongs to the agents)
 
@@ -60,21 +64,23 @@ Talking to agents in a channel:
 With no mention, the agent who spoke last answers. In a thread all of this holds
 inside the thread; a command typed there acts on that thread (its answer, its sessions)."""
 
-CHANNEL_HELP = ("In a channel: !stop (stop the current answer), !commands (the agents' slash "
-                "commands), !status, !mode, !model, !config (the agents' state and settings), "
-                "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
-                "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
-                "!threads on|off (answers in a thread under each message), !voice on|off (answers also "
-                "as voice notes), !approve requester|any-owner "
-                "(who answers permission prompts), !queue, !drop N, !steer TEXT (what waits, and "
-                "redirecting the running answer), !budget (what agents may cost), !delete (delete this "
-                "channel's history). Everything else is in my DM: !help.")
+CHANNEL_HELP = (
+    "In a channel: !stop (stop the current answer), !commands (the agents' slash "
+    "commands), !status, !mode, !model, !config (the agents' state and settings), "
+    "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
+    "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
+    "!threads on|off (answers in a thread under each message), !voice on|off (answers also "
+    "as voice notes), !approve requester|any-owner "
+    "(who answers permission prompts), !queue, !drop N, !steer TEXT (what waits, and "
+    "redirecting the running answer), !budget (what agents may cost), !delete (delete this "
+    "channel's history). Everything else is in my DM: !help."
+)
 
 
 @dataclass(frozen=True)
 class Command:
-    name: str               # lower case, without the "!"
-    args: tuple[str, ...]   # shell-like words: "a b" in quotes is one word
+    name: str  # lower case, without the "!"
+    args: tuple[str, ...]  # shell-like words: "a b" in quotes is one word
 
 
 _COMMAND = re.compile(r"!([A-Za-z][\w-]*)(?:\s+(.*))?\Z", re.DOTALL)
@@ -107,7 +113,7 @@ def queue_listing(jobs: Iterable[tuple[str, str]], cut: int = 80) -> str:
     lines = ["Waiting here (!drop N removes one, !steer TEXT steers the running answer):"]
     for number, (agent, text) in enumerate(jobs, 1):
         text = " ".join(text.split())
-        lines.append(f"  {number}. {agent}: {text if len(text) <= cut else text[:cut - 1] + '…'}")
+        lines.append(f"  {number}. {agent}: {text if len(text) <= cut else text[: cut - 1] + '…'}")
     return "\n".join(lines)
 
 
@@ -133,10 +139,14 @@ def threads_switch(args: Iterable[str]) -> bool | None:
 def threads_state(on: bool) -> str:
     """The `!threads` setting in words."""
     if on:
-        return ("Threads are on here: each message agents answer gets its answers in a thread "
-                "under it (!threads off: answers in the main timeline).")
-    return ("Threads are off here: agents answer in the main timeline, or in the thread a message "
-            "was written in (!threads on: a thread under each message they answer).")
+        return (
+            "Threads are on here: each message agents answer gets its answers in a thread "
+            "under it (!threads off: answers in the main timeline)."
+        )
+    return (
+        "Threads are off here: agents answer in the main timeline, or in the thread a message "
+        "was written in (!threads on: a thread under each message they answer)."
+    )
 
 
 def resolve_agent(token: str, aliases: dict[str, str]) -> str | None:
@@ -155,8 +165,12 @@ def split_delete(args: Iterable[str]) -> tuple[str, bool]:
 
 
 SESSION_COMMANDS = ("sessions", "resume", "reset", "fork")
-SESSION_USAGE = {"sessions": "!sessions [AGENT], or !sessions [AGENT] delete N", "resume": "!resume [AGENT] N",
-                 "reset": "!reset [AGENT]", "fork": "!fork [AGENT]"}
+SESSION_USAGE = {
+    "sessions": "!sessions [AGENT], or !sessions [AGENT] delete N",
+    "resume": "!resume [AGENT] N",
+    "reset": "!reset [AGENT]",
+    "fork": "!fork [AGENT]",
+}
 
 
 class BadSessionArgs(ValueError):
@@ -165,7 +179,7 @@ class BadSessionArgs(ValueError):
 
 @dataclass(frozen=True)
 class SessionArgs:
-    agent: str | None   # the word naming an agent, as typed (`alice`, `@alice`), or None
+    agent: str | None  # the word naming an agent, as typed (`alice`, `@alice`), or None
     number: int | None  # `!resume`'s N (from 1), else None
     delete: bool = False  # `!sessions [AGENT] delete N`
 
@@ -185,7 +199,7 @@ def session_args(name: str, args: Iterable[str]) -> SessionArgs:
     return SessionArgs(others[0] if others else None, int(numbers[0]) if numbers else None, delete)
 
 
-def find_channels(channels: Iterable["Channel"], query: str) -> list["Channel"]:
+def find_channels(channels: Iterable[Channel], query: str) -> list[Channel]:
     """Channels named `query` (case-insensitive, `#` optional), or the one in room `query`."""
     query = query.strip()
     channels = list(channels)
@@ -201,8 +215,9 @@ def describe_state(state: str, answering_in: str | None = None) -> str:
     where / waiting); `answering_in` is a place (room_names.py: `#general`, `your direct chat`)."""
     if state == "busy" or (answering_in and state != "waiting"):
         return f"answering in {answering_in}" if answering_in else "answering"
-    return {"stopped": "stopped", "starting": "starting", "ready": "ready",
-            "waiting": "waiting for a free slot"}.get(state, state)
+    return {"stopped": "stopped", "starting": "starting", "ready": "ready", "waiting": "waiting for a free slot"}.get(
+        state, state
+    )
 
 
 def format_commands(agent: str, commands: list[dict[str, Any]] | None, several: bool) -> list[str]:

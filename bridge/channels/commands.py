@@ -8,40 +8,57 @@ Parsing and wording are in command_parse.py (pure); rooms and the space in space
 come from the bot in its DM and from a member puppet in a channel.
 Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from store import keys
 
+from ..matrix.client import MatrixError
+from ..matrix.space import Space, create_room, give_power, membership, room_link
 from .approvals import ANY_OWNER, approve_mode, approve_state, approve_switch
 from .background import Background
-from .command_parse import (CHANNEL_HELP, CONFIRM, GREETING, HELP, THREADS_ON, Command, describe_state,
-                            find_channels, format_commands, opens_threads, parse, queue_listing, resolve_agent,
-                            rest_of, split_delete, threads_state, threads_switch)
+from .command_parse import (
+    CHANNEL_HELP,
+    CONFIRM,
+    GREETING,
+    HELP,
+    THREADS_ON,
+    Command,
+    describe_state,
+    find_channels,
+    format_commands,
+    opens_threads,
+    parse,
+    queue_listing,
+    resolve_agent,
+    rest_of,
+    split_delete,
+    threads_state,
+    threads_switch,
+)
 from .conversations import Here
 from .room_names import place_of
 from .sessions import close_sessions
-from ..matrix.client import MatrixError
-from ..matrix.space import Space, create_room, give_power, membership, room_link
 
 if TYPE_CHECKING:
-    from store import Channel
-
     from acp import Pool
     from config import Config
+    from store import Channel
     from store.offloop import OffLoop
 
     from ..matrix.identities import Identities
     from ..matrix.msc4391 import CommandDescriptions
     from .notices import Notices
+    from .portal import Portal
     from .registry import Channels
     from .scheduler import Scheduler
-    from .portal import Portal
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +67,22 @@ log = logging.getLogger(__name__)
 ChannelCommand = Callable[["Portal", str, tuple[str, ...], Here], Awaitable[None]]
 COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
 
+
 class BotCommands:
-    def __init__(self, config: "Config", db: "OffLoop", pool: "Pool", channels: "Channels",
-                 identities: "Identities", notices: "Notices", descriptions: "CommandDescriptions",
-                 scheduler: "Scheduler", registered: dict[str, "ChannelCommand"], aliases: dict[str, str],
-                 forget_channel: Callable[[str], None]):
+    def __init__(
+        self,
+        config: Config,
+        db: OffLoop,
+        pool: Pool,
+        channels: Channels,
+        identities: Identities,
+        notices: Notices,
+        descriptions: CommandDescriptions,
+        scheduler: Scheduler,
+        registered: dict[str, ChannelCommand],
+        aliases: dict[str, str],
+        forget_channel: Callable[[str], None],
+    ):
         """`registered`: the channel commands other parts add (coding/settings.py: `!mode`,
         `!model`, `!config`, `!status`; coding/workplaces.py: `!cwd`, `!worktrees`; sessions.py:
         `!sessions`, `!resume`, `!reset`, `!fork`), by name; `forget_channel`: a deleted channel's id, for
@@ -76,7 +104,7 @@ class BotCommands:
         if command is None:
             return False
         here = Here.of(event)  # in a channel: the replies go where it was typed
-                               # (docs/architecture.md "Conversations and threads")
+        # (docs/architecture.md "Conversations and threads")
         try:
             portal = await self.channels.portal_for(room_id)
             if portal is not None:
@@ -84,9 +112,10 @@ class BotCommands:
                 return True
             if await self._is_bot_room(room_id, sender):
                 event_id = event.get("event_id")
-                if isinstance(event_id, str):   # the bot has read it, as a person would
-                    self.tasks.start(self.identities.bot.intent.read_up_to(room_id, event_id),
-                                     f"read receipt in {room_id}")
+                if isinstance(event_id, str):  # the bot has read it, as a person would
+                    self.tasks.start(
+                        self.identities.bot.intent.read_up_to(room_id, event_id), f"read receipt in {room_id}"
+                    )
                 await self._in_bot_room(room_id, sender, command)
                 return True
         except (MatrixError, aiohttp.ClientError) as exc:
@@ -127,8 +156,7 @@ class BotCommands:
         room_id = await db.get_value(keys.bot_dm(owner))
         if room_id and await membership(bot, room_id, owner) in ("join", "invite"):
             return room_id  # a DM the owner left is not one: a new one is made
-        room_id = await create_room(bot, {"is_direct": True, "preset": "trusted_private_chat",
-                                          "invite": [owner]})
+        room_id = await create_room(bot, {"is_direct": True, "preset": "trusted_private_chat", "invite": [owner]})
         await db.set_value(keys.bot_dm(owner), room_id)
         await db.set_value(keys.bot_room(room_id), owner)
         return room_id
@@ -141,8 +169,11 @@ class BotCommands:
 
     async def _is_bot_room(self, room_id: str, sender: str) -> bool:
         store = self.db.target
-        return await self.db.run(lambda: store.get_value(keys.bot_room(room_id)) is not None
-                                        or store.get_value(keys.bot_dm(sender)) == room_id)
+        return await self.db.run(
+            lambda: (
+                store.get_value(keys.bot_room(room_id)) is not None or store.get_value(keys.bot_dm(sender)) == room_id
+            )
+        )
 
     async def _say(self, room_id: str, text: str) -> None:
         await self.notices.send(self.identities.bot, room_id, text)
@@ -163,8 +194,14 @@ class BotCommands:
     # -- the bot's DM --
 
     async def _in_bot_room(self, room_id: str, sender: str, command: Command) -> None:
-        handler = {"help": self._help, "agents": self._agents, "channels": self._channels,
-                   "new": self._new, "dm": self._dm, "delete": self._delete_named}.get(command.name)
+        handler = {
+            "help": self._help,
+            "agents": self._agents,
+            "channels": self._channels,
+            "new": self._new,
+            "dm": self._dm,
+            "delete": self._delete_named,
+        }.get(command.name)
         if handler is None:
             await self._say(room_id, f"There is no !{command.name}. !help lists the commands.")
             return
@@ -186,13 +223,18 @@ class BotCommands:
 
     async def _channels(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
         store = self.db.target
+
         def read():
             found = store.channels()
             return found, {c.id: [m.agent for m in store.members(c.id)] for c in found}
+
         channels, members_of = await self.db.run(read)
         if not channels:
-            await self._say(room_id, "No channels yet. !new NAME AGENT... makes one, !dm AGENT a direct one, "
-                                     "or invite an agent into any room.")
+            await self._say(
+                room_id,
+                "No channels yet. !new NAME AGENT... makes one, !dm AGENT a direct one, "
+                "or invite an agent into any room.",
+            )
             return
         lines = ["Channels:"]
         for channel in channels:
@@ -214,18 +256,31 @@ class BotCommands:
             elif agent not in agents:
                 agents.append(agent)
         if unknown or not name:
-            await self._say(room_id, f"No agent called {', '.join(unknown)}. Agents: {self._agent_list()}"
-                            if unknown else "The channel needs a name: !new NAME AGENT...")
+            await self._say(
+                room_id,
+                f"No agent called {', '.join(unknown)}. Agents: {self._agent_list()}"
+                if unknown
+                else "The channel needs a name: !new NAME AGENT...",
+            )
             return
         bot = self.identities.bot
         puppets = [await self.identities.puppet(agent) for agent in agents]
         space = await self.space.ensure()
-        new_room = await create_room(bot, {
-            "name": name, "preset": "private_chat",
-            "invite": [sender] + [p.user_id for p in puppets],
-            "initial_state": [{"type": "m.space.parent", "state_key": space,
-                               "content": {"via": [self.config.domain], "canonical": True}}],
-        })
+        new_room = await create_room(
+            bot,
+            {
+                "name": name,
+                "preset": "private_chat",
+                "invite": [sender] + [p.user_id for p in puppets],
+                "initial_state": [
+                    {
+                        "type": "m.space.parent",
+                        "state_key": space,
+                        "content": {"via": [self.config.domain], "canonical": True},
+                    }
+                ],
+            },
+        )
         await give_power(bot, new_room, [sender])  # the owner may rename, invite, kick
         await self.db.create_channel(new_room, name)
         portal = await self.channels.portal_for(new_room)
@@ -245,17 +300,19 @@ class BotCommands:
         puppet = await self.identities.puppet(agent)
         for channel in await self.db.channels():  # one that is still open is enough
             if channel.direct_agent == agent and await membership(puppet, channel.room_id, sender) in (
-                    "join", "invite"):
+                "join",
+                "invite",
+            ):
                 await self._say(room_id, f"Your direct channel with {agent}: {self._link(channel.room_id)}")
                 return
-        new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat",
-                                              "invite": [sender]})
+        new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat", "invite": [sender]})
         await self.db.create_channel(new_room, agent, agent)
         await (await self.channels.portal_for(new_room)).joined(agent)
         self.descriptions.member_joined(new_room, agent)  # the puppet made it: it may
         await self.space.add(new_room, puppet)
-        await self._say(room_id, f"{self.config.agents[agent].title} invited you to a direct channel: "
-                                 f"{self._link(new_room)}")
+        await self._say(
+            room_id, f"{self.config.agents[agent].title} invited you to a direct channel: {self._link(new_room)}"
+        )
 
     async def _delete_named(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
         name, confirmed = split_delete(args)
@@ -267,25 +324,33 @@ class BotCommands:
             await self._say(room_id, f"There is no channel #{name.lstrip('#')}. !channels lists them.")
             return
         if len(found) > 1:
-            await self._say(room_id, f"{len(found)} channels are called #{name.lstrip('#')}: name one "
-                                     "by its room id (!channels shows the links).")
+            await self._say(
+                room_id,
+                f"{len(found)} channels are called #{name.lstrip('#')}: name one "
+                "by its room id (!channels shows the links).",
+            )
             return
         channel = found[0]
         if not confirmed:
             count = await self.db.count_messages(channel.id)
-            await self._say(room_id, f"This deletes #{channel.name} and its history ({count} messages); "
-                                     f"its agents leave the room. To do it, type: !delete {name} {CONFIRM}")
+            await self._say(
+                room_id,
+                f"This deletes #{channel.name} and its history ({count} messages); "
+                f"its agents leave the room. To do it, type: !delete {name} {CONFIRM}",
+            )
             return
         await self._delete(channel)
         await self._say(room_id, f"Deleted #{channel.name} and its history; its agents left the room.")
 
     # -- in a channel --
 
-    async def _in_channel(self, portal: "Portal", command: Command, here: Here, body: str = "") -> None:
+    async def _in_channel(self, portal: Portal, command: Command, here: Here, body: str = "") -> None:
         """A command typed in a channel: it acts on the conversation it was typed in (`here`,
         the main timeline or a thread) and answers there. `body`: the message as typed."""
+
         async def say(text: str) -> None:
             await self.notices.notice(portal, text, relates_to=here.relates_to)
+
         if command.name == "stop":
             await self._stop(portal, here)
         elif command.name == "commands":
@@ -294,8 +359,10 @@ class BotCommands:
         elif command.name == "delete":
             await self._delete_here(portal, command.args, here)
         elif command.name in self.registered:  # may start an agent: never in the transaction
-            self.tasks.start(self.registered[command.name](portal, command.name, command.args, here),
-                             f"!{command.name} in {portal.room_id}")
+            self.tasks.start(
+                self.registered[command.name](portal, command.name, command.args, here),
+                f"!{command.name} in {portal.room_id}",
+            )
         elif command.name == "schedules":
             await say(await self.scheduler.listing(portal.channel.id))
         elif command.name == "unschedule":
@@ -305,8 +372,7 @@ class BotCommands:
         elif command.name == "approve":
             await self._approve(portal, command.args, say)
         elif command.name == "queue":
-            await say(queue_listing((job.turn.agent, job.incoming.body)
-                                    for job in portal.queued(here.conversation)))
+            await say(queue_listing((job.turn.agent, job.incoming.body) for job in portal.queued(here.conversation)))
         elif command.name == "drop":
             await self._drop(portal, command.args, here, say)
         elif command.name == "steer":
@@ -316,10 +382,11 @@ class BotCommands:
         else:
             await say(f"There is no !{command.name} here. {CHANNEL_HELP}")
 
-    async def _unschedule(self, portal: "Portal", args: tuple[str, ...], say) -> None:
+    async def _unschedule(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them), a
         waiting one's approval ask with it, and drop its runs still queued (not begun)."""
         from .schedule_args import BadArguments, schedule_number
+
         try:
             number = schedule_number(args[0] if len(args) == 1 else None)
         except BadArguments:
@@ -334,7 +401,7 @@ class BotCommands:
         queued = f" ({dropped} queued run{'' if dropped == 1 else 's'} dropped)" if dropped else ""
         await say(f"Cancelled schedule {number} of {record.agent}: {record.prompt}{queued}")
 
-    async def _threads(self, portal: "Portal", args: tuple[str, ...], say) -> None:
+    async def _threads(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!threads on|off`: whether the channel opens a thread under each top-level message
         agents answer (stored per channel, keys.threads; off by default); `!threads` tells."""
         try:
@@ -352,7 +419,7 @@ class BotCommands:
             await self.db.delete_value(key)
         await say(threads_state(switch))
 
-    async def _drop(self, portal: "Portal", args: tuple[str, ...], here: Here, say) -> None:
+    async def _drop(self, portal: Portal, args: tuple[str, ...], here: Here, say) -> None:
         """`!drop N`: waiting turn N of `!queue` never runs — taken out of the queue at once,
         its record dropped and, with no other turn, its message forgotten (a restart does not
         run it either, no agent is told it: store/turns.py `drop`)."""
@@ -369,7 +436,7 @@ class BotCommands:
             return
         await say(f"Dropped {number}: {job.turn.agent} will not answer “{' '.join(job.incoming.body.split())[:80]}”.")
 
-    async def _steer(self, portal: "Portal", text: str, here: Here, say) -> None:
+    async def _steer(self, portal: Portal, text: str, here: Here, say) -> None:
         """`!steer TEXT`: the answer being written in this conversation is redirected
         (turns.TurnRun.steer)."""
         if not text:
@@ -379,7 +446,7 @@ class BotCommands:
         if run is None or not await run.steer(text):
             await say("Nothing is being answered here to steer: send it as a message.")
 
-    async def _approve(self, portal: "Portal", args: tuple[str, ...], say) -> None:
+    async def _approve(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!approve requester|any-owner`: who answers the channel's permission prompts and
         questions (stored per channel, keys.approve; approvals.py); `!approve` tells."""
         try:
@@ -397,7 +464,7 @@ class BotCommands:
             await self.db.delete_value(key)
         await say(approve_state(mode))
 
-    async def _stop(self, portal: "Portal", here: Here) -> None:
+    async def _stop(self, portal: Portal, here: Here) -> None:
         """`!stop`: the answer being written in the conversation it was typed in — in a thread
         that thread's, in the main timeline the main timeline's (threads answer on: each has its
         own !stop, and 🛑 on an answer stops that one). None there: said there."""
@@ -408,13 +475,15 @@ class BotCommands:
         if here.conversation:
             text = "Nothing is being answered in this thread."
         elif portal.runs:
-            text = ("Nothing is being answered in the main timeline. Answers are being written in "
-                    "threads: !stop in a thread stops its answer (or react 🛑 to it).")
+            text = (
+                "Nothing is being answered in the main timeline. Answers are being written in "
+                "threads: !stop in a thread stops its answer (or react 🛑 to it)."
+            )
         else:
             text = "Nothing is being answered here."
         await self.notices.notice(portal, text, relates_to=here.relates_to)
 
-    async def _commands(self, portal: "Portal", here: Here) -> None:
+    async def _commands(self, portal: Portal, here: Here) -> None:
         members = portal.member_names()
         if not members:
             await self.notices.notice(portal, "This channel has no agents.", relates_to=here.relates_to)
@@ -423,14 +492,14 @@ class BotCommands:
         for agent in members:
             commands = await self.db.agent_commands(agent)
             if commands is None:  # never announced: start it and open its session
-                                  # (docs/architecture.md "Slots and sessions")
+                # (docs/architecture.md "Slots and sessions")
                 commands = await self._prepare(portal, agent, here.conversation)
             listed += format_commands(agent, commands, several=len(members) > 1)
         if len(members) > 1:
             listed.append("Send one as /agent:command, or @agent /command.")
         await self.notices.notice(portal, "\n".join(listed), relates_to=here.relates_to)
 
-    async def _prepare(self, portal: "Portal", agent_name: str, conversation: str = "") -> list[dict] | None:
+    async def _prepare(self, portal: Portal, agent_name: str, conversation: str = "") -> list[dict] | None:
         try:
             agent = await self.pool.get(agent_name)
             await portal.session_for(agent_name, agent, conversation)
@@ -454,20 +523,27 @@ class BotCommands:
             log.info("the root of a thread in %s was redacted: closing its %d session(s)", room_id, len(gone))
             await close_sessions(self.pool, [(r.agent, r.session_id) for r in gone])
 
-    async def _delete_here(self, portal: "Portal", args: tuple[str, ...], here: Here) -> None:
+    async def _delete_here(self, portal: Portal, args: tuple[str, ...], here: Here) -> None:
         channel = portal.channel
         _, confirmed = split_delete(args)
         if not confirmed:
             count = await self.db.count_messages(channel.id)
-            await self.notices.notice(portal, relates_to=here.relates_to, text=f"This deletes the history of #{channel.name} ({count} messages) "
-                                             "and its agents leave; the room stays. To do it, type: "
-                                             f"!delete {CONFIRM}")
+            await self.notices.notice(
+                portal,
+                relates_to=here.relates_to,
+                text=f"This deletes the history of #{channel.name} ({count} messages) "
+                "and its agents leave; the room stays. To do it, type: "
+                f"!delete {CONFIRM}",
+            )
             return
-        await self.notices.notice(portal, f"Deleted the history of #{channel.name}. The agents leave; "
-                                         "the room stays yours.", relates_to=here.relates_to)
+        await self.notices.notice(
+            portal,
+            f"Deleted the history of #{channel.name}. The agents leave; the room stays yours.",
+            relates_to=here.relates_to,
+        )
         await self._delete(channel)
 
-    async def _delete(self, channel: "Channel") -> None:
+    async def _delete(self, channel: Channel) -> None:
         """Forget the channel and its history (docs/architecture.md "The store"); its puppets leave the room;
         its members' sessions are closed (sessions.py)."""
         found = await self.db.members(channel.id)

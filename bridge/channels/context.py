@@ -4,6 +4,7 @@ tested on its own.
 The header and closing lines are those of docs/architecture.md "What each agent reads", byte for
 byte: the last sentence stops a model from imitating the transcript ("Bob: 4217").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,12 +17,14 @@ CLOSING = "The user now writes to you (answer directly, without your name in fro
 @dataclass(frozen=True)
 class UnseenMessage:
     """A message of the channel the agent has not seen yet, as its prompt shows it."""
-    sender: str   # "user" for the owner, else the agent's name
+
+    sender: str  # "user" for the owner, else the agent's name
     text: str
 
 
-def build_prompt(channel: str, unseen: list[UnseenMessage], text: str, max_messages: int = 20,
-                 max_chars: int = 1500) -> str:
+def build_prompt(
+    channel: str, unseen: list[UnseenMessage], text: str, max_messages: int = 20, max_chars: int = 1500
+) -> str:
     """The prompt for one turn: the unseen messages (the last `max_messages`, each cut at
     `max_chars`), then the user's text. With nothing unseen the text goes alone."""
     recent = unseen[-max_messages:] if max_messages > 0 else []

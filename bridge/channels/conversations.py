@@ -10,6 +10,7 @@ message and of a member's session (store/).
   with the reply fallback for clients without threads (`is_falling_back`, `m.in_reply_to`).
 - `Here`: where an owner's message was typed (its conversation and event), for the replies.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,7 @@ def thread_relation(root: str, latest: str | None = None) -> dict[str, Any]:
     carries this: its `m.relates_to` is its `m.replace` alone, and its `m.new_content` has none
     (an edit stays in its original's thread)."""
     reply_to = latest if isinstance(latest, str) and latest.startswith("$") else root
-    return {"rel_type": THREAD, "event_id": root, "is_falling_back": True,
-            "m.in_reply_to": {"event_id": reply_to}}
+    return {"rel_type": THREAD, "event_id": root, "is_falling_back": True, "m.in_reply_to": {"event_id": reply_to}}
 
 
 def relation_for(conversation: str, latest: str | None = None) -> dict[str, Any] | None:
@@ -55,15 +55,15 @@ def relation_for(conversation: str, latest: str | None = None) -> dict[str, Any]
 class Here:
     """Where an owner's message was typed: its conversation and its event. What the bridge says
     back to it (a command's reply) goes there: in a thread, with the reply fallback to it."""
+
     conversation: str = MAIN
     event_id: str | None = None
 
     @classmethod
-    def of(cls, event: dict[str, Any]) -> "Here":
+    def of(cls, event: dict[str, Any]) -> Here:
         """Where `event` (an owner's message) was typed."""
         event_id = event.get("event_id")
-        return cls(conversation_of(event.get("content") or {}),
-                   event_id if isinstance(event_id, str) else None)
+        return cls(conversation_of(event.get("content") or {}), event_id if isinstance(event_id, str) else None)
 
     @property
     def relates_to(self) -> dict[str, Any] | None:

@@ -14,20 +14,22 @@ else calls them.
 - `m.room.redaction`: the owner withdrew a message.
 - `m.room.name`: the owner renamed a channel.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
 from store import StoreClosed
 
 from ..matrix.media import read_message
-from .conversations import conversation_of, relation_for
-from .mentions import named
-from .incoming import Incoming
-from . import prepare
 from ..matrix.replies import replied_to, without_fallback
+from . import prepare
+from .conversations import conversation_of, relation_for
+from .incoming import Incoming
+from .mentions import named
 
 if TYPE_CHECKING:
     from config import Config
@@ -36,12 +38,12 @@ if TYPE_CHECKING:
     from ..matrix.dispatch import Dispatcher
     from ..matrix.identities import Identities
     from ..matrix.msc4391 import CommandDescriptions
+    from ..matrix.puppet import Puppet
     from .commands import BotCommands
     from .notices import Notices
     from .permissions import Permissions
-    from .registry import Channels
     from .portal import Portal
-    from ..matrix.puppet import Puppet
+    from .registry import Channels
 
 log = logging.getLogger(__name__)
 
@@ -69,23 +71,39 @@ def _room_name(event: dict) -> str | None:
 class OpenQuestions(Protocol):
     """The agents' open questions (coding/questions.py), as a reply may answer them."""
 
-    async def on_reply(self, room_id: str, body: str, reply_to: str | None, loose: bool = True,
-                       sender: str | None = None, conversation: str = "") -> bool: ...
+    async def on_reply(
+        self,
+        room_id: str,
+        body: str,
+        reply_to: str | None,
+        loose: bool = True,
+        sender: str | None = None,
+        conversation: str = "",
+    ) -> bool: ...
 
 
 class Inbound:
-    def __init__(self, config: "Config", db: "OffLoop", channels: "Channels", identities: "Identities",
-                 notices: "Notices", commands: "BotCommands", permissions: "Permissions",
-                 questions: "OpenQuestions", descriptions: "CommandDescriptions"):
+    def __init__(
+        self,
+        config: Config,
+        db: OffLoop,
+        channels: Channels,
+        identities: Identities,
+        notices: Notices,
+        commands: BotCommands,
+        permissions: Permissions,
+        questions: OpenQuestions,
+        descriptions: CommandDescriptions,
+    ):
         self.config, self.db, self.channels, self.identities = config, db, channels, identities
         self.notices, self.commands, self.permissions = notices, commands, permissions
         self.questions, self.descriptions = questions, descriptions
         # the way in, handed once it is built (it is handed these handlers): the messages a
         # puppet catches up on and an invite's encryption go through it
-        self.dispatcher: "Dispatcher | None" = None
+        self.dispatcher: Dispatcher | None = None
         # told of every message the owner redacts (room, event id), handed by the bridge: a
         # deleted thread's worktrees (coding/workplaces.py)
-        self.redacted: "Callable[[str, str], None] | None" = None
+        self.redacted: Callable[[str, str], None] | None = None
         self._encryption_noted: set[str] = set()
 
     def is_owner(self, user_id: str) -> bool:
@@ -136,8 +154,9 @@ class Inbound:
             if portal is not None:
                 await portal.left(agent)
 
-    async def catch_up(self, puppet: "Puppet", room_id: str, since_event_id: str | None,
-                       since_ms: int | None = None) -> None:
+    async def catch_up(
+        self, puppet: Puppet, room_id: str, since_event_id: str | None, since_ms: int | None = None
+    ) -> None:
         """Handle the owner's messages sent between the invite and the puppet's join (back to
         `since_event_id`), or since `since_ms` (origin time; the homeserver was away).
 
@@ -146,15 +165,17 @@ class Inbound:
         go through the dispatcher like any other event (one it handled already is passed over).
         """
         status, body = await puppet.intent.request(
-            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit={CATCH_UP_LIMIT}")
+            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit={CATCH_UP_LIMIT}"
+        )
         if status != 200:
             return
         missed = []
         for event in body.get("chunk") or []:
             if not isinstance(event, dict) or event.get("event_id") == since_event_id:
                 break
-            if since_ms is not None and not (isinstance(event.get("origin_server_ts"), int)
-                                             and event["origin_server_ts"] >= since_ms):
+            if since_ms is not None and not (
+                isinstance(event.get("origin_server_ts"), int) and event["origin_server_ts"] >= since_ms
+            ):
                 break
             if event.get("type") in ("m.room.message", "m.room.encrypted"):
                 missed.append(event)
@@ -184,9 +205,12 @@ class Inbound:
         if portal is None or portal.room_id in self._encryption_noted:
             return
         self._encryption_noted.add(portal.room_id)
-        await self.notices.notice(portal, "This room is end-to-end encrypted, and agents cannot read encrypted "
-                                         "messages. Make a new room without encryption (or start a new direct "
-                                         "message) to talk to agents.")
+        await self.notices.notice(
+            portal,
+            "This room is end-to-end encrypted, and agents cannot read encrypted "
+            "messages. Make a new room without encryption (or start a new direct "
+            "message) to talk to agents.",
+        )
 
     # ---- messages -----------------------------------------------------------------------------
 
@@ -199,7 +223,7 @@ class Inbound:
         if "m.new_content" in content or (isinstance(relates, dict) and relates.get("rel_type") == "m.replace"):
             return  # edits of earlier messages are not new prompts
         conversation = conversation_of(content)  # the main timeline, or a thread
-                                                 # (docs/architecture.md "Conversations and threads")
+        # (docs/architecture.md "Conversations and threads")
         content = without_fallback(content)  # a reply's quote is neither a mention nor history
         # what this kind of message says to agents (bridge/matrix/media.py;
         # docs/using.md "What each message kind does")
@@ -212,11 +236,18 @@ class Inbound:
                 return
             reply_to = replied_to(content)
             # an ask of this conversation: answered by the owner whose message started its turn
-            if await self.questions.on_reply(room_id, body, reply_to, loose=False, sender=sender,
-                                             conversation=conversation):
+            if await self.questions.on_reply(
+                room_id, body, reply_to, loose=False, sender=sender, conversation=conversation
+            ):
                 return  # a reply to an agent's question (bridge/coding/questions.py)
-            if await self.permissions.on_reply(room_id, body, reply_to, sender, conversation,
-                                               relates_to=relation_for(conversation, event.get("event_id"))):
+            if await self.permissions.on_reply(
+                room_id,
+                body,
+                reply_to,
+                sender,
+                conversation,
+                relates_to=relation_for(conversation, event.get("event_id")),
+            ):
                 return
             if await self.questions.on_reply(room_id, body, None, sender=sender, conversation=conversation):
                 return  # the answer to the conversation's open question
@@ -234,19 +265,19 @@ class Inbound:
         mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
         mentions = mentions if isinstance(mentions, list) else []
         # MSC4391: `/agent:command args`
-        command = await self.descriptions.invoked(portal.member_names(), portal.channel.direct_agent,
-                                                 content)
+        command = await self.descriptions.invoked(portal.member_names(), portal.channel.direct_agent, content)
         stored = read.stored
         if command is not None:
             body, formatted, mentions, stored = command, None, [], command
         elif not read.passed_on:
             return
         else:  # a pill's display name reaches agents as `@name`, now and in context lines
-               # (docs/architecture.md "Who answers")
+            # (docs/architecture.md "Who answers")
             config = self.config
             titles = {name: agent.title for name, agent in config.agents.items()}
-            body, stored = (named(text, formatted, mentions, config.agent_for_user_id, titles)
-                            for text in (body, stored))
+            body, stored = (
+                named(text, formatted, mentions, config.agent_for_user_id, titles) for text in (body, stored)
+            )
         mentions = [m for m in mentions if isinstance(m, str)]
         # routed and stored with its turns together (store/turns.py): from here on every turn
         # starts once, whatever stops the bridge and whichever path finds it first
@@ -256,12 +287,15 @@ class Inbound:
         message, turns = taken
         if decision.nobody:
             members = portal.member_names()
-            await self.notices.notice(portal, "Nobody answers this one: mention an agent, like "
-                                + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
-                                + ", to get an answer.", relates_to=relation_for(conversation, event_id))
+            await self.notices.notice(
+                portal,
+                "Nobody answers this one: mention an agent, like "
+                + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
+                + ", to get an answer.",
+                relates_to=relation_for(conversation, event_id),
+            )
             return True
-        incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment,
-                            sender=sender)
+        incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment, sender=sender)
         for turn in turns:
             portal.submit(turn, incoming)
         answering = {turn.agent for turn in turns}  # the others have one more unseen message
@@ -300,7 +334,7 @@ class Inbound:
         redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions
         if not isinstance(redacts, str):
             return
-        portal: "Portal | None" = self.channels.portals.get(room_id)  # a message queued or answered has its portal loaded
+        portal: Portal | None = self.channels.portals.get(room_id)  # a message queued or answered has its portal loaded
         if portal is not None:
             runs = list(portal.runs.values())
             if portal.withdraw(redacts):

@@ -1,5 +1,6 @@
 """An owner's message as a turn reads it, once it is stored (portal.py queues it, turns.py
 answers it, recovery.py and scheduler.py make it again after a restart)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from typing import Any
 @dataclass
 class Incoming:
     """An owner's message, already stored."""
+
     message_id: str | None
     event_id: str
     body: str

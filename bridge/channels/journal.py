@@ -7,24 +7,24 @@ lost to a database that is down for a moment: they go through the store-outage q
 (`later`), written at once or, in order, as soon as the database is back. A write lost to a
 kill leaves the record one step behind, and the next start acts on that step (recovery_plan.py).
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from store import StoreError, StoreUnavailable, TurnRecord
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
 log = logging.getLogger(__name__)
 
-PROMPT_RETRY = 0.25     # seconds at least between tries of the prompt's step while the database is away
+PROMPT_RETRY = 0.25  # seconds at least between tries of the prompt's step while the database is away
 PROMPT_RETRY_MAX = 5.0
 
 
 class Journal:
-    def __init__(self, db, later: Callable[[str, Callable[[], object]], None], record: TurnRecord,
-                 room_id: str):
+    def __init__(self, db, later: Callable[[str, Callable[[], object]], None], record: TurnRecord, room_id: str):
         self._db = db  # the store off the loop (store/offloop.py): writes keep their order
         self._turns = db.turns
         self._later = later
@@ -73,8 +73,7 @@ class Journal:
         except StoreError as exc:  # the answer still goes out; a kill now would mark it cut
             log.warning("turn in %s: the final send not recorded (%s)", self._room, exc)
 
-    def answered(self, channel_id: str, agent: str, text: str, event_ids: list[str],
-                 seen_upto: str | None) -> None:
+    def answered(self, channel_id: str, agent: str, text: str, event_ids: list[str], seen_upto: str | None) -> None:
         self.closed = True
         turns, turn_id = self._db.target.turns, self.record.id
 
@@ -83,6 +82,7 @@ class Journal:
                 turns.answered(turn_id, channel_id, agent, text, event_ids, seen_upto)
             except LookupError:  # the channel was deleted (!delete) while the answer was written
                 log.info("answer in %s not stored: the channel is gone", self._room)
+
         self._later(f"the answer in {self._room}", write)
 
     def ended(self, state: str, answer: list[str], seen: tuple[str, str, str] | None) -> None:

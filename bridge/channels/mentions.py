@@ -6,16 +6,18 @@ A pill is a `matrix.to` link to a puppet in `formatted_body` (and, in newer clie
 Order matters — mentioned agents answer in the order they appear — so every way of mentioning
 is reduced to (position, agent) and sorted.
 """
+
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 from urllib.parse import unquote
 
-PILL = re.compile(r"""<a\s[^>]*href=["']https://matrix\.to/#/([^"'?]+)[^"']*["'][^>]*>(.*?)</a>""",
-                  re.IGNORECASE | re.DOTALL)
+PILL = re.compile(
+    r"""<a\s[^>]*href=["']https://matrix\.to/#/([^"'?]+)[^"']*["'][^>]*>(.*?)</a>""", re.IGNORECASE | re.DOTALL
+)
 PLAIN = re.compile(r"(?<![\w@/])@([A-Za-z0-9._=\-]+(?::[A-Za-z0-9.\-]+(?::\d+)?)?)")
 # a command name, then whitespace (any: arguments may start on the next line) or the end; a path
 # like `/tmp/x.log` is not a command
@@ -28,7 +30,7 @@ TAG = re.compile(r"<[^>]+>")
 @dataclass(frozen=True)
 class SlashCommand:
     agent: str
-    command: str      # without the slash
+    command: str  # without the slash
     arguments: str
 
     @property
@@ -39,12 +41,17 @@ class SlashCommand:
 
 @dataclass(frozen=True)
 class Parsed:
-    mentions: tuple[str, ...]         # agents in order of first appearance
+    mentions: tuple[str, ...]  # agents in order of first appearance
     slash: SlashCommand | None
 
 
-def parse(body: str, formatted_body: str | None, mention_ids: Iterable[str],
-          agent_of: Callable[[str], str | None], aliases: dict[str, str]) -> Parsed:
+def parse(
+    body: str,
+    formatted_body: str | None,
+    mention_ids: Iterable[str],
+    agent_of: Callable[[str], str | None],
+    aliases: dict[str, str],
+) -> Parsed:
     """Read one message. `agent_of(user_id)` maps a puppet id to its agent name (or None);
     `aliases` maps lowercase plain-text names (`alice`, `sk_alice`) to agent names."""
     names = {key.lower(): value for key, value in aliases.items()}
@@ -87,8 +94,9 @@ def _plain_agent(token: str, names: dict[str, str], agent_of: Callable[[str], st
     return names.get(token.lower().rstrip(".,;!?"))
 
 
-def _slash(body: str, formatted_body: str | None, names: dict[str, str],
-           agent_of: Callable[[str], str | None]) -> SlashCommand | None:
+def _slash(
+    body: str, formatted_body: str | None, names: dict[str, str], agent_of: Callable[[str], str | None]
+) -> SlashCommand | None:
     stripped = body.strip()
     match = SLASH.match(stripped)
     if match and match.group(1).lower() in names:
@@ -102,18 +110,19 @@ def _slash(body: str, formatted_body: str | None, names: dict[str, str],
     return None
 
 
-def _leading_mention(body: str, formatted_body: str | None, names: dict[str, str],
-                     agent_of: Callable[[str], str | None]) -> tuple[str | None, str]:
+def _leading_mention(
+    body: str, formatted_body: str | None, names: dict[str, str], agent_of: Callable[[str], str | None]
+) -> tuple[str | None, str]:
     if formatted_body:
         match = PILL.match(formatted_body.strip())
         if match:
             agent = agent_of(_unquote(match.group(1)))
-            rest = html.unescape(TAG.sub("", formatted_body.strip()[match.end():]))
+            rest = html.unescape(TAG.sub("", formatted_body.strip()[match.end() :]))
             return agent, rest.lstrip(":, \t").strip()
     match = PLAIN.match(body.strip())
     if match:
         agent = _plain_agent(match.group(1).rstrip(":,"), names, agent_of)
-        rest = body.strip()[match.end():]
+        rest = body.strip()[match.end() :]
         return agent, rest.lstrip(":, \t").strip()
     return None, ""
 
@@ -127,8 +136,13 @@ def _unquote(value: str) -> str:
 WORD = re.compile(r"\w")
 
 
-def named(text: str, formatted_body: str | None, mention_ids: Iterable[str],
-          agent_of: Callable[[str], str | None], titles: dict[str, str]) -> str:
+def named(
+    text: str,
+    formatted_body: str | None,
+    mention_ids: Iterable[str],
+    agent_of: Callable[[str], str | None],
+    titles: dict[str, str],
+) -> str:
     """`text` with each mention of an agent written `@name` (docs/architecture.md "Who answers",
     "What each agent reads": `user: @alice …`).
 
@@ -139,7 +153,7 @@ def named(text: str, formatted_body: str | None, mention_ids: Iterable[str],
     there is one. An agent named only in `m.mentions` has its title replaced (at word
     boundaries); a puppet's full user id in the text (`@sk_alice:localhost`) becomes `@alice`.
     Text that is not found stays as it is."""
-    spans: list[tuple[int, int, str]] = []   # (start, end, replacement) in `text`, not overlapping
+    spans: list[tuple[int, int, str]] = []  # (start, end, replacement) in `text`, not overlapping
 
     def free(start: int, end: int) -> bool:
         return all(end <= s or start >= e for s, e, _ in spans)
@@ -153,7 +167,7 @@ def named(text: str, formatted_body: str | None, mention_ids: Iterable[str],
         while at >= 0:
             start, end = at, at + len(label)
             if start > 0 and text[start - 1] == "@":
-                start -= 1   # a client that wrote "@Alice": not "@@alice"
+                start -= 1  # a client that wrote "@Alice": not "@@alice"
             if free(start, end):
                 found.append((start, end))
             at = text.find(label, at + 1)
@@ -172,7 +186,7 @@ def named(text: str, formatted_body: str | None, mention_ids: Iterable[str],
             if agent is None:
                 continue
             label = html.unescape(TAG.sub("", match.group(2)))
-            hint = len(html.unescape(TAG.sub("", formatted_body[:match.start()])))
+            hint = len(html.unescape(TAG.sub("", formatted_body[: match.start()])))
             place(label, agent, hint)
             pilled.add(agent)
     for user_id in mention_ids or ():

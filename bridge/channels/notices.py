@@ -6,6 +6,7 @@ puppet given, else its first member, else the bot (`notice`: the same for a port
 A notice that cannot be sent is logged, never
 raised: it tells, it does not decide anything.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,22 +27,25 @@ log = logging.getLogger(__name__)
 
 class Room(Protocol):
     """A channel as a notice sees it (portal.Portal)."""
+
     room_id: str
 
     def member_names(self) -> list[str]: ...
 
 
 class Notices:
-    def __init__(self, identities: "Identities"):
+    def __init__(self, identities: Identities):
         self.identities = identities
 
-    async def notice(self, portal: Room, text: str, puppet: "Puppet | None" = None,
-                     relates_to: dict | None = None) -> None:
+    async def notice(
+        self, portal: Room, text: str, puppet: Puppet | None = None, relates_to: dict | None = None
+    ) -> None:
         """A notice in the channel of `portal` (see `in_channel`)."""
         await self.in_channel(portal.room_id, portal.member_names(), text, puppet, relates_to)
 
-    async def in_channel(self, room_id: str, members: list[str], text: str,
-                         puppet: "Puppet | None" = None, relates_to: dict | None = None) -> None:
+    async def in_channel(
+        self, room_id: str, members: list[str], text: str, puppet: Puppet | None = None, relates_to: dict | None = None
+    ) -> None:
         """A notice in a channel of `members`: by `puppet`, else the first member, else the bot;
         with `relates_to`, into that thread (channels/conversations.py)."""
         sender = puppet
@@ -49,7 +53,7 @@ class Notices:
             sender = await self.identities.puppet(members[0]) if members else self.identities.bot
         await self.send(relating(sender, room_id, relates_to), room_id, text)
 
-    async def send(self, sender: "Puppet", room_id: str, text: str, html: str | None = None) -> None:
+    async def send(self, sender: Puppet, room_id: str, text: str, html: str | None = None) -> None:
         """A notice; a long one in several, each fitting an event; then without its HTML."""
         parts = notice_parts(text)
         for part in parts:

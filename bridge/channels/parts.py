@@ -8,11 +8,13 @@ holds are small: the store (`db`), the config, the agent pool, the open channels
 named by what a portal asks of them (the protocols here), so that this package imports neither:
 `coding/` plugs in, through the bridge.
 """
+
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from acp import Pool
@@ -34,15 +36,24 @@ class Asking(Protocol):
     owner whose message started the turn; None: any owner): the answer, or None. `run`: the
     turn asking."""
 
-    async def ask(self, portal: Any, puppet: "Puppet", request: Any, *, conversation: str = "",
-                  asker: str | None = None, run: Any = None) -> Any: ...
+    async def ask(
+        self,
+        portal: Any,
+        puppet: Puppet,
+        request: Any,
+        *,
+        conversation: str = "",
+        asker: str | None = None,
+        run: Any = None,
+    ) -> Any: ...
 
 
 class SessionOpened(Protocol):
     """Brings an opened or loaded session back to the member's choices (coding/settings.py)."""
 
-    async def opened(self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool,
-                     conversation: str = "") -> None: ...
+    async def opened(
+        self, portal: Any, agent_name: str, agent: Any, session_id: str, new: bool, conversation: str = ""
+    ) -> None: ...
 
 
 class WorkShown(Protocol):
@@ -60,9 +71,9 @@ class WorkShown(Protocol):
 class ScheduledRuns(Protocol):
     """What a portal tells the scheduler of a run it claims (scheduler.py)."""
 
-    async def agent_gone(self, turn: "TurnRecord") -> None: ...
+    async def agent_gone(self, turn: TurnRecord) -> None: ...
 
-    async def announce(self, portal: Any, turn: "TurnRecord") -> None: ...
+    async def announce(self, portal: Any, turn: TurnRecord) -> None: ...
 
 
 class WorkPlaces(Protocol):
@@ -74,14 +85,14 @@ class WorkPlaces(Protocol):
 
 @dataclass(frozen=True)
 class ChannelParts:
-    config: "Config"
-    db: "OffLoop"                 # the store's calls, on its thread (store/offloop.py)
-    pool: "Pool"                  # the agents' processes (acp/slots.py)
-    channels: "Channels"          # the open channels, the turns between them (registry.py)
-    identities: "Identities"      # the bot and the puppets (matrix/identities.py)
-    notices: "Notices"            # what the bridge says in rooms (notices.py)
-    presence: "Presence"          # a puppet's status while it answers (matrix/presence.py)
-    descriptions: "CommandDescriptions"  # MSC4391: a member's commands in its rooms
+    config: Config
+    db: OffLoop  # the store's calls, on its thread (store/offloop.py)
+    pool: Pool  # the agents' processes (acp/slots.py)
+    channels: Channels  # the open channels, the turns between them (registry.py)
+    identities: Identities  # the bot and the puppets (matrix/identities.py)
+    notices: Notices  # what the bridge says in rooms (notices.py)
+    presence: Presence  # a puppet's status while it answers (matrix/presence.py)
+    descriptions: CommandDescriptions  # MSC4391: a member's commands in its rooms
     permissions: Asking
     questions: Asking
     settings: SessionOpened
@@ -96,9 +107,9 @@ class ChannelParts:
     # one line an answer ends with for a stop reason (None: none)
     work: Callable[[Any, str, int], WorkShown]
     stop_line: Callable[[str], str | None]
-    run_id: str                   # this run's: the turns it claims are marked with it
-    recovered: asyncio.Event      # set once the turns earlier runs left are queued
-    stopping: asyncio.Event       # set as the bridge's stop begins: no turn starts from then on
-    aliases: dict[str, str]       # names an agent is called by → the agent
-    places: WorkPlaces            # where each conversation's agent works (coding/workplaces.py)
-    budgets: Any = None           # the agents' budgets (budgets.py; None: none kept)
+    run_id: str  # this run's: the turns it claims are marked with it
+    recovered: asyncio.Event  # set once the turns earlier runs left are queued
+    stopping: asyncio.Event  # set as the bridge's stop begins: no turn starts from then on
+    aliases: dict[str, str]  # names an agent is called by → the agent
+    places: WorkPlaces  # where each conversation's agent works (coding/workplaces.py)
+    budgets: Any = None  # the agents' budgets (budgets.py; None: none kept)

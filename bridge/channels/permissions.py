@@ -14,22 +14,23 @@ decides, another's answer is refused in one line (asks.py).
 After `config.permission_timeout` seconds the outcome is `cancelled`. The message is then edited
 to show the decision. While it waits, the answer's status line says so.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .asks import Ask, Asks
 
 if TYPE_CHECKING:
     from acp import PermissionRequest
-
     from config import Config
 
+    from ..matrix.identities import Identities
+    from ..matrix.puppet import Puppet
     from .notices import Notices
     from .portal import Portal
     from .registry import Channels
-    from ..matrix.identities import Identities
-    from ..matrix.puppet import Puppet
 
 
 DECISIONS = {
@@ -55,16 +56,30 @@ def decision_text(option: dict[str, Any]) -> str:
 
 
 class Permissions:
-    def __init__(self, config: "Config", channels: "Channels", identities: "Identities", notices: "Notices",
-                 render: Callable[..., tuple[Any, list]]):
+    def __init__(
+        self,
+        config: Config,
+        channels: Channels,
+        identities: Identities,
+        notices: Notices,
+        render: Callable[..., tuple[Any, list]],
+    ):
         """`render`: a permission request as the owner reads it, and the diffs too long for it
         (coding/render.py `permission`, plugged in by the bridge)."""
         self.render = render
         self.asks = Asks(config, notices, "permission prompt", channels, identities)
 
-    async def ask(self, portal: "Portal", puppet: "Puppet", request: "PermissionRequest", *,
-                  conversation: str = "", asker: str | None = None, run: Any = None,
-                  mention: Sequence[str] = ()) -> str | None:
+    async def ask(
+        self,
+        portal: Portal,
+        puppet: Puppet,
+        request: PermissionRequest,
+        *,
+        conversation: str = "",
+        asker: str | None = None,
+        run: Any = None,
+        mention: Sequence[str] = (),
+    ) -> str | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
         the turn's `conversation`; the chosen optionId, or None for cancelled. `run`: the turn
         asking (turns.TurnRun; None: the portal's current one)."""
@@ -80,8 +95,11 @@ class Permissions:
         # what it is about — the diff, the command — as the turn saw the call (coding/render.py)
         work = getattr(run, "work", None)
         shown, attachments = self.render(
-            title, request.tool_call, options,
-            work.known(request.tool_call.get("toolCallId")) if work is not None else None)
+            title,
+            request.tool_call,
+            options,
+            work.known(request.tool_call.get("toolCallId")) if work is not None else None,
+        )
         if work is not None:
             for view in attachments:  # a diff too long for the prompt goes just before it
                 await work.attach(view, f"permission-{request.tool_call.get('toolCallId')}")
@@ -92,19 +110,36 @@ class Permissions:
             return option["optionId"], decision_text(option)
 
         # not posted: the owner cannot be asked, cancelled rather than allowed
-        return await self.asks.ask(portal, puppet, shown, waiting_status(call_title), decided,
-                                   timed_out=(None, TIMED_OUT), stopped=lambda: STOPPED, unsent=None,
-                                   options=options, conversation=conversation, asker=asker, run=run,
-                                   mention=mention)
+        return await self.asks.ask(
+            portal,
+            puppet,
+            shown,
+            waiting_status(call_title),
+            decided,
+            timed_out=(None, TIMED_OUT),
+            stopped=lambda: STOPPED,
+            unsent=None,
+            options=options,
+            conversation=conversation,
+            asker=asker,
+            run=run,
+            mention=mention,
+        )
 
     async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
         """An owner's reaction; True when it answered a pending permission request (or was
         refused: another owner's)."""
         return await self.asks.on_reaction(room_id, relates_to, sender)
 
-    async def on_reply(self, room_id: str, body: str, reply_to: str | None = None,
-                       sender: str | None = None, conversation: str = "",
-                       relates_to: dict | None = None) -> bool:
+    async def on_reply(
+        self,
+        room_id: str,
+        body: str,
+        reply_to: str | None = None,
+        sender: str | None = None,
+        conversation: str = "",
+        relates_to: dict | None = None,
+    ) -> bool:
         """An owner's message (its reply fallback stripped); True when it was a number that
         answers a question — the one it replies to, else the latest open one of its
         conversation — or was refused (another owner's). A line about it goes where it was

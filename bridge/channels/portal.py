@@ -9,6 +9,7 @@ while another thread's (or the main timeline's) runs too. An agent still answers
 time wherever it is (acp/slots.py `Pool.turn`, docs/architecture.md "Who answers"): the same agent
 asked in two threads answers them one after the other, two agents answer at once.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,10 +24,10 @@ from store.schedules import parse_run_key
 from store.turns import DROPPED, claimed_in
 
 from ..matrix.media import restored
+from . import prepare
 from .command_parse import opens_threads
 from .conversations import MAIN, relation_for
 from .incoming import Incoming
-from . import prepare
 from .mentions import parse
 from .prompt import reread
 from .routing import Route, route
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 @dataclass(order=True)
 class Job:
     """A turn for the portal to claim and run, in the order turns were taken (their ids)."""
+
     turn_id: str
     turn: TurnRecord = field(compare=False)
     incoming: Incoming = field(compare=False)
@@ -49,6 +51,7 @@ class Job:
 @dataclass
 class TurnQueue:
     """One conversation's queue of turns and the worker that runs them, oldest first."""
+
     queue: list[Job] = field(default_factory=list)  # a heap: the oldest turn first, whichever path queued it
     queued: set[str] = field(default_factory=set)  # turn ids in the queue
     worker: asyncio.Task | None = None
@@ -72,7 +75,7 @@ class TurnQueue:
 
 
 class Portal:
-    def __init__(self, parts: "ChannelParts", channel: Channel, members: list[str]):
+    def __init__(self, parts: ChannelParts, channel: Channel, members: list[str]):
         self.parts = parts  # what it and its turns work with (parts.py)
         self.channel = channel
         # the channel's members (agent names, in join order), kept here as the store has them:
@@ -80,7 +83,7 @@ class Portal:
         self.members: list[str] = list(members)
         self.lines: dict[str, TurnQueue] = {}  # conversation ("" the main timeline) → its queue and worker
         self.runs: dict = {}  # conversation → its running turns.TurnRun, for !stop, 🛑, redactions
-        self.waiting: set[str] = set()    # event ids of the messages queued or being answered
+        self.waiting: set[str] = set()  # event ids of the messages queued or being answered
         self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
         self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}  # (agent, conversation)
         # (agent, conversation) → the directory its session works in, as the last turn decided
@@ -144,7 +147,8 @@ class Portal:
         (turns.py; for prepare.py)."""
         limit = self.parts.config.context_messages
         session_id, fresh, context = await self.session_with(
-            agent_name, agent, context_reader(self.channel.id, limit, 0, conversation), conversation=conversation)
+            agent_name, agent, context_reader(self.channel.id, limit, 0, conversation), conversation=conversation
+        )
         return session_id, unseen_lines(context, agent_name, None, fresh, limit)
 
     def session_dir(self, agent_name: str, conversation: str = "") -> str | None:
@@ -164,6 +168,7 @@ class Portal:
         def read():
             member = store.member(channel_id, agent_name, conversation)
             return member, (also(store, member) if also is not None and member is not None else None)
+
         member, extra = await db.run(read)
         if member is None:
             await self.joined(agent_name)
@@ -187,23 +192,32 @@ class Portal:
                 else:
                     await agent.load_session(member.session_id, cwd, servers)
             except Exception as exc:  # the agent lost it: fall back to a fresh session
-                log.info("session/%s of %s failed (%s); opening a new session",
-                         "resume" if resume else "load", agent_name, exc)
+                log.info(
+                    "session/%s of %s failed (%s); opening a new session",
+                    "resume" if resume else "load",
+                    agent_name,
+                    exc,
+                )
             else:
-                await self.parts.settings.opened(self, agent_name, agent, member.session_id, new=False,
-                                                   conversation=conversation)
+                await self.parts.settings.opened(
+                    self, agent_name, agent, member.session_id, new=False, conversation=conversation
+                )
                 return member.session_id, member.fresh, extra
         if member.session_id and not kept:
-            log.info("%s's session %s was opened in %s; %s works in %s now: a new session there",
-                     agent_name, member.session_id, member.session_cwd, agent_name, where)
+            log.info(
+                "%s's session %s was opened in %s; %s works in %s now: a new session there",
+                agent_name,
+                member.session_id,
+                member.session_cwd,
+                agent_name,
+                where,
+            )
         # the agent's other roots, where it announces it takes them (ACP additionalDirectories)
         beside = {"additional_directories": list(place.additional)} if place.additional else {}
         session_id = await agent.new_session(cwd, servers, **beside)
-        await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where,
-                             conversation=conversation)
+        await db.set_session(self.channel.id, agent_name, session_id, fresh=True, cwd=where, conversation=conversation)
         await db.sessions.used(self.channel.id, agent_name, conversation, session_id)  # for !sessions
-        await self.parts.settings.opened(self, agent_name, agent, session_id, new=True,
-                                         conversation=conversation)
+        await self.parts.settings.opened(self, agent_name, agent, session_id, new=True, conversation=conversation)
         return session_id, True, extra
 
     async def add_agent(self, agent: str, announce: bool = False, relates_to: dict | None = None) -> bool:
@@ -217,8 +231,9 @@ class Portal:
         inviter = await parts.identities.puppet(others[0]) if others else parts.identities.bot
         await self.joined(agent)
         if announce and others:  # said by a member already in the room, never by the one not yet joined
-            await parts.notices.notice(self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter,
-                                       relates_to=relates_to)
+            await parts.notices.notice(
+                self, f"Inviting {title} (@{agent}) to #{self.channel.name}.", inviter, relates_to=relates_to
+            )
         await inviter.intent.invite(self.room_id, puppet.user_id)
         if await puppet.intent.join(self.room_id):
             parts.descriptions.member_joined(self.room_id, agent)
@@ -226,11 +241,13 @@ class Portal:
         await self.left(agent)
         await parts.tell_owners(
             f"I could not bring {title} (@{agent}) into #{self.channel.name}: "
-            f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself.")
+            f"no agent is left in that room to invite it. Invite {puppet.user_id} there yourself."
+        )
         return False
 
-    async def route(self, body: str, formatted_body: str | None, mention_ids: list[str],
-                    conversation: str = "") -> Route:
+    async def route(
+        self, body: str, formatted_body: str | None, mention_ids: list[str], conversation: str = ""
+    ) -> Route:
         """Who answers this message (routing.py) in its conversation
         (docs/architecture.md "Conversations and threads"). The last speaker is the one who will
         have spoken last there once the turns queued before it are done."""
@@ -238,8 +255,16 @@ class Portal:
         channel_id = self.channel.id
         return await self.parts.db.run(lambda: router(_last_speaker(store, channel_id, conversation)))
 
-    async def take(self, sender: str, stored: str, event_id: str, body: str, formatted_body: str | None,
-                   mention_ids: list[str], conversation: str = "") -> tuple[Route, tuple | None]:
+    async def take(
+        self,
+        sender: str,
+        stored: str,
+        event_id: str,
+        body: str,
+        formatted_body: str | None,
+        mention_ids: list[str],
+        conversation: str = "",
+    ) -> tuple[Route, tuple | None]:
         """Route a new owner message in its conversation and store it with its turns
         (store/turns.py), in one call on the database thread: (who answers, (message, turns)) —
         None for the message when it was taken already (the homeserver sent it again). In a
@@ -257,15 +282,20 @@ class Portal:
             turns_in = conversation
             if turns and conversation == MAIN and opens_threads(store.get_value(keys.threads(channel_id))):
                 turns_in = event_id
-            return decision, store.turns.take(channel_id, sender, stored, event_id, turns, run, conversation,
-                                              turns_in, claim_first=turns_in in free)
+            return decision, store.turns.take(
+                channel_id, sender, stored, event_id, turns, run, conversation, turns_in, claim_first=turns_in in free
+            )
+
         return await self.parts.db.run(work)
 
     def _free(self, conversation: str) -> bool:
         """Nothing queued or running in `conversation`, and the bridge neither recovering nor stopping."""
         parts, line = self.parts, self.lines.get(conversation)
-        return (parts.recovered.is_set() and not parts.stopping.is_set()
-                and (line is None or (line.idle() and not line.queue)))
+        return (
+            parts.recovered.is_set()
+            and not parts.stopping.is_set()
+            and (line is None or (line.idle() and not line.queue))
+        )
 
     def _router(self, body: str, formatted_body: str | None, mention_ids: list[str]):
         """routing.route for this message, given the last speaker (pure: runs anywhere)."""
@@ -278,6 +308,7 @@ class Portal:
             if speaker is not None and speaker not in members and speaker in config.agents:
                 known = [*members, speaker]  # invited when its queued turn runs
             return route(body, parsed, known, speaker, direct)
+
         return decide
 
     def submit(self, turn: TurnRecord, incoming: Incoming) -> None:
@@ -387,8 +418,7 @@ class Portal:
             reader = await parts.identities.puppet(members[0]) if members else parts.identities.bot
             read = await reread(reader.intent, self.room_id, incoming.event_id, parts.config.attachment_bytes)
             if read is not None:
-                incoming = replace(incoming, body=read.text, formatted_body=read.formatted,
-                                   attachment=read.attachment)
+                incoming = replace(incoming, body=read.text, formatted_body=read.formatted, attachment=read.attachment)
         await run_turn(self, claimed, incoming)
 
 
@@ -403,5 +433,4 @@ def session_fits(session_cwd: str | None, cwd: str | None) -> bool:
 def _last_speaker(store, channel_id: str, conversation: str = "") -> str | None:
     """The agent of the conversation's newest turn not over, else of its newest stored answer
     (in a thread with none: the agent whose message is its root) (database thread)."""
-    return (store.turns.last_live_agent(channel_id, conversation)
-            or store.last_agent_sender(channel_id, conversation))
+    return store.turns.last_live_agent(channel_id, conversation) or store.last_agent_sender(channel_id, conversation)

@@ -9,6 +9,7 @@ handed what it would be told if the owner asked now, so it can evaluate it befor
   `!reset`). Only running agents: no agent is started to prepare, and no slot is taken
   (acp/slots.py); never for an agent that is answering. Losing one changes nothing but speed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -81,9 +82,13 @@ async def prepare(portal: Portal, agent_name: str, conversation: str = "") -> bo
     parts = portal.parts
     config, pool = parts.config, parts.pool
     agent = pool.agent(agent_name)
-    if agent is None or agent_name not in portal.member_names() or not should_prepare(
-            pool.state(agent_name), announces(agent.meta), portal.pending(conversation),
-            config.context_messages):
+    if (
+        agent is None
+        or agent_name not in portal.member_names()
+        or not should_prepare(
+            pool.state(agent_name), announces(agent.meta), portal.pending(conversation), config.context_messages
+        )
+    ):
         return False
     session_id, unseen = await portal.unseen_for(agent_name, agent, conversation)
     text = prepare_text(portal.channel.name, unseen, config.context_messages, config.context_chars)

@@ -10,6 +10,7 @@
 - `reread(...)` — an attachment message a previous run left: its event read again for the file.
 Matrix I/O (downloads, what each message kind says) stays in matrix/media.py.
 """
+
 from __future__ import annotations
 
 import base64
@@ -28,16 +29,82 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TEXT_MIMETYPES = {"application/json", "application/xml", "application/x-yaml", "application/yaml",
-                  "application/toml", "application/javascript", "application/x-sh",
-                  "application/x-python", "application/sql", "application/x-httpd-php",
-                  "application/ld+json", "application/x-ndjson", "image/svg+xml"}
-TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".py", ".js", ".ts", ".tsx", ".jsx", ".json",
-                 ".yaml", ".yml", ".toml", ".ini", ".cfg", ".conf", ".csv", ".tsv", ".xml", ".html",
-                 ".htm", ".css", ".sh", ".bash", ".zsh", ".c", ".h", ".cc", ".cpp", ".hpp", ".rs",
-                 ".go", ".java", ".kt", ".rb", ".php", ".pl", ".lua", ".sql", ".diff", ".patch",
-                 ".log", ".tex", ".org", ".swift", ".scala", ".hs", ".ex", ".exs", ".erl", ".el",
-                 ".vim", ".nix", ".dockerfile", ".make", ".mk", ".gradle", ".proto", ".graphql"}
+TEXT_MIMETYPES = {
+    "application/json",
+    "application/xml",
+    "application/x-yaml",
+    "application/yaml",
+    "application/toml",
+    "application/javascript",
+    "application/x-sh",
+    "application/x-python",
+    "application/sql",
+    "application/x-httpd-php",
+    "application/ld+json",
+    "application/x-ndjson",
+    "image/svg+xml",
+}
+TEXT_SUFFIXES = {
+    ".txt",
+    ".md",
+    ".markdown",
+    ".rst",
+    ".py",
+    ".js",
+    ".ts",
+    ".tsx",
+    ".jsx",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".ini",
+    ".cfg",
+    ".conf",
+    ".csv",
+    ".tsv",
+    ".xml",
+    ".html",
+    ".htm",
+    ".css",
+    ".sh",
+    ".bash",
+    ".zsh",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".hpp",
+    ".rs",
+    ".go",
+    ".java",
+    ".kt",
+    ".rb",
+    ".php",
+    ".pl",
+    ".lua",
+    ".sql",
+    ".diff",
+    ".patch",
+    ".log",
+    ".tex",
+    ".org",
+    ".swift",
+    ".scala",
+    ".hs",
+    ".ex",
+    ".exs",
+    ".erl",
+    ".el",
+    ".vim",
+    ".nix",
+    ".dockerfile",
+    ".make",
+    ".mk",
+    ".gradle",
+    ".proto",
+    ".graphql",
+}
 
 
 def _is_text(attachment: Attachment, data: bytes) -> str | None:
@@ -46,8 +113,13 @@ def _is_text(attachment: Attachment, data: bytes) -> str | None:
     guessed = mimetypes.guess_type(attachment.name)[0] or ""
     if attachment.kind in ("image", "audio", "video") and mime != "image/svg+xml":
         return None
-    if not (mime.startswith("text/") or mime in TEXT_MIMETYPES or guessed.startswith("text/")
-            or suffix in TEXT_SUFFIXES or mime == "application/octet-stream"):
+    if not (
+        mime.startswith("text/")
+        or mime in TEXT_MIMETYPES
+        or guessed.startswith("text/")
+        or suffix in TEXT_SUFFIXES
+        or mime == "application/octet-stream"
+    ):
         return None
     if b"\x00" in data:
         return None
@@ -57,8 +129,9 @@ def _is_text(attachment: Attachment, data: bytes) -> str | None:
         return None
 
 
-def prompt_content(attachment: Attachment, data: bytes, capabilities: dict,
-                   title: str) -> tuple[list[dict], str | None]:
+def prompt_content(
+    attachment: Attachment, data: bytes, capabilities: dict, title: str
+) -> tuple[list[dict], str | None]:
     """The ACP content blocks for `attachment` (with its bytes `data`) that an agent with these
     `promptCapabilities` can take; or ([], the one line saying why it cannot)."""
     encoded = base64.b64encode(data).decode("ascii")
@@ -76,9 +149,17 @@ def prompt_content(attachment: Attachment, data: bytes, capabilities: dict,
     text = _is_text(attachment, data)
     if text is not None:
         if capabilities.get("embeddedContext"):
-            return [named, {"type": "resource", "resource": {
-                "uri": uri, "mimeType": mime if mime != "application/octet-stream" else "text/plain",
-                "text": text}}], None
+            return [
+                named,
+                {
+                    "type": "resource",
+                    "resource": {
+                        "uri": uri,
+                        "mimeType": mime if mime != "application/octet-stream" else "text/plain",
+                        "text": text,
+                    },
+                },
+            ], None
         return [{"type": "text", "text": f"[Contents of {name}]\n{text}\n[End of {name}]"}], None
     if capabilities.get("embeddedContext"):
         return [named, {"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": encoded}}], None
@@ -91,9 +172,15 @@ def prompt_blocks(text: str, content: list[dict]) -> list[dict]:
     return ([{"type": "text", "text": text}] if text.strip() else []) + content
 
 
-async def attachment_prompt(intent: "Intent", attachment: Attachment, text: str, capabilities: dict,
-                            title: str, limit: int,
-                            listening: Listening | None = None) -> tuple[list[dict], str | None]:
+async def attachment_prompt(
+    intent: Intent,
+    attachment: Attachment,
+    text: str,
+    capabilities: dict,
+    title: str,
+    limit: int,
+    listening: Listening | None = None,
+) -> tuple[list[dict], str | None]:
     """The prompt for a message with an attachment, for an agent with these capabilities: its
     blocks, or ([], the one line saying why it cannot be passed on). Audio, with `listening`
     (transcription on and installed), is transcribed: the transcript is the prompt's text, and
@@ -118,17 +205,23 @@ def listening(config: Any, portal: Any, answer: Any) -> Listening:
     """How a turn hears a voice note (bridge/voice/listen.py): the config's `voice` keys, the
     channel's room, and the answer's status line for a long note's progress."""
     voice = config.voice
-    return Listening(enabled=voice.enabled is not False, language=voice.language,
-                     max_seconds=voice.max_seconds, room_id=portal.room_id, status=answer.set_status)
+    return Listening(
+        enabled=voice.enabled is not False,
+        language=voice.language,
+        max_seconds=voice.max_seconds,
+        room_id=portal.room_id,
+        status=answer.set_status,
+    )
 
 
-async def reread(reader: "Intent", room_id: str, event_id: str, limit: int) -> OwnerMessage | None:
+async def reread(reader: Intent, room_id: str, event_id: str, limit: int) -> OwnerMessage | None:
     """An attachment message a previous run took but did not finish answering: the store kept
     its text ("[image: dot.png] caption"), so its event is read again (as `reader`, an identity
     in the room) for the file and the caption. None when it cannot be read or holds no
     attachment (the stored text then goes as the prompt)."""
     status, event = await reader.request(
-        "GET", f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/event/{quote(event_id, safe='')}")
+        "GET", f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/event/{quote(event_id, safe='')}"
+    )
     content = event.get("content") if status == 200 else None
     if not isinstance(content, dict):
         log.info("message %s could not be read again (%s): its text goes as it was stored", event_id, status)

@@ -11,6 +11,7 @@ those records alone what each needs, and this carries it out, before any portal 
 
 A turn this run took is never touched here: which run took or claimed a turn is in its record.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERRUPTED_TEXT = "⚠️ interrupted: the bridge stopped before this answer was finished"
-UNSURE_TEXT = ("⚠️ interrupted: the bridge stopped just as your message was being handed to the agent; "
-               "it may not have reached it — send it again if you still want an answer")
+UNSURE_TEXT = (
+    "⚠️ interrupted: the bridge stopped just as your message was being handed to the agent; "
+    "it may not have reached it — send it again if you still want an answer"
+)
 MARK = "⚠️ interrupted"
 STATUS_PREFIXES = ("⏳", "💭", "✍️", "🔧", "⏸")
 
@@ -66,14 +69,13 @@ def interrupted_text(body: str, mark: str = INTERRUPTED_TEXT) -> str:
 @dataclass
 class Recovered:
     interrupted: int = 0  # answers cut by the last stop, now marked so
-    rerun: int = 0        # turns that had not begun, queued again
-    refinished: int = 0   # answers whose final text was on its way, finished now
+    rerun: int = 0  # turns that had not begun, queued again
+    refinished: int = 0  # answers whose final text was on its way, finished now
     dropped: int = 0
 
 
 class Recovery:
-    def __init__(self, db: "OffLoop", config: "Config", channels: "Channels", identities: "Identities",
-                 run_id: str):
+    def __init__(self, db: OffLoop, config: Config, channels: Channels, identities: Identities, run_id: str):
         self.db, self.config, self.channels, self.identities = db, config, channels, identities
         self.run_id = run_id  # this run's: the turns it takes again are marked with it
 
@@ -94,8 +96,9 @@ class Recovery:
                 elif isinstance(action, Route):
                     done.rerun += await self._route(channels[turn.channel_id].room_id, turn)
                 elif isinstance(action, Interrupt):
-                    done.interrupted += await self._interrupt(channels[turn.channel_id].room_id, turn,
-                                                              UNSURE_TEXT if action.unsure else INTERRUPTED_TEXT)
+                    done.interrupted += await self._interrupt(
+                        channels[turn.channel_id].room_id, turn, UNSURE_TEXT if action.unsure else INTERRUPTED_TEXT
+                    )
                 elif isinstance(action, Refinish):
                     await self._refinish(channels[turn.channel_id].room_id, turn)
                     done.refinished += 1
@@ -137,9 +140,14 @@ class Recovery:
         except (ValueError, TypeError):
             skip = set()
         decision = await portal.route(incoming.body, None, [], turn.conversation)
-        made = await db.turns.add(portal.channel.id, turn.prompt_event, incoming.message_id,
-                                  [(t.agent, t.text, t.alone) for t in decision.turns if t.agent not in skip],
-                                  self.run_id, turn.conversation)
+        made = await db.turns.add(
+            portal.channel.id,
+            turn.prompt_event,
+            incoming.message_id,
+            [(t.agent, t.text, t.alone) for t in decision.turns if t.agent not in skip],
+            self.run_id,
+            turn.conversation,
+        )
         await db.turns.end(turn.id, DROPPED)
         return await self._queue(room_id, made)
 
@@ -169,8 +177,9 @@ class Recovery:
             if event_id not in answer:
                 answer.append(event_id)
         seen_upto = None if turn.alone else turn.message_id
-        await self.db.turns.answered(turn.id, turn.channel_id, turn.agent, str(final.get("text") or ""),
-                                            answer, seen_upto)
+        await self.db.turns.answered(
+            turn.id, turn.channel_id, turn.agent, str(final.get("text") or ""), answer, seen_upto
+        )
         log.info("the answer of turn %s in %s finished after the restart", turn.id, room_id)
 
     async def _event_of(self, room_id: str, turn) -> str | None:
@@ -201,8 +210,8 @@ class Recovery:
     async def _latest_body(intent, room_id: str, event_id: str) -> str | None:
         """The body shown now: the newest edit's, else the original's. None if the event is gone."""
         status, reply = await intent.request(
-            "GET", f"/_matrix/client/v1/rooms/{_q(room_id)}/relations/{_q(event_id)}/m.replace"
-                   f"?dir=b&limit=50")
+            "GET", f"/_matrix/client/v1/rooms/{_q(room_id)}/relations/{_q(event_id)}/m.replace?dir=b&limit=50"
+        )
         if status == 200:
             # dir=b: newest first
             edits = [e for e in reply.get("chunk") or [] if e.get("sender") == intent.user_id]
@@ -210,8 +219,7 @@ class Recovery:
                 new = (edits[0].get("content") or {}).get("m.new_content") or {}
                 if isinstance(new.get("body"), str):
                     return new["body"]
-        status, reply = await intent.request(
-            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/event/{_q(event_id)}")
+        status, reply = await intent.request("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/event/{_q(event_id)}")
         if status in (403, 404):
             return None
         if status != 200:

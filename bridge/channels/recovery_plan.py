@@ -17,6 +17,7 @@
 - its agent is no longer configured, or its channel is gone: dropped.
 Turns this run took or claimed are its own, and left alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,10 +6,12 @@ time it is asked for), the channel each agent answers in now, the turns that wai
 busy elsewhere (oldest first), and the courtesy requests (read receipts) turns leave running.
 Two bridges in one process (tests) share none of it.
 """
+
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from store import Channel
@@ -19,15 +21,15 @@ Portal = TypeVar("Portal")  # portal.Portal: this module is below it (portal →
 
 
 class Channels(Generic[Portal]):
-    def __init__(self, db: "OffLoop", make_portal: Callable[["Channel", list[str]], Portal]):
+    def __init__(self, db: OffLoop, make_portal: Callable[[Channel, list[str]], Portal]):
         self.db = db
         self.make_portal = make_portal  # a channel and its members → its portal (the bridge's)
-        self.portals: dict[str, Portal] = {}        # room id → portal
-        self.active_turns: dict[str, Portal] = {}   # agent → the portal it answers in now
-        self.waiting: dict[str, list[Any]] = {}       # agent → the turns waiting for it (turns.TurnRun)
+        self.portals: dict[str, Portal] = {}  # room id → portal
+        self.active_turns: dict[str, Portal] = {}  # agent → the portal it answers in now
+        self.waiting: dict[str, list[Any]] = {}  # agent → the turns waiting for it (turns.TurnRun)
         self._courtesy: set[asyncio.Task] = set()
 
-    async def portal_for(self, room_id: str) -> "Portal | None":
+    async def portal_for(self, room_id: str) -> Portal | None:
         """The room's portal, if the room is a channel (read from the store the first time)."""
         portal = self.portals.get(room_id)
         if portal is None:

@@ -4,6 +4,7 @@ A direct channel is the owner's direct chat with the agent — its store name is
 a channel the owner never made, so it is never shown as `#local`. A channel is `#name`, the name
 the room has (renames follow); a room that never had a name is said to be one.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,7 +15,7 @@ def place(name: str | None, direct_agent: str | None) -> str:
     if direct_agent is not None:
         return "your direct chat"
     name = (name or "").strip().lstrip("#")
-    if not name or name.startswith("!"):   # made by an invite to a room without a name: its id
+    if not name or name.startswith("!"):  # made by an invite to a room without a name: its id
         return "a room without a name"
     return f"#{name}"
 

@@ -7,6 +7,7 @@
 4. Else nobody.
 A direct channel's agent always answers; mentions there are plain text.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,14 +18,14 @@ from .mentions import Parsed
 @dataclass(frozen=True)
 class Turn:
     agent: str
-    text: str            # what the agent is told now (the user's text, or `/command args`)
+    text: str  # what the agent is told now (the user's text, or `/command args`)
     alone: bool = False  # a slash command goes without the channel context
 
 
 @dataclass(frozen=True)
 class Route:
     turns: tuple[Turn, ...]
-    invite: tuple[str, ...] = ()   # mentioned agents that must become members first
+    invite: tuple[str, ...] = ()  # mentioned agents that must become members first
     unknown_agent: str | None = None  # `/x:cmd` naming an agent that is not configured
 
     @property
@@ -32,8 +33,9 @@ class Route:
         return not self.turns
 
 
-def route(text: str, parsed: Parsed, members: list[str], last_speaker: str | None,
-          direct_agent: str | None = None) -> Route:
+def route(
+    text: str, parsed: Parsed, members: list[str], last_speaker: str | None, direct_agent: str | None = None
+) -> Route:
     if direct_agent is not None:
         if parsed.slash is not None and parsed.slash.agent == direct_agent:
             return Route((Turn(direct_agent, parsed.slash.text, alone=True),))

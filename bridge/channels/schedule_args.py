@@ -2,9 +2,10 @@
 (`!unschedule N`) give them, and a stored time as both are shown. Pure, and imports nothing
 heavy: the `sidekicks mcp` process (mcp/stdio.py) reads it at every start.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 MAX_IN_SECONDS = 366 * 24 * 3600
@@ -27,7 +28,7 @@ def schedule_number(value: Any) -> int:
 
 def clock(ms: int, tz: tzinfo | None = None) -> str:
     """A stored time (ms) as the tools show it: 2026-12-05 07:30:15 +0000 (the bridge's zone)."""
-    when = datetime.fromtimestamp(ms / 1000, tz or timezone.utc)
+    when = datetime.fromtimestamp(ms / 1000, tz or UTC)
     if tz is None:
         when = when.astimezone()
     return when.strftime("%Y-%m-%d %H:%M:%S %z")

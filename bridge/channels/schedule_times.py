@@ -5,9 +5,10 @@ the bridge's local time zone (`tz`, the machine's by default): the agent and the
 "at 9" meaning the clock on the wall. Cron expressions are read by `croniter`, not by hand.
 What is wrong with a schedule's arguments is `BadArguments` (schedule_args.py).
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 
 from croniter import croniter
 
@@ -17,11 +18,16 @@ GRACE_MS = 2000  # an `at` this little in the past (the agent's clock, the call'
 
 
 def _zone(tz: tzinfo | None) -> tzinfo:
-    return tz or datetime.now().astimezone().tzinfo or timezone.utc
+    return tz or datetime.now().astimezone().tzinfo or UTC
 
 
-def first_due(now_ms: int, in_seconds: float | None = None, at: str | None = None, cron: str | None = None,
-              tz: tzinfo | None = None) -> int:
+def first_due(
+    now_ms: int,
+    in_seconds: float | None = None,
+    at: str | None = None,
+    cron: str | None = None,
+    tz: tzinfo | None = None,
+) -> int:
     """When a new schedule runs first; BadArguments (one line for the agent) when it cannot."""
     if in_seconds is not None:
         return now_ms + int(round(in_seconds * 1000))
@@ -88,5 +94,3 @@ def when_text(due_ms: int | None, cron: str | None, tz: tzinfo | None = None) ->
         return "not any more"
     text = f"next at {clock(due_ms, tz)}"
     return f"{text}, then on cron {cron}" if cron else text
-
-

@@ -20,11 +20,13 @@ permission prompts (asks.py: a number or a keycap reaction); declined or unanswe
 removed. Each start asks again for the ones still waiting. A single run is posted with the
 command that cancels it. A run is skipped while an earlier run of its schedule has not ended.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from store import StoreError, TurnRecord
 from store.ids import now_ms
@@ -32,8 +34,8 @@ from store.schedules import SKIPPED, parse_run_key
 from store.turns import DROPPED
 
 from ..matrix.puppet import relating
-from .conversations import relation_for
 from . import schedule_frames as frames
+from .conversations import relation_for
 from .incoming import Incoming
 from .schedule_args import BadArguments
 from .schedule_times import after_run, is_late, next_due, run_line
@@ -49,12 +51,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LONGEST_SLEEP = 60.0  # seconds: the clock is looked at again at least this often
-RETRY_AFTER = 5.0     # seconds after the store failed
+RETRY_AFTER = 5.0  # seconds after the store failed
 
 
 class Scheduler:
-    def __init__(self, db: "OffLoop", channels: "Channels", identities: "Identities", run_id: str,
-                 clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self, db: OffLoop, channels: Channels, identities: Identities, run_id: str, clock: Callable[[], int] = now_ms
+    ) -> None:
         self.db, self.channels, self.identities = db, channels, identities
         self.run_id = run_id  # the bridge's run: the runs it takes are marked with it
         # what time it is (ms since the epoch): a test moves it on instead of waiting (`changed`)
@@ -81,7 +84,7 @@ class Scheduler:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
 
-    def changed(self, added: "ScheduleRecord | None" = None, cancelled: str | None = None) -> None:
+    def changed(self, added: ScheduleRecord | None = None, cancelled: str | None = None) -> None:
         """A schedule was added (`added`) or cancelled (`cancelled`: its id): look at the times
         again, ask the owner about a new repeating one, post a new single one with its cancel
         command, end the ask of a cancelled one."""
@@ -115,7 +118,7 @@ class Scheduler:
                 sleep = RETRY_AFTER
             try:
                 await asyncio.wait_for(self._wake.wait(), sleep)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def fire_due(self) -> int:
@@ -127,14 +130,22 @@ class Scheduler:
                 following = after_run(schedule.cron, schedule.due, now)
             except BadArguments:
                 following = None  # a cron croniter no longer reads: this run is its last
-            text = frames.run_prompt(schedule.agent, schedule.number, schedule.created, schedule.cron,
-                                     schedule.approved, schedule.due, is_late(schedule.due, self.started_ms),
-                                     schedule.prompt)
+            text = frames.run_prompt(
+                schedule.agent,
+                schedule.number,
+                schedule.created,
+                schedule.cron,
+                schedule.approved,
+                schedule.due,
+                is_late(schedule.due, self.started_ms),
+                schedule.prompt,
+            )
             turn = await db.schedules.fire(schedule.id, schedule.due, following, self.run_id, text)
             if turn is SKIPPED:
                 self.skipped += 1
-                log.info("schedule %d of %s: a run skipped, its earlier run has not ended",
-                         schedule.number, schedule.agent)
+                log.info(
+                    "schedule %d of %s: a run skipped, its earlier run has not ended", schedule.number, schedule.agent
+                )
                 continue
             if turn is None:
                 continue
@@ -158,18 +169,19 @@ class Scheduler:
                 self._asking[schedule.id] = task
                 task.add_done_callback(lambda _, key=schedule.id: self._asking.pop(key, None))
 
-    async def _where(self, schedule: "ScheduleRecord"):
+    async def _where(self, schedule: ScheduleRecord):
         """The schedule's portal and its agent's puppet posting into its conversation (None, None
         when the channel is gone)."""
         channel = await self.db.channel(schedule.channel_id)
         portal = await self.channels.portal_for(channel.room_id) if channel is not None else None
         if portal is None:
             return None, None
-        puppet = relating(await self.identities.puppet(schedule.agent), portal.room_id,
-                          relation_for(schedule.conversation))
+        puppet = relating(
+            await self.identities.puppet(schedule.agent), portal.room_id, relation_for(schedule.conversation)
+        )
         return portal, puppet
 
-    async def _ask(self, schedule: "ScheduleRecord") -> None:
+    async def _ask(self, schedule: ScheduleRecord) -> None:
         """The owner approves or declines a repeating schedule, by the permission prompts' asks
         (a number, a keycap): approved, it runs from the next time its cron names; declined or
         unanswered, it is removed. Stopped (the bridge stops, `!unschedule`), it stays as it is."""
@@ -188,9 +200,19 @@ class Scheduler:
 
             # `run`: no turn of the portal shows this wait (the agent asked in an earlier turn)
             approved = await portal.parts.permissions.asks.ask(
-                portal, puppet, shown, frames.WAITING_STATUS, decided, timed_out=(False, frames.TIMED_OUT),
-                stopped=lambda: frames.STOPPED if self._stopping else frames.WITHDRAWN, unsent=None,
-                options=frames.OPTIONS, conversation=schedule.conversation, asker=None, run=_NO_TURN)
+                portal,
+                puppet,
+                shown,
+                frames.WAITING_STATUS,
+                decided,
+                timed_out=(False, frames.TIMED_OUT),
+                stopped=lambda: frames.STOPPED if self._stopping else frames.WITHDRAWN,
+                unsent=None,
+                options=frames.OPTIONS,
+                conversation=schedule.conversation,
+                asker=None,
+                run=_NO_TURN,
+            )
         except (BadArguments, StoreError) as exc:
             log.warning("schedule %d of %s could not be asked about: %s", schedule.number, schedule.agent, exc)
             return
@@ -203,23 +225,30 @@ class Scheduler:
             except BadArguments:
                 approved = False
         decided_now = await self.db.schedules.decide(schedule.id, approved, due, self.clock())
-        log.info("schedule %d of %s %s by the owner", schedule.number, schedule.agent,
-                 "approved" if approved else "not approved")
+        log.info(
+            "schedule %d of %s %s by the owner",
+            schedule.number,
+            schedule.agent,
+            "approved" if approved else "not approved",
+        )
         if decided_now is not None:
             self.changed()
 
-    async def _post_single(self, schedule: "ScheduleRecord") -> None:
+    async def _post_single(self, schedule: ScheduleRecord) -> None:
         """A new single run, posted with the command that cancels it."""
         try:
             portal, puppet = await self._where(schedule)
             if portal is None or schedule.due is None:
                 return
-            await portal.parts.notices.send(puppet, portal.room_id, frames.single_run_notice(
-                schedule.agent, schedule.number, schedule.due, schedule.prompt))
+            await portal.parts.notices.send(
+                puppet,
+                portal.room_id,
+                frames.single_run_notice(schedule.agent, schedule.number, schedule.due, schedule.prompt),
+            )
         except Exception as exc:  # the schedule stands: `!schedules` lists it
             log.warning("schedule %d of %s could not be posted: %s", schedule.number, schedule.agent, exc)
 
-    async def announce(self, portal: "Portal", turn: TurnRecord) -> None:
+    async def announce(self, portal: Portal, turn: TurnRecord) -> None:
         """The line before a scheduled run's answer: who scheduled what (late, if it was missed)."""
         key = parse_run_key(turn.prompt_event)
         if key is None:
@@ -227,11 +256,13 @@ class Scheduler:
         schedule_id, due = key
         schedule = await self.db.schedules.get(schedule_id)
         puppet = relating(await self.identities.puppet(turn.agent), portal.room_id, relation_for(turn.conversation))
-        line = run_line(turn.agent, schedule.prompt if schedule is not None else turn.text, due,
-                        is_late(due, self.started_ms))
+        line = run_line(
+            turn.agent, schedule.prompt if schedule is not None else turn.text, due, is_late(due, self.started_ms)
+        )
         try:
-            await puppet.intent.send(portal.room_id, {"msgtype": "m.notice", "body": line},
-                                     txn_id=f"sk-{turn.id}-scheduled")
+            await puppet.intent.send(
+                portal.room_id, {"msgtype": "m.notice", "body": line}, txn_id=f"sk-{turn.id}-scheduled"
+            )
         except Exception as exc:  # the answer matters more than its heading
             log.warning("the line of scheduled run %s could not be posted: %s", turn.id, exc)
 
@@ -251,8 +282,10 @@ class Scheduler:
         listed = await self.db.schedules.listed(channel_id)
         if not listed:
             return "Nothing is scheduled here. Agents schedule work with their `schedule` tool."
-        lines = [f"{s.number}. {s.agent}, {frames.owner_when(s.state, s.due, s.cron)}: {frames.shown(s.prompt)}"
-                 for s in listed]
+        lines = [
+            f"{s.number}. {s.agent}, {frames.owner_when(s.state, s.due, s.cron)}: {frames.shown(s.prompt)}"
+            for s in listed
+        ]
         return "Scheduled here:\n" + "\n".join(lines) + "\n!unschedule N cancels one."
 
 

@@ -25,20 +25,22 @@ announced): a channel's when it is deleted, a thread's when its root is redacted
 
 The words are parsed in command_parse.py; the list is drawn by `format_sessions` (pure).
 """
+
 from __future__ import annotations
 
 import logging
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from acp import AcpError
 
+from . import prepare
 from .command_parse import BadSessionArgs, resolve_agent, session_args
 from .conversations import Here, relation_for
-from . import prepare
 
 if TYPE_CHECKING:
     from acp import Pool
@@ -55,6 +57,7 @@ TITLE_CHARS = 60  # a title made of the first prompt's first line is cut to this
 @dataclass(frozen=True)
 class Listed:
     """A session as `!sessions` shows it."""
+
     session_id: str
     title: str | None
     used: int | None  # ms since the epoch; None: not known
@@ -70,7 +73,7 @@ def title_line(text: str, limit: int = TITLE_CHARS) -> str | None:
             continue
         if len(line) <= limit:
             return line
-        head = line[:limit - 1]
+        head = line[: limit - 1]
         if line[limit - 1] != " " and " " in head:  # a word goes on past the cut: left out
             head = head.rsplit(" ", 1)[0]
         return head.rstrip() + "…"
@@ -86,7 +89,7 @@ def iso_ms(text: str | None) -> int | None:
     except ValueError:
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 
@@ -105,8 +108,9 @@ def ago(used: int | None, now: int) -> str:
     return f"{days} day{'s' if days > 1 else ''} ago"
 
 
-def format_sessions(title: str, agent: str, listed: list[Listed], current: str | None, now: int,
-                    in_thread: bool) -> list[str]:
+def format_sessions(
+    title: str, agent: str, listed: list[Listed], current: str | None, now: int, in_thread: bool
+) -> list[str]:
     """The lines of one member's sessions: numbered as `!resume N` takes them, the current one
     marked; untitled ones called by the start of their id."""
     where = "in this thread" if in_thread else "here"
@@ -124,8 +128,10 @@ def format_sessions(title: str, agent: str, listed: list[Listed], current: str |
 
 def footer(several: bool) -> str:
     who = " AGENT" if several else ""
-    return (f"!resume{who} N goes back to one, !reset{who} starts a new one, "
-            f"!fork{who} goes on with a copy in a new thread.")
+    return (
+        f"!resume{who} N goes back to one, !reset{who} starts a new one, "
+        f"!fork{who} goes on with a copy in a new thread."
+    )
 
 
 def _one_line(text: str | None) -> str | None:
@@ -133,11 +139,10 @@ def _one_line(text: str | None) -> str | None:
     if not text:
         return None
     line = re.sub(r"\s+", " ", text).strip()
-    return line[:TITLE_CHARS * 2] or None
+    return line[: TITLE_CHARS * 2] or None
 
 
-def merged(listed: Iterable[Listed], records: list["SessionRecord"], channel_id: str,
-           conversation: str) -> list[Listed]:
+def merged(listed: Iterable[Listed], records: list[SessionRecord], channel_id: str, conversation: str) -> list[Listed]:
     """The agent's session/list, less the sessions the bridge keeps for another conversation or
     channel (they belong there), with the bridge's titles where the agent gave none."""
     owner = {r.session_id: r for r in records}
@@ -160,7 +165,7 @@ class SessionCommands:
     """`!sessions`, `!resume`, `!reset`, `!fork` in a channel's conversation. Everything they
     use comes with the portal (its parts): the pool, the store, notices, settings."""
 
-    async def command(self, portal: "Portal", name: str, args: tuple[str, ...], here: Here = Here()) -> None:
+    async def command(self, portal: Portal, name: str, args: tuple[str, ...], here: Here = Here()) -> None:
         """`!sessions`, `!resume`, `!reset`, `!fork`: on the sessions of the conversation they
         were typed in (`here`: the main timeline or a thread), answered there."""
         conversation, relates = here.conversation, here.relates_to
@@ -212,31 +217,33 @@ class SessionCommands:
 
     # -- the list --------------------------------------------------------------------------
 
-    async def _entries(self, portal: "Portal", agent_name: str, agent, conversation: str) -> list[Listed]:
+    async def _entries(self, portal: Portal, agent_name: str, agent, conversation: str) -> list[Listed]:
         """What `!sessions` numbers: the agent's list where it has one, else the bridge's record."""
         db, channel_id = portal.parts.db, portal.channel.id
         if agent.session_capabilities.list:
             place = await portal.parts.places.where(portal, agent_name, conversation)
             found = await agent.list_sessions(place.cwd)
             # a title the agent gave since (session_info_update) shows at once
-            listed = [Listed(s.session_id, _live_title(agent, s.session_id) or s.title, iso_ms(s.updated_at))
-                      for s in found]
+            listed = [
+                Listed(s.session_id, _live_title(agent, s.session_id) or s.title, iso_ms(s.updated_at)) for s in found
+            ]
             return merged(listed, await db.sessions.of_agent(agent_name), channel_id, conversation)
         records = await db.sessions.listed(channel_id, agent_name, conversation)
         # a title the agent gave since (session_info_update) wins over the recorded one
         return [Listed(r.session_id, _live_title(agent, r.session_id) or r.title, r.used) for r in records]
 
-    async def _listing(self, portal: "Portal", agent_name: str, conversation: str) -> list[str]:
+    async def _listing(self, portal: Portal, agent_name: str, conversation: str) -> list[str]:
         agent = await portal.parts.pool.get(agent_name)
         entries = await self._entries(portal, agent_name, agent, conversation)
         member = await portal.parts.db.member(portal.channel.id, agent_name, conversation)
         current = member.session_id if member is not None else None
-        return format_sessions(portal.parts.config.agents[agent_name].title, agent_name, entries, current,
-                               _now(), bool(conversation))
+        return format_sessions(
+            portal.parts.config.agents[agent_name].title, agent_name, entries, current, _now(), bool(conversation)
+        )
 
     # -- changing the session ----------------------------------------------------------------
 
-    async def _resume(self, portal: "Portal", agent_name: str, conversation: str, number: int) -> str:
+    async def _resume(self, portal: Portal, agent_name: str, conversation: str, number: int) -> str:
         parts = portal.parts
         title = parts.config.agents[agent_name].title
         agent = await parts.pool.get(agent_name)
@@ -257,12 +264,21 @@ class SessionCommands:
                 await agent.resume_session(chosen.session_id, cwd, servers)
             else:  # its replay is not for the room (acp/client.py drops it)
                 await agent.load_session(chosen.session_id, cwd, servers)
-            await self._became(portal, agent_name, agent, conversation, chosen.session_id, cwd, fresh=False,
-                               new=False, left=member.session_id if member is not None else None)
+            await self._became(
+                portal,
+                agent_name,
+                agent,
+                conversation,
+                chosen.session_id,
+                cwd,
+                fresh=False,
+                new=False,
+                left=member.session_id if member is not None else None,
+            )
         name = _one_line(chosen.title) or "untitled"
         return f"{title} goes on in session {number} ({name})."
 
-    async def _delete(self, portal: "Portal", agent_name: str, conversation: str, number: int) -> str:
+    async def _delete(self, portal: Portal, agent_name: str, conversation: str, number: int) -> str:
         """`!sessions delete N`: session/delete where the agent announces it; never the
         current one of this conversation (`!reset` first)."""
         parts = portal.parts
@@ -281,7 +297,7 @@ class SessionCommands:
             await agent.delete_session(chosen.session_id)
         return f"Deleted {title}'s session {number} ({_one_line(chosen.title) or 'untitled'})."
 
-    async def _reset(self, portal: "Portal", agent_name: str, conversation: str) -> str:
+    async def _reset(self, portal: Portal, agent_name: str, conversation: str) -> str:
         parts = portal.parts
         agent = await parts.pool.get(agent_name)
         async with portal.session_lock(agent_name, conversation):
@@ -291,14 +307,24 @@ class SessionCommands:
             beside = {"additional_directories": list(place.additional)} if place.additional else {}
             session_id = await agent.new_session(place.cwd, servers, **beside)
             # a fresh start: what was said before is not told to it again
-            await self._became(portal, agent_name, agent, conversation, session_id, place.cwd, fresh=False,
-                               new=True, left=member.session_id if member is not None else None)
+            await self._became(
+                portal,
+                agent_name,
+                agent,
+                conversation,
+                session_id,
+                place.cwd,
+                fresh=False,
+                new=True,
+                left=member.session_id if member is not None else None,
+            )
         prepare.soon(portal, [agent_name], conversation)  # a fresh session: prepare.py
         where = "in this thread" if conversation else "here"
-        return (f"{parts.config.agents[agent_name].title} starts a new session {where}; "
-                f"!sessions lists the earlier ones.")
+        return (
+            f"{parts.config.agents[agent_name].title} starts a new session {where}; !sessions lists the earlier ones."
+        )
 
-    async def _fork(self, portal: "Portal", agent_name: str, conversation: str, say) -> None:
+    async def _fork(self, portal: Portal, agent_name: str, conversation: str, say) -> None:
         parts = portal.parts
         title = parts.config.agents[agent_name].title
         agent = await parts.pool.get(agent_name)
@@ -322,22 +348,33 @@ class SessionCommands:
             try:
                 forked = await agent.fork_session(source, cwd, servers)
             except AcpError as exc:
-                await parts.notices.notice(portal, f"!fork failed: {exc}", puppet,
-                                           relates_to=relation_for(root))
+                await parts.notices.notice(portal, f"!fork failed: {exc}", puppet, relates_to=relation_for(root))
                 return
             await self._became(portal, agent_name, agent, root, forked, cwd, fresh=False, new=False)
 
-    async def _became(self, portal: "Portal", agent_name: str, agent, conversation: str, session_id: str,
-                      cwd: str | None, fresh: bool, new: bool, left: str | None = None) -> None:
+    async def _became(
+        self,
+        portal: Portal,
+        agent_name: str,
+        agent,
+        conversation: str,
+        session_id: str,
+        cwd: str | None,
+        fresh: bool,
+        new: bool,
+        left: str | None = None,
+    ) -> None:
         """`session_id` is the member's session in `conversation` from now on: stored, recorded
         as used, brought to the member's choices (coding/settings.py). The session it `left` is
         closed where the agent can close sessions (`!resume` opens it again)."""
         parts, channel_id = portal.parts, portal.channel.id
         where = agent.working_dir(cwd) if cwd else None  # as Portal._session_for keeps it
-        await parts.db.set_session(channel_id, agent_name, session_id, fresh=fresh, cwd=where,
-                                   conversation=conversation)
-        await parts.db.sessions.used(channel_id, agent_name, conversation, session_id,
-                                     title=_live_title(agent, session_id))
+        await parts.db.set_session(
+            channel_id, agent_name, session_id, fresh=fresh, cwd=where, conversation=conversation
+        )
+        await parts.db.sessions.used(
+            channel_id, agent_name, conversation, session_id, title=_live_title(agent, session_id)
+        )
         await parts.settings.opened(portal, agent_name, agent, session_id, new=new, conversation=conversation)
         if left and left != session_id:
             await close_sessions(parts.pool, [(agent_name, left)])
@@ -349,16 +386,18 @@ def _live_title(agent, session_id: str) -> str | None:
     return title if isinstance(title, str) and title.strip() else None
 
 
-def record_use(portal: "Portal", agent_name: str, agent, conversation: str, session_id: str, text: str) -> None:
+def record_use(portal: Portal, agent_name: str, agent, conversation: str, session_id: str, text: str) -> None:
     """A turn prompts the session: recorded as used now, titled by the agent, else by this
     prompt's first line if it has no title yet (on the database thread, without waiting)."""
     store, channel_id = portal.parts.db.target, portal.channel.id
     title, first = _live_title(agent, session_id), title_line(text)
-    portal.parts.db.soon(f"the last use of {agent_name}'s session", lambda: store.sessions.used(
-        channel_id, agent_name, conversation, session_id, title=title, first_line=first))
+    portal.parts.db.soon(
+        f"the last use of {agent_name}'s session",
+        lambda: store.sessions.used(channel_id, agent_name, conversation, session_id, title=title, first_line=first),
+    )
 
 
-async def close_sessions(pool: "Pool", sessions: Iterable[tuple[str, str]]) -> int:
+async def close_sessions(pool: Pool, sessions: Iterable[tuple[str, str]]) -> int:
     """Close these (agent, session id) with their running agents (session/close where
     announced; an agent not running holds no session open). How many were closed; a failure
     is logged, never raised: the conversation goes anyway."""

@@ -5,12 +5,14 @@ going into the answer (stream.py), its plan and tool calls as messages (coding/w
 `WorkShown`), its notices, and the puppet typing. The turn's life — its record, its agent, its end —
 is turns.py; it hands each of the agent's updates to `Showing.on_update`.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from acp import Update
 
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 STATUS_THINKING = "💭 thinking…"
 STATUS_WRITING = "✍️ writing…"
 THINKING_AFTER = 0.4  # seconds without a part before the status says "thinking"
-TYPING_AFTER = 0.5    # seconds of work before the puppet shows typing
-TYPING_EVERY = 25     # seconds between typing notices (each asks for Intent.typing's TYPING_TIMEOUT_MS)
+TYPING_AFTER = 0.5  # seconds of work before the puppet shows typing
+TYPING_EVERY = 25  # seconds between typing notices (each asks for Intent.typing's TYPING_TIMEOUT_MS)
 
 
 def tool_status(title: str | None) -> str:
@@ -44,9 +46,19 @@ class Showing:
     `courtesy(coro)`: runs a request the answer does not wait for (registry.py);
     `note_tool_call(update)`: what the turn knows of a tool call so far (turns.py)."""
 
-    def __init__(self, answer: "Answer", work: "WorkShown", puppet: "Puppet", room_id: str, *,
-                 notices: "Notices", attachment_bytes: int, media_roots: Callable[[], Any],
-                 courtesy: Callable[[Any], Any], note_tool_call: Callable[[Update], dict]):
+    def __init__(
+        self,
+        answer: Answer,
+        work: WorkShown,
+        puppet: Puppet,
+        room_id: str,
+        *,
+        notices: Notices,
+        attachment_bytes: int,
+        media_roots: Callable[[], Any],
+        courtesy: Callable[[Any], Any],
+        note_tool_call: Callable[[Update], dict],
+    ):
         self.answer, self.work, self.puppet, self.room_id = answer, work, puppet, room_id
         self.notices, self.attachment_bytes, self.media_roots = notices, attachment_bytes, media_roots
         self.courtesy, self.note_tool_call = courtesy, note_tool_call
@@ -98,9 +110,10 @@ class Showing:
             if part is None or isinstance(part, str):
                 answer.append(update.text if part is None else part)
             else:
-                answer.add_media(partial(post, self.puppet.intent, self.room_id, part,
-                                         self.attachment_bytes, self.media_roots()),
-                                 part.tag)
+                answer.add_media(
+                    partial(post, self.puppet.intent, self.room_id, part, self.attachment_bytes, self.media_roots()),
+                    part.tag,
+                )
         elif update.kind == "thought":
             answer.set_status(STATUS_THINKING)
         elif update.kind == "plan":

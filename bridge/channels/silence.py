@@ -9,11 +9,12 @@ to the owner): it is rightly quiet then, and the clock starts again when the ans
 
 `step()` is the decision, pure; `SilenceWatch` runs it beside a turn.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from collections.abc import Callable
 
 SILENT_AFTER = 30.0  # seconds without anything from the agent before the status says so
 PREFIX = "⏳ still working, nothing received for "

@@ -20,35 +20,36 @@ split its text at half the size and try again.
 An answer has a total cap, MAX_ANSWER_BYTES of text: what the agent writes past it is dropped,
 and the answer ends with a line saying it was cut.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
 import uuid
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from ..matrix.intent import EventTooLarge, Intent, weight
-from .background import stop_task
 from ..matrix.client import MatrixError
+from ..matrix.intent import EventTooLarge, Intent, weight
 from ..matrix.markdown import escape_html, markdown_to_html, needs_html
+from .background import stop_task
 
 log = logging.getLogger(__name__)
 
-SPLIT_WEIGHT = 15_000    # a message's text, as escaped in JSON (intent.weight): see above
+SPLIT_WEIGHT = 15_000  # a message's text, as escaped in JSON (intent.weight): see above
 MIN_SPLIT_WEIGHT = 1_000  # the least an event that did not fit is split to
 MAX_ANSWER_BYTES = 1024 * 1024  # the text of one answer (UTF-8); the rest is dropped
 CUT_LINE = "✂️ The answer was cut here: it passed the 1 MiB limit of one answer."
-MAX_EDITS = 99           # intermediate edits + the final one stay within 100 per message
-BASE_INTERVAL = 0.5      # seconds between edits at the start (2 per second)
+MAX_EDITS = 99  # intermediate edits + the final one stay within 100 per message
+BASE_INTERVAL = 0.5  # seconds between edits at the start (2 per second)
 # After a quick first part, how long the first message waits for the answer's end: an answer
 # that ends at once (a short reply, a command's output) is then one message, never edited —
 # half the homeserver writes, and no "(edited)" in the client.
 SETTLE = 0.003
-FINAL_ATTEMPTS = 3       # the final text is sent this many times before the answer counts as cut
-FINAL_RETRY = 1.0        # seconds before the second attempt (twice that before the third…)
+FINAL_ATTEMPTS = 3  # the final text is sent this many times before the answer counts as cut
+FINAL_RETRY = 1.0  # seconds before the second attempt (twice that before the third…)
 # A homeserver that is away (5xx, no connection: its database restarting) is waited for this
 # long, FINAL_RETRY_MAX between attempts, before the answer counts as cut (docs/outages.md)
 FINAL_PATIENCE = 600.0
@@ -99,7 +100,7 @@ def split_point(text: str, limit: int = SPLIT_WEIGHT) -> int:
             low = middle
         else:
             high = middle - 1
-    head = text[:max(low, 1)]
+    head = text[: max(low, 1)]
     for sep in ("\n\n", "\n", " "):
         at = head.rfind(sep)
         if at > len(head) * 0.8:
@@ -151,13 +152,13 @@ async def rendered(text: str, status: str | None, live: bool = False) -> dict:
 class Answer:
     """The Matrix side of one turn's answer. Not stored: the caller stores the finished text."""
 
-    def __init__(self, intent: Intent, room_id: str, title: str, txn_ids: "TxnIds | None" = None):
+    def __init__(self, intent: Intent, room_id: str, title: str, txn_ids: TxnIds | None = None):
         self.intent = intent
         self.room_id = room_id
         self.title = title
-        self.event_ids: list[str] = []        # one per message of this answer
-        self.done_text: list[str] = []        # text of messages already closed (split)
-        self.text = ""                        # text of the current message
+        self.event_ids: list[str] = []  # one per message of this answer
+        self.done_text: list[str] = []  # text of messages already closed (split)
+        self.text = ""  # text of the current message
         self.status: str | None = None
         # shown after the status line's words while there is one: "queued (2)", the context
         # used and the cost (`set_note`; docs/sessions.md)
@@ -177,12 +178,12 @@ class Answer:
         self.on_messages: Callable[[list[str]], None] | None = None
         self.on_final: Callable[[dict], Awaitable[None]] | None = None
         self._complete = False
-        self._closing = asyncio.Event()       # finish() was called: the text is complete
-        self._news = asyncio.Event()          # a part came or the answer ended
-        self._final_posted = False            # the first message carried the final text
+        self._closing = asyncio.Event()  # finish() was called: the text is complete
+        self._news = asyncio.Event()  # a part came or the answer ended
+        self._final_posted = False  # the first message carried the final text
         self._send_lock = asyncio.Lock()
-        self._open = False                    # the current text has a message of its own
-        self.finished = False                 # the final text is on the homeserver
+        self._open = False  # the current text has a message of its own
+        self.finished = False  # the final text is on the homeserver
         # media from the agent not posted yet: (where in `text` it came, how to post it, its tag)
         self._media: list[tuple[int, Callable[[], Awaitable[str]], str]] = []
         self.media_event_ids: list[str] = []
@@ -195,10 +196,10 @@ class Answer:
         # would show the same again is not sent (a status that went A → B → A between two edits)
         self._shown: dict | None = None
         self.split_weight = SPLIT_WEIGHT  # halved when an event did not fit (EventTooLarge)
-        self._too_large = False           # the last edit did not fit: split smaller, at once
-        self._bytes = 0                   # UTF-8 bytes of text taken so far (MAX_ANSWER_BYTES)
-        self.cut = False                  # the answer passed MAX_ANSWER_BYTES
-        self._away = False                # the last edit failed for a homeserver away (5xx, no connection)
+        self._too_large = False  # the last edit did not fit: split smaller, at once
+        self._bytes = 0  # UTF-8 bytes of text taken so far (MAX_ANSWER_BYTES)
+        self.cut = False  # the answer passed MAX_ANSWER_BYTES
+        self._away = False  # the last edit failed for a homeserver away (5xx, no connection)
 
     @property
     def full_text(self) -> str:
@@ -211,15 +212,16 @@ class Answer:
         docs/architecture.md "The Matrix side"); parts that arrive while it is posted go out in the
         first edit. An answer that ends within the grace (and SETTLE after its first part) is posted
         once, final."""
+
         async def post_it() -> str:
             if grace > 0:
                 await _until(self._news, grace)
                 if self.text and not self._closing.is_set():  # a first part, not yet the end
                     await _until(self._closing, SETTLE)
-            if (self._closing.is_set() and not self._media and not self.reused
-                    and fits(self.text, self.split_weight)):
+            if self._closing.is_set() and not self._media and not self.reused and fits(self.text, self.split_weight):
                 return await self._post_final()
             return await self.start(note)
+
         self._posting = asyncio.create_task(post_it(), name=f"answer-post-{self.room_id}")
         return self._posting
 
@@ -231,7 +233,7 @@ class Answer:
         # a transaction id known in advance: after a crash mid-request the next start asks the
         # homeserver again with it and learns the event id without posting a second message.
         # Text past the split (a huge first part) waits for the edit loop, which splits it.
-        head = self.text[:split_point(self.text, self.split_weight)]
+        head = self.text[: split_point(self.text, self.split_weight)]
         content = await rendered(head, self.status_line, live=True)
         event_id = await self._send(content, self.placeholder_txn)
         self._added(event_id)
@@ -370,8 +372,9 @@ class Answer:
                 if content != final:  # the same final text is sent again with the same id
                     final, final_txn = content, self.txn_ids.next()
                 if split and (
-                        (self._closed and not self.text)  # nothing after the last media: no message
-                        or await self._edit(final, final_txn, finishing=True)):
+                    (self._closed and not self.text)  # nothing after the last media: no message
+                    or await self._edit(final, final_txn, finishing=True)
+                ):
                     self.finished = True
                     return list(self.event_ids) + self.media_event_ids
                 if self._shrunk():
@@ -401,8 +404,10 @@ class Answer:
             async with self._send_lock:
                 if await self._split_if_needed():
                     if not (self._closed and not self.text):  # a status alone opens no message
-                        if not await self._edit(await rendered(self.text, self.status_line, live=True)) \
-                                and self._shrunk():
+                        if (
+                            not await self._edit(await rendered(self.text, self.status_line, live=True))
+                            and self._shrunk()
+                        ):
                             self._dirty.set()  # it did not fit: split smaller at the next edit
             if self.text:
                 self._first_part = False
@@ -433,8 +438,7 @@ class Answer:
             return False
         self._too_large = False
         self.split_weight = max(MIN_SPLIT_WEIGHT, self.split_weight // 2)
-        log.info("an event of the answer in %s did not fit: split at %d from now on", self.room_id,
-                 self.split_weight)
+        log.info("an event of the answer in %s did not fit: split at %d from now on", self.room_id, self.split_weight)
         return True
 
     async def _send(self, content: dict, tx_id: str | None = None) -> str:
@@ -452,8 +456,15 @@ class Answer:
 
     async def _finishing(self, event_id: str | None, content: dict, txn_id: str) -> None:
         if self.on_final is not None and self._complete:
-            await self.on_final({"event": event_id, "content": content, "txn": txn_id, "text": self.full_text,
-                           "answer": list(self.event_ids)})
+            await self.on_final(
+                {
+                    "event": event_id,
+                    "content": content,
+                    "txn": txn_id,
+                    "text": self.full_text,
+                    "answer": list(self.event_ids),
+                }
+            )
 
     async def _edit(self, new: dict, txn_id: str | None = None, finishing: bool = False) -> bool:
         """Show `new` as the current message: an edit, or a new message when the current text
@@ -494,7 +505,7 @@ class Answer:
         except EventTooLarge as exc:  # nothing was sent: the caller splits smaller
             self._too_large = True
             log.warning("edit too large in %s: %s", self.room_id, exc)
-        except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, MatrixError, aiohttp.ClientError) as exc:
             self._away = not isinstance(exc, MatrixError) or exc.transient
             log.warning("edit failed in %s: %s", self.room_id, exc)
         except Exception:
@@ -509,5 +520,5 @@ async def _until(event: asyncio.Event, timeout: float) -> None:
     if not event.is_set():
         try:
             await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

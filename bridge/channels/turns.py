@@ -8,6 +8,7 @@ This is the turn's life: its record's states (journal.py), its place in the agen
 prompt, its stop and its end. What the owner sees while the agent works (status line, typing,
 plan and tool calls, the parts of the answer) is showing.py's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,18 +24,18 @@ from acp import AcpError, AgentCrashed, AgentTimeout, Update
 from store import StoreError, TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
+from ..matrix.client import MatrixError
+from ..matrix.markdown import escape_html
+from ..matrix.puppet import relating
+from ..voice.spoken import speak_answer
+from . import prepare
+from .agent_files import roots_for
 from .approvals import approve_mode, approvers
 from .context import UnseenMessage, build_prompt
 from .conversations import relation_for
-from ..matrix.client import MatrixError
-from ..matrix.puppet import relating
-from ..voice.spoken import speak_answer
-from .prompt import attachment_prompt, listening
-from .agent_files import roots_for
-from ..matrix.markdown import escape_html
-from .routing import Turn
 from .journal import Journal
-from . import prepare
+from .prompt import attachment_prompt, listening
+from .routing import Turn
 from .sessions import record_use
 from .showing import Showing
 from .stream import Answer, AnswerNotFinished, TxnIds
@@ -51,16 +52,17 @@ log = logging.getLogger(__name__)
 
 PAUSED = "⏸ the bridge stopped before this answer began: it is answered when the bridge is back"
 PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
-STDERR_LINES = 12         # lines of a crashed agent's stderr shown in its notice
+STDERR_LINES = 12  # lines of a crashed agent's stderr shown in its notice
 FAILED_FINISH_TIMEOUT = 20  # seconds to mark an answer interrupted after a failure of the bridge
-FINISH_ON_STOP = 5        # seconds a stopping bridge gives an answer the agent has finished
+FINISH_ON_STOP = 5  # seconds a stopping bridge gives an answer the agent has finished
 
 
 class Portal(Protocol):
     """The channel a turn runs in, as the turn sees it (portal.Portal runs it)."""
-    parts: "ChannelParts"
-    channel: "Channel"
-    runs: dict[str, "TurnRun"]  # conversation → its running turn
+
+    parts: ChannelParts
+    channel: Channel
+    runs: dict[str, TurnRun]  # conversation → its running turn
     room_id: str
 
     def member_names(self) -> list[str]: ...
@@ -69,14 +71,15 @@ class Portal(Protocol):
 
     def pending(self, conversation: str | None = None) -> int: ...
 
-    async def session_with(self, agent_name: str, agent: Any, also: Any = None,
-                           conversation: str = "") -> tuple[str, bool, Any]: ...
+    async def session_with(
+        self, agent_name: str, agent: Any, also: Any = None, conversation: str = ""
+    ) -> tuple[str, bool, Any]: ...
 
 
 class TurnRun:
     """A turn in progress, so `!stop`, a redaction or 🛑 can cancel it."""
 
-    def __init__(self, portal: "Portal", agent_name: str, answer: Answer):
+    def __init__(self, portal: Portal, agent_name: str, answer: Answer):
         self.portal = portal
         self.agent_name = agent_name
         self.answer = answer
@@ -86,7 +89,7 @@ class TurnRun:
         self.prompt_event_id: str | None = None
         self.cancelled = False
         self.tool_calls: dict[str, dict] = {}  # toolCallId → what the agent said of it so far
-        self.work: "WorkShown | None" = None  # its plan and tool calls as messages (coding/work.py)
+        self.work: WorkShown | None = None  # its plan and tool calls as messages (coding/work.py)
         self.entering: asyncio.Future | None = None  # waiting for the agent (busy elsewhere)
         self.prompt_sent = False  # session/prompt is written to the agent (store/turns.py)
         self.journal: Journal | None = None  # what it writes into its turn record
@@ -173,28 +176,34 @@ def context_reader(channel_id: str, limit: int, queued: int, conversation: str =
         if member.last_seen is None or member.fresh:
             return recent, recent
         return store.messages_in(channel_id, conversation, member.last_seen, count), recent
+
     return read
 
 
-def unseen_lines(read: tuple[list, list] | None, agent: str, current_message_id: str | None, fresh: bool,
-                 limit: int) -> list[UnseenMessage]:
+def unseen_lines(
+    read: tuple[list, list] | None, agent: str, current_message_id: str | None, fresh: bool, limit: int
+) -> list[UnseenMessage]:
     """What `agent` has not seen in the channel, as context lines (from `context_reader`'s read)."""
     if not limit or read is None:
         return []
     messages = read[1] if fresh else read[0]
     # user messages after the current one are queued: each is told in its own turn, not before
-    return [UnseenMessage("user" if m.role == "user" else m.sender, m.text)
-            for m in messages if m.id != current_message_id
-            and not (m.role == "user" and current_message_id is not None and m.id > current_message_id)
-            and (fresh or m.role != "agent" or m.sender != agent)][-limit:]
+    return [
+        UnseenMessage("user" if m.role == "user" else m.sender, m.text)
+        for m in messages
+        if m.id != current_message_id
+        and not (m.role == "user" and current_message_id is not None and m.id > current_message_id)
+        and (fresh or m.role != "agent" or m.sender != agent)
+    ][-limit:]
 
 
-def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = None, here: Any = None) -> str:
+def waiting_note(channels: Channels, pool, agent: str, ahead: int | None = None, here: Any = None) -> str:
     """Why an answer has not started: whose turn it is (docs/architecture.md "Who answers"), or that
     the agent starts. `here`: the waiting turn's portal — the agent may be answering in another
     conversation of the same channel (a thread, or the main timeline: one prompt at a time per
     agent)."""
-    from .room_names import place_of   # here: a DM is "your direct chat", not "#local"
+    from .room_names import place_of  # here: a DM is "your direct chat", not "#local"
+
     busy_in = channels.active_turns.get(agent)
     if busy_in is not None:
         if ahead is None:
@@ -213,7 +222,7 @@ def waiting_note(channels: "Channels", pool, agent: str, ahead: int | None = Non
     return ""
 
 
-async def _leave_queue(channels: "Channels", pool, run: TurnRun) -> None:
+async def _leave_queue(channels: Channels, pool, run: TurnRun) -> None:
     """`run` got its turn (or ended): the turns still waiting for that agent move up."""
     queue = channels.waiting.get(run.agent_name, [])
     if run not in queue:
@@ -223,7 +232,7 @@ async def _leave_queue(channels: "Channels", pool, run: TurnRun) -> None:
         await other.answer.waiting(waiting_note(channels, pool, run.agent_name, ahead, other.portal))
 
 
-async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -> None:
+async def run_turn(portal: Portal, record: TurnRecord, incoming: Incoming) -> None:
     """Run a turn its portal claimed (store/turns.py): `record` says who answers what."""
     parts = portal.parts
     config, channels = parts.config, parts.channels
@@ -239,8 +248,7 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         journal.ended(DROPPED, [], None)
         return
     puppet = relating(await parts.identities.puppet(turn.agent), portal.room_id, relation)
-    answer = Answer(puppet.intent, portal.room_id, agent_config.title,
-                    TxnIds(f"sk-{record.id}", record.attempt))
+    answer = Answer(puppet.intent, portal.room_id, agent_config.title, TxnIds(f"sk-{record.id}", record.attempt))
     # an earlier attempt may have posted the placeholder: it is found again by its transaction
     # id and edited, never taken for the final message
     answer.reused = record.attempt > 1
@@ -251,9 +259,17 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
     run.work = work = parts.work(puppet.intent, portal.room_id, config.attachment_bytes)
     run.prompt_event_id = incoming.event_id
     run.journal = journal
-    showing = Showing(answer, work, puppet, portal.room_id, notices=parts.notices,
-                      attachment_bytes=config.attachment_bytes, media_roots=lambda: roots_for(config, turn.agent, run.session_dir),
-                      courtesy=channels.courtesy, note_tool_call=run.note_tool_call)
+    showing = Showing(
+        answer,
+        work,
+        puppet,
+        portal.room_id,
+        notices=parts.notices,
+        attachment_bytes=config.attachment_bytes,
+        media_roots=lambda: roots_for(config, turn.agent, run.session_dir),
+        courtesy=channels.courtesy,
+        note_tool_call=run.note_tool_call,
+    )
     # the note and the place in the queue are taken together (no await between)
     note = waiting_note(channels, parts.pool, turn.agent, here=portal)
     channels.queue(turn.agent).append(run)
@@ -287,9 +303,13 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
             showing.typing_after(posting)  # typing while the agent works
             # the member and what the agent has not seen: read together, in one database call
             session_id, fresh, context = await portal.session_with(
-                turn.agent, agent, context_reader(portal.channel.id, config.context_messages, portal.pending(record.conversation),
-                                                  record.conversation),
-                conversation=record.conversation)
+                turn.agent,
+                agent,
+                context_reader(
+                    portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
+                ),
+                conversation=record.conversation,
+            )
             run.session_id = session_id
             # its files are posted from where this session works (a thread's worktree, `!cwd`),
             # read now: a later `!cwd` moves the next session, not this one
@@ -298,15 +318,28 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 await _end(answer, "⏹ stopped")
                 journal.ended(ENDED, answer.event_ids, None)
                 return
-            text = turn.text if turn.alone else build_prompt(
-                portal.channel.name,
-                unseen_lines(context, turn.agent, incoming.message_id, fresh, config.context_messages),
-                turn.text, config.context_messages, config.context_chars)
+            text = (
+                turn.text
+                if turn.alone
+                else build_prompt(
+                    portal.channel.name,
+                    unseen_lines(context, turn.agent, incoming.message_id, fresh, config.context_messages),
+                    turn.text,
+                    config.context_messages,
+                    config.context_chars,
+                )
+            )
             prompt: str | list[dict] = text
             if incoming.attachment is not None:  # as the content this agent takes (media.py)
-                prompt, refused = await attachment_prompt(puppet.intent, incoming.attachment, text,
-                                                          agent.prompt_capabilities, agent_config.title,
-                                                          config.attachment_bytes, listening(config, portal, answer))
+                prompt, refused = await attachment_prompt(
+                    puppet.intent,
+                    incoming.attachment,
+                    text,
+                    agent.prompt_capabilities,
+                    agent_config.title,
+                    config.attachment_bytes,
+                    listening(config, portal, answer),
+                )
                 if refused is not None:  # one line in the answer's place; nothing goes to the agent
                     await _end(answer, f"⚠️ {refused}")
                     journal.ended(ENDED, answer.event_ids, None)
@@ -324,16 +357,20 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
                 showing.prompting(lambda: agent.asking)
                 # its record says "prompted" before the agent can have it (at most once), and the
                 # prompt is written the moment that is done
-                stop_reason = await agent.prompt(session_id, prompt, showing.on_update,
-                                                 on_permission, on_question,
-                                                 before_send=lambda: _prompting(run),
-                                                 on_sent=lambda: _prompted(run, turn.text))
+                stop_reason = await agent.prompt(
+                    session_id,
+                    prompt,
+                    showing.on_update,
+                    on_permission,
+                    on_question,
+                    before_send=lambda: _prompting(run),
+                    on_sent=lambda: _prompted(run, turn.text),
+                )
                 # steered meanwhile: the same turn asks again (one record, one answer)
                 while run.steering:
                     request, prompt = _steered(run, request, request, answer)
                     run.cancelled = False
-                    stop_reason = await agent.prompt(session_id, prompt, showing.on_update,
-                                                     on_permission, on_question)
+                    stop_reason = await agent.prompt(session_id, prompt, showing.on_update, on_permission, on_question)
                 run.steerable = False
             finally:
                 run.steerable = False
@@ -342,13 +379,22 @@ async def run_turn(portal: "Portal", record: TurnRecord, incoming: "Incoming") -
         footer = (run.stop_line or "⏹ stopped") if stop_reason == "cancelled" else parts.stop_line(stop_reason)
         # the agent is done: a stop from here on lets the complete answer land and be stored
         # (within FINISH_ON_STOP) rather than marking it interrupted
-        closing = asyncio.ensure_future(_close(portal, journal, turn.agent, answer, footer,
-                                               None if seen is None else stored_upto))
+        closing = asyncio.ensure_future(
+            _close(portal, journal, turn.agent, answer, footer, None if seen is None else stored_upto)
+        )
         try:
             await asyncio.shield(closing)
             if stop_reason != "cancelled":  # `!voice on`: the answer read aloud too (docs/voice.md)
-                channels.courtesy(speak_answer(parts.db, portal.channel.id, puppet.intent, portal.room_id,
-                                               answer.full_text, config.voice.language))
+                channels.courtesy(
+                    speak_answer(
+                        parts.db,
+                        portal.channel.id,
+                        puppet.intent,
+                        portal.room_id,
+                        answer.full_text,
+                        config.voice.language,
+                    )
+                )
         except asyncio.CancelledError:
             if not closing.done():
                 await asyncio.wait({closing}, timeout=FINISH_ON_STOP)
@@ -416,15 +462,13 @@ def _steered(run: TurnRun, request: str, prompt: str | list[dict], answer: Answe
     return f"{request}\n\n{words}", f"{prompt}\n\n{words}"
 
 
-async def _ask(portal: "Portal", puppet, conversation: str, requester: str | None, run: TurnRun,
-               ask, request):
+async def _ask(portal: Portal, puppet, conversation: str, requester: str | None, run: TurnRun, ask, request):
     """Ask the owner through `ask` (permissions.py, coding/questions.py): who answers and whom
     it mentions, as the channel's `!approve` says (approvals.py) when it is asked."""
     parts = portal.parts
     mode = approve_mode(await parts.db.get_value(keys.approve(portal.channel.id)))
     asker, mention = approvers(mode, requester, parts.config.owners)
-    return await ask(portal, puppet, request, conversation=conversation, asker=asker, run=run,
-                     mention=mention)
+    return await ask(portal, puppet, request, conversation=conversation, asker=asker, run=run, mention=mention)
 
 
 async def _after(first: asyncio.Task, then) -> None:
@@ -467,7 +511,7 @@ def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:
         run.journal.ended(INTERRUPTED if quitting else ENDED, run.answer.event_ids, seen)
 
 
-async def crash_notice(notices: "Notices", portal: "Portal", puppet, agent: str, exc: AgentCrashed) -> None:
+async def crash_notice(notices: Notices, portal: Portal, puppet, agent: str, exc: AgentCrashed) -> None:
     """The agent's process died mid-answer: its exit code and the end of its stderr."""
     tail = "\n".join((exc.stderr_tail or "").strip().splitlines()[-STDERR_LINES:])
     text = f"⚠️ {agent} stopped unexpectedly (exit code {exc.exit_code})."
@@ -487,8 +531,9 @@ async def _interrupted(answer: Answer, why: str, timeout: float = 5) -> None:
         log.warning("could not mark an answer as interrupted; the next start will")
 
 
-async def _close(portal: "Portal", journal: Journal, agent: str, answer: Answer, footer: str | None,
-                 seen_upto: str | None) -> None:
+async def _close(
+    portal: Portal, journal: Journal, agent: str, answer: Answer, footer: str | None, seen_upto: str | None
+) -> None:
     """The final text of an answer the agent finished, then the answer, what the agent has seen
     and its turn done, stored together."""
     event_ids = await answer.finish(footer, complete=True)

@@ -13,6 +13,7 @@ anyway), and is no channel any more: a message there is not answered.
 Only the owner's tombstone counts: a room's state may be set by others with the power to, and a
 stranger changes nothing (docs/SECURITY.md "What a stranger cannot do").
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,14 @@ def moved_line(replacement: str) -> str:
 class RoomUpgrades:
     """The handler of `m.room.tombstone` (the dispatcher's, given it by the bridge)."""
 
-    def __init__(self, db: "OffLoop", channels: "Channels", identities: "Identities", notices: "Notices",
-                 descriptions: "CommandDescriptions"):
+    def __init__(
+        self,
+        db: OffLoop,
+        channels: Channels,
+        identities: Identities,
+        notices: Notices,
+        descriptions: CommandDescriptions,
+    ):
         self.db, self.channels, self.identities = db, channels, identities
         self.notices, self.descriptions = notices, descriptions
 

@@ -8,6 +8,7 @@ order. A failed request is logged and the next one carries the latest state agai
 already shown is never sent again (the same edit twice: an edit in flight when `close()` came
 with the same state, after a rejection or a `!stop`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,29 +20,29 @@ from typing import Any
 import aiohttp
 
 from ..channels.background import stop_task
-from ..matrix.intent import Intent
 from ..matrix.client import MatrixError
+from ..matrix.intent import Intent
 
 log = logging.getLogger(__name__)
 
-EDIT_INTERVAL = 1.0   # seconds between two edits of one message
-MAX_EDITS = 60        # past this, only the closing state is shown
+EDIT_INTERVAL = 1.0  # seconds between two edits of one message
+MAX_EDITS = 60  # past this, only the closing state is shown
 
 
 class LiveMessage:
     def __init__(self, intent: Intent, room_id: str, what: str):
         self.intent = intent
         self.room_id = room_id
-        self.what = what                       # for the log: "the plan", "a tool call"
+        self.what = what  # for the log: "the plan", "a tool call"
         self.event_id: str | None = None
         self.edits = 0
         self._wanted: dict[str, Any] | None = None  # latest content not shown yet
         self._shown: dict[str, Any] | None = None
-        self._txn = uuid.uuid4().hex           # the first message's: a retry never posts twice
+        self._txn = uuid.uuid4().hex  # the first message's: a retry never posts twice
         self._last = 0.0
         self._pump: asyncio.Task | None = None
         self._news = asyncio.Event()
-        self._lock = asyncio.Lock()            # one request at a time: edits land in order
+        self._lock = asyncio.Lock()  # one request at a time: edits land in order
 
     def show(self, content: dict[str, Any]) -> None:
         """Make `content` the message's state (shown soon)."""
@@ -93,7 +94,7 @@ class LiveMessage:
                 await self.intent.edit(self.room_id, self.event_id, content)
                 self.edits += 1
             self._shown = content
-        except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, MatrixError, aiohttp.ClientError) as exc:
             log.warning("could not show %s in %s: %s", self.what, self.room_id, exc)
             if self._wanted is None:
                 self._wanted = content  # the next update (or close) tries again

@@ -17,6 +17,7 @@ the owner is told, `moved_out`). The roots that
 do not hold the chosen folder are the session's `additionalDirectories`, where the agent
 announces it takes them.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Place:
     """A session's working directory (None: the agent's own default) and its other roots."""
+
     cwd: str | None
     additional: tuple[str, ...] = ()
 
@@ -67,8 +69,10 @@ def moved_out(title: str, chosen: str, real: str, fallback: str | None) -> str:
     """The one line said when the `!cwd` folder leads out of the roots as a session opens."""
     where = fallback or "its default folder"
     leads = f"now leads to {real}, " if real != chosen else "is "
-    return (f"{title}: the folder chosen with !cwd, {chosen}, {leads}outside its roots "
-            f"(agents.<name>.roots): this session opens in {where} instead.")
+    return (
+        f"{title}: the folder chosen with !cwd, {chosen}, {leads}outside its roots "
+        f"(agents.<name>.roots): this session opens in {where} instead."
+    )
 
 
 def base_dir(configured: str | None, chosen: str | None) -> str | None:
@@ -88,8 +92,7 @@ def additional(cwd: str | None, roots: tuple[str, ...], origin: str | None = Non
     `origin`, the folder a worktree was made from: the worktree stands for that root)."""
     if cwd is None:
         return ()
-    return tuple(root for root in roots
-                 if not inside(cwd, root) and not (origin is not None and inside(origin, root)))
+    return tuple(root for root in roots if not inside(cwd, root) and not (origin is not None and inside(origin, root)))
 
 
 def refusal(title: str, wanted: str, roots: tuple[str, ...]) -> str:

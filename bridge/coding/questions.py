@@ -16,9 +16,11 @@
 before they become prompts (inbound.py). Asking and waiting is channels/asks.py's, shared with
 permission requests; what is here is what a question asks and how its answer reads.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from acp import ElicitationAnswer, ElicitationRequest
 from acp.elicitation import ACCEPT, CANCEL, DECLINE, parse_answer
@@ -40,20 +42,27 @@ TIMED_OUT = "⏱ No answer: declined"
 
 
 class Questions:
-    def __init__(self, config: "Config", notices: "Notices"):
+    def __init__(self, config: Config, notices: Notices):
         self.asks = Asks(config, notices, "question")
 
-    async def ask(self, portal: "Portal", puppet: "Puppet", request: ElicitationRequest, *,
-                  conversation: str = "", asker: str | None = None, run: Any = None,
-                  mention: Sequence[str] = ()) -> ElicitationAnswer | None:
+    async def ask(
+        self,
+        portal: Portal,
+        puppet: Puppet,
+        request: ElicitationRequest,
+        *,
+        conversation: str = "",
+        asker: str | None = None,
+        run: Any = None,
+        mention: Sequence[str] = (),
+    ) -> ElicitationAnswer | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
         the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.TurnRun;
         None: the portal's current one); `mention`: whom it notifies
         (channels/approvals.py)."""
         run = run if run is not None else portal.current
         title = puppet.displayname
-        shown = (render.url_consent(title, request) if request.mode == "url"
-                 else render.elicitation(title, request))
+        shown = render.url_consent(title, request) if request.mode == "url" else render.elicitation(title, request)
 
         async def answered(ask: Ask) -> tuple[ElicitationAnswer, str]:
             result = await self._answer(ask, request)
@@ -61,15 +70,27 @@ class Questions:
 
         def stopped() -> str:
             # the agent withdrew it, or the turn was stopped (acp answers "decline" for us)
-            return (render.elicitation_outcome(DECLINE) + " (the answer was stopped)"
-                    if getattr(run, "cancelled", False) else WITHDRAWN)
+            return (
+                render.elicitation_outcome(DECLINE) + " (the answer was stopped)"
+                if getattr(run, "cancelled", False)
+                else WITHDRAWN
+            )
 
         # not posted: the owner cannot be asked
-        return await self.asks.ask(portal, puppet, shown, f"❓ waiting for your answer to {title}'s question",
-                                   answered, timed_out=(ElicitationAnswer(DECLINE), TIMED_OUT),
-                                   stopped=stopped, unsent=ElicitationAnswer(CANCEL),
-                                   conversation=conversation, asker=asker, run=run,
-                                   mention=mention)
+        return await self.asks.ask(
+            portal,
+            puppet,
+            shown,
+            f"❓ waiting for your answer to {title}'s question",
+            answered,
+            timed_out=(ElicitationAnswer(DECLINE), TIMED_OUT),
+            stopped=stopped,
+            unsent=ElicitationAnswer(CANCEL),
+            conversation=conversation,
+            asker=asker,
+            run=run,
+            mention=mention,
+        )
 
     async def _answer(self, ask: Ask, request: ElicitationRequest) -> ElicitationAnswer:
         while True:
@@ -88,11 +109,19 @@ class Questions:
             content, problems = parse_answer(request.fields, reply)
             if not problems:
                 return ElicitationAnswer(ACCEPT, content)
-            await self.asks.say(ask, "That answer does not fit: " + "; ".join(problems)
-                                + ". Reply again, or `decline`.")
+            await self.asks.say(
+                ask, "That answer does not fit: " + "; ".join(problems) + ". Reply again, or `decline`."
+            )
 
-    async def on_reply(self, room_id: str, body: str, reply_to: str | None, loose: bool = True,
-                       sender: str | None = None, conversation: str = "") -> bool:
+    async def on_reply(
+        self,
+        room_id: str,
+        body: str,
+        reply_to: str | None,
+        loose: bool = True,
+        sender: str | None = None,
+        conversation: str = "",
+    ) -> bool:
         """An owner's message: True when it answers an open question — a reply to it, or (with
         `loose`) the latest open question of its conversation when it replies to nothing — or
         was another owner's reply to it, refused (channels/asks.py)."""

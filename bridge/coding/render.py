@@ -28,8 +28,9 @@ import difflib
 import html
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from acp.elicitation import LETTERS, ElicitationRequest, Field
 from acp.toolcalls import Location, PlanEntry, Terminal, ToolCall, ToolContent
@@ -37,22 +38,35 @@ from acp.updates import normalise_update
 
 from ..matrix.markdown import escape_html, sanitise
 
-DIFF_INLINE_LINES = 12        # diff lines shown as they are; more go into <details>
-DIFF_ATTACH_LINES = 400       # past this, or
-DIFF_ATTACH_CHARS = 20_000    # this, the diff is a file, the message a summary
+DIFF_INLINE_LINES = 12  # diff lines shown as they are; more go into <details>
+DIFF_ATTACH_LINES = 400  # past this, or
+DIFF_ATTACH_CHARS = 20_000  # this, the diff is a file, the message a summary
 TERMINAL_TAIL_LINES = 15
 TERMINAL_TAIL_CHARS = 3_000
-TEXT_CHARS = 1_500            # a tool call's text content, cut
-INPUT_CHARS = 300             # a permission's raw input, cut
+TEXT_CHARS = 1_500  # a tool call's text content, cut
+INPUT_CHARS = 300  # a permission's raw input, cut
 LOCATIONS_SHOWN = 5
 
 PLAN_MARKS = {"pending": "⬜", "in_progress": "🔄", "completed": "✅", "cancelled": "✖️"}
-KIND_ICONS = {"read": "📖", "edit": "✏️", "delete": "🗑️", "move": "📦", "search": "🔍",
-              "execute": "▶️", "think": "💭", "fetch": "🌐", "switch_mode": "🔀", "other": "🔧"}
-STATUS_WORDS = {"pending": "⏳ pending", "in_progress": "🔄 running", "completed": "✅ done",
-                "failed": "❌ failed"}
-OPTION_LABELS = {"allow_once": "✅ Allow once", "allow_always": "✅ Allow always",
-                 "reject_once": "❌ Reject once", "reject_always": "🚫 Reject always"}
+KIND_ICONS = {
+    "read": "📖",
+    "edit": "✏️",
+    "delete": "🗑️",
+    "move": "📦",
+    "search": "🔍",
+    "execute": "▶️",
+    "think": "💭",
+    "fetch": "🌐",
+    "switch_mode": "🔀",
+    "other": "🔧",
+}
+STATUS_WORDS = {"pending": "⏳ pending", "in_progress": "🔄 running", "completed": "✅ done", "failed": "❌ failed"}
+OPTION_LABELS = {
+    "allow_once": "✅ Allow once",
+    "allow_always": "✅ Allow always",
+    "reject_once": "❌ Reject once",
+    "reject_always": "🚫 Reject always",
+}
 STOP_LINES = {
     "max_tokens": "✂️ The answer was cut: the agent reached its token limit.",
     "max_turn_requests": "✂️ The answer was cut: the agent reached its limit of requests for one turn.",
@@ -67,8 +81,7 @@ class Rendered:
 
     def content(self, msgtype: str = "m.text") -> dict[str, Any]:
         """As m.room.message content."""
-        return {"msgtype": msgtype, "body": self.body, "format": "org.matrix.custom.html",
-                "formatted_body": self.html}
+        return {"msgtype": msgtype, "body": self.body, "format": "org.matrix.custom.html", "formatted_body": self.html}
 
 
 def _done(body_lines: Iterable[str], html_parts: Iterable[str]) -> Rendered:
@@ -80,10 +93,11 @@ def _e(text: Any) -> str:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --- plan ------------------------------------------------------------------------------
+
 
 def plan(entries: list[PlanEntry], heading: str = "Plan") -> Rendered:
     done = sum(e.status == "completed" for e in entries)
@@ -99,8 +113,9 @@ def plan(entries: list[PlanEntry], heading: str = "Plan") -> Rendered:
         elif entry.status == "in_progress":
             text = f"<strong>{text}</strong>"
         items.append(f"<li>{mark} {text}{f' <em>({_e(entry.priority)} priority)</em>' if tag else ''}</li>")
-    html = [f"<p><strong>📋 {_e(heading)}</strong> "
-            + (f"({done}/{len(entries)} done)" if entries else "(empty)") + "</p>"]
+    html = [
+        f"<p><strong>📋 {_e(heading)}</strong> " + (f"({done}/{len(entries)} done)" if entries else "(empty)") + "</p>"
+    ]
     if items:
         html.append("<ul>" + "".join(items) + "</ul>")
     return _done(body, html)
@@ -108,15 +123,16 @@ def plan(entries: list[PlanEntry], heading: str = "Plan") -> Rendered:
 
 # --- diffs -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class DiffView:
     path: str
     added: int
     removed: int
-    text: str            # the unified diff (what a file attachment would hold)
+    text: str  # the unified diff (what a file attachment would hold)
     lines: int
     new_file: bool
-    attach: bool         # too long for a message: send `text` as a file, show `rendered`
+    attach: bool  # too long for a message: send `text` as a file, show `rendered`
     rendered: Rendered
 
     @property
@@ -127,8 +143,9 @@ class DiffView:
 def unified(path: str, old: str | None, new: str) -> str:
     a = [] if old is None else old.splitlines()
     b = new.splitlines()
-    lines = difflib.unified_diff(a, b, "/dev/null" if old is None else f"a/{path.lstrip('/')}",
-                                 f"b/{path.lstrip('/')}", n=3, lineterm="")
+    lines = difflib.unified_diff(
+        a, b, "/dev/null" if old is None else f"a/{path.lstrip('/')}", f"b/{path.lstrip('/')}", n=3, lineterm=""
+    )
     return "\n".join(lines)
 
 
@@ -142,9 +159,13 @@ def diff(path: str, old: str | None, new: str) -> DiffView:
     summary = f"{path} ({what + ', ' if what else ''}{counts})"
     attach = len(lines) > DIFF_ATTACH_LINES or len(text) > DIFF_ATTACH_CHARS
     if attach:
-        rendered = Rendered(f"📄 {summary}: {len(lines)} lines, attached as a file",
-                            sanitise(f"<p>📄 <code>{_e(path)}</code> ({_e(what + ', ' if what else '')}"
-                                     f"{_e(counts)}): {len(lines)} lines, attached as a file</p>"))
+        rendered = Rendered(
+            f"📄 {summary}: {len(lines)} lines, attached as a file",
+            sanitise(
+                f"<p>📄 <code>{_e(path)}</code> ({_e(what + ', ' if what else '')}"
+                f"{_e(counts)}): {len(lines)} lines, attached as a file</p>"
+            ),
+        )
     elif not text:
         rendered = Rendered(f"📄 {summary}", sanitise(f"<p>📄 <code>{_e(path)}</code> (no change)</p>"))
     else:
@@ -159,6 +180,7 @@ def diff(path: str, old: str | None, new: str) -> DiffView:
 
 
 # --- terminals ---------------------------------------------------------------------------
+
 
 def exit_line(terminal: Terminal) -> str:
     if not terminal.exited:
@@ -177,19 +199,23 @@ def terminal(term: Terminal) -> Rendered:
     shown = lines[-TERMINAL_TAIL_LINES:]
     tail = "\n".join(shown)
     if len(tail) > TERMINAL_TAIL_CHARS:
-        tail = "…" + tail[-(TERMINAL_TAIL_CHARS - 1):]
+        tail = "…" + tail[-(TERMINAL_TAIL_CHARS - 1) :]
     hidden = len(lines) - len(shown)
     earlier = f"… {hidden} earlier line{'s' if hidden != 1 else ''}" if hidden or term.dropped else ""
     if term.dropped and not hidden:
         earlier = "… earlier output"
     end = exit_line(term)
     body = ([earlier] if earlier else []) + ([f"```\n{tail}\n```"] if tail else ["(no output)"]) + [end]
-    html = ([f"<p><em>{_e(earlier)}</em></p>"] if earlier else []) + \
-        ([f"<pre><code>{_e(tail)}</code></pre>"] if tail else ["<p><em>(no output)</em></p>"]) + [f"<p>{_e(end)}</p>"]
+    html = (
+        ([f"<p><em>{_e(earlier)}</em></p>"] if earlier else [])
+        + ([f"<pre><code>{_e(tail)}</code></pre>"] if tail else ["<p><em>(no output)</em></p>"])
+        + [f"<p>{_e(end)}</p>"]
+    )
     return _done(body, html)
 
 
 # --- tool calls --------------------------------------------------------------------------
+
 
 def locations_text(locations: list[Location]) -> str:
     names = [f"{loc.path}:{loc.line}" if loc.line is not None else loc.path for loc in locations[:LOCATIONS_SHOWN]]
@@ -230,7 +256,9 @@ def tool_call(call: ToolCall) -> tuple[Rendered, list[DiffView]]:
     return _done(body, html), attachments
 
 
-def _content_part(call: ToolCall, item: ToolContent, attachments: list[DiffView], terminals_shown: set[str]) -> Rendered | None:
+def _content_part(
+    call: ToolCall, item: ToolContent, attachments: list[DiffView], terminals_shown: set[str]
+) -> Rendered | None:
     if item.type == "diff":
         view = diff(item.path, item.old_text, item.new_text)
         if view.attach:
@@ -246,6 +274,7 @@ def _content_part(call: ToolCall, item: ToolContent, attachments: list[DiffView]
 
 
 # --- permissions -------------------------------------------------------------------------
+
 
 def option_label(option: dict[str, Any]) -> str:
     name = str(option.get("name") or option.get("optionId") or "?")
@@ -266,8 +295,9 @@ def command_of(raw_input: Any) -> str | None:
     return None
 
 
-def permission(agent_title: str, tool_call_raw: dict[str, Any], options: list[dict[str, Any]],
-               known: ToolCall | None = None) -> tuple[Rendered, list[DiffView]]:
+def permission(
+    agent_title: str, tool_call_raw: dict[str, Any], options: list[dict[str, Any]], known: ToolCall | None = None
+) -> tuple[Rendered, list[DiffView]]:
     """A permission request: what it is about (the diff, the command), numbered options.
     `known` is the call as the turn saw it so far (a request may send only its id)."""
     call = ToolCall(str(tool_call_raw.get("toolCallId") or ""))
@@ -308,6 +338,7 @@ def permission(agent_title: str, tool_call_raw: dict[str, Any], options: list[di
 
 # --- settings and status ---------------------------------------------------------------------
 
+
 def setting_change(agent_title: str, what: str, old: str | None, new: str, by_agent: bool = False) -> Rendered:
     """One line: `🔀 alice: mode Ask → Plan` (by the agent itself: `alice switched …`)."""
     change = f"{old} → {new}" if old and old != new else new
@@ -324,16 +355,18 @@ def choices_list(agent_title: str, what: str, current: str | None, choices: list
         label = ident if name in ("", ident) else f"{ident} ({name})"
         extra = f" — {description}" if description else ""
         body.append(f"{mark} {label}{extra}{' (current)' if ident == current else ''}")
-        items.append(f"<li>{'<strong>' if ident == current else ''}{_e(label)}"
-                     f"{'</strong> (current)' if ident == current else ''}{_e(extra)}</li>")
+        items.append(
+            f"<li>{'<strong>' if ident == current else ''}{_e(label)}"
+            f"{'</strong> (current)' if ident == current else ''}{_e(extra)}</li>"
+        )
     html = [f"<p><strong>{_e(agent_title)}</strong> — {_e(what)}:</p>", "<ul>" + "".join(items) + "</ul>"]
     return _done(body, html)
 
 
 @dataclass(frozen=True)
 class StatusLine:
-    agent: str                 # the member's display title
-    state: str                 # stopped | ready | answering | waiting …
+    agent: str  # the member's display title
+    state: str  # stopped | ready | answering | waiting …
     mode: str | None = None
     model: str | None = None
     used: int | None = None
@@ -387,6 +420,7 @@ def status(lines: list[StatusLine]) -> Rendered:
 
 # --- elicitation -------------------------------------------------------------------------
 
+
 def field_hint(f: Field) -> str:
     if f.type == "boolean":
         hint = "yes / no"
@@ -403,8 +437,12 @@ def field_hint(f: Field) -> str:
     elif f.options:
         hint = "one of"
     else:
-        hint = {"email": "an email address", "uri": "a URL", "date": "a date (YYYY-MM-DD)",
-                "date-time": "a date and time"}.get(f.format or "", "text")
+        hint = {
+            "email": "an email address",
+            "uri": "a URL",
+            "date": "a date (YYYY-MM-DD)",
+            "date-time": "a date and time",
+        }.get(f.format or "", "text")
     if f.default is not None:
         shown = ("yes" if f.default else "no") if isinstance(f.default, bool) else f.default
         hint += f"; default {shown}"
@@ -424,10 +462,15 @@ def elicitation(agent_title: str, request: ElicitationRequest) -> Rendered:
             opts = [f"{LETTERS[i]}) {o.title}" for i, o in enumerate(f.options)]
             body.append("   " + "  ".join(opts))
             options_html = "<br>" + _e("  ".join(opts))
-        html.append(f"<li><strong>{_e(label)}</strong>{_e(description)} <em>({_e(field_hint(f))})</em>{options_html}</li>")
+        html.append(
+            f"<li><strong>{_e(label)}</strong>{_e(description)} <em>({_e(field_hint(f))})</em>{options_html}</li>"
+        )
     html.append("</ol>")
-    how = ("Reply to this message with your answer" if len(request.fields) == 1
-           else "Reply to this message, one line per question: `1. answer`")
+    how = (
+        "Reply to this message with your answer"
+        if len(request.fields) == 1
+        else "Reply to this message, one line per question: `1. answer`"
+    )
     how += "; `decline` to refuse."
     body.extend(["", how])
     html.append(f"<p>{_e(how)}</p>")
@@ -440,18 +483,26 @@ def url_consent(agent_title: str, request: ElicitationRequest) -> Rendered:
     line = f"🔗 {agent_title} asks you to open a page on {host}"
     what = f": {request.message}" if request.message else ""
     how = "Reply `yes` to get the link, `no` to decline."
-    return _done([line + what, how], [f"<p>🔗 <strong>{_e(agent_title)}</strong> asks you to open a page on "
-                                      f"<strong>{_e(host)}</strong>{_e(what)}</p><p>{_e(how)}</p>"])
+    return _done(
+        [line + what, how],
+        [
+            f"<p>🔗 <strong>{_e(agent_title)}</strong> asks you to open a page on "
+            f"<strong>{_e(host)}</strong>{_e(what)}</p><p>{_e(how)}</p>"
+        ],
+    )
 
 
 def url_link(request: ElicitationRequest) -> Rendered:
     """URL mode, after consent: the link itself (http and https only)."""
     if request.host is None:
-        return Rendered("The agent's link is not an http(s) URL; it is not shown.",
-                        sanitise("<p>The agent's link is not an http(s) URL; it is not shown.</p>"))
+        return Rendered(
+            "The agent's link is not an http(s) URL; it is not shown.",
+            sanitise("<p>The agent's link is not an http(s) URL; it is not shown.</p>"),
+        )
     link = request.link or ""  # checked by acp.elicitation.safe_link: no quote, no backslash
-    return Rendered(f"Open: {link}", sanitise(f'<p>Open: <a href="{html.escape(link, quote=True)}">'
-                                              f'{_e(request.host)}</a></p>'))
+    return Rendered(
+        f"Open: {link}", sanitise(f'<p>Open: <a href="{html.escape(link, quote=True)}">{_e(request.host)}</a></p>')
+    )
 
 
 def elicitation_outcome(action: str) -> str:

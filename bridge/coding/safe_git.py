@@ -23,20 +23,21 @@ when the bridge makes a thread's worktree or asks its status. So every call:
 Aliases need nothing: git never lets an alias replace one of its own commands, and the bridge
 runs only those (`rev-parse`, `worktree`, `status`, `config`).
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 # set on every call, over whatever the checkout's config says
 FIXED: tuple[tuple[str, str], ...] = (
-    ("core.hooksPath", "/dev/null"),      # no hook is found there
+    ("core.hooksPath", "/dev/null"),  # no hook is found there
     ("core.fsmonitor", "false"),
     ("core.sshCommand", "false"),
     ("core.pager", "cat"),
     ("core.editor", "false"),
     ("sequence.editor", "false"),
     ("core.askPass", ""),
-    ("credential.helper", ""),             # an empty value clears the list of helpers
+    ("credential.helper", ""),  # an empty value clears the list of helpers
     ("diff.external", ""),
     ("core.attributesFile", "/dev/null"),
     ("protocol.allow", "never"),
@@ -96,8 +97,9 @@ def driver_overrides(names: Iterable[str]) -> list[tuple[str, str]]:
     return found
 
 
-def argv(args: Iterable[str], git_dir: str | None = None, work_tree: str | None = None,
-         folder: str | None = None) -> list[str]:
+def argv(
+    args: Iterable[str], git_dir: str | None = None, work_tree: str | None = None, folder: str | None = None
+) -> list[str]:
     """`git …` with the git folder and work tree named (`folder`: `-C`, for finding a checkout,
     where neither is known yet)."""
     command = ["git", "--no-pager"]

@@ -22,6 +22,7 @@ too (the last session that told them); `!status` in a thread shows its own sessi
 runs. The ACP side knows how to set each (acp/client.py: config options preferred, modes, the
 agents' `models` fallback).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,9 +47,9 @@ if TYPE_CHECKING:
     from store.offloop import OffLoop
 
     from ..channels.notices import Notices
+    from ..channels.portal import Portal
     from ..channels.registry import Channels
     from ..matrix.identities import Identities
-    from ..channels.portal import Portal
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,16 @@ def stored_choice(choices: dict[str, Any], kind: str, key: str) -> str | None:
 
 
 class SessionSettings:
-    def __init__(self, config: "Config", db: "OffLoop", pool: "Pool", channels: "Channels",
-                 identities: "Identities", notices: "Notices", aliases: dict[str, str]):
+    def __init__(
+        self,
+        config: Config,
+        db: OffLoop,
+        pool: Pool,
+        channels: Channels,
+        identities: Identities,
+        notices: Notices,
+        aliases: dict[str, str],
+    ):
         self.config, self.db, self.pool, self.channels = config, db, pool, channels
         self.identities, self.notices, self.aliases = identities, notices, aliases
         # (agent, session) → (channel id, room, conversation)
@@ -102,8 +111,9 @@ class SessionSettings:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def opened(self, portal: "Portal", agent_name: str, agent, session_id: str, new: bool,
-                     conversation: str = "") -> None:
+    async def opened(
+        self, portal: Portal, agent_name: str, agent, session_id: str, new: bool, conversation: str = ""
+    ) -> None:
         """A session of `agent_name` in `portal`'s `conversation` was just opened or loaded:
         bring it to the owner's choices, store what it offers. Never raises for a choice it
         cannot apply: one line says so in the conversation (a thread: in it)."""
@@ -121,10 +131,13 @@ class SessionSettings:
         self._store_state(channel_id, agent_name, state)
         if applied is not None and applied.failed:
             title = self.config.agents[agent_name].title
-            lines = [f"⚠️ {title}: {WORDS.get(s.kind, s.key)} {s.value} not applied: {s.reason}"
-                     for s in applied.failed]
-            await self.notices.notice(portal, "\n".join(lines), await self.identities.puppet(agent_name),
-                                      relates_to=relation_for(conversation))
+            lines = [f"⚠️ {title}: {WORDS.get(s.kind, s.key)} {s.value} not applied: {s.reason}" for s in applied.failed]
+            await self.notices.notice(
+                portal,
+                "\n".join(lines),
+                await self.identities.puppet(agent_name),
+                relates_to=relation_for(conversation),
+            )
 
     def _store_state(self, channel_id: str, agent_name: str, state: SessionState) -> None:
         """What the session offers, its usage and title: written on the database thread, in order."""
@@ -137,6 +150,7 @@ class SessionSettings:
                 settings.set_usage(channel_id, agent_name, usage.used, usage.size, usage.cost, usage.currency)
             if title is not None:
                 settings.set_title(channel_id, agent_name, title)
+
         self.db.soon(f"the session state of {agent_name}", write)
 
     def on_state(self, agent_name: str, session_id: str, update: Update, state: SessionState) -> None:
@@ -148,12 +162,15 @@ class SessionSettings:
         settings = self.db.target.settings
         if update.kind == "usage" and state.usage is not None:
             u = state.usage
-            self.db.soon(f"the usage of {agent_name}", lambda: settings.set_usage(
-                channel_id, agent_name, u.used, u.size, u.cost, u.currency))
+            self.db.soon(
+                f"the usage of {agent_name}",
+                lambda: settings.set_usage(channel_id, agent_name, u.used, u.size, u.cost, u.currency),
+            )
         elif update.kind == "session_info":
             title = state.title
-            self.db.soon(f"the session title of {agent_name}",
-                         lambda: settings.set_title(channel_id, agent_name, title))
+            self.db.soon(
+                f"the session title of {agent_name}", lambda: settings.set_title(channel_id, agent_name, title)
+            )
         elif update.kind in ("mode", "config"):
             # read what was chosen and write what the agent switched in one go on the database
             # thread, in the order the agent sent its updates
@@ -165,8 +182,10 @@ class SessionSettings:
                 lines = self._switched(channel_id, agent_name, before, now, state)
                 settings.set_snapshot(channel_id, agent_name, snapshot)
                 return lines
-            self.tasks.start(self._switch_lines(room_id, agent_name, record, conversation),
-                             f"settings line in {room_id}")
+
+            self.tasks.start(
+                self._switch_lines(room_id, agent_name, record, conversation), f"settings line in {room_id}"
+            )
 
     async def _switch_lines(self, room_id: str, agent_name: str, record, conversation: str = "") -> None:
         try:
@@ -177,8 +196,7 @@ class SessionSettings:
         if lines:
             await self._tell(room_id, agent_name, lines, conversation)
 
-    def _switched(self, channel_id: str, agent_name: str, before: dict, now: dict,
-                  state: SessionState) -> list[str]:
+    def _switched(self, channel_id: str, agent_name: str, before: dict, now: dict, state: SessionState) -> list[str]:
         """What the agent switched by itself: stored as the choice, one line each (on the
         database thread)."""
         member = self.db.target.settings.get(channel_id, agent_name)
@@ -191,11 +209,17 @@ class SessionSettings:
             if (kind, option) not in before and stored_choice(choices, kind, option) is None:
                 continue  # first heard of (a new option): not a switch
             selector = state.selector(kind, option if kind == CONFIG else None)
-            self.db.target.settings.choose(channel_id, agent_name, kind, value,
-                                           option if kind == CONFIG else None)
+            self.db.target.settings.choose(channel_id, agent_name, kind, value, option if kind == CONFIG else None)
             what = WORDS.get(kind) or (selector.name if selector else option)
-            lines.append(render.setting_change(title, what, choice_name(selector, before.get((kind, option))),
-                                               choice_name(selector, value) or value, by_agent=True).body)
+            lines.append(
+                render.setting_change(
+                    title,
+                    what,
+                    choice_name(selector, before.get((kind, option))),
+                    choice_name(selector, value) or value,
+                    by_agent=True,
+                ).body
+            )
         return lines
 
     async def _tell(self, room_id: str, agent_name: str, lines: list[str], conversation: str = "") -> None:
@@ -207,7 +231,7 @@ class SessionSettings:
 
     # -- commands ----------------------------------------------------------------------------
 
-    async def command(self, portal: "Portal", name: str, args: tuple[str, ...], here: Here = Here()) -> None:
+    async def command(self, portal: Portal, name: str, args: tuple[str, ...], here: Here = Here()) -> None:
         """`!mode [agent] [value]`, `!model [agent] [value]`, `!config [agent] [option] [value]`,
         `!status`. In a channel with one agent the agent's name may be left out. `here`: where
         it was typed — it acts on the member's session of that conversation, answers there."""
@@ -228,8 +252,9 @@ class SessionSettings:
         elif len(members) == 1 or not words:
             agent = members[0] if len(members) == 1 else None
         else:
-            await self.notices.notice(portal, f"Which agent? e.g. !{name} {members[0]} {' '.join(words)}",
-                                      relates_to=here.relates_to)
+            await self.notices.notice(
+                portal, f"Which agent? e.g. !{name} {members[0]} {' '.join(words)}", relates_to=here.relates_to
+            )
             return
         targets = [agent] if agent is not None else members
         if name == CONFIG:
@@ -242,12 +267,12 @@ class SessionSettings:
         else:
             await self._set(portal, targets[0], name, key, value, here)
 
-    async def _session(self, portal: "Portal", agent_name: str, conversation: str = ""):
+    async def _session(self, portal: Portal, agent_name: str, conversation: str = ""):
         agent = await self.pool.get(agent_name)
         session_id, _ = await portal.session_for(agent_name, agent, conversation)
         return agent, session_id
 
-    async def _offline_state(self, portal: "Portal", agent_name: str) -> SessionState | None:
+    async def _offline_state(self, portal: Portal, agent_name: str) -> SessionState | None:
         """What the member's session offered when last seen (None if never opened)."""
         member = await self.db.settings.get(portal.channel.id, agent_name)
         if member is None or member.snapshot is None:
@@ -265,7 +290,7 @@ class SessionSettings:
                 state.set_current(selector, value)
         return state
 
-    async def _state(self, portal: "Portal", agent_name: str, conversation: str = "") -> SessionState | None:
+    async def _state(self, portal: Portal, agent_name: str, conversation: str = "") -> SessionState | None:
         """The member's session of `conversation` as the running agent knows it, else the
         member's snapshot."""
         member = await self.db.member(portal.channel.id, agent_name, conversation)
@@ -274,7 +299,7 @@ class SessionSettings:
             return agent.state(member.session_id)
         return await self._offline_state(portal, agent_name)
 
-    async def _show(self, portal: "Portal", agents: list[str], name: str, key: str | None, here: Here) -> None:
+    async def _show(self, portal: Portal, agents: list[str], name: str, key: str | None, here: Here) -> None:
         parts = []
         for agent_name in agents:
             title = self.config.agents[agent_name].title
@@ -291,22 +316,23 @@ class SessionSettings:
         html = "".join(p.html for p in parts)
         await self.notices.send(await self._sender(portal, agents, here), portal.room_id, body, html)
 
-    def _listing(self, title: str, state: SessionState, name: str, key: str | None,
-                 agent_name: str) -> render.Rendered:
+    def _listing(self, title: str, state: SessionState, name: str, key: str | None, agent_name: str) -> render.Rendered:
         if name in (MODE, MODEL):
             selector = state.selector(name)
             if selector is None:
                 return plain(f"{title} offers no {'modes' if name == MODE else 'model choice'}.")
-            return render.choices_list(title, WORDS[name], selector.current,
-                                       [(c.id, c.name, c.description) for c in selector.choices])
+            return render.choices_list(
+                title, WORDS[name], selector.current, [(c.id, c.name, c.description) for c in selector.choices]
+            )
         options = [o for o in state.config or () if o.settable]
         if key is not None:
             selector = state.selector(CONFIG, key)
             if selector is None:
                 listed = ", ".join(o.id for o in options) or "none"
                 return plain(f"{title} has no option {key!r}; its options: {listed}")
-            return render.choices_list(title, selector.name, selector.current,
-                                       [(c.id, c.name, c.description) for c in selector.choices])
+            return render.choices_list(
+                title, selector.name, selector.current, [(c.id, c.name, c.description) for c in selector.choices]
+            )
         if not options:
             return plain(f"{title} offers no config options.")
         lines = [f"{title} — options (!config {agent_name} OPTION VALUE):"]
@@ -315,8 +341,7 @@ class SessionSettings:
             lines.append(f"· {option.id} ({option.name}): {option.current or '—'}  [{values}]")
         return plain(*lines)
 
-    async def _set(self, portal: "Portal", agent_name: str, name: str, key: str | None, value: str,
-                   here: Here) -> None:
+    async def _set(self, portal: Portal, agent_name: str, name: str, key: str | None, value: str, here: Here) -> None:
         title = self.config.agents[agent_name].title
         puppet = relating(await self.identities.puppet(agent_name), portal.room_id, here.relates_to)
         try:
@@ -338,11 +363,15 @@ class SessionSettings:
         self.known[(agent_name, session_id)] = current_values(state)
         await self.db.settings.set_snapshot(portal.channel.id, agent_name, state.to_json())
         what = WORDS.get(selector.kind) or selector.name
-        line = render.setting_change(title, what, choice_name(old, old.current),
-                                     choice_name(state.selector(selector.kind, option), chosen) or chosen)
+        line = render.setting_change(
+            title,
+            what,
+            choice_name(old, old.current),
+            choice_name(state.selector(selector.kind, option), chosen) or chosen,
+        )
         await self.notices.send(puppet, portal.room_id, line.body)
 
-    async def _status(self, portal: "Portal", here: Here) -> None:
+    async def _status(self, portal: Portal, here: Here) -> None:
         members = portal.member_names()
         lines = []
         for agent_name in members:
@@ -359,32 +388,49 @@ class SessionSettings:
             if state is not None and here.conversation and settings is not None:
                 # a thread's own session, when it runs, tells its own usage and title
                 used = state.usage
-                settings = replace(settings, title=state.title or settings.title,
-                                   **({} if used is None else
-                                      {"used": used.used, "size": used.size, "cost": used.cost,
-                                       "currency": used.currency}))
+                settings = replace(
+                    settings,
+                    title=state.title or settings.title,
+                    **(
+                        {}
+                        if used is None
+                        else {"used": used.used, "size": used.size, "cost": used.cost, "currency": used.currency}
+                    ),
+                )
             member = await self.db.member(portal.channel.id, agent_name, here.conversation)
             mode = model = None
             if state is not None:
                 mode = choice_name(state.selector(MODE), state.mode)
                 model = choice_name(state.selector(MODEL), state.model)
-            lines.append(render.StatusLine(
-                title, state_word, mode, model,
-                settings.used if settings else None, settings.size if settings else None,
-                settings.cost if settings else None, settings.currency if settings else None,
-                (settings.title if settings else None) or (state.title if state else None),
-                member.session_id if member is not None else None))
+            lines.append(
+                render.StatusLine(
+                    title,
+                    state_word,
+                    mode,
+                    model,
+                    settings.used if settings else None,
+                    settings.size if settings else None,
+                    settings.cost if settings else None,
+                    settings.currency if settings else None,
+                    (settings.title if settings else None) or (state.title if state else None),
+                    member.session_id if member is not None else None,
+                )
+            )
         shown = render.status(lines)
         where = " (this thread)" if here.conversation else ""
-        await self.notices.send(await self._sender(portal, members, here), portal.room_id,
-                                f"Status of #{portal.channel.name}{where}:\n" + shown.body, shown.html)
+        await self.notices.send(
+            await self._sender(portal, members, here),
+            portal.room_id,
+            f"Status of #{portal.channel.name}{where}:\n" + shown.body,
+            shown.html,
+        )
 
-    async def _sender(self, portal: "Portal", agents: list[str], here: Here = Here()):
+    async def _sender(self, portal: Portal, agents: list[str], here: Here = Here()):
         sender = await self.identities.puppet(agents[0]) if agents else self.identities.bot
         return relating(sender, portal.room_id, here.relates_to)
 
 
-def answering_where(portal: "Portal", agent_name: str, conversation: str) -> str:
+def answering_where(portal: Portal, agent_name: str, conversation: str) -> str:
     """Where in this channel `agent_name` is answering, as `!status` typed in `conversation`
     says it: here, in the main timeline, or in a thread."""
     for where, run in getattr(portal, "runs", {}).items():

@@ -14,6 +14,7 @@
 
 Edits are coalesced by `LiveMessage`; `close()` shows every message's final state.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,7 +35,7 @@ MAX_CALLS = 200  # tool calls shown per turn; past this, only the count is kept 
 
 
 class Work:
-    def __init__(self, intent: "Intent", room_id: str, attach_limit: int):
+    def __init__(self, intent: Intent, room_id: str, attach_limit: int):
         self.intent = intent
         self.room_id = room_id
         self.attach_limit = attach_limit
@@ -102,6 +103,7 @@ class Work:
             return None
         self._attached.add(key)
         from ..matrix.media import MediaError, OutgoingMedia, post  # media imports the answer side
+
         media = OutgoingMedia("m.file", view.filename, "text/x-diff", data=view.text.encode("utf-8"))
         try:
             return await post(self.intent, self.room_id, media, self.attach_limit)

@@ -15,6 +15,7 @@ deleted thread's worktree.
 
 The store keeps the folders and worktrees (store/places.py), so a restart finds them again.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,8 +54,15 @@ class NoWorktree(AcpError):
 
 
 class WorkPlaces:
-    def __init__(self, config: "Config", db: "OffLoop", channels: "Channels", identities: "Identities",
-                 notices: "Notices", aliases: dict[str, str]):
+    def __init__(
+        self,
+        config: Config,
+        db: OffLoop,
+        channels: Channels,
+        identities: Identities,
+        notices: Notices,
+        aliases: dict[str, str],
+    ):
         self.config, self.db, self.channels = config, db, channels
         self.identities, self.notices, self.aliases = identities, notices, aliases
         self._making: dict[tuple[str, str, str], asyncio.Lock] = {}  # (channel, thread, checkout)
@@ -70,7 +78,7 @@ class WorkPlaces:
 
     # -- a new session's place --------------------------------------------------------------
 
-    async def where(self, portal: "Portal", agent_name: str, conversation: str = "") -> Place:
+    async def where(self, portal: Portal, agent_name: str, conversation: str = "") -> Place:
         """The working directory (and additional roots) of `agent_name`'s next new session in
         this conversation of the channel."""
         agent = self.config.agents[agent_name]
@@ -78,10 +86,12 @@ class WorkPlaces:
         if chosen is not None:  # resolved again now: a folder swapped for a link is seen
             real, outside = recheck(chosen, agent.roots)
             if outside:  # not opened there: as configured, and the owner is told
-                log.warning("%s's !cwd folder %s leads to %s, out of its roots: not opened there",
-                            agent_name, chosen, outside)
-                await self.notices.notice(portal, moved_out(agent.title, chosen, outside, agent.cwd),
-                                          relates_to=relation_for(conversation))
+                log.warning(
+                    "%s's !cwd folder %s leads to %s, out of its roots: not opened there", agent_name, chosen, outside
+                )
+                await self.notices.notice(
+                    portal, moved_out(agent.title, chosen, outside, agent.cwd), relates_to=relation_for(conversation)
+                )
             chosen = real  # None: gone since, or out of the roots: as configured
         base = base_dir(agent.cwd, chosen)
         if base is None:
@@ -97,7 +107,7 @@ class WorkPlaces:
             self._chosen[key] = await self.db.places.work_dir(channel_id, agent_name)
         return self._chosen[key]
 
-    async def _thread_dir(self, portal: "Portal", agent_name: str, base: str, conversation: str) -> str:
+    async def _thread_dir(self, portal: Portal, agent_name: str, base: str, conversation: str) -> str:
         top = self._tops.get(base) or await git.top(base)
         if top is not None:
             self._tops[base] = top  # asked at every thread turn: git runs once per folder
@@ -121,11 +131,14 @@ class WorkPlaces:
             record = await self.db.places.add_worktree(channel_id, conversation, top, branch, path)
         title = self.config.agents[agent_name].title
         await self.notices.notice(
-            portal, f"🌿 {title} works in this thread on branch {record.branch}, in its own worktree: {record.path}",
-            await self.identities.puppet(agent_name), relates_to=relation_for(conversation))
+            portal,
+            f"🌿 {title} works in this thread on branch {record.branch}, in its own worktree: {record.path}",
+            await self.identities.puppet(agent_name),
+            relates_to=relation_for(conversation),
+        )
         return _existing(in_worktree(base, top, record.path))
 
-    async def _make(self, portal: "Portal", top: str, conversation: str) -> tuple[str, str]:
+    async def _make(self, portal: Portal, top: str, conversation: str) -> tuple[str, str]:
         root = await self.db.message_by_event(conversation)
         text = root.text if root is not None else ""
         last: git.GitError | None = None
@@ -145,11 +158,13 @@ class WorkPlaces:
 
     # -- commands ---------------------------------------------------------------------------
 
-    async def command(self, portal: "Portal", name: str, args: tuple[str, ...], here: Here = Here()) -> None:
+    async def command(self, portal: Portal, name: str, args: tuple[str, ...], here: Here = Here()) -> None:
         """`!cwd`, `!worktrees`: answered where they were typed (`here`: the main timeline or a
         thread)."""
+
         async def say(text: str) -> None:
             await self.notices.notice(portal, text, relates_to=here.relates_to)
+
         if name == "cwd":
             await self._cwd(portal, list(args), say)
         elif args and args[0].lower() == "remove":
@@ -157,10 +172,10 @@ class WorkPlaces:
         else:
             await say(listing(place_of(portal.channel), await self._shown(portal)))
 
-    async def _say(self, portal: "Portal", text: str) -> None:
+    async def _say(self, portal: Portal, text: str) -> None:
         await self.notices.notice(portal, text)
 
-    async def _cwd(self, portal: "Portal", words: list[str], say) -> None:
+    async def _cwd(self, portal: Portal, words: list[str], say) -> None:
         """`!cwd` shows each member's folder here; `!cwd [AGENT] PATH` moves one agent (named),
         or every member with folders to work in."""
         members = portal.member_names()
@@ -196,19 +211,28 @@ class WorkPlaces:
                 lines.append(f"{agent.title} works in {path} here from its next new session.")
         await say("\n".join(lines))
 
-    async def _shown(self, portal: "Portal") -> list[Shown]:
+    async def _shown(self, portal: Portal) -> list[Shown]:
         shown = []
         for record in await self.db.places.worktrees(portal.channel.id):
             root = await self.db.message_by_event(record.conversation)
             status = await git.status(record.repo, record.path)
-            state = "missing" if status is None else (
-                "clean" if not changes(status) else f"dirty: {changes(status)} uncommitted changes")
-            shown.append(Shown(record.number, thread_words(root.text if root else "(deleted thread)",
-                                                           record.conversation),
-                               record.branch, record.path, state))
+            state = (
+                "missing"
+                if status is None
+                else ("clean" if not changes(status) else f"dirty: {changes(status)} uncommitted changes")
+            )
+            shown.append(
+                Shown(
+                    record.number,
+                    thread_words(root.text if root else "(deleted thread)", record.conversation),
+                    record.branch,
+                    record.path,
+                    state,
+                )
+            )
         return shown
 
-    async def _remove(self, portal: "Portal", args: tuple[str, ...], say) -> None:
+    async def _remove(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!worktrees remove N [confirm]`: only with `confirm`, only a clean tree (its branch stays)."""
         words = list(args)
         confirmed = bool(words) and words[-1].lower() == CONFIRM
@@ -224,12 +248,16 @@ class WorkPlaces:
             return
         status = await git.status(record.repo, record.path)
         if status is not None and changes(status):
-            await say(f"Worktree {number} ({record.path}) has {changes(status)} uncommitted "
-                                    "changes: it stays. Commit or discard them first.")
+            await say(
+                f"Worktree {number} ({record.path}) has {changes(status)} uncommitted "
+                "changes: it stays. Commit or discard them first."
+            )
             return
         if not confirmed:
-            await say(f"This removes worktree {number} ({record.path}); its branch {record.branch} "
-                                    f"stays. To do it, type: !worktrees remove {number} {CONFIRM}")
+            await say(
+                f"This removes worktree {number} ({record.path}); its branch {record.branch} "
+                f"stays. To do it, type: !worktrees remove {number} {CONFIRM}"
+            )
             return
         try:
             await git.remove(record.repo, record.path)
@@ -256,15 +284,21 @@ class WorkPlaces:
         for record in found:
             status = await git.status(record.repo, record.path)
             if status is None:
-                lines.append(f"The deleted thread's worktree {record.number} is gone from disk: "
-                             f"!worktrees remove {record.number} {CONFIRM} forgets it.")
+                lines.append(
+                    f"The deleted thread's worktree {record.number} is gone from disk: "
+                    f"!worktrees remove {record.number} {CONFIRM} forgets it."
+                )
             elif changes(status):
-                lines.append(f"The deleted thread's worktree {record.number} ({record.path}, branch "
-                             f"{record.branch}) has {changes(status)} uncommitted changes: it stays.")
+                lines.append(
+                    f"The deleted thread's worktree {record.number} ({record.path}, branch "
+                    f"{record.branch}) has {changes(status)} uncommitted changes: it stays."
+                )
             else:
-                lines.append(f"The thread of worktree {record.number} ({record.path}, branch {record.branch}) "
-                             f"was deleted. To remove the worktree (its branch stays), type: "
-                             f"!worktrees remove {record.number} {CONFIRM}")
+                lines.append(
+                    f"The thread of worktree {record.number} ({record.path}, branch {record.branch}) "
+                    f"was deleted. To remove the worktree (its branch stays), type: "
+                    f"!worktrees remove {record.number} {CONFIRM}"
+                )
         if lines:
             await self._say(portal, "\n".join(lines))
 

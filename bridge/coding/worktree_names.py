@@ -11,6 +11,7 @@ the same disk as the repository (a worktree shares its objects), where the owner
 beside the project, and outside the bridge's data folder, which agents may never read from
 (channels/agent_files.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 PREFIX = "sidekicks/"
-WORDS = 5   # of the root's text, at most
+WORDS = 5  # of the root's text, at most
 LONGEST = 40  # characters of words in a branch name
 
 
@@ -44,18 +45,22 @@ def branch_name(root_text: str, channel_id: str, conversation: str, attempt: int
 def worktree_path(top: str, branch: str) -> str:
     """Where the worktree of `branch` made from the checkout at `top` lies."""
     top = os.path.normpath(top)
-    return os.path.join(os.path.dirname(top), os.path.basename(top) + ".worktrees",
-                        branch[len(PREFIX):] if branch.startswith(PREFIX) else branch.replace("/", "-"))
+    return os.path.join(
+        os.path.dirname(top),
+        os.path.basename(top) + ".worktrees",
+        branch[len(PREFIX) :] if branch.startswith(PREFIX) else branch.replace("/", "-"),
+    )
 
 
 @dataclass(frozen=True)
 class Shown:
     """A worktree as `!worktrees` lists it."""
+
     number: int
-    thread: str   # a few words of the thread's root, or its event id
+    thread: str  # a few words of the thread's root, or its event id
     branch: str
     path: str
-    state: str    # "clean", "dirty: N changes", "missing"
+    state: str  # "clean", "dirty: N changes", "missing"
 
 
 def listing(channel: str, shown: list[Shown]) -> str:

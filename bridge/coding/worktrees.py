@@ -12,6 +12,7 @@ git folder named by the bridge). Only what the bridge needs:
 * `remove(top, path)`: `git worktree remove` — which git itself refuses for a dirty tree (and
   for a `.git` file that does not point back); the branch stays, with whatever was committed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,6 +35,7 @@ class GitError(Exception):
 class Checkout:
     """A checkout, as the bridge names it to git: its top, its git folder, the folder its
     worktrees' git folders are in (the same, but for a checkout that is itself a worktree)."""
+
     top: str
     git_dir: str
     common: str
@@ -42,13 +44,17 @@ class Checkout:
 async def _exec(command: list[str], env: dict[str, str], limit: float) -> str:
     try:
         process = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
     except OSError as exc:
         raise GitError(f"git could not run: {exc.strerror or exc}") from None
     try:
         out, err = await asyncio.wait_for(process.communicate(), limit)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         process.kill()
         await process.wait()
         raise GitError(f"git took longer than {limit:g} s") from None
@@ -58,8 +64,13 @@ async def _exec(command: list[str], env: dict[str, str], limit: float) -> str:
     return out.decode(errors="replace")
 
 
-async def run(*args: str, git_dir: str | None = None, work_tree: str | None = None,
-              folder: str | None = None, limit: float = GIT_LIMIT) -> str:
+async def run(
+    *args: str,
+    git_dir: str | None = None,
+    work_tree: str | None = None,
+    folder: str | None = None,
+    limit: float = GIT_LIMIT,
+) -> str:
     """The one way the bridge runs git: `git args…` on the git folder `git_dir` (its config's
     driver commands read first and overridden: safe_git.py), or, to find a checkout, in
     `folder`; its output, or GitError with git's own words."""
@@ -87,8 +98,9 @@ async def checkout(top_folder: str) -> Checkout:
     dot = os.path.join(top_folder, ".git")
     if os.path.isdir(dot) and not os.path.islink(dot):
         return Checkout(top_folder, dot, dot)
-    found = (await run("rev-parse", "--path-format=absolute", "--absolute-git-dir", "--git-common-dir",
-                       folder=top_folder)).splitlines()
+    found = (
+        await run("rev-parse", "--path-format=absolute", "--absolute-git-dir", "--git-common-dir", folder=top_folder)
+    ).splitlines()
     if len(found) != 2:
         raise GitError(f"{top_folder} is not a git checkout")
     return Checkout(top_folder, found[0], found[1])

@@ -7,6 +7,7 @@ owner — no red shield on agent messages, and no keys withheld under "exclude i
 ed25519 comes from pycryptodome, which matrix-nio already depends on (vodozemac's Python
 bindings sign only with an Olm account's own key).
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,7 +45,7 @@ class SigningKey:
         self.public = b64(self._key.public_key().export_key(format="raw"))
 
     @classmethod
-    def generate(cls) -> "SigningKey":
+    def generate(cls) -> SigningKey:
         return cls(ECC.generate(curve="Ed25519").seed)
 
     def sign(self, obj: dict) -> str:
@@ -75,8 +76,9 @@ class CrossSigning:
     def __init__(self, user_id: str, seeds: dict[str, str] | None = None):
         self.user_id = user_id
         seeds = seeds or {}
-        self.keys = {usage: SigningKey(unb64(seeds[usage])) if usage in seeds else SigningKey.generate()
-                     for usage in USAGES}
+        self.keys = {
+            usage: SigningKey(unb64(seeds[usage])) if usage in seeds else SigningKey.generate() for usage in USAGES
+        }
 
     def seeds(self) -> dict[str, str]:
         return {usage: b64(key.seed) for usage, key in self.keys.items()}
@@ -90,12 +92,15 @@ class CrossSigning:
 
     def upload_body(self) -> dict:
         """POST /keys/device_signing/upload."""
-        return {"master_key": self.key_object("master"),
-                "self_signing_key": self.key_object("self_signing"),
-                "user_signing_key": self.key_object("user_signing")}
+        return {
+            "master_key": self.key_object("master"),
+            "self_signing_key": self.key_object("self_signing"),
+            "user_signing_key": self.key_object("user_signing"),
+        }
 
     def sign_device(self, device_keys: dict) -> dict:
         """The device's keys (as /keys/query shows them) signed by the self-signing key."""
-        signed = add_signature({k: v for k, v in device_keys.items() if k != "unsigned"},
-                               self.user_id, self.keys["self_signing"])
+        signed = add_signature(
+            {k: v for k, v in device_keys.items() if k != "unsigned"}, self.user_id, self.keys["self_signing"]
+        )
         return signed

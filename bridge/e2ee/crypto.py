@@ -11,6 +11,7 @@ event waits in the store (`store.e2ee`: a row of `sk_e2ee_pending`) meanwhile: w
 — also after a restart — it is handled then, once. The rooms known to be encrypted are kept there
 too (`sk_e2ee_room`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,9 +19,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..matrix.client import localpart
 from ..matrix.dispatch import Encryption
 from ..matrix.intent import Outgoing
-from ..matrix.client import localpart
 from .device import MEGOLM, Device
 
 if TYPE_CHECKING:
@@ -34,42 +35,51 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KEY_WAIT = 3.0           # seconds an event waits in line for its room key
+KEY_WAIT = 3.0  # seconds an event waits in line for its room key
 KEY_NOTICE_AFTER = 10.0  # seconds after which the room is told the message cannot be read (yet)
 PENDING_MAX = 500  # the events the store keeps waiting for a key, the newest
-UNREADABLE = ("🔒 A message could not be decrypted: the bridge's device did not get its key. "
-              "If it does not come by itself, send the message again; in Element, check that "
-              "\"Never send encrypted messages to unverified sessions\" is off for this room.")
-UNREADABLE_BOT = ("🔒 This room is encrypted, and the bridge bot cannot read encrypted messages "
-                  "here. Send commands in the bot's unencrypted direct chat (or any channel).")
+UNREADABLE = (
+    "🔒 A message could not be decrypted: the bridge's device did not get its key. "
+    "If it does not come by itself, send the message again; in Element, check that "
+    '"Never send encrypted messages to unverified sessions" is off for this room.'
+)
+UNREADABLE_BOT = (
+    "🔒 This room is encrypted, and the bridge bot cannot read encrypted messages "
+    "here. Send commands in the bot's unencrypted direct chat (or any channel)."
+)
 # (only where the homeserver does not send the bot's crypto traffic: `homeserver.device_traffic`)
-RENEWED = ("🔐 The bridge's encryption store was lost or could not be read, so its agents have "
-           "new devices. Earlier encrypted messages stay unreadable to them; new ones are read "
-           "and answered as usual.")
+RENEWED = (
+    "🔐 The bridge's encryption store was lost or could not be read, so its agents have "
+    "new devices. Earlier encrypted messages stay unreadable to them; new ones are read "
+    "and answered as usual."
+)
 
 
 class E2EE:
-    def __init__(self, config: "Config", db: "OffLoop", as_token: str):
+    def __init__(self, config: Config, db: OffLoop, as_token: str):
         """Made before the identities (they send through its `outgoing`); `plug` hands it the
         parts it tells rooms through, once they are made."""
         self.config, self.db, self.as_token = config, db, as_token
-        self.channels: "Channels | None" = None
-        self.identities: "Identities | None" = None
-        self.notices: "Notices | None" = None
+        self.channels: Channels | None = None
+        self.identities: Identities | None = None
+        self.notices: Notices | None = None
         self.devices: dict[str, Device] = {}
         self.rooms: set[str] = set(self._load(lambda store: store.e2ee.encrypted_rooms()))
         self.outgoing = EncryptingOutgoing(self)
         self._key_news: dict[tuple[str, str], asyncio.Event] = {}
-        self._pending: dict[str, dict] = {e["event_id"]: e for e in self._load(lambda store: store.e2ee.waiting())
-                                          if isinstance(e.get("event_id"), str) and isinstance(e.get("room_id"), str)}
+        self._pending: dict[str, dict] = {
+            e["event_id"]: e
+            for e in self._load(lambda store: store.e2ee.waiting())
+            if isinstance(e.get("event_id"), str) and isinstance(e.get("room_id"), str)
+        }
         self._told: set[str] = set()
         self._unsaved: dict[tuple, Any] = {}  # store writes not yet done: tried again with the next
         self._tasks: set[asyncio.Task] = set()
-        self._dispatcher: "Dispatcher | None" = None
+        self._dispatcher: Dispatcher | None = None
         # the homeserver sends the bot's crypto traffic in transactions: the bot's device reads
         self.bot_reads = bool(getattr(config, "device_traffic", False))
 
-    def plug(self, channels: "Channels", identities: "Identities", notices: "Notices") -> None:
+    def plug(self, channels: Channels, identities: Identities, notices: Notices) -> None:
         """The open channels, the bot and the puppets, and the notices: where an undecryptable
         message is told."""
         self.channels, self.identities, self.notices = channels, identities, notices
@@ -89,8 +99,11 @@ class E2EE:
         """`event` waits for its key in the store too (kept over a restart)."""
         event_id, room_id = event["event_id"], event["room_id"]
         session_id = str(event["content"].get("session_id", ""))
-        self._write(("event", event_id), "an undecryptable event",
-                    lambda store: store.e2ee.wait(event_id, room_id, session_id, event, PENDING_MAX))
+        self._write(
+            ("event", event_id),
+            "an undecryptable event",
+            lambda store: store.e2ee.wait(event_id, room_id, session_id, event, PENDING_MAX),
+        )
 
     def _drop_pending(self, event_id: str) -> None:
         self._write(("event", event_id), "an undecryptable event handled", lambda store: store.e2ee.done(event_id))
@@ -110,12 +123,16 @@ class E2EE:
 
         def settled(future) -> None:
             if future.cancelled() or future.exception() is not None:
-                log.info("%s not written (again with the next): %s", what,
-                         "cancelled" if future.cancelled() else future.exception())
+                log.info(
+                    "%s not written (again with the next): %s",
+                    what,
+                    "cancelled" if future.cancelled() else future.exception(),
+                )
                 return
             for done_key, each in writes:
                 if self._unsaved.get(done_key) is each:
                     del self._unsaved[done_key]
+
         self.db.thread.run(flush).add_done_callback(settled)
 
     # ---- life cycle -----------------------------------------------------------------------------
@@ -123,18 +140,22 @@ class E2EE:
     def folder(self, user_id: str) -> Path:
         return Path(self.config.data_dir) / "e2ee" / localpart(user_id)
 
-    async def start(self, user_ids: list[str], dispatcher: "Dispatcher") -> list[str]:
+    async def start(self, user_ids: list[str], dispatcher: Dispatcher) -> list[str]:
         """A device for each identity (made once, reused); the reasons of devices made anew."""
         self._dispatcher = dispatcher
         root = Path(self.config.data_dir) / "e2ee"
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         for user_id in user_ids:
             if user_id not in self.devices:
-                self.devices[user_id] = Device(user_id, self.config.homeserver_url,
-                                               self.as_token, self.folder(user_id),
-                                               on_room_key=self._room_key,
-                                               syncs=user_id != self.config.bot_user_id,
-                                               may_request=self.is_owner)
+                self.devices[user_id] = Device(
+                    user_id,
+                    self.config.homeserver_url,
+                    self.as_token,
+                    self.folder(user_id),
+                    on_room_key=self._room_key,
+                    syncs=user_id != self.config.bot_user_id,
+                    may_request=self.is_owner,
+                )
         await asyncio.gather(*(device.start() for device in self.devices.values() if device.nio is None))
         renewed = [f"{d.user_id}: {d.renewed}" for d in self.devices.values() if d.renewed]
         for device in self.devices.values():
@@ -174,8 +195,9 @@ class E2EE:
     async def _confirm_encrypted(self, room_id: str) -> None:
         """Mark `room_id` encrypted if its state says so (an encrypted event came where the
         bridge had not seen the state: a room older than its invite, a mark lost)."""
-        devices = sorted((d for d in self.devices.values() if d.nio is not None),
-                         key=lambda d: room_id not in d.nio.rooms)  # members of the room first
+        devices = sorted(
+            (d for d in self.devices.values() if d.nio is not None), key=lambda d: room_id not in d.nio.rooms
+        )  # members of the room first
         for device in devices:
             try:
                 state = await device.encryption_state(room_id)
@@ -187,8 +209,9 @@ class E2EE:
             if state.get("algorithm"):
                 self.mark_encrypted(room_id)
             else:
-                log.info("%s: an m.room.encrypted event in a room without encryption: the room stays "
-                         "unencrypted", room_id)
+                log.info(
+                    "%s: an m.room.encrypted event in a room without encryption: the room stays unencrypted", room_id
+                )
             return
 
     def is_encrypted(self, user_id: str, room_id: str) -> bool:
@@ -203,8 +226,9 @@ class E2EE:
         news = self._key_news.get((room_id, session_id))
         if news is not None:
             news.set()
-        if any(e["room_id"] == room_id and e["content"].get("session_id") == session_id
-               for e in self._pending.values()):
+        if any(
+            e["room_id"] == room_id and e["content"].get("session_id") == session_id for e in self._pending.values()
+        ):
             self._spawn(self._retry_pending(), "e2ee key arrived")
 
     def _try(self, event: dict) -> dict | None:
@@ -227,7 +251,7 @@ class E2EE:
         try:
             await asyncio.wait_for(news.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             if self._key_news.get(key) is news and not news.is_set():
@@ -235,11 +259,13 @@ class E2EE:
 
     def _has_key(self, event: dict) -> bool:
         content = event["content"]
-        return any(d.nio is not None and d.has_key(event["room_id"], content.get("sender_key", ""),
-                                                       content.get("session_id", ""))
-                   for d in self.devices.values())
+        return any(
+            d.nio is not None
+            and d.has_key(event["room_id"], content.get("sender_key", ""), content.get("session_id", ""))
+            for d in self.devices.values()
+        )
 
-    async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
+    async def encrypted_event(self, event: dict, dispatcher: Dispatcher) -> None:
         content = event.get("content") or {}
         if content.get("algorithm") != MEGOLM or not isinstance(content.get("session_id"), str):
             log.info("%s: not a Megolm event (%s): skipped", event.get("event_id"), content.get("algorithm"))
@@ -253,8 +279,7 @@ class E2EE:
         # but in a room of the bot's alone, the key comes in the transactions, before the event
         # or in a later one (which waits behind this one): no use waiting then
         by_sync = not (self.bot_reads and await self.channels.portal_for(event["room_id"]) is None)
-        if plain is None and by_sync and self.is_owner(str(event.get("sender"))) \
-                and not self._has_key(event):
+        if plain is None and by_sync and self.is_owner(str(event.get("sender"))) and not self._has_key(event):
             if await self._wait_key(event, KEY_WAIT) or self._has_key(event):
                 plain = self._try(event)
         if plain is not None:
@@ -266,8 +291,12 @@ class E2EE:
             return  # a stranger's message would be ignored anyway
         if event.get("event_id") in self._pending:
             return
-        log.warning("%s in %s: no room key yet (session %s): asking for it", event.get("event_id"),
-                    event["room_id"], content.get("session_id"))
+        log.warning(
+            "%s in %s: no room key yet (session %s): asking for it",
+            event.get("event_id"),
+            event["room_id"],
+            content.get("session_id"),
+        )
         self._pending[event["event_id"]] = event
         self._keep_pending(event)
         self._spawn(self._chase(event), f"e2ee key of {event.get('event_id')}")
@@ -290,8 +319,9 @@ class E2EE:
         if portal is not None:
             await self.notices.in_channel(portal.room_id, portal.member_names(), UNREADABLE)
         elif self.identities.bot is not None:  # a room of the bot's alone
-            await self.notices.send(self.identities.bot, event["room_id"],
-                                    UNREADABLE if self.bot_reads else UNREADABLE_BOT)
+            await self.notices.send(
+                self.identities.bot, event["room_id"], UNREADABLE if self.bot_reads else UNREADABLE_BOT
+            )
 
     async def _retry_pending(self) -> None:
         dispatcher = self._dispatcher
@@ -320,16 +350,21 @@ class E2EE:
         if device is None or device.nio is None or device.syncs:
             return
         device_id = device.device_id
-        to_device = [m for m in traffic.to_device
-                     if m.get("to_user_id") == bot_id and m.get("to_device_id") in (device_id, "*")]
+        to_device = [
+            m for m in traffic.to_device if m.get("to_user_id") == bot_id and m.get("to_device_id") in (device_id, "*")
+        ]
         one_time_keys = (traffic.one_time_keys.get(bot_id) or {}).get(device_id)
         fallback_keys = (traffic.fallback_keys.get(bot_id) or {}).get(device_id)
         if not (to_device or one_time_keys or fallback_keys is not None or traffic.changed or traffic.left):
             return
-        log.debug("crypto traffic for the bot: %d to-device, counts %s, %d changed, %d left",
-                  len(to_device), one_time_keys, len(traffic.changed), len(traffic.left))
-        await device.receive_traffic(to_device, one_time_keys, fallback_keys,
-                                     traffic.changed, traffic.left)
+        log.debug(
+            "crypto traffic for the bot: %d to-device, counts %s, %d changed, %d left",
+            len(to_device),
+            one_time_keys,
+            len(traffic.changed),
+            len(traffic.left),
+        )
+        await device.receive_traffic(to_device, one_time_keys, fallback_keys, traffic.changed, traffic.left)
 
     # ---- writing --------------------------------------------------------------------------------
 
@@ -345,6 +380,7 @@ class E2EE:
         device = self.devices.get(user_id)
         if device is None or device.nio is None:
             from ..matrix.client import MatrixError
+
             raise MatrixError(f"{user_id} has no device to encrypt with in {room_id}", None)
         return "m.room.encrypted", await device.encrypt(room_id, event_type, content)
 
@@ -353,8 +389,7 @@ class EncryptingOutgoing(Outgoing):
     def __init__(self, e2ee: E2EE):
         self.e2ee = e2ee
 
-    async def prepare(self, user_id: str, room_id: str, event_type: str,
-                      content: dict) -> tuple[str, dict]:
+    async def prepare(self, user_id: str, room_id: str, event_type: str, content: dict) -> tuple[str, dict]:
         return await self.e2ee.encrypt(user_id, room_id, event_type, content)
 
     async def encrypts(self, user_id: str, room_id: str) -> bool:
@@ -366,8 +401,7 @@ class EncryptingOutgoing(Outgoing):
         transactions); where it does not, that DM stays unencrypted, so commands can be read."""
         if (body.get("creation_content") or {}).get("type") == "m.space":
             return body
-        if body.get("is_direct") and user_id == self.e2ee.config.bot_user_id \
-                and not self.e2ee.bot_reads:
+        if body.get("is_direct") and user_id == self.e2ee.config.bot_user_id and not self.e2ee.bot_reads:
             return body
         state = [s for s in body.get("initial_state") or [] if s.get("type") != "m.room.encryption"]
         state.append({"type": "m.room.encryption", "state_key": "", "content": {"algorithm": MEGOLM}})
@@ -388,5 +422,5 @@ class Decrypting(Encryption):
     async def room_encrypted(self, room_id: str) -> None:
         self.e2ee.mark_encrypted(room_id, settings_changed=True)
 
-    async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
+    async def encrypted_event(self, event: dict, dispatcher: Dispatcher) -> None:
         await self.e2ee.encrypted_event(event, dispatcher)

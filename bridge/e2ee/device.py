@@ -23,6 +23,7 @@ crypto traffic comes in the appservice's transactions instead, where the homeser
 before the transaction is acknowledged — so the same holds: a key not stored means the
 transaction comes again.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,9 +33,10 @@ import os
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -91,9 +93,16 @@ class Outbound:
 class Device:
     """One identity's device: login, keys, /sync, room keys in and out."""
 
-    def __init__(self, user_id: str, homeserver: str, as_token: str, folder: Path,
-                 on_room_key: Callable[["Device", str, str], None] | None = None,
-                 syncs: bool = True, may_request: Callable[[str], bool] | None = None):
+    def __init__(
+        self,
+        user_id: str,
+        homeserver: str,
+        as_token: str,
+        folder: Path,
+        on_room_key: Callable[[Device, str, str], None] | None = None,
+        syncs: bool = True,
+        may_request: Callable[[str], bool] | None = None,
+    ):
         self.user_id = user_id
         # who may ask this device for its room keys (the owners; in rooms they are in)
         self.may_request = may_request or (lambda user_id: False)
@@ -139,8 +148,9 @@ class Device:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
-            log.error("%s: the device file %s cannot be read (%s): a new device is made",
-                      self.user_id, self._state_path, exc)
+            log.error(
+                "%s: the device file %s cannot be read (%s): a new device is made", self.user_id, self._state_path, exc
+            )
             self.renewed = f"its device file could not be read ({exc})"
             return {}
 
@@ -157,8 +167,11 @@ class Device:
         had_device = bool(self.state.get("device_id"))
         store_there = (self.folder / "crypto.db").exists()
         if had_device and self.state.get("published") and not store_there:
-            log.error("%s: the crypto store of device %s is missing: a new device is made",
-                      self.user_id, self.state["device_id"])
+            log.error(
+                "%s: the crypto store of device %s is missing: a new device is made",
+                self.user_id,
+                self.state["device_id"],
+            )
             self.renewed = "its crypto store was missing"
             self.state = {}
         if not self.state.get("device_id"):
@@ -199,14 +212,16 @@ class Device:
                     pass
             self.nio = None
 
-    async def _raw(self, method: str, path: str, body: Any = None, token: str | None = None,
-                   ok=(200,)) -> tuple[int, dict]:
+    async def _raw(
+        self, method: str, path: str, body: Any = None, token: str | None = None, ok=(200,)
+    ) -> tuple[int, dict]:
         headers = {"Authorization": f"Bearer {token or self.state.get('access_token')}"}
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession()
         if True:
-            async with self._http.request(method, self.homeserver + path, json=body, headers=headers,
-                                    timeout=aiohttp.ClientTimeout(total=60)) as response:
+            async with self._http.request(
+                method, self.homeserver + path, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=60)
+            ) as response:
                 try:
                     payload = await response.json(content_type=None)
                 except ValueError:
@@ -223,10 +238,11 @@ class Device:
                 return
             if status not in (401, 403) and status != 200:
                 raise MatrixError(f"{self.user_id}: whoami: {status} {body.get('error', body)}", status)
-        request: dict[str, Any] = {"type": "m.login.application_service",
-                                   "identifier": {"type": "m.id.user",
-                                                  "user": self.user_id[1:].split(":", 1)[0]},
-                                   "initial_device_display_name": "Sidekicks bridge"}
+        request: dict[str, Any] = {
+            "type": "m.login.application_service",
+            "identifier": {"type": "m.id.user", "user": self.user_id[1:].split(":", 1)[0]},
+            "initial_device_display_name": "Sidekicks bridge",
+        }
         if self.state.get("device_id"):
             request["device_id"] = self.state["device_id"]
         status, body = await self._raw("POST", "/_matrix/client/v3/login", request, token=self.as_token)
@@ -241,18 +257,30 @@ class Device:
         log.info("%s: device %s logged in", self.user_id, body["device_id"])
 
     def _open_store(self) -> bool:
-        config = nio.AsyncClientConfig(encryption_enabled=True, store=SqliteStore,
-                                       store_name="crypto.db", pickle_key=self.state["pickle_key"],
-                                       store_sync_tokens=False, request_timeout=60,
-                                       max_timeouts=None, max_limit_exceeded=None,
-                                       backoff_factor=0.2, max_timeout_retry_wait_time=5)
-        client = nio.AsyncClient(self.homeserver, self.user_id, device_id=self.device_id,
-                                 store_path=str(self.folder), config=config)
+        config = nio.AsyncClientConfig(
+            encryption_enabled=True,
+            store=SqliteStore,
+            store_name="crypto.db",
+            pickle_key=self.state["pickle_key"],
+            store_sync_tokens=False,
+            request_timeout=60,
+            max_timeouts=None,
+            max_limit_exceeded=None,
+            backoff_factor=0.2,
+            max_timeout_retry_wait_time=5,
+        )
+        client = nio.AsyncClient(
+            self.homeserver, self.user_id, device_id=self.device_id, store_path=str(self.folder), config=config
+        )
         try:
             client.restore_login(self.user_id, self.device_id, self.state["access_token"])
         except Exception as exc:
-            log.error("%s: the crypto store of device %s cannot be read (%s): a new device is made",
-                      self.user_id, self.device_id, exc)
+            log.error(
+                "%s: the crypto store of device %s cannot be read (%s): a new device is made",
+                self.user_id,
+                self.device_id,
+                exc,
+            )
             self.renewed = f"its crypto store could not be read ({exc})"
             asyncio.ensure_future(client.close())
             return False
@@ -261,8 +289,11 @@ class Device:
         account = client.olm.account
         published = self.state.get("published")
         if published and (not account.shared or published != account.identity_keys["ed25519"]):
-            log.error("%s: the crypto store of device %s does not hold the keys the device "
-                      "published: a new device is made", self.user_id, self.device_id)
+            log.error(
+                "%s: the crypto store of device %s does not hold the keys the device published: a new device is made",
+                self.user_id,
+                self.device_id,
+            )
             self.renewed = "its crypto store did not hold the device's keys"
             asyncio.ensure_future(client.close())
             return False
@@ -270,11 +301,13 @@ class Device:
         client.add_to_device_callback(self._room_key, (nio.RoomKeyEvent, nio.ForwardedRoomKeyEvent))
         nio_accepts = client.olm._should_accept_forward  # nio: only from our own verified devices
         client.olm._should_accept_forward = (  # type: ignore[method-assign]
-            lambda sender, sender_key, event: nio_accepts(sender, sender_key, event)
-            or self._accept_forward(sender, sender_key, event))
+            lambda sender, sender_key, event: (
+                nio_accepts(sender, sender_key, event) or self._accept_forward(sender, sender_key, event)
+            )
+        )
         return True
 
-    def _accept_forward(self, sender: str, sender_key: str, event: "nio.ForwardedRoomKeyEvent") -> bool:
+    def _accept_forward(self, sender: str, sender_key: str, event: nio.ForwardedRoomKeyEvent) -> bool:
         """A room key forwarded to this device that nio would drop (it takes forwarded keys
         only from its own user's verified devices): taken when it answers a request of ours
         (request_key) and comes, Olm-encrypted, from an owner's device that made the session
@@ -283,16 +316,26 @@ class Device:
         olm = self.nio.olm
         request = olm.outgoing_key_requests.get(event.session_id)
         content = event.source.get("content") if isinstance(event.source, dict) else None
-        if request is None or not isinstance(content, dict) or event.algorithm != MEGOLM \
-                or event.room_id != request.room_id or not self.may_request(sender):
+        if (
+            request is None
+            or not isinstance(content, dict)
+            or event.algorithm != MEGOLM
+            or event.room_id != request.room_id
+            or not self.may_request(sender)
+        ):
             return False
         if content.get("sender_key") != sender_key or content.get("forwarding_curve25519_key_chain"):
             return False  # passed along by another device: not the maker's word
         device = olm.device_store.device_from_sender_key(sender, sender_key)
         if device is None or device.ed25519 != content.get("sender_claimed_ed25519_key"):
             return False
-        log.info("%s: the room key of %s came from %s's device %s, as asked", self.user_id,
-                 event.room_id, sender, device.device_id)
+        log.info(
+            "%s: the room key of %s came from %s's device %s, as asked",
+            self.user_id,
+            event.room_id,
+            sender,
+            device.device_id,
+        )
         return True
 
     # ---- keys -----------------------------------------------------------------------------------
@@ -321,23 +364,32 @@ class Device:
             # as the appservice (as_token, masquerading): a first upload needs no interactive
             # auth (MSC3967), nor does replacing keys lost with the data folder (MSC4190)
             status, body = await self._raw(
-                "POST", f"/_matrix/client/v3/keys/device_signing/upload?user_id={_q(self.user_id)}",
-                cross.upload_body(), token=self.as_token)
+                "POST",
+                f"/_matrix/client/v3/keys/device_signing/upload?user_id={_q(self.user_id)}",
+                cross.upload_body(),
+                token=self.as_token,
+            )
             if status != 200:
-                log.warning("%s: cross-signing keys not uploaded: %s %s (the device stays unsigned)",
-                            self.user_id, status, body.get("error", body))
+                log.warning(
+                    "%s: cross-signing keys not uploaded: %s %s (the device stays unsigned)",
+                    self.user_id,
+                    status,
+                    body.get("error", body),
+                )
                 return
             self.state["cross_signing"] = cross.seeds()
             self._save()
-        status, body = await self._raw("POST", "/_matrix/client/v3/keys/query",
-                                       {"device_keys": {self.user_id: [self.device_id]}})
+        status, body = await self._raw(
+            "POST", "/_matrix/client/v3/keys/query", {"device_keys": {self.user_id: [self.device_id]}}
+        )
         device_keys = ((body.get("device_keys") or {}).get(self.user_id) or {}).get(self.device_id)
         if status != 200 or not isinstance(device_keys, dict):
             log.warning("%s: own device keys not found (%s): the device stays unsigned", self.user_id, status)
             return
         signed = cross.sign_device(device_keys)
-        status, body = await self._raw("POST", "/_matrix/client/v3/keys/signatures/upload",
-                                       {self.user_id: {self.device_id: signed}})
+        status, body = await self._raw(
+            "POST", "/_matrix/client/v3/keys/signatures/upload", {self.user_id: {self.device_id: signed}}
+        )
         if status != 200 or body.get("failures"):
             log.warning("%s: device signature refused: %s %s", self.user_id, status, body)
             return
@@ -367,9 +419,12 @@ class Device:
     # ---- /sync ----------------------------------------------------------------------------------
 
     async def _sync_once(self, full_state: bool = False, timeout: int = 0) -> None:
-        response = await self.nio.sync(timeout=timeout, sync_filter=SYNC_FILTER,
-                                          since=self.state.get("sync_token") or None,
-                                          full_state=full_state or None)
+        response = await self.nio.sync(
+            timeout=timeout,
+            sync_filter=SYNC_FILTER,
+            since=self.state.get("sync_token") or None,
+            full_state=full_state or None,
+        )
         if not isinstance(response, nio.SyncResponse):
             raise MatrixError(f"{self.user_id}: sync failed: {response}", None)
         for event in response.to_device_events:
@@ -402,9 +457,14 @@ class Device:
 
     # ---- crypto traffic of a transaction (a device without /sync: the bot) ----------------------
 
-    async def receive_traffic(self, to_device: list[dict], one_time_keys: dict[str, int] | None = None,
-                              fallback_keys: list[str] | None = None, changed: list[str] = (),
-                              left: list[str] = ()) -> None:
+    async def receive_traffic(
+        self,
+        to_device: list[dict],
+        one_time_keys: dict[str, int] | None = None,
+        fallback_keys: list[str] | None = None,
+        changed: list[str] = (),
+        left: list[str] = (),
+    ) -> None:
         """This device's share of an appservice transaction's crypto traffic (MSC2409 to-device
         messages, MSC3202 key counts and device lists), handled as a /sync response would be:
         its room keys are in the crypto store when this returns. A failure to handle it raises
@@ -412,8 +472,9 @@ class Device:
         with the next transaction's counts."""
         body: dict[str, Any] = {
             "next_batch": f"as-{uuid.uuid4().hex}",  # nio skips a response whose token it had
-            "to_device": {"events": [{k: v for k, v in m.items() if k not in ("to_user_id", "to_device_id")}
-                                     for m in to_device]},
+            "to_device": {
+                "events": [{k: v for k, v in m.items() if k not in ("to_user_id", "to_device_id")} for m in to_device]
+            },
             "device_lists": {"changed": list(changed), "left": list(left)},
         }
         if one_time_keys:
@@ -441,8 +502,9 @@ class Device:
             if self.nio.should_upload_keys:
                 response = await self.nio.keys_upload()
                 if not isinstance(response, nio.KeysUploadResponse):
-                    log.warning("%s: one-time keys not uploaded (%s): again with the next counts",
-                                self.user_id, response)
+                    log.warning(
+                        "%s: one-time keys not uploaded (%s): again with the next counts", self.user_id, response
+                    )
             if self.nio.outgoing_to_device_messages:
                 await self.nio.send_to_device_messages()
         except Exception as exc:
@@ -460,7 +522,7 @@ class Device:
                     return None
                 try:
                     await asyncio.wait_for(self._synced.wait(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return None
         return self.nio.rooms[room_id]
 
@@ -483,7 +545,8 @@ class Device:
     def encrypted(self, room_id: str) -> bool:
         room = self.nio.rooms.get(room_id) if self.nio else None
         return bool(room is not None and room.encrypted) or (
-            self.nio is not None and room_id in self.nio.encrypted_rooms)
+            self.nio is not None and room_id in self.nio.encrypted_rooms
+        )
 
     # ---- room keys in ---------------------------------------------------------------------------
 
@@ -499,11 +562,13 @@ class Device:
         """The plain event of an m.room.encrypted `event`, or None without its room key.
         ValueError if it cannot be decrypted with the key (or is a replay)."""
         content, room_id = event["content"], event["room_id"]
-        session = self.nio.olm.inbound_group_store.get(room_id, content.get("sender_key", ""),
-                                                          content.get("session_id", ""))
+        session = self.nio.olm.inbound_group_store.get(
+            room_id, content.get("sender_key", ""), content.get("session_id", "")
+        )
         if session is None:
             return None
         import vodozemac
+
         try:
             plaintext, index = session.decrypt(content["ciphertext"])
         except (vodozemac.MegolmDecryptionException, vodozemac.DecodeException, KeyError) as exc:
@@ -512,8 +577,12 @@ class Device:
         if seen != event.get("event_id", ""):
             raise ValueError(f"{event.get('event_id')} replays message {index} of its session")
         payload = json.loads(plaintext)
-        if not isinstance(payload, dict) or payload.get("room_id") != room_id \
-                or not isinstance(payload.get("type"), str) or not isinstance(payload.get("content"), dict):
+        if (
+            not isinstance(payload, dict)
+            or payload.get("room_id") != room_id
+            or not isinstance(payload.get("type"), str)
+            or not isinstance(payload.get("content"), dict)
+        ):
             raise ValueError(f"{event.get('event_id')}: the decrypted payload is not for this room")
         inner = dict(payload["content"])
         relates = content.get("m.relates_to")
@@ -534,14 +603,23 @@ class Device:
             request = OutgoingKeyRequest(session_id, session_id, event["room_id"], MEGOLM)
             olm.outgoing_key_requests[session_id] = request
             olm.store.add_outgoing_key_request(request)
-        body = {"action": "request", "requesting_device_id": self.device_id,
-                "request_id": session_id,  # nio's convention: its cancellation says the same
-                "body": {"algorithm": MEGOLM, "room_id": event["room_id"],
-                         "sender_key": content.get("sender_key"), "session_id": session_id}}
+        body = {
+            "action": "request",
+            "requesting_device_id": self.device_id,
+            "request_id": session_id,  # nio's convention: its cancellation says the same
+            "body": {
+                "algorithm": MEGOLM,
+                "room_id": event["room_id"],
+                "sender_key": content.get("sender_key"),
+                "session_id": session_id,
+            },
+        }
         device = content.get("device_id") or "*"
         status, answer = await self._raw(
-            "PUT", f"/_matrix/client/v3/sendToDevice/m.room_key_request/{uuid.uuid4().hex}",
-            {"messages": {event["sender"]: {device: body}}})
+            "PUT",
+            f"/_matrix/client/v3/sendToDevice/m.room_key_request/{uuid.uuid4().hex}",
+            {"messages": {event["sender"]: {device: body}}},
+        )
         if status != 200:
             raise MatrixError(f"{self.user_id}: key request refused: {status} {answer}", status)
 
@@ -549,16 +627,14 @@ class Device:
 
     async def settings_of(self, room_id: str) -> dict:
         if room_id not in self.settings or not self.syncs:
-            status, body = await self._raw(
-                "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
+            status, body = await self._raw("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
             self.settings[room_id] = body if status == 200 else {}
         return self.settings[room_id]
 
     async def encryption_state(self, room_id: str) -> dict | None:
         """The room's m.room.encryption state as the homeserver has it now ({} when it has none),
         or None when this identity cannot read the room's state. Not cached."""
-        status, body = await self._raw(
-            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
+        status, body = await self._raw("GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.encryption/")
         if status == 200:
             return body if isinstance(body, dict) else {}
         return {} if status == 404 else None
@@ -583,12 +659,16 @@ class Device:
                 settings = await self.settings_of(room_id)
                 ms = settings.get("rotation_period_ms")
                 msgs = settings.get("rotation_period_msgs")
-                outbound = Outbound(members, ms if isinstance(ms, int) and ms > 0 else DEFAULT_ROTATION_MS,
-                                    msgs if isinstance(msgs, int) and msgs > 0 else DEFAULT_ROTATION_MSGS)
+                outbound = Outbound(
+                    members,
+                    ms if isinstance(ms, int) and ms > 0 else DEFAULT_ROTATION_MS,
+                    msgs if isinstance(msgs, int) and msgs > 0 else DEFAULT_ROTATION_MSGS,
+                )
                 self.outbound[room_id] = outbound
                 keys = self.nio.olm.account.identity_keys
-                self.nio.olm.create_group_session(keys["curve25519"], keys["ed25519"], room_id,
-                                                     outbound.session.id, outbound.session.session_key)
+                self.nio.olm.create_group_session(
+                    keys["curve25519"], keys["ed25519"], room_id, outbound.session.id, outbound.session.session_key
+                )
                 own = self.state.setdefault("own_sessions", {})
                 own[outbound.session.id] = {"room_id": room_id, "key": outbound.session.session_key}
                 for old in list(own)[:-OWN_SESSIONS_KEPT]:
@@ -598,18 +678,20 @@ class Device:
             outbound.members |= members
             await self._share(room_id, outbound, members)
             payload = {"type": event_type, "content": content, "room_id": room_id}
-            ciphertext = outbound.session.encrypt(json.dumps(payload, ensure_ascii=False,
-                                                             separators=(",", ":")))
-            encrypted = {"algorithm": MEGOLM,
-                         "sender_key": self.nio.olm.account.identity_keys["curve25519"],
-                         "ciphertext": ciphertext, "session_id": outbound.session.id,
-                         "device_id": self.device_id}
+            ciphertext = outbound.session.encrypt(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+            encrypted = {
+                "algorithm": MEGOLM,
+                "sender_key": self.nio.olm.account.identity_keys["curve25519"],
+                "ciphertext": ciphertext,
+                "session_id": outbound.session.id,
+                "device_id": self.device_id,
+            }
             relates = content.get("m.relates_to")
             if isinstance(relates, dict):
                 encrypted["m.relates_to"] = relates
             return encrypted
 
-    async def _answer_key_request(self, request: "nio.RoomKeyRequest") -> None:
+    async def _answer_key_request(self, request: nio.RoomKeyRequest) -> None:
         """An owner's device asks for a room key this device made, in a room the owner is in:
         the key is sent again to that device (as the m.room_key it first was, from the index
         it began at). Anyone else, another room, or a key not this device's: no answer."""
@@ -618,12 +700,21 @@ class Device:
         if not self.syncs and isinstance(request.room_id, str):  # no /sync: its members now
             room = await self._read_room(request.room_id)
         own = (self.state.get("own_sessions") or {}).get(request.session_id)
-        if not self.may_request(request.sender) or room is None \
-                or request.sender not in room.users or request.sender in room.invited_users \
-                or own is None or own.get("room_id") != request.room_id \
-                or request.sender_key != olm.account.identity_keys["curve25519"]:
-            log.info("%s: key request of %s for %s not answered (not theirs to ask)",
-                     self.user_id, request.sender, request.room_id)
+        if (
+            not self.may_request(request.sender)
+            or room is None
+            or request.sender not in room.users
+            or request.sender in room.invited_users
+            or own is None
+            or own.get("room_id") != request.room_id
+            or request.sender_key != olm.account.identity_keys["curve25519"]
+        ):
+            log.info(
+                "%s: key request of %s for %s not answered (not theirs to ask)",
+                self.user_id,
+                request.sender,
+                request.room_id,
+            )
             return
         device = olm.device_store[request.sender].get(request.requesting_device_id)
         if device is None:
@@ -637,23 +728,33 @@ class Device:
         session = olm.session_store.get(device.curve25519)
         if session is None:
             raise MatrixError(f"no Olm session with {request.sender}'s device {device.id}", None)
-        content = {"algorithm": MEGOLM, "room_id": request.room_id, "session_id": request.session_id,
-                   "session_key": own["key"]}
+        content = {
+            "algorithm": MEGOLM,
+            "room_id": request.room_id,
+            "session_id": request.session_id,
+            "session_key": own["key"],
+        }
         message = olm._olm_encrypt(session, device, "m.room_key", content)
         status, body = await self._raw(
-            "PUT", f"/_matrix/client/v3/sendToDevice/m.room.encrypted/{uuid.uuid4().hex}",
-            {"messages": {request.sender: {device.id: message}}})
+            "PUT",
+            f"/_matrix/client/v3/sendToDevice/m.room.encrypted/{uuid.uuid4().hex}",
+            {"messages": {request.sender: {device.id: message}}},
+        )
         if status != 200:
             raise MatrixError(f"{status} {body.get('error', body)}", status)
-        log.info("%s: room key of %s given again to %s's device %s", self.user_id, request.room_id,
-                 request.sender, device.id)
+        log.info(
+            "%s: room key of %s given again to %s's device %s", self.user_id, request.room_id, request.sender, device.id
+        )
 
     async def _share(self, room_id: str, outbound: Outbound, members: set[str]) -> None:
         olm = self.nio.olm
-        need = [(user_id, device) for user_id in sorted(members)
-                for device in olm.device_store.active_user_devices(user_id)
-                if not (user_id == self.user_id and device.id == self.device_id)
-                and (user_id, device.id) not in outbound.shared_with]
+        need = [
+            (user_id, device)
+            for user_id in sorted(members)
+            for device in olm.device_store.active_user_devices(user_id)
+            if not (user_id == self.user_id and device.id == self.device_id)
+            and (user_id, device.id) not in outbound.shared_with
+        ]
         if not need:
             return
         missing: dict[str, list[str]] = {}
@@ -669,25 +770,30 @@ class Device:
                 log.warning("%s: key claim failed (%s); again in %.1f s", self.user_id, response, delay)
                 await asyncio.sleep(delay)
                 delay *= 2
-        key_content = {"algorithm": MEGOLM, "room_id": room_id, "session_id": outbound.session.id,
-                       "session_key": outbound.session.session_key}
+        key_content = {
+            "algorithm": MEGOLM,
+            "room_id": room_id,
+            "session_id": outbound.session.id,
+            "session_key": outbound.session.session_key,
+        }
         messages: dict[str, dict[str, Any]] = {}
         sent: set[tuple[str, str]] = set()
         for user_id, device in need:
             session = olm.session_store.get(device.curve25519)
             if session is None:
-                log.warning("%s: no Olm session with %s's device %s: it gets no room key",
-                            self.user_id, user_id, device.id)
+                log.warning(
+                    "%s: no Olm session with %s's device %s: it gets no room key", self.user_id, user_id, device.id
+                )
                 continue
-            messages.setdefault(user_id, {})[device.id] = olm._olm_encrypt(session, device, "m.room_key",
-                                                                          key_content)
+            messages.setdefault(user_id, {})[device.id] = olm._olm_encrypt(session, device, "m.room_key", key_content)
             sent.add((user_id, device.id))
         if not messages:
             return
         status, body = await self._raw(
-            "PUT", f"/_matrix/client/v3/sendToDevice/m.room.encrypted/{uuid.uuid4().hex}",
-            {"messages": messages})
+            "PUT", f"/_matrix/client/v3/sendToDevice/m.room.encrypted/{uuid.uuid4().hex}", {"messages": messages}
+        )
         if status != 200:
-            raise MatrixError(f"{self.user_id}: sharing the room key of {room_id}: {status} "
-                              f"{body.get('error', body)}", status)
+            raise MatrixError(
+                f"{self.user_id}: sharing the room key of {room_id}: {status} {body.get('error', body)}", status
+            )
         outbound.shared_with |= sent

@@ -15,31 +15,32 @@ Each agent is started as the bridge starts it: in its sandbox (docs/sandbox.md);
 
 `announced()` talks to the agent; `report()` is a pure function of what was announced.
 """
+
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import json
-import re
-
 from acp import AcpError, AgentSpec, AuthRequired, start_agent
 
-from ..voice.engine import check_line
 from ..agent_specs import sandbox_line, spec_of
+from ..voice.engine import check_line
 
-START_LIMIT = 60.0    # seconds for the process to start and answer initialize
+START_LIMIT = 60.0  # seconds for the process to start and answer initialize
 SESSION_LIMIT = 30.0  # seconds for session/new
 COMMANDS_GRACE = 1.0  # seconds to wait for available_commands_update after session/new
-LIST_LIMIT = 12       # values shown per list; the rest are counted
-STDERR_LINES = 12     # lines of a failed agent's stderr shown (its end), as in a crash notice
-LINE_CHARS = 300      # an error's data and each stderr line, cut
+LIST_LIMIT = 12  # values shown per list; the rest are counted
+STDERR_LINES = 12  # lines of a failed agent's stderr shown (its end), as in a crash notice
+LINE_CHARS = 300  # an error's data and each stderr line, cut
 
 
 @dataclass
 class Announced:
     """What one agent told us; `error` is set when a step failed (the later fields are then unknown)."""
+
     info: dict[str, Any] = field(default_factory=dict)
     protocol: int = 0
     load_session: bool = False
@@ -52,7 +53,7 @@ class Announced:
     commands: list[dict[str, Any]] | None = None
     error: str | None = None
     error_data: Any = None  # the `data` of the JSON-RPC error, when the agent sent one
-    stderr: str = ""        # the end of its stderr, when it failed
+    stderr: str = ""  # the end of its stderr, when it failed
 
 
 async def check_agents(cfg, say) -> int:
@@ -77,7 +78,8 @@ async def announced(spec: AgentSpec) -> Announced:
     step = f"no answer to initialize within {START_LIMIT:g} s"
     try:
         running = await asyncio.wait_for(
-            start_agent(spec, on_commands=lambda _name, announced: commands.append(announced)), START_LIMIT)
+            start_agent(spec, on_commands=lambda _name, announced: commands.append(announced)), START_LIMIT
+        )
         found.initialized = True
         found.info = dict(running.info or {})
         found.protocol = running.protocol_version
@@ -94,10 +96,10 @@ async def announced(spec: AgentSpec) -> Announced:
         while not commands and loop.time() < deadline:
             await asyncio.sleep(0.05)
         found.commands = commands[-1] if commands else (running.commands or [])
-    except (AcpError, asyncio.TimeoutError, OSError, ValueError) as exc:
+    except (TimeoutError, AcpError, OSError, ValueError) as exc:
         reason = str(exc) or step
         if reason.startswith(f"{spec.name}: "):  # ACP errors already name their agent
-            reason = reason[len(spec.name) + 2:]
+            reason = reason[len(spec.name) + 2 :]
         found.error = reason
         found.error_data = getattr(exc, "data", None)
         found.stderr = getattr(exc, "stderr_tail", "") or ""
@@ -111,6 +113,7 @@ async def announced(spec: AgentSpec) -> Announced:
 
 
 # ---- the report: pure --------------------------------------------------------------------------
+
 
 def report(name: str, found: Announced, tools: bool = True, sandbox: str | None = None) -> list[str]:
     """The lines `check` prints for one agent: the ✓/✗ line, then indented details (`tools`:
@@ -143,7 +146,7 @@ def announced_capabilities(caps: Any, prefix: str = "") -> list[str]:
     (`{}` means supported, in ACP) is announced, its fields too (`sessionCapabilities.resume`);
     false, null and `_meta` are not."""
     names: list[str] = []
-    for key, value in (caps.items() if isinstance(caps, dict) else ()):
+    for key, value in caps.items() if isinstance(caps, dict) else ():
         if key == "_meta" or value in (None, False):
             continue
         name = f"{prefix}{key}"
@@ -163,6 +166,7 @@ def _tools(name: str, on: bool, mcp: dict[str, Any]) -> str:
     if not on:
         return f"none (agents.{name}.tools: off)"
     from ..mcp.tools import NAMES, SERVER_NAME
+
     return f"MCP server `{SERVER_NAME}` over stdio — {', '.join(NAMES)}"
 
 
@@ -171,8 +175,11 @@ def _why(found: Announced) -> list[str]:
     its stderr (where agents write the cause: Claude Code's adapter, for one)."""
     lines = []
     if found.error_data not in (None, "", {}, []):
-        data = found.error_data if isinstance(found.error_data, str) else \
-            json.dumps(found.error_data, ensure_ascii=False, default=str)
+        data = (
+            found.error_data
+            if isinstance(found.error_data, str)
+            else json.dumps(found.error_data, ensure_ascii=False, default=str)
+        )
         lines.append(f"    error data: {_cut(_text(data))}")
     tail = [_cut(_printable(line)) for line in found.stderr.splitlines() if _printable(line)][-STDERR_LINES:]
     if tail:
@@ -190,7 +197,7 @@ def _printable(line: str) -> str:
 
 
 def _cut(text: str) -> str:
-    return text if len(text) <= LINE_CHARS else text[:LINE_CHARS - 1] + "…"
+    return text if len(text) <= LINE_CHARS else text[: LINE_CHARS - 1] + "…"
 
 
 def _text(value: Any) -> str:
@@ -213,8 +220,11 @@ def _command_names(commands: list[dict[str, Any]] | None) -> str:
 
 def _prompt_kinds(caps: dict[str, Any]) -> str:
     kinds = ["text"]  # every agent takes text and resource links (ACP baseline)
-    kinds += [label for key, label in (("image", "image"), ("audio", "audio"),
-                                        ("embeddedContext", "embedded context")) if caps.get(key)]
+    kinds += [
+        label
+        for key, label in (("image", "image"), ("audio", "audio"), ("embeddedContext", "embedded context"))
+        if caps.get(key)
+    ]
     return ", ".join(kinds)
 
 
@@ -236,16 +246,26 @@ def _modes(modes: Any) -> str:
     if not isinstance(modes, dict):
         return "none"
     current = modes.get("currentModeId")
-    return _listed([_choice(_text(m.get("id")), m.get("name"), m.get("id") == current)
-                    for m in modes.get("availableModes") or [] if isinstance(m, dict)])
+    return _listed(
+        [
+            _choice(_text(m.get("id")), m.get("name"), m.get("id") == current)
+            for m in modes.get("availableModes") or []
+            if isinstance(m, dict)
+        ]
+    )
 
 
 def _models(models: Any) -> str:
     if not isinstance(models, dict):
         return "none"
     current = models.get("currentModelId")
-    return _listed([_choice(_text(m.get("modelId")), m.get("name"), m.get("modelId") == current)
-                    for m in models.get("availableModels") or [] if isinstance(m, dict)])
+    return _listed(
+        [
+            _choice(_text(m.get("modelId")), m.get("name"), m.get("modelId") == current)
+            for m in models.get("availableModels") or []
+            if isinstance(m, dict)
+        ]
+    )
 
 
 def _select_values(option: dict[str, Any]) -> list[str]:
@@ -277,6 +297,7 @@ def _config_options(options: Any) -> list[str]:
         if kind == "select":
             lines.append(f"      {head}: {_listed(_select_values(option))}")
         else:  # a type this client does not know (ACP: ignore it): say so, with its value
-            lines.append(f"      {head}: {_text(kind) or 'untyped'} option, current: "
-                         f"{_text(option.get('currentValue')) or '?'}")
+            lines.append(
+                f"      {head}: {_text(kind) or 'untyped'} option, current: {_text(option.get('currentValue')) or '?'}"
+            )
     return lines

@@ -16,6 +16,7 @@ README names can read. Element reads `io.element.e2ee` from the well-known file:
 bridge's encryption on (the default) new rooms are encrypted as on any homeserver; with it off
 the well-known file and the server default new rooms to unencrypted.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,8 +31,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import yaml
@@ -43,18 +45,35 @@ from config import write_private
 # accounts hard (many logins, rooms and invites in a few seconds), so they lift all of them.
 _RELAXED_LIMIT = {"per_second": 10000, "burst_count": 100000}
 _RATE_LIMIT_KEYS = (
-    "rc_message", "rc_registration", "rc_registration_token_validity", "rc_login.address",
-    "rc_login.account", "rc_login.failed_attempts", "rc_admin_redaction", "rc_joins.local",
-    "rc_joins.remote", "rc_joins_per_room", "rc_key_requests", "rc_3pid_validation",
-    "rc_invites.per_room", "rc_invites.per_user", "rc_invites.per_issuer",
-    "rc_third_party_invite", "rc_media_create", "rc_presence.per_user", "rc_delayed_event_mgmt",
-    "rc_room_creation", "rc_reports", "rc_user_directory", "rc_profile",
+    "rc_message",
+    "rc_registration",
+    "rc_registration_token_validity",
+    "rc_login.address",
+    "rc_login.account",
+    "rc_login.failed_attempts",
+    "rc_admin_redaction",
+    "rc_joins.local",
+    "rc_joins.remote",
+    "rc_joins_per_room",
+    "rc_key_requests",
+    "rc_3pid_validation",
+    "rc_invites.per_room",
+    "rc_invites.per_user",
+    "rc_invites.per_issuer",
+    "rc_third_party_invite",
+    "rc_media_create",
+    "rc_presence.per_user",
+    "rc_delayed_event_mgmt",
+    "rc_room_creation",
+    "rc_reports",
+    "rc_user_directory",
+    "rc_profile",
 )
 # The version of the rooms this homeserver makes (see _config: the newest nheko 0.11 reads).
 ROOM_VERSION = "10"
 _SECRET_KEYS = ("registration_shared_secret", "macaroon_secret_key", "form_secret")
-_STOP_GRACE = 15.0   # seconds Synapse gets to finish after SIGTERM before SIGKILL
-_TAIL_LINES = 12     # lines of log shown when the server fails to start
+_STOP_GRACE = 15.0  # seconds Synapse gets to finish after SIGTERM before SIGKILL
+_TAIL_LINES = 12  # lines of log shown when the server fails to start
 
 
 class HomeserverError(Exception):
@@ -95,6 +114,7 @@ def _die_with_parent() -> None:
     # child, so start() must run on the event loop's thread, not in a worker thread.
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
@@ -104,9 +124,15 @@ def _die_with_parent() -> None:
 class Homeserver:
     """One Synapse serving `server_name` from `folder` on 127.0.0.1:`port`."""
 
-    def __init__(self, folder: Path, server_name: str = "localhost", port: int = 8008,
-                 appservice_files: list[Path] = (), relaxed_limits: bool = False,
-                 encryption: bool = True):
+    def __init__(
+        self,
+        folder: Path,
+        server_name: str = "localhost",
+        port: int = 8008,
+        appservice_files: list[Path] = (),
+        relaxed_limits: bool = False,
+        encryption: bool = True,
+    ):
         self.folder = Path(folder).resolve()
         self.server_name = server_name
         self.port = port
@@ -115,7 +141,7 @@ class Homeserver:
         self.encryption = encryption
         self.config_path = self.folder / "homeserver.yaml"
         self.log_path = self.folder / "homeserver.log"
-        self.output_path = self.folder / "homeserver.out"   # Synapse's own stdout/stderr
+        self.output_path = self.folder / "homeserver.out"  # Synapse's own stdout/stderr
         self.pid_path = self.folder / "homeserver.pid"
         self.signing_key_path = self.folder / "signing.key"
         self._proc: subprocess.Popen | None = None
@@ -136,7 +162,8 @@ class Homeserver:
             # The database is tied to the name it was created with; renaming breaks it.
             raise HomeserverError(
                 f"{self.folder} holds a homeserver for {existing['server_name']!r}, not "
-                f"{self.server_name!r}; use another folder or the old server name")
+                f"{self.server_name!r}; use another folder or the old server name"
+            )
         kept = {key: existing[key] for key in _SECRET_KEYS if existing.get(key)}
         for key in _SECRET_KEYS:
             kept.setdefault(key, secrets.token_urlsafe(32))
@@ -145,6 +172,7 @@ class Homeserver:
         if not self.signing_key_path.exists():
             # In-process instead of `synapse ... --generate-keys`: saves a second Synapse start.
             from signedjson.key import generate_signing_key, write_signing_keys
+
             key = generate_signing_key("a_" + secrets.token_hex(2))
             buffer = io.StringIO()
             write_signing_keys(buffer, [key])
@@ -153,7 +181,8 @@ class Homeserver:
         log_config = self.folder / "homeserver.log.yaml"
         _write_if_changed(log_config, yaml.safe_dump(self._log_config(), sort_keys=False))
         text = "# Written by sidekicks; secrets are kept across rewrites.\n" + yaml.safe_dump(
-            self._config(kept, log_config), sort_keys=False)
+            self._config(kept, log_config), sort_keys=False
+        )
         _write_if_changed(self.config_path, text)
 
     def _read_config(self) -> dict[str, Any]:
@@ -169,12 +198,17 @@ class Homeserver:
         body: dict[str, Any] = {
             "server_name": self.server_name,
             "public_baseurl": self.url + "/",
-            "listeners": [{
-                "port": self.port, "bind_addresses": ["127.0.0.1"], "type": "http",
-                "tls": False, "x_forwarded": False,
-                # "client" also serves /_synapse/admin and /.well-known; no "federation".
-                "resources": [{"names": ["client"], "compress": False}],
-            }],
+            "listeners": [
+                {
+                    "port": self.port,
+                    "bind_addresses": ["127.0.0.1"],
+                    "type": "http",
+                    "tls": False,
+                    "x_forwarded": False,
+                    # "client" also serves /_synapse/admin and /.well-known; no "federation".
+                    "resources": [{"names": ["client"], "compress": False}],
+                }
+            ],
             "database": {"name": "sqlite3", "args": {"database": str(self.folder / "homeserver.db")}},
             "log_config": str(log_config),
             "media_store_path": str(self.folder / "media_store"),
@@ -203,8 +237,10 @@ class Homeserver:
             # crypto traffic of the appservice's users in its transactions: how the bot's device
             # (which Synapse serves no /sync) gets its room keys (bridge/e2ee,
             # docs/encryption.md "How it works")
-            "experimental_features": {"msc2409_to_device_messages_enabled": True,
-                                      "msc3202_transaction_extensions": True},
+            "experimental_features": {
+                "msc2409_to_device_messages_enabled": True,
+                "msc3202_transaction_extensions": True,
+            },
         }
         if self.relaxed_limits:
             # Tests log in and register dozens of times; cost 4 instead of 12 makes each
@@ -223,12 +259,17 @@ class Homeserver:
         # WARNING and up everywhere, plus Synapse's start/stop lines (synapse.app at INFO).
         return {
             "version": 1,
-            "formatters": {"plain": {
-                "format": "%(asctime)s - %(name)s - %(levelname)s - %(message)s"}},
-            "handlers": {"file": {
-                "class": "logging.handlers.RotatingFileHandler", "formatter": "plain",
-                "filename": str(self.log_path), "maxBytes": 10 * 1024 * 1024,
-                "backupCount": 2, "encoding": "utf8"}},
+            "formatters": {"plain": {"format": "%(asctime)s - %(name)s - %(levelname)s - %(message)s"}},
+            "handlers": {
+                "file": {
+                    "class": "logging.handlers.RotatingFileHandler",
+                    "formatter": "plain",
+                    "filename": str(self.log_path),
+                    "maxBytes": 10 * 1024 * 1024,
+                    "backupCount": 2,
+                    "encoding": "utf8",
+                }
+            },
             "loggers": {"synapse.app": {"level": "INFO"}},
             "root": {"level": "WARNING", "handlers": ["file"]},
             "disable_existing_loggers": False,
@@ -236,8 +277,7 @@ class Homeserver:
 
     # -- process -------------------------------------------------------------------------
 
-    async def start(self, progress: Callable[[str], None] | None = None,
-                    timeout: float = 60) -> None:
+    async def start(self, progress: Callable[[str], None] | None = None, timeout: float = 60) -> None:
         """Start Synapse and return once it answers the client API."""
         if self._proc is not None and self._proc.poll() is None:
             return
@@ -247,12 +287,14 @@ class Homeserver:
         if other is not None:
             raise HomeserverError(
                 f"another homeserver (pid {other}) already serves {self.folder}; "
-                f"stop it first or use it at {self._recorded_url()}")
+                f"stop it first or use it at {self._recorded_url()}"
+            )
         self.ensure_config()
         if not _port_free(self.port):
             raise HomeserverError(
                 f"cannot start the homeserver: port {self.port} on 127.0.0.1 is already in use "
-                f"by another program; stop it or choose another homeserver port")
+                f"by another program; stop it or choose another homeserver port"
+            )
 
         for path in self.appservice_files:
             if not path.is_file():
@@ -263,12 +305,15 @@ class Homeserver:
         with open(self.output_path, "wb") as output:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "synapse.app.homeserver", "-c", str(self.config_path)],
-                cwd=self.folder, stdin=subprocess.DEVNULL, stdout=output,
+                cwd=self.folder,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
                 stderr=subprocess.STDOUT,
                 # Own process group: Ctrl-C in the terminal reaches us, not Synapse, and we
                 # stop it in order; stop() signals the whole group.
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
         # Synapse only writes `pid_file` when it daemonizes, so the pid file is ours.
         self.pid_path.write_text(f"{self._proc.pid}\n", encoding="utf-8")
 
@@ -279,20 +324,19 @@ class Homeserver:
                 while time.monotonic() - started < timeout:
                     code = self._proc.poll()
                     if code is not None:
-                        raise HomeserverError(self._failure(
-                            f"the homeserver stopped while starting (exit code {code})",
-                            log_offset))
+                        raise HomeserverError(
+                            self._failure(f"the homeserver stopped while starting (exit code {code})", log_offset)
+                        )
                     try:
                         async with http.get(versions) as response:
                             if response.status == 200:
                                 ready = True
                                 break
-                    except (aiohttp.ClientError, asyncio.TimeoutError):
+                    except (TimeoutError, aiohttp.ClientError):
                         pass
                     await asyncio.sleep(0.1)
             if not ready:
-                raise HomeserverError(self._failure(
-                    f"the homeserver did not answer within {timeout:g} s", log_offset))
+                raise HomeserverError(self._failure(f"the homeserver did not answer within {timeout:g} s", log_offset))
         finally:
             if not ready:
                 # Failed, timed out or cancelled (Ctrl-C): leave nothing running.
@@ -407,8 +451,9 @@ class Homeserver:
         """Create `@localpart:server_name` with the shared secret; an existing one is fine."""
         secret = self._shared_secret or self._read_config().get("registration_shared_secret")
         if not secret:
-            raise HomeserverError(f"no registration secret yet in {self.config_path}; "
-                                  "call ensure_config() or start() first")
+            raise HomeserverError(
+                f"no registration secret yet in {self.config_path}; call ensure_config() or start() first"
+            )
         user_id = f"@{localpart}:{self.server_name}"
         endpoint = self.url + "/_synapse/admin/v1/register"
         try:
@@ -417,14 +462,22 @@ class Homeserver:
                     nonce = (await response.json())["nonce"]
                 # The MAC proves we hold the secret without sending it (Synapse admin API).
                 mac = hmac.new(secret.encode(), digestmod=hashlib.sha1)
-                mac.update(b"\0".join([nonce.encode(), localpart.encode(), password.encode(),
-                                       b"admin" if admin else b"notadmin"]))
-                body = {"nonce": nonce, "username": localpart, "password": password,
-                        "admin": admin, "mac": mac.hexdigest()}
+                mac.update(
+                    b"\0".join(
+                        [nonce.encode(), localpart.encode(), password.encode(), b"admin" if admin else b"notadmin"]
+                    )
+                )
+                body = {
+                    "nonce": nonce,
+                    "username": localpart,
+                    "password": password,
+                    "admin": admin,
+                    "mac": mac.hexdigest(),
+                }
                 async with http.post(endpoint, json=body) as response:
                     answer = await response.json(content_type=None)
                     status = response.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError, KeyError) as exc:
             raise HomeserverError(f"cannot register {user_id} at {self.url}: {exc!r}") from None
         if status == 200:
             return answer["user_id"]
@@ -438,7 +491,7 @@ def _reason(text: str) -> str | None:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if line.startswith("Error in configuration"):
-            return " ".join(lines[i:i + 2])
+            return " ".join(lines[i : i + 2])
     for line in reversed(lines):
         match = re.match(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", line)
         if match:

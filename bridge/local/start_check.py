@@ -8,12 +8,13 @@ knows which agents reach everything the bridge reaches.
 The check is `sidekicks check`'s (bridge/local/check.py: `announced`), one agent after the other,
 in the background: the banner is not delayed. `trouble()` turns what failed into the line; pure.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -26,21 +27,32 @@ from .check import announced
 log = logging.getLogger(__name__)
 
 _FIXES: tuple[tuple[re.Pattern, str], ...] = (
-    (re.compile(r"^command not found: (?P<what>.+)$"),
-     "command `{what}` not found — fix agents.{name}.command in {path}"),
-    (re.compile(r"^command not executable: (?P<what>.+)$"),
-     "`{what}` is not executable — fix agents.{name}.command in {path} (or chmod +x it)"),
-    (re.compile(r"^working directory not found: (?P<what>.+)$"),
-     "its folder {what} does not exist — fix agents.{name}.cwd in {path}"),
-    (re.compile(r"^exited during initialize \((?P<code>exit code -?\d+)\)(?:: (?P<what>.+))?$"),
-     "stops at start ({code}{detail}) — fix agents.{name}.command in {path}; "
-     "`sidekicks check` shows more"),
-    (re.compile(r"^(?:no answer to initialize within|initialize failed)"),
-     "{error} — is agents.{name}.command in {path} an ACP agent? `sidekicks check` shows more"),
+    (
+        re.compile(r"^command not found: (?P<what>.+)$"),
+        "command `{what}` not found — fix agents.{name}.command in {path}",
+    ),
+    (
+        re.compile(r"^command not executable: (?P<what>.+)$"),
+        "`{what}` is not executable — fix agents.{name}.command in {path} (or chmod +x it)",
+    ),
+    (
+        re.compile(r"^working directory not found: (?P<what>.+)$"),
+        "its folder {what} does not exist — fix agents.{name}.cwd in {path}",
+    ),
+    (
+        re.compile(r"^exited during initialize \((?P<code>exit code -?\d+)\)(?:: (?P<what>.+))?$"),
+        "stops at start ({code}{detail}) — fix agents.{name}.command in {path}; `sidekicks check` shows more",
+    ),
+    (
+        re.compile(r"^(?:no answer to initialize within|initialize failed)"),
+        "{error} — is agents.{name}.command in {path} an ACP agent? `sidekicks check` shows more",
+    ),
     (re.compile(r"^requires authentication"), "{error}"),
-    (re.compile(r"^sandbox cannot run: (?P<what>.+?); install bubblewrap"),
-     "its sandbox cannot run ({what}) — install bubblewrap (apt-get install bubblewrap), "
-     "or set agents.{name}.sandbox: off in {path}"),
+    (
+        re.compile(r"^sandbox cannot run: (?P<what>.+?); install bubblewrap"),
+        "its sandbox cannot run ({what}) — install bubblewrap (apt-get install bubblewrap), "
+        "or set agents.{name}.sandbox: off in {path}",
+    ),
 )
 
 
@@ -52,8 +64,7 @@ def trouble(name: str, error: str, path: str) -> str:
         if match:
             fields = {k: v for k, v in match.groupdict().items() if v is not None}
             detail = f": {fields['what']}" if "code" in fields and "what" in fields else ""
-            return f"agent {name}: " + template.format(name=name, path=path, error=error,
-                                                      detail=detail, **fields)
+            return f"agent {name}: " + template.format(name=name, path=path, error=error, detail=detail, **fields)
     return f"agent {name}: {error} — `sidekicks check -c {path}` shows more"
 
 
@@ -69,8 +80,12 @@ async def sandbox_trouble(cfg) -> list[str]:
     return lines
 
 
-async def check_at_start(cfg, say: Callable[[str], None], tell: Callable[[str], Awaitable[None]],
-                         readable: Callable[[], Awaitable[None]] | None = None) -> list[str]:
+async def check_at_start(
+    cfg,
+    say: Callable[[str], None],
+    tell: Callable[[str], Awaitable[None]],
+    readable: Callable[[], Awaitable[None]] | None = None,
+) -> list[str]:
     """Check every agent, one after the other; say each failure (`✗ …`) at once, then one line
     of summary; then, once `readable()` returns (the owners can read the bot's DM), tell the
     owners each failure, and each agent that runs without a sandbox. Returns the failure lines."""
@@ -83,8 +98,11 @@ async def check_at_start(cfg, say: Callable[[str], None], tell: Callable[[str], 
         failures.append(line)
         say(f"✗ {line}")
     # `sandbox: off` is the owner's to know (not an agent over ssh: its machine decides)
-    open_agents = [f"agent {name} {unsandboxed(cfg, name)}" for name, agent in cfg.agents.items()
-                   if not agent.sandbox.on and not is_remote(agent.command)]
+    open_agents = [
+        f"agent {name} {unsandboxed(cfg, name)}"
+        for name, agent in cfg.agents.items()
+        if not agent.sandbox.on and not is_remote(agent.command)
+    ]
     for line in open_agents:
         say(f"! {line}")
     count = len(cfg.agents)
@@ -100,7 +118,7 @@ async def check_at_start(cfg, say: Callable[[str], None], tell: Callable[[str], 
     for line in failures + open_agents:
         try:
             await tell(f"⚠️ {line}")
-        except Exception as exc:   # the terminal has it; the DM is a courtesy
+        except Exception as exc:  # the terminal has it; the DM is a courtesy
             log.warning("could not tell the owners: %s (%s)", line, exc)
     return failures
 

@@ -13,6 +13,7 @@ registration, the bridge runs against it; if not, `up` says exactly what the per
 to do (Synapse reads app_service_config_files only when it starts, and its folder belongs to that
 person).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,8 +30,8 @@ import config as configuration
 from config import registration as registrations
 from config.paths import write_private
 
-from .homeserver import Homeserver, HomeserverError
 from ..voice.engine import up_hint
+from .homeserver import Homeserver, HomeserverError
 
 DEFAULT_CONFIG = """\
 # Sidekicks for Matrix — written by `sidekicks up`. Edit freely; see docs/configuration.md for every key.
@@ -75,8 +76,12 @@ def write_default_config(path: Path, shared: bool = False, user: str | None = No
     user = user or default_owner()
     names = dict(listen=29333, id="sidekicks", prefix="sk_", bot="sidekicks")
     if shared:
-        names = dict(listen=_free_port_from(29334), id=f"sidekicks_{user}",
-                     prefix=registrations.suggest_prefix(user), bot=f"sidekicks_{user}")
+        names = dict(
+            listen=_free_port_from(29334),
+            id=f"sidekicks_{user}",
+            prefix=registrations.suggest_prefix(user),
+            bot=f"sidekicks_{user}",
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(DEFAULT_CONFIG.format(user=user, python=sys.executable, **names), encoding="utf-8")
 
@@ -98,7 +103,7 @@ async def matrix_server_at(url: str) -> bool:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
             async with http.get(url + "/_matrix/client/versions") as response:
                 return response.status == 200 and "versions" in await response.json(content_type=None)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):
         return False
 
 
@@ -110,7 +115,7 @@ async def registration_loaded(url: str, registration, bot_user_id: str) -> bool:
             async with http.get(url + "/_matrix/client/v3/account/whoami", headers=headers) as response:
                 body = await response.json(content_type=None)
                 return response.status == 200 and body.get("user_id") == bot_user_id
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+    except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError):
         return False
 
 
@@ -122,18 +127,28 @@ async def up(path: Path, args, stop: asyncio.Event, say) -> int:
         write_default_config(path, shared=shared)
         say(f"• wrote a default configuration to {path}")
         if shared:
-            say("  (a homeserver already runs on this machine: this bridge gets its own puppet prefix, "
-                "bot and port to share it)")
+            say(
+                "  (a homeserver already runs on this machine: this bridge gets its own puppet prefix, "
+                "bot and port to share it)"
+            )
     cfg = configuration.load(path, label=str(path))
     if not cfg.homeserver_embedded:
-        raise UserError(f"{path} points at the homeserver {cfg.homeserver_url}: use `sidekicks run`, "
-                        "or set homeserver.embedded: true")
-    registration = registrations.ensure(cfg)   # refuses names another bridge here already claims
-    server = Homeserver(cfg.data_dir / "homeserver", server_name=cfg.domain, port=cfg.homeserver_port,
-                        appservice_files=[cfg.registration_path], encryption=cfg.encryption)
+        raise UserError(
+            f"{path} points at the homeserver {cfg.homeserver_url}: use `sidekicks run`, "
+            "or set homeserver.embedded: true"
+        )
+    registration = registrations.ensure(cfg)  # refuses names another bridge here already claims
+    server = Homeserver(
+        cfg.data_dir / "homeserver",
+        server_name=cfg.domain,
+        port=cfg.homeserver_port,
+        appservice_files=[cfg.registration_path],
+        encryption=cfg.encryption,
+    )
     if server.running_elsewhere():
-        raise UserError(f"a homeserver already runs from {server.folder}: is `sidekicks up` already running "
-                        "for this configuration?")
+        raise UserError(
+            f"a homeserver already runs from {server.folder}: is `sidekicks up` already running for this configuration?"
+        )
     if await matrix_server_at(cfg.homeserver_url):
         return await join(cfg, registration, stop, say)
     say(f"• starting the homeserver ({cfg.domain}) at {server.url} …")
@@ -169,8 +184,11 @@ async def join(cfg, registration, stop: asyncio.Event, say) -> int:
     from ..run import UserError, run_bridge
 
     url = cfg.homeserver_url
-    host_configs = [p for p in registrations.homeserver_configs(cfg)
-                    if p.resolve() != (cfg.data_dir / "homeserver" / "homeserver.yaml").resolve()]
+    host_configs = [
+        p
+        for p in registrations.homeserver_configs(cfg)
+        if p.resolve() != (cfg.data_dir / "homeserver" / "homeserver.yaml").resolve()
+    ]
     where = host_configs[0] if host_configs else "its homeserver.yaml"
     if not await registration_loaded(url, registration, cfg.bot_user_id):
         raise UserError(
@@ -180,7 +198,8 @@ async def join(cfg, registration, stop: asyncio.Event, say) -> int:
             f"over privately) to app_service_config_files in {where}, (2) restarts it (Synapse reads "
             f"appservices only when it starts) and (3) creates your account {cfg.owners[0]} "
             "(register_new_matrix_user); then run `sidekicks up` again. "
-            f"Your puppets are @{cfg.puppet_prefix}*:{cfg.domain}, your bot {cfg.bot_user_id}.")
+            f"Your puppets are @{cfg.puppet_prefix}*:{cfg.domain}, your bot {cfg.bot_user_id}."
+        )
     say(f"• a homeserver already runs at {url}: joining it (this bridge is registered there)")
     host = None
     for folder in (p.parent for p in host_configs):
@@ -192,14 +211,18 @@ async def join(cfg, registration, stop: asyncio.Event, say) -> int:
         except HomeserverError:
             host = None
     if not password_file(cfg).exists():
-        say(f"• your account {cfg.owners[0]} is not made by this bridge: ask the person running "
-            "the homeserver to create it (register_new_matrix_user) if it does not exist yet")
+        say(
+            f"• your account {cfg.owners[0]} is not made by this bridge: ask the person running "
+            "the homeserver to create it (register_new_matrix_user) if it does not exist yet"
+        )
 
     def ready() -> None:
         agent = next(iter(cfg.agents), "agent")
         say("")
-        say(f"Sidekicks is running on the shared homeserver {url}. Log in with Element as "
-            f"{cfg.owners[0]}, then start a direct message with @{cfg.puppet_prefix}{agent}:{cfg.domain}")
+        say(
+            f"Sidekicks is running on the shared homeserver {url}. Log in with Element as "
+            f"{cfg.owners[0]}, then start a direct message with @{cfg.puppet_prefix}{agent}:{cfg.domain}"
+        )
         say("Ctrl-C stops this bridge (the homeserver keeps running).")
         if (hint := up_hint(cfg.voice)) is not None:
             say(hint)
@@ -216,6 +239,7 @@ def checker(cfg, say):
 
     async def check(bridge) -> None:
         await check_at_start(cfg, say, bridge.commands.tell_owners, lambda: owners_have_a_device(bridge))
+
     return check
 
 

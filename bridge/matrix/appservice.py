@@ -15,6 +15,7 @@ stable or unstable names): parsed into `DeviceTraffic` and handed on with the ev
 Transactions are handled in the order they are numbered, where the homeserver numbers them
 (`TransactionOrder`): one Synapse left behind comes before the ones it sent after it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +24,9 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -34,11 +36,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class DeviceTraffic:
     """The crypto side of a transaction, for the identities of this appservice."""
-    to_device: list[dict] = field(default_factory=list)       # each with to_user_id / to_device_id
-    changed: list[str] = field(default_factory=list)          # users whose devices changed
-    left: list[str] = field(default_factory=list)             # users no longer sharing a room
-    one_time_keys: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # user → device → algorithm → count
-    fallback_keys: dict[str, dict[str, list[str]]] = field(default_factory=dict)       # user → device → unused types
+
+    to_device: list[dict] = field(default_factory=list)  # each with to_user_id / to_device_id
+    changed: list[str] = field(default_factory=list)  # users whose devices changed
+    left: list[str] = field(default_factory=list)  # users no longer sharing a room
+    one_time_keys: dict[str, dict[str, dict[str, int]]] = field(
+        default_factory=dict
+    )  # user → device → algorithm → count
+    fallback_keys: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # user → device → unused types
 
     def __bool__(self) -> bool:
         return bool(self.to_device or self.changed or self.left or self.one_time_keys or self.fallback_keys)
@@ -96,8 +101,12 @@ class TransactionOrder:
 
     PATIENCE = 10.0  # seconds a gap may hold the next transactions back (Synapse retries in 2)
 
-    def __init__(self, load: Callable[[], str | None] = lambda: None,
-                 save: Callable[[str], None] = lambda value: None, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        load: Callable[[], str | None] = lambda: None,
+        save: Callable[[str], None] = lambda value: None,
+        clock: Callable[[], float] = time.time,
+    ):
         self._save, self._clock = save, clock
         self.last: int | None = None
         self.armed = True  # a start: Synapse may be recovering this appservice
@@ -135,8 +144,12 @@ class TransactionOrder:
         if now - self._gap_since >= self.PATIENCE:
             log.warning("transaction %s: %s never came; going on without it", txn_id, self.last + 1)
             return True
-        log.info("transaction %s came after a gap (%s expected): refused once, so that a recovering "
-                 "homeserver sends one it left behind first", txn_id, self.last + 1)
+        log.info(
+            "transaction %s came after a gap (%s expected): refused once, so that a recovering "
+            "homeserver sends one it left behind first",
+            txn_id,
+            self.last + 1,
+        )
         self._refused = txn_id
         return False
 
@@ -184,8 +197,11 @@ def _forbidden() -> web.Response:
 def transaction_key(txn_id: str, events: list[dict], device: DeviceTraffic | None = None) -> str:
     ids = "\n".join(str(event.get("event_id", "")) for event in events)
     if device:  # to-device messages have no ids: their content tells one transaction from another
-        ids += "\n" + json.dumps([device.to_device, device.changed, device.left, device.one_time_keys,
-                                  device.fallback_keys], sort_keys=True, default=str)
+        ids += "\n" + json.dumps(
+            [device.to_device, device.changed, device.left, device.one_time_keys, device.fallback_keys],
+            sort_keys=True,
+            default=str,
+        )
     return f"{txn_id}:{hashlib.sha256(ids.encode('utf-8')).hexdigest()[:16]}"
 
 
@@ -230,19 +246,36 @@ def device_traffic(body: dict) -> DeviceTraffic:
     lists = lists if isinstance(lists, dict) else {}
     return DeviceTraffic(
         to_device=[m for m in to_device if isinstance(m, dict)] if isinstance(to_device, list) else [],
-        changed=_users(lists.get("changed")), left=_users(lists.get("left")),
-        one_time_keys=_per_device(_first(body, "device_one_time_keys_count",
-                                         "org.matrix.msc3202.device_one_time_keys_count",
-                                         "org.matrix.msc3202.device_one_time_key_counts"), _counts),
-        fallback_keys=_per_device(_first(body, "device_unused_fallback_key_types",
-                                         "org.matrix.msc3202.device_unused_fallback_key_types"), _types))
+        changed=_users(lists.get("changed")),
+        left=_users(lists.get("left")),
+        one_time_keys=_per_device(
+            _first(
+                body,
+                "device_one_time_keys_count",
+                "org.matrix.msc3202.device_one_time_keys_count",
+                "org.matrix.msc3202.device_one_time_key_counts",
+            ),
+            _counts,
+        ),
+        fallback_keys=_per_device(
+            _first(body, "device_unused_fallback_key_types", "org.matrix.msc3202.device_unused_fallback_key_types"),
+            _types,
+        ),
+    )
 
 
 class AppserviceServer:
-    def __init__(self, hs_token: str, on_transaction: TransactionHandler, on_user_query: UserQuery,
-                 txn_seen: Callable[[str], Awaitable[bool]], mark_txn: Callable[[str], Awaitable[None]],
-                 on_refused: Callable[[Transaction, BaseException], None] | None = None,
-                 order: TransactionOrder | None = None, on_gap: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        hs_token: str,
+        on_transaction: TransactionHandler,
+        on_user_query: UserQuery,
+        txn_seen: Callable[[str], Awaitable[bool]],
+        mark_txn: Callable[[str], Awaitable[None]],
+        on_refused: Callable[[Transaction, BaseException], None] | None = None,
+        order: TransactionOrder | None = None,
+        on_gap: Callable[[], None] | None = None,
+    ):
         self._token = hs_token.encode("utf-8")
         self._on_refused = on_refused  # told of each transaction refused, and why
         self._on_transaction = on_transaction
@@ -278,10 +311,13 @@ class AppserviceServer:
             if not isinstance(events, list) or not isinstance(ephemeral, list):
                 raise ValueError("events must be a list")
         except (ValueError, json.JSONDecodeError, AttributeError):
-            return web.json_response({"errcode": "M_NOT_JSON", "error": "Body is not a transaction"},
-                                     status=400)
-        transaction = Transaction(txn_id, [e for e in events if isinstance(e, dict)],
-                                  [e for e in ephemeral if isinstance(e, dict)], device_traffic(body))
+            return web.json_response({"errcode": "M_NOT_JSON", "error": "Body is not a transaction"}, status=400)
+        transaction = Transaction(
+            txn_id,
+            [e for e in events if isinstance(e, dict)],
+            [e for e in ephemeral if isinstance(e, dict)],
+            device_traffic(body),
+        )
         key = transaction.key
         async with self._txn_lock:
             try:

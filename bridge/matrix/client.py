@@ -4,6 +4,7 @@ matrix-nio has no appservice support, so `AppserviceClient` is an `AsyncClient` 
 request carries the as_token and `?user_id=` (masquerading, as the Matrix AS API defines).
 One client per puppet (and one for the bridge bot) shares a single aiohttp session.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-from nio import AsyncClient, AsyncClientConfig, Api
+from nio import Api, AsyncClient, AsyncClientConfig
 from nio.responses import ErrorResponse, RoomPutStateResponse, RoomRedactResponse, RoomSendResponse, UploadResponse
 
 log = logging.getLogger(__name__)
@@ -40,15 +41,19 @@ def client_config() -> AsyncClientConfig:
     # Unlimited retries with capped backoff: a homeserver that is down mid-answer gets the
     # same request (same transaction id, so never twice) once it is back
     # (docs/reliability.md "The homeserver away").
-    return AsyncClientConfig(max_timeouts=None, max_limit_exceeded=None, backoff_factor=0.2,
-                             max_timeout_retry_wait_time=5, request_timeout=30)
+    return AsyncClientConfig(
+        max_timeouts=None,
+        max_limit_exceeded=None,
+        backoff_factor=0.2,
+        max_timeout_retry_wait_time=5,
+        request_timeout=30,
+    )
 
 
 class AppserviceClient(AsyncClient):
     """An AsyncClient acting as `user_id` through the application service's as_token."""
 
-    def __init__(self, homeserver: str, user_id: str, as_token: str,
-                 session: aiohttp.ClientSession):
+    def __init__(self, homeserver: str, user_id: str, as_token: str, session: aiohttp.ClientSession):
         super().__init__(homeserver, user=user_id, config=client_config())
         self.user_id = user_id
         self.access_token = as_token
@@ -75,8 +80,10 @@ class AppserviceClient(AsyncClient):
     async def put_state(self, room_id: str, event_type: str, state_key: str, content: dict):
         """PUT /rooms/{room}/state/{type}/{key} with nio's retries (the slash stays for an
         empty key: not every homeserver routes the path without it)."""
-        path = (f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state/"
-                f"{quote(event_type, safe='')}/{quote(state_key, safe='')}")
+        path = (
+            f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state/"
+            f"{quote(event_type, safe='')}/{quote(state_key, safe='')}"
+        )
         return await self._send(RoomPutStateResponse, "PUT", path, Api.to_json(content), (room_id,))
 
     async def redact_event(self, room_id: str, event_id: str, reason: str | None, txn_id: str):
@@ -87,18 +94,17 @@ class AppserviceClient(AsyncClient):
     async def upload_bytes(self, data: bytes, content_type: str, filename: str):
         """POST /_matrix/media/v3/upload with nio's retries; an UploadResponse or error."""
         path = f"/_matrix/media/v3/upload?filename={quote(filename, safe='')}"
-        return await self._send(UploadResponse, "POST", path, data, content_type=content_type,
-                                content_length=len(data))
+        return await self._send(UploadResponse, "POST", path, data, content_type=content_type, content_length=len(data))
 
-    async def raw(self, method: str, path: str, body: Any = None, *, masquerade: bool = True,
-                  ok: tuple[int, ...] = (200,)) -> tuple[int, dict]:
+    async def raw(
+        self, method: str, path: str, body: Any = None, *, masquerade: bool = True, ok: tuple[int, ...] = (200,)
+    ) -> tuple[int, dict]:
         """A request nio has no method for. Returns (status, json body)."""
         headers = {"Authorization": f"Bearer {self.access_token}", "Content-Type": "application/json"}
         if masquerade:
             path = self._as_user(path)
         data = None if body is None else json.dumps(body)
-        async with self.client_session.request(method, self.homeserver + path, data=data,
-                                               headers=headers) as response:
+        async with self.client_session.request(method, self.homeserver + path, data=data, headers=headers) as response:
             try:
                 payload = await response.json(content_type=None)
             except (ValueError, aiohttp.ContentTypeError):
@@ -109,8 +115,9 @@ class AppserviceClient(AsyncClient):
         """GET a media `path` as this user: (status, the body if 200, else the error's JSON).
         The body is read in chunks and never past `limit` bytes: TooLarge."""
         headers = {"Authorization": f"Bearer {self.access_token}"}
-        async with self.client_session.get(self.homeserver + self._as_user(path), headers=headers,
-                                           timeout=aiohttp.ClientTimeout(total=300)) as response:
+        async with self.client_session.get(
+            self.homeserver + self._as_user(path), headers=headers, timeout=aiohttp.ClientTimeout(total=300)
+        ) as response:
             if response.status != 200:
                 try:
                     error = await response.json(content_type=None)
@@ -135,8 +142,9 @@ def check(response: Any, what: str) -> Any:
     if isinstance(response, ErrorResponse):
         transport = getattr(response, "transport_response", None)
         status = getattr(transport, "status", None)
-        raise MatrixError(f"{what}: {response.status_code} {response.message}",
-                          status if isinstance(status, int) else None)
+        raise MatrixError(
+            f"{what}: {response.status_code} {response.message}", status if isinstance(status, int) else None
+        )
     return response
 
 

@@ -28,11 +28,13 @@ rooms and says so once per room; an encrypting one decrypts the event and hands 
 back through `Dispatcher.decrypted`, which handles (and de-duplicates) it exactly like a plain
 one — the encrypted event itself is not recorded, so one decrypted later is still handled.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
@@ -49,8 +51,16 @@ log = logging.getLogger(__name__)
 
 # the kinds handled for anyone (the others only for an owner; memberships only of our users)
 FOR_ANYONE = ("m.room.encryption",)
-OWNER_KINDS = ("m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
-               "m.reaction", "m.room.redaction", "m.room.name", "m.room.tombstone")
+OWNER_KINDS = (
+    "m.room.message",
+    "m.sticker",
+    "m.poll.start",
+    "org.matrix.msc3381.poll.start",
+    "m.reaction",
+    "m.room.redaction",
+    "m.room.name",
+    "m.room.tombstone",
+)
 
 
 def transient(exc: BaseException) -> bool:
@@ -76,7 +86,7 @@ class Encryption:
         """`room_id` is (now) encrypted: its m.room.encryption arrived, or an invite said so."""
         await self.say_encrypted(room_id)
 
-    async def encrypted_event(self, event: dict, dispatcher: "Dispatcher") -> None:
+    async def encrypted_event(self, event: dict, dispatcher: Dispatcher) -> None:
         """An m.room.encrypted event: decrypt it and pass it on with `dispatcher.decrypted`.
         This one tells the room once that it cannot be read — when the owner wrote it (anyone
         can send an m.room.encrypted event into a plain room)."""
@@ -99,8 +109,15 @@ class Outage(Protocol):
 
 
 class Dispatcher:
-    def __init__(self, config: "Config", db: "OffLoop", handlers: dict[str, Handler], outage: Outage,
-                 encryption: Encryption, is_channel: Callable[[str], bool] = lambda room_id: False):
+    def __init__(
+        self,
+        config: Config,
+        db: OffLoop,
+        handlers: dict[str, Handler],
+        outage: Outage,
+        encryption: Encryption,
+        is_channel: Callable[[str], bool] = lambda room_id: False,
+    ):
         """`handlers`: the handler of each event kind, from whoever builds the dispatcher (the
         bridge: channels/inbound.py); `is_channel`: whether a room is a channel the bridge has
         open (a refused transaction's rooms to tell)."""
@@ -118,14 +135,20 @@ class Dispatcher:
 
     async def transaction(self, transaction: Transaction) -> None:
         """Handle a transaction; TransactionRefused if it must come again (see above)."""
-        log.debug("transaction %s: %d events, %d ephemeral", transaction.txn_id,
-                  len(transaction.events), len(transaction.ephemeral))
+        log.debug(
+            "transaction %s: %d events, %d ephemeral",
+            transaction.txn_id,
+            len(transaction.events),
+            len(transaction.ephemeral),
+        )
         try:
             if self.outage.waiting():  # a turn's last writes land before anything newer
                 await self.db.run(self.outage.flush)
             if transaction.device:
-                await self._run({"event_id": f"crypto traffic of {transaction.txn_id}"},
-                                self.encryption.device_traffic(transaction.device))
+                await self._run(
+                    {"event_id": f"crypto traffic of {transaction.txn_id}"},
+                    self.encryption.device_traffic(transaction.device),
+                )
             for event in transaction.events:
                 await self.event(event)  # stops at the first that must come again: order is kept
         except Exception as exc:  # only transient ones get here
@@ -137,8 +160,11 @@ class Dispatcher:
         # the rooms to tell: those of the owner's events, and of channels the bridge has open
         # (the homeserver sends transactions in order: the one refused may hold only our own
         # answer's last edit, the owner's messages wait behind it)
-        rooms = [event for event in [*transaction.events, *transaction.ephemeral]
-                 if self._is_owner(str(event.get("sender"))) or self.is_channel(event.get("room_id"))]
+        rooms = [
+            event
+            for event in [*transaction.events, *transaction.ephemeral]
+            if self._is_owner(str(event.get("sender"))) or self.is_channel(event.get("room_id"))
+        ]
         for event in rooms or [{}]:
             self.outage.hit(exc, event)
 
@@ -227,8 +253,9 @@ class Dispatcher:
         """Whether the handler of `kind` would do anything: only those events are recorded."""
         if kind == "m.room.member":
             target, config = event.get("state_key"), self.config
-            return isinstance(target, str) and (target == config.bot_user_id
-                                                or config.agent_for_user_id(target) is not None)
+            return isinstance(target, str) and (
+                target == config.bot_user_id or config.agent_for_user_id(target) is not None
+            )
         if kind in OWNER_KINDS:
             return self._is_owner(sender)
         return kind in FOR_ANYONE

@@ -5,6 +5,7 @@ Each has its Intent, the one way out (intent.py). This is the part the rest of t
 handed to send as someone: `bot`, `puppet(agent)` (registered on first use), `everyone()`. The
 bridge makes the bot when it starts, once there is an HTTP session to send with.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class Identities:
-    def __init__(self, config: "Config", as_token: str, outgoing: Outgoing):
+    def __init__(self, config: Config, as_token: str, outgoing: Outgoing):
         self.config = config
         self.as_token = as_token
         self.outgoing = outgoing  # how their room events leave (encrypted with `encryption: on`)
@@ -30,8 +31,14 @@ class Identities:
     def open(self, session: aiohttp.ClientSession) -> Puppet:
         """The bridge starts: its HTTP session, and the bot (registered by the caller)."""
         self.session = session
-        self.bot = Puppet(self.config.bot_user_id, "Sidekicks", self.config.homeserver_url,
-                          self.as_token, session, outgoing=self.outgoing)
+        self.bot = Puppet(
+            self.config.bot_user_id,
+            "Sidekicks",
+            self.config.homeserver_url,
+            self.as_token,
+            session,
+            outgoing=self.outgoing,
+        )
         return self.bot
 
     async def puppet(self, agent: str) -> Puppet:
@@ -39,8 +46,15 @@ class Identities:
         puppet = self.puppets.get(agent)
         if puppet is None:
             title = self.config.agents[agent].title
-            puppet = Puppet(self.config.puppet_user_id(agent), title, self.config.homeserver_url,
-                            self.as_token, self.session, agent=agent, outgoing=self.outgoing)
+            puppet = Puppet(
+                self.config.puppet_user_id(agent),
+                title,
+                self.config.homeserver_url,
+                self.as_token,
+                self.session,
+                agent=agent,
+                outgoing=self.outgoing,
+            )
             self.puppets[agent] = puppet
         await puppet.ensure_registered()
         return puppet

@@ -18,6 +18,7 @@ Every room event goes out through `Intent.send` (`edit` and `react` build on it)
 State events, redactions, typing, receipts and membership are never transformed (the spec
 keeps them in the clear). `request` is the escape hatch for reads the Intent has no method for.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,11 +34,11 @@ from .client import AppserviceClient, MatrixError, TooLarge, check
 
 log = logging.getLogger(__name__)
 
-RECEIPT_DELAY = 0.2      # seconds a read receipt waits for a newer one in the same room
+RECEIPT_DELAY = 0.2  # seconds a read receipt waits for a newer one in the same room
 # an event is at most 64 KiB as the homeserver stores it (its content, plus ~2 KiB of envelope:
 # ids, hashes, signatures); a room event's content as sent is kept below this
 MAX_EVENT_BYTES = 60_000
-FALLBACK_CHARS = 1_000   # an edit too big keeps this much of its fallback body (clients without edits)
+FALLBACK_CHARS = 1_000  # an edit too big keeps this much of its fallback body (clients without edits)
 TYPING_TIMEOUT_MS = 30_000
 
 
@@ -53,8 +54,9 @@ class EventTooLarge(MatrixError):
     sent. `size` is its size in bytes, as it would have gone out."""
 
     def __init__(self, event_type: str, size: int):
-        super().__init__(f"a {event_type} event of {size:,} bytes as sent is over the "
-                         f"{MAX_EVENT_BYTES:,}-byte limit", 413)
+        super().__init__(
+            f"a {event_type} event of {size:,} bytes as sent is over the {MAX_EVENT_BYTES:,}-byte limit", 413
+        )
         self.size = size
 
 
@@ -72,8 +74,7 @@ class Outgoing:
     """What a room's events look like when they leave: this one sends them unchanged. A
     subclass (encryption) may return another event type and content for some rooms."""
 
-    async def prepare(self, user_id: str, room_id: str, event_type: str,
-                      content: dict) -> tuple[str, dict]:
+    async def prepare(self, user_id: str, room_id: str, event_type: str, content: dict) -> tuple[str, dict]:
         return event_type, content
 
     async def encrypts(self, user_id: str, room_id: str) -> bool:
@@ -114,8 +115,13 @@ def edit_content(original_event_id: str, new: dict) -> dict:
     new = declare_mentions(new)
     msgtype = new.get("msgtype", "m.text")
     body = str(new.get("body", ""))
-    return {"msgtype": msgtype, "body": "* " + body, "m.new_content": new, "m.mentions": {},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id}}
+    return {
+        "msgtype": msgtype,
+        "body": "* " + body,
+        "m.new_content": new,
+        "m.mentions": {},
+        "m.relates_to": {"rel_type": "m.replace", "event_id": original_event_id},
+    }
 
 
 def _without_html(content: dict) -> dict:
@@ -154,8 +160,9 @@ class Intent:
 
     # ---- room events ------------------------------------------------------------------------
 
-    async def send(self, room_id: str, content: dict, *, event_type: str = "m.room.message",
-                   txn_id: str | None = None) -> str:
+    async def send(
+        self, room_id: str, content: dict, *, event_type: str = "m.room.message", txn_id: str | None = None
+    ) -> str:
         """Send a room event; its event id. MatrixError when the homeserver refuses it."""
         if event_type == "m.room.message":
             content = declare_mentions(content)
@@ -176,23 +183,29 @@ class Intent:
             size = _size(sent)
             if size <= MAX_EVENT_BYTES:
                 if version is not content:
-                    log.info("%s: a %s in %s made smaller to fit an event (%s bytes as sent)",
-                             self.user_id, event_type, room_id, f"{size:,}")
+                    log.info(
+                        "%s: a %s in %s made smaller to fit an event (%s bytes as sent)",
+                        self.user_id,
+                        event_type,
+                        room_id,
+                        f"{size:,}",
+                    )
                 return sent_type, sent
         raise EventTooLarge(event_type, size)
 
-    async def edit(self, room_id: str, event_id: str, new_content: dict, *,
-                   txn_id: str | None = None) -> str:
+    async def edit(self, room_id: str, event_id: str, new_content: dict, *, txn_id: str | None = None) -> str:
         """Replace message `event_id` by `new_content` (`m.replace`); the edit's event id."""
         return await self.send(room_id, edit_content(event_id, new_content), txn_id=txn_id)
 
     async def react(self, room_id: str, event_id: str, key: str, *, txn_id: str | None = None) -> str:
-        return await self.send(room_id, {"m.relates_to": {"rel_type": "m.annotation",
-                                                          "event_id": event_id, "key": key}},
-                               event_type="m.reaction", txn_id=txn_id)
+        return await self.send(
+            room_id,
+            {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}},
+            event_type="m.reaction",
+            txn_id=txn_id,
+        )
 
-    async def redact(self, room_id: str, event_id: str, reason: str | None = None, *,
-                     txn_id: str | None = None) -> str:
+    async def redact(self, room_id: str, event_id: str, reason: str | None = None, *, txn_id: str | None = None) -> str:
         response = await self.client.redact_event(room_id, event_id, reason, txn_id or new_txn_id())
         return check(response, f"redacting {event_id} as {self.user_id}").event_id
 
@@ -221,13 +234,17 @@ class Intent:
             status, data, error = await self.client.download_bytes(path, limit)
             if status == 200:
                 return data
-            if status in (404, 405) and error.get("errcode", "M_UNRECOGNIZED") == "M_UNRECOGNIZED" \
-                    and path.startswith("/_matrix/client/v1/"):
+            if (
+                status in (404, 405)
+                and error.get("errcode", "M_UNRECOGNIZED") == "M_UNRECOGNIZED"
+                and path.startswith("/_matrix/client/v1/")
+            ):
                 continue  # a homeserver older than authenticated media
             if status == 413:
                 raise TooLarge(mxc)
-            raise MatrixError(f"downloading {mxc}: {status} {error.get('errcode', '')} "
-                              f"{error.get('error', '')}".strip())
+            raise MatrixError(
+                f"downloading {mxc}: {status} {error.get('errcode', '')} {error.get('error', '')}".strip()
+            )
         raise MatrixError(f"downloading {mxc}: the homeserver has no media download")
 
     # ---- courtesy: typing and receipts ------------------------------------------------------
@@ -235,8 +252,7 @@ class Intent:
     async def typing(self, room_id: str, on: bool) -> None:
         body = {"typing": True, "timeout": TYPING_TIMEOUT_MS} if on else {"typing": False}
         try:
-            await self.client.raw("PUT", f"/_matrix/client/v3/rooms/{_q(room_id)}/typing/{_q(self.user_id)}",
-                                  body)
+            await self.client.raw("PUT", f"/_matrix/client/v3/rooms/{_q(room_id)}/typing/{_q(self.user_id)}", body)
         except aiohttp.ClientError:
             pass  # typing is a courtesy; never fail a turn over it
 
@@ -272,8 +288,7 @@ class Intent:
         body: dict[str, Any] = {"presence": presence}
         if status_msg is not None:
             body["status_msg"] = status_msg
-        status, answer = await self.client.raw(
-            "PUT", f"/_matrix/client/v3/presence/{_q(self.user_id)}/status", body)
+        status, answer = await self.client.raw("PUT", f"/_matrix/client/v3/presence/{_q(self.user_id)}/status", body)
         if status != 200:
             log.info("%s: presence refused: %s %s", self.user_id, status, answer.get("error", answer))
 
@@ -292,7 +307,7 @@ class Intent:
         for pause in (*JOIN_RETRIES, None):
             try:
                 status, body = await self.client.raw("POST", f"/_matrix/client/v3/join/{_q(room_id)}", {})
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 status, body = None, {"error": str(exc) or type(exc).__name__}
             if status == 200:
                 return True
@@ -310,11 +325,11 @@ class Intent:
         await self.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(room_id)}/leave", {})
 
     async def invite(self, room_id: str, user_id: str) -> bool:
-        status, body = await self.client.raw("POST", f"/_matrix/client/v3/rooms/{_q(room_id)}/invite",
-                                             {"user_id": user_id})
+        status, body = await self.client.raw(
+            "POST", f"/_matrix/client/v3/rooms/{_q(room_id)}/invite", {"user_id": user_id}
+        )
         if status != 200:
-            log.info("%s could not invite %s to %s: %s", self.user_id, user_id, room_id,
-                     body.get("error", status))
+            log.info("%s could not invite %s to %s: %s", self.user_id, user_id, room_id, body.get("error", status))
         return status == 200
 
     async def create_room(self, body: dict[str, Any]) -> str:
@@ -331,10 +346,15 @@ class Intent:
     async def register(self) -> None:
         """Register the user (`m.login.application_service`, no device); in use is fine."""
         status, body = await self.client.raw(
-            "POST", "/_matrix/client/v3/register",
-            {"type": "m.login.application_service", "username": self.user_id[1:].split(":", 1)[0],
-             "inhibit_login": True},
-            masquerade=False)
+            "POST",
+            "/_matrix/client/v3/register",
+            {
+                "type": "m.login.application_service",
+                "username": self.user_id[1:].split(":", 1)[0],
+                "inhibit_login": True,
+            },
+            masquerade=False,
+        )
         if status != 200 and body.get("errcode") != "M_USER_IN_USE":
             raise MatrixError(f"registering {self.user_id}: {status} {body.get('error', body)}", status)
 
@@ -345,19 +365,23 @@ class Intent:
 
     async def set_displayname(self, name: str) -> None:
         status, body = await self.client.raw(
-            "PUT", f"/_matrix/client/v3/profile/{_q(self.user_id)}/displayname", {"displayname": name})
+            "PUT", f"/_matrix/client/v3/profile/{_q(self.user_id)}/displayname", {"displayname": name}
+        )
         if status != 200:
             raise MatrixError(f"naming {self.user_id}: {status} {body.get('error', body)}", status)
 
     async def ping(self, appservice_id: str, transaction_id: str) -> tuple[int, dict]:
         """POST /appservice/{id}/ping (Matrix 1.7): the homeserver calls the appservice now."""
-        return await self.client.raw("POST", f"/_matrix/client/v1/appservice/{_q(appservice_id)}/ping",
-                                     {"transaction_id": transaction_id}, masquerade=False)
+        return await self.client.raw(
+            "POST",
+            f"/_matrix/client/v1/appservice/{_q(appservice_id)}/ping",
+            {"transaction_id": transaction_id},
+            masquerade=False,
+        )
 
     # ---- reads --------------------------------------------------------------------------------
 
-    async def request(self, method: str, path: str, body: Any = None, *,
-                      masquerade: bool = True) -> tuple[int, dict]:
+    async def request(self, method: str, path: str, body: Any = None, *, masquerade: bool = True) -> tuple[int, dict]:
         """A request the Intent has no method for (reads: messages, relations, state). Returns
         (status, json body). Never use it to send an event: that is what send() is for."""
         return await self.client.raw(method, path, body, masquerade=masquerade)
@@ -365,8 +389,9 @@ class Intent:
     async def has_devices(self, user_ids: list[str]) -> bool:
         """Whether every one of `user_ids` has a device with keys (POST /keys/query, a read):
         someone who has not logged in anywhere yet cannot read what is encrypted for them now."""
-        status, body = await self.client.raw("POST", "/_matrix/client/v3/keys/query",
-                                             {"device_keys": {user: [] for user in user_ids}})
+        status, body = await self.client.raw(
+            "POST", "/_matrix/client/v3/keys/query", {"device_keys": {user: [] for user in user_ids}}
+        )
         found = body.get("device_keys") if status == 200 and isinstance(body, dict) else None
         return isinstance(found, dict) and all(found.get(user) for user in user_ids)
 
@@ -382,7 +407,7 @@ class InRelation:
     thread; a reaction) and events in other rooms go as they are; every other call is the
     Intent's."""
 
-    def __init__(self, intent: "Intent", room_id: str, relates_to: dict):
+    def __init__(self, intent: Intent, room_id: str, relates_to: dict):
         self.intent = intent
         self.room_id = room_id
         self.relates_to = relates_to
@@ -390,8 +415,9 @@ class InRelation:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.intent, name)
 
-    async def send(self, room_id: str, content: dict, *, event_type: str = "m.room.message",
-                   txn_id: str | None = None) -> str:
+    async def send(
+        self, room_id: str, content: dict, *, event_type: str = "m.room.message", txn_id: str | None = None
+    ) -> str:
         if room_id == self.room_id and event_type in RELATED_TYPES and "m.relates_to" not in content:
             content = {**content, "m.relates_to": dict(self.relates_to)}
         return await self.intent.send(room_id, content, event_type=event_type, txn_id=txn_id)

@@ -7,6 +7,7 @@ Images load from the owner's homeserver only (`mxc://`): an `<img>` from any oth
 http(s) tracking pixel, rendered by the client the moment the answer arrives) is replaced by
 its alt text.
 """
+
 from __future__ import annotations
 
 import html as html_module
@@ -17,9 +18,44 @@ from markdown_it import MarkdownIt
 
 # The HTML subset of the Matrix client-server spec (m.room.message, org.matrix.custom.html).
 ALLOWED_TAGS = {
-    "font", "del", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "p", "a", "ul", "ol", "sup",
-    "sub", "li", "b", "i", "u", "strong", "em", "s", "code", "hr", "br", "div", "table", "thead",
-    "tbody", "tr", "th", "td", "caption", "pre", "span", "img", "details", "summary",
+    "font",
+    "del",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "blockquote",
+    "p",
+    "a",
+    "ul",
+    "ol",
+    "sup",
+    "sub",
+    "li",
+    "b",
+    "i",
+    "u",
+    "strong",
+    "em",
+    "s",
+    "code",
+    "hr",
+    "br",
+    "div",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "caption",
+    "pre",
+    "span",
+    "img",
+    "details",
+    "summary",
 }
 ALLOWED_ATTRIBUTES = {
     "font": {"data-mx-bg-color", "data-mx-color", "color"},

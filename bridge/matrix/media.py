@@ -17,6 +17,7 @@ Transfer (I/O, through the identity's Intent): `fetch(intent, attachment, limit)
 `post(intent, room_id, media)` uploads — encrypted when the room's `Outgoing` encrypts — and
 sends the media event.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,16 +72,18 @@ def mib(size: int) -> str:
 
 # ---- in: what an owner's message is ----------------------------------------------------------
 
+
 @dataclass
 class Attachment:
     """A file the owner sent: where it is (plain `url`, or an encrypted `file`) and what it is."""
-    kind: str                 # image | audio | video | file (a sticker is an image)
-    name: str                 # the file name
+
+    kind: str  # image | audio | video | file (a sticker is an image)
+    name: str  # the file name
     mimetype: str
-    size: int | None = None   # as the message declares it (checked again while downloading)
-    url: str | None = None    # mxc:// of plain media
+    size: int | None = None  # as the message declares it (checked again while downloading)
+    url: str | None = None  # mxc:// of plain media
     file: dict | None = None  # the EncryptedFile of encrypted media (url, key, iv, hashes, v)
-    label: str = ""           # how the store names it: image, audio, video, file, sticker
+    label: str = ""  # how the store names it: image, audio, video, file, sticker
     data: bytes | None = field(default=None, repr=False)  # once fetched: shared by the turns
 
     @property
@@ -100,13 +103,14 @@ class Attachment:
 @dataclass(frozen=True)
 class OwnerMessage:
     """What one owner message says to the agents."""
-    text: str = ""                      # the prompt text: routing and mentions read it
-    stored: str = ""                    # the store's text (other agents' context lines)
-    formatted: str | None = None        # the HTML of `text`, when it has some
+
+    text: str = ""  # the prompt text: routing and mentions read it
+    stored: str = ""  # the store's text (other agents' context lines)
+    formatted: str | None = None  # the HTML of `text`, when it has some
     attachment: Attachment | None = None
-    note: str | None = None             # not passed on: this line says so in the room
-    silent: bool = False                # not passed on, and nothing said (notices)
-    plain: bool = False                 # typed text: may be a `!` command or a numbered answer
+    note: str | None = None  # not passed on: this line says so in the room
+    silent: bool = False  # not passed on, and nothing said (notices)
+    plain: bool = False  # typed text: may be a `!` command or a numbered answer
 
     @property
     def passed_on(self) -> bool:
@@ -156,8 +160,10 @@ def _sized(message: OwnerMessage, limit: int | None) -> OwnerMessage:
     attachment = message.attachment
     if attachment is None or limit is None or attachment.size is None or attachment.size <= limit:
         return message
-    return OwnerMessage(note=f"{attachment.called} is {mib(attachment.size)}; agents take attachments of "
-                             f"up to {mib(limit)} (limits.attachment_mib), so it was not passed on.")
+    return OwnerMessage(
+        note=f"{attachment.called} is {mib(attachment.size)}; agents take attachments of "
+        f"up to {mib(limit)} (limits.attachment_mib), so it was not passed on."
+    )
 
 
 def _file_name(content: dict, fallback: str) -> str:
@@ -191,9 +197,15 @@ def _attachment(kind: str, content: dict, name: str, label: str) -> Attachment |
     mimetype = _mimetype(content, name)
     if kind == "file" and mimetype.startswith(("image/", "audio/")) and mimetype != "image/svg+xml":
         kind = mimetype.split("/")[0]  # an image or a recording sent "as a file" is still one
-    return Attachment(kind=kind, name=name, mimetype=mimetype,
-                      size=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
-                      url=url if file is None else None, file=file, label=label)
+    return Attachment(
+        kind=kind,
+        name=name,
+        mimetype=mimetype,
+        size=size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
+        url=url if file is None else None,
+        file=file,
+        label=label,
+    )
 
 
 def _media_message(kind: str, content: dict) -> OwnerMessage:
@@ -203,8 +215,9 @@ def _media_message(kind: str, content: dict) -> OwnerMessage:
         return OwnerMessage(note=f"{name}: the message carries no file, so nothing was passed on.")
     caption = _caption(content)
     stored = f"{attachment.tag} {caption}".strip()
-    return OwnerMessage(text=caption, stored=stored, formatted=_html(content) if caption else None,
-                        attachment=attachment)
+    return OwnerMessage(
+        text=caption, stored=stored, formatted=_html(content) if caption else None, attachment=attachment
+    )
 
 
 def _location(content: dict) -> OwnerMessage:
@@ -229,8 +242,11 @@ def _extensible_text(value: Any) -> str:
             return text.strip()
         if isinstance(text, list):
             for item in text:
-                if isinstance(item, dict) and isinstance(item.get("body"), str) and \
-                        item.get("mimetype", "text/plain") == "text/plain":
+                if (
+                    isinstance(item, dict)
+                    and isinstance(item.get("body"), str)
+                    and item.get("mimetype", "text/plain") == "text/plain"
+                ):
                     return item["body"].strip()
     return ""
 
@@ -261,14 +277,16 @@ def restored(message_text: str) -> bool:
 
 # ---- out: an agent's media ----------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class OutgoingMedia:
     """Media from an agent, to upload and post in the answer's place."""
-    msgtype: str             # m.image / m.audio / m.file
+
+    msgtype: str  # m.image / m.audio / m.file
     name: str
     mimetype: str
-    data: bytes | None = None     # the bytes, when the block carried them
-    path: Path | None = None      # a local file a resource_link points to (read when posted)
+    data: bytes | None = None  # the bytes, when the block carried them
+    path: Path | None = None  # a local file a resource_link points to (read when posted)
 
     @property
     def tag(self) -> str:
@@ -311,8 +329,9 @@ def outgoing_part(block: Any) -> OutgoingMedia | str | None:
         data = _decoded(block.get("data"))
         if data is None:
             return f"[an {kind} that could not be read]"
-        return OutgoingMedia("m.image" if kind == "image" else "m.audio",
-                             _name_for(_str(block.get("uri")), mime, kind), mime, data)
+        return OutgoingMedia(
+            "m.image" if kind == "image" else "m.audio", _name_for(_str(block.get("uri")), mime, kind), mime, data
+        )
     if kind == "resource":
         resource = block.get("resource") if isinstance(block.get("resource"), dict) else {}
         uri = _str(resource.get("uri"))
@@ -337,7 +356,8 @@ def outgoing_part(block: Any) -> OutgoingMedia | str | None:
 
 # ---- transfer ------------------------------------------------------------------------------------
 
-async def fetch(intent: "Intent", attachment: Attachment, limit: int) -> bytes:
+
+async def fetch(intent: Intent, attachment: Attachment, limit: int) -> bytes:
     """The attachment's bytes (fetched once per message, then kept on it); MediaError with the
     owner's line when it is too big or cannot be had."""
     if attachment.data is not None:
@@ -348,12 +368,15 @@ async def fetch(intent: "Intent", attachment: Attachment, limit: int) -> bytes:
     except MediaError:
         raise
     except TooLarge:
-        raise MediaError(f"{attachment.name} is bigger than the {mib(limit)} agents take "
-                         f"(limits.attachment_mib), so it was not passed on.") from None
+        raise MediaError(
+            f"{attachment.name} is bigger than the {mib(limit)} agents take "
+            f"(limits.attachment_mib), so it was not passed on."
+        ) from None
     except Exception as exc:
         log.warning("downloading %s (%s): %s", attachment.name, mxc, exc)
-        raise MediaError(f"{attachment.name} could not be fetched from the homeserver ({exc}), "
-                         "so it was not passed on.") from None
+        raise MediaError(
+            f"{attachment.name} could not be fetched from the homeserver ({exc}), so it was not passed on."
+        ) from None
     if attachment.file is not None:
         data = await asyncio.to_thread(_decrypt, attachment, data)
     attachment.data = data
@@ -370,8 +393,7 @@ def _decrypt(attachment: Attachment, data: bytes) -> bytes:
         raise MediaError(f"{attachment.name} could not be decrypted ({exc}), so it was not passed on.") from None
 
 
-async def post(intent: "Intent", room_id: str, media: OutgoingMedia, limit: int,
-               files: "FileGate | None" = None) -> str:
+async def post(intent: Intent, room_id: str, media: OutgoingMedia, limit: int, files: FileGate | None = None) -> str:
     """Upload `media` and send it into `room_id`; its event id. MediaError when it cannot be —
     a local file the agent named is read only through `files`, the gate of
     channels/agent_files.py (none: refused)."""
@@ -382,10 +404,13 @@ async def post(intent: "Intent", room_id: str, media: OutgoingMedia, limit: int,
         data = await files.read(media.path, limit)
     data = data or b""
     if len(data) > limit:
-        raise MediaError(f"{media.name} is {mib(len(data))}, more than the {mib(limit)} "
-                         "limit (limits.attachment_mib)")
-    content: dict[str, Any] = {"msgtype": media.msgtype, "body": media.name, "filename": media.name,
-                               "info": {"mimetype": media.mimetype, "size": len(data)}}
+        raise MediaError(f"{media.name} is {mib(len(data))}, more than the {mib(limit)} limit (limits.attachment_mib)")
+    content: dict[str, Any] = {
+        "msgtype": media.msgtype,
+        "body": media.name,
+        "filename": media.name,
+        "info": {"mimetype": media.mimetype, "size": len(data)},
+    }
     if await intent.encrypts(room_id):
         ciphertext, keys = await asyncio.to_thread(encrypt_attachment, data)
         mxc = await intent.upload(ciphertext, "application/octet-stream", media.name)

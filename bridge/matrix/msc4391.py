@@ -29,6 +29,7 @@ bridge bot made (`!new`), the bot raises the puppet to the level the event needs
 owner made, a refusal is logged once per room and run (the owner may give the puppet that
 level), and the text forms work as before.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,7 +37,8 @@ import base64
 import hashlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import aiohttp
@@ -57,9 +59,9 @@ DESCRIPTION = "org.matrix.msc4391.command_description"
 INVOCATION = "org.matrix.msc4391.command"
 ARGS = "args"
 STATE_DEFAULT = 50  # the Matrix default level for state events a room's power levels leave out
-MAX_DESCRIPTIONS = 50   # command descriptions published per agent and room
-MAX_NAME = 64           # characters of a command's name; a longer one is not published
-MAX_TEXT = 300          # characters of a description or a hint
+MAX_DESCRIPTIONS = 50  # command descriptions published per agent and room
+MAX_NAME = 64  # characters of a command's name; a longer one is not published
+MAX_TEXT = 300  # characters of a description or a hint
 
 
 def _q(value: str) -> str:
@@ -68,6 +70,7 @@ def _q(value: str) -> str:
 
 # ---- pure ------------------------------------------------------------------------------------
 
+
 def state_key(command: str, user_id: str) -> str:
     """MSC4391's state key: padded standard base64 of SHA-256(command + sender's user id)."""
     return base64.b64encode(hashlib.sha256((command + user_id).encode("utf-8")).digest()).decode("ascii")
@@ -75,7 +78,7 @@ def state_key(command: str, user_id: str) -> str:
 
 def _text(body: str) -> dict:
     if len(body) > MAX_TEXT:
-        body = body[:MAX_TEXT - 1] + "…"
+        body = body[: MAX_TEXT - 1] + "…"
     return {"m.text": [{"body": body}]}
 
 
@@ -96,8 +99,11 @@ def description(command: dict) -> dict | None:
     hint = command.get("input", {}).get("hint") if isinstance(command.get("input"), dict) else None
     if isinstance(hint, str):
         parameter: dict[str, Any] = {
-            "key": ARGS, "type": "string", "required": False,                     # MSC4391
-            "schema": {"schema_type": "primitive", "type": "string"}, "optional": True,  # cmdschema
+            "key": ARGS,
+            "type": "string",
+            "required": False,  # MSC4391
+            "schema": {"schema_type": "primitive", "type": "string"},
+            "optional": True,  # cmdschema
         }
         if hint.strip():
             parameter["description"] = _text(hint.strip())
@@ -135,9 +141,13 @@ def _argument_text(value: Any) -> str:
     return ""
 
 
-def invocation(content: dict, members: list[str], agent_of: Callable[[str], str | None],
-               commands_of: Callable[[str], list[dict] | None],
-               direct_agent: str | None) -> tuple[str, str, str] | None:
+def invocation(
+    content: dict,
+    members: list[str],
+    agent_of: Callable[[str], str | None],
+    commands_of: Callable[[str], list[dict] | None],
+    direct_agent: str | None,
+) -> tuple[str, str, str] | None:
     """(agent, command, arguments) of a message carrying an MSC4391 command; None if it carries
     none or names no member. Arguments: `args` (ours), else every argument's value in order."""
     block = content.get(INVOCATION)
@@ -192,10 +202,11 @@ def _forbidden(exc: MatrixError) -> bool:
 
 # ---- publishing ---------------------------------------------------------------------------------
 
+
 class CommandDescriptions:
     """Keeps each member's command descriptions in its channel rooms."""
 
-    def __init__(self, db: "OffLoop", config: "Config", identities: "Identities"):
+    def __init__(self, db: OffLoop, config: Config, identities: Identities):
         self.db, self.config, self.identities = db, config, identities
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._refused: set[tuple[str, str]] = set()  # said once per room and agent, per run
@@ -217,9 +228,13 @@ class CommandDescriptions:
     async def _changed(self, agent: str) -> None:
         store = self.db.target
         try:
-            rooms = await self.db.run(lambda: [
-                channel.room_id for member in store.members_of_agent(agent)
-                if (channel := store.channel(member.channel_id)) is not None])
+            rooms = await self.db.run(
+                lambda: [
+                    channel.room_id
+                    for member in store.members_of_agent(agent)
+                    if (channel := store.channel(member.channel_id)) is not None
+                ]
+            )
         except StoreError:
             return
         for room_id in rooms:
@@ -232,8 +247,7 @@ class CommandDescriptions:
             return None
         store = self.db.target
         known = await self.db.run(lambda: {m: store.agent_commands(m) for m in members})
-        found = invocation(content, members, self.config.agent_for_user_id,
-                           known.get, direct_agent)
+        found = invocation(content, members, self.config.agent_for_user_id, known.get, direct_agent)
         if found is None:
             return None
         agent, name, args = found
@@ -262,7 +276,7 @@ class CommandDescriptions:
         async with lock:
             try:
                 await self._publish(room_id, agent)
-            except (MatrixError, aiohttp.ClientError, asyncio.TimeoutError, StoreError) as exc:
+            except (TimeoutError, MatrixError, aiohttp.ClientError, StoreError) as exc:
                 log.warning("command descriptions of %s in %s: %s", agent, room_id, exc)
             except Exception:
                 log.exception("command descriptions of %s in %s", agent, room_id)
@@ -283,8 +297,11 @@ class CommandDescriptions:
         if status != 200 or not isinstance(state, list):
             log.info("command descriptions of %s in %s: cannot read the room state (%s)", agent, room_id, status)
             return
-        present = {e.get("state_key"): e.get("content") for e in state
-                   if isinstance(e, dict) and e.get("type") == DESCRIPTION and e.get("sender") == puppet.user_id}
+        present = {
+            e.get("state_key"): e.get("content")
+            for e in state
+            if isinstance(e, dict) and e.get("type") == DESCRIPTION and e.get("sender") == puppet.user_id
+        }
         changes = {k: v for k, v in wanted.items() if present.get(k) != v}
         changes.update({k: {} for k, v in present.items() if k not in wanted and v})
         for state_key_, content in changes.items():
@@ -310,9 +327,14 @@ class CommandDescriptions:
                     raise
         if (room_id, agent) not in self._refused:
             self._refused.add((room_id, agent))
-            log.info("%s's commands are not offered after / in %s: the room does not let %s send %s "
-                     "(give it the power level for that event); the text forms work as before",
-                     agent, room_id, puppet.user_id, DESCRIPTION)
+            log.info(
+                "%s's commands are not offered after / in %s: the room does not let %s send %s "
+                "(give it the power level for that event); the text forms work as before",
+                agent,
+                room_id,
+                puppet.user_id,
+                DESCRIPTION,
+            )
         return False
 
     async def _grant(self, room_id: str, user_id: str) -> bool:

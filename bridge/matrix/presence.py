@@ -14,6 +14,7 @@ Status messages follow turns with a delay, so that quick answers cost no request
 that lasts BUSY_AFTER seconds shows "answering" until IDLE_AFTER after its turn
 (a next turn then simply replaces it).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,10 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REFRESH = 20.0     # seconds between "online" updates (below Synapse's 30 s timeout)
-BUSY_AFTER = 1.0   # seconds into a turn before the status message says where it answers
-IDLE_AFTER = 1.0   # seconds after a turn before that status message goes
-STOP_TIMEOUT = 5.0 # seconds the "offline" updates may take when the bridge stops
+REFRESH = 20.0  # seconds between "online" updates (below Synapse's 30 s timeout)
+BUSY_AFTER = 1.0  # seconds into a turn before the status message says where it answers
+IDLE_AFTER = 1.0  # seconds after a turn before that status message goes
+STOP_TIMEOUT = 5.0  # seconds the "offline" updates may take when the bridge stops
 
 
 BUSY_STATUS = "answering"
@@ -43,15 +44,15 @@ def busy_status(channel: str) -> str:
 
 
 class Presence:
-    def __init__(self, identities: "Identities"):
+    def __init__(self, identities: Identities):
         self.identities = identities  # the bot and the puppets (identities.py)
         self.enabled = True
         self._loop: asyncio.Task | None = None
-        self._status: dict[str, str | None] = {}       # agent → the status message shown
+        self._status: dict[str, str | None] = {}  # agent → the status message shown
         self._pending: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task] = set()
 
-    def _identities(self) -> list["Puppet"]:
+    def _identities(self) -> list[Puppet]:
         return self.identities.everyone()
 
     # ---- life cycle -----------------------------------------------------------------------------
@@ -66,7 +67,7 @@ class Presence:
         bot = self.identities.bot
         try:
             shown = await bot.intent.presence() if bot is not None else None
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             shown = None
         if shown == "offline":  # set online a moment ago: the homeserver has presence off
             self.enabled = False
@@ -88,9 +89,8 @@ class Presence:
         if not self.enabled:
             return
         try:
-            await asyncio.wait_for(asyncio.gather(*(self._set(p, "offline") for p in self._identities())),
-                                   STOP_TIMEOUT)
-        except asyncio.TimeoutError:
+            await asyncio.wait_for(asyncio.gather(*(self._set(p, "offline") for p in self._identities())), STOP_TIMEOUT)
+        except TimeoutError:
             log.info("presence: not every puppet could be set offline (the homeserver's timeout will)")
 
     # ---- turns ----------------------------------------------------------------------------------
@@ -124,8 +124,8 @@ class Presence:
     async def _all_online(self) -> None:
         await asyncio.gather(*(self._set(p, "online", self._status.get(p.agent or "")) for p in self._identities()))
 
-    async def _set(self, puppet: "Puppet", presence: str, status: str | None = None) -> None:
+    async def _set(self, puppet: Puppet, presence: str, status: str | None = None) -> None:
         try:
             await puppet.intent.set_presence(presence, status)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             log.debug("presence of %s: %s", puppet.user_id, exc)

@@ -4,6 +4,7 @@ A puppet is registered once with `m.login.application_service` + `inhibit_login`
 masquerading. Its display name is the agent's title. Everything it does in rooms goes through
 its `intent` (bridge/matrix/intent.py), the only way an event leaves the bridge.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,16 +13,23 @@ import logging
 
 import aiohttp
 
-from .intent import InRelation, Intent, Outgoing
 from .client import AppserviceClient
+from .intent import InRelation, Intent, Outgoing
 
 log = logging.getLogger(__name__)
 
 
 class Puppet:
-    def __init__(self, user_id: str, displayname: str, homeserver: str, as_token: str,
-                 session: aiohttp.ClientSession, agent: str | None = None,
-                 outgoing: Outgoing | None = None):
+    def __init__(
+        self,
+        user_id: str,
+        displayname: str,
+        homeserver: str,
+        as_token: str,
+        session: aiohttp.ClientSession,
+        agent: str | None = None,
+        outgoing: Outgoing | None = None,
+    ):
         self.user_id = user_id
         self.displayname = displayname
         self.agent = agent  # None for the bridge bot

@@ -15,16 +15,17 @@ A bridge that sends nothing (no answer streams, nobody writes) would not see the
 seconds, and every AWAY_PING seconds while it is away, so a homeserver killed while the bridge
 is idle is noticed, and read back once it answers again.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import aiohttp
 
 IDLE_PING = 15.0  # seconds without a request to the homeserver before the bridge asks it
-AWAY_PING = 2.0   # seconds between asks while it is away
+AWAY_PING = 2.0  # seconds between asks while it is away
 PING_TIMEOUT = 10.0
 
 
@@ -79,6 +80,6 @@ class Reachability:
             try:
                 async with session.get(url, timeout=aiohttp.ClientTimeout(total=PING_TIMEOUT)) as response:
                     await response.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass  # the trace config saw it
             self._last = time.monotonic()

@@ -8,6 +8,7 @@ text: the bridge strips it before routing and before storing (Matrix spec, "Rich
 A thread message whose `m.in_reply_to` is only a fallback for clients without threads
 (`is_falling_back`) carries no quote in its body: its body is left alone.
 """
+
 from __future__ import annotations
 
 import re

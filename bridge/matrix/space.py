@@ -4,6 +4,7 @@ The space belongs to the bridge bot (created once, its id kept as the store valu
 the bot may always add or remove an `m.space.child`; an `m.space.parent` goes into a channel room
 only when the room's creator (the bot, or the puppet of a direct channel) is at hand.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,12 +37,12 @@ def room_link(room_id: str, domain: str) -> str:
     return f"https://matrix.to/#/{room_id}?via={domain}"
 
 
-async def create_room(creator: "Puppet", body: dict[str, Any]) -> str:
+async def create_room(creator: Puppet, body: dict[str, Any]) -> str:
     """POST /createRoom as `creator`; the new room id, or MatrixError with the server's words."""
     return await creator.intent.create_room(body)
 
 
-async def put_state(sender: "Puppet", room_id: str, kind: str, state_key: str, content: dict) -> bool:
+async def put_state(sender: Puppet, room_id: str, kind: str, state_key: str, content: dict) -> bool:
     try:
         await sender.intent.send_state(room_id, kind, state_key, content)
     except (MatrixError, aiohttp.ClientError) as exc:
@@ -50,7 +51,7 @@ async def put_state(sender: "Puppet", room_id: str, kind: str, state_key: str, c
     return True
 
 
-async def give_power(sender: "Puppet", room_id: str, users: list[str], level: int = 100) -> None:
+async def give_power(sender: Puppet, room_id: str, users: list[str], level: int = 100) -> None:
     """Raise `users` to `level` in a room `sender` created (done after creation: room versions
     differ on whether the creator may appear in the power levels at all)."""
     path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.power_levels/"
@@ -62,7 +63,7 @@ async def give_power(sender: "Puppet", room_id: str, users: list[str], level: in
     await put_state(sender, room_id, "m.room.power_levels", "", levels)
 
 
-async def membership(asker: "Puppet", room_id: str, user_id: str) -> str | None:
+async def membership(asker: Puppet, room_id: str, user_id: str) -> str | None:
     """`user_id`'s membership in `room_id`, as `asker` (a member) sees it."""
     path = f"/_matrix/client/v3/rooms/{_q(room_id)}/state/m.room.member/{_q(user_id)}"
     try:
@@ -73,7 +74,7 @@ async def membership(asker: "Puppet", room_id: str, user_id: str) -> str | None:
 
 
 class Space:
-    def __init__(self, db: "OffLoop", config: "Config", identities: "Identities"):
+    def __init__(self, db: OffLoop, config: Config, identities: Identities):
         self.db, self.config, self.identities = db, config, identities
 
     async def ensure(self) -> str:
@@ -82,25 +83,29 @@ class Space:
         space = await db.get_value(keys.SPACE)
         if space:
             return space
-        space = await create_room(bot, {
-            "name": SPACE_NAME, "topic": "Channels with your agents",
-            "preset": "private_chat", "creation_content": {"type": "m.space"},
-            "invite": list(config.owners),
-            "power_level_content_override": {"events_default": 100, "invite": 100},
-        })
+        space = await create_room(
+            bot,
+            {
+                "name": SPACE_NAME,
+                "topic": "Channels with your agents",
+                "preset": "private_chat",
+                "creation_content": {"type": "m.space"},
+                "invite": list(config.owners),
+                "power_level_content_override": {"events_default": 100, "invite": 100},
+            },
+        )
         await give_power(bot, space, list(config.owners))
         await db.set_value(keys.SPACE, space)
         return space
 
-    async def add(self, room_id: str, parent_setter: "Puppet | None" = None) -> None:
+    async def add(self, room_id: str, parent_setter: Puppet | None = None) -> None:
         """Put `room_id` in the space; `parent_setter` (the room's creator) also marks the parent."""
         domain = self.config.domain
         try:
             space = await self.ensure()
             await put_state(self.identities.bot, space, "m.space.child", room_id, {"via": [domain]})
             if parent_setter is not None:
-                await put_state(parent_setter, room_id, "m.space.parent", space,
-                                {"via": [domain], "canonical": True})
+                await put_state(parent_setter, room_id, "m.space.parent", space, {"via": [domain], "canonical": True})
         except (MatrixError, aiohttp.ClientError) as exc:
             log.warning("could not add %s to the space: %s", room_id, exc)
 

@@ -2,14 +2,16 @@
 (`Scope`: its channel's room, its conversation, its agent). Arguments come checked (tools.py);
 a refusal is `Refused` with one line for the agent, and nothing is done.
 """
+
 from __future__ import annotations
 
 import asyncio
 import mimetypes
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from store.ids import now_ms
@@ -40,6 +42,7 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class Scope:
     """What one session's tools can reach: its conversation, and who it is."""
+
     channel_id: str
     room_id: str
     conversation: str  # "" the room's main timeline
@@ -50,9 +53,10 @@ class Scope:
 class Means:
     """What the tools act through: the store, the config, the puppets (each tool acts as the
     caller's), and the scheduler's bell (a schedule added — given — or cancelled)."""
-    db: "OffLoop"
-    config: "Config"
-    identities: "Identities"
+
+    db: OffLoop
+    config: Config
+    identities: Identities
     schedules_changed: Callable[..., None]
 
 
@@ -60,14 +64,15 @@ async def run(means: Means, scope: Scope, tool: str, args: dict[str, Any]) -> st
     return await _ACTIONS[tool](means, scope, **args)
 
 
-async def standing(db: "OffLoop", scope: Scope) -> str | None:
+async def standing(db: OffLoop, scope: Scope) -> str | None:
     """None while the caller may still act in its conversation, else why not (asked before
     every call, docs/SECURITY.md): it must still be a member of the channel (not left, not
     kicked), and its conversation must still have its session (a deleted thread's are closed)."""
     member = await db.member(scope.channel_id, scope.agent, scope.conversation)
     if member is None:
-        return (f"{scope.agent} is no longer a member of this channel (it left or was removed): "
-                "its tools here are revoked")
+        return (
+            f"{scope.agent} is no longer a member of this channel (it left or was removed): its tools here are revoked"
+        )
     if not member.session_id:
         where = "this thread" if scope.conversation else "this conversation"
         return f"the session in {where} was closed (the thread was deleted): its tools are revoked"
@@ -100,8 +105,11 @@ async def send_file(means: Means, scope: Scope, path: str, caption: str | None) 
     the directory its session works in (a relative path is read from there too)."""
     config = means.config
     session_dir = await _session_dir(means, scope)
-    wanted = path if os.path.isabs(os.path.expanduser(path)) else os.path.join(
-        _working_dir(means, scope.agent, session_dir), path)
+    wanted = (
+        path
+        if os.path.isabs(os.path.expanduser(path))
+        else os.path.join(_working_dir(means, scope.agent, session_dir), path)
+    )
     wanted = os.path.expanduser(wanted)
     roots = roots_for(config, scope.agent, session_dir)
     read = await asyncio.to_thread(read_agent_file, wanted, roots.allowed, roots.forbidden, config.attachment_bytes)
@@ -109,13 +117,17 @@ async def send_file(means: Means, scope: Scope, path: str, caption: str | None) 
     if isinstance(read, FileRefused):
         raise Refused(f"{path} was not posted: {read.reason}")
     mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    msgtype = "m.image" if mime.startswith("image/") and mime != "image/svg+xml" else (
-        "m.audio" if mime.startswith("audio/") else "m.file")
+    msgtype = (
+        "m.image"
+        if mime.startswith("image/") and mime != "image/svg+xml"
+        else ("m.audio" if mime.startswith("audio/") else "m.file")
+    )
     # into the caller's conversation: a thread's file goes into the thread
     puppet = relating(await means.identities.puppet(scope.agent), scope.room_id, relation_for(scope.conversation))
     try:
-        event_id = await post(puppet.intent, scope.room_id, OutgoingMedia(msgtype, name, mime, read),
-                              config.attachment_bytes)
+        event_id = await post(
+            puppet.intent, scope.room_id, OutgoingMedia(msgtype, name, mime, read), config.attachment_bytes
+        )
     except MediaError as exc:
         raise Refused(f"{path} was not posted: {exc}") from None
     if caption:
@@ -127,30 +139,48 @@ async def react(means: Means, scope: Scope, event_id: str, key: str) -> str:
     """Only on an event of this room: the homeserver is asked for it in this room."""
     puppet = await means.identities.puppet(scope.agent)
     status, event = await puppet.intent.request(
-        "GET", f"/_matrix/client/v3/rooms/{quote(scope.room_id, safe='')}/event/{quote(event_id, safe='')}")
+        "GET", f"/_matrix/client/v3/rooms/{quote(scope.room_id, safe='')}/event/{quote(event_id, safe='')}"
+    )
     if status != 200 or not isinstance(event, dict) or event.get("room_id", scope.room_id) != scope.room_id:
         raise Refused(f"there is no message {event_id} in this conversation")
     await puppet.intent.react(scope.room_id, event_id, key)
     return f"Reacted {key} to {event_id}."
 
 
-async def schedule(means: Means, scope: Scope, prompt: str, in_seconds: float | None = None,
-                   at: str | None = None, cron: str | None = None) -> str:
+async def schedule(
+    means: Means,
+    scope: Scope,
+    prompt: str,
+    in_seconds: float | None = None,
+    at: str | None = None,
+    cron: str | None = None,
+) -> str:
     """A repeating schedule waits for the owner's approval (the scheduler asks in the room); a
     single run is posted in the room with the command that cancels it."""
     due = first_due(now_ms(), in_seconds=in_seconds, at=at, cron=cron)
     try:
-        made = await means.db.schedules.add(scope.channel_id, scope.conversation, scope.agent, prompt, due,
-                                             cron.strip() if cron else None,
-                                             means.config.schedules_per_conversation, waiting=cron is not None)
+        made = await means.db.schedules.add(
+            scope.channel_id,
+            scope.conversation,
+            scope.agent,
+            prompt,
+            due,
+            cron.strip() if cron else None,
+            means.config.schedules_per_conversation,
+            waiting=cron is not None,
+        )
     except TooManySchedules as exc:
         raise Refused(f"not scheduled: {exc} (limits.schedules_per_conversation); cancel one first") from None
     means.schedules_changed(made)
     if made.cron is not None:
-        return (f"Schedule id {made.number} (on cron {made.cron}) waits for the owner's approval, asked in "
-                "the room: it does not run before. `schedules` says whether it was approved or declined.")
-    return (f"Scheduled as id {made.number}: {when_text(made.due, made.cron)}. It was posted in the room "
-            f"with the command that cancels it (!unschedule {made.number}).")
+        return (
+            f"Schedule id {made.number} (on cron {made.cron}) waits for the owner's approval, asked in "
+            "the room: it does not run before. `schedules` says whether it was approved or declined."
+        )
+    return (
+        f"Scheduled as id {made.number}: {when_text(made.due, made.cron)}. It was posted in the room "
+        f"with the command that cancels it (!unschedule {made.number})."
+    )
 
 
 async def schedules(means: Means, scope: Scope) -> str:
@@ -174,5 +204,11 @@ async def cancel_schedule(means: Means, scope: Scope, id: int) -> str:
     return f"Cancelled schedule {id}: {record.prompt}"
 
 
-_ACTIONS = {"history": history, "send_file": send_file, "react": react, "schedule": schedule,
-            "schedules": schedules, "cancel_schedule": cancel_schedule}
+_ACTIONS = {
+    "history": history,
+    "send_file": send_file,
+    "react": react,
+    "schedule": schedule,
+    "schedules": schedules,
+    "cancel_schedule": cancel_schedule,
+}

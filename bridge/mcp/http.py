@@ -8,13 +8,14 @@ A request must carry a session's secret as `Authorization: Bearer …`; one with
 known secret is answered 401 before it reaches MCP. Each tool call goes to the same
 `McpService.call` as the stdio server's, so both act on the same conversation the same way.
 """
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
 import socket
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from . import tools
 
@@ -44,8 +45,9 @@ class HttpMcp:
         from mcp.server import Server
 
         async def list_tools(ctx, params) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description,
-                                                           input_schema=t.schema) for t in tools.TOOLS])
+            return types.ListToolsResult(
+                tools=[types.Tool(name=t.name, description=t.description, input_schema=t.schema) for t in tools.TOOLS]
+            )
 
         async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
             request = getattr(ctx, "request", None)
@@ -62,11 +64,13 @@ class HttpMcp:
                 headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
                 secret = bearer(headers.get("authorization"))
                 if secret is None or not known(secret):
-                    await send({"type": "http.response.start", "status": 401,
-                                "headers": [(b"content-type", b"text/plain")]})
+                    await send(
+                        {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]}
+                    )
                     await send({"type": "http.response.body", "body": b"a session's secret is needed\n"})
                     return
             await inner(scope, receive, send)
+
         return guarded
 
     def bind(self) -> str:
@@ -127,7 +131,7 @@ class HttpMcp:
                 self._server.should_exit = True
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), 5)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
         if self._sock is not None:

@@ -16,6 +16,7 @@ conversation, the `mcpServers` entries a session is opened with, and each call d
   for agents that announce `mcpCapabilities.http`.
 - Limits: `limits.tool_calls_per_turn` calls per turn of the agent in that conversation.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 SOCKET_NAME = "mcp.sock"
 MAX_SOCKET_PATH = 100  # bytes: sun_path holds 108, with its NUL
-READ_TIMEOUT = 30.0    # seconds a connection may take to send its request
+READ_TIMEOUT = 30.0  # seconds a connection may take to send its request
 
 
 def _hash(secret: str) -> str:
@@ -64,15 +65,15 @@ def stdio_command() -> tuple[str, list[str]]:
 
 
 class McpService:
-    def __init__(self, config: "Config", db: "OffLoop", channels: "Channels", means: "actions.Means") -> None:
+    def __init__(self, config: Config, db: OffLoop, channels: Channels, means: actions.Means) -> None:
         """`channels`: the open portals (whose turn a call counts against); `means`: what the
         tools act through (actions.py)."""
         self.config, self.db, self.channels, self.means = config, db, channels, means
         self.path: Path | None = None
         self._server: asyncio.AbstractServer | None = None
         self._private_dir: str | None = None
-        self._scopes: dict[str, Scope] = {}           # hash of a secret → its scope
-        self._secrets: dict[Scope, str] = {}          # scope → its secret
+        self._scopes: dict[str, Scope] = {}  # hash of a secret → its scope
+        self._secrets: dict[Scope, str] = {}  # scope → its secret
         self._calls: dict[Scope, tuple[Any, int]] = {}  # scope → (the turn counted, calls in it)
         self.calls = 0  # calls answered (for tests and logs)
         self._http = None  # http.py's HttpMcp, listening from start, serving from the first use
@@ -105,8 +106,11 @@ class McpService:
         try:
             self._server = await asyncio.start_unix_server(self._client, path=str(path), limit=wire.MAX_LINE + 1)
         except OSError as exc:  # the bridge goes on: agents just get no tools this time
-            log.warning("the agents' MCP server cannot listen on %s (%s): agents get no tools this run",
-                        path, exc.strerror or exc)
+            log.warning(
+                "the agents' MCP server cannot listen on %s (%s): agents get no tools this run",
+                path,
+                exc.strerror or exc,
+            )
             return
         finally:
             os.umask(old)
@@ -114,6 +118,7 @@ class McpService:
         self.path = path
         log.info("the agents' MCP server listens on %s", path)
         from .http import HttpMcp
+
         http = HttpMcp(self.call, lambda secret: _hash(secret) in self._scopes)
         try:
             http.bind()  # served from the first session of an agent that announces HTTP
@@ -129,7 +134,7 @@ class McpService:
             self._server.close()
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._server = None
         if self.path is not None:
@@ -142,7 +147,7 @@ class McpService:
 
     # -- what a session is opened with -------------------------------------------------------------
 
-    def servers_for(self, portal: "Portal", agent_name: str, agent: Any = None, conversation: str = "") -> list[dict]:
+    def servers_for(self, portal: Portal, agent_name: str, agent: Any = None, conversation: str = "") -> list[dict]:
         """The `mcpServers` of a session of `agent_name` in `portal`'s `conversation` ("" the
         main timeline, else a thread: each session acts in its own): the
         stdio entry (`sidekicks mcp`), then, where the agent announces `mcpCapabilities.http`,
@@ -155,14 +160,25 @@ class McpService:
         # secret, the conversation's earlier session's revoked
         secret = self.renew(Scope(portal.channel.id, portal.room_id, conversation, agent_name))
         command, args = stdio_command()
-        servers = [{"name": tools.SERVER_NAME, "command": command, "args": args,
-                    "env": [{"name": wire.ENV_SOCKET, "value": str(self.path)},
-                            {"name": wire.ENV_SECRET, "value": secret}]}]
+        servers = [
+            {
+                "name": tools.SERVER_NAME,
+                "command": command,
+                "args": args,
+                "env": [{"name": wire.ENV_SOCKET, "value": str(self.path)}, {"name": wire.ENV_SECRET, "value": secret}],
+            }
+        ]
         announced = getattr(agent, "mcp_capabilities", None) or {}
         if announced.get("http") and self.http_url:
             self._http.serve()
-            servers.append({"type": "http", "name": tools.SERVER_NAME, "url": self.http_url,
-                            "headers": [{"name": "Authorization", "value": f"Bearer {secret}"}]})
+            servers.append(
+                {
+                    "type": "http",
+                    "name": tools.SERVER_NAME,
+                    "url": self.http_url,
+                    "headers": [{"name": "Authorization", "value": f"Bearer {secret}"}],
+                }
+            )
         return servers
 
     def renew(self, scope: Scope) -> str:
@@ -191,7 +207,7 @@ class McpService:
             try:
                 line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
                 request = wire.read_request(line)
-            except (ValueError, asyncio.LimitOverrunError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ValueError, asyncio.LimitOverrunError) as exc:
                 text, error = f"bad request: {exc or type(exc).__name__}", True
             else:
                 text, error = await self.call(request.secret, request.tool, request.arguments)
@@ -206,8 +222,10 @@ class McpService:
         """One tool call: (the result's text, whether it is an error)."""
         scope = self._scopes.get(_hash(secret))
         if scope is None:
-            return ("this session is not known to the running bridge (it was restarted since, or the "
-                    "conversation was deleted): the tools work again in the next turn"), True
+            return (
+                "this session is not known to the running bridge (it was restarted since, or the "
+                "conversation was deleted): the tools work again in the next turn"
+            ), True
         channel = await self.db.channel(scope.channel_id)
         if channel is None:
             self.revoke(scope)

@@ -3,6 +3,7 @@ entry of its session (official `mcp` SDK, its low-level server). It holds no sta
 call goes to the running bridge over the private socket named in SIDEKICKS_MCP_SOCKET, with the
 session's secret from SIDEKICKS_MCP_SECRET, and the bridge's answer is the tool's result.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ async def forward(socket_path: str, secret: str, name: str, arguments: dict | No
         writer.write(wire.request_line(secret, name, arguments))
         await writer.drain()
         line = await asyncio.wait_for(reader.readline(), CALL_TIMEOUT)
-    except (OSError, asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, OSError, ValueError) as exc:
         return f"the Sidekicks bridge did not answer ({type(exc).__name__})", True
     finally:
         writer.close()
@@ -38,8 +39,9 @@ def build_server(socket_path: str, secret: str):
     from mcp.server import Server
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description,
-                                                       input_schema=t.schema) for t in tools.TOOLS])
+        return types.ListToolsResult(
+            tools=[types.Tool(name=t.name, description=t.description, input_schema=t.schema) for t in tools.TOOLS]
+        )
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         text, error = await forward(socket_path, secret, params.name, params.arguments)
@@ -59,8 +61,11 @@ async def serve(socket_path: str, secret: str) -> None:
 def main() -> int:
     socket_path, secret = os.environ.get(wire.ENV_SOCKET), os.environ.get(wire.ENV_SECRET)
     if not socket_path or not secret:
-        print(f"sidekicks mcp: {wire.ENV_SOCKET} and {wire.ENV_SECRET} are not set — this command is "
-              "started by an agent from the mcpServers the Sidekicks bridge gives its sessions", file=sys.stderr)
+        print(
+            f"sidekicks mcp: {wire.ENV_SOCKET} and {wire.ENV_SECRET} are not set — this command is "
+            "started by an agent from the mcpServers the Sidekicks bridge gives its sessions",
+            file=sys.stderr,
+        )
         return 2
     try:
         asyncio.run(serve(socket_path, secret))

@@ -4,6 +4,7 @@ results read. Pure: no Matrix, no store (tests/unit/mcp/test_mcp_tools.py).
 Every tool acts on the conversation of the session that calls it, never another; its result is
 text. A call with bad arguments gets an error result saying what is wrong, never a traceback.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,11 +16,11 @@ from typing import Any
 from ..channels.schedule_args import MAX_IN_SECONDS, BadArguments, clock, schedule_number  # noqa: F401
 
 SERVER_NAME = "matrix"
-HISTORY_DEFAULT = 20     # messages `history` returns when no limit is given
-HISTORY_CHARS = 2000     # each message's text is cut here
-HISTORY_TOTAL = 40_000   # characters of one `history` result at most (the oldest lines go first)
-PROMPT_CHARS = 4000      # a scheduled prompt at most
-KEY_CHARS = 64           # a reaction key at most
+HISTORY_DEFAULT = 20  # messages `history` returns when no limit is given
+HISTORY_CHARS = 2000  # each message's text is cut here
+HISTORY_TOTAL = 40_000  # characters of one `history` result at most (the oldest lines go first)
+PROMPT_CHARS = 4000  # a scheduled prompt at most
+KEY_CHARS = 64  # a reaction key at most
 
 
 @dataclass(frozen=True)
@@ -30,40 +31,74 @@ class Tool:
 
 
 TOOLS: tuple[Tool, ...] = (
-    Tool("history", "The messages of this Matrix conversation, as stored by the bridge, newest last: "
-                    "time, sender, text. `query` keeps only messages containing it (case does not matter).",
-         {"type": "object", "properties": {
-             "limit": {"type": "integer", "minimum": 1, "description": "how many messages (default 20)"},
-             "query": {"type": "string", "description": "only messages containing this text"}}}),
-    Tool("send_file", "Post a file from your working directory in this conversation (encrypted where the "
-                      "room is). Only regular files under your working directory, up to the attachment "
-                      "size limit.",
-         {"type": "object", "properties": {
-             "path": {"type": "string", "description": "the file, absolute or relative to your working directory"},
-             "caption": {"type": "string", "description": "a line posted with it"}},
-          "required": ["path"]}),
-    Tool("react", "React to a message of this conversation with an emoji or short text.",
-         {"type": "object", "properties": {
-             "event_id": {"type": "string", "description": "the Matrix event id of the message ($…)"},
-             "key": {"type": "string", "description": "the reaction, e.g. 👍"}},
-          "required": ["event_id", "key"]}),
-    Tool("schedule", "Run `prompt` later as a turn of yours in this conversation: once after `in_seconds`, "
-                     "once at `at` (ISO 8601; without an offset, the bridge's local time), or repeatedly on "
-                     "`cron` (5 fields, the bridge's local time). Give exactly one of the three. Returns "
-                     "the schedule's id. A single run is shown to the owner, who can cancel it; a repeating "
-                     "one runs only once the owner approves it in the room (`schedules` says whether they "
-                     "did). When it runs you are told it is your scheduled run, not the owner's message.",
-         {"type": "object", "properties": {
-             "prompt": {"type": "string", "description": "what you will be told when it runs"},
-             "in_seconds": {"type": "number", "minimum": 1},
-             "at": {"type": "string", "description": "e.g. 2026-12-05T09:00:00+01:00"},
-             "cron": {"type": "string", "description": "e.g. 0 9 * * 1-5"}},
-          "required": ["prompt"]}),
-    Tool("schedules", "Your schedules in this conversation: id, when it runs next (or that it waits for "
-                      "the owner's approval, or was declined), prompt.",
-         {"type": "object", "properties": {}}),
-    Tool("cancel_schedule", "Cancel one of your schedules in this conversation by its id.",
-         {"type": "object", "properties": {"id": {"type": ["integer", "string"]}}, "required": ["id"]}),
+    Tool(
+        "history",
+        "The messages of this Matrix conversation, as stored by the bridge, newest last: "
+        "time, sender, text. `query` keeps only messages containing it (case does not matter).",
+        {
+            "type": "object",
+            "properties": {
+                "limit": {"type": "integer", "minimum": 1, "description": "how many messages (default 20)"},
+                "query": {"type": "string", "description": "only messages containing this text"},
+            },
+        },
+    ),
+    Tool(
+        "send_file",
+        "Post a file from your working directory in this conversation (encrypted where the "
+        "room is). Only regular files under your working directory, up to the attachment "
+        "size limit.",
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "the file, absolute or relative to your working directory"},
+                "caption": {"type": "string", "description": "a line posted with it"},
+            },
+            "required": ["path"],
+        },
+    ),
+    Tool(
+        "react",
+        "React to a message of this conversation with an emoji or short text.",
+        {
+            "type": "object",
+            "properties": {
+                "event_id": {"type": "string", "description": "the Matrix event id of the message ($…)"},
+                "key": {"type": "string", "description": "the reaction, e.g. 👍"},
+            },
+            "required": ["event_id", "key"],
+        },
+    ),
+    Tool(
+        "schedule",
+        "Run `prompt` later as a turn of yours in this conversation: once after `in_seconds`, "
+        "once at `at` (ISO 8601; without an offset, the bridge's local time), or repeatedly on "
+        "`cron` (5 fields, the bridge's local time). Give exactly one of the three. Returns "
+        "the schedule's id. A single run is shown to the owner, who can cancel it; a repeating "
+        "one runs only once the owner approves it in the room (`schedules` says whether they "
+        "did). When it runs you are told it is your scheduled run, not the owner's message.",
+        {
+            "type": "object",
+            "properties": {
+                "prompt": {"type": "string", "description": "what you will be told when it runs"},
+                "in_seconds": {"type": "number", "minimum": 1},
+                "at": {"type": "string", "description": "e.g. 2026-12-05T09:00:00+01:00"},
+                "cron": {"type": "string", "description": "e.g. 0 9 * * 1-5"},
+            },
+            "required": ["prompt"],
+        },
+    ),
+    Tool(
+        "schedules",
+        "Your schedules in this conversation: id, when it runs next (or that it waits for "
+        "the owner's approval, or was declined), prompt.",
+        {"type": "object", "properties": {}},
+    ),
+    Tool(
+        "cancel_schedule",
+        "Cancel one of your schedules in this conversation by its id.",
+        {"type": "object", "properties": {"id": {"type": ["integer", "string"]}}, "required": ["id"]},
+    ),
 )
 NAMES = tuple(tool.name for tool in TOOLS)
 
@@ -115,8 +150,12 @@ def check(name: str, args: Any, history_most: int) -> dict[str, Any]:
         when = given[0]
         if when == "in_seconds":
             seconds = args["in_seconds"]
-            if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds)
-                    or not 1 <= seconds <= MAX_IN_SECONDS):
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, (int, float))
+                or not math.isfinite(seconds)
+                or not 1 <= seconds <= MAX_IN_SECONDS
+            ):
                 raise BadArguments(f"`in_seconds` must be a number from 1 to {MAX_IN_SECONDS}")
             return {"prompt": prompt, "in_seconds": float(seconds)}
         return {"prompt": prompt, when: _text(args, when, True, 200)}

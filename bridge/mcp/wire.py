@@ -7,6 +7,7 @@ way per tool call. Pure (tests/unit/mcp/test_mcp_wire.py).
 The secret says which session's conversation the call acts on (service.py); a line longer than
 MAX_LINE is refused unread.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ class Request:
 
 
 def request_line(secret: str, tool: str, arguments: dict[str, Any] | None) -> bytes:
-    return json.dumps({"secret": secret, "tool": tool, "arguments": arguments or {}},
-                      ensure_ascii=False).encode() + b"\n"
+    return (
+        json.dumps({"secret": secret, "tool": tool, "arguments": arguments or {}}, ensure_ascii=False).encode() + b"\n"
+    )
 
 
 def read_request(line: bytes) -> Request:

@@ -8,6 +8,7 @@
 
 Both raise AudioError with the line the owner sees.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,8 @@ import signal
 import sys
 from dataclasses import dataclass
 
-RATE = 16_000        # what Whisper listens to
-OPUS_RATE = 48_000   # what Opus codes at
+RATE = 16_000  # what Whisper listens to
+OPUS_RATE = 48_000  # what Opus codes at
 DECODE_TIMEOUT = 120.0
 
 
@@ -28,8 +29,8 @@ class AudioError(Exception):
 
 @dataclass(frozen=True)
 class Decoded:
-    samples: bytes     # float32 little-endian, mono, RATE per second (at most the limit)
-    seconds: float     # the whole note's length
+    samples: bytes  # float32 little-endian, mono, RATE per second (at most the limit)
+    seconds: float  # the whole note's length
 
     @property
     def kept_seconds(self) -> float:
@@ -40,15 +41,19 @@ def decoder_command(max_seconds: float) -> list[str]:
     return [sys.executable, "-m", "bridge.voice.audio", f"{max_seconds:g}"]
 
 
-async def decode(data: bytes, max_seconds: float, name: str = "the voice note",
-                 command: list[str] | None = None) -> Decoded:
+async def decode(
+    data: bytes, max_seconds: float, name: str = "the voice note", command: list[str] | None = None
+) -> Decoded:
     """`data` decoded in a child process (`command`: the decoder's; tests name another)."""
     process = await asyncio.create_subprocess_exec(
-        *(command or decoder_command(max_seconds)), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *(command or decoder_command(max_seconds)),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         out, err = await asyncio.wait_for(process.communicate(data), DECODE_TIMEOUT)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         process.kill()
         await process.wait()
         raise AudioError(f"{name} could not be decoded in {DECODE_TIMEOUT:.0f} s, so it was not transcribed.") from None
@@ -101,8 +106,9 @@ def _decode_here(data: bytes, max_seconds: float) -> tuple[bytes, float]:
             for frame in frames:
                 samples = frame.to_ndarray().reshape(-1)
                 if total < limit:
-                    kept.append(samples[:limit - total])
+                    kept.append(samples[: limit - total])
                 total += len(samples)
+
         for frame in container.decode(stream):
             take(resampler.resample(frame))
         take(resampler.resample(None))
@@ -116,6 +122,7 @@ def _child(argv: list[str]) -> int:
     data = sys.stdin.buffer.read()
     try:
         import av
+
         try:
             samples, seconds = _decode_here(data, max_seconds)
         except (av.error.FFmpegError, ValueError, IndexError) as exc:
@@ -150,6 +157,7 @@ def encode_opus(wav: bytes) -> tuple[bytes, int]:
                     samples += frame.samples
                     for packet in stream.encode(frame):
                         sink.mux(packet)
+
             for frame in source.decode(audio=0):
                 put(resampler.resample(frame))
             put(resampler.resample(None))

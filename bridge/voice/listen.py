@@ -4,13 +4,15 @@ and the transcript handed back for the prompt.
 
 One message heard once: the agents a note goes to share its transcript (and its one 🎙 line).
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from . import engine
 from .audio import AudioError, decode
@@ -22,14 +24,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LONG_NOTE = 20.0   # seconds: a note this long shows its progress in the answer's status
-KEPT = 64          # messages whose transcript is remembered (the agents of one message share it)
+LONG_NOTE = 20.0  # seconds: a note this long shows its progress in the answer's status
+KEPT = 64  # messages whose transcript is remembered (the agents of one message share it)
 
 
 @dataclass(frozen=True)
 class Listening:
     """What a turn needs to hear a voice note: the config's choices, where to say what was
     heard (`room_id`, through the turn's puppet), and the answer's status line."""
+
     enabled: bool
     language: str
     max_seconds: float
@@ -43,13 +46,13 @@ class Listening:
 @dataclass(frozen=True)
 class Transcript:
     text: str = ""
-    refused: str | None = None   # the one line instead (not decodable, the decoder crashed)
+    refused: str | None = None  # the one line instead (not decodable, the decoder crashed)
 
 
-_heard: "OrderedDict[str, asyncio.Future[Transcript]]" = OrderedDict()
+_heard: OrderedDict[str, asyncio.Future[Transcript]] = OrderedDict()
 
 
-async def hear(intent: "Intent", attachment: "Attachment", data: bytes, listening: Listening) -> Transcript:
+async def hear(intent: Intent, attachment: Attachment, data: bytes, listening: Listening) -> Transcript:
     """The transcript of `attachment` (its bytes `data`); the first turn that asks transcribes
     it and posts the 🎙 line, the others wait for it."""
     key = attachment.mxc or str(id(attachment))
@@ -76,7 +79,7 @@ async def hear(intent: "Intent", attachment: "Attachment", data: bytes, listenin
     return result
 
 
-async def _transcribe(intent: "Intent", attachment: "Attachment", data: bytes, listening: Listening) -> Transcript:
+async def _transcribe(intent: Intent, attachment: Attachment, data: bytes, listening: Listening) -> Transcript:
     name = attachment.called
     try:
         decoded = await decode(data, listening.max_seconds, name)
@@ -87,6 +90,7 @@ async def _transcribe(intent: "Intent", attachment: "Attachment", data: bytes, l
 
     def progress(done: float, total: float) -> None:
         listening.status(progress_status(done, total))
+
     long = kept >= LONG_NOTE
     if long:
         listening.status(progress_status(0, kept))

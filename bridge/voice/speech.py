@@ -1,5 +1,6 @@
 """Text to speech on this machine (docs/voice.md "Spoken answers"): Debian's `espeak-ng` reads
 the text into a WAV, which audio.py encodes as an Ogg/Opus voice note."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,11 +25,17 @@ def tts_missing() -> str | None:
 async def speak(text: str, language: str = "en") -> tuple[bytes, int]:
     """`text` spoken: an Ogg/Opus file and its length in milliseconds. AudioError when not."""
     process = await asyncio.create_subprocess_exec(
-        "espeak-ng", "--stdout", "-v", language or "en", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        "espeak-ng",
+        "--stdout",
+        "-v",
+        language or "en",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         wav, err = await asyncio.wait_for(process.communicate(text.encode("utf-8")), SPEAK_TIMEOUT)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         process.kill()
         await process.wait()
         raise AudioError(f"espeak-ng took more than {SPEAK_TIMEOUT:.0f} s") from None

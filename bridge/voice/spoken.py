@@ -2,6 +2,7 @@
 store/keys.py `voice`), and an agent's final answer also posted as a voice note — Ogg/Opus,
 `m.audio` with Element's voice flag and its duration — in the answer's conversation.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,12 +31,13 @@ VOICE_FILE = "answer.ogg"
 class VoiceCommand:
     """`!voice on|off` in a channel (`!voice`: tells), answered where it was typed."""
 
-    def __init__(self, db: "OffLoop", notices: Any):
+    def __init__(self, db: OffLoop, notices: Any):
         self.db, self.notices = db, notices
 
     async def command(self, portal: Any, name: str, args: tuple[str, ...], here: Any = None) -> None:
         async def say(text: str) -> None:
             await self.notices.notice(portal, text, relates_to=getattr(here, "relates_to", None))
+
         try:
             switch = voice_switch(args)
         except ValueError as exc:
@@ -56,8 +58,9 @@ class VoiceCommand:
         await say(voice_state(switch))
 
 
-async def speak_answer(db: "OffLoop", channel_id: str, intent: "Intent", room_id: str, text: str,
-                       language: str) -> str | None:
+async def speak_answer(
+    db: OffLoop, channel_id: str, intent: Intent, room_id: str, text: str, language: str
+) -> str | None:
     """With spoken answers on in the channel: `text` read aloud and posted by `intent` (the
     answering puppet, in its conversation); the voice note's event id. A failure is logged and
     said in one line; the written answer is already there."""
@@ -81,7 +84,7 @@ async def speak_answer(db: "OffLoop", channel_id: str, intent: "Intent", room_id
     return None
 
 
-async def _say(intent: "Intent", room_id: str, text: str) -> None:
+async def _say(intent: Intent, room_id: str, text: str) -> None:
     try:
         await intent.send(room_id, {"msgtype": "m.notice", "body": text})
     except Exception as exc:

@@ -8,6 +8,7 @@
 - `voice_content(...)` — the `m.audio` content of a voice note (Element's shape, MSC3245).
 - `word_error_rate(reference, hypothesis)` — for the accuracy bench and the tests.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,8 +45,9 @@ def cut_line(seconds: float, limit: float) -> str | None:
     """The one line a note over the limit gets; None within it."""
     if seconds <= limit:
         return None
-    return (f"The voice note is {clock(seconds)} long; only its first {clock(limit)} "
-            f"were transcribed (voice_max_seconds).")
+    return (
+        f"The voice note is {clock(seconds)} long; only its first {clock(limit)} were transcribed (voice_max_seconds)."
+    )
 
 
 def progress_status(done: float, total: float) -> str:
@@ -65,8 +67,11 @@ def voice_switch(args: tuple[str, ...]) -> bool | None:
 
 
 def voice_state(on: bool) -> str:
-    return ("🔊 Spoken answers are on here: each final answer also comes as a voice note (!voice off)."
-            if on else "Spoken answers are off here (!voice on reads each final answer aloud).")
+    return (
+        "🔊 Spoken answers are on here: each final answer also comes as a voice note (!voice off)."
+        if on
+        else "Spoken answers are off here (!voice on reads each final answer aloud)."
+    )
 
 
 _CODE_BLOCK = re.compile(r"```.*?(```|$)", re.S)
@@ -90,14 +95,16 @@ def speakable(markdown: str, limit: int = SPEAK_CHARS) -> str:
     end = max(head.rfind(". "), head.rfind("\n"))
     if end < limit // 2:
         end = head.rfind(" ")
-    return head[:end + 1 if end > 0 else limit].strip() + " … the rest is in the written answer."
+    return head[: end + 1 if end > 0 else limit].strip() + " … the rest is in the written answer."
 
 
 def voice_content(name: str, size: int, duration_ms: int, transcript: str = "") -> dict:
     """The `m.audio` content of a voice note as Element sends it (MSC3245 voice flag, the
     MSC1767 audio block with its duration); the url or file is added by the sender."""
     return {
-        "msgtype": "m.audio", "body": name, "filename": name,
+        "msgtype": "m.audio",
+        "body": name,
+        "filename": name,
         "info": {"mimetype": "audio/ogg", "size": size, "duration": duration_ms},
         "org.matrix.msc1767.audio": {"duration": duration_ms},
         "org.matrix.msc1767.text": transcript or name,

@@ -61,8 +61,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 from acp.agent_kit import AgentBase, RemoteError, RpcFailure, Turn, run  # noqa: E402
 
 DIRECTIVE = re.compile(r"\[\[([a-z-]+)(?::([^\]]*))?\]\]")
-MODES = [("ask", "Ask", "Asks before every change"), ("plan", "Plan", "Plans, changes nothing"),
-         ("code", "Code", "Changes files")]
+MODES = [
+    ("ask", "Ask", "Asks before every change"),
+    ("plan", "Plan", "Plans, changes nothing"),
+    ("code", "Code", "Changes files"),
+]
 MODELS = [("small", "Small", "local"), ("large", "Large", "remote")]
 LEVELS = [("low", "Low"), ("high", "High")]
 DEFAULTS = {"mode": "ask", "model": "small", "thought_level": "low"}
@@ -94,37 +97,59 @@ class Coding(AgentBase):
     # -- what a session offers -------------------------------------------------------------
     def _config(self, settings: dict) -> list[dict]:
         return [
-            {"id": "mode", "name": "Mode", "description": "How the agent works", "category": "mode",
-             "type": "select", "currentValue": settings["mode"],
-             "options": [{"value": v, "name": n, "description": d} for v, n, d in MODES]},
-            {"id": "model", "name": "Model", "category": "model", "type": "select",
-             "currentValue": settings["model"],
-             "options": [{"group": g, "name": g.title(), "options": [{"value": v, "name": n}]}
-                         for v, n, g in MODELS]},
-            {"id": "thought_level", "name": "Thinking", "category": "thought_level", "type": "select",
-             "currentValue": settings["thought_level"],
-             "options": [{"value": v, "name": n} for v, n in LEVELS]},
+            {
+                "id": "mode",
+                "name": "Mode",
+                "description": "How the agent works",
+                "category": "mode",
+                "type": "select",
+                "currentValue": settings["mode"],
+                "options": [{"value": v, "name": n, "description": d} for v, n, d in MODES],
+            },
+            {
+                "id": "model",
+                "name": "Model",
+                "category": "model",
+                "type": "select",
+                "currentValue": settings["model"],
+                "options": [
+                    {"group": g, "name": g.title(), "options": [{"value": v, "name": n}]} for v, n, g in MODELS
+                ],
+            },
+            {
+                "id": "thought_level",
+                "name": "Thinking",
+                "category": "thought_level",
+                "type": "select",
+                "currentValue": settings["thought_level"],
+                "options": [{"value": v, "name": n} for v, n in LEVELS],
+            },
         ]
 
     def _offers(self, session_id: str) -> dict:
         settings = self.sessions[session_id]["settings"]
         result: dict = {}
         if "modes" in self.offer:
-            result["modes"] = {"currentModeId": settings["mode"],
-                               "availableModes": [{"id": v, "name": n, "description": d} for v, n, d in MODES]}
+            result["modes"] = {
+                "currentModeId": settings["mode"],
+                "availableModes": [{"id": v, "name": n, "description": d} for v, n, d in MODES],
+            }
         if "config" in self.offer:
             result["configOptions"] = self._config(settings)
         if "models" in self.offer:
-            result["models"] = {"currentModelId": settings["model"],
-                                "availableModels": [{"modelId": v, "name": n} for v, n, _ in MODELS]}
+            result["models"] = {
+                "currentModelId": settings["model"],
+                "availableModels": [{"modelId": v, "name": n} for v, n, _ in MODELS],
+            }
         return result
 
     def _mode_changed(self, session_id: str) -> None:
         settings = self.sessions[session_id]["settings"]
         self.send_update(session_id, {"sessionUpdate": "current_mode_update", "currentModeId": settings["mode"]})
         if "config" in self.offer:
-            self.send_update(session_id, {"sessionUpdate": "config_option_update",
-                                          "configOptions": self._config(settings)})
+            self.send_update(
+                session_id, {"sessionUpdate": "config_option_update", "configOptions": self._config(settings)}
+            )
 
     # -- protocol hooks ---------------------------------------------------------------------
     def received(self, message: dict) -> None:
@@ -179,14 +204,18 @@ class Coding(AgentBase):
                     raise RpcFailure(-32601, "method not found: session/set_model")
                 return self._set(session_id, "model", params.get("modelId"), [v for v, _, _ in MODELS])
             key = params.get("configId")
-            allowed = {"mode": [v for v, _, _ in MODES], "model": [v for v, _, _ in MODELS],
-                       "thought_level": [v for v, _ in LEVELS]}
+            allowed = {
+                "mode": [v for v, _, _ in MODES],
+                "model": [v for v, _, _ in MODELS],
+                "thought_level": [v for v, _ in LEVELS],
+            }
             if key not in allowed or "config" not in self.offer:
                 raise RpcFailure(-32602, f"unknown config option {key!r}")
             self._set(session_id, key, params.get("value"), allowed[key])
             if key == "mode":
-                self.send_update(session_id, {"sessionUpdate": "current_mode_update",
-                                              "currentModeId": settings["mode"]})
+                self.send_update(
+                    session_id, {"sessionUpdate": "current_mode_update", "currentModeId": settings["mode"]}
+                )
             return {"configOptions": self._config(settings)}
         return await super().other_request(method, params)
 
@@ -220,42 +249,64 @@ class Coding(AgentBase):
         if "permit-edit" in d or "permit-run" in d:
             choice = await turn.request_permission(
                 self._edit_call() if "permit-edit" in d else self._run_call(),
-                [{"optionId": "yes", "name": "Yes", "kind": "allow_once"},
-                 {"optionId": "always", "name": "Yes, always", "kind": "allow_always"},
-                 {"optionId": "no", "name": "No", "kind": "reject_once"},
-                 {"optionId": "never", "name": "No, never", "kind": "reject_always"}])
+                [
+                    {"optionId": "yes", "name": "Yes", "kind": "allow_once"},
+                    {"optionId": "always", "name": "Yes, always", "kind": "allow_always"},
+                    {"optionId": "no", "name": "No", "kind": "reject_once"},
+                    {"optionId": "never", "name": "No, never", "kind": "reject_always"},
+                ],
+            )
             if choice is None:
                 return "cancelled"
             await say(f"permission: {choice}. ")
         if "permit-many" in d:
-            calls = [turn.request_permission(
-                {"toolCallId": f"call_{i}", "title": f"Write file {i}", "kind": "edit"},
-                [{"optionId": "yes", "name": "Yes", "kind": "allow_once"}]) for i in range(int(d["permit-many"]))]
+            calls = [
+                turn.request_permission(
+                    {"toolCallId": f"call_{i}", "title": f"Write file {i}", "kind": "edit"},
+                    [{"optionId": "yes", "name": "Yes", "kind": "allow_once"}],
+                )
+                for i in range(int(d["permit-many"]))
+            ]
             outcomes = await asyncio.gather(*calls)
-            await say(f"permits: {sum(o is not None for o in outcomes)} chosen, "
-                      f"{sum(o is None for o in outcomes)} refused. ")
+            await say(
+                f"permits: {sum(o is not None for o in outcomes)} chosen, {sum(o is None for o in outcomes)} refused. "
+            )
         if "ask" in d:
-            reply = await turn.elicit("A few details, please", {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "title": "Project name", "minLength": 1},
-                    "count": {"type": "integer", "title": "How many", "minimum": 1, "maximum": 10},
-                    "colour": {"type": "string", "title": "Colour",
-                               "oneOf": [{"const": "r", "title": "Red"}, {"const": "g", "title": "Green"}]},
-                    "confirm": {"type": "boolean", "title": "Go ahead?", "default": True},
+            reply = await turn.elicit(
+                "A few details, please",
+                {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "title": "Project name", "minLength": 1},
+                        "count": {"type": "integer", "title": "How many", "minimum": 1, "maximum": 10},
+                        "colour": {
+                            "type": "string",
+                            "title": "Colour",
+                            "oneOf": [{"const": "r", "title": "Red"}, {"const": "g", "title": "Green"}],
+                        },
+                        "confirm": {"type": "boolean", "title": "Go ahead?", "default": True},
+                    },
+                    "required": ["name", "count"],
                 },
-                "required": ["name", "count"]})
+            )
             await say(f"elicited: {json.dumps(reply, sort_keys=True)}. ")
         if "ask-url" in d:
-            reply = await turn.elicit_url("Log in to the example service",
-                                          "https://login.example.com/authorize?state=xyz", "login-1")
+            reply = await turn.elicit_url(
+                "Log in to the example service", "https://login.example.com/authorize?state=xyz", "login-1"
+            )
             if reply.get("action") == "accept":
                 self.conn.notify("elicitation/complete", {"elicitationId": "login-1"})
             await say(f"url consent: {reply.get('action')}. ")
         if "ask-withdraw" in d:
-            request_id, future = self.conn.start_request("elicitation/create", {
-                "sessionId": turn.session_id, "mode": "form", "message": "Never mind this",
-                "requestedSchema": {"type": "object", "properties": {"x": {"type": "string"}}}})
+            request_id, future = self.conn.start_request(
+                "elicitation/create",
+                {
+                    "sessionId": turn.session_id,
+                    "mode": "form",
+                    "message": "Never mind this",
+                    "requestedSchema": {"type": "object", "properties": {"x": {"type": "string"}}},
+                },
+            )
             await asyncio.sleep(0.3)
             self.conn.cancel_request(request_id)
             try:
@@ -264,8 +315,14 @@ class Coding(AgentBase):
                 outcome = f"error {exc.code}"
             await say(f"withdrawn: {outcome}. ")
         if "usage" in d:
-            await turn.update({"sessionUpdate": "usage_update", "used": 52000, "size": 200000,
-                               "cost": {"amount": 0.42, "currency": "USD"}})
+            await turn.update(
+                {
+                    "sessionUpdate": "usage_update",
+                    "used": 52000,
+                    "size": 200000,
+                    "cost": {"amount": 0.42, "currency": "USD"},
+                }
+            )
         if "title" in d:
             await turn.update({"sessionUpdate": "session_info_update", "title": d["title"]})
         chunks, delay = self.opts.chunks, 0.0
@@ -276,7 +333,7 @@ class Coding(AgentBase):
         for index in range(0, len(answer), step):
             if index and delay:
                 await asyncio.sleep(delay)
-            await say(answer[index:index + step])
+            await say(answer[index : index + step])
         session["history"].append(["agent", "".join(said)])
         self._save(turn.session_id)
         return d.get("stop") or "end_turn"
@@ -287,10 +344,9 @@ class Coding(AgentBase):
                 while not (Path(self.opts.hold) / f"plan-{n}").exists():
                     await asyncio.sleep(0.02)
             entries = []
-            for i, content in enumerate(PLAN[:max(2, min(len(PLAN), n + 2))]):
+            for i, content in enumerate(PLAN[: max(2, min(len(PLAN), n + 2))]):
                 status = "completed" if i < n else ("in_progress" if i == n else "pending")
-                entries.append({"content": content, "priority": ("high", "medium", "low", "low")[i],
-                                "status": status})
+                entries.append({"content": content, "priority": ("high", "medium", "low", "low")[i], "status": status})
             await turn.plan(entries)
 
     def _edit_call(self, variant: str = "") -> dict:
@@ -299,14 +355,29 @@ class Coding(AgentBase):
             new = "".join(f"line {i}{' changed' if i % 2 else ''}\n" for i in range(300))
         else:
             old, new = OLD, NEW
-        diff = {"type": "diff", "path": "/work/project/notes.py", "oldText": None if variant == "new" else old,
-                "newText": new}
-        return {"toolCallId": "call_edit", "title": "Edit notes.py", "kind": "edit", "status": "pending",
-                "locations": [{"path": "/work/project/notes.py", "line": 1}], "content": [diff]}
+        diff = {
+            "type": "diff",
+            "path": "/work/project/notes.py",
+            "oldText": None if variant == "new" else old,
+            "newText": new,
+        }
+        return {
+            "toolCallId": "call_edit",
+            "title": "Edit notes.py",
+            "kind": "edit",
+            "status": "pending",
+            "locations": [{"path": "/work/project/notes.py", "line": 1}],
+            "content": [diff],
+        }
 
     def _run_call(self) -> dict:
-        return {"toolCallId": "call_run", "title": "Run pytest -q", "kind": "execute", "status": "pending",
-                "rawInput": {"command": "pytest -q"}}
+        return {
+            "toolCallId": "call_run",
+            "title": "Run pytest -q",
+            "kind": "execute",
+            "status": "pending",
+            "rawInput": {"command": "pytest -q"},
+        }
 
     async def _edit(self, turn: Turn, variant: str) -> None:
         call = self._edit_call(variant)
@@ -316,16 +387,28 @@ class Coding(AgentBase):
 
     async def _run(self, turn: Turn, fail: bool) -> None:
         await turn.update({"sessionUpdate": "tool_call", **self._run_call()})
-        await turn.tool_call_update("call_run", status="in_progress",
-                                    content=[{"type": "terminal", "terminalId": "term_1"}],
-                                    _meta={"terminal_info": {"terminal_id": "term_1", "cwd": "/work/project"}})
+        await turn.tool_call_update(
+            "call_run",
+            status="in_progress",
+            content=[{"type": "terminal", "terminalId": "term_1"}],
+            _meta={"terminal_info": {"terminal_id": "term_1", "cwd": "/work/project"}},
+        )
         for i in range(1, 4):
-            await turn.tool_call_update("call_run", _meta={"terminal_output": {
-                "terminal_id": "term_1", "data": f"test_{i} ... {'FAILED' if fail and i == 3 else 'ok'}\n"}})
+            await turn.tool_call_update(
+                "call_run",
+                _meta={
+                    "terminal_output": {
+                        "terminal_id": "term_1",
+                        "data": f"test_{i} ... {'FAILED' if fail and i == 3 else 'ok'}\n",
+                    }
+                },
+            )
         code = 2 if fail else 0
-        await turn.tool_call_update("call_run", status="failed" if fail else "completed",
-                                    _meta={"terminal_exit": {"terminal_id": "term_1", "exit_code": code,
-                                                             "signal": None}})
+        await turn.tool_call_update(
+            "call_run",
+            status="failed" if fail else "completed",
+            _meta={"terminal_exit": {"terminal_id": "term_1", "exit_code": code, "signal": None}},
+        )
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ Directives inside the prompt text
                       unicode), then "fuzz SEED done: " and the prompt's text
   [[answer:TEXT]]     answer TEXT
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,10 @@ CATASTROPHIC = "^(a+)+$"
 
 
 def markdown(size: int) -> str:
-    block = ("## Section\n\nSome **bold** text, some *emphasis*, `code` and a [link](https://example.org).\n\n"
-             "- one item\n- another item with `x < y`\n\n```python\nprint('hello')\n```\n\n")
+    block = (
+        "## Section\n\nSome **bold** text, some *emphasis*, `code` and a [link](https://example.org).\n\n"
+        "- one item\n- another item with `x < y`\n\n```python\nprint('hello')\n```\n\n"
+    )
     return (block * (size // len(block) + 1))[:size]
 
 
@@ -48,25 +51,72 @@ def amps(size: int) -> str:
 
 def fuzz_update(rng: random.Random, depth: int = 0):
     """A random JSON value: an update that may or may not look like ACP."""
-    kinds = ["agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan",
-             "available_commands_update", "current_mode_update", "usage_update", "session_info_update",
-             "user_message_chunk", "config_option_update", "nonsense", "", None, 7]
+    kinds = [
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+        "available_commands_update",
+        "current_mode_update",
+        "usage_update",
+        "session_info_update",
+        "user_message_chunk",
+        "config_option_update",
+        "nonsense",
+        "",
+        None,
+        7,
+    ]
     pick = rng.random()
     if depth > 3 or pick < 0.3:
-        return rng.choice([None, True, -1, 2 ** 70, 1.5e308, "", "x" * rng.randint(0, 5000),
-                           "\u202e\U0001F600\x00\ud7ff" * rng.randint(0, 50), [], {}])
+        return rng.choice(
+            [
+                None,
+                True,
+                -1,
+                2**70,
+                1.5e308,
+                "",
+                "x" * rng.randint(0, 5000),
+                "\u202e\U0001f600\x00\ud7ff" * rng.randint(0, 50),
+                [],
+                {},
+            ]
+        )
     if pick < 0.5:
         return [fuzz_update(rng, depth + 1) for _ in range(rng.randint(0, 6))]
     value = {"sessionUpdate": rng.choice(kinds)}
-    for key in rng.sample(["content", "toolCallId", "title", "status", "entries", "availableCommands",
-                           "currentModeId", "used", "size", "kind", "locations", "rawInput", "text",
-                           "type", "data", "uri", "mimeType"], rng.randint(0, 6)):
+    for key in rng.sample(
+        [
+            "content",
+            "toolCallId",
+            "title",
+            "status",
+            "entries",
+            "availableCommands",
+            "currentModeId",
+            "used",
+            "size",
+            "kind",
+            "locations",
+            "rawInput",
+            "text",
+            "type",
+            "data",
+            "uri",
+            "mimeType",
+        ],
+        rng.randint(0, 6),
+    ):
         value[key] = fuzz_update(rng, depth + 1)
     if rng.random() < 0.5:
-        value["content"] = {"type": rng.choice(["text", "image", "resource", "resource_link", "audio", "x"]),
-                            "text": fuzz_update(rng, depth + 1), "uri": rng.choice(
-                                ["file:///etc/passwd", "file:///dev/zero", "https://e.example/", "x", 3]),
-                            "data": rng.choice(["", "!!", "aGVsbG8=", 5])}
+        value["content"] = {
+            "type": rng.choice(["text", "image", "resource", "resource_link", "audio", "x"]),
+            "text": fuzz_update(rng, depth + 1),
+            "uri": rng.choice(["file:///etc/passwd", "file:///dev/zero", "https://e.example/", "x", 3]),
+            "data": rng.choice(["", "!!", "aGVsbG8=", 5]),
+        }
     return value
 
 
@@ -85,18 +135,22 @@ class Hostile(AgentBase):
         said = []
         for name, value in DIRECTIVE.findall(turn.text):
             if name == "link":
-                await turn.update({"sessionUpdate": "agent_message_chunk", "content": {
-                    "type": "resource_link", "uri": value, "name": Path(value).name or "file"}})
+                await turn.update(
+                    {
+                        "sessionUpdate": "agent_message_chunk",
+                        "content": {"type": "resource_link", "uri": value, "name": Path(value).name or "file"},
+                    }
+                )
                 said.append("link")
             elif name == "markdown":
                 text = markdown(int(value))
                 for at in range(0, len(text), 1000):
-                    await turn.say(text[at:at + 1000])
+                    await turn.say(text[at : at + 1000])
                 said.append("markdown")
             elif name == "amps":
                 text = amps(int(value))
                 for at in range(0, len(text), 4000):
-                    await turn.say(text[at:at + 4000])
+                    await turn.say(text[at : at + 4000])
                 said.append("amps")
             elif name == "bytes":
                 line = ("0123456789abcdef" * 4 + "\n") * 1024  # 65 KiB
@@ -106,14 +160,21 @@ class Hostile(AgentBase):
                     left -= len(line)
                 said.append("bytes")
             elif name == "pattern":
-                answer = await turn.elicit("Your code?", {"type": "object", "properties": {
-                    "code": {"type": "string", "pattern": CATASTROPHIC}}, "required": ["code"]})
+                answer = await turn.elicit(
+                    "Your code?",
+                    {
+                        "type": "object",
+                        "properties": {"code": {"type": "string", "pattern": CATASTROPHIC}},
+                        "required": ["code"],
+                    },
+                )
                 await turn.say(f"elicitation: {json.dumps(answer)}")
                 said.append("pattern")
             elif name == "commands":
                 count = int(value)
-                self.send_commands(turn.session_id, [{"name": f"cmd{i}", "description": f"command {i}"}
-                                                     for i in range(count)])
+                self.send_commands(
+                    turn.session_id, [{"name": f"cmd{i}", "description": f"command {i}"} for i in range(count)]
+                )
                 await turn.say(f"{count} commands")
                 said.append("commands")
             elif name == "fuzz":

@@ -8,6 +8,7 @@ to FILE: path, message roles and sizes, the number of tools, and the last user m
 tests read it to know that the agent's prompt reached the model and what the agent sent. Nothing
 here listens anywhere but 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,18 +37,20 @@ def summary(path: str, body: bytes) -> dict:
         return content if isinstance(content, str) else ""
 
     entry.update(
-        model=data.get("model"), stream=bool(data.get("stream")), max_tokens=data.get("max_tokens"),
+        model=data.get("model"),
+        stream=bool(data.get("stream")),
+        max_tokens=data.get("max_tokens"),
         tools=len(data.get("tools") or []),
         roles=[m.get("role") for m in messages if isinstance(m, dict)],
         chars=[len(text(m)) for m in messages if isinstance(m, dict)],
-        last_user=next((text(m) for m in reversed(messages)
-                        if isinstance(m, dict) and m.get("role") == "user"), None),
+        last_user=next((text(m) for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None),
     )
     return entry
 
 
 def logged(app, log_path: Path):
     """An ASGI app that records each HTTP request body, then hands it on unchanged."""
+
     async def wrapper(scope, receive, send):
         if scope["type"] != "http" or scope.get("method") != "POST":
             return await app(scope, receive, send)
@@ -61,7 +64,9 @@ def logged(app, log_path: Path):
                     with log_path.open("a", encoding="utf-8") as log:
                         log.write(json.dumps(summary(scope["path"], b"".join(chunks))) + "\n")
             return message
+
         return await app(scope, tap, send)
+
     return wrapper
 
 
@@ -74,11 +79,10 @@ def main() -> None:
     p.add_argument("--alias", default="smollm2")
     opts = p.parse_args()
 
+    import llama_cpp.llama_cpp as low_level
     import uvicorn
     from llama_cpp.server.app import create_app
     from llama_cpp.server.settings import ModelSettings, ServerSettings
-
-    import llama_cpp.llama_cpp as low_level
 
     from acp.agents.model import _without_extra_buffers, cpu_has_amx, default_model_path
 
@@ -86,9 +90,10 @@ def main() -> None:
     # as the local agent does (acp/agents/model.py): on AMX machines llama.cpp's AMX matrix
     # multiply crashes the process at the first evaluation, so weights are not repacked for it
     with _without_extra_buffers(low_level, cpu_has_amx()):
-        app = create_app(server_settings=ServerSettings(host="127.0.0.1", port=opts.port),
-                         model_settings=[ModelSettings(model=model, model_alias=opts.alias, n_ctx=opts.n_ctx,
-                                                       verbose=True)])
+        app = create_app(
+            server_settings=ServerSettings(host="127.0.0.1", port=opts.port),
+            model_settings=[ModelSettings(model=model, model_alias=opts.alias, n_ctx=opts.n_ctx, verbose=True)],
+        )
         uvicorn.run(logged(app, opts.log), host="127.0.0.1", port=opts.port, log_level="warning")
 
 

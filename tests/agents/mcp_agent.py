@@ -19,6 +19,7 @@ keeps the mcpServers of the load), --http (announce mcpCapabilities.http), --in-
 (start the stdio server in the session's working directory, as many agents do), --server-env
 NAME=VALUE (more of the stdio server's environment, e.g. PYTHONPATH; repeatable).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,8 +89,15 @@ class McpAgent(AgentBase):
         entry = self._entry(turn.session_id)
         when = TOOL_WHEN.search(last)
         if when is not None and entry is not None:
-            task = asyncio.create_task(self._call_when(entry, self.cwds.get(turn.session_id), Path(when.group(1)),
-                                                       when.group(2), json.loads(when.group(3) or "{}")))
+            task = asyncio.create_task(
+                self._call_when(
+                    entry,
+                    self.cwds.get(turn.session_id),
+                    Path(when.group(1)),
+                    when.group(2),
+                    json.loads(when.group(3) or "{}"),
+                )
+            )
             self.later.add(task)
             task.add_done_callback(self.later.discard)
             await turn.say(f"waiting for {when.group(1)}")
@@ -127,6 +135,7 @@ class McpAgent(AgentBase):
         if entry.get("type") == "http":
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
+
             headers = {h["name"]: h["value"] for h in entry.get("headers") or []}
             async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
                 async with streamable_http_client(entry["url"], http_client=http) as (read, write, *_):
@@ -135,8 +144,12 @@ class McpAgent(AgentBase):
                         return await use(session)
         env = {e["name"]: e["value"] for e in entry.get("env") or []}
         env.update(dict(item.split("=", 1) for item in self.opts.server_env))
-        params = StdioServerParameters(command=entry["command"], args=list(entry.get("args") or []), env=env,
-                                       cwd=cwd if self.opts.in_session_cwd else None)
+        params = StdioServerParameters(
+            command=entry["command"],
+            args=list(entry.get("args") or []),
+            env=env,
+            cwd=cwd if self.opts.in_session_cwd else None,
+        )
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()

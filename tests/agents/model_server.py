@@ -25,6 +25,7 @@ with `index`, `id`, `type: function` and `function.name` first, arguments after;
 with `finish_reason` and `usage`; then `data: [DONE]`. Non-streaming requests get one
 `chat.completion`. Only 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -96,7 +97,7 @@ class ModelServer:
             marker = next((m for m in self.script if m in text), None)
             if marker is None:
                 continue
-            done = sum(1 for m in messages[at + 1:] if m.get("role") == "assistant")
+            done = sum(1 for m in messages[at + 1 :] if m.get("role") == "assistant")
             steps = self.script[marker]
             return marker, done, steps[done] if done < len(steps) else FALLBACK
         return None, 0, FALLBACK
@@ -107,15 +108,15 @@ class ModelServer:
 
     # -- HTTP ------------------------------------------------------------------------------------
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
-                                                              "owned_by": "tests"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "tests"}]}
+        )
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except ValueError:
-            return web.json_response({"error": {"message": "not JSON", "type": "invalid_request_error"}},
-                                     status=400)
+            return web.json_response({"error": {"message": "not JSON", "type": "invalid_request_error"}}, status=400)
         self.requests.append(body)
         _, _, step = self.step_for(body)
         if step.hold is not None and not step.hold.is_set():
@@ -136,15 +137,24 @@ class ModelServer:
         return response
 
     def _chunk(self, ident: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-        return {"id": ident, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
 
     def _chunks(self, ident: str, step: Text | Tools) -> list[dict[str, Any]]:
         usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
         if isinstance(step, Text):
             words = step.text.split(" ")
-            pieces = [" ".join(words[:len(words) // 2]) + " ", " ".join(words[len(words) // 2:])] \
-                if len(words) > 1 else [step.text]
+            pieces = (
+                [" ".join(words[: len(words) // 2]) + " ", " ".join(words[len(words) // 2 :])]
+                if len(words) > 1
+                else [step.text]
+            )
             chunks = [self._chunk(ident, {"role": "assistant", "content": ""})]
             chunks += [self._chunk(ident, {"content": piece}) for piece in pieces if piece.strip()]
             return chunks + [self._chunk(ident, {}, "stop", usage=usage)]
@@ -153,8 +163,21 @@ class ModelServer:
             arguments = json.dumps(args)
             half = len(arguments) // 2
             call_id = f"call_{ident.rsplit('-', 1)[-1]}_{index}"
-            chunks.append(self._chunk(ident, {"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                                              "function": {"name": name, "arguments": ""}}]}))
+            chunks.append(
+                self._chunk(
+                    ident,
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": ""},
+                            }
+                        ]
+                    },
+                )
+            )
             for piece in (arguments[:half], arguments[half:]):
                 chunks.append(self._chunk(ident, {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
         return chunks + [self._chunk(ident, {}, "tool_calls", usage=usage)]
@@ -164,13 +187,27 @@ class ModelServer:
             message: dict[str, Any] = {"role": "assistant", "content": step.text}
             finish = "stop"
         else:
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"call_{ident.rsplit('-', 1)[-1]}_{i}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}} for i, (name, args) in enumerate(step.calls)]}
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{ident.rsplit('-', 1)[-1]}_{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                    for i, (name, args) in enumerate(step.calls)
+                ],
+            }
             finish = "tool_calls"
-        return {"id": ident, "object": "chat.completion", "created": int(time.time()), "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+        return {
+            "id": ident,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        }
 
 
 def _text(content: Any) -> str:

@@ -14,6 +14,7 @@ agent tries, with nothing but its own process, everything it names, and more:
 It writes what it reached to `pried.json` in its working directory (so the test reads it, and
 sees that the agent can write there) and answers `pried: N paths reached`.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,7 @@ def processes(pid: int | None) -> dict:
     for number in pids:
         if number == os.getpid():
             continue
-        found[str(number)] = {"environ": read(f"/proc/{number}/environ"),
-                              "cmdline": read(f"/proc/{number}/cmdline")}
+        found[str(number)] = {"environ": read(f"/proc/{number}/environ"), "cmdline": read(f"/proc/{number}/cmdline")}
     return found
 
 

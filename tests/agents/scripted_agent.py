@@ -120,13 +120,12 @@ def parse_commands(spec: str) -> list[dict]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, rest = item.partition(":")
         description, _, hint = rest.partition(":")
-        commands.append({"name": name, "description": description,
-                         "input": {"hint": hint} if hint else None})
+        commands.append({"name": name, "description": description, "input": {"hint": hint} if hint else None})
     return commands
 
 
 def pairs(spec: str) -> list[tuple[str, str]]:
-    """"id:Name,id2:Name2" -> [(id, Name), (id2, Name2)] (a missing name is empty)."""
+    """ "id:Name,id2:Name2" -> [(id, Name), (id2, Name2)] (a missing name is empty)."""
     return [tuple(item.strip().partition(":")[::2]) for item in spec.split(",") if item.strip()]
 
 
@@ -142,7 +141,7 @@ def generated_text(size: int) -> str:
 def split(text: str, parts: int) -> list[str]:
     parts = max(1, min(parts, len(text) or 1))
     step = -(-len(text) // parts) if text else 0
-    return [text[i:i + step] for i in range(0, len(text), step)] if text else [""]
+    return [text[i : i + step] for i in range(0, len(text), step)] if text else [""]
 
 
 class Scripted(AgentBase):
@@ -152,8 +151,9 @@ class Scripted(AgentBase):
         self.name, self.version, self.title = opts.name, opts.version, opts.title
         self.load_session = opts.load_session
         if opts.auth:
-            self.auth_methods = [{"id": "scripted-login", "name": "Scripted login",
-                                  "description": "Run `scripted login` first"}]
+            self.auth_methods = [
+                {"id": "scripted-login", "name": "Scripted login", "description": "Run `scripted login` first"}
+            ]
         if opts.prompt_caps:
             self.prompt_capabilities = {cap: True for cap in opts.prompt_caps.split(",") if cap}
         self.history: dict[str, list[list[str]]] = {}
@@ -163,10 +163,18 @@ class Scripted(AgentBase):
     async def initialize(self, params: dict) -> dict:
         result = await super().initialize(params)
         o = self.opts
-        announced = {name: {} for name, on in (("list", o.session_list), ("resume", o.session_resume),
-                                               ("fork", o.session_fork), ("close", o.session_close),
-                                               ("delete", o.session_delete),
-                                               ("additionalDirectories", o.additional_directories)) if on}
+        announced = {
+            name: {}
+            for name, on in (
+                ("list", o.session_list),
+                ("resume", o.session_resume),
+                ("fork", o.session_fork),
+                ("close", o.session_close),
+                ("delete", o.session_delete),
+                ("additionalDirectories", o.additional_directories),
+            )
+            if on
+        }
         if announced:
             result["agentCapabilities"]["sessionCapabilities"] = announced
         if o.prepare:
@@ -185,8 +193,9 @@ class Scripted(AgentBase):
 
     def _touch(self, session_id: str, **fields) -> None:
         import datetime
+
         meta = self._metas().setdefault(session_id, {"cwd": "", "title": None})
-        meta.update(fields, updatedAt=datetime.datetime.now(datetime.timezone.utc).isoformat())
+        meta.update(fields, updatedAt=datetime.datetime.now(datetime.UTC).isoformat())
         if path := self._meta_path():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(self._meta))
@@ -268,9 +277,18 @@ class Scripted(AgentBase):
         known.sort(key=lambda item: item[1].get("updatedAt") or "", reverse=True)
         start = int(cursor) if cursor and cursor.isdigit() else 0
         size = self.opts.list_page or len(known) or 1
-        page = known[start:start + size]
-        result: dict = {"sessions": [{"sessionId": sid, "cwd": meta.get("cwd") or "", "title": meta.get("title"),
-                                      "updatedAt": meta.get("updatedAt")} for sid, meta in page]}
+        page = known[start : start + size]
+        result: dict = {
+            "sessions": [
+                {
+                    "sessionId": sid,
+                    "cwd": meta.get("cwd") or "",
+                    "title": meta.get("title"),
+                    "updatedAt": meta.get("updatedAt"),
+                }
+                for sid, meta in page
+            ]
+        }
         if start + size < len(known):
             result["nextCursor"] = str(start + size)
         return result
@@ -292,8 +310,9 @@ class Scripted(AgentBase):
         if self.opts.auth:
             raise RpcFailure(AUTH_REQUIRED, "Authentication required")
         if self.opts.fail_session is not None:
-            os.write(2, b"scripted_agent: starting a session\n"
-                        b"scripted_agent: --fail-session: cannot run here (on purpose)\n")
+            os.write(
+                2, b"scripted_agent: starting a session\nscripted_agent: --fail-session: cannot run here (on purpose)\n"
+            )
             raise RpcFailure(-32603, "Internal error", self.opts.fail_session)
         session_id = await super().new_session(cwd, params)
         self.cwds[session_id] = cwd
@@ -307,7 +326,8 @@ class Scripted(AgentBase):
             self.send_commands(session_id, parse_commands(self.opts.commands))
         if self.opts.commands_later:
             asyncio.get_running_loop().call_later(
-                0.3, self.send_commands, session_id, parse_commands(self.opts.commands_later))
+                0.3, self.send_commands, session_id, parse_commands(self.opts.commands_later)
+            )
         return session_id
 
     async def load(self, session_id: str, cwd: str, params: dict) -> None:
@@ -352,8 +372,14 @@ class Scripted(AgentBase):
         if "cost" in d:
             costs = self.__dict__.setdefault("costs", {})
             costs[turn.session_id] = costs.get(turn.session_id, 0.0) + float(d["cost"])
-            await turn.update({"sessionUpdate": "usage_update", "used": 1000, "size": 200000,
-                               "cost": {"amount": costs[turn.session_id], "currency": "USD"}})
+            await turn.update(
+                {
+                    "sessionUpdate": "usage_update",
+                    "used": 1000,
+                    "size": 200000,
+                    "cost": {"amount": costs[turn.session_id], "currency": "USD"},
+                }
+            )
         if "stderr" in d or o.stderr_flood:
             flood(float(d.get("stderr") or o.stderr_flood))
         if "garbage" in d or o.garbage:
@@ -363,21 +389,31 @@ class Scripted(AgentBase):
         if "thoughts" in d or o.thoughts:
             await turn.thought("Let me think about that.")
         if "plan" in d or o.plan:
-            await turn.plan([{"content": "Read the question", "priority": "high", "status": "completed"},
-                             {"content": "Write the answer", "priority": "medium", "status": "in_progress"}])
+            await turn.plan(
+                [
+                    {"content": "Read the question", "priority": "high", "status": "completed"},
+                    {"content": "Write the answer", "priority": "medium", "status": "in_progress"},
+                ]
+            )
         if "tool" in d or o.tool_call:
             await turn.tool_call("call_1", "Read notes.txt", kind="read", status="pending")
             await turn.tool_call_update("call_1", status="in_progress")
-            await turn.tool_call_update("call_1", status="completed", content=[
-                {"type": "content", "content": {"type": "text", "text": "notes"}}])
+            await turn.tool_call_update(
+                "call_1",
+                status="completed",
+                content=[{"type": "content", "content": {"type": "text", "text": "notes"}}],
+            )
         if o.tool_update_only:
             await turn.tool_call_update("call_ghost", status="completed", title="Ghost tool")
 
         if "permission" in d or o.permission:
             choice = await turn.request_permission(
                 {"toolCallId": "call_perm", "title": "Write notes.txt", "kind": "edit", "status": "pending"},
-                [{"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
-                 {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"}])
+                [
+                    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+                    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+                ],
+            )
             if choice is None:
                 return "cancelled"
             answer = "allowed" if choice == "allow_once" else "rejected"
@@ -387,13 +423,32 @@ class Scripted(AgentBase):
 
         image = d.get("image") or o.reply_image
         if image:
-            await self._reply_media(turn, [{"type": "image", "mimeType": _mime(image),
-                                            "data": base64.b64encode(Path(image).read_bytes()).decode()}])
+            await self._reply_media(
+                turn,
+                [
+                    {
+                        "type": "image",
+                        "mimeType": _mime(image),
+                        "data": base64.b64encode(Path(image).read_bytes()).decode(),
+                    }
+                ],
+            )
             return "end_turn"
         if o.reply_resource:
             path = Path(o.reply_resource)
-            await self._reply_media(turn, [{"type": "resource", "resource": {
-                "uri": path.resolve().as_uri(), "mimeType": _mime(str(path)), "text": path.read_text()}}])
+            await self._reply_media(
+                turn,
+                [
+                    {
+                        "type": "resource",
+                        "resource": {
+                            "uri": path.resolve().as_uri(),
+                            "mimeType": _mime(str(path)),
+                            "text": path.read_text(),
+                        },
+                    }
+                ],
+            )
             return "end_turn"
 
         if "write" in d:

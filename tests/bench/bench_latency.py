@@ -9,13 +9,13 @@ docs/architecture.md "The Matrix side": Synapse validates that key at a cost of 
 here), and the bridge. The goal is judged against the floor that sends the same event; the ratio to
 the plain floor is shown beside it.
 """
+
 from __future__ import annotations
 
 import asyncio
 import os
 
 import aiohttp
-
 import probes
 from bridge_harness import agent, start_bridge
 from common import Bench, Owner, body_of, is_final, now, p50, p99
@@ -40,10 +40,10 @@ async def _dm(owner: Owner, puppet: str) -> str:
 def _first_from(owner: Owner, room: str, sender: str, start: int, test=lambda body: True):
     def find():
         for seen, event in owner.events.get(room, [])[start:]:
-            if event.get("sender") == sender and event.get("type") == "m.room.message" \
-                    and test(body_of(event)):
+            if event.get("sender") == sender and event.get("type") == "m.room.message" and test(body_of(event)):
                 return seen
         return None
+
     return find
 
 
@@ -52,11 +52,22 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
     rounds = 40 if bench.quick else 200
     floor = EchoFloor(bench.url, bench.floor_registration, bench.floor_port)
     await floor.start()
-    running = await start_bridge(bench, bench.folder / "bridge-latency", {
-        "echo": agent(title="Echo"),
-        "stream": agent("--answer-size", str(TOKENS * TOKEN_CHARS), "--chunks", str(TOKENS),
-                        "--delay", str(1 / TOKEN_RATE), title="Streamer"),
-    })
+    running = await start_bridge(
+        bench,
+        bench.folder / "bridge-latency",
+        {
+            "echo": agent(title="Echo"),
+            "stream": agent(
+                "--answer-size",
+                str(TOKENS * TOKEN_CHARS),
+                "--chunks",
+                str(TOKENS),
+                "--delay",
+                str(1 / TOKEN_RATE),
+                title="Streamer",
+            ),
+        },
+    )
     out: dict = {}
     try:
         floor_rooms = {}
@@ -83,10 +94,10 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
             t0 = now()
             await owner.send_text(bridge_room, token)
             first = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start))
-            text = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start,
-                                                    lambda b: token in b))
-            final = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start,
-                                                     lambda b: token in b and is_final(b)))
+            text = await owner.wait_for(_first_from(owner, bridge_room, ECHO, start, lambda b: token in b))
+            final = await owner.wait_for(
+                _first_from(owner, bridge_room, ECHO, start, lambda b: token in b and is_final(b))
+            )
             sent[token] = (t0, first)
             return first - t0, text - t0, final - t0
 
@@ -123,30 +134,40 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
         out["bridge_text"] = text_t
         out["bridge_final"] = final_t
         tokens = [f"bench-b{i}" for i in range(rounds)]
-        out["txn_to_prompt"] = [probes.prompt_written[t] - probes.txn_entry[t] for t in tokens
-                                if t in probes.prompt_written and t in probes.txn_entry]
+        out["txn_to_prompt"] = [
+            probes.prompt_written[t] - probes.txn_entry[t]
+            for t in tokens
+            if t in probes.prompt_written and t in probes.txn_entry
+        ]
         out["phases"] = {k: list(v) for k, v in probes.phases.items()}
         out["steps"] = _steps(rounds, sent, floor.stamps, probes.answers)
         # was an edit (the "thinking" status) in flight when the first part arrived?
         out["part_waited_for_edit"] = sum(
-            1 for a in probes.answers if a["first_part"] is not None
-            and any(s[0] < a["first_part"] < s[1] for s in a["sends"]))
+            1
+            for a in probes.answers
+            if a["first_part"] is not None and any(s[0] < a["first_part"] < s[1] for s in a["sends"])
+        )
         out["one_message"] = sum(1 for a in probes.answers if a["sends"] and not any(s[2] for s in a["sends"]))
         out["echo_answers"] = len(probes.answers)
-        out["part_to_send"] = [a["first_part_send"] - a["first_part"] for a in probes.answers
-                               if a["first_part"] is not None and a["first_part_send"] is not None]
+        out["part_to_send"] = [
+            a["first_part_send"] - a["first_part"]
+            for a in probes.answers
+            if a["first_part"] is not None and a["first_part_send"] is not None
+        ]
 
         # ---- streaming ---------------------------------------------------------------------
         stream_room = await _dm(owner, STREAM)
         await owner.send_text(stream_room, "bench-warm")  # agent start and session outside the figure
-        await owner.wait_for(_first_from(owner, stream_room, STREAM, 0,
-                                          lambda b: is_final(b) and len(b) >= TOKENS * TOKEN_CHARS), 120)
+        await owner.wait_for(
+            _first_from(owner, stream_room, STREAM, 0, lambda b: is_final(b) and len(b) >= TOKENS * TOKEN_CHARS), 120
+        )
         probes.reset()
         start = len(owner.events.get(stream_room, []))
         await owner.send_text(stream_room, "bench-stream")
-        client_final = await owner.wait_for(_first_from(
-            owner, stream_room, STREAM, start,
-            lambda b: is_final(b) and len(b) >= TOKENS * TOKEN_CHARS), 120)
+        client_final = await owner.wait_for(
+            _first_from(owner, stream_room, STREAM, start, lambda b: is_final(b) and len(b) >= TOKENS * TOKEN_CHARS),
+            120,
+        )
         record = probes.answers[-1]
         streaming = record["stop"] - record["first_part"]
         edits = [s for s in record["sends"] if s[2]]
@@ -155,9 +176,11 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
         for s in edits:
             per_message[s[3]] = per_message.get(s[3], 0) + 1
         out["stream"] = {
-            "seconds": streaming, "token_rate": TOKENS / streaming,
+            "seconds": streaming,
+            "token_rate": TOKENS / streaming,
             "edits_per_s": len(during) / streaming,
-            "edits_per_message": max(per_message.values()), "messages": len(per_message),
+            "edits_per_message": max(per_message.values()),
+            "messages": len(per_message),
             "final_after_stop": record["finish_end"] - record["stop"],
             "client_final_after_stop": client_final - record["stop"],
             # a part that does not end the answer: the first message waits up to stream.SETTLE
@@ -169,10 +192,20 @@ async def run(bench: Bench, session: aiohttp.ClientSession, owner: Owner) -> dic
     return out
 
 
-FLOOR_STEPS = ("client → transaction in", "transaction in → send started", "send (request → answer)",
-               "send answered → client sees it")
-BRIDGE_STEPS = ("client → transaction in", "transaction in → prompt written", "prompt → agent's first part",
-                "first part → send started", "send (request → answer)", "send answered → client sees it")
+FLOOR_STEPS = (
+    "client → transaction in",
+    "transaction in → send started",
+    "send (request → answer)",
+    "send answered → client sees it",
+)
+BRIDGE_STEPS = (
+    "client → transaction in",
+    "transaction in → prompt written",
+    "prompt → agent's first part",
+    "first part → send started",
+    "send (request → answer)",
+    "send answered → client sees it",
+)
 
 
 def _steps(rounds: int, sent: dict, floor_stamps: dict, answers: list[dict]) -> dict[str, dict[str, list[float]]]:
@@ -185,34 +218,53 @@ def _steps(rounds: int, sent: dict, floor_stamps: dict, answers: list[dict]) -> 
             token = f"{prefix}{i}"
             if token in sent and token in floor_stamps:
                 (t0, seen), (arrived, started, answered) = sent[token], floor_stamps[token]
-                for name, value in zip(FLOOR_STEPS, (arrived - t0, started - arrived, answered - started,
-                                                     seen - answered)):
+                for name, value in zip(
+                    FLOOR_STEPS, (arrived - t0, started - arrived, answered - started, seen - answered)
+                ):
                     steps[name].append(value)
     bridge: dict[str, list[float]] = {name: [] for name in BRIDGE_STEPS}
     for i, record in enumerate(answers[:rounds]):
         token = f"bench-b{i}"
-        if token not in sent or token not in probes.txn_entry or token not in probes.prompt_written \
-                or record["first_part"] is None or not record["sends"]:
+        if (
+            token not in sent
+            or token not in probes.txn_entry
+            or token not in probes.prompt_written
+            or record["first_part"] is None
+            or not record["sends"]
+        ):
             continue
         (t0, seen), entry, written = sent[token], probes.txn_entry[token], probes.prompt_written[token]
         send_start, send_end = record["sends"][0][0], record["sends"][0][1]
-        for name, value in zip(BRIDGE_STEPS, (entry - t0, written - entry, record["first_part"] - written,
-                                              send_start - record["first_part"], send_end - send_start,
-                                              seen - send_end)):
+        for name, value in zip(
+            BRIDGE_STEPS,
+            (
+                entry - t0,
+                written - entry,
+                record["first_part"] - written,
+                send_start - record["first_part"],
+                send_end - send_start,
+                seen - send_end,
+            ),
+        ):
             bridge[name].append(value)
     return {**floors, "bridge": bridge}
 
 
 def notes(r: dict) -> list[str]:
     steps = r.get("steps") or {}
-    lines = [f"where the time goes, p50 per step ({side}): "
-             + "; ".join(f"{name} {p50(v) * 1000:.1f} ms" for name, v in by_step.items() if v)
-             for side, by_step in steps.items()]
-    lines += ["in-bridge phases awaited between a transaction and its session/prompt (p50 / p99): "
-             + "; ".join(f"{name} {p50(v) * 1000:.1f} / {p99(v) * 1000:.1f} ms"
-                         for name, v in r["phases"].items())]
-    lines.append(f"first agent part: in {r['part_waited_for_edit']} of {len(r['part_to_send'])} answers an "
-                 "edit (the status line) was already in flight, and the text waited for it")
+    lines = [
+        f"where the time goes, p50 per step ({side}): "
+        + "; ".join(f"{name} {p50(v) * 1000:.1f} ms" for name, v in by_step.items() if v)
+        for side, by_step in steps.items()
+    ]
+    lines += [
+        "in-bridge phases awaited between a transaction and its session/prompt (p50 / p99): "
+        + "; ".join(f"{name} {p50(v) * 1000:.1f} / {p99(v) * 1000:.1f} ms" for name, v in r["phases"].items())
+    ]
+    lines.append(
+        f"first agent part: in {r['part_waited_for_edit']} of {len(r['part_to_send'])} answers an "
+        "edit (the status line) was already in flight, and the text waited for it"
+    )
     lines.append(f"echo answers sent as one message, never edited: {r['one_message']} of {r['echo_answers']}")
     return lines
 
@@ -225,35 +277,130 @@ def rows(r: dict) -> list[tuple]:
     s = r["stream"]
     n = r["rounds"]
     return [
-        ("Echo floor", f"first answer event p50 (n={n}), vs the floor declaring its mentions", f"{b50:.1f} ms",
-         f"{f50:.1f} ms", f"{b50 / f50:.2f}×", "≤ 1.10×", b50 / f50 <= 1.10),
-        ("Echo floor", f"first answer event p99 (n={n}), vs the floor declaring its mentions", f"{b99:.1f} ms",
-         f"{f99:.1f} ms", f"{b99 / f99:.2f}×", "≤ 1.10×", b99 / f99 <= 1.10),
-        ("Echo floor", "first answer event p50 / p99, vs the plain floor (no m.mentions)",
-         f"{b50:.1f} / {b99:.1f} ms", f"{p50_plain:.1f} / {p99_plain:.1f} ms",
-         f"{b50 / p50_plain:.2f}× / {b99 / p99_plain:.2f}×", "(info)", None),
-        ("Echo floor", "bridge: first answer text p50 / p99",
-         f"{p50(r['bridge_text']) * ms:.1f} / {p99(r['bridge_text']) * ms:.1f} ms", f"{f50:.1f} / {f99:.1f} ms",
-         f"{p50(r['bridge_text']) / p50(r['floor_declaring']):.2f}×", "(info)", None),
-        ("Echo floor", "bridge: final text p50 / p99",
-         f"{p50(r['bridge_final']) * ms:.1f} / {p99(r['bridge_final']) * ms:.1f} ms", f"{f50:.1f} / {f99:.1f} ms",
-         f"{p50(r['bridge_final']) / p50(r['floor_declaring']):.2f}×", "(info)", None),
-        ("In bridge", "transaction in → session/prompt written p50",
-         f"{p50(r['txn_to_prompt']) * ms:.2f} ms", "", "", "≤ 5 ms", p50(r["txn_to_prompt"]) * ms <= 5),
-        ("In bridge", "transaction in → session/prompt written p99",
-         f"{p99(r['txn_to_prompt']) * ms:.2f} ms", "", "", "≤ 20 ms", p99(r["txn_to_prompt"]) * ms <= 20),
-        ("In bridge", "first agent part → Matrix send started p50",
-         f"{p50(r['part_to_send']) * ms:.2f} ms", "", "", "≤ 5 ms", p50(r["part_to_send"]) * ms <= 5),
-        ("In bridge", "first agent part → Matrix send started p99",
-         f"{p99(r['part_to_send']) * ms:.2f} ms", "", "", "(info)", None),
-        ("Streaming", "first agent part → Matrix send started (the answer goes on)",
-         f"{s['part_to_send'] * ms:.2f} ms", "", "", "≤ 5 ms", s["part_to_send"] * ms <= 5),
-        ("Streaming", f"edits per second ({TOKENS} tokens at {s['token_rate']:.0f}/s)",
-         f"{s['edits_per_s']:.2f}/s", "", "", "≤ 2/s", s["edits_per_s"] <= 2),
-        ("Streaming", f"edits per message ({s['messages']} message(s))",
-         f"{s['edits_per_message']}", "", "", "≤ 100", s["edits_per_message"] <= 100),
-        ("Streaming", "final text after stop reason (bridge: final edit accepted)",
-         f"{s['final_after_stop'] * ms:.0f} ms", "", "", "≤ 1 s", s["final_after_stop"] <= 1),
-        ("Streaming", "final text after stop reason (seen by the client)",
-         f"{s['client_final_after_stop'] * ms:.0f} ms", "", "", "≤ 1 s", s["client_final_after_stop"] <= 1),
+        (
+            "Echo floor",
+            f"first answer event p50 (n={n}), vs the floor declaring its mentions",
+            f"{b50:.1f} ms",
+            f"{f50:.1f} ms",
+            f"{b50 / f50:.2f}×",
+            "≤ 1.10×",
+            b50 / f50 <= 1.10,
+        ),
+        (
+            "Echo floor",
+            f"first answer event p99 (n={n}), vs the floor declaring its mentions",
+            f"{b99:.1f} ms",
+            f"{f99:.1f} ms",
+            f"{b99 / f99:.2f}×",
+            "≤ 1.10×",
+            b99 / f99 <= 1.10,
+        ),
+        (
+            "Echo floor",
+            "first answer event p50 / p99, vs the plain floor (no m.mentions)",
+            f"{b50:.1f} / {b99:.1f} ms",
+            f"{p50_plain:.1f} / {p99_plain:.1f} ms",
+            f"{b50 / p50_plain:.2f}× / {b99 / p99_plain:.2f}×",
+            "(info)",
+            None,
+        ),
+        (
+            "Echo floor",
+            "bridge: first answer text p50 / p99",
+            f"{p50(r['bridge_text']) * ms:.1f} / {p99(r['bridge_text']) * ms:.1f} ms",
+            f"{f50:.1f} / {f99:.1f} ms",
+            f"{p50(r['bridge_text']) / p50(r['floor_declaring']):.2f}×",
+            "(info)",
+            None,
+        ),
+        (
+            "Echo floor",
+            "bridge: final text p50 / p99",
+            f"{p50(r['bridge_final']) * ms:.1f} / {p99(r['bridge_final']) * ms:.1f} ms",
+            f"{f50:.1f} / {f99:.1f} ms",
+            f"{p50(r['bridge_final']) / p50(r['floor_declaring']):.2f}×",
+            "(info)",
+            None,
+        ),
+        (
+            "In bridge",
+            "transaction in → session/prompt written p50",
+            f"{p50(r['txn_to_prompt']) * ms:.2f} ms",
+            "",
+            "",
+            "≤ 5 ms",
+            p50(r["txn_to_prompt"]) * ms <= 5,
+        ),
+        (
+            "In bridge",
+            "transaction in → session/prompt written p99",
+            f"{p99(r['txn_to_prompt']) * ms:.2f} ms",
+            "",
+            "",
+            "≤ 20 ms",
+            p99(r["txn_to_prompt"]) * ms <= 20,
+        ),
+        (
+            "In bridge",
+            "first agent part → Matrix send started p50",
+            f"{p50(r['part_to_send']) * ms:.2f} ms",
+            "",
+            "",
+            "≤ 5 ms",
+            p50(r["part_to_send"]) * ms <= 5,
+        ),
+        (
+            "In bridge",
+            "first agent part → Matrix send started p99",
+            f"{p99(r['part_to_send']) * ms:.2f} ms",
+            "",
+            "",
+            "(info)",
+            None,
+        ),
+        (
+            "Streaming",
+            "first agent part → Matrix send started (the answer goes on)",
+            f"{s['part_to_send'] * ms:.2f} ms",
+            "",
+            "",
+            "≤ 5 ms",
+            s["part_to_send"] * ms <= 5,
+        ),
+        (
+            "Streaming",
+            f"edits per second ({TOKENS} tokens at {s['token_rate']:.0f}/s)",
+            f"{s['edits_per_s']:.2f}/s",
+            "",
+            "",
+            "≤ 2/s",
+            s["edits_per_s"] <= 2,
+        ),
+        (
+            "Streaming",
+            f"edits per message ({s['messages']} message(s))",
+            f"{s['edits_per_message']}",
+            "",
+            "",
+            "≤ 100",
+            s["edits_per_message"] <= 100,
+        ),
+        (
+            "Streaming",
+            "final text after stop reason (bridge: final edit accepted)",
+            f"{s['final_after_stop'] * ms:.0f} ms",
+            "",
+            "",
+            "≤ 1 s",
+            s["final_after_stop"] <= 1,
+        ),
+        (
+            "Streaming",
+            "final text after stop reason (seen by the client)",
+            f"{s['client_final_after_stop'] * ms:.0f} ms",
+            "",
+            "",
+            "≤ 1 s",
+            s["client_final_after_stop"] <= 1,
+        ),
     ]

@@ -14,6 +14,7 @@ agent_message_chunk read. Every session starts with a prompt of 1,000+ tokens of
         characters (bridge.channels.context.build_prompt), reported with its tokens and tokens/s;
     RSS of an agent holding 1, 4 and 16 such sessions (VmRSS), against its bound: --kv-ram plus the scratch of a prompt.
 """
+
 from __future__ import annotations
 
 import random
@@ -33,16 +34,75 @@ SCRATCH_MB = 40  # llama.cpp's compute buffers during a prompt of ~1,000 tokens,
 from bridge.channels.context import UnseenMessage, build_prompt  # noqa: E402
 
 MAX_TOKENS = 24
-TURN = re.compile(r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated in ([\d.]+) s"
-                  r".*state from (\w+)")
-WORDS = ("garden rose tulip apple tree soil water morning summer winter pruning wall path bench "
-         "bird seed spade rain sun shade leaf root branch flower hedge pond frog moss stone gate "
-         "market river bridge lantern kitchen window letter neighbour evening autumn harvest").split()
+TURN = re.compile(
+    r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated in ([\d.]+) s"
+    r".*state from (\w+)"
+)
+WORDS = [
+    "garden",
+    "rose",
+    "tulip",
+    "apple",
+    "tree",
+    "soil",
+    "water",
+    "morning",
+    "summer",
+    "winter",
+    "pruning",
+    "wall",
+    "path",
+    "bench",
+    "bird",
+    "seed",
+    "spade",
+    "rain",
+    "sun",
+    "shade",
+    "leaf",
+    "root",
+    "branch",
+    "flower",
+    "hedge",
+    "pond",
+    "frog",
+    "moss",
+    "stone",
+    "gate",
+    "market",
+    "river",
+    "bridge",
+    "lantern",
+    "kitchen",
+    "window",
+    "letter",
+    "neighbour",
+    "evening",
+    "autumn",
+    "harvest",
+]
 # Chat messages are denser than plain prose (names, numbers, code, links): about 4 characters a
 # token, which makes the replay's 20 × 1500 characters the ~7,500 tokens of issue 16.
-DENSE = WORDS * 4 + ("rhododendron's 14:30 2026-12-03 #garden @alice:localhost pH=6.5 `mulch.py` "
-                 "re-pot (ericaceous) 3×/week https://example.org/soil?x=1 e.g. N-P-K ~20cm "
-                 "Quercus-robur v0.3.36 wasn't 1,250g").split()
+DENSE = WORDS * 4 + [
+    "rhododendron's",
+    "14:30",
+    "2026-12-03",
+    "#garden",
+    "@alice:localhost",
+    "pH=6.5",
+    "`mulch.py`",
+    "re-pot",
+    "(ericaceous)",
+    "3×/week",
+    "https://example.org/soil?x=1",
+    "e.g.",
+    "N-P-K",
+    "~20cm",
+    "Quercus-robur",
+    "v0.3.36",
+    "wasn't",
+    "1,250g",
+]
 now = time.perf_counter
 
 
@@ -64,8 +124,9 @@ def primer(seed: int) -> str:
 
 class Agent:
     def __init__(self, sessions: Path, *extra: str):
-        self.proc = AgentProcess("--sessions", str(sessions), "--temperature", "0",
-                                 "--max-tokens", str(MAX_TOKENS), "--log-turns", *extra)
+        self.proc = AgentProcess(
+            "--sessions", str(sessions), "--temperature", "0", "--max-tokens", str(MAX_TOKENS), "--log-turns", *extra
+        )
         self.proc.initialize()
         self.lines = 0
 
@@ -73,14 +134,14 @@ class Agent:
         return self.proc.new_session()
 
     def load(self, session: str) -> None:
-        self.proc.call("session/load", {"sessionId": session, "cwd": "/", "mcpServers": []},
-                       timeout=120)
+        self.proc.call("session/load", {"sessionId": session, "cwd": "/", "mcpServers": []}, timeout=120)
 
     def ask(self, session: str, prompt: str) -> dict:
         """One turn: TTFT, and the agent's counters for it."""
         started = now()
-        request = self.proc.start_request("session/prompt", {
-            "sessionId": session, "prompt": [{"type": "text", "text": prompt}]})
+        request = self.proc.start_request(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": prompt}]}
+        )
         first = None
         while True:
             message = self.proc.next_message(900)
@@ -100,8 +161,13 @@ class Agent:
             if len(found) > self.lines:
                 m = found[self.lines]
                 self.lines += 1
-                return {"prompt": int(m[2]), "reused": int(m[3]), "evaluated": int(m[4]),
-                        "seconds": float(m[5]), "state": m[6]}
+                return {
+                    "prompt": int(m[2]),
+                    "reused": int(m[3]),
+                    "evaluated": int(m[4]),
+                    "seconds": float(m[5]),
+                    "state": m[6],
+                }
             time.sleep(0.02)
         raise AssertionError(f"no --log-turns line: {self.proc.stderr_lines[-3:]}")
 
@@ -145,8 +211,7 @@ def run(folder: Path, quick: bool) -> dict:
     try:
         a = agent.new()
         out["a_prime"] = agent.ask(a, primer(1))
-        out["a"] = [agent.ask(a, f"Question {i}: what about the {WORDS[i % len(WORDS)]}?")
-                    for i in range(turns_a)]
+        out["a"] = [agent.ask(a, f"Question {i}: what about the {WORDS[i % len(WORDS)]}?") for i in range(turns_a)]
         b_sessions, out["b_prime"], out["b"] = alternate(agent, (2, 3), rounds_b)
     finally:
         agent.close()
@@ -168,8 +233,9 @@ def run(folder: Path, quick: bool) -> dict:
             turn["from_load"] = now() - started
             out["c"].append(turn)
         fresh = again.new()
-        lines = [UnseenMessage("user" if i % 2 == 0 else "alice", text(100 + i, 400, DENSE)[:1500])
-                 for i in range(replay)]
+        lines = [
+            UnseenMessage("user" if i % 2 == 0 else "alice", text(100 + i, 400, DENSE)[:1500]) for i in range(replay)
+        ]
         prompt = build_prompt("garden", lines, "What was decided about the pond?")
         out["d"] = again.ask(fresh, prompt)
         out["d"]["chars"] = len(prompt)
@@ -195,8 +261,9 @@ def run(folder: Path, quick: bool) -> dict:
             out["rss"][n] = rss.rss_mb()
         out["rss_min_tokens"] = min(sizes)
         reply, updates = rss.proc.prompt(tiny, "/model")
-        out["model_text"] = "".join(u["update"]["content"]["text"] for u in updates
-                                    if u["update"]["sessionUpdate"] == "agent_message_chunk")
+        out["model_text"] = "".join(
+            u["update"]["content"]["text"] for u in updates if u["update"]["sessionUpdate"] == "agent_message_chunk"
+        )
     finally:
         rss.close()
     return out
@@ -217,37 +284,83 @@ def rows(r: dict) -> list[tuple]:
     c = [t["ttft"] for t in r["c"]]
     base_b, base_c = p50(a_same), p50(a)
     out = [
-        ("Local model", f"(a) one session, {len(a)} turns ({_span(r['a'])}): TTFT p50 / p99",
-         f"{_ms(p50(a))} / {_ms(p99(a))}", "", "", "(info)", None),
-        ("Local model", f"(b) two sessions alternating, {r['rounds_b']} rounds "
-                        f"({_span(r['b'])}): TTFT p50 / p99",
-         f"{_ms(p50(b))} / {_ms(p99(b))}", f"{_ms(base_b)} ((a), first {r['rounds_b']} turns)",
-         f"{p50(b) / base_b:.2f}×", "≤ 1.5×", p50(b) / base_b <= 1.5),
+        (
+            "Local model",
+            f"(a) one session, {len(a)} turns ({_span(r['a'])}): TTFT p50 / p99",
+            f"{_ms(p50(a))} / {_ms(p99(a))}",
+            "",
+            "",
+            "(info)",
+            None,
+        ),
+        (
+            "Local model",
+            f"(b) two sessions alternating, {r['rounds_b']} rounds ({_span(r['b'])}): TTFT p50 / p99",
+            f"{_ms(p50(b))} / {_ms(p99(b))}",
+            f"{_ms(base_b)} ((a), first {r['rounds_b']} turns)",
+            f"{p50(b) / base_b:.2f}×",
+            "≤ 1.5×",
+            p50(b) / base_b <= 1.5,
+        ),
     ]
     if "b_off" in r:
         off = [t["ttft"] for t in r["b_off"]]
-        out.append(("Local model", "(b) the same with the states off (one context for all, as before)",
-                    f"{_ms(p50(off))} / {_ms(p99(off))}", f"{_ms(base_b)}",
-                    f"{p50(off) / base_b:.1f}×", "(info)", None))
+        out.append(
+            (
+                "Local model",
+                "(b) the same with the states off (one context for all, as before)",
+                f"{_ms(p50(off))} / {_ms(p99(off))}",
+                f"{_ms(base_b)}",
+                f"{p50(off) / base_b:.1f}×",
+                "(info)",
+                None,
+            )
+        )
     out += [
-        ("Local model", f"(c) after a restart, session/load then prompt ({len(c)} sessions): TTFT p50",
-         _ms(p50(c)), f"{_ms(base_c)} ((a) p50)", f"{p50(c) / base_c:.2f}×", "≤ 2×",
-         p50(c) / base_c <= 2),
-        ("Local model", "(c) session/load sent → first token (model load included) p50",
-         _ms(p50([t["from_load"] for t in r["c"]])), "", "", "(info)", None),
-        ("Local model", f"(d) fresh session, first prompt with {r['replay']} × 1,500 characters: TTFT",
-         _ms(r["d"]["ttft"]), "", "", "(info)", None),
+        (
+            "Local model",
+            f"(c) after a restart, session/load then prompt ({len(c)} sessions): TTFT p50",
+            _ms(p50(c)),
+            f"{_ms(base_c)} ((a) p50)",
+            f"{p50(c) / base_c:.2f}×",
+            "≤ 2×",
+            p50(c) / base_c <= 2,
+        ),
+        (
+            "Local model",
+            "(c) session/load sent → first token (model load included) p50",
+            _ms(p50([t["from_load"] for t in r["c"]])),
+            "",
+            "",
+            "(info)",
+            None,
+        ),
+        (
+            "Local model",
+            f"(d) fresh session, first prompt with {r['replay']} × 1,500 characters: TTFT",
+            _ms(r["d"]["ttft"]),
+            "",
+            "",
+            "(info)",
+            None,
+        ),
     ]
     # docs/performance.md "The local agent" states the bound: the states held (at most --kv-ram)
     # plus llama.cpp's scratch of a prompt (~20 MB for the ~1,100-token prompts here, measured with
     # one session; ~110 MB for 7,000+ tokens)
     bound = DEFAULT_KV_RAM_MIB * 1.048576 + SCRATCH_MB  # MiB → MB
     for n, mb in r["rss"].items():
-        out.append(("Local model", f"agent RSS, {n} session{'s' if n > 1 else ''} of "
-                                   f"≥ {r['rss_min_tokens']} tokens",
-                    f"{mb:.0f} MB", f"{r['rss_base']:.0f} MB (model loaded, one tiny session)",
-                    f"+{mb - r['rss_base']:.0f} MB", f"≤ +{bound:.0f} MB (--kv-ram + {SCRATCH_MB} MB scratch)",
-                    mb - r["rss_base"] <= bound))
+        out.append(
+            (
+                "Local model",
+                f"agent RSS, {n} session{'s' if n > 1 else ''} of ≥ {r['rss_min_tokens']} tokens",
+                f"{mb:.0f} MB",
+                f"{r['rss_base']:.0f} MB (model loaded, one tiny session)",
+                f"+{mb - r['rss_base']:.0f} MB",
+                f"≤ +{bound:.0f} MB (--kv-ram + {SCRATCH_MB} MB scratch)",
+                mb - r["rss_base"] <= bound,
+            )
+        )
     if 16 not in r["rss"]:
         out.append(("Local model", "agent RSS, 16 sessions", "skipped (--quick)", "", "", "", None))
     return out
@@ -255,9 +368,12 @@ def rows(r: dict) -> list[tuple]:
 
 def notes(r: dict) -> list[str]:
     def counts(turns: list[dict]) -> str:
-        return (f"evaluated p50 {p50([t['evaluated'] for t in turns]):.0f} tokens of "
-                f"p50 {p50([t['prompt'] for t in turns]):.0f}; states from "
-                + ", ".join(sorted({t['state'] for t in turns})))
+        return (
+            f"evaluated p50 {p50([t['evaluated'] for t in turns]):.0f} tokens of "
+            f"p50 {p50([t['prompt'] for t in turns]):.0f}; states from "
+            + ", ".join(sorted({t["state"] for t in turns}))
+        )
+
     d = r["d"]
     rate = d["evaluated"] / d["seconds"] if d["seconds"] else 0
     out = [

@@ -13,6 +13,7 @@ prompt without its question, as bridge/channels/prepare.py hands it.
 TTFT = `session/prompt` written → first agent_message_chunk read. One round per side, (a) and
 (b) on separate fresh sessions of one agent, taking turns with --quick's smaller history too.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ from bench_model import DENSE, Agent, text  # noqa: E402
 from acp.agents.local_model import PREPARE_METHOD  # noqa: E402
 from bridge.channels.context import UnseenMessage, build_prompt  # noqa: E402
 
-PREPARED = re.compile(r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated "
-                      r"in ([\d.]+) s")
+PREPARED = re.compile(
+    r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated "
+    r"in ([\d.]+) s"
+)
 QUESTION = "@local what was decided about the pond?"
 
 
@@ -44,8 +47,7 @@ def prepare(agent: Agent, session: str, known: str) -> dict:
     pid = agent.proc.proc.pid
     before_cpu, started = cpu_seconds(pid), time.perf_counter()
     seen = len([m for m in map(PREPARED.search, agent.proc.stderr_lines) if m])
-    reply = agent.proc.call(PREPARE_METHOD, {"sessionId": session,
-                                             "prompt": [{"type": "text", "text": known}]})
+    reply = agent.proc.call(PREPARE_METHOD, {"sessionId": session, "prompt": [{"type": "text", "text": known}]})
     assert reply == {"outcome": "started"}, reply
     deadline = time.monotonic() + 1800
     while True:
@@ -56,15 +58,23 @@ def prepare(agent: Agent, session: str, known: str) -> dict:
         if time.monotonic() > deadline:
             raise AssertionError("no prepare line")
         time.sleep(0.05)
-    return {"outcome": m[2], "tokens": int(m[3]), "evaluated": int(m[5]), "seconds": float(m[6]),
-            "wall": time.perf_counter() - started, "cpu": cpu_seconds(pid) - before_cpu}
+    return {
+        "outcome": m[2],
+        "tokens": int(m[3]),
+        "evaluated": int(m[5]),
+        "seconds": float(m[6]),
+        "wall": time.perf_counter() - started,
+        "cpu": cpu_seconds(pid) - before_cpu,
+    }
 
 
 def run(folder: Path, quick: bool) -> dict:
     replay = 5 if quick else 20
+
     def history(seed: int) -> str:
-        lines = [UnseenMessage("user" if i % 2 == 0 else "alice", text(seed + i, 400, DENSE)[:1500])
-                 for i in range(replay)]
+        lines = [
+            UnseenMessage("user" if i % 2 == 0 else "alice", text(seed + i, 400, DENSE)[:1500]) for i in range(replay)
+        ]
         return build_prompt("garden", lines, "")
 
     # two histories of the same size: llama.cpp reuses any matching prefix in its context,
@@ -94,23 +104,44 @@ def rows(r: dict) -> list[tuple]:
     what = f"{r['replay']} × 1,500 characters"
     full = r["replay"] == 20
     return [
-        ("Prepare", f"first question after {what}, prepared: TTFT (baseline: not prepared)",
-         f"{b['ttft']:.2f} s", f"{a['ttft']:.2f} s", f"{b['ttft'] / a['ttft']:.3f}×",
-         "≤ 10 s" if full else "(info)", b["ttft"] <= 10 if full else None),
-        ("Prepare", "… prepared vs a warm follow-up in the same session",
-         f"{b['ttft']:.2f} s", f"{c['ttft']:.2f} s", f"{b['ttft'] / c['ttft']:.2f}×", "≤ 1.1×",
-         b["ttft"] / c["ttft"] <= 1.1),
-        ("Prepare", f"the preparation ({prep['tokens']} tokens): wall (baseline: CPU time)",
-         f"{prep['wall']:.1f} s", f"{prep['cpu']:.1f} CPU s", "", "(info)", None),
+        (
+            "Prepare",
+            f"first question after {what}, prepared: TTFT (baseline: not prepared)",
+            f"{b['ttft']:.2f} s",
+            f"{a['ttft']:.2f} s",
+            f"{b['ttft'] / a['ttft']:.3f}×",
+            "≤ 10 s" if full else "(info)",
+            b["ttft"] <= 10 if full else None,
+        ),
+        (
+            "Prepare",
+            "… prepared vs a warm follow-up in the same session",
+            f"{b['ttft']:.2f} s",
+            f"{c['ttft']:.2f} s",
+            f"{b['ttft'] / c['ttft']:.2f}×",
+            "≤ 1.1×",
+            b["ttft"] / c["ttft"] <= 1.1,
+        ),
+        (
+            "Prepare",
+            f"the preparation ({prep['tokens']} tokens): wall (baseline: CPU time)",
+            f"{prep['wall']:.1f} s",
+            f"{prep['cpu']:.1f} CPU s",
+            "",
+            "(info)",
+            None,
+        ),
     ]
 
 
 def notes(r: dict) -> list[str]:
     a, b, prep = r["a"], r["b"], r["prep"]
-    return [f"Prepare: without, the question evaluated {a['evaluated']} of {a['prompt']} tokens; "
-            f"with, {b['evaluated']} (reused {b['reused']}); the preparation {prep['outcome']}, "
-            f"{prep['evaluated']} tokens in {prep['seconds']:.1f} s; the agent idle after: "
-            f"{100 * r['idle_cpu']:.1f} % of a core."]
+    return [
+        f"Prepare: without, the question evaluated {a['evaluated']} of {a['prompt']} tokens; "
+        f"with, {b['evaluated']} (reused {b['reused']}); the preparation {prep['outcome']}, "
+        f"{prep['evaluated']} tokens in {prep['seconds']:.1f} s; the agent idle after: "
+        f"{100 * r['idle_cpu']:.1f} % of a core."
+    ]
 
 
 if __name__ == "__main__":

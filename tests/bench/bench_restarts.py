@@ -5,6 +5,7 @@ slot) with many more stops: `python -m tests.bench.bench_restarts [STOPS] [SEED]
 Prints the figures (and keeps them in tests/bench/last-restarts.json); exit code 1 if any
 invariant broke.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +31,9 @@ def main() -> int:
     print(json.dumps(figures, indent=1))
     for line in problems:
         print("PROBLEM:", line)
-    (HERE / "last-restarts.json").write_text(json.dumps({**figures, "seed": seed, "problems": problems}, indent=1) + "\n")
+    (HERE / "last-restarts.json").write_text(
+        json.dumps({**figures, "seed": seed, "problems": problems}, indent=1) + "\n"
+    )
     return 1 if problems else 0
 
 

@@ -18,6 +18,7 @@ Figures at the horizon and at the end: transaction keys stored, the store's byte
 group (SQLite dbstat: history, transaction keys, the rest), RSS. "Stopped growing" = end / at
 the horizon for what must be bounded; history's bytes per message for what grows.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,9 +33,9 @@ from pathlib import Path
 import aiohttp
 import yaml
 from aiohttp import web
+from bridge_harness import agent
 
 from bridge.local.homeserver import free_port
-from bridge_harness import agent
 from store import Store
 
 HERE = Path(__file__).resolve().parent
@@ -89,10 +90,13 @@ class StubHomeserver:
             user = request.query.get("user_id") or "@x:localhost"
             return web.json_response({"user_id": user})
         if "/appservice/" in path and path.endswith("/ping"):
-            async with self._http.post(f"{self.as_url}/_matrix/app/v1/ping", json={},
-                                       headers={"Authorization": f"Bearer {self.hs_token}"}) as r:
-                return web.json_response({"duration_ms": 1} if r.status == 200 else {"errcode": "M_UNKNOWN"},
-                                         status=200 if r.status == 200 else 502)
+            async with self._http.post(
+                f"{self.as_url}/_matrix/app/v1/ping", json={}, headers={"Authorization": f"Bearer {self.hs_token}"}
+            ) as r:
+                return web.json_response(
+                    {"duration_ms": 1} if r.status == 200 else {"errcode": "M_UNKNOWN"},
+                    status=200 if r.status == 200 else 502,
+                )
         if path.endswith("/messages"):
             return web.json_response({"chunk": []})
         if "/join/" in path:
@@ -110,8 +114,11 @@ def sizes(db_file: Path) -> dict:
             groups["history" if table in HISTORY else "txn" if table == "sk_txn" else "rest"] += size
         groups["txn_rows"] = db.execute("SELECT count(*) FROM sk_txn").fetchone()[0]
         groups["messages"] = db.execute("SELECT count(*) FROM sk_message").fetchone()[0]
-    groups["wal"] = db_file.with_name(db_file.name + "-wal").stat().st_size \
-        if db_file.with_name(db_file.name + "-wal").exists() else 0
+    groups["wal"] = (
+        db_file.with_name(db_file.name + "-wal").stat().st_size
+        if db_file.with_name(db_file.name + "-wal").exists()
+        else 0
+    )
     return groups
 
 
@@ -128,15 +135,29 @@ async def run(folder: Path, quick: bool, session: aiohttp.ClientSession) -> dict
     # the bridge's config: the stub as its homeserver, ten echo agents, a registration of its own
     config_path = folder / "config.yaml"
     agents = {f"a{i}": agent(title=f"Agent {i}") for i in range(AGENTS)}
-    config_path.write_text(yaml.safe_dump({
-        "owner": base["owner"], "homeserver": {"url": "http://127.0.0.1:1", "domain": "localhost"},
-        "appservice": {"listen": f"127.0.0.1:{as_port}", "puppet_prefix": "sk_", "bot": "sidekicks",
-                       "registration": "registration.yaml", "id": "soak"},
-        "agents": agents, "limits": {"agents_in_memory": AGENTS},
-        # plain rooms: the soak is about the store's growth; the stub cannot log a device in
-        "encryption": False}, sort_keys=False))
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "owner": base["owner"],
+                "homeserver": {"url": "http://127.0.0.1:1", "domain": "localhost"},
+                "appservice": {
+                    "listen": f"127.0.0.1:{as_port}",
+                    "puppet_prefix": "sk_",
+                    "bot": "sidekicks",
+                    "registration": "registration.yaml",
+                    "id": "soak",
+                },
+                "agents": agents,
+                "limits": {"agents_in_memory": AGENTS},
+                # plain rooms: the soak is about the store's growth; the stub cannot log a device in
+                "encryption": False,
+            },
+            sort_keys=False,
+        )
+    )
     import config as configuration
     from config import registration as registrations
+
     cfg = configuration.load(config_path)
     hs_token = registrations.ensure(cfg, others=[]).hs_token
     stub = StubHomeserver(hs_token, f"http://127.0.0.1:{as_port}")
@@ -152,11 +173,19 @@ async def run(folder: Path, quick: bool, session: aiohttp.ClientSession) -> dict
                 store.add_member(channel.id, f"a{i % AGENTS}")
         finally:
             store.close()
+
     await asyncio.to_thread(prefill)
 
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(HERE / "soak_proc.py"), str(config_path), str(data),
-        str(keep_s * 1000), "2000", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        str(HERE / "soak_proc.py"),
+        str(config_path),
+        str(data),
+        str(keep_s * 1000),
+        "2000",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
     out: dict = {"messages": messages, "keep_s": keep_s, "checkpoints": []}
     try:
         assert json.loads(await asyncio.wait_for(proc.stdout.readline(), 120))["ready"]
@@ -176,10 +205,16 @@ async def run(folder: Path, quick: bool, session: aiohttp.ClientSession) -> dict
             events = []
             for _ in range(PER_TXN):
                 room = f"!soak{sent % CHANNELS}:localhost"
-                events.append({"type": "m.room.message", "room_id": room, "sender": base["owner"],
-                               "event_id": f"$soak{sent}-{uuid.uuid4().hex[:8]}",
-                               "origin_server_ts": int(time.time() * 1000),
-                               "content": {"msgtype": "m.text", "body": f"soak message {sent}"}})
+                events.append(
+                    {
+                        "type": "m.room.message",
+                        "room_id": room,
+                        "sender": base["owner"],
+                        "event_id": f"$soak{sent}-{uuid.uuid4().hex[:8]}",
+                        "origin_server_ts": int(time.time() * 1000),
+                        "content": {"msgtype": "m.text", "body": f"soak message {sent}"},
+                    }
+                )
                 sent += 1
             async with session.put(url + uuid.uuid4().hex, json={"events": events}, headers=headers) as r:
                 assert r.status == 200, await r.text()
@@ -204,7 +239,7 @@ async def run(folder: Path, quick: bool, session: aiohttp.ClientSession) -> dict
         proc.stdin.close()
         try:
             await asyncio.wait_for(proc.wait(), 60)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
         await stub.stop()
     return out
@@ -215,8 +250,7 @@ def rows(r: dict) -> list[tuple]:
     n = r["messages"]
     at = r.get("horizon_at")
     if at is None or at >= len(cps):  # the run was shorter than the horizon: no plateau to show
-        return [("Soak", f"{n:,} messages: the run ended before the {r['keep_s']} s horizon", "", "", "",
-                 "", False)]
+        return [("Soak", f"{n:,} messages: the run ended before the {r['keep_s']} s horizon", "", "", "", "", False)]
     h, end = cps[at], r["final"]
     kb = 1024
     txn_ratio = end["txn"] / max(h["txn"], 1)
@@ -228,20 +262,60 @@ def rows(r: dict) -> list[tuple]:
     history_per_msg = end["history"] / max(end["messages"], 1)
     label = f"at {h['sent']:,} messages ({h['s']:.0f} s, past the {r['keep_s']} s horizon)"
     return [
-        ("Soak", f"{n:,} messages / {CHANNELS:,} channels: answered, in", f"{r['elapsed']:.0f} s",
-         "", "", "(info)", None),
-        ("Soak", "transaction keys stored (pruned by age)", f"{end['txn_rows']:,} ({end['txn'] / kb:.0f} KiB)",
-         f"{h['txn_rows']:,} ({h['txn'] / kb:.0f} KiB) {label}", f"{txn_ratio:.2f}×", "≤ 1.25×", txn_ratio <= 1.25),
-        ("Soak", "store bookkeeping besides history and keys (pending, members, …)", f"{end['rest'] / kb:.0f} KiB",
-         f"{h['rest'] / kb:.0f} KiB {label}", f"{rest_ratio:.2f}×", "≤ 1.25×", rest_ratio <= 1.25),
-        ("Soak", "bridge RSS", f"{end['rss_kb'] / kb:.1f} MB", f"{h['rss_kb'] / kb:.1f} MB {label}",
-         f"{rss_ratio:.2f}×", "≤ 1.10×", rss_ratio <= 1.10),
-        ("Soak", "bridge RSS, second half of the run", f"{end['rss_kb'] / kb:.1f} MB",
-         f"{half['rss_kb'] / kb:.1f} MB at {half['sent']:,} messages", f"{half_ratio:.2f}×", "≤ 1.05×",
-         half_ratio <= 1.05),
-        ("Soak", "history (kept by design): bytes per message stored", f"{history_per_msg:.0f} B",
-         f"{history_per_msg_h:.0f} B {label}", f"{history_per_msg / max(history_per_msg_h, 1):.2f}×",
-         "(info)", None),
+        (
+            "Soak",
+            f"{n:,} messages / {CHANNELS:,} channels: answered, in",
+            f"{r['elapsed']:.0f} s",
+            "",
+            "",
+            "(info)",
+            None,
+        ),
+        (
+            "Soak",
+            "transaction keys stored (pruned by age)",
+            f"{end['txn_rows']:,} ({end['txn'] / kb:.0f} KiB)",
+            f"{h['txn_rows']:,} ({h['txn'] / kb:.0f} KiB) {label}",
+            f"{txn_ratio:.2f}×",
+            "≤ 1.25×",
+            txn_ratio <= 1.25,
+        ),
+        (
+            "Soak",
+            "store bookkeeping besides history and keys (pending, members, …)",
+            f"{end['rest'] / kb:.0f} KiB",
+            f"{h['rest'] / kb:.0f} KiB {label}",
+            f"{rest_ratio:.2f}×",
+            "≤ 1.25×",
+            rest_ratio <= 1.25,
+        ),
+        (
+            "Soak",
+            "bridge RSS",
+            f"{end['rss_kb'] / kb:.1f} MB",
+            f"{h['rss_kb'] / kb:.1f} MB {label}",
+            f"{rss_ratio:.2f}×",
+            "≤ 1.10×",
+            rss_ratio <= 1.10,
+        ),
+        (
+            "Soak",
+            "bridge RSS, second half of the run",
+            f"{end['rss_kb'] / kb:.1f} MB",
+            f"{half['rss_kb'] / kb:.1f} MB at {half['sent']:,} messages",
+            f"{half_ratio:.2f}×",
+            "≤ 1.05×",
+            half_ratio <= 1.05,
+        ),
+        (
+            "Soak",
+            "history (kept by design): bytes per message stored",
+            f"{history_per_msg:.0f} B",
+            f"{history_per_msg_h:.0f} B {label}",
+            f"{history_per_msg / max(history_per_msg_h, 1):.2f}×",
+            "(info)",
+            None,
+        ),
     ]
 
 
@@ -249,9 +323,11 @@ def notes(r: dict) -> list[str]:
     cps = r["checkpoints"]
     line = ", ".join(f"{c['sent'] // 1000}k: {c['txn_rows']} keys / {c['rss_kb'] / 1024:.0f} MB" for c in cps[::4])
     end = r.get("final", {})
-    return [f"soak: {r['messages']:,} messages in transactions of {PER_TXN}, {AGENTS} echo agents, stub "
-            f"homeserver ({r.get('sends', 0):,} sends; requests by kind {r.get('kinds', {})}); "
-            f"keys kept {r['keep_s']} s (a bridge keeps 7 days), "
-            f"pruned at most every 2 s; keys / RSS along the run: {line}; "
-            f"{end.get('pruned', 0):,} keys pruned by the bridge; "
-            f"WAL at the end {end.get('wal', 0) / 1024 / 1024:.1f} MiB"]
+    return [
+        f"soak: {r['messages']:,} messages in transactions of {PER_TXN}, {AGENTS} echo agents, stub "
+        f"homeserver ({r.get('sends', 0):,} sends; requests by kind {r.get('kinds', {})}); "
+        f"keys kept {r['keep_s']} s (a bridge keeps 7 days), "
+        f"pruned at most every 2 s; keys / RSS along the run: {line}; "
+        f"{end.get('pruned', 0):,} keys pruned by the bridge; "
+        f"WAL at the end {end.get('wal', 0) / 1024 / 1024:.1f} MiB"
+    ]

@@ -6,6 +6,7 @@ started alternately. RSS is the bridge process only: no agent is started. After 
 1,000 channels are loaded as portals by one appservice transaction of m.room.name events from
 the owner (straight to the bridge's listener, with the hs_token), and RSS is read again.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,10 @@ import uuid
 from pathlib import Path
 
 import aiohttp
-
 import bench_store
 from bridge_harness import agent, write_config
 from common import Bench, median
+
 from config import registration as registrations
 
 HERE = Path(__file__).resolve().parent
@@ -26,8 +27,13 @@ HERE = Path(__file__).resolve().parent
 
 async def _start(config_path: Path, data_dir: Path):
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(HERE / "bridge_proc.py"), str(config_path), str(data_dir),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        str(HERE / "bridge_proc.py"),
+        str(config_path),
+        str(data_dir),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
     line = await asyncio.wait_for(proc.stdout.readline(), 120)
     return proc, json.loads(line)
 
@@ -42,7 +48,7 @@ async def _end(proc) -> None:
     proc.stdin.close()
     try:
         await asyncio.wait_for(proc.wait(), 30)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await proc.wait()
 
@@ -50,12 +56,22 @@ async def _end(proc) -> None:
 async def _touch_all(bench: Bench, http: aiohttp.ClientSession, channels: int) -> None:
     hs_token = registrations.read(bench.registration_path).hs_token
     for lo in range(0, channels, 250):
-        events = [{"type": "m.room.name", "room_id": f"!bench{i}:localhost", "sender": bench.owner_id,
-                   "event_id": f"$name{i}-{uuid.uuid4().hex}", "state_key": "",
-                   "content": {"name": f"channel {i}"}} for i in range(lo, min(channels, lo + 250))]
-        async with http.put(f"http://127.0.0.1:{bench.as_port}/_matrix/app/v1/transactions/{uuid.uuid4().hex}",
-                            json={"events": events},
-                            headers={"Authorization": f"Bearer {hs_token}"}) as r:
+        events = [
+            {
+                "type": "m.room.name",
+                "room_id": f"!bench{i}:localhost",
+                "sender": bench.owner_id,
+                "event_id": f"$name{i}-{uuid.uuid4().hex}",
+                "state_key": "",
+                "content": {"name": f"channel {i}"},
+            }
+            for i in range(lo, min(channels, lo + 250))
+        ]
+        async with http.put(
+            f"http://127.0.0.1:{bench.as_port}/_matrix/app/v1/transactions/{uuid.uuid4().hex}",
+            json={"events": events},
+            headers={"Authorization": f"Bearer {hs_token}"},
+        ) as r:
             assert r.status == 200, await r.text()
 
 
@@ -99,21 +115,40 @@ def rows(r: dict) -> list[tuple]:
     goal_size = r["size"] >= 1_000_000
     total = median([a + b for a, b in zip(r["import"][1::2], r["full"])])
     return [
-        ("Start", f"process → ready (imports + start), {n} messages", f"{total * 1000:.0f} ms",
-         "", "", "(info)", None),
-        ("Start", f"bridge start, {n} messages stored (median of {len(r['full'])})",
-         f"{full * 1000:.0f} ms", f"{empty * 1000:.0f} ms (empty store)", f"{full / empty:.2f}×",
-         "≤ 1 s" + ("" if goal_size else " (at 1M)"), full <= 1 if goal_size else None),
-        ("RSS", f"bridge RSS, 1,000 channels / {n} messages, after start",
-         f"{rss_start:.1f} MB", f"{rss_empty:.1f} MB (empty store)", f"{rss_start / rss_empty:.2f}×",
-         "≤ 80 MB", rss_start <= 80 if goal_size else None),
-        ("RSS", f"bridge RSS, same, {portals} channels loaded as portals",
-         f"{rss_loaded:.1f} MB", f"{rss_empty:.1f} MB (empty store)", f"{rss_loaded / rss_empty:.2f}×",
-         "≤ 80 MB", rss_loaded <= 80 if goal_size else None),
+        ("Start", f"process → ready (imports + start), {n} messages", f"{total * 1000:.0f} ms", "", "", "(info)", None),
+        (
+            "Start",
+            f"bridge start, {n} messages stored (median of {len(r['full'])})",
+            f"{full * 1000:.0f} ms",
+            f"{empty * 1000:.0f} ms (empty store)",
+            f"{full / empty:.2f}×",
+            "≤ 1 s" + ("" if goal_size else " (at 1M)"),
+            full <= 1 if goal_size else None,
+        ),
+        (
+            "RSS",
+            f"bridge RSS, 1,000 channels / {n} messages, after start",
+            f"{rss_start:.1f} MB",
+            f"{rss_empty:.1f} MB (empty store)",
+            f"{rss_start / rss_empty:.2f}×",
+            "≤ 80 MB",
+            rss_start <= 80 if goal_size else None,
+        ),
+        (
+            "RSS",
+            f"bridge RSS, same, {portals} channels loaded as portals",
+            f"{rss_loaded:.1f} MB",
+            f"{rss_empty:.1f} MB (empty store)",
+            f"{rss_loaded / rss_empty:.2f}×",
+            "≤ 80 MB",
+            rss_loaded <= 80 if goal_size else None,
+        ),
     ]
 
 
 def notes(r: dict) -> list[str]:
-    return [f"bridge start = open_store + Bridge() + start() until ready (homeserver reachable, "
-            f"bot and puppet registered, ping); Python imports before it take "
-            f"{median(r['import']) * 1000:.0f} ms more (median)."]
+    return [
+        f"bridge start = open_store + Bridge() + start() until ready (homeserver reachable, "
+        f"bot and puppet registered, ping); Python imports before it take "
+        f"{median(r['import']) * 1000:.0f} ms more (median)."
+    ]

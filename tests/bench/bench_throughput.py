@@ -6,6 +6,7 @@ its time comes (not waiting for earlier sends). Nothing lost means: the store ho
 as a user message and one agent answer for each. The same load is offered to the echo floor
 (50 rooms) first, as the homeserver's own ceiling.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,6 @@ import collections
 import re
 
 import aiohttp
-
 from bridge_harness import agent, start_bridge
 from common import Bench, Owner, now
 from floor import EchoFloor
@@ -25,11 +25,15 @@ class RequestCount:
     """Homeserver requests the bridge makes, by kind, while `counting` (wraps the nio send and
     the raw request of bridge.matrix.client.AppserviceClient, which are all its requests)."""
 
-    KINDS = (("message", re.compile(r"/send/m\.room\.message/")), ("receipt", re.compile(r"/receipt/")),
-             ("typing", re.compile(r"/typing/")))
+    KINDS = (
+        ("message", re.compile(r"/send/m\.room\.message/")),
+        ("receipt", re.compile(r"/receipt/")),
+        ("typing", re.compile(r"/typing/")),
+    )
 
     def __init__(self):
         from bridge.matrix.client import AppserviceClient
+
         self.counts: collections.Counter = collections.Counter()
         self.counting = False
         self._cls = AppserviceClient
@@ -76,8 +80,14 @@ async def _offer(owner: Owner, rooms: list[str], seconds: float, prefix: str) ->
         tasks.append(asyncio.create_task(one(rooms[i % len(rooms)], f"{prefix}-{i}")))
     offered_s = now() - t0
     await asyncio.gather(*tasks)
-    return {"t0": t0, "offered": total, "offered_s": offered_s, "sent": len(sent), "failed": failed,
-            "send_s": max(sent) - t0 if sent else float("nan")}
+    return {
+        "t0": t0,
+        "offered": total,
+        "offered_s": offered_s,
+        "sent": len(sent),
+        "failed": failed,
+        "send_s": max(sent) - t0 if sent else float("nan"),
+    }
 
 
 async def run(bench: Bench, http: aiohttp.ClientSession, owner: Owner) -> dict:
@@ -105,9 +115,12 @@ async def run(bench: Bench, http: aiohttp.ClientSession, owner: Owner) -> dict:
 
     # ---- bridge ----
     names = [f"t{i}" for i in range(AGENTS)]
-    running = await start_bridge(bench, bench.folder / "bridge-throughput",
-                                 {name: agent(title=f"T{name}") for name in names},
-                                 limits={"agents_in_memory": AGENTS})
+    running = await start_bridge(
+        bench,
+        bench.folder / "bridge-throughput",
+        {name: agent(title=f"T{name}") for name in names},
+        limits={"agents_in_memory": AGENTS},
+    )
     store = running.store
     requests = RequestCount()
     try:
@@ -150,9 +163,14 @@ async def run(bench: Bench, http: aiohttp.ClientSession, owner: Owner) -> dict:
         requests.counting = False
         users, agents = counts()
         done = next((t for t, n in timeline if n >= offer["sent"]), now())
-        out["bridge"] = {**offer, "stored_prompts": users - base_users,
-                         "answered": agents - base_agents, "answered_in_window": in_window,
-                         "all_s": done - offer["t0"], "requests": dict(requests.counts)}
+        out["bridge"] = {
+            **offer,
+            "stored_prompts": users - base_users,
+            "answered": agents - base_agents,
+            "answered_in_window": in_window,
+            "all_s": done - offer["t0"],
+            "requests": dict(requests.counts),
+        }
     finally:
         requests.close()
         await running.stop()
@@ -164,19 +182,51 @@ def rows(r: dict) -> list[tuple]:
     b_rate, f_rate = b["answered"] / b["all_s"], f["answered"] / f["all_s"]
     lost = b["sent"] - b["answered"]
     return [
-        ("Throughput", f"{CHANNELS} channels, {RATE}/s offered for {r['seconds']} s: prompts sent",
-         f"{b['sent']}/{b['offered']} in {b['send_s']:.1f} s", f"{f['sent']}/{f['offered']} in {f['send_s']:.1f} s",
-         "", "(info)", None),
-        ("Throughput", "achieved rate (answers finished / time to the last one)",
-         f"{b_rate:.1f}/s", f"{f_rate:.1f}/s (floor)", f"{b_rate / f_rate:.2f}×", "(info)", None),
-        ("Throughput", "answers finished within the offered window",
-         f"{b['answered_in_window']}", "", "", "(info)", None),
-        ("Throughput", "prompts lost (sent but never stored or never answered)",
-         f"{lost} (stored {b['stored_prompts']}, answered {b['answered']})",
-         f"{f['sent'] - f['answered']}", "", "0", lost == 0),
-        ("Throughput", "homeserver requests per answer (messages + edits, receipts, typing, other)",
-         _per_answer(b), "1.00 (one message)", f"{sum(b['requests'].values()) / max(b['answered'], 1):.2f}×",
-         "(info)", None),
+        (
+            "Throughput",
+            f"{CHANNELS} channels, {RATE}/s offered for {r['seconds']} s: prompts sent",
+            f"{b['sent']}/{b['offered']} in {b['send_s']:.1f} s",
+            f"{f['sent']}/{f['offered']} in {f['send_s']:.1f} s",
+            "",
+            "(info)",
+            None,
+        ),
+        (
+            "Throughput",
+            "achieved rate (answers finished / time to the last one)",
+            f"{b_rate:.1f}/s",
+            f"{f_rate:.1f}/s (floor)",
+            f"{b_rate / f_rate:.2f}×",
+            "(info)",
+            None,
+        ),
+        (
+            "Throughput",
+            "answers finished within the offered window",
+            f"{b['answered_in_window']}",
+            "",
+            "",
+            "(info)",
+            None,
+        ),
+        (
+            "Throughput",
+            "prompts lost (sent but never stored or never answered)",
+            f"{lost} (stored {b['stored_prompts']}, answered {b['answered']})",
+            f"{f['sent'] - f['answered']}",
+            "",
+            "0",
+            lost == 0,
+        ),
+        (
+            "Throughput",
+            "homeserver requests per answer (messages + edits, receipts, typing, other)",
+            _per_answer(b),
+            "1.00 (one message)",
+            f"{sum(b['requests'].values()) / max(b['answered'], 1):.2f}×",
+            "(info)",
+            None,
+        ),
     ]
 
 
@@ -189,5 +239,7 @@ def _per_answer(b: dict) -> str:
 
 def notes(r: dict) -> list[str]:
     b = r["bridge"]
-    return [f"throughput: the bridge took {b['all_s']:.1f} s to answer the {b['sent']} prompts offered in "
-            f"{b['offered_s']:.1f} s; the floor {r['floor']['all_s']:.1f} s."]
+    return [
+        f"throughput: the bridge took {b['all_s']:.1f} s to answer the {b['sent']} prompts offered in "
+        f"{b['offered_s']:.1f} s; the floor {r['floor']['all_s']:.1f} s."
+    ]

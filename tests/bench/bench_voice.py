@@ -9,6 +9,7 @@ model (the alternative measured in docs/voice.md).
 
 `python -m tests.bench.run --only voice`
 """
+
 from __future__ import annotations
 
 import time
@@ -69,6 +70,7 @@ async def _pocketsphinx(notes) -> list | None:
 
     from bridge.voice import audio
     from bridge.voice.words import word_error_rate
+
     decoder = Decoder(samprate=audio.RATE)
     heard_all = []
     for sentence, ogg, _ in notes:
@@ -91,10 +93,26 @@ def rows(r: dict) -> list[tuple]:
     other = r["pocketsphinx"]
     base = f"{_rate(other):.1%} (pocketsphinx 5)" if other is not None else "—"
     per_second = r["whisper_s"] / r["audio_s"]
-    return [("Voice", f"word error rate, {r['sentences']} espeak-ng sentences as Ogg/Opus notes",
-             f"{wer:.1%}", base, "", "≤ 15 %", wer <= 0.15),
-            ("Voice", f"transcription time per second of audio ({r['audio_s']:.0f} s of notes)",
-             f"{per_second:.2f} s", "", "", "(info)", None)]
+    return [
+        (
+            "Voice",
+            f"word error rate, {r['sentences']} espeak-ng sentences as Ogg/Opus notes",
+            f"{wer:.1%}",
+            base,
+            "",
+            "≤ 15 %",
+            wer <= 0.15,
+        ),
+        (
+            "Voice",
+            f"transcription time per second of audio ({r['audio_s']:.0f} s of notes)",
+            f"{per_second:.2f} s",
+            "",
+            "",
+            "(info)",
+            None,
+        ),
+    ]
 
 
 def notes(r: dict) -> list[str]:

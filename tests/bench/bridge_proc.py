@@ -4,6 +4,7 @@ Prints one JSON line once ready ({"start_s": open_store + Bridge() + start(), "i
 then answers each "rss" line on stdin with {"rss_kb": VmRSS of this process only (agents, its
 children, are not counted)}; stdin closing stops the bridge.
 """
+
 from __future__ import annotations
 
 import time

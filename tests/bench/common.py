@@ -4,6 +4,7 @@ The owner is driven with bare aiohttp (no matrix-nio): a long-polling /sync task
 timeline event with time.perf_counter() the moment the response is parsed, so the client side
 costs the same for the floor and for the bridge.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,9 @@ for extra in (ROOT, ROOT / "tests"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-from bridge.local.homeserver import Homeserver, free_port  # noqa: E402
 from matrix_helpers import write_base_config  # noqa: E402
+
+from bridge.local.homeserver import Homeserver, free_port  # noqa: E402
 
 now = time.perf_counter
 
@@ -37,6 +39,7 @@ def q(value: str) -> str:
 
 # ---- statistics -------------------------------------------------------------------------------
 
+
 def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -46,16 +49,25 @@ def pct(values: list[float], p: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def p50(values): return pct(values, 50)
-def p99(values): return pct(values, 99)
-def median(values): return statistics.median(values) if values else float("nan")
+def p50(values):
+    return pct(values, 50)
+
+
+def p99(values):
+    return pct(values, 99)
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
 
 
 # ---- the homeserver ---------------------------------------------------------------------------
 
+
 @dataclass
 class Bench:
     """One Synapse for the whole run, with the bridge's and the floor's registrations."""
+
     folder: Path
     server: Homeserver
     base_config: Path
@@ -90,39 +102,61 @@ async def start_homeserver(folder: Path, quick: bool) -> Bench:
     cfg = write_base_config(folder, hs_port, as_port)
     base = folder / "base.yaml"
     floor = {
-        "id": "echo-floor", "url": f"http://127.0.0.1:{floor_port}",
-        "as_token": secrets.token_urlsafe(32), "hs_token": secrets.token_urlsafe(32),
+        "id": "echo-floor",
+        "url": f"http://127.0.0.1:{floor_port}",
+        "as_token": secrets.token_urlsafe(32),
+        "hs_token": secrets.token_urlsafe(32),
         "sender_localpart": FLOOR_BOT,
-        "namespaces": {"users": [{"exclusive": True, "regex": "@echofloor_.*:localhost"}],
-                       "aliases": [], "rooms": []},
+        "namespaces": {"users": [{"exclusive": True, "regex": "@echofloor_.*:localhost"}], "aliases": [], "rooms": []},
         # what the bridge's registration asks for too (config/registration.py): ephemeral events
         # and the MSC3202 transaction extensions. Synapse's work for them (one-time-key counts,
         # device lists) delays every transaction to the service by 4-8 ms; a floor that asks for
         # neither measured the bridge at 1.17-1.25x instead of 1.18x (docs/performance.md)
-        "rate_limited": False, "receive_ephemeral": True,
-        "de.sorunome.msc2409.push_ephemeral": True, "org.matrix.msc3202": True,
+        "rate_limited": False,
+        "receive_ephemeral": True,
+        "de.sorunome.msc2409.push_ephemeral": True,
+        "org.matrix.msc3202": True,
     }
     floor_path = folder / "floor-registration.yaml"
     floor_path.write_text(yaml.safe_dump(floor, sort_keys=False), encoding="utf-8")
-    server = Homeserver(folder / "synapse", server_name="localhost", port=hs_port,
-                        appservice_files=[cfg.registration_path, floor_path], relaxed_limits=True)
+    server = Homeserver(
+        folder / "synapse",
+        server_name="localhost",
+        port=hs_port,
+        appservice_files=[cfg.registration_path, floor_path],
+        relaxed_limits=True,
+    )
     await server.start()
     password = secrets.token_urlsafe(16)
     owner_id = await server.register_user("owner", password)
-    return Bench(folder=folder, server=server, base_config=base,
-                 registration_path=cfg.registration_path, as_port=as_port,
-                 floor_registration=floor, floor_port=floor_port, owner_id=owner_id,
-                 owner_password=password, quick=quick)
+    return Bench(
+        folder=folder,
+        server=server,
+        base_config=base,
+        registration_path=cfg.registration_path,
+        as_port=as_port,
+        floor_registration=floor,
+        floor_port=floor_port,
+        owner_id=owner_id,
+        owner_password=password,
+        quick=quick,
+    )
 
 
 # ---- the owner's client -----------------------------------------------------------------------
 
-SYNC_FILTER = json.dumps({
-    "presence": {"types": []}, "account_data": {"types": []},
-    "room": {"ephemeral": {"types": []}, "account_data": {"types": []},
-             "state": {"lazy_load_members": True},
-             "timeline": {"types": ["m.room.message", "m.room.member"], "limit": 500}},
-})
+SYNC_FILTER = json.dumps(
+    {
+        "presence": {"types": []},
+        "account_data": {"types": []},
+        "room": {
+            "ephemeral": {"types": []},
+            "account_data": {"types": []},
+            "state": {"lazy_load_members": True},
+            "timeline": {"types": ["m.room.message", "m.room.member"], "limit": 500},
+        },
+    }
+)
 
 
 class Owner:
@@ -134,15 +168,14 @@ class Owner:
         self.token = ""
         self.user_id = ""
         self.since: str | None = None
-        self.events: dict[str, list[tuple[float, dict]]] = {}   # room -> [(seen_at, event)]
+        self.events: dict[str, list[tuple[float, dict]]] = {}  # room -> [(seen_at, event)]
         self.invites: set[str] = set()
         self._changed = asyncio.Condition()
         self._task: asyncio.Task | None = None
         self._txn = 0
 
     async def login(self, user_id: str, password: str) -> None:
-        body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": user_id},
-                "password": password}
+        body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": user_id}, "password": password}
         async with self.http.post(f"{self.hs}/_matrix/client/v3/login", json=body) as r:
             data = await r.json()
         self.token, self.user_id = data["access_token"], data["user_id"]
@@ -162,10 +195,8 @@ class Owner:
         path = f"/_matrix/client/v3/rooms/{q(room_id)}/send/m.room.message/b{self._txn}-{secrets.token_hex(4)}"
         return (await self.request("PUT", path, {"msgtype": "m.text", "body": text}))["event_id"]
 
-    async def create_room(self, invite: list[str] | None = None, direct: bool = False,
-                          name: str | None = None) -> str:
-        body: dict[str, Any] = {"preset": "trusted_private_chat", "invite": invite or [],
-                                "is_direct": direct}
+    async def create_room(self, invite: list[str] | None = None, direct: bool = False, name: str | None = None) -> str:
+        body: dict[str, Any] = {"preset": "trusted_private_chat", "invite": invite or [], "is_direct": direct}
         if name:
             body["name"] = name
         return (await self.request("POST", "/_matrix/client/v3/createRoom", body))["room_id"]
@@ -186,11 +217,14 @@ class Owner:
             else:
                 params["timeout"] = "0"
             try:
-                async with self.http.get(f"{self.hs}/_matrix/client/v3/sync", params=params,
-                                         headers=self._h(),
-                                         timeout=aiohttp.ClientTimeout(total=60)) as r:
+                async with self.http.get(
+                    f"{self.hs}/_matrix/client/v3/sync",
+                    params=params,
+                    headers=self._h(),
+                    timeout=aiohttp.ClientTimeout(total=60),
+                ) as r:
                     data = await r.json()
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 await asyncio.sleep(0.1)
                 continue
             seen = now()
@@ -217,14 +251,18 @@ class Owner:
                     raise TimeoutError(f"wait_for {getattr(predicate, '__name__', predicate)}")
                 try:
                     await asyncio.wait_for(self._changed.wait(), left)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     async def wait_joined(self, room_id: str, user_id: str, timeout: float = 30) -> None:
         def joined():
-            return any(e.get("type") == "m.room.member" and e.get("state_key") == user_id
-                       and (e.get("content") or {}).get("membership") == "join"
-                       for _, e in self.events.get(room_id, []))
+            return any(
+                e.get("type") == "m.room.member"
+                and e.get("state_key") == user_id
+                and (e.get("content") or {}).get("membership") == "join"
+                for _, e in self.events.get(room_id, [])
+            )
+
         await self.wait_for(joined, timeout)
 
 

@@ -2,4 +2,5 @@
 
 Run them with `python -m tests.bench.run` (see run.py).
 """
+
 collect_ignore_glob = ["*"]

@@ -6,6 +6,7 @@ In the rooms of `declaring` its echo declares its mentions (`"m.mentions": {}`),
 docs/architecture.md "The Matrix side" asks of every message the bridge sends: Synapse's validation
 of that key costs it time of its own.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +15,6 @@ import time
 
 import aiohttp
 from aiohttp import web
-
 from common import FLOOR_BOT, q
 
 
@@ -41,9 +41,12 @@ class EchoFloor:
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True).start()
-        await self.call("POST", "/_matrix/client/v3/register",
-                        {"type": "m.login.application_service", "username": FLOOR_BOT,
-                         "inhibit_login": True}, masquerade=False)
+        await self.call(
+            "POST",
+            "/_matrix/client/v3/register",
+            {"type": "m.login.application_service", "username": FLOOR_BOT, "inhibit_login": True},
+            masquerade=False,
+        )
 
     async def stop(self) -> None:
         for task in list(self.tasks):
@@ -57,8 +60,9 @@ class EchoFloor:
     async def call(self, method: str, path: str, body=None, masquerade: bool = True) -> dict:
         if masquerade:
             path += ("&" if "?" in path else "?") + f"user_id={q(self.bot)}"
-        async with self.http.request(method, self.hs + path, json=body,
-                                     headers={"Authorization": f"Bearer {self.reg['as_token']}"}) as r:
+        async with self.http.request(
+            method, self.hs + path, json=body, headers={"Authorization": f"Bearer {self.reg['as_token']}"}
+        ) as r:
             return await r.json(content_type=None)
 
     async def join(self, room_id: str) -> None:
@@ -82,7 +86,8 @@ class EchoFloor:
         content = {"msgtype": "m.text", "body": text}
         if room_id in self.declaring:
             content["m.mentions"] = {}
-        await self.call("PUT", f"/_matrix/client/v3/rooms/{q(room_id)}/send/m.room.message/"
-                               f"{secrets.token_hex(8)}", content)
+        await self.call(
+            "PUT", f"/_matrix/client/v3/rooms/{q(room_id)}/send/m.room.message/{secrets.token_hex(8)}", content
+        )
         self.stamps[text.removeprefix("echo: ")] = (arrived, started, time.perf_counter())
         self.answered += 1

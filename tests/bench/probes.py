@@ -7,6 +7,7 @@ construction). Every stamp is time.perf_counter(), the same clock as the owner's
     prompt_written[token] the session/prompt carrying `token` written and drained to the agent
     answers               one record per bridge Answer: room, sends, first part, stop, finish
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -16,7 +17,8 @@ import time
 from acp import client as acp_client
 from acp import rpc as acp_rpc
 from bridge import bridge as bridge_module
-from bridge.channels import portal as portal_module, stream
+from bridge.channels import portal as portal_module
+from bridge.channels import stream
 from bridge.matrix import appservice, dispatch
 from store import offloop
 
@@ -27,7 +29,7 @@ txn_entry: dict[str, float] = {}
 prompt_written: dict[str, float] = {}
 answers: list[dict] = []
 stops: list[float] = []
-phases: dict[str, list[float]] = {}   # awaited steps between transaction and prompt, durations
+phases: dict[str, list[float]] = {}  # awaited steps between transaction and prompt, durations
 _txn_t0: contextvars.ContextVar[float | None] = contextvars.ContextVar("bench_txn_t0", default=None)
 _last_part = [0.0]
 _installed = [False]
@@ -137,9 +139,17 @@ def install() -> None:
 
     def init(self, intent, room_id, title, *args, **kwargs):
         original_init(self, intent, room_id, title, *args, **kwargs)
-        self._bench = {"room": room_id, "created": now(), "first_part": None,
-                       "first_part_send": None, "sends": [], "stop": None,
-                       "finish_start": None, "finish_end": None, "chars": 0}
+        self._bench = {
+            "room": room_id,
+            "created": now(),
+            "first_part": None,
+            "first_part_send": None,
+            "sends": [],
+            "stop": None,
+            "finish_start": None,
+            "finish_end": None,
+            "chars": 0,
+        }
         answers.append(self._bench)
 
     Answer.__init__ = init

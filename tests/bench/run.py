@@ -5,6 +5,7 @@ bridge and a bare aiohttp echo floor. Every figure is measured in this run, besi
 The table is printed and written to tests/bench/last-results.md. These are measurements, not
 tests: the exit code is 0 whatever the goals say (unless a benchmark crashes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import aiohttp  # noqa: E402
-
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "prepare", "e2ee", "voice",
-       "sandbox")
+ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "prepare", "e2ee", "voice", "sandbox")
 
 
 def machine() -> str:
@@ -45,11 +44,14 @@ def machine() -> str:
         pass
     try:
         from importlib.metadata import version
+
         synapse = version("matrix-synapse")
     except Exception:
         synapse = "?"
-    return (f"{cpu}, {os.cpu_count()} CPUs{mem}; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}; Synapse {synapse} (SQLite)")
+    return (
+        f"{cpu}, {os.cpu_count()} CPUs{mem}; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}; Synapse {synapse} (SQLite)"
+    )
 
 
 def table(rows: list[tuple]) -> str:
@@ -72,30 +74,35 @@ async def main(args) -> int:
         folder = Path(tmp)
         if "store" in only:
             import bench_store
+
             print("• store …", flush=True)
             result = await asyncio.to_thread(bench_store.run, folder / "store", args.quick)
             rows += bench_store.rows(result)
             notes += bench_store.notes(result)
         if "model" in only:
             import bench_model
+
             print("• local model: sessions, switches, restart, replay, RSS …", flush=True)
             result = await asyncio.to_thread(bench_model.run, folder / "model", args.quick)
             rows += bench_model.rows(result)
             notes += bench_model.notes(result)
         if "sandbox" in only:
             import bench_sandbox
+
             print("• an agent's start in its sandbox vs without …", flush=True)
             result = await bench_sandbox.run(folder / "sandbox", args.quick)
             rows += bench_sandbox.rows(result)
             notes += bench_sandbox.notes(result)
         if "prepare" in only:
             import bench_prepare
+
             print("• local model: first token with and without prepare …", flush=True)
             result = await asyncio.to_thread(bench_prepare.run, folder / "prepare", args.quick)
             rows += bench_prepare.rows(result)
             notes += bench_prepare.notes(result)
         if "soak" in only:
             import bench_soak
+
             print("• soak: 100k messages (10k with --quick) over 1,000 channels …", flush=True)
             async with aiohttp.ClientSession() as http:  # no Synapse: see bench_soak's docstring
                 result = await bench_soak.run(folder / "soak", args.quick, http)
@@ -103,6 +110,7 @@ async def main(args) -> int:
             notes += bench_soak.notes(result)
         if "voice" in only:
             import bench_voice
+
             print("• voice notes: word error rate, transcription time …", flush=True)
             result = await bench_voice.run(args.quick)
             rows += bench_voice.rows(result)
@@ -118,30 +126,35 @@ async def main(args) -> int:
                     try:
                         if "latency" in only:
                             import bench_latency
+
                             print("• echo floor, in-bridge latency, streaming …", flush=True)
                             result = await bench_latency.run(bench, http, owner)
                             rows += bench_latency.rows(result)
                             notes += bench_latency.notes(result)
                         if "start" in only:
                             import bench_start
+
                             print("• bridge start and RSS …", flush=True)
                             result = await bench_start.run(bench, http, folder / "start")
                             rows += bench_start.rows(result)
                             notes += bench_start.notes(result)
                         if "faults" in only:
                             import bench_faults
+
                             print("• faults: crash notice, 🛑, framing, local model …", flush=True)
                             result = await bench_faults.run(bench, http, owner)
                             rows += bench_faults.rows(result)
                             notes += bench_faults.notes(result)
                         if "e2ee" in only:
                             import bench_e2ee
+
                             print("• encrypted vs plain DM …", flush=True)
                             result = await bench_e2ee.run(bench, folder / "e2ee")
                             rows += bench_e2ee.rows(result)
                             notes += bench_e2ee.notes(result)
                         if "throughput" in only:
                             import bench_throughput
+
                             print("• throughput …", flush=True)
                             result = await bench_throughput.run(bench, http, owner)
                             rows += bench_throughput.rows(result)
@@ -153,12 +166,16 @@ async def main(args) -> int:
     elapsed = time.monotonic() - started
     mode = "quick" if args.quick else "full"
     command = "python -m tests.bench.run" + (" --quick" if args.quick else "")
-    text = (f"# Benchmark results ({mode} run)\n\n"
-            f"Machine: {machine()}\n\nCommand: `{command}` (from the repository root, venv active); "
-            f"took {elapsed:.0f} s on {time.strftime('%Y-%m-%d %H:%M')}.\n\n"
-            "Latencies are p50/p99 over the run; Baseline is the figure measured beside it in the "
-            "same run (echo floor, smallest store, empty store…).\n\n"
-            + table(rows) + "\n" + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else ""))
+    text = (
+        f"# Benchmark results ({mode} run)\n\n"
+        f"Machine: {machine()}\n\nCommand: `{command}` (from the repository root, venv active); "
+        f"took {elapsed:.0f} s on {time.strftime('%Y-%m-%d %H:%M')}.\n\n"
+        "Latencies are p50/p99 over the run; Baseline is the figure measured beside it in the "
+        "same run (echo floor, smallest store, empty store…).\n\n"
+        + table(rows)
+        + "\n"
+        + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
+    )
     print()
     print(text)
     if not args.only:

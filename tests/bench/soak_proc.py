@@ -5,6 +5,7 @@ most every EVERY_MS), so that a run of minutes reaches it. Prints one JSON line 
 answers each "stats" line on stdin with {"rss_kb", "prompts", "answers", "portals", "pruned"};
 stdin closing stops the bridge.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import config as configuration  # noqa: E402
 from bridge.bridge import Bridge  # noqa: E402
 from bridge.cli import open_store  # noqa: E402
-from store.turns import NOT_BEGUN  # noqa: E402
 from config import registration as registrations  # noqa: E402
+from store.turns import NOT_BEGUN  # noqa: E402
 
 
 def rss_kb() -> int:
@@ -44,6 +45,7 @@ async def main(config_path: str, data_dir: str, keep_ms: int, every_ms: int) -> 
         gone = prune(now)
         pruned[0] += max(gone, 0)
         return gone
+
     store._prune_txns = counting_prune
     bridge = Bridge(cfg, registration, store, history_unavailable=False)
     await bridge.start()
@@ -56,10 +58,18 @@ async def main(config_path: str, data_dir: str, keep_ms: int, every_ms: int) -> 
                 break
             if line.strip() == "stats":
                 turns = store.turns.unfinished()
-                print(json.dumps({"rss_kb": rss_kb(), "prompts": sum(t.state in NOT_BEGUN for t in turns),
-                                  "answers": sum(t.state not in NOT_BEGUN for t in turns),
-                                  "portals": len(bridge.portals),
-                                  "pruned": pruned[0]}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "rss_kb": rss_kb(),
+                            "prompts": sum(t.state in NOT_BEGUN for t in turns),
+                            "answers": sum(t.state not in NOT_BEGUN for t in turns),
+                            "portals": len(bridge.portals),
+                            "pruned": pruned[0],
+                        }
+                    ),
+                    flush=True,
+                )
     finally:
         await bridge.stop()
 

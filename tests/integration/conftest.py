@@ -1,5 +1,4 @@
 import pytest
-
 from bridge_harness import start_bridge
 from matrix_helpers import login
 

@@ -5,13 +5,13 @@ tests/bridge_harness.py.)
 
 Imported as `helpers`: tests/integration is on sys.path, since it is not a package.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import nio
-
 from bridge_harness import answers_in
 from matrix_helpers import events_in, sync_until
 
@@ -22,6 +22,7 @@ STATUS = ("⏳", "💭", "✍️", "🔧")
 
 # ---- a scripted agent's log (`--log FILE`: every JSON-RPC message it received, a line each) ----
 
+
 def received(log_path: Path) -> list[dict]:
     """Every message the agent received, oldest first ([] before it wrote its log)."""
     if not log_path.exists():
@@ -31,31 +32,43 @@ def received(log_path: Path) -> list[dict]:
 
 def prompts(log_path: Path) -> list[str]:
     """The text of every session/prompt the agent received, in order."""
-    return ["".join(block.get("text", "") for block in message["params"]["prompt"])
-            for message in received(log_path) if message.get("method") == "session/prompt"]
+    return [
+        "".join(block.get("text", "") for block in message["params"]["prompt"])
+        for message in received(log_path)
+        if message.get("method") == "session/prompt"
+    ]
 
 
 # ---- the owner in Matrix ---------------------------------------------------------------------
 
+
 def joined(client: nio.AsyncClient, room_id: str, user_id: str) -> bool:
     """`user_id`'s last membership in `room_id`, as `client` has seen it, is join."""
-    state = [e for e in events_in(client, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
+    state = [
+        e for e in events_in(client, room_id) if e.get("type") == "m.room.member" and e.get("state_key") == user_id
+    ]
     return bool(state) and state[-1]["content"].get("membership") == "join"
 
 
 async def open_dm(owner: nio.AsyncClient, puppet_id: str = ALICE, **options) -> str:
     """A new direct room with `puppet_id`, once the puppet has joined it (`options`: more of
     room_create's arguments, e.g. initial_state)."""
-    response = await owner.room_create(is_direct=True, invite=[puppet_id],
-                                       preset=nio.RoomPreset.trusted_private_chat, **options)
+    response = await owner.room_create(
+        is_direct=True, invite=[puppet_id], preset=nio.RoomPreset.trusted_private_chat, **options
+    )
     assert isinstance(response, nio.RoomCreateResponse), response
     await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
     return response.room_id
 
 
-async def say(client: nio.AsyncClient, room_id: str, text: str, html: str | None = None,
-              user_ids: list[str] | None = None, **extra) -> str:
+async def say(
+    client: nio.AsyncClient,
+    room_id: str,
+    text: str,
+    html: str | None = None,
+    user_ids: list[str] | None = None,
+    **extra,
+) -> str:
     """Send a text message (with its HTML, its mentions, any more content fields); its event id."""
     content = {"msgtype": "m.text", "body": text}
     if html is not None:
@@ -75,16 +88,28 @@ def is_final(answer: dict) -> bool:
 
 # ---- threads (docs/architecture.md "Conversations and threads") ----
 
+
 def in_thread(root: str, latest: str) -> dict:
     """The content fields of a thread message as Element sends it."""
-    return {"m.relates_to": {"rel_type": "m.thread", "event_id": root, "is_falling_back": True,
-                             "m.in_reply_to": {"event_id": latest}}}
+    return {
+        "m.relates_to": {
+            "rel_type": "m.thread",
+            "event_id": root,
+            "is_falling_back": True,
+            "m.in_reply_to": {"event_id": latest},
+        }
+    }
 
 
 def originals(owner, room_id, sender) -> list[dict]:
     """`sender`'s messages as first sent (not edits), oldest first."""
-    return [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message" and e.get("sender") == sender
-            and (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"]
+    return [
+        e
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message"
+        and e.get("sender") == sender
+        and (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"
+    ]
 
 
 def thread_of(event: dict) -> str:
@@ -94,10 +119,15 @@ def thread_of(event: dict) -> str:
 
 async def answered(owner, room_id, sender, count) -> list[dict]:
     """Once `sender` has `count` finished answers: each as first sent, its final body added."""
+
     def done():
         answers = [a for a in answers_in(events_in(owner, room_id), sender) if a["msgtype"] != "m.notice"]
         return len(answers) >= count and all(is_final(a) for a in answers[:count])
+
     await sync_until(owner, done, timeout=60)
     final = {a["event_id"]: a["body"] for a in answers_in(events_in(owner, room_id), sender)}
-    return [{**e, "final": final[e["event_id"]]} for e in originals(owner, room_id, sender)
-            if e["content"].get("msgtype") != "m.notice"]
+    return [
+        {**e, "final": final[e["event_id"]]}
+        for e in originals(owner, room_id, sender)
+        if e["content"].get("msgtype") != "m.notice"
+    ]

@@ -7,6 +7,7 @@ its folders, and still writes its own working directory and gets its tools' sock
 The layout is the hard one: the config, data and agent folders in one tmp folder, which the
 agent is given to read (so each hide is what keeps a secret, not the private /tmp).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from bridge_harness import answers_in
 from helpers import is_final, open_dm, say
 from matrix_helpers import events_in, sync_until
@@ -32,11 +32,11 @@ async def pry(owner, room: str, plan: dict) -> None:
     def done() -> bool:
         answers = [a for a in answers_in(events_in(owner, room), ALICE) if a["msgtype"] != "m.notice"]
         return any(is_final(a) and "pried:" in a["body"] for a in answers)
+
     await sync_until(owner, done, timeout=120)
 
 
-async def test_a_prying_agent_reaches_nothing_of_the_bridge(bridge_factory, homeserver, tmp_path, owner,
-                                                             monkeypatch):
+async def test_a_prying_agent_reaches_nothing_of_the_bridge(bridge_factory, homeserver, tmp_path, owner, monkeypatch):
     bridge_secret = secrets.token_hex(16)
     monkeypatch.setenv("SIDEKICKS_TEST_BRIDGE_SECRET", bridge_secret)  # the bridge runs in this process
     work, data, private = tmp_path / "work", tmp_path / "data", tmp_path / "private"
@@ -49,27 +49,55 @@ async def test_a_prying_agent_reaches_nothing_of_the_bridge(bridge_factory, home
     registration = private / "registration.yaml"  # Synapse's, copied where the agent could look
     registration.write_text(homeserver.registration_path.read_text())
     tokens = yaml.safe_load(registration.read_text())
-    appservice = {**yaml.safe_load(homeserver.base_config_path.read_text())["appservice"],
-                  "registration": str(registration)}
+    appservice = {
+        **yaml.safe_load(homeserver.base_config_path.read_text())["appservice"],
+        "registration": str(registration),
+    }
     config_folder = tmp_path / "bridge0"
     running = await bridge_factory(
-        {"alice": {"command": [sys.executable, str(PRYING)], "cwd": str(work),
-                   "env": {"PRYING_GIVEN": "yes"}, "sandbox": {"read": [str(tmp_path)]}}},
-        folder=config_folder, data_dir=data, appservice=appservice)
+        {
+            "alice": {
+                "command": [sys.executable, str(PRYING)],
+                "cwd": str(work),
+                "env": {"PRYING_GIVEN": "yes"},
+                "sandbox": {"read": [str(tmp_path)]},
+            }
+        },
+        folder=config_folder,
+        data_dir=data,
+        appservice=appservice,
+    )
     store_file = data / "sidekicks.db"
     assert store_file.exists() and (config_folder / "config.yaml").exists()
 
     room = await open_dm(owner)
-    outside = [tmp_path / "outside.txt", config_folder / "planted.py", data / "planted",
-               private / "planted", Path.home() / f".sidekicks-pried-{bridge_secret[:8]}",
-               Path("/etc") / f"sidekicks-pried-{bridge_secret[:8]}"]
-    await pry(owner, room, {
-        "read": [str(registration), str(homeserver.registration_path), str(config_folder / "config.yaml"),
-                 str(data / "owner-password"), str(store_file), str(data / "crypto" / "bot.db"),
-                 f"/proc/{os.getpid()}/environ", f"/proc/{os.getppid()}/environ"],
-        "list": [str(data), str(config_folder), str(data / "crypto")],
-        "write": [str(p) for p in outside],
-        "pid": os.getpid()})
+    outside = [
+        tmp_path / "outside.txt",
+        config_folder / "planted.py",
+        data / "planted",
+        private / "planted",
+        Path.home() / f".sidekicks-pried-{bridge_secret[:8]}",
+        Path("/etc") / f"sidekicks-pried-{bridge_secret[:8]}",
+    ]
+    await pry(
+        owner,
+        room,
+        {
+            "read": [
+                str(registration),
+                str(homeserver.registration_path),
+                str(config_folder / "config.yaml"),
+                str(data / "owner-password"),
+                str(store_file),
+                str(data / "crypto" / "bot.db"),
+                f"/proc/{os.getpid()}/environ",
+                f"/proc/{os.getppid()}/environ",
+            ],
+            "list": [str(data), str(config_folder), str(data / "crypto")],
+            "write": [str(p) for p in outside],
+            "pid": os.getpid(),
+        },
+    )
     report = json.loads((work / "pried.json").read_text())  # written by the agent: its folder is its own
     text = json.dumps(report)
 

@@ -15,6 +15,7 @@ agent), real git.
 - A `!cwd` folder swapped for a link out of the roots after `!cwd` took it: the session opens
   in the configured cwd, and the owner is told in one line.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,6 @@ import stat
 from pathlib import Path
 
 import nio
-
 from bridge_harness import agent, wait_until
 from helpers import ALICE, answered, in_thread, received, say
 from matrix_helpers import events_in, sync_until
@@ -59,7 +59,9 @@ async def test_a_kicked_agents_mcp_call_is_refused(bridge_factory, tmp_path, own
     work.mkdir()
     running = await bridge_factory({"alice": mcp_agent(log, work)})
     room = await channel_with_alice(owner, "kick")
-    assert (await ask(owner, room, "[[tool:schedules]]", "schedules")).startswith("schedules: You have nothing scheduled")
+    assert (await ask(owner, room, "[[tool:schedules]]", "schedules")).startswith(
+        "schedules: You have nothing scheduled"
+    )
     # the agent keeps its session's server, and calls on its own once `trigger` exists
     await ask(owner, room, f"[[tool-when:{trigger} history {{}}]]", "waiting for")
     channel = running.store.channel_by_room(room)
@@ -85,19 +87,24 @@ async def test_send_file_refuses_a_hard_link_to_a_file_outside(bridge_factory, t
     assert refused.startswith("send_file error: notes.txt was not posted: it has 2 hard links"), refused
     posted = await ask(owner, room, '[[tool:send_file {"path": "plain.txt"}]]', "send_file")
     assert posted.startswith("send_file: Posted plain.txt"), posted
-    files = [e["content"]["body"] for e in events_in(owner, room) if e.get("type") == "m.room.message"
-             and e["content"].get("msgtype") == "m.file"]
+    files = [
+        e["content"]["body"]
+        for e in events_in(owner, room)
+        if e.get("type") == "m.room.message" and e["content"].get("msgtype") == "m.file"
+    ]
     assert files == ["plain.txt"]
 
 
 def plant(repo: Path, marker: Path) -> None:
     """A post-checkout hook, an fsmonitor and a smudge and clean filter (named by a committed
     .gitattributes) in the checkout, each touching `marker`-NAME when run."""
+
     def script(name: str) -> str:
         path = repo.parent / f"evil-{name}"
         path.write_text(f"#!/bin/sh\ntouch {marker}-{name}\ncat\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
         return str(path)
+
     hook = repo / ".git" / "hooks" / "post-checkout"
     hook.write_text(f"#!/bin/sh\ntouch {marker}-hook\n")
     hook.chmod(0o755)
@@ -130,10 +137,22 @@ async def test_a_threads_worktree_and_worktrees_run_nothing_the_checkout_names(b
     (tree / ".git").write_text(f"gitdir: {tmp_path / 'nowhere'}\n")
     (tree / "README").write_text("edited\n")  # hashed by status: the clean filter, were it on
     await say(owner, room_id, "!worktrees")
-    await sync_until(owner, lambda: sum("Worktrees in #general:" in e["content"].get("body", "")
-                                        for e in events_in(owner, room_id) if e.get("type") == "m.room.message") == 2)
-    second = [e["content"]["body"] for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
-              and "Worktrees in #general:" in e["content"].get("body", "")][-1]
+    await sync_until(
+        owner,
+        lambda: (
+            sum(
+                "Worktrees in #general:" in e["content"].get("body", "")
+                for e in events_in(owner, room_id)
+                if e.get("type") == "m.room.message"
+            )
+            == 2
+        ),
+    )
+    second = [
+        e["content"]["body"]
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message" and "Worktrees in #general:" in e["content"].get("body", "")
+    ][-1]
     assert second.splitlines()[1].endswith(f"— {tree} — dirty: 2 uncommitted changes"), second  # followed: "missing"
     assert sorted(p.name for p in tmp_path.glob("ran-*")) == []
     # the test can fail: git asked as usual in that checkout runs them
@@ -142,13 +161,15 @@ async def test_a_threads_worktree_and_worktrees_run_nothing_the_checkout_names(b
 
 
 async def test_a_cwd_folder_swapped_for_a_link_out_of_the_roots_is_not_where_the_session_opens(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     repo, notes, outside = make_repo(tmp_path / "app"), tmp_path / "notes", tmp_path / "outside"
     (notes / "inner").mkdir(parents=True)
     outside.mkdir()
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": agent("--log", str(log), title="Alice", cwd=str(repo),
-                                         roots=[str(repo), str(notes)])})
+    await bridge_factory(
+        {"alice": agent("--log", str(log), title="Alice", cwd=str(repo), roots=[str(repo), str(notes)])}
+    )
     room_id = await group(owner, ALICE)
     await say(owner, room_id, f"!cwd {notes / 'inner'}")
     await notice(owner, room_id, f"Alice works in {notes / 'inner'} here from its next new session.")
@@ -158,6 +179,7 @@ async def test_a_cwd_folder_swapped_for_a_link_out_of_the_roots_is_not_where_the
     told = await notice(owner, room_id, "chosen with !cwd", "outside its roots")
     assert told["content"]["body"] == (
         f"Alice: the folder chosen with !cwd, {notes / 'inner'}, now leads to {outside}, outside its roots "
-        f"(agents.<name>.roots): this session opens in {repo} instead.")
+        f"(agents.<name>.roots): this session opens in {repo} instead."
+    )
     assert (await answered(owner, room_id, ALICE, 1))[0]["final"] == str(repo)
     assert [s["cwd"] for s in new_sessions(log)] == [str(repo)]

@@ -4,6 +4,7 @@
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
 every JSON-RPC message they receive (`--log`).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,12 +12,12 @@ import json
 
 import nio
 import yaml
-
-from bridge.channels.stream import SPLIT_WEIGHT
-from bridge.matrix.intent import weight
 from bridge_harness import SCRIPTED, agent, answers_in
 from helpers import is_final, joined, received, say
 from matrix_helpers import caught_up, events_in, sync_until
+
+from bridge.channels.stream import SPLIT_WEIGHT
+from bridge.matrix.intent import weight
 
 ALICE = "@sk_alice:localhost"
 
@@ -37,8 +38,9 @@ async def room_with(owner: nio.AsyncClient, puppet_id: str = ALICE, name: str = 
 
 
 async def react(client: nio.AsyncClient, room_id: str, event_id: str, key: str) -> None:
-    response = await client.room_send(room_id, "m.reaction", {"m.relates_to": {
-        "rel_type": "m.annotation", "event_id": event_id, "key": key}})
+    response = await client.room_send(
+        room_id, "m.reaction", {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
+    )
     assert isinstance(response, nio.RoomSendResponse), response
 
 
@@ -49,8 +51,11 @@ def messages(owner, room_id, sender=ALICE) -> list[dict]:
 
 def answers(owner, room_id, sender=ALICE) -> list[dict]:
     """The agent's answers: not notices, not permission prompts."""
-    return [m for m in messages(owner, room_id, sender)
-            if m["msgtype"] != "m.notice" and "asks permission" not in m["history"][0]]
+    return [
+        m
+        for m in messages(owner, room_id, sender)
+        if m["msgtype"] != "m.notice" and "asks permission" not in m["history"][0]
+    ]
 
 
 def prompts_for_permission(owner, room_id) -> list[dict]:
@@ -61,6 +66,7 @@ async def wait_final(owner, room_id, count=1, timeout=60) -> list[dict]:
     def done():
         found = answers(owner, room_id)
         return len(found) >= count and all(is_final(a) for a in found[:count])
+
     await sync_until(owner, done, timeout=timeout)
     return answers(owner, room_id)
 
@@ -71,9 +77,13 @@ def prompts_ended(log_path) -> list[str]:
 
 
 def reactions_on(owner, room_id, event_id, sender=ALICE) -> list[str]:
-    return [e["content"]["m.relates_to"]["key"] for e in events_in(owner, room_id)
-            if e.get("type") == "m.reaction" and e.get("sender") == sender
-            and (e["content"].get("m.relates_to") or {}).get("event_id") == event_id]
+    return [
+        e["content"]["m.relates_to"]["key"]
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.reaction"
+        and e.get("sender") == sender
+        and (e["content"].get("m.relates_to") or {}).get("event_id") == event_id
+    ]
 
 
 def appservice_with(homeserver, **settings) -> dict:
@@ -84,14 +94,17 @@ def appservice_with(homeserver, **settings) -> dict:
 
 async def permission_prompt(owner, room_id) -> dict:
     """Wait for the puppet's permission prompt with its two reactions; return it."""
+
     def shown():
         found = prompts_for_permission(owner, room_id)
         return found and len(reactions_on(owner, room_id, found[0]["event_id"])) == 2
+
     await sync_until(owner, shown)
     return prompts_for_permission(owner, room_id)[0]
 
 
 # ---- permissions -----------------------------------------------------------------------------
+
 
 async def test_permission_allowed_by_the_owners_reaction(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
@@ -104,15 +117,18 @@ async def test_permission_allowed_by_the_owners_reaction(bridge_factory, tmp_pat
     assert "1. ✅ Allow once" in body and "2. ❌ Reject" in body
     assert reactions_on(owner, room_id, prompt["event_id"]) == ["1\ufe0f\u20e3", "2\ufe0f\u20e3"]
     # while it waits, the answer's status line says so
-    await sync_until(owner, lambda: any("waiting for your permission: Write notes.txt" in b
-                                        for a in answers(owner, room_id) for b in a["history"]))
+    await sync_until(
+        owner,
+        lambda: any(
+            "waiting for your permission: Write notes.txt" in b for a in answers(owner, room_id) for b in a["history"]
+        ),
+    )
     assert not is_final(answers(owner, room_id)[0])
 
     await react(owner, room_id, prompt["event_id"], "1\ufe0f\u20e3")
     found = await wait_final(owner, room_id)
     assert found[0]["body"] == "allowed"
-    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
-        "✅ Allowed once"))
+    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("✅ Allowed once"))
     replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
     assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "allow_once"}]
 
@@ -132,11 +148,12 @@ async def test_permission_rejected_by_a_numbered_reply(bridge_factory, tmp_path,
     channel = running.store.channel_by_room(room_id)
     # stored right after its final edit
     await sync_until(owner, lambda: len(running.store.last_messages(channel.id, 10)) == 2)
-    assert [m.text for m in running.store.last_messages(channel.id, 10)] == [
-        "[[permission]] write notes", "rejected"]
+    assert [m.text for m in running.store.last_messages(channel.id, 10)] == ["[[permission]] write notes", "rejected"]
 
 
-async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(homeserver, bridge_factory, tmp_path, owner, stranger):
+async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(
+    homeserver, bridge_factory, tmp_path, owner, stranger
+):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log))})
     room_id = await room_with(owner)
@@ -166,15 +183,17 @@ async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(home
 
 async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": agent("--log", str(log))},
-                         appservice=appservice_with(homeserver, permission_timeout=1))
+    await bridge_factory(
+        {"alice": agent("--log", str(log))}, appservice=appservice_with(homeserver, permission_timeout=1)
+    )
     room_id = await room_with(owner)
     await say(owner, room_id, "[[permission]] write notes")
     # no wait for the question first: with 1 s to answer, it may be over before it is seen
     found = await wait_final(owner, room_id)
     assert found[0]["body"] == "⏹ stopped"
-    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(
-        "⏱ No answer: cancelled"))
+    await sync_until(
+        owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("⏱ No answer: cancelled")
+    )
     replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
     assert [r["result"]["outcome"] for r in replies] == [{"outcome": "cancelled"}]
 
@@ -190,8 +209,9 @@ HELD = "tell me a long story"
 async def _held_answer_started(owner, room_id, release, text: str = HELD) -> str:
     """Send a prompt whose answer streams its first half, then waits for `release`."""
     prompt_id = await say(owner, room_id, f"[[chunks:2]] [[hold:{release}]] {text}")
-    await sync_until(owner, lambda: any(a["body"].startswith("✍️") and "echo" in a["body"]
-                                        for a in answers(owner, room_id)))
+    await sync_until(
+        owner, lambda: any(a["body"].startswith("✍️") and "echo" in a["body"] for a in answers(owner, room_id))
+    )
     return prompt_id
 
 
@@ -224,8 +244,11 @@ async def test_a_queued_message_redacted_is_never_answered(bridge_factory, tmp_p
         assert not found[0]["body"].endswith("stopped")  # the answer in progress was not cut
         assert found[0]["body"].endswith(HELD)
         assert found[1]["body"].startswith("echo: ") and found[1]["body"].endswith("and this one?")
-        sent = ["".join(b.get("text", "") for b in m["params"]["prompt"])
-                for m in received(log) if m.get("method") == "session/prompt"]
+        sent = [
+            "".join(b.get("text", "") for b in m["params"]["prompt"])
+            for m in received(log)
+            if m.get("method") == "session/prompt"
+        ]
         assert len(sent) == 2 and not any("forget this one" in text for text in sent)
         await running.idle()  # every turn is over: an answer to the redacted one would be out
         await caught_up(owner, room_id)
@@ -253,6 +276,7 @@ async def test_a_stop_reaction_on_the_answer_cancels_it(bridge_factory, tmp_path
 
 
 # ---- whose turn it is ----------------------------------------------------------------------------
+
 
 async def test_an_agent_busy_in_its_direct_chat_is_said_so_not_as_a_channel(bridge_factory, tmp_path, owner):
     """The DM with an agent is a direct channel stored under the agent's name; the waiting note
@@ -293,14 +317,21 @@ async def test_a_message_for_an_agent_busy_elsewhere_waits_and_says_whose_turn(b
         assert done_first[0]["body"].startswith("echo: ") and done_first[0]["body"].endswith("a long one")
 
         def timestamps(room_id, answer_id):
-            return [e["origin_server_ts"] for e in events_in(owner, room_id)
-                    if e.get("event_id") == answer_id
-                    or (e["content"].get("m.relates_to") or {}).get("event_id") == answer_id]
+            return [
+                e["origin_server_ts"]
+                for e in events_in(owner, room_id)
+                if e.get("event_id") == answer_id
+                or (e["content"].get("m.relates_to") or {}).get("event_id") == answer_id
+            ]
+
         # the second answer got its text only after the first was finished
         first_end = max(timestamps(first, done_first[0]["event_id"]))
-        second_text = [e["origin_server_ts"] for e in events_in(owner, second)
-                       if (e["content"].get("m.relates_to") or {}).get("event_id") == done_second[0]["event_id"]
-                       and "echo" in e["content"].get("m.new_content", {}).get("body", "")]
+        second_text = [
+            e["origin_server_ts"]
+            for e in events_in(owner, second)
+            if (e["content"].get("m.relates_to") or {}).get("event_id") == done_second[0]["event_id"]
+            and "echo" in e["content"].get("m.new_content", {}).get("body", "")
+        ]
         assert second_text and min(second_text) >= first_end
     finally:
         release.touch()
@@ -334,6 +365,7 @@ async def test_a_waiting_answer_cancelled_by_redaction_stops_at_once(bridge_fact
 
 # ---- long answers ---------------------------------------------------------------------------------
 
+
 def scripted_text(size: int) -> str:
     """The scripted agent's generated answer of `size` characters."""
     spec = importlib.util.spec_from_file_location("scripted_agent", SCRIPTED)
@@ -348,14 +380,15 @@ async def test_a_40000_character_answer_arrives_in_three_messages(bridge_factory
     await say(owner, room_id, "[[size:40000]]")
     expected = scripted_text(40000)
     # 40,714 in weight (each line's newline is 2 escaped in JSON): three messages of at most 15,000
-    await sync_until(owner, lambda: len(answers(owner, room_id)) == 3
-                     and "".join(a["body"] for a in answers(owner, room_id)) == expected)
+    await sync_until(
+        owner,
+        lambda: len(answers(owner, room_id)) == 3 and "".join(a["body"] for a in answers(owner, room_id)) == expected,
+    )
     found = answers(owner, room_id)
     assert all(weight(a["body"]) <= SPLIT_WEIGHT for a in found)
     assert all(a["edits"] <= 100 for a in found)
     ids = {a["event_id"] for a in found}
-    edits = [e for e in events_in(owner, room_id)
-             if (e["content"].get("m.relates_to") or {}).get("event_id") in ids]
+    edits = [e for e in events_in(owner, room_id) if (e["content"].get("m.relates_to") or {}).get("event_id") in ids]
     assert edits and max(len(json.dumps(e).encode("utf-8")) for e in edits) < 64 * 1024
     channel = running.store.channel_by_room(room_id)
     await sync_until(owner, lambda: any(m.role == "agent" for m in running.store.last_messages(channel.id, 10)))
@@ -366,6 +399,7 @@ async def test_a_40000_character_answer_arrives_in_three_messages(bridge_factory
 
 # ---- typing -----------------------------------------------------------------------------------------
 
+
 async def test_the_puppet_types_while_it_works_and_stops_after(bridge_factory, tmp_path, owner):
     release = tmp_path / "release"
     await bridge_factory({"alice": agent()})
@@ -375,6 +409,7 @@ async def test_the_puppet_types_while_it_works_and_stops_after(bridge_factory, t
         def typing() -> list[str]:
             room = owner.rooms.get(room_id)
             return list(room.typing_users) if room is not None else []
+
         assert ALICE not in typing()
         await say(owner, room_id, f"[[chunks:2]] [[hold:{release}]] take your time")
         await sync_until(owner, lambda: ALICE in typing())
@@ -388,12 +423,13 @@ async def test_the_puppet_types_while_it_works_and_stops_after(bridge_factory, t
 
 # ---- an agent silent for a while ---------------------------------------------------------------
 
-async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(bridge_factory, tmp_path,
-                                                                    monkeypatch, owner):
+
+async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(bridge_factory, tmp_path, monkeypatch, owner):
     # an agent that holds after its first part (OpenCode retrying its model showed nothing for
     # 80 s): the status says how long nothing came and how to stop it; the answer then ends as
     # usual. SILENT_AFTER is 30 s in use; 0.5 s here.
     from bridge.channels import silence
+
     monkeypatch.setattr(silence, "SILENT_AFTER", 0.5)
     release = tmp_path / "release"
     await bridge_factory({"alice": agent()})
@@ -404,7 +440,9 @@ async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(bridge_facto
         def silent() -> bool:
             found = answers(owner, room_id)
             return bool(found) and found[0]["body"].startswith(
-                "⏳ still working, nothing received for 0.5 s — `!stop` to cancel\n\necho: ")
+                "⏳ still working, nothing received for 0.5 s — `!stop` to cancel\n\necho: "
+            )
+
         await sync_until(owner, silent)
         release.touch()
         [answer] = await wait_final(owner, room_id)
@@ -415,8 +453,8 @@ async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(bridge_facto
 
 # ---- crash ----------------------------------------------------------------------------------------
 
-async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agent(
-        bridge_factory, tmp_path, owner):
+
+async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agent(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     # the restarted agent's fresh session is told the past
     # (docs/architecture.md "Slots and sessions"): cut short there, the crash directive is not
@@ -426,6 +464,7 @@ async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agen
 
     def crash_notices() -> list[str]:
         return [m["body"] for m in messages(owner, room_id) if m["msgtype"] == "m.notice"]
+
     await say(owner, room_id, "go on then [[crash]]")
     await sync_until(owner, lambda: any("echo" in a["body"] for a in answers(owner, room_id)))
     # how soon the notice comes is measured by tests/bench (bench_faults: crash → notice)
@@ -446,23 +485,45 @@ async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agen
 
 # ---- the permission prompt's text (no homeserver needed) -----------------------------------------
 
+
 def test_permission_prompt_shows_input_locations_and_numbered_options():
     from acp import Update
-    from bridge.coding.render import INPUT_CHARS, permission
     from bridge.channels.turns import TurnRun
+    from bridge.coding.render import INPUT_CHARS, permission
 
     run = TurnRun(None, "alice", None)
-    run.note_tool_call(Update("tool_call", tool_call_id="c1", title="Edit main.py", raw={
-        "toolCallId": "c1", "title": "Edit main.py", "kind": "edit",
-        "rawInput": {"path": "main.py", "text": "x" * 1000},
-        "locations": [{"path": "main.py", "line": 3}, {"path": "b.py"}]}))
-    run.note_tool_call(Update("tool_call_update", tool_call_id="c1", status="in_progress",
-                              raw={"toolCallId": "c1", "status": "in_progress"}))
+    run.note_tool_call(
+        Update(
+            "tool_call",
+            tool_call_id="c1",
+            title="Edit main.py",
+            raw={
+                "toolCallId": "c1",
+                "title": "Edit main.py",
+                "kind": "edit",
+                "rawInput": {"path": "main.py", "text": "x" * 1000},
+                "locations": [{"path": "main.py", "line": 3}, {"path": "b.py"}],
+            },
+        )
+    )
+    run.note_tool_call(
+        Update(
+            "tool_call_update",
+            tool_call_id="c1",
+            status="in_progress",
+            raw={"toolCallId": "c1", "status": "in_progress"},
+        )
+    )
     assert run.tool_calls["c1"]["title"] == "Edit main.py"  # an update without title keeps it
-    shown, _ = permission("Alice", {**run.tool_calls["c1"], "toolCallId": "c1"}, [
-        {"optionId": "a", "name": "Allow once", "kind": "allow_once"},
-        {"optionId": "aa", "name": "Always allow", "kind": "allow_always"},
-        {"optionId": "r", "name": "Reject <now>", "kind": "reject_once"}])
+    shown, _ = permission(
+        "Alice",
+        {**run.tool_calls["c1"], "toolCallId": "c1"},
+        [
+            {"optionId": "a", "name": "Allow once", "kind": "allow_once"},
+            {"optionId": "aa", "name": "Always allow", "kind": "allow_always"},
+            {"optionId": "r", "name": "Reject <now>", "kind": "reject_once"},
+        ],
+    )
     body, html = shown.body, shown.html
     lines = body.splitlines()
     assert lines[0] == "🔐 Alice asks permission: ✏️ Edit main.py"

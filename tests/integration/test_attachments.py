@@ -5,6 +5,7 @@ image comes back as an m.image, size limits, and the other message kinds.
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
 every JSON-RPC message they receive (`--log`) and announce what they take (`--prompt-caps`).
 """
+
 from __future__ import annotations
 
 import base64
@@ -15,7 +16,6 @@ from urllib.parse import urlparse
 
 import aiohttp
 import nio
-
 from bridge_harness import agent, answers_in
 from helpers import is_final, joined, open_dm, received
 from matrix_helpers import caught_up, events_in, sync_until
@@ -25,12 +25,18 @@ ALICE = "@sk_alice:localhost"
 
 def png(width: int = 2, height: int = 2, extra: int = 0) -> bytes:
     """A real PNG image (`extra` bytes of text chunk make it bigger)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     raw = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + (chunk(b"tEXt", b"pad\x00" + b"x" * extra) if extra else b"")
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + (chunk(b"tEXt", b"pad\x00" + b"x" * extra) if extra else b"")
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def prompts(log_path) -> list[list[dict]]:
@@ -50,10 +56,22 @@ async def send(owner, room_id: str, content: dict, event_type: str = "m.room.mes
     return response.event_id
 
 
-async def send_file(owner, room_id: str, data: bytes, mimetype: str, name: str, caption: str | None = None,
-                    msgtype: str = "m.image", size: int | None = None) -> str:
-    content = {"msgtype": msgtype, "body": caption or name, "url": await upload(owner, data, mimetype, name),
-               "info": {"mimetype": mimetype, "size": len(data) if size is None else size}}
+async def send_file(
+    owner,
+    room_id: str,
+    data: bytes,
+    mimetype: str,
+    name: str,
+    caption: str | None = None,
+    msgtype: str = "m.image",
+    size: int | None = None,
+) -> str:
+    content = {
+        "msgtype": msgtype,
+        "body": caption or name,
+        "url": await upload(owner, data, mimetype, name),
+        "info": {"mimetype": mimetype, "size": len(data) if size is None else size},
+    }
     if caption:
         content["filename"] = name
     return await send(owner, room_id, content)
@@ -67,6 +85,7 @@ async def wait_messages(owner, room_id, count: int, sender=ALICE) -> list[dict]:
     def done():
         found = messages(owner, room_id, sender)
         return len(found) >= count and all(is_final(m) for m in found[:count])
+
     await sync_until(owner, done)
     return messages(owner, room_id, sender)
 
@@ -82,11 +101,10 @@ async def download(homeserver, owner, mxc: str) -> bytes:
 
 # ---- owner → agent ------------------------------------------------------------------------------
 
-async def test_an_image_with_and_without_caption_reaches_the_agent_as_an_image_block(
-        bridge_factory, tmp_path, owner):
+
+async def test_an_image_with_and_without_caption_reaches_the_agent_as_an_image_block(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    running = await bridge_factory({"alice": agent("--log", str(log), "--prompt-caps", "image",
-                                                   "--answer", "seen")})
+    running = await bridge_factory({"alice": agent("--log", str(log), "--prompt-caps", "image", "--answer", "seen")})
     room = await open_dm(owner)
     image = png()
     await send_file(owner, room, image, "image/png", "dot.png")
@@ -99,22 +117,25 @@ async def test_an_image_with_and_without_caption_reaches_the_agent_as_an_image_b
     assert first == [{"type": "image", "mimeType": "image/png", "data": encoded}]  # no file name as text
     assert second[0]["type"] == "text" and second[0]["text"].endswith("what colour is this?")
     assert second[1:] == [{"type": "image", "mimeType": "image/png", "data": encoded}]
-    stored = [m.text for m in running.store.last_messages(running.store.channel_by_room(room).id, 10)
-              if m.role == "user"]
+    stored = [
+        m.text for m in running.store.last_messages(running.store.channel_by_room(room).id, 10) if m.role == "user"
+    ]
     assert stored == ["[image: dot.png]", "[image: dot.png] what colour is this?"]
 
 
 async def test_a_text_file_is_an_embedded_resource_or_its_text(bridge_factory, tmp_path, owner):
     alice_log, bob_log = tmp_path / "alice.log", tmp_path / "bob.log"
-    running = await bridge_factory({
-        "alice": agent("--log", str(alice_log), "--prompt-caps", "embeddedContext", "--answer", "read"),
-        "bob": agent("--log", str(bob_log), "--answer", "read")})
+    running = await bridge_factory(
+        {
+            "alice": agent("--log", str(alice_log), "--prompt-caps", "embeddedContext", "--answer", "read"),
+            "bob": agent("--log", str(bob_log), "--answer", "read"),
+        }
+    )
     text = "def add(a, b):\n    return a + b  # é\n"
     alice_room = await open_dm(owner, ALICE)
     event_id = await send_file(owner, alice_room, text.encode(), "text/x-python", "add.py", msgtype="m.file")
     bob_room = await open_dm(owner, "@sk_bob:localhost")
-    await send_file(owner, bob_room, text.encode(), "text/x-python", "add.py", caption="review this",
-                    msgtype="m.file")
+    await send_file(owner, bob_room, text.encode(), "text/x-python", "add.py", caption="review this", msgtype="m.file")
     await wait_messages(owner, alice_room, 1)
     await wait_messages(owner, bob_room, 1, sender="@sk_bob:localhost")
     await running.idle()
@@ -145,8 +166,9 @@ async def test_an_agent_without_image_support_gets_one_line_and_no_prompt(bridge
 
 async def test_attachments_past_the_size_limit_get_a_clear_line(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    running = await bridge_factory({"alice": agent("--log", str(log), "--prompt-caps", "image")},
-                                   limits={"attachment_mib": 0.01})  # 10 KiB
+    running = await bridge_factory(
+        {"alice": agent("--log", str(log), "--prompt-caps", "image")}, limits={"attachment_mib": 0.01}
+    )  # 10 KiB
     room = await open_dm(owner)
     big = png(extra=20 * 1024)
     declared = await send_file(owner, room, big, "image/png", "big.png")
@@ -157,9 +179,9 @@ async def test_attachments_past_the_size_limit_get_a_clear_line(bridge_factory, 
     await running.idle()
     bodies = [m["body"] for m in messages(owner, room)]
     assert bodies == [
-        "big.png is 20 KiB; agents take attachments of up to 10 KiB (limits.attachment_mib), "
-        "so it was not passed on.",
-        "⚠️ liar.png is bigger than the 10 KiB agents take (limits.attachment_mib), so it was not passed on."]
+        "big.png is 20 KiB; agents take attachments of up to 10 KiB (limits.attachment_mib), so it was not passed on.",
+        "⚠️ liar.png is bigger than the 10 KiB agents take (limits.attachment_mib), so it was not passed on.",
+    ]
     assert prompts(log) == []
     assert running.store.message_by_event(declared) is None  # refused at once: not a prompt
 
@@ -172,15 +194,28 @@ async def test_other_message_kinds_do_what_the_readme_says(bridge_factory, tmp_p
     await wait_messages(owner, room, 1)
     await send(owner, room, {"msgtype": "m.location", "body": "Big Ben", "geo_uri": "geo:51.5007,-0.1246"})
     await wait_messages(owner, room, 2)
-    await send(owner, room, {"org.matrix.msc3381.poll.start": {
-        "question": {"org.matrix.msc1767.text": "Lunch?"}, "kind": "org.matrix.msc3381.poll.disclosed",
-        "max_selections": 1, "answers": [{"id": "a", "org.matrix.msc1767.text": "Pizza"},
-                                         {"id": "b", "org.matrix.msc1767.text": "Soup"}]},
-        "org.matrix.msc1767.text": "Lunch?\n1. Pizza\n2. Soup"}, event_type="org.matrix.msc3381.poll.start")
+    await send(
+        owner,
+        room,
+        {
+            "org.matrix.msc3381.poll.start": {
+                "question": {"org.matrix.msc1767.text": "Lunch?"},
+                "kind": "org.matrix.msc3381.poll.disclosed",
+                "max_selections": 1,
+                "answers": [
+                    {"id": "a", "org.matrix.msc1767.text": "Pizza"},
+                    {"id": "b", "org.matrix.msc1767.text": "Soup"},
+                ],
+            },
+            "org.matrix.msc1767.text": "Lunch?\n1. Pizza\n2. Soup",
+        },
+        event_type="org.matrix.msc3381.poll.start",
+    )
     await wait_messages(owner, room, 3)
     sticker = await upload(owner, png(), "image/png", "sticker.png")
-    await send(owner, room, {"body": "thumbs up", "url": sticker, "info": {"mimetype": "image/png"}},
-               event_type="m.sticker")
+    await send(
+        owner, room, {"body": "thumbs up", "url": sticker, "info": {"mimetype": "image/png"}}, event_type="m.sticker"
+    )
     await wait_messages(owner, room, 4)
     notice = await send(owner, room, {"msgtype": "m.notice", "body": "build finished"})
     await running.handled(notice)
@@ -195,7 +230,10 @@ async def test_other_message_kinds_do_what_the_readme_says(bridge_factory, tmp_p
 
 # ---- agent → owner ------------------------------------------------------------------------------
 
-async def test_an_agents_image_comes_back_as_an_m_image_with_the_same_bytes(homeserver, bridge_factory, tmp_path, owner):
+
+async def test_an_agents_image_comes_back_as_an_m_image_with_the_same_bytes(
+    homeserver, bridge_factory, tmp_path, owner
+):
     image = png(3, 3)
     picture = tmp_path / "red.png"
     picture.write_bytes(image)
@@ -207,7 +245,10 @@ async def test_an_agents_image_comes_back_as_an_m_image_with_the_same_bytes(home
     await caught_up(owner, room)
     shown = messages(owner, room)
     assert [(m["msgtype"], m["body"]) for m in shown] == [
-        ("m.text", "Here is the image:"), ("m.image", "image.png"), ("m.text", "That is all.")]
+        ("m.text", "Here is the image:"),
+        ("m.image", "image.png"),
+        ("m.text", "That is all."),
+    ]
     event = next(e for e in events_in(owner, room) if e["event_id"] == shown[1]["event_id"])
     assert event["content"]["info"] == {"mimetype": "image/png", "size": len(image)}
     assert await download(homeserver, owner, event["content"]["url"]) == image
@@ -233,17 +274,19 @@ async def test_an_agents_file_resource_comes_back_as_an_m_file(homeserver, bridg
 
 
 async def test_an_attachment_left_unanswered_by_a_stop_reaches_the_next_agent_after_the_restart(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     """The store keeps "[image: dot.png] caption"; the next start reads the event again, so the
     agent whose turn had not begun still gets the image and the caption (not the stored text)."""
     release = tmp_path / "release"
     alice_log, bob_log = tmp_path / "alice.log", tmp_path / "bob.log"
-    agents = {"alice": agent("--log", str(alice_log), "--prompt-caps", "image", "--hold", str(release)),
-              "bob": agent("--log", str(bob_log), "--prompt-caps", "image", "--answer", "a dot")}
+    agents = {
+        "alice": agent("--log", str(alice_log), "--prompt-caps", "image", "--hold", str(release)),
+        "bob": agent("--log", str(bob_log), "--prompt-caps", "image", "--answer", "a dot"),
+    }
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder)
-    made = await owner.room_create(name="pics", invite=[ALICE, "@sk_bob:localhost"],
-                                   preset=nio.RoomPreset.private_chat)
+    made = await owner.room_create(name="pics", invite=[ALICE, "@sk_bob:localhost"], preset=nio.RoomPreset.private_chat)
     assert isinstance(made, nio.RoomCreateResponse), made
     room = made.room_id
     await sync_until(owner, lambda: joined(owner, room, ALICE) and joined(owner, room, "@sk_bob:localhost"))
@@ -266,4 +309,5 @@ async def test_an_attachment_left_unanswered_by_a_stop_reaches_the_next_agent_af
 
 async def wait_until_prompted(log_path) -> None:
     from bridge_harness import wait_until
+
     await wait_until(lambda: prompts(log_path), what=f"a prompt in {log_path.name}")

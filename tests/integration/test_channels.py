@@ -4,11 +4,10 @@
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log
 every JSON-RPC message they receive (`--log`) so the exact prompt text can be asserted.
 """
+
 from __future__ import annotations
 
-
 import nio
-
 from bridge_harness import agent, answers_in
 from helpers import is_final, joined, prompts, say
 from matrix_helpers import events_in, notices, sync_until
@@ -19,22 +18,21 @@ CLOSING = "The user now writes to you (answer directly, without your name in fro
 
 
 async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
-    response = await owner.room_create(name=name, invite=list(puppets),
-                                       preset=nio.RoomPreset.private_chat)
+    response = await owner.room_create(name=name, invite=list(puppets), preset=nio.RoomPreset.private_chat)
     assert isinstance(response, nio.RoomCreateResponse), response
     await sync_until(owner, lambda: all(joined(owner, response.room_id, p) for p in puppets))
     return response.room_id
 
 
 def finished_answers(owner, room_id, puppet_id) -> list[dict]:
-    return [a for a in answers_in(events_in(owner, room_id), puppet_id)
-            if a["msgtype"] != "m.notice"]
+    return [a for a in answers_in(events_in(owner, room_id), puppet_id) if a["msgtype"] != "m.notice"]
 
 
 async def wait_answers(owner, room_id, puppet_id, count=1, timeout=60) -> list[dict]:
     def done():
         answers = finished_answers(owner, room_id, puppet_id)
         return len(answers) >= count and all(is_final(a) for a in answers[:count])
+
     await sync_until(owner, done, timeout=timeout)
     return finished_answers(owner, room_id, puppet_id)
 
@@ -45,9 +43,12 @@ def header(channel: str) -> str:
 
 async def two_agents(bridge_factory, tmp_path, alice=(), bob=()):
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-    running = await bridge_factory({
-        "alice": agent(*alice, "--log", str(logs["alice"]), title="Alice"),
-        "bob": agent(*bob, "--log", str(logs["bob"]), title="Bob")})
+    running = await bridge_factory(
+        {
+            "alice": agent(*alice, "--log", str(logs["alice"]), title="Alice"),
+            "bob": agent(*bob, "--log", str(logs["bob"]), title="Bob"),
+        }
+    )
     return running, logs
 
 
@@ -77,18 +78,18 @@ async def test_adr_example_only_alice_then_bob_reads_the_exact_text(bridge_facto
         "alice: Goroutines are light threads…\n"
         "[End of the messages]\n"
         "The user now writes to you (answer directly, without your name in front):\n"
-        "@bob what do you think?"]
+        "@bob what do you think?"
+    ]
     assert prompts(logs["alice"]) == ["@alice explain goroutines"]  # alice was not asked again
 
 
-async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(
-        bridge_factory, tmp_path, owner):
+async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(bridge_factory, tmp_path, owner):
     running, logs = await two_agents(bridge_factory, tmp_path, alice=("--answer", "Alice says so"))
     room_id = await group(owner, ALICE, BOB)
     # alice named first as plain text, bob second as an Element pill (+ m.mentions)
     html = f'@alice and <a href="https://matrix.to/#/{BOB}">Bob</a>: review this'
     await say(owner, room_id, "@alice and Bob: review this", html, [BOB])
-    text = "@alice and @bob: review this"   # what both read: the pill as @name
+    text = "@alice and @bob: review this"  # what both read: the pill as @name
     await wait_answers(owner, room_id, BOB)
     alice_answer = (await wait_answers(owner, room_id, ALICE))[0]
     bob_answer = finished_answers(owner, room_id, BOB)[0]
@@ -96,26 +97,34 @@ async def test_two_mentions_answer_in_order_and_the_second_reads_the_first(
     assert ids.index(alice_answer["event_id"]) < ids.index(bob_answer["event_id"])
     assert prompts(logs["alice"]) == [text]
     assert prompts(logs["bob"]) == [
-        f"{header('general')}\nalice: Alice says so\n[End of the messages]\n{CLOSING}\n{text}"]
+        f"{header('general')}\nalice: Alice says so\n[End of the messages]\n{CLOSING}\n{text}"
+    ]
     await running.idle()  # the turns are over: answers stored, nothing more to come
     channel = running.store.channel_by_room(room_id)
     assert [(m.sender, m.role) for m in running.store.last_messages(channel.id, 10)][1:] == [
-        ("alice", "agent"), ("bob", "agent")]
+        ("alice", "agent"),
+        ("bob", "agent"),
+    ]
 
 
-async def test_an_element_pill_reaches_the_agent_and_the_context_as_at_name(
-        bridge_factory, tmp_path, owner):
+async def test_an_element_pill_reaches_the_agent_and_the_context_as_at_name(bridge_factory, tmp_path, owner):
     """Element (and nheko) put the puppet's display name in the body for a pill; the agent reads
     `@local`, in its prompt and in another agent's context lines
     (docs/architecture.md "Who answers", "What each agent reads")."""
     title, local = "SmolLM2 · runs on this computer", "@sk_local:localhost"
     logs = {"local": tmp_path / "local.log", "bob": tmp_path / "bob.log"}
-    running = await bridge_factory({"local": agent("--log", str(logs["local"]), title=title),
-                                    "bob": agent("--log", str(logs["bob"]), title="Bob")})
+    running = await bridge_factory(
+        {"local": agent("--log", str(logs["local"]), title=title), "bob": agent("--log", str(logs["bob"]), title="Bob")}
+    )
     room_id = await group(owner, local, BOB)
     # Element Web's event for a pill, as sent
-    await say(owner, room_id, f"{title} what is 2 plus 2?",
-              f'<a href="https://matrix.to/#/{local}">{title}</a> what is 2 plus 2?', [local])
+    await say(
+        owner,
+        room_id,
+        f"{title} what is 2 plus 2?",
+        f'<a href="https://matrix.to/#/{local}">{title}</a> what is 2 plus 2?',
+        [local],
+    )
     await wait_answers(owner, room_id, local)
     assert prompts(logs["local"]) == ["@local what is 2 plus 2?"]
     await running.idle()
@@ -126,11 +135,11 @@ async def test_an_element_pill_reaches_the_agent_and_the_context_as_at_name(
     await wait_answers(owner, room_id, BOB)
     assert prompts(logs["bob"]) == [
         f"{header('general')}\nuser: @local what is 2 plus 2?\nlocal: echo: @local what is 2 plus 2?\n"
-        f"[End of the messages]\n{CLOSING}\n@bob and you?"]
+        f"[End of the messages]\n{CLOSING}\n@bob and you?"
+    ]
 
 
-async def test_mentioned_non_member_is_invited_first_and_the_channel_says_so(
-        bridge_factory, tmp_path, owner):
+async def test_mentioned_non_member_is_invited_first_and_the_channel_says_so(bridge_factory, tmp_path, owner):
     running, logs = await two_agents(bridge_factory, tmp_path)
     room_id = await group(owner, ALICE)
     await say(owner, room_id, "@bob join us")
@@ -139,10 +148,16 @@ async def test_mentioned_non_member_is_invited_first_and_the_channel_says_so(
     said = [n for n in notices(owner, room_id) if "Inviting" in n]
     assert said == ["Inviting Bob (@bob) to #general."]
     events = events_in(owner, room_id)
-    notice_at = next(i for i, e in enumerate(events)
-                     if e.get("type") == "m.room.message" and "Inviting" in e["content"].get("body", ""))
-    joined_at = next(i for i, e in enumerate(events) if e.get("type") == "m.room.member"
-                     and e.get("state_key") == BOB and e["content"].get("membership") == "join")
+    notice_at = next(
+        i
+        for i, e in enumerate(events)
+        if e.get("type") == "m.room.message" and "Inviting" in e["content"].get("body", "")
+    )
+    joined_at = next(
+        i
+        for i, e in enumerate(events)
+        if e.get("type") == "m.room.member" and e.get("state_key") == BOB and e["content"].get("membership") == "join"
+    )
     answer_at = next(i for i, e in enumerate(events) if e.get("event_id") == answers[0]["event_id"])
     assert notice_at < joined_at < answer_at
     channel = running.store.channel_by_room(room_id)
@@ -156,7 +171,8 @@ async def test_nobody_answers_without_mention_or_speaker(bridge_factory, tmp_pat
     await say(owner, room_id, "hello, anyone?")
     await sync_until(owner, lambda: any("mention an agent" in n for n in notices(owner, room_id)))
     assert [n for n in notices(owner, room_id) if "mention" in n] == [
-        "Nobody answers this one: mention an agent, like @alice, @bob, to get an answer."]
+        "Nobody answers this one: mention an agent, like @alice, @bob, to get an answer."
+    ]
     await running.idle()  # the turns are over: answers stored, nothing more to come
     assert prompts(logs["alice"]) == [] and prompts(logs["bob"]) == []
     assert finished_answers(owner, room_id, ALICE) == finished_answers(owner, room_id, BOB) == []
@@ -172,8 +188,9 @@ async def test_slash_commands_go_alone_to_their_agent(bridge_factory, tmp_path, 
     assert prompts(logs["alice"]) == ["/review main.py"]
     await say(owner, room_id, "@alice /review x")
     await wait_answers(owner, room_id, ALICE, count=2)
-    await say(owner, room_id, "Alice: /review y",
-              f'<a href="https://matrix.to/#/{ALICE}">Alice</a>: /review y', [ALICE])
+    await say(
+        owner, room_id, "Alice: /review y", f'<a href="https://matrix.to/#/{ALICE}">Alice</a>: /review y', [ALICE]
+    )
     await wait_answers(owner, room_id, ALICE, count=3)
     await say(owner, room_id, "//alice:review z")
     await wait_answers(owner, room_id, ALICE, count=4)
@@ -216,7 +233,9 @@ async def test_strangers_message_in_a_channel_is_ignored(homeserver, bridge_fact
     assert prompts(logs["bob"]) == []
     channel = running.store.channel_by_room(room_id)
     assert [m.text for m in running.store.last_messages(channel.id, 10)] == [
-        "@alice owner here", "echo: @alice owner here"]
+        "@alice owner here",
+        "echo: @alice owner here",
+    ]
 
 
 async def test_room_rename_renames_the_channel(bridge_factory, tmp_path, owner):
@@ -259,13 +278,13 @@ async def test_a_queued_message_is_not_shown_early_nor_lost(bridge_factory, tmp_
     bob_answer = (await wait_answers(owner, room_id, BOB))[0]["body"]
     assert prompts(logs["alice"]) == ["@alice one"]
     assert prompts(logs["bob"]) == [
-        f"{header('general')}\nuser: @alice one\nalice: echo: @alice one\n[End of the messages]\n"
-        f"{CLOSING}\n@bob two"]
+        f"{header('general')}\nuser: @alice one\nalice: echo: @alice one\n[End of the messages]\n{CLOSING}\n@bob two"
+    ]
     await say(owner, room_id, "@alice three")
     await wait_answers(owner, room_id, ALICE, count=2)
     assert prompts(logs["alice"])[1] == (
-        f"{header('general')}\nuser: @bob two\nbob: {bob_answer}\n[End of the messages]\n"
-        f"{CLOSING}\n@alice three")
+        f"{header('general')}\nuser: @bob two\nbob: {bob_answer}\n[End of the messages]\n{CLOSING}\n@alice three"
+    )
 
 
 async def test_a_redacted_message_is_never_told_to_another_agent(bridge_factory, tmp_path, owner):
@@ -280,12 +299,14 @@ async def test_a_redacted_message_is_never_told_to_another_agent(bridge_factory,
 
     await say(owner, room_id, "@bob hello")
     await wait_answers(owner, room_id, BOB)
-    assert prompts(logs["bob"]) == [header("general") + "\nalice: Noted.\n[End of the messages]\n"
-                                    + CLOSING + "\n@bob hello"]
+    assert prompts(logs["bob"]) == [
+        header("general") + "\nalice: Noted.\n[End of the messages]\n" + CLOSING + "\n@bob hello"
+    ]
 
 
 async def test_a_mentioned_agent_nobody_in_the_room_can_invite_is_left_to_the_owner(
-        homeserver, bridge_factory, tmp_path, owner):
+    homeserver, bridge_factory, tmp_path, owner
+):
     folder, bob_log = tmp_path / "bridge", tmp_path / "bob.log"
     first = await bridge_factory({"alice": agent(title="Alice"), "bob": agent(title="Bob")}, folder=folder)
     room_id = await group(owner, ALICE)
@@ -301,8 +322,7 @@ async def test_a_mentioned_agent_nobody_in_the_room_can_invite_is_left_to_the_ow
     await sync_until(owner, lambda: dm in owner.invited_rooms or dm in owner.rooms)
     if dm not in owner.rooms:
         assert isinstance(await owner.join(dm), nio.JoinResponse)
-    await sync_until(owner, lambda: any("could not bring Bob (@bob) into #general" in n
-                                        for n in notices(owner, dm)))
+    await sync_until(owner, lambda: any("could not bring Bob (@bob) into #general" in n for n in notices(owner, dm)))
     told = [n for n in notices(owner, dm) if "could not bring" in n][0]
     assert f"Invite {BOB} there yourself" in told
     assert [m.agent for m in running.store.members(channel.id)] == ["alice"]

@@ -5,18 +5,17 @@ permissions about a diff, modes / models / config options kept across a restart,
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, and the scripted coding
 agent (tests/agents/coding_agent.py), which logs every JSON-RPC message it receives.
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 import nio
-
 from bridge_harness import answers_in
 from helpers import received, say
 from matrix_helpers import events_in, sync_until
-
-from test_answers import appservice_with, room_with, react, reactions_on, wait_final
+from test_answers import appservice_with, react, reactions_on, room_with, wait_final
 from test_attachments import download
 
 ALICE = "@sk_alice:localhost"
@@ -59,6 +58,7 @@ async def next_notice(owner, room_id, text: str, contains: str | None = None) ->
     def found():
         fresh = [n["body"] for n in notices(owner, room_id)[before:]]
         return [b for b in fresh if contains is None or contains in b]
+
     await say(owner, room_id, text)
     await sync_until(owner, found)
     return found()[0]
@@ -66,30 +66,43 @@ async def next_notice(owner, room_id, text: str, contains: str | None = None) ->
 
 async def final_answer(owner, room_id, prefix: str) -> dict:
     """The answer message once its text starts with `prefix` (the agent's own words)."""
+
     def found():
-        return next((m for m in messages(owner, room_id)
-                     if m["msgtype"] == "m.text" and m["body"].startswith(prefix)), None)
+        return next(
+            (m for m in messages(owner, room_id) if m["msgtype"] == "m.text" and m["body"].startswith(prefix)), None
+        )
+
     await sync_until(owner, found)
     return found()
 
 
 async def reply_to(owner, room_id: str, event_id: str, text: str) -> None:
-    response = await owner.room_send(room_id, "m.room.message", {
-        "msgtype": "m.text", "body": text, "m.relates_to": {"m.in_reply_to": {"event_id": event_id}}})
+    response = await owner.room_send(
+        room_id,
+        "m.room.message",
+        {"msgtype": "m.text", "body": text, "m.relates_to": {"m.in_reply_to": {"event_id": event_id}}},
+    )
     assert isinstance(response, nio.RoomSendResponse), response
 
 
 def plan_body(n: int) -> str:
     """The plan the coding agent sends the n-th time (0-based), as the bridge renders it."""
-    from bridge.coding.render import plan
     from acp.toolcalls import parse_plan
-    entries = [{"content": c, "priority": ("high", "medium", "low", "low")[i],
-                "status": "completed" if i < n else ("in_progress" if i == n else "pending")}
-               for i, c in enumerate(PLAN_STEPS[:max(2, min(len(PLAN_STEPS), n + 2))])]
+    from bridge.coding.render import plan
+
+    entries = [
+        {
+            "content": c,
+            "priority": ("high", "medium", "low", "low")[i],
+            "status": "completed" if i < n else ("in_progress" if i == n else "pending"),
+        }
+        for i, c in enumerate(PLAN_STEPS[: max(2, min(len(PLAN_STEPS), n + 2))])
+    ]
     return plan(parse_plan(entries)).body
 
 
 # ---- plans and tool calls -------------------------------------------------------------------
+
 
 async def test_the_plan_is_one_message_edited_as_the_agent_replaces_it(bridge_factory, tmp_path, owner):
     log, hold = tmp_path / "alice.log", tmp_path / "hold"
@@ -113,8 +126,9 @@ async def test_the_plan_is_one_message_edited_as_the_agent_replaces_it(bridge_fa
     await say(owner, room_id, "again [[plan:3]]")
     for n in range(1, 3):
         (hold / f"plan-{n}").touch()
-    await sync_until(owner, lambda: len(plans(owner, room_id)) == 2
-                     and plans(owner, room_id)[1]["body"] == plan_body(2))
+    await sync_until(
+        owner, lambda: len(plans(owner, room_id)) == 2 and plans(owner, room_id)[1]["body"] == plan_body(2)
+    )
     second = plans(owner, room_id)[1]["history"]
     positions = [sent.index(body) for body in second]
     assert positions == sorted(positions) and positions[-1] == 2
@@ -130,8 +144,14 @@ async def test_tool_calls_are_updated_in_place_with_diff_and_terminal_output(bri
 
     def settled():
         edits, runs = tool_messages(owner, room_id, "✏️"), tool_messages(owner, room_id, "▶️")
-        return (len(edits) == 1 and "✅ done" in edits[0]["body"]
-                and len(runs) == 1 and "❌ failed" in runs[0]["body"] and "exit code 2" in runs[0]["body"])
+        return (
+            len(edits) == 1
+            and "✅ done" in edits[0]["body"]
+            and len(runs) == 1
+            and "❌ failed" in runs[0]["body"]
+            and "exit code 2" in runs[0]["body"]
+        )
+
     await sync_until(owner, settled)
     edit = tool_messages(owner, room_id, "✏️")[0]
     assert edit["body"].startswith("✏️ Edit notes.py — ✅ done")
@@ -152,8 +172,10 @@ async def test_a_long_diff_is_posted_as_a_file(homeserver, bridge_factory, tmp_p
     await wait_final(owner, room_id)
 
     def files():
-        return [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
-                and e["content"].get("msgtype") == "m.file"]
+        return [
+            e for e in events_in(owner, room_id) if e.get("sender") == ALICE and e["content"].get("msgtype") == "m.file"
+        ]
+
     await sync_until(owner, files)
     event = files()[0]
     assert event["content"]["body"] == "notes.py.diff"
@@ -173,14 +195,18 @@ async def test_a_permission_prompt_shows_the_diff_and_options_by_kind(bridge_fac
     def prompt():
         found = [m for m in messages(owner, room_id) if "asks permission" in m["history"][0]]
         return found and len(reactions_on(owner, room_id, found[0]["event_id"])) == 4 and found[0]
+
     await sync_until(owner, prompt)
     shown = prompt()
     assert shown["body"].startswith("🔐 Alice asks permission: ✏️ Edit notes.py")
     assert "```diff" in shown["body"] and "+def greet(name: str) -> None:" in shown["body"]
     assert "<pre><code" in shown["html"]
-    assert ["1. ✅ Allow once — Yes", "2. ✅ Allow always — Yes, always", "3. ❌ Reject once — No",
-            "4. 🚫 Reject always — No, never"] == [line for line in shown["body"].splitlines()
-                                                    if line[:2] in ("1.", "2.", "3.", "4.")]
+    assert [line for line in shown["body"].splitlines() if line[:2] in ("1.", "2.", "3.", "4.")] == [
+        "1. ✅ Allow once — Yes",
+        "2. ✅ Allow always — Yes, always",
+        "3. ❌ Reject once — No",
+        "4. 🚫 Reject always — No, never",
+    ]
     await react(owner, room_id, shown["event_id"], "2\ufe0f\u20e3")
     found = await wait_final(owner, room_id)
     assert found[0]["body"].startswith("permission: always.")
@@ -189,6 +215,7 @@ async def test_a_permission_prompt_shows_the_diff_and_options_by_kind(bridge_fac
 
 
 # ---- modes, models, options -------------------------------------------------------------------
+
 
 async def test_a_mode_chosen_by_command_survives_a_restart(bridge_factory, tmp_path, owner):
     log, state = tmp_path / "alice.log", tmp_path / "sessions"
@@ -213,8 +240,11 @@ async def test_a_mode_chosen_by_command_survives_a_restart(bridge_factory, tmp_p
     assert [load["sessionId"] for load in loads] == [session_id]
     # the mode is set again after the load and before the prompt
     order = [m.get("method") for m in received(log) if m.get("method")]
-    assert order.index("session/load") < len(order) - 1 - order[::-1].index("session/set_mode") \
+    assert (
+        order.index("session/load")
+        < len(order) - 1 - order[::-1].index("session/set_mode")
         < len(order) - 1 - order[::-1].index("session/prompt")
+    )
     await wait_final(owner, room_id)
 
 
@@ -237,35 +267,51 @@ async def test_a_mode_chosen_by_command_is_set_again_on_a_fresh_session(bridge_f
 
 async def test_model_and_options_through_config_options_or_the_models_fallback(bridge_factory, tmp_path, owner):
     config_log, models_log = tmp_path / "alice.log", tmp_path / "bob.log"
-    await bridge_factory({"alice": coding(config_log), "bob": coding(models_log, "--offer", "modes,models",
-                                                                      title="Bob")})
+    await bridge_factory(
+        {"alice": coding(config_log), "bob": coding(models_log, "--offer", "modes,models", title="Bob")}
+    )
     room_id = await room_with(owner)
-    assert (await next_notice(owner, room_id, "!model alice large", contains="🔀")) == \
-        "🔀 Alice: model Small → Large"
+    assert (await next_notice(owner, room_id, "!model alice large", contains="🔀")) == "🔀 Alice: model Small → Large"
     assert calls(config_log, "session/set_config_option")[-1]["configId"] == "model"
     assert calls(config_log, "session/set_config_option")[-1]["value"] == "large"
     listing = await next_notice(owner, room_id, "!config")
     assert "thought_level (Thinking): low" in listing
-    assert (await next_notice(owner, room_id, "!config thought_level high", contains="🔀")) == \
-        "🔀 Alice: Thinking Low → High"
+    assert (
+        await next_notice(owner, room_id, "!config thought_level high", contains="🔀")
+    ) == "🔀 Alice: Thinking Low → High"
     # the mode goes through the config option too: config options are preferred over modes
     await next_notice(owner, room_id, "!mode code", contains="🔀")
     assert calls(config_log, "session/set_config_option")[-1] == {
         "sessionId": calls(config_log, "session/set_config_option")[-1]["sessionId"],
-        "configId": "mode", "value": "code"}
+        "configId": "mode",
+        "value": "code",
+    }
     assert calls(config_log, "session/set_mode") == []
     wrong = await next_notice(owner, room_id, "!mode alice sideways", contains="⚠️")
     assert "sideways" in wrong and "ask" in wrong and "plan" in wrong
 
     await say(owner, room_id, "@bob hi")  # bob joins the channel
-    await sync_until(owner, lambda: len([m for m in answers_in(events_in(owner, room_id), "@sk_bob:localhost")
-                                         if not m["body"].startswith(("⏳", "💭", "✍️"))]) >= 1)
+    await sync_until(
+        owner,
+        lambda: (
+            len(
+                [
+                    m
+                    for m in answers_in(events_in(owner, room_id), "@sk_bob:localhost")
+                    if not m["body"].startswith(("⏳", "💭", "✍️"))
+                ]
+            )
+            >= 1
+        ),
+    )
     before = len([e for e in events_in(owner, room_id) if e.get("sender") == "@sk_bob:localhost"])
 
     def bob_line():
-        said = [e["content"].get("body", "") for e in events_in(owner, room_id)
-                if e.get("sender") == "@sk_bob:localhost"][before:]
+        said = [
+            e["content"].get("body", "") for e in events_in(owner, room_id) if e.get("sender") == "@sk_bob:localhost"
+        ][before:]
         return [s for s in said if s.startswith("🔀")]
+
     await say(owner, room_id, "!model bob large")
     await sync_until(owner, bob_line)
     assert bob_line()[0] == "🔀 Bob: model Small → Large"
@@ -293,15 +339,22 @@ async def test_status_shows_mode_model_usage_cost_and_title(bridge_factory, tmp_
     await wait_final(owner, room_id)
     await running.idle()
     status = await next_notice(owner, room_id, "!status", contains="Status of")
-    assert "Alice: ready · mode Ask · model Small · context 52k/200k (26%) · cost $0.42 · “Fix the greeting”" \
-        in status, status
+    assert (
+        "Alice: ready · mode Ask · model Small · context 52k/200k (26%) · cost $0.42 · “Fix the greeting”" in status
+    ), status
     channel = running.store.channel_by_room(room_id)
     settings = running.store.settings.get(channel.id, "alice")
-    assert (settings.used, settings.size, settings.cost, settings.currency, settings.title) == \
-        (52000, 200000, 0.42, "USD", "Fix the greeting")
+    assert (settings.used, settings.size, settings.cost, settings.currency, settings.title) == (
+        52000,
+        200000,
+        0.42,
+        "USD",
+        "Fix the greeting",
+    )
 
 
 # ---- questions --------------------------------------------------------------------------------
+
 
 async def test_an_elicitation_is_answered_by_reply(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
@@ -311,6 +364,7 @@ async def test_an_elicitation_is_answered_by_reply(bridge_factory, tmp_path, own
 
     def question():
         return next((m for m in messages(owner, room_id) if m["history"][0].startswith("❓")), None)
+
     await sync_until(owner, question)
     asked = question()
     assert asked["body"].startswith("❓ Alice asks: A few details, please")
@@ -323,7 +377,8 @@ async def test_an_elicitation_is_answered_by_reply(bridge_factory, tmp_path, own
     await reply_to(owner, room_id, asked["event_id"], "1. demo\n2. 3\n3. b")
     found = await final_answer(owner, room_id, "elicited:")
     assert found["body"].startswith(
-        'elicited: {"action": "accept", "content": {"colour": "g", "confirm": true, "count": 3, "name": "demo"}}')
+        'elicited: {"action": "accept", "content": {"colour": "g", "confirm": true, "count": 3, "name": "demo"}}'
+    )
     await sync_until(owner, lambda: question()["body"].endswith("✅ Answered"))
 
 
@@ -335,6 +390,7 @@ async def test_a_url_elicitation_names_the_host_first_and_asks_consent(bridge_fa
 
     def consent():
         return next((m for m in messages(owner, room_id) if m["history"][0].startswith("🔗")), None)
+
     await sync_until(owner, consent)
     asked = consent()
     assert "login.example.com" in asked["body"] and "authorize" not in asked["body"]
@@ -356,8 +412,10 @@ async def test_stop_declines_an_open_question(bridge_factory, tmp_path, owner):
     assert [r for r in replies(log) if isinstance(r, dict) and "action" in r] == [{"action": "decline"}]
     methods = [m.get("method") for m in received(log) if m.get("method")]
     assert "session/cancel" in methods  # cancelled first, then the question answered
-    await sync_until(owner, lambda: any(m["history"][0].startswith("❓") and "Declined" in m["body"]
-                                        for m in messages(owner, room_id)))
+    await sync_until(
+        owner,
+        lambda: any(m["history"][0].startswith("❓") and "Declined" in m["body"] for m in messages(owner, room_id)),
+    )
 
 
 async def test_a_question_not_answered_in_time_is_declined(homeserver, bridge_factory, tmp_path, owner):
@@ -368,8 +426,12 @@ async def test_a_question_not_answered_in_time_is_declined(homeserver, bridge_fa
     found = await final_answer(owner, room_id, "elicited:")
     assert found["body"].startswith('elicited: {"action": "decline"}')
     asked = next(m for m in messages(owner, room_id) if m["history"][0].startswith("❓"))
-    await sync_until(owner, lambda: next(m for m in messages(owner, room_id)
-                                         if m["event_id"] == asked["event_id"])["body"].endswith("⏱ No answer: declined"))
+    await sync_until(
+        owner,
+        lambda: next(m for m in messages(owner, room_id) if m["event_id"] == asked["event_id"])["body"].endswith(
+            "⏱ No answer: declined"
+        ),
+    )
 
 
 async def test_a_question_the_agent_withdraws_is_closed(bridge_factory, tmp_path, owner):
@@ -379,12 +441,18 @@ async def test_a_question_the_agent_withdraws_is_closed(bridge_factory, tmp_path
     await say(owner, room_id, "ask and forget [[ask-withdraw]]")
     found = await final_answer(owner, room_id, "withdrawn:")
     assert found["body"].startswith("withdrawn: error -32800.")  # the request was cancelled
-    await sync_until(owner, lambda: any(m["history"][0].startswith("❓ Alice asks: Never mind this")
-                                        and m["body"].endswith("⏹ Withdrawn by the agent")
-                                        for m in messages(owner, room_id)))
+    await sync_until(
+        owner,
+        lambda: any(
+            m["history"][0].startswith("❓ Alice asks: Never mind this")
+            and m["body"].endswith("⏹ Withdrawn by the agent")
+            for m in messages(owner, room_id)
+        ),
+    )
 
 
 # ---- stop reasons -------------------------------------------------------------------------------
+
 
 async def test_stop_reasons_end_the_answer_with_one_line(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"

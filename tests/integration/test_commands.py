@@ -3,14 +3,15 @@ there and in channels, the space.
 
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents.
 """
+
 from __future__ import annotations
 
 import json
 import re
 
 import nio
-
-from bridge_harness import wait_until as until, agent, answers_in
+from bridge_harness import agent, answers_in
+from bridge_harness import wait_until as until
 from helpers import say
 from matrix_helpers import WHOLE_TIMELINE, events_in, notices, sync_until
 
@@ -29,8 +30,9 @@ def methods(log_path) -> list[str]:
 
 
 def membership_of(client, room_id, user_id) -> str | None:
-    state = [e for e in events_in(client, room_id)
-             if e.get("type") == "m.room.member" and e.get("state_key") == user_id]
+    state = [
+        e for e in events_in(client, room_id) if e.get("type") == "m.room.member" and e.get("state_key") == user_id
+    ]
     return state[-1]["content"].get("membership") if state else None
 
 
@@ -43,17 +45,19 @@ async def command(owner, room_id: str, text: str, sender: str = BOT, timeout: fl
 
 
 async def open_bot_dm(owner) -> str:
-    response = await owner.room_create(is_direct=True, invite=[BOT],
-                                       preset=nio.RoomPreset.trusted_private_chat)
+    response = await owner.room_create(is_direct=True, invite=[BOT], preset=nio.RoomPreset.trusted_private_chat)
     assert isinstance(response, nio.RoomCreateResponse), response
     await sync_until(owner, lambda: notices(owner, response.room_id, BOT))
     return response.room_id
 
 
 async def room_with(owner, *puppets: str, name: str = "general", direct: bool = False) -> str:
-    response = await owner.room_create(name=None if direct else name, invite=list(puppets), is_direct=direct,
-                                       preset=nio.RoomPreset.trusted_private_chat if direct
-                                       else nio.RoomPreset.private_chat)
+    response = await owner.room_create(
+        name=None if direct else name,
+        invite=list(puppets),
+        is_direct=direct,
+        preset=nio.RoomPreset.trusted_private_chat if direct else nio.RoomPreset.private_chat,
+    )
     assert isinstance(response, nio.RoomCreateResponse), response
     await sync_until(owner, lambda: all(membership_of(owner, response.room_id, p) == "join" for p in puppets))
     return response.room_id
@@ -68,6 +72,7 @@ async def wait_answer(owner, room_id, puppet_id, count=1, timeout=60) -> list[di
     def done():
         answers = [a for a in answers_in(events_in(owner, room_id), puppet_id) if a["msgtype"] != "m.notice"]
         return len(answers) >= count and all(final(a) for a in answers[:count])
+
     await sync_until(owner, done, timeout=timeout)
     return [a for a in answers_in(events_in(owner, room_id), puppet_id) if a["msgtype"] != "m.notice"]
 
@@ -89,8 +94,11 @@ def readable_by_every_client(room_id: str, state: list[dict]) -> bool:
     """Made as version 10 (bridge/local/homeserver.py): an id with `:server` and a `creator` in
     m.room.create, which nheko 0.11 needs (version 12 has neither, 11 no `creator`)."""
     [create] = [e["content"] for e in state if e["type"] == "m.room.create"]
-    return (room_id.endswith(":localhost") and create.get("room_version") == "10"
-            and create.get("creator", "").startswith("@"))
+    return (
+        room_id.endswith(":localhost")
+        and create.get("room_version") == "10"
+        and create.get("creator", "").startswith("@")
+    )
 
 
 async def test_bot_dm_greets_and_help_teaches_both_ways(homeserver, bridge_factory, owner):
@@ -100,8 +108,18 @@ async def test_bot_dm_greets_and_help_teaches_both_ways(homeserver, bridge_facto
     assert "!help" in greeting and "!new" in greeting
     assert running.store.get_value(f"bot_dm:{homeserver.owner_id}") == dm
     help_text = await command(owner, dm, "!help")
-    for part in ("!agents", "!channels", "!new NAME AGENT", "!dm AGENT", "!delete CHANNEL",
-                 "!stop", "!commands", "/alice:review", "@alice /review", "//alice:review"):
+    for part in (
+        "!agents",
+        "!channels",
+        "!new NAME AGENT",
+        "!dm AGENT",
+        "!delete CHANNEL",
+        "!stop",
+        "!commands",
+        "/alice:review",
+        "@alice /review",
+        "//alice:review",
+    ):
         assert part in help_text, part
     assert "There is no !frobnicate" in await command(owner, dm, "!frobnicate")
     assert running.store.channels() == []
@@ -111,6 +129,7 @@ async def test_the_bot_marks_read_the_commands_in_its_dm(homeserver, bridge_fact
     """A command in the bot's DM gets the bot's read receipt (it used to get none: the owner
     could not tell whether the bridge had seen it)."""
     from test_strangers import read_receipts
+
     await bridge_factory({"alice": agent(title="Alice")})
     dm = await open_bot_dm(owner)
     before = len(notices(owner, dm, BOT))
@@ -119,6 +138,7 @@ async def test_the_bot_marks_read_the_commands_in_its_dm(homeserver, bridge_fact
 
     async def read_by_bot() -> bool:
         return (await read_receipts(homeserver, owner.access_token, dm)).get(BOT) == sent
+
     await sync_until(owner, read_by_bot)
 
 
@@ -190,8 +210,10 @@ async def test_new_makes_an_unencrypted_channel_in_the_space(bridge_factory, own
     assert f"#code review — alice, bob — https://matrix.to/#/{room}" in listing
     # a channel made by inviting a puppet joins the space too
     other = await room_with(owner, ALICE, name="elsewhere")
-    await sync_until(owner, lambda: any(e.get("type") == "m.space.child" and e.get("state_key") == other
-                                        for e in events_in(owner, space)))
+    await sync_until(
+        owner,
+        lambda: any(e.get("type") == "m.space.child" and e.get("state_key") == other for e in events_in(owner, space)),
+    )
     assert "Usage: !new" in await command(owner, dm, "!new lonely")
     assert "No agent called carol" in await command(owner, dm, "!new x carol")
     assert len(running.store.channels()) == 2
@@ -211,9 +233,13 @@ async def test_dm_command_opens_a_direct_channel_made_by_the_puppet(homeserver, 
     assert not [e for e in state if e["type"] == "m.room.encryption"]
     history = await owner.room_messages(room, start="", direction=nio.MessageDirection.back, limit=50)
     assert isinstance(history, nio.RoomMessagesResponse), history
-    invite = [e.source for e in history.chunk if e.source.get("type") == "m.room.member"
-              and e.source.get("state_key") == homeserver.owner_id
-              and e.source["content"].get("membership") == "invite"]
+    invite = [
+        e.source
+        for e in history.chunk
+        if e.source.get("type") == "m.room.member"
+        and e.source.get("state_key") == homeserver.owner_id
+        and e.source["content"].get("membership") == "invite"
+    ]
     assert invite[0]["sender"] == ALICE and invite[0]["content"].get("is_direct") is True
     await say(owner, room, "hello there")
     assert (await wait_answer(owner, room, ALICE))[0]["body"] == "echo: hello there"
@@ -288,9 +314,12 @@ async def test_stop_cancels_the_running_answer(bridge_factory, tmp_path, owner):
 
 async def test_commands_lists_announced_and_starts_the_silent(bridge_factory, tmp_path, owner):
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-    running = await bridge_factory({
-        "alice": agent("--commands", "review:Review:file", "--log", str(logs["alice"]), title="Alice"),
-        "bob": agent("--log", str(logs["bob"]), title="Bob")})
+    running = await bridge_factory(
+        {
+            "alice": agent("--commands", "review:Review:file", "--log", str(logs["alice"]), title="Alice"),
+            "bob": agent("--log", str(logs["bob"]), title="Bob"),
+        }
+    )
     running.store.set_agent_commands("bob", [{"name": "summarize", "description": "Summarize"}])
     room = await room_with(owner, ALICE, BOB)
     channel = running.store.channel_by_room(room)

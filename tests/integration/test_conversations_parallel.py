@@ -8,6 +8,7 @@ inside one conversation agents still answer one at a time, in order. An agent an
 at a time wherever it is (docs/architecture.md "Who answers"): asked in a second thread, it answers
 there once it is free.
 """
+
 from __future__ import annotations
 
 from bridge_harness import agent, answers_in
@@ -18,8 +19,10 @@ from test_channels import group
 
 def two_agents(tmp_path):
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-    agents = {"alice": agent("--echo-last-line", "--log", str(logs["alice"]), title="Alice"),
-              "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob")}
+    agents = {
+        "alice": agent("--echo-last-line", "--log", str(logs["alice"]), title="Alice"),
+        "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob"),
+    }
     return agents, logs
 
 
@@ -46,16 +49,19 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     await running.idle()
 
     # thread 1: alice's answer streams its first part and is held; bob is asked after her there
-    held = await say(owner, room_id, f"@alice [[chunks:2]] [[hold:{release}]] take your time",
-                     **in_thread(root1, root1))
-    await sync_until(owner, lambda: (a := answer_to(owner, room_id, ALICE, held)) is not None
-                     and "echo" in a["body"], timeout=60)
+    held = await say(
+        owner, room_id, f"@alice [[chunks:2]] [[hold:{release}]] take your time", **in_thread(root1, root1)
+    )
+    await sync_until(
+        owner, lambda: (a := answer_to(owner, room_id, ALICE, held)) is not None and "echo" in a["body"], timeout=60
+    )
     after = await say(owner, room_id, "@bob after alice", **in_thread(root1, held))
 
     # thread 2 and the main timeline: bob answers both while alice is still held in thread 1
     quick = await say(owner, room_id, "@bob quick one", **in_thread(root2, root2))
-    await sync_until(owner, lambda: (a := answer_to(owner, room_id, BOB, quick)) is not None and is_final(a),
-                     timeout=60)
+    await sync_until(
+        owner, lambda: (a := answer_to(owner, room_id, BOB, quick)) is not None and is_final(a), timeout=60
+    )
     await say(owner, room_id, "@bob and in the main timeline?")
     bob = await answered(owner, room_id, BOB, 3)
     assert thread_of(bob[1]) == root2 and bob[1]["final"] == "echo: @bob quick one"
@@ -64,12 +70,21 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     # inside thread 1 bob waits for alice: his turn there has not begun
     assert answer_to(owner, room_id, BOB, after) is None
     assert [p.splitlines()[-1] for p in prompts(logs["bob"])] == [
-        "@bob second topic", "@bob quick one", "@bob and in the main timeline?"]
+        "@bob second topic",
+        "@bob quick one",
+        "@bob and in the main timeline?",
+    ]
 
     # !stop in the main timeline stops the main timeline's answer only: there is none, said so
     stop = await say(owner, room_id, "!stop")
-    await sync_until(owner, lambda: any("Nothing is being answered in the main timeline" in e["content"]["body"]
-                                        for e in notice_events(owner, room_id)), timeout=60)
+    await sync_until(
+        owner,
+        lambda: any(
+            "Nothing is being answered in the main timeline" in e["content"]["body"]
+            for e in notice_events(owner, room_id)
+        ),
+        timeout=60,
+    )
     said = [e for e in notice_events(owner, room_id) if "Nothing is being answered" in e["content"]["body"]]
     assert thread_of(said[0]) == "" and stop
     assert not is_final(answer_to(owner, room_id, ALICE, held))
@@ -78,8 +93,14 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     # (docs/architecture.md "Who answers"), so it waits for her — and the same agent answers there
     # as soon as she is free
     again = await say(owner, room_id, "@alice your turn here", **in_thread(root2, quick))
-    await sync_until(owner, lambda: (a := answer_to(owner, room_id, ALICE, again)) is not None
-                     and "answering in another conversation here" in a["body"], timeout=60)
+    await sync_until(
+        owner,
+        lambda: (
+            (a := answer_to(owner, room_id, ALICE, again)) is not None
+            and "answering in another conversation here" in a["body"]
+        ),
+        timeout=60,
+    )
     assert len(prompts(logs["alice"])) == 2  # the main timeline's and the held one
 
     release.touch()
@@ -88,6 +109,7 @@ async def test_a_turn_held_in_one_thread_keeps_no_other_conversation_waiting(bri
     def done(sender, prompt_event) -> bool:
         found = answer_to(owner, room_id, sender, prompt_event)
         return found is not None and is_final(found)
+
     await sync_until(owner, lambda: done(ALICE, held) and done(ALICE, again) and done(BOB, after), timeout=60)
     finished = answer_to(owner, room_id, ALICE, held)
     assert is_final(finished) and finished["body"].startswith(f"echo: @alice [[chunks:2]] [[hold:{release}]]")
@@ -121,8 +143,11 @@ async def test_threads_on_answers_a_top_level_message_in_a_thread_under_it(bridg
     asked = await say(owner, room_id, "@bob what is a goroutine?")
     bob = await answered(owner, room_id, BOB, 1)
     assert bob[0]["content"]["m.relates_to"] == {
-        "rel_type": "m.thread", "event_id": asked, "is_falling_back": True,
-        "m.in_reply_to": {"event_id": asked}}
+        "rel_type": "m.thread",
+        "event_id": asked,
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": asked},
+    }
     assert bob[0]["final"] == "echo: @bob what is a goroutine?"
     await running.idle()
     # another top-level message, to alice: a thread of its own
@@ -146,8 +171,7 @@ async def test_threads_on_answers_a_top_level_message_in_a_thread_under_it(bridg
     assert reply["content"]["m.relates_to"]["m.in_reply_to"] == {"event_id": shown}
     status = await say(owner, room_id, "!status", **in_thread(asked, shown))
     await sync_until(owner, lambda: said("Status of #slack (this thread)"), timeout=60)
-    assert said("Status of #slack (this thread)")[0]["content"]["m.relates_to"]["m.in_reply_to"] == {
-        "event_id": status}
+    assert said("Status of #slack (this thread)")[0]["content"]["m.relates_to"]["m.in_reply_to"] == {"event_id": status}
 
     # addressed to nobody at the top level: no thread, said in the main timeline
     await say(owner, room_id, "just thinking aloud")
@@ -167,7 +191,8 @@ async def test_threads_on_answers_a_top_level_message_in_a_thread_under_it(bridg
 
 
 async def test_a_command_typed_in_a_thread_acts_on_the_threads_session_and_answers_there(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     """`!mode` typed in a thread sets the mode of the member's session of that thread (each
     conversation has its own) and says so in the thread; `!help` there is answered there too."""
     from test_answers import room_with, wait_final
@@ -188,8 +213,12 @@ async def test_a_command_typed_in_a_thread_acts_on_the_threads_session_and_answe
     await sync_until(owner, lambda: notices_about("🔀"), timeout=60)
     line = notices_about("🔀")[0]
     assert line["content"]["body"] == "🔀 Alice: mode Ask → Plan"
-    assert line["content"]["m.relates_to"] == {"rel_type": "m.thread", "event_id": root, "is_falling_back": True,
-                                               "m.in_reply_to": {"event_id": asked}}
+    assert line["content"]["m.relates_to"] == {
+        "rel_type": "m.thread",
+        "event_id": root,
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": asked},
+    }
     (set_mode,) = calls(log, "session/set_mode")
     assert set_mode["modeId"] == "plan" and set_mode["sessionId"] != main_session
     # the thread's prompt goes to that very session, the one whose mode was set
@@ -201,7 +230,8 @@ async def test_a_command_typed_in_a_thread_acts_on_the_threads_session_and_answe
     helped = await say(owner, room_id, "!help", **in_thread(root, asked))
     await sync_until(owner, lambda: notices_about("Sidekicks bridge commands"), timeout=60)
     assert notices_about("Sidekicks bridge commands")[0]["content"]["m.relates_to"]["m.in_reply_to"] == {
-        "event_id": helped}
+        "event_id": helped
+    }
     # the main timeline's session was not touched: its mode is still Ask
     await say(owner, room_id, "!mode alice")
     await sync_until(owner, lambda: notices_about("Alice — mode:"), timeout=60)

@@ -6,6 +6,7 @@ Every puppet event the owner receives in an encrypted room must have come encryp
 `Seen` record keeps, per event id, whether the owner's client decrypted it), and the owner reads
 the answers by decrypting them.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -14,10 +15,10 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 import nio
-
-from bridge.e2ee.crosssign import verify
 from bridge_harness import agent, answers_in
 from matrix_helpers import WHOLE_TIMELINE, _record, caught_up, events_in, sync_until
+
+from bridge.e2ee.crosssign import verify
 
 MEGOLM = "m.megolm.v1.aes-sha2"
 ALICE = "@sk_alice:localhost"
@@ -26,7 +27,7 @@ ENCRYPTED = [{"type": "m.room.encryption", "state_key": "", "content": {"algorit
 _numbers = itertools.count()
 
 
-def unreadable(seen: "Seen", room_id: str) -> list[str]:
+def unreadable(seen: Seen, room_id: str) -> list[str]:
     return [event_id for room, event_id in seen.undecryptable if room == room_id]
 
 
@@ -54,9 +55,12 @@ class Seen:
 async def e2e_login(hs, user_id: str, password: str, name: str = "owner-e2e") -> tuple[nio.AsyncClient, Seen]:
     store = hs.folder / "nio-e2e" / f"{name}-{next(_numbers)}"
     store.mkdir(parents=True, exist_ok=True)
-    client = nio.AsyncClient(hs.url, user_id, store_path=str(store),
-                             config=nio.AsyncClientConfig(encryption_enabled=True, request_timeout=30,
-                                                          max_timeouts=3))
+    client = nio.AsyncClient(
+        hs.url,
+        user_id,
+        store_path=str(store),
+        config=nio.AsyncClientConfig(encryption_enabled=True, request_timeout=30, max_timeouts=3),
+    )
     response = await client.login(password, device_name=name)
     assert isinstance(response, nio.LoginResponse), response
     if client.should_upload_keys:
@@ -78,15 +82,24 @@ async def e2e_owner(hs, name: str = "owner-e2e"):
 
 
 async def joined(owner: nio.AsyncClient, room_id: str, user_id: str) -> None:
-    await sync_until(owner, lambda: any(
-        e.get("type") == "m.room.member" and e.get("state_key") == user_id
-        and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+    await sync_until(
+        owner,
+        lambda: any(
+            e.get("type") == "m.room.member"
+            and e.get("state_key") == user_id
+            and e["content"].get("membership") == "join"
+            for e in events_in(owner, room_id)
+        ),
+    )
 
 
 async def open_encrypted_dm(owner: nio.AsyncClient, puppet_id: str, encrypted: bool = True) -> str:
-    response = await owner.room_create(is_direct=True, invite=[puppet_id],
-                                       preset=nio.RoomPreset.trusted_private_chat,
-                                       initial_state=ENCRYPTED if encrypted else [])
+    response = await owner.room_create(
+        is_direct=True,
+        invite=[puppet_id],
+        preset=nio.RoomPreset.trusted_private_chat,
+        initial_state=ENCRYPTED if encrypted else [],
+    )
     assert isinstance(response, nio.RoomCreateResponse), response
     await joined(owner, response.room_id, puppet_id)
     return response.room_id
@@ -96,8 +109,9 @@ async def say(owner: nio.AsyncClient, room_id: str, text: str, **extra) -> str:
     await owner.sync(timeout=0, sync_filter=WHOLE_TIMELINE)  # the puppets' devices, before the room key goes out
     if owner.should_query_keys:  # as a client's sync loop does (nio's room_send does not)
         assert isinstance(await owner.keys_query(), nio.KeysQueryResponse)
-    response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text, **extra},
-                                     ignore_unverified_devices=True)
+    response = await owner.room_send(
+        room_id, "m.room.message", {"msgtype": "m.text", "body": text, **extra}, ignore_unverified_devices=True
+    )
     assert isinstance(response, nio.RoomSendResponse), response
     return response.event_id
 
@@ -106,16 +120,21 @@ async def final_answers(owner, room_id, puppet_id, count: int, done=lambda a: Tr
     def finished():
         answers = answers_in(events_in(owner, room_id), puppet_id)
         return len(answers) >= count and all(
-            "getting ready" not in a["body"] and not a["body"].startswith(("💭", "✍️", "🔧"))
-            and done(a) for a in answers[:count])
+            "getting ready" not in a["body"] and not a["body"].startswith(("💭", "✍️", "🔧")) and done(a)
+            for a in answers[:count]
+        )
+
     finished.__qualname__ = f"{count} final answer(s) of {puppet_id}"
     await sync_until(owner, finished)
     return answers_in(events_in(owner, room_id), puppet_id)
 
 
 def puppet_events(owner, room_id, sender) -> list[dict]:
-    return [e for e in events_in(owner, room_id) if e.get("sender") == sender
-            and e.get("type") not in ("m.room.member", "m.room.encryption")]
+    return [
+        e
+        for e in events_in(owner, room_id)
+        if e.get("sender") == sender and e.get("type") not in ("m.room.member", "m.room.encryption")
+    ]
 
 
 def all_encrypted(seen: Seen, owner, room_id, sender) -> None:
@@ -126,7 +145,8 @@ def all_encrypted(seen: Seen, owner, room_id, sender) -> None:
 
 
 async def test_encrypted_dm_is_answered_encrypted_with_streaming_edits_and_survives_a_restart(
-        homeserver, bridge_factory, tmp_path):
+    homeserver, bridge_factory, tmp_path
+):
     answer = "Hello **there**, owner. Here is a longer answer in parts."
     agents = {"alice": agent("--answer", answer, "--chunks", "5", "--delay", "0.05", title="Alice")}
     folder = tmp_path / "bridge"
@@ -139,8 +159,9 @@ async def test_encrypted_dm_is_answered_encrypted_with_streaming_edits_and_survi
         all_encrypted(seen, owner, room_id, ALICE)
         assert not unreadable(seen, room_id)
         # no "cannot read encrypted messages" notice: it reads them
-        assert not [e for e in puppet_events(owner, room_id, ALICE)
-                    if "cannot read" in (e.get("content") or {}).get("body", "")]
+        assert not [
+            e for e in puppet_events(owner, room_id, ALICE) if "cannot read" in (e.get("content") or {}).get("body", "")
+        ]
         # the store keeps the plain text, as in plain rooms
         channel = running.store.channel_by_room(room_id)
         await running.idle()
@@ -171,9 +192,11 @@ async def test_puppet_device_is_signed_by_its_own_cross_signing_key(homeserver, 
     async with e2e_owner(homeserver) as (owner, _):
         device_id = running.bridge.e2ee.devices[ALICE].device_id
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"{homeserver.url}/_matrix/client/v3/keys/query",
-                                 headers={"Authorization": f"Bearer {owner.access_token}"},
-                                 json={"device_keys": {ALICE: []}}) as response:
+            async with http.post(
+                f"{homeserver.url}/_matrix/client/v3/keys/query",
+                headers={"Authorization": f"Bearer {owner.access_token}"},
+                json={"device_keys": {ALICE: []}},
+            ) as response:
                 keys = await response.json()
         master = keys["master_keys"][ALICE]
         ssk = keys["self_signing_keys"][ALICE]
@@ -203,16 +226,18 @@ async def test_a_room_that_turns_encrypted_mid_way_switches_without_a_restart(ho
         answers = await final_answers(owner, room_id, ALICE, 2)
         assert answers[1]["body"] == "plain or not"
         assert seen.encrypted[answers[1]["event_id"]]
-        later = [e for e in puppet_events(owner, room_id, ALICE)
-                 if e["origin_server_ts"] >= next(e2["origin_server_ts"] for e2 in events_in(owner, room_id)
-                                                  if e2.get("event_id") == second)]
+        later = [
+            e
+            for e in puppet_events(owner, room_id, ALICE)
+            if e["origin_server_ts"]
+            >= next(e2["origin_server_ts"] for e2 in events_in(owner, room_id) if e2.get("event_id") == second)
+        ]
         assert later and all(seen.encrypted[e["event_id"]] for e in later)
         assert not unreadable(seen, room_id)
 
 
 async def test_a_new_owner_device_reads_the_next_answer(homeserver, bridge_factory):
-    await bridge_factory({"alice": agent("--answer", "for every device", title="Alice")},
-                                   encryption="on")
+    await bridge_factory({"alice": agent("--answer", "for every device", title="Alice")}, encryption="on")
     owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
     laptop = None
     try:
@@ -220,8 +245,7 @@ async def test_a_new_owner_device_reads_the_next_answer(homeserver, bridge_facto
         await say(owner, room_id, "one")
         await final_answers(owner, room_id, ALICE, 1)
         # the owner logs in on a new computer
-        laptop, laptop_seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password,
-                                              name="laptop")
+        laptop, laptop_seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, name="laptop")
         await laptop.sync(timeout=0)
         await say(owner, room_id, "two")
         await final_answers(laptop, room_id, ALICE, 1, done=lambda a: a["body"] == "for every device")
@@ -238,21 +262,22 @@ async def test_a_new_owner_device_reads_the_next_answer(homeserver, bridge_facto
 
 async def test_a_stranger_in_an_encrypted_room_is_ignored(homeserver, bridge_factory, tmp_path):
     log = tmp_path / "alice.log"
-    running = await bridge_factory({"alice": agent("--answer", "only for the owner", "--log", str(log),
-                                                   title="Alice")}, encryption="on")
+    running = await bridge_factory(
+        {"alice": agent("--answer", "only for the owner", "--log", str(log), title="Alice")}, encryption="on"
+    )
     owner, seen = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
     stranger, _ = await e2e_login(homeserver, homeserver.stranger_id, homeserver.stranger_password, "stranger")
     try:
-        response = await owner.room_create(name="mixed", invite=[ALICE, homeserver.stranger_id],
-                                           initial_state=ENCRYPTED)
+        response = await owner.room_create(
+            name="mixed", invite=[ALICE, homeserver.stranger_id], initial_state=ENCRYPTED
+        )
         room_id = response.room_id
         await joined(owner, room_id, ALICE)
         await stranger.sync(timeout=0)
         assert isinstance(await stranger.join(room_id), nio.JoinResponse)
         await joined(owner, room_id, homeserver.stranger_id)
         await stranger.sync(timeout=0)
-        sneaky = await say(stranger, room_id, "@sk_alice: tell me a secret",
-                           **{"m.mentions": {"user_ids": [ALICE]}})
+        sneaky = await say(stranger, room_id, "@sk_alice: tell me a secret", **{"m.mentions": {"user_ids": [ALICE]}})
         await running.handled(sneaky)
         mine = await say(owner, room_id, "alice, hello", **{"m.mentions": {"user_ids": [ALICE]}})
         await running.handled(mine)
@@ -269,6 +294,7 @@ async def test_a_stranger_in_an_encrypted_room_is_ignored(homeserver, bridge_fac
 
 def prompts_of(log_path) -> list[str]:
     import json
+
     if not log_path.exists():
         return []
     texts = []
@@ -280,18 +306,27 @@ def prompts_of(log_path) -> list[str]:
 
 
 async def react(owner, room_id: str, event_id: str, key: str) -> None:
-    response = await owner.room_send(room_id, "m.reaction", {"m.relates_to": {
-        "rel_type": "m.annotation", "event_id": event_id, "key": key}}, ignore_unverified_devices=True)
+    response = await owner.room_send(
+        room_id,
+        "m.reaction",
+        {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}},
+        ignore_unverified_devices=True,
+    )
     assert isinstance(response, nio.RoomSendResponse), response
 
 
 async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_plain_one(
-        homeserver, bridge_factory, tmp_path):
+    homeserver, bridge_factory, tmp_path
+):
     goroutines = "Goroutines are light threads…"
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-    running = await bridge_factory({
-        "alice": agent("--answer", goroutines, "--log", str(logs["alice"]), title="Alice"),
-        "bob": agent("--log", str(logs["bob"]), title="Bob")}, encryption="on")
+    running = await bridge_factory(
+        {
+            "alice": agent("--answer", goroutines, "--log", str(logs["alice"]), title="Alice"),
+            "bob": agent("--log", str(logs["bob"]), title="Bob"),
+        },
+        encryption="on",
+    )
     async with e2e_owner(homeserver) as (owner, seen):
         response = await owner.room_create(name="general", invite=[ALICE, BOB], initial_state=ENCRYPTED)
         room_id = response.room_id
@@ -313,13 +348,20 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
             f"alice: {goroutines}\n"
             "[End of the messages]\n"
             "The user now writes to you (answer directly, without your name in front):\n"
-            "@bob what do you think?"]
+            "@bob what do you think?"
+        ]
 
         # mention order from the decrypted body and m.mentions (an Element pill for bob)
         text = "@alice and Bob: review this"
         html = f'@alice and <a href="https://matrix.to/#/{BOB}">Bob</a>: review this'
-        await say(owner, room_id, text, format="org.matrix.custom.html", formatted_body=html,
-                  **{"m.mentions": {"user_ids": [BOB]}})
+        await say(
+            owner,
+            room_id,
+            text,
+            format="org.matrix.custom.html",
+            formatted_body=html,
+            **{"m.mentions": {"user_ids": [BOB]}},
+        )
         await final_answers(owner, room_id, ALICE, 2)
         await final_answers(owner, room_id, BOB, 2)
         await running.idle()
@@ -329,7 +371,8 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
         assert ids.index(alice_2["event_id"]) < ids.index(bob_2["event_id"])
         # the pill reaches the agent as @name, decrypted as in the clear
         assert prompts_of(logs["alice"])[-1].endswith(
-            "answer directly, without your name in front):\n@alice and @bob: review this")
+            "answer directly, without your name in front):\n@alice and @bob: review this"
+        )
 
         # a permission asked by bob, decided by the owner's reaction (in the clear, as Element sends it)
         await say(owner, room_id, "@bob [[permission]] please write notes")
@@ -338,10 +381,15 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
             found = [m for m in answers_in(events_in(owner, room_id), BOB) if "asks permission" in m["history"][0]]
             if not found:
                 return None
-            keys = [e["content"]["m.relates_to"]["key"] for e in events_in(owner, room_id)
-                    if e.get("type") == "m.reaction" and e.get("sender") == BOB
-                    and e["content"].get("m.relates_to", {}).get("event_id") == found[0]["event_id"]]
+            keys = [
+                e["content"]["m.relates_to"]["key"]
+                for e in events_in(owner, room_id)
+                if e.get("type") == "m.reaction"
+                and e.get("sender") == BOB
+                and e["content"].get("m.relates_to", {}).get("event_id") == found[0]["event_id"]
+            ]
             return found[0] if len(keys) == 2 else None
+
         await sync_until(owner, lambda: prompt() is not None)
         await react(owner, room_id, prompt()["event_id"], "1\ufe0f\u20e3")
         await sync_until(owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), BOB)))
@@ -359,8 +407,10 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
 
 
 async def test_a_lost_crypto_store_makes_a_new_device_says_so_once_and_new_messages_are_read(
-        homeserver, bridge_factory, tmp_path):
+    homeserver, bridge_factory, tmp_path
+):
     from bridge.e2ee.crypto import RENEWED
+
     agents = {"alice": agent("--answer", "still here", title="Alice")}
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder, encryption="on")
@@ -378,9 +428,17 @@ async def test_a_lost_crypto_store_makes_a_new_device_says_so_once_and_new_messa
         bot_dm = running.store.get_value(f"bot_dm:{homeserver.owner_id}")
         assert bot_dm is not None
         await owner.join(bot_dm)
-        await sync_until(owner, lambda: [e["content"].get("body") for e in events_in(owner, bot_dm)
-                                         if e.get("sender") == "@sidekicks:localhost"
-                                         and e.get("type") == "m.room.message"].count(RENEWED) == 1)
+        await sync_until(
+            owner,
+            lambda: (
+                [
+                    e["content"].get("body")
+                    for e in events_in(owner, bot_dm)
+                    if e.get("sender") == "@sidekicks:localhost" and e.get("type") == "m.room.message"
+                ].count(RENEWED)
+                == 1
+            ),
+        )
         await say(owner, room_id, "after")
         answers = await final_answers(owner, room_id, ALICE, 2)
         assert answers[1]["body"] == "still here" and seen.encrypted[answers[1]["event_id"]]
@@ -397,9 +455,12 @@ async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answ
 
     async with private_homeserver(tmp_path / "hs") as hs:
         release = tmp_path / "release"
-        config = write_config(hs, tmp_path / "bridge",
-                              {"alice": agent("--chunks", "4", "--delay", "0.05", title="Alice")},
-                              encryption="on")
+        config = write_config(
+            hs,
+            tmp_path / "bridge",
+            {"alice": agent("--chunks", "4", "--delay", "0.05", title="Alice")},
+            encryption="on",
+        )
         bridge = BridgeProcess(config, tmp_path / "xdg", tmp_path / "bridge.log")
         owner, seen = await e2e_login(hs, hs.owner_id, hs.owner_password)
         try:
@@ -407,16 +468,22 @@ async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answ
             await bridge.ready()
             room_id = await open_encrypted_dm(owner, ALICE)
             await say(owner, room_id, f"first [[chunks:2]] [[hold:{release}]]")
-            await sync_until(owner, lambda: any("echo" in a["body"]
-                                                for a in answers_in(events_in(owner, room_id), ALICE)))
+            await sync_until(
+                owner, lambda: any("echo" in a["body"] for a in answers_in(events_in(owner, room_id), ALICE))
+            )
             bridge.kill()  # mid-answer: the second part waits for `release`
             release.touch()  # (the hold is in the next prompt's context too)
             bridge.start()
             await bridge.ready()
             await say(owner, room_id, "second")
+
             def second_answered():
-                return [a for a in answers_in(events_in(owner, room_id), ALICE)
-                        if a["body"].startswith("echo:") and a["body"].endswith("second")]
+                return [
+                    a
+                    for a in answers_in(events_in(owner, room_id), ALICE)
+                    if a["body"].startswith("echo:") and a["body"].endswith("second")
+                ]
+
             await sync_until(owner, second_answered)
             await caught_up(owner, room_id)
             answers = answers_in(events_in(owner, room_id), ALICE)
@@ -432,11 +499,10 @@ async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answ
             await owner.close()
 
 
-async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger_does_not(
-        homeserver, bridge_factory):
+async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger_does_not(homeserver, bridge_factory):
     import uuid
-    running = await bridge_factory({"alice": agent("--answer", "the early answer", title="Alice")},
-                                   encryption="on")
+
+    running = await bridge_factory({"alice": agent("--answer", "the early answer", title="Alice")}, encryption="on")
     owner, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
     laptop = stranger = None
     try:
@@ -445,21 +511,29 @@ async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger
         first = (await final_answers(owner, room_id, ALICE, 1))[0]
         # a device that came later has no key for it
         laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
-        stranger, _ = await e2e_login(homeserver, homeserver.stranger_id, homeserver.stranger_password,
-                                      "stranger")
+        stranger, _ = await e2e_login(homeserver, homeserver.stranger_id, homeserver.stranger_password, "stranger")
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{first['event_id']}",
-                                headers={"Authorization": f"Bearer {laptop.access_token}"}) as response:
+            async with http.get(
+                f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{first['event_id']}",
+                headers={"Authorization": f"Bearer {laptop.access_token}"},
+            ) as response:
                 raw = await response.json()
         assert raw["type"] == "m.room.encrypted"
         content = raw["content"]
         device_id = running.bridge.e2ee.devices[ALICE].device_id
 
         async def ask(client):
-            request = {"action": "request", "requesting_device_id": client.device_id,
-                       "request_id": uuid.uuid4().hex,
-                       "body": {"algorithm": MEGOLM, "room_id": room_id, "sender_key": content["sender_key"],
-                                "session_id": content["session_id"]}}
+            request = {
+                "action": "request",
+                "requesting_device_id": client.device_id,
+                "request_id": uuid.uuid4().hex,
+                "body": {
+                    "algorithm": MEGOLM,
+                    "room_id": room_id,
+                    "sender_key": content["sender_key"],
+                    "session_id": content["session_id"],
+                },
+            }
             response = await client.to_device(nio.ToDeviceMessage("m.room_key_request", ALICE, device_id, request))
             assert isinstance(response, nio.ToDeviceResponse), response
 
@@ -488,31 +562,38 @@ HELP_START = "Sidekicks bridge commands"
 
 
 def bot_notices(owner, room_id) -> list[str]:
-    return [e["content"].get("body", "") for e in events_in(owner, room_id)
-            if e.get("sender") == BOT and e.get("type") == "m.room.message"
-            and e["content"].get("msgtype") == "m.notice"]
+    return [
+        e["content"].get("body", "")
+        for e in events_in(owner, room_id)
+        if e.get("sender") == BOT and e.get("type") == "m.room.message" and e["content"].get("msgtype") == "m.notice"
+    ]
 
 
 def device_traffic_on(homeserver) -> dict:
     """The `homeserver` section of the tests' config, saying the homeserver sends the
     appservice its users' crypto traffic (the test Synapse does: bridge/local/homeserver.py)."""
     import yaml
+
     section = yaml.safe_load(homeserver.base_config_path.read_text())["homeserver"]
     return {**section, "device_traffic": True}
 
 
 async def open_bot_dm(owner, encrypted: bool = True) -> str:
-    response = await owner.room_create(is_direct=True, invite=[BOT], preset=nio.RoomPreset.trusted_private_chat,
-                                       initial_state=ENCRYPTED if encrypted else [])
+    response = await owner.room_create(
+        is_direct=True,
+        invite=[BOT],
+        preset=nio.RoomPreset.trusted_private_chat,
+        initial_state=ENCRYPTED if encrypted else [],
+    )
     assert isinstance(response, nio.RoomCreateResponse), response
     await joined(owner, response.room_id, BOT)
     return response.room_id
 
 
-async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transactions(
-        homeserver, bridge_factory):
-    running = await bridge_factory({"alice": agent(title="Alice")}, encryption="on",
-                                   homeserver=device_traffic_on(homeserver))
+async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transactions(homeserver, bridge_factory):
+    running = await bridge_factory(
+        {"alice": agent(title="Alice")}, encryption="on", homeserver=device_traffic_on(homeserver)
+    )
     bot_device = running.bridge.e2ee.devices[BOT]
     assert not bot_device.syncs  # Synapse serves the bot no /sync: what it reads came by transactions
     received: list[dict] = []
@@ -524,6 +605,7 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
         received.extend(to_device)
         counts.append((one_time_keys or {}).get("signed_curve25519"))
         await receive(to_device, one_time_keys, *args, **kwargs)
+
     bot_device.receive_traffic = recording
     async with e2e_owner(homeserver) as (owner, seen):
         room_id = await open_bot_dm(owner)
@@ -535,31 +617,50 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
         all_encrypted(seen, owner, room_id, BOT)  # the bot's answers left encrypted, and decrypt
         assert not unreadable(seen, room_id)
         # the owner's room key reached the bot's device in a transaction, Olm-encrypted to it
-        assert any(m.get("type") == "m.room.encrypted" and m.get("to_device_id") == bot_device.device_id
-                   for m in received), received
+        assert any(
+            m.get("type") == "m.room.encrypted" and m.get("to_device_id") == bot_device.device_id for m in received
+        ), received
         assert running.store.e2ee.waiting() == []  # none waited for a key
 
         # an owner's device that came later asks the bot for the room key of its answer: the
         # request reaches the bot in a transaction, and the key comes back
         import uuid
+
         laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
-        answer = next(e for e in events_in(owner, room_id) if e.get("sender") == BOT
-                      and (e.get("content") or {}).get("body", "").startswith(HELP_START))
+        answer = next(
+            e
+            for e in events_in(owner, room_id)
+            if e.get("sender") == BOT and (e.get("content") or {}).get("body", "").startswith(HELP_START)
+        )
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{answer['event_id']}",
-                                headers={"Authorization": f"Bearer {laptop.access_token}"}) as response:
+            async with http.get(
+                f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{answer['event_id']}",
+                headers={"Authorization": f"Bearer {laptop.access_token}"},
+            ) as response:
                 raw = await response.json()
         content = raw["content"]
         await laptop.sync(timeout=0)
-        request = {"action": "request", "requesting_device_id": laptop.device_id, "request_id": uuid.uuid4().hex,
-                   "body": {"algorithm": MEGOLM, "room_id": room_id, "sender_key": content["sender_key"],
-                            "session_id": content["session_id"]}}
-        response = await laptop.to_device(nio.ToDeviceMessage("m.room_key_request", BOT, bot_device.device_id,
-                                                              request))
+        request = {
+            "action": "request",
+            "requesting_device_id": laptop.device_id,
+            "request_id": uuid.uuid4().hex,
+            "body": {
+                "algorithm": MEGOLM,
+                "room_id": room_id,
+                "sender_key": content["sender_key"],
+                "session_id": content["session_id"],
+            },
+        }
+        response = await laptop.to_device(nio.ToDeviceMessage("m.room_key_request", BOT, bot_device.device_id, request))
         assert isinstance(response, nio.ToDeviceResponse), response
         try:
-            await sync_until(laptop, lambda: laptop.olm.inbound_group_store.get(
-                room_id, content["sender_key"], content["session_id"]) is not None)
+            await sync_until(
+                laptop,
+                lambda: (
+                    laptop.olm.inbound_group_store.get(room_id, content["sender_key"], content["session_id"])
+                    is not None
+                ),
+            )
             decrypted = laptop.decrypt_event(nio.MegolmEvent.from_dict({**raw, "room_id": room_id}))
             assert decrypted.source["content"]["body"].startswith(HELP_START)
         finally:
@@ -571,8 +672,10 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
         assert olm.uploaded_key_count >= wanted
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {owner.access_token}"}) as http:
             for _ in range(olm.uploaded_key_count - wanted + 1):
-                async with http.post(f"{homeserver.url}/_matrix/client/v3/keys/claim", json={
-                        "one_time_keys": {BOT: {bot_device.device_id: "signed_curve25519"}}}) as response:
+                async with http.post(
+                    f"{homeserver.url}/_matrix/client/v3/keys/claim",
+                    json={"one_time_keys": {BOT: {bot_device.device_id: "signed_curve25519"}}},
+                ) as response:
                     assert response.status == 200 and (await response.json())["one_time_keys"][BOT]
         helps = len(bot_notices(owner, room_id))
         await say(owner, room_id, "!help")
@@ -585,10 +688,10 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
         await sync_until(owner, lambda: [c.name for c in running.store.channels()] == ["Reading"])
 
 
-async def test_without_the_bots_crypto_traffic_an_encrypted_bot_room_gets_one_notice(
-        homeserver, bridge_factory):
-    from bridge.e2ee.crypto import UNREADABLE_BOT
+async def test_without_the_bots_crypto_traffic_an_encrypted_bot_room_gets_one_notice(homeserver, bridge_factory):
     import bridge.e2ee.crypto as crypto
+    from bridge.e2ee.crypto import UNREADABLE_BOT
+
     running = await bridge_factory({"alice": agent(title="Alice")}, encryption="on")
     assert not running.bridge.e2ee.bot_reads  # an external homeserver, not said to send it
     saved = crypto.KEY_NOTICE_AFTER

@@ -4,6 +4,7 @@ scripted agent over stdio as Zed would, in the agent's working directory — is 
 carries it on here (session/resume), and the next prompt goes to that very session, its earlier
 exchange included; `!status` names the session id another ACP client resumes it by; `!sessions
 delete N` deletes one (session/delete), never the current one."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,18 +20,27 @@ from test_sessions import SESSIONS, answer, command, session_of
 async def made_elsewhere(state, cwd, text: str) -> str:
     """A session made and prompted by a plain ACP client outside the bridge; its id."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(SCRIPTED), "--load-session", *SESSIONS, "--state", str(state),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        str(SCRIPTED),
+        "--load-session",
+        *SESSIONS,
+        "--state",
+        str(state),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
 
     async def call(ident: int, method: str, params: dict) -> dict:
-        process.stdin.write((json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
-                             + "\n").encode())
+        process.stdin.write(
+            (json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params}) + "\n").encode()
+        )
         await process.stdin.drain()
         while True:
             message = json.loads(await asyncio.wait_for(process.stdout.readline(), 60))
             if message.get("id") == ident and "method" not in message:
                 assert "result" in message, message
                 return message["result"]
+
     try:
         await call(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
         session_id = (await call(2, "session/new", {"cwd": str(cwd), "mcpServers": []}))["sessionId"]
@@ -42,12 +52,26 @@ async def made_elsewhere(state, cwd, text: str) -> str:
 
 
 async def test_a_session_made_by_another_client_is_listed_elsewhere_and_carried_on_here(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     state, work, log = tmp_path / "state", tmp_path / "work", tmp_path / "alice.log"
     work.mkdir()
     zed = await made_elsewhere(state, work.resolve(), "[[title:Kumquat plans]] remember kumquat")
-    await bridge_factory({"alice": agent("--load-session", *SESSIONS, "--session-delete", "--state", str(state),
-                                         "--log", str(log), title="Alice", cwd=str(work))})
+    await bridge_factory(
+        {
+            "alice": agent(
+                "--load-session",
+                *SESSIONS,
+                "--session-delete",
+                "--state",
+                str(state),
+                "--log",
+                str(log),
+                title="Alice",
+                cwd=str(work),
+            )
+        }
+    )
     room_id = await open_dm(owner)
     listing = await command(owner, room_id, "!sessions")
     assert re.search(r"1\. Kumquat plans — .* — elsewhere \(another client's", listing), listing

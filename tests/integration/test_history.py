@@ -5,6 +5,7 @@ two bridges on one config.
 Real Synapse, the real bridge (in-process, or as a `python -m bridge run` subprocess where a
 process has to die), scripted agents that log every JSON-RPC message they receive.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,12 +18,12 @@ from pathlib import Path
 
 import nio
 import pytest
-
-from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED
-from bridge_harness import agent, answers_in, write_config, wait_until
-from config.paths import config_hash
+from bridge_harness import agent, answers_in, wait_until, write_config
 from helpers import is_final, joined, open_dm, prompts, received, say
 from matrix_helpers import caught_up, events_in, sync_until
+
+from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED
+from config.paths import config_hash
 from store import Store, StoreClosed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,13 +33,17 @@ CLOSING = "The user now writes to you (answer directly, without your name in fro
 
 # ---- helpers -------------------------------------------------------------------------------------
 
+
 def calls(log_path: Path, method: str) -> list[dict]:
     return [m for m in received(log_path) if m.get("method") == method]
 
 
 def context(channel: str, *lines: str, text: str) -> str:
-    return (f"[Messages in #{channel} you have not seen yet]\n" + "\n".join(lines)
-            + f"\n[End of the messages]\n{CLOSING}\n{text}")
+    return (
+        f"[Messages in #{channel} you have not seen yet]\n"
+        + "\n".join(lines)
+        + f"\n[End of the messages]\n{CLOSING}\n{text}"
+    )
 
 
 async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
@@ -56,23 +61,28 @@ async def wait_answers(owner, room_id, puppet_id, count=1, timeout=60, done=lamb
     def finished():
         found = answers(owner, room_id, puppet_id)
         return len(found) >= count and all(is_final(a) and done(a) for a in found[:count])
+
     await sync_until(owner, finished, timeout=timeout)
     return answers(owner, room_id, puppet_id)
 
 
 async def wait_streaming(owner, room_id, puppet_id, index: int, needle: str) -> dict:
     """Until answer `index` shows part of its text under a status line (it is mid-answer)."""
+
     def streaming():
         found = answers(owner, room_id, puppet_id)
-        return (len(found) > index and found[index]["body"].startswith("✍️")
-                and needle in found[index]["body"])
+        return len(found) > index and found[index]["body"].startswith("✍️") and needle in found[index]["body"]
+
     await sync_until(owner, streaming)
     return answers(owner, room_id, puppet_id)[index]
 
 
 def restarted_notices(owner, room_id) -> list[str]:
-    return [e["content"].get("body", "") for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.message" and "restart" in e["content"].get("body", "").lower()]
+    return [
+        e["content"].get("body", "")
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message" and "restart" in e["content"].get("body", "").lower()
+    ]
 
 
 def stored(store, room_id) -> list[tuple[str, str, str]]:
@@ -109,12 +119,22 @@ class Subprocess:
         self.proc, self.out, self.err = proc, out, err
 
     @classmethod
-    async def start(cls, config_path: Path, tmp_path: Path, name: str) -> "Subprocess":
+    async def start(cls, config_path: Path, tmp_path: Path, name: str) -> Subprocess:
         out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bridge", "run", "-c", str(config_path), cwd=REPO,
-                env=xdg_env(tmp_path), stdout=stdout, stderr=stderr, start_new_session=True)
+                sys.executable,
+                "-m",
+                "bridge",
+                "run",
+                "-c",
+                str(config_path),
+                cwd=REPO,
+                env=xdg_env(tmp_path),
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            )
         return cls(proc, out, err)
 
     async def wait_ready(self, timeout: float = 120) -> None:
@@ -158,6 +178,7 @@ def postgres_database():
 
 # ---- restarts ------------------------------------------------------------------------------------
 
+
 async def test_restart_agent_with_load_session_gets_its_stored_session(homeserver, bridge_factory, tmp_path, owner):
     log, folder = tmp_path / "alice.log", tmp_path / "bridge"
     alice = agent("--load-session", "--state", str(tmp_path / "sessions"), "--log", str(log))
@@ -183,8 +204,11 @@ async def test_restart_agent_with_load_session_gets_its_stored_session(homeserve
     assert [a["body"] for a in found] == ["echo: one", "echo: two"]
     assert running.store.member(channel.id, "alice").session_id == session_id
     assert await stored_when(running.store, room_id, 4) == [
-        ("user", homeserver.owner_id, "one"), ("agent", "alice", "echo: one"),
-                                              ("user", homeserver.owner_id, "two"), ("agent", "alice", "echo: two")]
+        ("user", homeserver.owner_id, "one"),
+        ("agent", "alice", "echo: one"),
+        ("user", homeserver.owner_id, "two"),
+        ("agent", "alice", "echo: two"),
+    ]
     assert restarted_notices(owner, room_id) == []
 
 
@@ -196,6 +220,7 @@ async def test_a_session_belongs_to_its_working_directory(bridge_factory, tmp_pa
 
     def alice(cwd: Path) -> dict:
         return agent("--load-session", "--state", str(tmp_path / "sessions"), "--log", str(log), cwd=str(cwd))
+
     running = await bridge_factory({"alice": alice(first)}, folder=folder)
     room_id = await open_dm(owner, ALICE)
     await say(owner, room_id, "one")
@@ -228,7 +253,8 @@ async def test_a_session_belongs_to_its_working_directory(bridge_factory, tmp_pa
 
 @pytest.mark.parametrize("database", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def test_restart_agent_without_load_session_gets_a_fresh_session_told_the_past(
-        bridge_factory, tmp_path, request, database, owner):
+    bridge_factory, tmp_path, request, database, owner
+):
     log, folder = tmp_path / "alice.log", tmp_path / "bridge"
     if database == "postgresql":  # the same store code, chosen by `database: postgresql://…`
         database = request.getfixturevalue("postgres_database")
@@ -265,6 +291,7 @@ async def test_restart_agent_without_load_session_gets_a_fresh_session_told_the_
 
 # ---- answers cut by a stop -----------------------------------------------------------------------
 
+
 def held(release: Path) -> tuple[str, ...]:
     """An answer in 3 parts that stops after the first until `release` exists: it is still
     being written when the test stops the bridge, however slow the machine."""
@@ -272,7 +299,8 @@ def held(release: Path) -> tuple[str, ...]:
 
 
 async def test_graceful_stop_during_an_answer_marks_it_interrupted_and_stores_nothing(
-        homeserver, bridge_factory, tmp_path, owner):
+    homeserver, bridge_factory, tmp_path, owner
+):
     log, folder, release = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "release"
     alice = agent("--log", str(log), *held(release))
     running = await bridge_factory({"alice": alice}, folder=folder)
@@ -291,8 +319,9 @@ async def test_graceful_stop_during_an_answer_marks_it_interrupted_and_stores_no
     assert stored(running.store, room_id) == [("user", homeserver.owner_id, "a long question")]
     assert running.store.turns.unfinished() == []  # over: nothing for the next start
     await say(owner, room_id, "next")
-    found = await wait_answers(owner, room_id, ALICE, count=2, done=lambda a: "next" in a["body"]
-                               or "interrupted" in a["body"])
+    found = await wait_answers(
+        owner, room_id, ALICE, count=2, done=lambda a: "next" in a["body"] or "interrupted" in a["body"]
+    )
     assert found[1]["body"].startswith("echo: ")
     # the fresh session is told the question; the cut answer was never stored, so not told
     assert prompts(log)[-1] == context("alice", "user: a long question", text="next")
@@ -327,8 +356,9 @@ async def test_killed_bridge_mid_answer_is_repaired_at_next_start(homeserver, br
         assert running.store.turns.unfinished() == []
 
         await say(owner, room_id, "next")
-        found = await wait_answers(owner, room_id, ALICE, count=2, done=lambda a: INTERRUPTED in a["body"]
-                                   or a["body"].startswith("echo: "))
+        found = await wait_answers(
+            owner, room_id, ALICE, count=2, done=lambda a: INTERRUPTED in a["body"] or a["body"].startswith("echo: ")
+        )
         assert found[1]["body"].startswith("echo: ")
         assert prompts(log)[-1] == context("alice", "user: a long question", text="next")
     finally:
@@ -336,7 +366,8 @@ async def test_killed_bridge_mid_answer_is_repaired_at_next_start(homeserver, br
 
 
 async def test_store_closed_under_a_running_answer_does_not_crash_the_bridge(
-        homeserver, bridge_factory, tmp_path, owner):
+    homeserver, bridge_factory, tmp_path, owner
+):
     log, folder, release = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "release"
     alice = agent("--log", str(log), *held(release))
     running = await bridge_factory({"alice": alice}, folder=folder)
@@ -365,11 +396,16 @@ async def test_store_closed_under_a_running_answer_does_not_crash_the_bridge(
 
 # ---- slots ---------------------------------------------------------------------------------------
 
+
 async def test_evicted_agents_come_back_like_after_a_restart(bridge_factory, tmp_path, owner):
     alice_log, bob_log = tmp_path / "alice.log", tmp_path / "bob.log"
     running = await bridge_factory(
-        {"alice": agent("--load-session", "--state", str(tmp_path / "sessions"), "--log", str(alice_log)),
-         "bob": agent("--log", str(bob_log))}, limits={"agents_in_memory": 1})
+        {
+            "alice": agent("--load-session", "--state", str(tmp_path / "sessions"), "--log", str(alice_log)),
+            "bob": agent("--log", str(bob_log)),
+        },
+        limits={"agents_in_memory": 1},
+    )
     pool = running.bridge.pool
     room_id = await group(owner, ALICE, BOB)
     channel = running.store.channel_by_room(room_id)
@@ -391,8 +427,10 @@ async def test_evicted_agents_come_back_like_after_a_restart(bridge_factory, tmp
     assert [m["params"]["sessionId"] for m in calls(alice_log, "session/load")] == [alice_session]
     assert len(calls(alice_log, "session/new")) == 1
     bob_answer = answers(owner, room_id, BOB)[0]["body"]
-    assert prompts(alice_log) == ["@alice one", context("general", "user: @bob two", f"bob: {bob_answer}",
-                                                        text="@alice three")]
+    assert prompts(alice_log) == [
+        "@alice one",
+        context("general", "user: @bob two", f"bob: {bob_answer}", text="@alice three"),
+    ]
 
     await say(owner, room_id, "@bob four")
     await wait_answers(owner, room_id, BOB, count=2)
@@ -405,12 +443,20 @@ async def test_evicted_agents_come_back_like_after_a_restart(bridge_factory, tmp
     assert member.session_id != bob_session and member.fresh is False
     alice_answers = [a["body"] for a in answers(owner, room_id, ALICE)]
     assert prompts(bob_log)[-1] == context(
-        "general", "user: @alice one", f"alice: {alice_answers[0]}", "user: @bob two",
-        f"bob: {bob_answer}", "user: @alice three", f"alice: {alice_answers[1]}", text="@bob four")
+        "general",
+        "user: @alice one",
+        f"alice: {alice_answers[0]}",
+        "user: @bob two",
+        f"bob: {bob_answer}",
+        "user: @alice three",
+        f"alice: {alice_answers[1]}",
+        text="@bob four",
+    )
     assert restarted_notices(owner, room_id) == []
 
 
 # ---- two bridges, one database -------------------------------------------------------------------
+
 
 async def test_second_bridge_on_the_same_config_stops_with_one_line(homeserver, bridge_factory, tmp_path, owner):
     folder = tmp_path / "bridge"
@@ -434,7 +480,8 @@ async def test_second_bridge_on_the_same_config_stops_with_one_line(homeserver, 
 
 
 async def test_database_held_by_another_bridge_gives_an_in_memory_store_and_owner_is_told(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     data_dir = tmp_path / "data"
     holder = Store.open("sqlite", data_dir)  # another running bridge holds the database
     try:
@@ -443,13 +490,19 @@ async def test_database_held_by_another_bridge_gives_an_in_memory_store_and_owne
 
         def told() -> list[str]:
             rooms = list(owner.rooms) + list(owner.invited_rooms)
-            return [e["content"].get("body", "") for room in rooms for e in events_in(owner, room)
-                    if e.get("sender") == BOT and e.get("type") == "m.room.message"
-                    and "History is unavailable" in e["content"].get("body", "")]
+            return [
+                e["content"].get("body", "")
+                for room in rooms
+                for e in events_in(owner, room)
+                if e.get("sender") == BOT
+                and e.get("type") == "m.room.message"
+                and "History is unavailable" in e["content"].get("body", "")
+            ]
 
         async def join_invites():
             for room_id in list(owner.invited_rooms):
                 await owner.join(room_id)
+
         await sync_until(owner, lambda: bool(owner.invited_rooms) or bool(told()))
         await join_invites()
         await sync_until(owner, lambda: bool(told()))

@@ -2,13 +2,13 @@
 
 These tests stop and start Synapse, so they use a private one, not the session's.
 """
+
 from __future__ import annotations
 
 import time
 
 import pytest
 from aiohttp import web
-
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import open_dm, received
 from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
@@ -34,20 +34,24 @@ async def test_answer_survives_a_homeserver_restart_and_nothing_is_sent_twice(pr
         room_id = await open_dm(owner, puppet_id)
         # the answer streams its first part, then waits for `release`: the rest of it, and its
         # end, happen while Synapse is down
-        await owner.room_send(room_id, "m.room.message", {
-            "msgtype": "m.text", "body": f"[[chunks:4]] [[hold:{release}]] go on"})
+        await owner.room_send(
+            room_id, "m.room.message", {"msgtype": "m.text", "body": f"[[chunks:4]] [[hold:{release}]] go on"}
+        )
         await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), puppet_id)))
         await owner.close()
         await hs.server.stop()
         release.touch()
-        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
-                         what="the agent finished its answer while Synapse was down")
+        await wait_until(
+            lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
+            what="the agent finished its answer while Synapse was down",
+        )
         await hs.server.start()
         owner = await login(hs, hs.owner_id, hs.owner_password)
 
         def finished():
             answers = answers_in(events_in(owner, room_id), puppet_id)
             return answers and not answers[-1]["body"].startswith(("✍️", "💭", "⏳"))
+
         await sync_until(owner, finished)
         await running.idle()
         answers = answers_in(events_in(owner, room_id), puppet_id)
@@ -101,12 +105,14 @@ async def test_backlog_is_delivered_at_once_when_the_bridge_starts(private_hs, t
         await refuser.start(hs.as_port)
         sent = []
         for n in range(3):  # the homeserver cannot deliver these: it backs off
-            response = await owner.room_send(room_id, "m.room.message",
-                                             {"msgtype": "m.text", "body": f"while down {n}"})
+            response = await owner.room_send(
+                room_id, "m.room.message", {"msgtype": "m.text", "body": f"while down {n}"}
+            )
             sent.append(response.event_id)
         # the first try and three retries (0, 2, 6, 14 s): Synapse's next retry is 16 s away
-        await wait_until(lambda: len(refuser.knocks) >= 4, timeout=120,
-                         what="Synapse tried four times to deliver the backlog")
+        await wait_until(
+            lambda: len(refuser.knocks) >= 4, timeout=120, what="Synapse tried four times to deliver the backlog"
+        )
         knocks = list(refuser.knocks)
         await refuser.stop()
         refuser = None
@@ -120,18 +126,25 @@ async def test_backlog_is_delivered_at_once_when_the_bridge_starts(private_hs, t
         ready = time.monotonic()
         await running.handled(sent[-1])
         delivered = running.deliveries.when[sent[0]]
-        assert ready < next_retry - 1, (f"the bridge took {ready - started:.1f} s to start, past Synapse's "
-                                    "next retry: this run cannot tell the ping from the retry")
+        assert ready < next_retry - 1, (
+            f"the bridge took {ready - started:.1f} s to start, past Synapse's "
+            "next retry: this run cannot tell the ping from the retry"
+        )
         # the start-up ping made Synapse retry now, not at its next back-off step (1 s of slack:
         # the retry's own timer starts a little after the refused try that this test saw)
         assert delivered < next_retry - 1, (delivered - ready, next_retry - ready)
-        record_figures("backlog after a restart", {
-            "Synapse's next retry after the start": f"{next_retry - ready:.1f} s",
-            "backlog delivered after the start": f"{delivered - ready:.2f} s"})
+        record_figures(
+            "backlog after a restart",
+            {
+                "Synapse's next retry after the start": f"{next_retry - ready:.1f} s",
+                "backlog delivered after the start": f"{delivered - ready:.2f} s",
+            },
+        )
 
         def all_answered():
             bodies = [a["body"] for a in answers_in(events_in(owner, room_id), puppet_id)]
             return all(any(f"while down {n}" in b for b in bodies) for n in range(3))
+
         await sync_until(owner, all_answered)
         await running.idle()
         bodies = [a["body"] for a in answers_in(events_in(owner, room_id), puppet_id)]

@@ -5,16 +5,15 @@ During a streaming answer and during a burst of owner messages: each answer comp
 before the kill is not posted again), no owner message is lost, and the backlog Synapse kept
 arrives once it is back. A private Synapse: these tests kill it.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 
 import pytest
-
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import open_dm, received
 from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
-
 from test_homeserver_faults import prompts
 
 PUPPET = "@sk_alice:localhost"
@@ -31,6 +30,7 @@ def settled(owner, room_id, count: int):
     def done() -> bool:
         answers = answers_in(events_in(owner, room_id), PUPPET)
         return len(answers) >= count and not any(a["body"].startswith(STATUS) for a in answers)
+
     return done
 
 
@@ -41,14 +41,17 @@ async def test_an_answer_streaming_when_the_homeserver_is_killed_completes_once(
     owner = await login(hs, hs.owner_id, hs.owner_password)
     try:
         room_id = await open_dm(owner, PUPPET)
-        await owner.room_send(room_id, "m.room.message", {
-            "msgtype": "m.text", "body": f"[[chunks:6]] [[hold:{release}]] keep going"})
+        await owner.room_send(
+            room_id, "m.room.message", {"msgtype": "m.text", "body": f"[[chunks:6]] [[hold:{release}]] keep going"}
+        )
         await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), PUPPET)))
         await owner.close()
         hs.server.kill()  # mid-answer: the next edits and the final text meet a dead homeserver
         release.touch()
-        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
-                         what="the agent finished its answer while Synapse was dead")
+        await wait_until(
+            lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
+            what="the agent finished its answer while Synapse was dead",
+        )
         await hs.server.start()
         owner = await login(hs, hs.owner_id, hs.owner_password)
         await sync_until(owner, settled(owner, room_id, 1))
@@ -69,8 +72,9 @@ async def test_an_answer_streaming_when_the_homeserver_is_killed_completes_once(
 async def test_a_burst_of_messages_when_the_homeserver_is_killed_is_answered_once_each(private_hs, tmp_path):
     hs = private_hs
     log = tmp_path / "alice.log"
-    running = await start_bridge(hs, tmp_path / "bridge",
-                                 {"alice": agent("--log", str(log), "--chunks", "3", "--delay", "0.05")})
+    running = await start_bridge(
+        hs, tmp_path / "bridge", {"alice": agent("--log", str(log), "--chunks", "3", "--delay", "0.05")}
+    )
     owner = await login(hs, hs.owner_id, hs.owner_password)
     sent = [f"burst {n}" for n in range(6)]
     try:
@@ -78,8 +82,13 @@ async def test_a_burst_of_messages_when_the_homeserver_is_killed_is_answered_onc
         for text in sent[:3]:
             await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
         # the first answer has begun: the kill lands with answers streaming and messages queued
-        await sync_until(owner, lambda: any(a["edits"] >= 1 or not a["body"].startswith(STATUS)
-                                            for a in answers_in(events_in(owner, room_id), PUPPET)))
+        await sync_until(
+            owner,
+            lambda: any(
+                a["edits"] >= 1 or not a["body"].startswith(STATUS)
+                for a in answers_in(events_in(owner, room_id), PUPPET)
+            ),
+        )
         await owner.close()
         hs.server.kill()
         await hs.server.start()
@@ -90,16 +99,22 @@ async def test_a_burst_of_messages_when_the_homeserver_is_killed_is_answered_onc
         await running.idle()
         answers = answers_in(events_in(owner, room_id), PUPPET)
         echoed = Counter(a["body"].splitlines()[-1].removeprefix("echo: ") for a in answers)
-        figures = {"messages": len(sent), "answers": len(answers),
-                   "lost": sum(1 for text in sent if not echoed[text]),
-                   "answered twice": sum(n - 1 for n in echoed.values() if n > 1),
-                   "interrupted": sum(1 for a in answers if "interrupted" in a["body"])}
+        figures = {
+            "messages": len(sent),
+            "answers": len(answers),
+            "lost": sum(1 for text in sent if not echoed[text]),
+            "answered twice": sum(n - 1 for n in echoed.values() if n > 1),
+            "interrupted": sum(1 for a in answers if "interrupted" in a["body"]),
+        }
         record_figures("homeserver kill -9 in a burst", figures)
         assert figures["lost"] == 0 and figures["answered twice"] == 0 and len(answers) == len(sent), (
-            figures, [a["body"] for a in answers])
+            figures,
+            [a["body"] for a in answers],
+        )
         # each message reached the agent once (its text is the prompt's last line)
-        asked = Counter("".join(b.get("text", "") for b in p["params"]["prompt"]).splitlines()[-1]
-                        for p in prompts(log))
+        asked = Counter(
+            "".join(b.get("text", "") for b in p["params"]["prompt"]).splitlines()[-1] for p in prompts(log)
+        )
         assert all(asked[text] == 1 for text in sent), asked
     finally:
         await owner.close()
@@ -121,33 +136,45 @@ async def test_a_message_the_homeserver_never_handed_on_is_read_back_once_it_ans
     handle = server._on_transaction
 
     async def losing(transaction):
-        transaction.events[:] = [e for e in transaction.events
-                                 if (e.get("content") or {}).get("body") != "lost on the way"]
+        transaction.events[:] = [
+            e for e in transaction.events if (e.get("content") or {}).get("body") != "lost on the way"
+        ]
         await handle(transaction)
+
     try:
         room_id = await open_dm(owner, PUPPET)
         # the puppet's catch-up on joining reads the room back inside the handling of its invite:
         # over once that transaction is acknowledged
-        invite = next(e["event_id"] for e in events_in(owner, room_id) if e.get("type") == "m.room.member"
-                      and e.get("state_key") == PUPPET and e.get("content", {}).get("membership") == "invite")
+        invite = next(
+            e["event_id"]
+            for e in events_in(owner, room_id)
+            if e.get("type") == "m.room.member"
+            and e.get("state_key") == PUPPET
+            and e.get("content", {}).get("membership") == "invite"
+        )
         await running.deliveries.wait(invite)
         server._on_transaction = losing
         sent = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "lost on the way"})
         await running.deliveries.wait(sent.event_id)  # the homeserver is done with it
         server._on_transaction = handle
-        await owner.room_send(room_id, "m.room.message", {
-            "msgtype": "m.text", "body": f"[[chunks:6]] [[hold:{release}]] keep going"})
+        await owner.room_send(
+            room_id, "m.room.message", {"msgtype": "m.text", "body": f"[[chunks:6]] [[hold:{release}]] keep going"}
+        )
         await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), PUPPET)))
         assert not any("lost on the way" in p["params"]["prompt"][0]["text"] for p in prompts(log))
         await owner.close()
         hs.server.kill()  # mid-answer: the bridge's next edits meet a dead homeserver
         release.touch()
-        await wait_until(lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
-                         what="the agent finished its answer while Synapse was dead")
+        await wait_until(
+            lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
+            what="the agent finished its answer while Synapse was dead",
+        )
         await hs.server.start()
         owner = await login(hs, hs.owner_id, hs.owner_password)
-        await sync_until(owner, lambda: any(a["body"] == "echo: lost on the way"
-                                            for a in answers_in(events_in(owner, room_id), PUPPET)))
+        await sync_until(
+            owner,
+            lambda: any(a["body"] == "echo: lost on the way" for a in answers_in(events_in(owner, room_id), PUPPET)),
+        )
         await sync_until(owner, settled(owner, room_id, 2))
         await running.idle()
         bodies = [a["body"] for a in answers_in(events_in(owner, room_id), PUPPET)]

@@ -2,12 +2,12 @@
 docs/outages.md): an event that comes both ways at once runs once; a homeserver that goes away
 while the bridge sends it nothing is noticed, and what it missed is read back once it returns.
 """
+
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import open_dm, prompts, say
 from matrix_helpers import events_in, login, private_homeserver, sync_until
@@ -17,13 +17,16 @@ ALICE = "@sk_alice:localhost"
 
 def replies_after(owner, room_id: str, event_id: str) -> int:
     """Messages of the bridge (anyone but the owner) after `event_id`, up to the owner's next one."""
-    events = [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
-              and "m.new_content" not in (e.get("content") or {})]
+    events = [
+        e
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message" and "m.new_content" not in (e.get("content") or {})
+    ]
     at = next((i for i, e in enumerate(events) if e["event_id"] == event_id), None)
     if at is None:  # not seen yet
         return 0
     count = 0
-    for event in events[at + 1:]:
+    for event in events[at + 1 :]:
         if event.get("sender") == owner.user_id:
             break
         count += 1
@@ -53,6 +56,7 @@ async def test_a_command_read_back_while_its_transaction_is_handled_runs_once(ho
     async def event(ev):
         dispatched.append(ev.get("event_id"))
         return await real_event(ev)
+
     try:
         room_id = await open_dm(owner, ALICE)
         first = await say(owner, room_id, "!help")  # how many replies one run makes
@@ -94,6 +98,7 @@ async def test_a_homeserver_killed_while_the_bridge_is_idle_is_noticed_and_read_
     dropped here, acknowledged, as a killed Synapse can lose the events it had queued) is
     answered, once."""
     from bridge.matrix import presence, reachability
+
     monkeypatch.setattr(reachability, "IDLE_PING", 1.0)  # asked after 1 s of quiet, not 15
     # no presence kept up either (as with a homeserver that has presence off, where the bridge
     # sends none): nothing else asks the homeserver while the bridge is idle
@@ -106,13 +111,20 @@ async def test_a_homeserver_killed_while_the_bridge_is_idle_is_noticed_and_read_
     handle = server._on_transaction
 
     async def losing(transaction):
-        transaction.events[:] = [e for e in transaction.events
-                                 if (e.get("content") or {}).get("body") != "lost on the way"]
+        transaction.events[:] = [
+            e for e in transaction.events if (e.get("content") or {}).get("body") != "lost on the way"
+        ]
         await handle(transaction)
+
     try:
         room_id = await open_dm(owner, ALICE)
-        invite = next(e["event_id"] for e in events_in(owner, room_id) if e.get("type") == "m.room.member"
-                      and e.get("state_key") == ALICE and e.get("content", {}).get("membership") == "invite")
+        invite = next(
+            e["event_id"]
+            for e in events_in(owner, room_id)
+            if e.get("type") == "m.room.member"
+            and e.get("state_key") == ALICE
+            and e.get("content", {}).get("membership") == "invite"
+        )
         await running.deliveries.wait(invite)  # the puppet's catch-up on joining is over
         server._on_transaction = losing
         lost = await say(owner, room_id, "lost on the way")
@@ -122,13 +134,15 @@ async def test_a_homeserver_killed_while_the_bridge_is_idle_is_noticed_and_read_
         await running.idle()
         assert running.bridge.reachability.away_since is None
         hs.server.kill()  # nothing is being sent: no answer streams, nobody writes
-        await wait_until(lambda: running.bridge.reachability.away_since is not None,
-                         what="the bridge noticed the homeserver gone")
+        await wait_until(
+            lambda: running.bridge.reachability.away_since is not None, what="the bridge noticed the homeserver gone"
+        )
         await hs.server.start()
         owner = await login(hs, hs.owner_id, hs.owner_password)
 
         def answers() -> list[str]:
             return [a["body"] for a in answers_in(events_in(owner, room_id), ALICE)]
+
         await sync_until(owner, lambda: "echo: lost on the way" in answers())
         await running.idle()
         await wait_until(lambda: not running.bridge._catching_up, what="the read-back done")

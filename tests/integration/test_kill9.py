@@ -5,6 +5,7 @@ writing; the bridge is killed with SIGKILL at random moments and started again. 
 every owner message has exactly one finished answer, no finished answer is stored twice or
 missing from the store, and nothing else was answered. The figures are printed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,22 +14,21 @@ import os
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import sqlite3
 from collections import Counter
+from pathlib import Path
 
 import aiohttp
 import nio
 import pytest
+from bridge_harness import agent, answers_in, write_config
+from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
 
 from bridge.channels.recovery import UNSURE_TEXT as UNSURE
 from store.turns import LIVE
-from bridge_harness import agent, answers_in, write_config
-from matrix_helpers import events_in, login, record_figures, private_homeserver, sync_until
 
 KILLS = int(os.environ.get("SIDEKICKS_KILLS", "100"))
 STATUS = ("⏳", "💭", "✍️", "🔧")
@@ -50,8 +50,12 @@ class BridgeProcess:
         with self.log.open("a") as sink:
             sink.write("---- start\n")
             sink.flush()
-            self.proc = subprocess.Popen([sys.executable, "-m", "bridge", "run", "-c", str(self.config)],
-                                         env=env, stdout=sink, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bridge", "run", "-c", str(self.config)],
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
 
     async def ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -98,8 +102,7 @@ def prompted_messages(log: Path) -> list[str]:
         except ValueError:
             continue  # a line cut by a kill
         if record.get("method") == "session/prompt":
-            text = "".join(b.get("text", "") for b in record.get("params", {}).get("prompt", [])
-                           if isinstance(b, dict))
+            text = "".join(b.get("text", "") for b in record.get("params", {}).get("prompt", []) if isinstance(b, dict))
             out.append(text.splitlines()[-1] if text else "")
     return out
 
@@ -140,9 +143,10 @@ def timeline(history: list[dict], puppet_id: str, echoes: Counter, focus: str | 
             mark = "  <- answered twice" if echoes.get(text, 0) > 1 else ""
             mark = mark or ("  <- its answer is out of place" if text == focus else "")
             lines.append(f"owner {event['origin_server_ts']}: {text}{mark}")
-    first = next((i for i, line in enumerate(lines) if line.endswith(("answered twice", "out of place"))),
-                 len(lines) - 30)
-    return "\n".join(lines[max(first - 12, 0):first + 30])
+    first = next(
+        (i for i, line in enumerate(lines) if line.endswith(("answered twice", "out of place"))), len(lines) - 30
+    )
+    return "\n".join(lines[max(first - 12, 0) : first + 30])
 
 
 async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs, tmp_path):
@@ -158,11 +162,18 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     try:
         bridge.start()
         await bridge.ready()
-        room_id = (await owner.room_create(is_direct=True, invite=[puppet_id],
-                                           preset=nio.RoomPreset.trusted_private_chat)).room_id
-        await sync_until(owner, lambda: any(
-            e.get("type") == "m.room.member" and e.get("state_key") == puppet_id
-            and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+        room_id = (
+            await owner.room_create(is_direct=True, invite=[puppet_id], preset=nio.RoomPreset.trusted_private_chat)
+        ).room_id
+        await sync_until(
+            owner,
+            lambda: any(
+                e.get("type") == "m.room.member"
+                and e.get("state_key") == puppet_id
+                and e["content"].get("membership") == "join"
+                for e in events_in(owner, room_id)
+            ),
+        )
         for _kill in range(KILLS):
             for _ in range(rng.choice((1, 1, 2))):
                 text = f"msg {len(sent)}"
@@ -182,8 +193,8 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
             answers = answers_in(await full_history(hs, owner.access_token, room_id), puppet_id)
             done = [a for a in answers if not a["body"].startswith(STATUS)]
             state["last"] = (len(sent), len(done), [a["body"][:60] for a in answers if a["body"].startswith(STATUS)])
-            return len(done) >= len(sent) and not any(
-                a["body"].startswith(STATUS) and a["edits"] for a in answers)
+            return len(done) >= len(sent) and not any(a["body"].startswith(STATUS) and a["edits"] for a in answers)
+
         state = {}
         try:
             await sync_until(owner, settled, timeout=300)
@@ -208,19 +219,23 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     real = [a for a in answers if not a["body"].startswith(STATUS)]
     finished = [a for a in real if "interrupted" not in a["body"]]
     interrupted = [a for a in real if "interrupted" in a["body"]]
+
     # answers come in the order of the messages (one portal, one turn at a time), so the n-th
     # answer belongs to the n-th message; a finished one must echo exactly that message. Once an
     # answer too many shifts them, every later one would seem out of place: answers beyond one
     # per message are counted apart, and finished answers by the message they echo
     def echoed(answer: dict) -> str:
         return answer["body"].splitlines()[-1].removeprefix("echo: ")
+
     extra = max(len(real) - len(sent), 0)
     echoes = Counter(echoed(a) for a in finished)
     finished_twice = sum(n - 1 for n in echoes.values() if n > 1)
     unknown = sum(n for text, n in echoes.items() if text not in set(sent))
-    out_of_order = 0 if extra else sum(1 for text, answer in zip(sent, real)
-                                       if answer in finished and echoed(answer) != text)
+    out_of_order = (
+        0 if extra else sum(1 for text, answer in zip(sent, real) if answer in finished and echoed(answer) != text)
+    )
     from store import Store
+
     data = next((tmp_path / "xdg" / "sidekicks" / "data").iterdir())
     store = Store.open("sqlite", data)
     try:
@@ -235,21 +250,33 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     # stopped in that instant, it cannot know whether the agent got it, and says so —
     # "may not have reached it" — instead of claiming an answer had begun)
     unsure = [a for a in interrupted if UNSURE in a["body"]]
-    interrupted_unbegun = 0 if extra else sum(1 for text, answer in zip(sent, real)
-                                              if answer in interrupted and answer not in unsure
-                                              and not prompted[text])
-    rerun = sum(int(n) for n in re.findall(r"(\d+) answer\(s\) the last stop left before they began",
-                                           bridge.log.read_text()))
+    interrupted_unbegun = (
+        0
+        if extra
+        else sum(
+            1
+            for text, answer in zip(sent, real)
+            if answer in interrupted and answer not in unsure and not prompted[text]
+        )
+    )
+    rerun = sum(
+        int(n) for n in re.findall(r"(\d+) answer\(s\) the last stop left before they began", bridge.log.read_text())
+    )
     stored_users = [m for m in stored if m.role == "user"]
     stored_agent_events = [e for m in stored if m.role == "agent" for e in m.event_ids]
     figures = {
-        "kills": KILLS, "messages": len(sent), "finished answers": len(finished),
-        "interrupted (marked)": len(interrupted), "interrupted before it began": interrupted_unbegun,
+        "kills": KILLS,
+        "messages": len(sent),
+        "finished answers": len(finished),
+        "interrupted (marked)": len(interrupted),
+        "interrupted before it began": interrupted_unbegun,
         "stopped as the prompt was handed over (said so)": len(unsure),
-        "never begun, run again": rerun, "prompts read twice by the agent": sum(n - 1 for n in prompted.values() if n > 1),
+        "never begun, run again": rerun,
+        "prompts read twice by the agent": sum(n - 1 for n in prompted.values() if n > 1),
         "placeholders left": len(stale),
         "lost": max(len(sent) - len(real), 0),
-        "answered twice": max(extra, finished_twice) + unknown, "out of order": out_of_order,
+        "answered twice": max(extra, finished_twice) + unknown,
+        "out of order": out_of_order,
         "user messages stored twice": len(stored_users) - len({m.event_ids for m in stored_users}),
         "finished answers not stored": sum(1 for a in finished if a["event_id"] not in stored_agent_events),
         "answers stored twice": len(stored_agent_events) - len(set(stored_agent_events)),
@@ -258,8 +285,9 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     }
     record_figures("kill -9", figures)
     if figures["lost"] or figures["answered twice"] or out_of_order:
-        misplaced = next((text for text, answer in zip(sent, real)
-                          if answer in finished and echoed(answer) != text), None)
+        misplaced = next(
+            (text for text, answer in zip(sent, real) if answer in finished and echoed(answer) != text), None
+        )
         raise AssertionError(f"{figures}\n{timeline(history, puppet_id, echoes, misplaced)}")
     assert figures["user messages stored twice"] == 0 and len(stored_users) == len(sent), figures
     assert figures["finished answers not stored"] == 0 and figures["answers stored twice"] == 0, figures

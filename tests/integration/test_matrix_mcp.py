@@ -4,6 +4,7 @@ to end: a real Synapse, the real bridge, the owner's matrix-nio client, and a sc
 session/new with the official MCP client and calls a tool on a directive in the prompt, answering
 with the tool's result.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,10 +14,10 @@ import time
 from pathlib import Path
 
 import nio
-
 from bridge_harness import answers_in, wait_until
 from helpers import BOB, prompts, received, say
 from matrix_helpers import caught_up, events_in, notices, sync_until
+
 from store.ids import now_ms
 
 MCP_AGENT = Path(__file__).resolve().parents[1] / "agents" / "mcp_agent.py"
@@ -36,14 +37,20 @@ def mcp_agent(log: Path, workdir: Path | None = None, *options: str, **extra) ->
 
 def answers(owner, room_id: str) -> list[str]:
     """alice's final messages in the room, oldest first (status lines still streaming left out)."""
-    return [m["body"] for m in answers_in(events_in(owner, room_id), ALICE)
-            if m.get("msgtype") in ("m.text", None) and not m["body"].startswith(("⏳", "💭", "✍️", "🔧"))]
+    return [
+        m["body"]
+        for m in answers_in(events_in(owner, room_id), ALICE)
+        if m.get("msgtype") in ("m.text", None) and not m["body"].startswith(("⏳", "💭", "✍️", "🔧"))
+    ]
 
 
 def answers_of(owner, room_id: str, user_id: str) -> list[str]:
     """`user_id`'s final messages in the room, oldest first."""
-    return [m["body"] for m in answers_in(events_in(owner, room_id), user_id)
-            if m.get("msgtype") in ("m.text", None) and not m["body"].startswith(("⏳", "💭", "✍️", "🔧"))]
+    return [
+        m["body"]
+        for m in answers_in(events_in(owner, room_id), user_id)
+        if m.get("msgtype") in ("m.text", None) and not m["body"].startswith(("⏳", "💭", "✍️", "🔧"))
+    ]
 
 
 async def ask(owner, room_id: str, body: str, starts: str) -> str:
@@ -60,8 +67,13 @@ async def channel_with_alice(owner, name: str) -> str:
     room_id = response.room_id
 
     def joined():
-        return any(e.get("type") == "m.room.member" and e.get("state_key") == ALICE
-                   and e["content"].get("membership") == "join" for e in events_in(owner, room_id))
+        return any(
+            e.get("type") == "m.room.member"
+            and e.get("state_key") == ALICE
+            and e["content"].get("membership") == "join"
+            for e in events_in(owner, room_id)
+        )
+
     await sync_until(owner, joined)
     return room_id
 
@@ -94,14 +106,15 @@ async def test_history_is_this_rooms_messages_and_no_other_rooms(bridge_factory,
     assert stat.S_IMODE(os.stat(socket_path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(socket_path.parent).st_mode) == 0o700
     # the other room's session has another secret
-    secrets = {next(e["value"] for e in m["params"]["mcpServers"][0]["env"] if e["name"] == "SIDEKICKS_MCP_SECRET")
-               for m in news}
+    secrets = {
+        next(e["value"] for e in m["params"]["mcpServers"][0]["env"] if e["name"] == "SIDEKICKS_MCP_SECRET")
+        for m in news
+    }
     assert len(secrets) == 2
     await running.idle()
 
 
-async def test_send_file_posts_a_file_of_the_working_directory_and_refuses_one_outside(
-        bridge_factory, tmp_path, owner):
+async def test_send_file_posts_a_file_of_the_working_directory_and_refuses_one_outside(bridge_factory, tmp_path, owner):
     log, work, outside = tmp_path / "alice.log", tmp_path / "work", tmp_path / "outside"
     work.mkdir()
     outside.mkdir()
@@ -109,22 +122,18 @@ async def test_send_file_posts_a_file_of_the_working_directory_and_refuses_one_o
     (outside / "secret.txt").write_text("not for the room\n")
     running = await bridge_factory({"alice": mcp_agent(log, work)})
     room = await channel_with_alice(owner, "files")
-    posted = await ask(owner, room, '[[tool:send_file {"path": "notes.txt", "caption": "here they are"}]]',
-                       "send_file")
+    posted = await ask(owner, room, '[[tool:send_file {"path": "notes.txt", "caption": "here they are"}]]', "send_file")
     assert posted.startswith("send_file: Posted notes.txt"), posted
-    files = [e for e in events_in(owner, room) if e.get("sender") == ALICE
-             and e["content"].get("msgtype") == "m.file"]
+    files = [e for e in events_in(owner, room) if e.get("sender") == ALICE and e["content"].get("msgtype") == "m.file"]
     assert [f["content"]["body"] for f in files] == ["notes.txt"]
     assert files[0]["content"]["info"]["size"] == len("the notes\n")
-    refused = await ask(owner, room, '[[tool:send_file {"path": "%s"}]]' % (outside / "secret.txt"),
-                        "send_file")
+    refused = await ask(owner, room, '[[tool:send_file {"path": "%s"}]]' % (outside / "secret.txt"), "send_file")
     assert refused.startswith("send_file error: ") and "outside the agent's working directory" in refused
     up = await ask(owner, room, '[[tool:send_file {"path": "../outside/secret.txt"}]]', "send_file")
     assert "outside the agent's working directory" in up
     await running.idle()
     await caught_up(owner, room)
-    files = [e for e in events_in(owner, room) if e.get("sender") == ALICE
-             and e["content"].get("msgtype") == "m.file"]
+    files = [e for e in events_in(owner, room) if e.get("sender") == ALICE and e["content"].get("msgtype") == "m.file"]
     assert len(files) == 1  # nothing posted for the refused ones
     assert "here they are" in [m["body"] for m in answers_in(events_in(owner, room), ALICE)]
 
@@ -139,9 +148,15 @@ async def test_react_on_a_message_of_this_room_only(bridge_factory, tmp_path, ow
     await running.idle()
     done = await ask(owner, room, '[[tool:react {"event_id": "' + mine + '", "key": "👍"}]]', "react")
     assert done.startswith("react: Reacted"), done
-    await sync_until(owner, lambda: any(
-        e.get("type") == "m.reaction" and e.get("sender") == ALICE
-        and e["content"]["m.relates_to"]["event_id"] == mine for e in events_in(owner, room)))
+    await sync_until(
+        owner,
+        lambda: any(
+            e.get("type") == "m.reaction"
+            and e.get("sender") == ALICE
+            and e["content"]["m.relates_to"]["event_id"] == mine
+            for e in events_in(owner, room)
+        ),
+    )
     refused = await ask(owner, room, '[[tool:react {"event_id": "' + theirs + '", "key": "👍"}]]', "react")
     assert refused.startswith("react error:") and "no message" in refused
     await running.idle()
@@ -156,8 +171,11 @@ def runs(owner, room_id: str, prompt: str) -> list[str]:
 def approval_ask(owner, room_id: str, number: int, agent: str = "alice", user_id: str = ALICE) -> dict | None:
     """The owner's latest ask to approve `agent`'s repeating schedule `number` ({event_id, body,
     …}, its edits applied), or None before it came."""
-    found = [m for m in answers_in(events_in(owner, room_id), user_id)
-             if m["body"].startswith(f"🗓 {agent} asks to schedule work that repeats (schedule {number})")]
+    found = [
+        m
+        for m in answers_in(events_in(owner, room_id), user_id)
+        if m["body"].startswith(f"🗓 {agent} asks to schedule work that repeats (schedule {number})")
+    ]
     return found[-1] if found else None
 
 
@@ -167,15 +185,20 @@ async def approved(owner, room_id: str, running, number: int) -> None:
     await sync_until(owner, lambda: approval_ask(owner, room_id, number) is not None)
     await say(owner, room_id, "1")
     channel_id = running.store.channel_by_room(room_id).id
-    await wait_until(lambda: [s.state for s in running.store.schedules.listed(channel_id)
-                              if s.number == number] == ["active"], what=f"schedule {number} is approved")
+    await wait_until(
+        lambda: [s.state for s in running.store.schedules.listed(channel_id) if s.number == number] == ["active"],
+        what=f"schedule {number} is approved",
+    )
     await sync_until(owner, lambda: "✅ Approved" in approval_ask(owner, room_id, number)["body"])
 
 
 def framed(log: Path, text: str) -> list[str]:
     """The prompts the agent got for a scheduled run of `text`: framed, `text` on the last line."""
-    return [p for p in prompts(log) if p.splitlines() and p.splitlines()[-1] == text
-            and "[Scheduled run, not a message" in p]
+    return [
+        p
+        for p in prompts(log)
+        if p.splitlines() and p.splitlines()[-1] == text and "[Scheduled run, not a message" in p
+    ]
 
 
 def clock_moved_on(running, seconds: float) -> None:
@@ -193,11 +216,9 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
     room = await channel_with_alice(owner, "later")
     # an hour ahead: still listed, and the second cancelled before its time, however slow the
     # machine; then the scheduler's clock is moved on instead of waiting
-    made = await ask(owner, room, '[[tool:schedule {"prompt": "time to stretch", "in_seconds": 3600}]]',
-                     "schedule")
+    made = await ask(owner, room, '[[tool:schedule {"prompt": "time to stretch", "in_seconds": 3600}]]', "schedule")
     assert made.startswith("schedule: Scheduled as id 1"), made
-    cancelled = await ask(owner, room, '[[tool:schedule {"prompt": "never said", "in_seconds": 3700}]]',
-                          "schedule")
+    cancelled = await ask(owner, room, '[[tool:schedule {"prompt": "never said", "in_seconds": 3700}]]', "schedule")
     assert "id 2" in cancelled
     listed = await ask(owner, room, "[[tool:schedules]]", "schedules")
     assert "id 1" in listed and "time to stretch" in listed and "id 2" in listed
@@ -215,9 +236,13 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
     assert len(runs(owner, room, "time to stretch")) == 1
     assert answers(owner, room).count("echo: time to stretch") == 1
     assert runs(owner, room, "never said") == [] and "echo: never said" not in answers(owner, room)
-    got = [m for m in received(log) if m.get("method") == "session/prompt"
-           and "time to stretch" in m["params"]["prompt"][0]["text"]
-           and "[[tool:" not in m["params"]["prompt"][0]["text"].splitlines()[-1]]
+    got = [
+        m
+        for m in received(log)
+        if m.get("method") == "session/prompt"
+        and "time to stretch" in m["params"]["prompt"][0]["text"]
+        and "[[tool:" not in m["params"]["prompt"][0]["text"].splitlines()[-1]
+    ]
     assert len(got) == 1
     # framed: a scheduled run of alice's schedule 1, never the owner's words; the text last
     (prompt,) = framed(log, "time to stretch")
@@ -225,9 +250,14 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
     assert head.startswith("[Scheduled run, not a message from the owner: schedule 1, set by alice at ")
     assert "(a single run)" in head and "alice's own words:]" in head
     # each single run was posted for the owner with the command that cancels it
-    await sync_until(owner, lambda: any(n.startswith("🗓 alice scheduled a single run (schedule 1)")
-                                        and n.endswith("time to stretch\n`!unschedule 1` cancels it.")
-                                        for n in notices(owner, room, ALICE)))
+    await sync_until(
+        owner,
+        lambda: any(
+            n.startswith("🗓 alice scheduled a single run (schedule 1)")
+            and n.endswith("time to stretch\n`!unschedule 1` cancels it.")
+            for n in notices(owner, room, ALICE)
+        ),
+    )
     assert running.store.schedules.listed(running.store.channel_by_room(room).id) == []
     # the owner sees none left
     await say(owner, room, "!schedules")
@@ -235,7 +265,8 @@ async def test_schedule_runs_once_and_cancel_stops_one(bridge_factory, tmp_path,
 
 
 async def test_a_run_due_while_the_bridge_was_down_runs_once_at_the_start_saying_it_is_late(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     log = tmp_path / "alice.log"
     agents = {"alice": mcp_agent(log, tmp_path)}
     folder = tmp_path / "bridge"
@@ -277,22 +308,34 @@ async def test_tools_off_gives_the_session_no_mcp_servers(bridge_factory, tmp_pa
 
 
 async def test_the_owner_lists_and_cancels_schedules_and_a_stranger_can_do_neither(
-        homeserver, bridge_factory, tmp_path, owner, stranger):
+    homeserver, bridge_factory, tmp_path, owner, stranger
+):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": mcp_agent(log, tmp_path)})
     response = await owner.room_create(name="shared", invite=[ALICE, homeserver.stranger_id])
     room = response.room_id
     assert isinstance(await stranger.join(room), nio.JoinResponse)
-    await sync_until(owner, lambda: any(e.get("type") == "m.room.member" and e.get("state_key") == ALICE
-                                        and e["content"].get("membership") == "join"
-                                        for e in events_in(owner, room)))
+    await sync_until(
+        owner,
+        lambda: any(
+            e.get("type") == "m.room.member"
+            and e.get("state_key") == ALICE
+            and e["content"].get("membership") == "join"
+            for e in events_in(owner, room)
+        ),
+    )
     await ask(owner, room, '[[tool:schedule {"prompt": "far away", "cron": "0 3 1 1 *"}]]', "schedule")
     await ask(owner, room, '[[tool:schedule {"prompt": "also later", "in_seconds": 3600}]]', "schedule")
     await running.idle()
-    await sync_until(owner, lambda: approval_ask(owner, room, 1) is not None and any(
-        n.startswith("🗓 alice scheduled a single run (schedule 2)") for n in notices(owner, room, ALICE)))
+    await sync_until(
+        owner,
+        lambda: (
+            approval_ask(owner, room, 1) is not None
+            and any(n.startswith("🗓 alice scheduled a single run (schedule 2)") for n in notices(owner, room, ALICE))
+        ),
+    )
     seen = len(notices(owner, room, ALICE))
-    for attempt in ("!schedules", "!unschedule 1", "[[tool:cancel_schedule {\"id\": 2}]]"):
+    for attempt in ("!schedules", "!unschedule 1", '[[tool:cancel_schedule {"id": 2}]]'):
         sent = await stranger.room_send(room, "m.room.message", {"msgtype": "m.text", "body": attempt})
         await running.handled(sent.event_id)
     await running.idle()
@@ -306,13 +349,16 @@ async def test_the_owner_lists_and_cancels_schedules_and_a_stranger_can_do_neith
     assert "1. alice, waiting for your approval, on cron 0 3 1 1 *: far away" in listing
     assert "2. alice" in listing and "also later" in listing
     await say(owner, room, "!unschedule 1")
-    await sync_until(owner, lambda: any(n.startswith("Cancelled schedule 1 of alice: far away")
-                                        for n in notices(owner, room, ALICE)))
+    await sync_until(
+        owner, lambda: any(n.startswith("Cancelled schedule 1 of alice: far away") for n in notices(owner, room, ALICE))
+    )
     assert [s.prompt for s in running.store.schedules.listed(channel_id)] == ["also later"]
     # its ask is over: shown cancelled, and a number no longer approves it
     await sync_until(owner, lambda: "🗑 Cancelled before an answer" in approval_ask(owner, room, 1)["body"])
     await say(owner, room, "!unschedule 9")
-    await sync_until(owner, lambda: any(n.startswith("There is no schedule 9 here") for n in notices(owner, room, ALICE)))
+    await sync_until(
+        owner, lambda: any(n.startswith("There is no schedule 9 here") for n in notices(owner, room, ALICE))
+    )
 
 
 async def test_an_agent_announcing_http_gets_the_server_over_http_too(bridge_factory, tmp_path, owner):
@@ -329,6 +375,7 @@ async def test_an_agent_announcing_http_gets_the_server_over_http_too(bridge_fac
     assert [r["via"] for r in received(log) if "tool" in r] == ["http"]
     # without the secret, nothing
     import aiohttp
+
     async with aiohttp.ClientSession() as session:
         async with session.post(http["url"], json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}) as reply:
             assert reply.status == 401
@@ -336,7 +383,8 @@ async def test_an_agent_announcing_http_gets_the_server_over_http_too(bridge_fac
 
 
 async def test_a_run_taken_by_an_earlier_run_of_the_bridge_but_not_begun_runs_once_after_the_start(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     """The bridge stopped between taking a scheduled run and prompting it: the next start's
     recovery runs it (it is a turn record like any other), once; the scheduler takes it no more."""
     from store import Store
@@ -346,8 +394,7 @@ async def test_a_run_taken_by_an_earlier_run_of_the_bridge_but_not_begun_runs_on
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder)
     room = await channel_with_alice(owner, "taken")
-    await ask(owner, room, '[[tool:schedule {"prompt": "taken before the stop", "in_seconds": 3600}]]',
-              "schedule")
+    await ask(owner, room, '[[tool:schedule {"prompt": "taken before the stop", "in_seconds": 3600}]]', "schedule")
     await running.idle()
     channel_id = running.store.channel_by_room(room).id
     (schedule,) = running.store.schedules.listed(channel_id)
@@ -368,8 +415,7 @@ async def test_a_run_taken_by_an_earlier_run_of_the_bridge_but_not_begun_runs_on
     assert running.bridge.scheduler.fired == 0
 
 
-async def test_a_run_whose_agent_left_the_room_is_dropped_and_its_schedule_cancelled(
-        bridge_factory, tmp_path, owner):
+async def test_a_run_whose_agent_left_the_room_is_dropped_and_its_schedule_cancelled(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": mcp_agent(log, tmp_path)})
     room = await channel_with_alice(owner, "kicked")
@@ -381,8 +427,9 @@ async def test_a_run_whose_agent_left_the_room_is_dropped_and_its_schedule_cance
     assert isinstance(await owner.room_kick(room, ALICE), nio.RoomKickResponse)
     await wait_until(lambda: store.member(channel_id, "alice") is None, what="alice is no member")
     clock_moved_on(running, YEAR_AND_MORE)  # past its next time (no waiting for it)
-    await wait_until(lambda: store.schedules.listed(channel_id) == [], timeout=60,
-                     what="the schedule is cancelled at its first run")
+    await wait_until(
+        lambda: store.schedules.listed(channel_id) == [], timeout=60, what="the schedule is cancelled at its first run"
+    )
     await running.idle()
     await caught_up(owner, room)
     assert runs(owner, room, "after the kick") == []
@@ -395,8 +442,7 @@ def turns_of(store, schedule_id: str) -> list:
     return [t for t in store.turns.unfinished() if t.prompt_event.startswith(f"schedule:{schedule_id}:")]
 
 
-async def test_a_cron_runs_only_once_the_owner_approved_it_and_a_declined_one_never(
-        bridge_factory, tmp_path, owner):
+async def test_a_cron_runs_only_once_the_owner_approved_it_and_a_declined_one_never(bridge_factory, tmp_path, owner):
     """An agent's repeating schedule is the owner's decision: asked in the room (a number, a
     keycap), it does not run before; approved, it runs, framed; declined, never — and the agent
     hears so from `schedules`."""
@@ -421,8 +467,17 @@ async def test_a_cron_runs_only_once_the_owner_approved_it_and_a_declined_one_ne
     # another one (the barrier was 2), declined with the keycap 2
     await ask(owner, room, '[[tool:schedule {"prompt": "never wanted", "cron": "0 4 1 1 *"}]]', "schedule")
     await sync_until(owner, lambda: approval_ask(owner, room, 3) is not None)
-    await owner.room_send(room, "m.reaction", {"m.relates_to": {
-        "rel_type": "m.annotation", "event_id": approval_ask(owner, room, 3)["event_id"], "key": "2️⃣"}})
+    await owner.room_send(
+        room,
+        "m.reaction",
+        {
+            "m.relates_to": {
+                "rel_type": "m.annotation",
+                "event_id": approval_ask(owner, room, 3)["event_id"],
+                "key": "2️⃣",
+            }
+        },
+    )
     await sync_until(owner, lambda: "❌ Declined" in approval_ask(owner, room, 3)["body"])
     listed = await ask(owner, room, "[[tool:schedules]]", "schedules")
     assert "id 3 (declined by the owner" in listed and "id 1 (next at" in listed, listed
@@ -441,13 +496,23 @@ async def test_a_cron_runs_only_once_the_owner_approved_it_and_a_declined_one_ne
 
 async def test_an_agent_sees_and_cancels_only_its_own_schedules(bridge_factory, tmp_path, owner):
     alice_log, bob_log = tmp_path / "alice.log", tmp_path / "bob.log"
-    running = await bridge_factory({"alice": mcp_agent(alice_log, tmp_path),
-                                    "bob": {**mcp_agent(bob_log, tmp_path), "title": "Bob"}})
+    running = await bridge_factory(
+        {"alice": mcp_agent(alice_log, tmp_path), "bob": {**mcp_agent(bob_log, tmp_path), "title": "Bob"}}
+    )
     response = await owner.room_create(name="two agents", invite=[ALICE, BOB])
     room = response.room_id
-    await sync_until(owner, lambda: all(any(
-        e.get("type") == "m.room.member" and e.get("state_key") == who and e["content"].get("membership") == "join"
-        for e in events_in(owner, room)) for who in (ALICE, BOB)))
+    await sync_until(
+        owner,
+        lambda: all(
+            any(
+                e.get("type") == "m.room.member"
+                and e.get("state_key") == who
+                and e["content"].get("membership") == "join"
+                for e in events_in(owner, room)
+            )
+            for who in (ALICE, BOB)
+        ),
+    )
     await say(owner, room, '@alice [[tool:schedule {"prompt": "alice alone", "in_seconds": 3600}]]')
     await sync_until(owner, lambda: any(a.startswith("schedule: Scheduled as id 1") for a in answers(owner, room)))
     await say(owner, room, "@bob [[tool:schedules]]")
@@ -456,15 +521,17 @@ async def test_an_agent_sees_and_cancels_only_its_own_schedules(bridge_factory, 
     await say(owner, room, '@bob [[tool:cancel_schedule {"id": 1}]]')
     await sync_until(owner, lambda: any(a.startswith("cancel_schedule") for a in answers_of(owner, room, BOB)))
     refused = next(a for a in answers_of(owner, room, BOB) if a.startswith("cancel_schedule"))
-    assert refused == ("cancel_schedule error: schedule 1 is another agent's: you see and cancel only your own "
-                       "(see `schedules`)"), refused
+    assert refused == (
+        "cancel_schedule error: schedule 1 is another agent's: you see and cancel only your own (see `schedules`)"
+    ), refused
     channel_id = running.store.channel_by_room(room).id
     assert [(s.agent, s.prompt) for s in running.store.schedules.listed(channel_id)] == [("alice", "alice alone")]
     await running.idle()
 
 
 async def test_a_run_due_while_its_last_one_waits_is_skipped_and_unschedule_drops_the_waiting_one(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     """Behind a slow turn, a repeating schedule's runs do not pile up: its second time comes
     while the first run waits, and is skipped; `!unschedule` drops the run still waiting."""
     log, hold = tmp_path / "alice.log", tmp_path / "bob may end"
@@ -473,9 +540,18 @@ async def test_a_run_due_while_its_last_one_waits_is_skipped_and_unschedule_drop
     store, scheduler = running.store, running.bridge.scheduler
     response = await owner.room_create(name="slow", invite=[ALICE, BOB])
     room = response.room_id
-    await sync_until(owner, lambda: all(any(
-        e.get("type") == "m.room.member" and e.get("state_key") == who and e["content"].get("membership") == "join"
-        for e in events_in(owner, room)) for who in (ALICE, BOB)))
+    await sync_until(
+        owner,
+        lambda: all(
+            any(
+                e.get("type") == "m.room.member"
+                and e.get("state_key") == who
+                and e["content"].get("membership") == "join"
+                for e in events_in(owner, room)
+            )
+            for who in (ALICE, BOB)
+        ),
+    )
     await say(owner, room, '@alice [[tool:schedule {"prompt": "every year", "cron": "0 3 1 1 *"}]]')
     await approved(owner, room, running, 1)
     channel_id = store.channel_by_room(room).id
@@ -491,9 +567,16 @@ async def test_a_run_due_while_its_last_one_waits_is_skipped_and_unschedule_drop
     assert store.schedules.get(schedule.id).due > now_ms() + YEAR_AND_MORE * 1000  # moved on
     # the owner cancels it: its run still waiting is dropped with it
     await say(owner, room, "!unschedule 1")
-    await sync_until(owner, lambda: any(
-        e.get("type") == "m.room.message" and e["content"].get("body", "").startswith(
-            "Cancelled schedule 1 of alice: every year (1 queued run dropped)") for e in events_in(owner, room)))
+    await sync_until(
+        owner,
+        lambda: any(
+            e.get("type") == "m.room.message"
+            and e["content"]
+            .get("body", "")
+            .startswith("Cancelled schedule 1 of alice: every year (1 queued run dropped)")
+            for e in events_in(owner, room)
+        ),
+    )
     assert turns_of(store, schedule.id) == []
     hold.touch()  # bob ends; the line goes on
     await say(owner, room, "@alice still there?")
@@ -502,8 +585,7 @@ async def test_a_run_due_while_its_last_one_waits_is_skipped_and_unschedule_drop
     assert "echo: every year" not in answers(owner, room) and framed(log, "every year") == []
 
 
-async def test_a_waiting_cron_is_asked_again_after_a_restart_and_its_approval_is_kept(
-        bridge_factory, tmp_path, owner):
+async def test_a_waiting_cron_is_asked_again_after_a_restart_and_its_approval_is_kept(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
     agents = {"alice": mcp_agent(log, tmp_path)}
     folder = tmp_path / "bridge"
@@ -511,8 +593,12 @@ async def test_a_waiting_cron_is_asked_again_after_a_restart_and_its_approval_is
     room = await channel_with_alice(owner, "kept")
 
     def asks() -> list[dict]:
-        return [m for m in answers_in(events_in(owner, room), ALICE)
-                if m["body"].startswith("🗓 alice asks to schedule work that repeats (schedule 1)")]
+        return [
+            m
+            for m in answers_in(events_in(owner, room), ALICE)
+            if m["body"].startswith("🗓 alice asks to schedule work that repeats (schedule 1)")
+        ]
+
     await ask(owner, room, '[[tool:schedule {"prompt": "after restarts", "cron": "0 3 1 1 *"}]]', "schedule")
     await sync_until(owner, lambda: len(asks()) == 1)
     await running.idle()

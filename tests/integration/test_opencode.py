@@ -13,6 +13,7 @@ HOME differ), so the example is what is tested. No sign-in, no vendor API, no mo
   model, and the answer comes back as the puppet's message; the request log shows the owner's
   text reached the model.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,10 @@ from pathlib import Path
 import nio
 import pytest
 import yaml
-
-from bridge.local.homeserver import free_port
 from bridge_harness import answers_in
 from matrix_helpers import events_in, sync_until
+
+from bridge.local.homeserver import free_port
 
 pytestmark = [pytest.mark.model, pytest.mark.thirdparty]
 
@@ -72,9 +73,22 @@ def opencode_binary() -> Path:
     # runs installing at once (two clones on one machine) do not share a folder
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
     try:
-        done = subprocess.run([npm, "install", "--prefix", str(staging), "--no-fund", "--no-audit",
-                               "--loglevel", "error", f"opencode-ai@{OPENCODE_VERSION}"],
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(staging),
+                "--no-fund",
+                "--no-audit",
+                "--loglevel",
+                "error",
+                f"opencode-ai@{OPENCODE_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if done.returncode != 0:
             pytest.fail(f"npm install opencode-ai@{OPENCODE_VERSION} failed: {done.stderr.strip()[-600:]}")
         if version_of(binary) != OPENCODE_VERSION:  # not there, or a broken one: replace it
@@ -106,14 +120,17 @@ def llm_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("llm")
     port, log = free_port(), folder / "requests.jsonl"
     with (folder / "server.log").open("wb") as output:
-        process = subprocess.Popen([sys.executable, str(LLM_SERVER), "--port", str(port), "--log", str(log)],
-                                   stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
+        process = subprocess.Popen(
+            [sys.executable, str(LLM_SERVER), "--port", str(port), "--log", str(log)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         for _ in range(600):  # the model loads in a second or two; a busy machine may take longer
             if process.poll() is not None:
-                pytest.fail(f"llm_server exited ({process.returncode}): "
-                            + (folder / "server.log").read_text()[-1000:])
+                pytest.fail(f"llm_server exited ({process.returncode}): " + (folder / "server.log").read_text()[-1000:])
             try:
                 with urllib.request.urlopen(url + "/models", timeout=5) as response:
                     if response.status == 200:
@@ -143,8 +160,13 @@ def opencode_entry(binary: Path, server: LlmServer, home: Path) -> dict:
     entry["env"]["OPENCODE_CONFIG_CONTENT"] = content.replace(EXAMPLE_URL, server.url)
     json.loads(entry["env"]["OPENCODE_CONFIG_CONTENT"])  # still opencode's JSON
     # opencode keeps its database, logs and config under HOME (XDG folders): the test's own
-    for name, sub in (("HOME", ""), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
-                      ("XDG_STATE_HOME", ".local/state"), ("XDG_CACHE_HOME", ".cache")):
+    for name, sub in (
+        ("HOME", ""),
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_STATE_HOME", ".local/state"),
+        ("XDG_CACHE_HOME", ".cache"),
+    ):
         entry["env"][name] = str(home / sub) if sub else str(home)
     # the example's sandbox: opencode's folders under that HOME writable, nothing else of it
     writes = entry["sandbox"]["write"]
@@ -158,11 +180,22 @@ def opencode_entry(binary: Path, server: LlmServer, home: Path) -> dict:
 
 def test_check_lists_what_opencode_announces(opencode_binary, llm_server, tmp_path):
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump({
-        "owner": "@me:localhost", "homeserver": {"url": "http://127.0.0.1:1", "domain": "localhost"},
-        "agents": {"opencode": opencode_entry(opencode_binary, llm_server, tmp_path / "home")}}))
-    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", str(path)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "owner": "@me:localhost",
+                "homeserver": {"url": "http://127.0.0.1:1", "domain": "localhost"},
+                "agents": {"opencode": opencode_entry(opencode_binary, llm_server, tmp_path / "home")},
+            }
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", "-c", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -170,7 +203,7 @@ def test_check_lists_what_opencode_announces(opencode_binary, llm_server, tmp_pa
     assert head.startswith(f"✓ opencode: OpenCode {OPENCODE_VERSION}; loadSession: yes; commands: "), head
     commands = head.split("commands: ", 1)[1].split(", ")
     assert {"/init", "/review"} <= set(commands), head
-    details = [line.strip() for line in lines[lines.index(head) + 1:] if line.startswith("    ")]
+    details = [line.strip() for line in lines[lines.index(head) + 1 :] if line.startswith("    ")]
     assert "protocol: ACP v1; prompts: text, image, embedded context" in details, details
     assert "auth methods: opencode-login (Login with opencode)" in details, details
     # the example enables only the local provider: one model, the local one, current
@@ -179,8 +212,7 @@ def test_check_lists_what_opencode_announces(opencode_binary, llm_server, tmp_pa
     assert llm_server.requests() == []  # announcing costs no model call
 
 
-async def test_a_prompt_round_trip_through_the_bridge(bridge_factory, opencode_binary,
-                                                     llm_server, tmp_path, owner):
+async def test_a_prompt_round_trip_through_the_bridge(bridge_factory, opencode_binary, llm_server, tmp_path, owner):
     entry = opencode_entry(opencode_binary, llm_server, tmp_path / "home")
     running = await bridge_factory({"opencode": entry})
     created = await owner.room_create(name="opencode", invite=[PUPPET], preset=nio.RoomPreset.private_chat)
@@ -188,21 +220,26 @@ async def test_a_prompt_round_trip_through_the_bridge(bridge_factory, opencode_b
     room = created.room_id
 
     def joined() -> bool:
-        members = [e for e in events_in(owner, room)
-                   if e.get("type") == "m.room.member" and e.get("state_key") == PUPPET]
+        members = [
+            e for e in events_in(owner, room) if e.get("type") == "m.room.member" and e.get("state_key") == PUPPET
+        ]
         return bool(members) and members[-1]["content"].get("membership") == "join"
+
     await sync_until(owner, joined, timeout=60)
 
     before = len(llm_server.requests())
     marker = "pelican-7781"
-    sent = await owner.room_send(room, "m.room.message", {
-        "msgtype": "m.text", "body": f"Say hello to {marker} in one short sentence."})
+    sent = await owner.room_send(
+        room, "m.room.message", {"msgtype": "m.text", "body": f"Say hello to {marker} in one short sentence."}
+    )
     assert isinstance(sent, nio.RoomSendResponse), sent
 
     def answered() -> list[dict]:
         found = [m for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] != "m.notice"]
-        return [m for m in found if "getting ready" not in m["body"]
-                and not m["body"].startswith(("💭", "✍️", "🔧", "⏳"))]
+        return [
+            m for m in found if "getting ready" not in m["body"] and not m["body"].startswith(("💭", "✍️", "🔧", "⏳"))
+        ]
+
     await sync_until(owner, answered, timeout=ANSWER_WAIT)
     [answer] = answered()
     notices = [m["body"] for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] == "m.notice"]
@@ -210,8 +247,11 @@ async def test_a_prompt_round_trip_through_the_bridge(bridge_factory, opencode_b
     assert answer["body"].strip(), answer
 
     # the owner's text went through opencode to the model, as one streamed chat completion
-    asked = [r for r in llm_server.requests()[before:]
-             if r["path"] == "/v1/chat/completions" and marker in (r.get("last_user") or "")]
+    asked = [
+        r
+        for r in llm_server.requests()[before:]
+        if r["path"] == "/v1/chat/completions" and marker in (r.get("last_user") or "")
+    ]
     assert len(asked) == 1, llm_server.requests()[before:]
     assert asked[0]["model"] == "smollm2" and asked[0]["stream"] is True
     assert asked[0]["roles"][0] == "system"
@@ -222,8 +262,11 @@ async def test_a_prompt_round_trip_through_the_bridge(bridge_factory, opencode_b
     channel = running.store.channel_by_room(room)
 
     def stored() -> bool:
-        return any(m.role == "agent" and m.sender == "opencode" and answer["event_id"] in m.event_ids
-                   and m.text.strip() for m in running.store.last_messages(channel.id, 10))
+        return any(
+            m.role == "agent" and m.sender == "opencode" and answer["event_id"] in m.event_ids and m.text.strip()
+            for m in running.store.last_messages(channel.id, 10)
+        )
+
     await sync_until(owner, stored, timeout=60)
     # and the owner can list its commands in the room
     assert {"init", "review"} <= {c["name"] for c in running.store.agent_commands("opencode")}
@@ -232,6 +275,7 @@ async def test_a_prompt_round_trip_through_the_bridge(bridge_factory, opencode_b
 
     def listing() -> list[str]:
         return [m["body"] for m in answers_in(events_in(owner, room), PUPPET) if m["msgtype"] == "m.notice"]
+
     await sync_until(owner, listing, timeout=60)
     assert "  /init — guided AGENTS.md setup" in listing()[0].splitlines(), listing()
     assert any(line.startswith("  /review — ") for line in listing()[0].splitlines()), listing()

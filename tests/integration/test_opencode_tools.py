@@ -22,6 +22,7 @@ session per test); the last test restarts the bridge in the middle of a turn.
 
 Skipped, with the reason, only when OpenCode is not cached and the npm registry is unreachable.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,9 +33,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 import pytest_asyncio
-
+import yaml
 from bridge_harness import answers_in, start_bridge
 from helpers import is_final, open_dm, say
 from matrix_helpers import events_in, sync_until
@@ -62,23 +62,37 @@ def opencode(request) -> Path:
                 ping = None
             if ping is None or ping.returncode != 0:
                 why = "no answer in 60 s" if ping is None else (ping.stderr.strip()[-300:] or "npm ping failed")
-                pytest.skip(f"opencode-ai@{OPENCODE_VERSION} is not cached and the npm registry is "
-                            f"unreachable ({why})")
+                pytest.skip(f"opencode-ai@{OPENCODE_VERSION} is not cached and the npm registry is unreachable ({why})")
     return request.getfixturevalue("opencode_binary")
 
 
 def opencode_config(url: str) -> str:
     """OpenCode's own config (OPENCODE_CONFIG_CONTENT): the scripted model as its one provider,
     permission asked for edits and commands, nothing fetched."""
-    return json.dumps({
-        "autoupdate": False, "share": "disabled", "model": "scripted/coder",
-        "enabled_providers": ["scripted"], "agent": {"title": {"disable": True}},
-        "permission": {"edit": "ask", "bash": "ask"},
-        "provider": {"scripted": {
-            "npm": "@ai-sdk/openai-compatible", "name": "Scripted model",
-            "options": {"baseURL": url, "apiKey": "none"},
-            "models": {"coder": {"name": "Scripted coder", "tool_call": True,
-                                 "limit": {"context": 100000, "output": 4096}}}}}})
+    return json.dumps(
+        {
+            "autoupdate": False,
+            "share": "disabled",
+            "model": "scripted/coder",
+            "enabled_providers": ["scripted"],
+            "agent": {"title": {"disable": True}},
+            "permission": {"edit": "ask", "bash": "ask"},
+            "provider": {
+                "scripted": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "Scripted model",
+                    "options": {"baseURL": url, "apiKey": "none"},
+                    "models": {
+                        "coder": {
+                            "name": "Scripted coder",
+                            "tool_call": True,
+                            "limit": {"context": 100000, "output": 4096},
+                        }
+                    },
+                }
+            },
+        }
+    )
 
 
 class Stack:
@@ -87,18 +101,35 @@ class Stack:
         self.home = folder / "home"
         self.work = self.home / "work"
         self.work.mkdir(parents=True)
-        env = {"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
-               "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-               "OPENCODE_DISABLE_SHARE": "1", "npm_config_offline": "true",
-               "OPENCODE_CONFIG_CONTENT": opencode_config(model.url)}
-        for name, sub in (("HOME", ""), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
-                          ("XDG_STATE_HOME", ".local/state"), ("XDG_CACHE_HOME", ".cache")):
+        env = {
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "npm_config_offline": "true",
+            "OPENCODE_CONFIG_CONTENT": opencode_config(model.url),
+        }
+        for name, sub in (
+            ("HOME", ""),
+            ("XDG_CONFIG_HOME", ".config"),
+            ("XDG_DATA_HOME", ".local/share"),
+            ("XDG_STATE_HOME", ".local/state"),
+            ("XDG_CACHE_HOME", ".cache"),
+        ):
             env[name] = str(self.home / sub) if sub else str(self.home)
         # sandboxed as the example says: opencode's folders under its HOME writable (docs/sandbox.md)
         writes = yaml.safe_load(EXAMPLE.read_text())["agents"]["opencode"]["sandbox"]["write"]
-        self.agents = {"opencode": {"title": "OpenCode (scripted model)", "command": [str(binary), "acp"],
-                                    "cwd": str(self.work), "timeout": 120, "env": env,
-                                    "sandbox": {"write": [str(self.home / path[2:]) for path in writes]}}}
+        self.agents = {
+            "opencode": {
+                "title": "OpenCode (scripted model)",
+                "command": [str(binary), "acp"],
+                "cwd": str(self.work),
+                "timeout": 120,
+                "env": env,
+                "sandbox": {"write": [str(self.home / path[2:]) for path in writes]},
+            }
+        }
         self.running = None
 
     async def start(self):
@@ -122,13 +153,15 @@ async def stack(homeserver, opencode, tmp_path_factory):
 
 # ---- helpers -------------------------------------------------------------------------------------
 
+
 def messages(owner, room_id) -> list[dict]:
     return answers_in(events_in(owner, room_id), PUPPET)
 
 
 def answers(owner, room_id) -> list[dict]:
-    return [m for m in messages(owner, room_id)
-            if m["msgtype"] != "m.notice" and "asks permission" not in m["history"][0]]
+    return [
+        m for m in messages(owner, room_id) if m["msgtype"] != "m.notice" and "asks permission" not in m["history"][0]
+    ]
 
 
 def notices(owner, room_id, start: str) -> list[dict]:
@@ -150,6 +183,7 @@ async def wait_final(owner, room_id: str, count: int = 1, timeout: float = 120) 
     def done() -> bool:
         found = answers(owner, room_id)
         return len(found) >= count and all(is_final(a) for a in found[:count])
+
     await sync_until(owner, done, timeout=timeout)
     return answers(owner, room_id)
 
@@ -162,11 +196,21 @@ def no_edit_twice(message: dict) -> None:
 
 # ---- the tests -----------------------------------------------------------------------------------
 
+
 async def test_todo_list_file_written_by_number_and_a_command_tail_with_exit_status(stack, owner):
     hello = stack.work / "hello.py"
     stack.model.script["pelican-write"] = [
-        Tools(("todowrite", {"todos": [{"content": "Write hello.py", "status": "in_progress", "priority": "high"},
-                                       {"content": "Run it", "status": "pending", "priority": "medium"}]})),
+        Tools(
+            (
+                "todowrite",
+                {
+                    "todos": [
+                        {"content": "Write hello.py", "status": "in_progress", "priority": "high"},
+                        {"content": "Run it", "status": "pending", "priority": "medium"},
+                    ]
+                },
+            )
+        ),
         Tools(("write", {"filePath": str(hello), "content": "print('hello')\nraise SystemExit(3)\n"})),
         Tools(("bash", {"command": "seq 1 40; python3 hello.py", "description": "Run hello.py"})),
         Text("Done: it printed hello and exited with 3."),
@@ -188,13 +232,21 @@ async def test_todo_list_file_written_by_number_and_a_command_tail_with_exit_sta
     assert "+print('hello')" in first["history"][0] and "1. ✅ Allow once" in first["history"][0]
     assert "seq 1 40; python3 hello.py" in second["history"][0]
     # the command: its last 15 lines (of 41) and its exit status, which only rawOutput carried
-    await sync_until(owner, lambda: notices(owner, room_id, "▶️")
-                     and notices(owner, room_id, "▶️")[0]["body"].endswith("❌ exit code 3"))
+    await sync_until(
+        owner,
+        lambda: notices(owner, room_id, "▶️") and notices(owner, room_id, "▶️")[0]["body"].endswith("❌ exit code 3"),
+    )
     [command] = notices(owner, room_id, "▶️")
     lines = command["body"].split("\n")
     assert lines[0] == "▶️ seq 1 40; python3 hello.py — ✅ done", lines
-    assert lines[-19:] == ["… 26 earlier lines", "```", *[str(n) for n in range(27, 41)], "hello", "```",
-                           "❌ exit code 3"], lines
+    assert lines[-19:] == [
+        "… 26 earlier lines",
+        "```",
+        *[str(n) for n in range(27, 41)],
+        "hello",
+        "```",
+        "❌ exit code 3",
+    ], lines
     [written] = notices(owner, room_id, "✏️")
     assert written["body"].split("\n")[0].endswith("— ✅ done"), written["body"]
     for message in messages(owner, room_id):
@@ -213,8 +265,10 @@ async def test_a_rejected_edit_is_not_written_and_shows_failed(stack, owner):
     await wait_final(owner, room_id)
     await stack.running.idle()
     assert not refused.exists()
-    await sync_until(owner, lambda: notices(owner, room_id, "✏️")
-                     and "❌ failed" in notices(owner, room_id, "✏️")[0]["body"].split("\n")[0])
+    await sync_until(
+        owner,
+        lambda: notices(owner, room_id, "✏️") and "❌ failed" in notices(owner, room_id, "✏️")[0]["body"].split("\n")[0],
+    )
     [call] = notices(owner, room_id, "✏️")
     assert "rejected" in call["body"].lower(), call["body"]
     [question] = questions(owner, room_id)
@@ -233,8 +287,11 @@ async def test_stop_while_a_command_runs(stack, owner):
     await say(owner, room_id, "pelican-stop: wait a minute")
     await answer_question(owner, room_id, 1, count=1)
     # the command runs (its first output shown), then the owner stops the turn
-    await sync_until(owner, lambda: notices(owner, room_id, "▶️")
-                     and "started" in notices(owner, room_id, "▶️")[0]["body"], timeout=120)
+    await sync_until(
+        owner,
+        lambda: notices(owner, room_id, "▶️") and "started" in notices(owner, room_id, "▶️")[0]["body"],
+        timeout=120,
+    )
     await say(owner, room_id, "!stop")
     [answer] = await wait_final(owner, room_id)
     assert answer["body"].endswith("⏹ stopped"), answer["body"]
@@ -250,8 +307,7 @@ async def test_opencode_calls_the_bridges_matrix_history_tool(stack, owner):
     `sidekicks mcp`) and its model calls `history` (OpenCode names it matrix_history): the result
     is this room's stored messages, and no other room's (issue 30)."""
     stack.model.script["pelican-recall"] = [Text("Noted: the secret word is marmalade.")]
-    stack.model.script["pelican-history"] = [Tools(("matrix_history", {"limit": 10})),
-                                             Text("I read the history.")]
+    stack.model.script["pelican-history"] = [Tools(("matrix_history", {"limit": 10})), Text("I read the history.")]
     room_id = await open_dm(owner, PUPPET)
     other = await open_dm(owner, PUPPET)
     await say(owner, other, "pelican-recall: the other room's word is quince")
@@ -260,8 +316,11 @@ async def test_opencode_calls_the_bridges_matrix_history_tool(stack, owner):
     await wait_final(owner, room_id)
     await say(owner, room_id, "pelican-history: what did we say?")
     await wait_final(owner, room_id, count=2, timeout=180)
-    offered = {t.get("function", {}).get("name") for r in stack.model.calls_for("pelican-history")
-               for t in r.get("tools") or []}
+    offered = {
+        t.get("function", {}).get("name")
+        for r in stack.model.calls_for("pelican-history")
+        for t in r.get("tools") or []
+    }
     assert "matrix_history" in offered, sorted(n for n in offered if n)
     calls = stack.model.calls_for("pelican-history")
     results = [m for r in calls for m in r.get("messages") or [] if m.get("role") == "tool"]
@@ -277,6 +336,7 @@ async def test_a_restart_while_opencode_waits_for_its_model(stack, monkeypatch, 
     # OpenCode retrying its model for minutes left "getting ready" alone: the status now says
     # for how long nothing came (30 s in use; 1 s here)
     from bridge.channels import silence
+
     monkeypatch.setattr(silence, "SILENT_AFTER", 1.0)
     release = asyncio.Event()
     stack.model.script["pelican-first"] = [Text("First answer.", hold=release)]
@@ -284,9 +344,16 @@ async def test_a_restart_while_opencode_waits_for_its_model(stack, monkeypatch, 
     try:
         room_id = await open_dm(owner, PUPPET)
         await say(owner, room_id, "pelican-first: answer once")
-        await sync_until(owner, lambda: stack.model.holding == 1 and answers(owner, room_id) and answers(
-            owner, room_id)[0]["body"].startswith("⏳ still working, nothing received for ")
-            and " s — `!stop` to cancel" in answers(owner, room_id)[0]["body"], timeout=120)
+        await sync_until(
+            owner,
+            lambda: (
+                stack.model.holding == 1
+                and answers(owner, room_id)
+                and answers(owner, room_id)[0]["body"].startswith("⏳ still working, nothing received for ")
+                and " s — `!stop` to cancel" in answers(owner, room_id)[0]["body"]
+            ),
+            timeout=120,
+        )
         await stack.running.stop()  # the bridge goes in the middle of the turn
         release.set()
         [cut] = answers(owner, room_id)
@@ -301,7 +368,8 @@ async def test_a_restart_while_opencode_waits_for_its_model(stack, monkeypatch, 
         await stack.running.idle()
         # nothing of the first turn posted again: the interrupted answer and the new one, only
         assert [a["event_id"] for a in answers(owner, room_id)] == [cut["event_id"], second["event_id"]]
-        assert not [m for m in messages(owner, room_id) if m["msgtype"] == "m.notice"
-                    and "stopped unexpectedly" in m["body"]]
+        assert not [
+            m for m in messages(owner, room_id) if m["msgtype"] == "m.notice" and "stopped unexpectedly" in m["body"]
+        ]
     finally:
         release.set()

@@ -6,12 +6,12 @@ An agent's permission prompt is answered by the owner whose message started the 
 owner's "1" or keycap is refused in one line in the turn's thread and changes nothing (the agent
 still waits); the first owner's "1" answers it.
 """
+
 from __future__ import annotations
 
 import secrets
 
 import nio
-
 from bridge_harness import agent, answers_in
 from helpers import ALICE, answered, in_thread, originals, prompts, received, say, thread_of
 from matrix_helpers import events_in, login, sync_until
@@ -30,14 +30,15 @@ def permission_answers(log) -> list[dict]:
 
 
 async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt(
-        bridge_factory, homeserver, tmp_path, owner):
+    bridge_factory, homeserver, tmp_path, owner
+):
     ben = await second_owner(homeserver)
     try:
         log = tmp_path / "alice.log"
-        running = await bridge_factory({"alice": agent("--log", str(log), title="Alice")},
-                                       owner=[homeserver.owner_id, ben.user_id])
-        created = await owner.room_create(name="both", invite=[ALICE, ben.user_id],
-                                          preset=nio.RoomPreset.private_chat)
+        running = await bridge_factory(
+            {"alice": agent("--log", str(log), title="Alice")}, owner=[homeserver.owner_id, ben.user_id]
+        )
+        created = await owner.room_create(name="both", invite=[ALICE, ben.user_id], preset=nio.RoomPreset.private_chat)
         assert isinstance(created, nio.RoomCreateResponse), created
         room_id = created.room_id
         await sync_until(ben, lambda: room_id in ben.invited_rooms)
@@ -51,9 +52,22 @@ async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt
 
         def asking() -> list[dict]:
             return [e for e in originals(owner, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
-        await sync_until(owner, lambda: asking() and sum(
-            1 for e in events_in(owner, room_id) if e.get("type") == "m.reaction" and e.get("sender") == ALICE
-            and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]) == 2, timeout=60)
+
+        await sync_until(
+            owner,
+            lambda: (
+                asking()
+                and sum(
+                    1
+                    for e in events_in(owner, room_id)
+                    if e.get("type") == "m.reaction"
+                    and e.get("sender") == ALICE
+                    and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]
+                )
+                == 2
+            ),
+            timeout=60,
+        )
         ask = asking()[0]
         assert thread_of(ask) == root
 
@@ -62,24 +76,31 @@ async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt
 
         def refusals() -> list[dict]:
             return [e for e in originals(owner, room_id, ALICE) if e["content"].get("body") == refused]
+
         await say(ben, room_id, "1", **in_thread(root, root))
         await sync_until(owner, lambda: len(refusals()) == 1, timeout=60)
-        sent = await ben.room_send(room_id, "m.reaction", {"m.relates_to": {
-            "rel_type": "m.annotation", "event_id": ask["event_id"], "key": "2️⃣"}})
+        sent = await ben.room_send(
+            room_id,
+            "m.reaction",
+            {"m.relates_to": {"rel_type": "m.annotation", "event_id": ask["event_id"], "key": "2️⃣"}},
+        )
         assert isinstance(sent, nio.RoomSendResponse), sent
         await sync_until(owner, lambda: len(refusals()) == 2, timeout=60)
         assert all(thread_of(e) == root and e["content"]["msgtype"] == "m.notice" for e in refusals())
         # nothing changed: the agent still waits, the prompt is not edited, the "1" is no prompt
         assert permission_answers(log) == []
-        assert not any(e["content"].get("m.relates_to", {}).get("event_id") == ask["event_id"]
-                       for e in events_in(owner, room_id) if e.get("sender") == ALICE
-                       and e.get("type") == "m.room.message")
+        assert not any(
+            e["content"].get("m.relates_to", {}).get("event_id") == ask["event_id"]
+            for e in events_in(owner, room_id)
+            if e.get("sender") == ALICE and e.get("type") == "m.room.message"
+        )
         assert len(prompts(log)) == 2
 
         # the owner who started the turn answers with "1": allowed
         await say(owner, room_id, "1", **in_thread(root, refusals()[-1]["event_id"]))
-        await sync_until(owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), ALICE)),
-                         timeout=60)
+        await sync_until(
+            owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), ALICE)), timeout=60
+        )
         await running.idle()
         [answer] = permission_answers(log)
         assert answer["result"]["outcome"] == {"outcome": "selected", "optionId": "allow_once"}
@@ -89,23 +110,29 @@ async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt
         # neither "1" is stored as a message of the thread
         channel = running.store.channel_by_room(room_id)
         assert [m.text for m in running.store.messages_in(channel.id, root, None, 20)] == [
-            "@alice hello", "[[permission]] write notes", "allowed"]
+            "@alice hello",
+            "[[permission]] write notes",
+            "allowed",
+        ]
     finally:
         await ben.close()
 
 
 async def test_a_permission_prompt_mentions_who_answers_it_and_any_owner_may_answer_when_the_channel_says_so(
-        bridge_factory, homeserver, tmp_path, owner):
+    bridge_factory, homeserver, tmp_path, owner
+):
     """The prompt mentions the owner whose message started the turn (`m.mentions.user_ids` and
     a matrix.to pill); the answer around it declares no mentions. `!approve any-owner`: the
     next prompt mentions both owners and the second owner's "1" answers it."""
     ben = await second_owner(homeserver)
     try:
         log = tmp_path / "alice.log"
-        running = await bridge_factory({"alice": agent("--log", str(log), title="Alice")},
-                                       owner=[homeserver.owner_id, ben.user_id])
-        created = await owner.room_create(name="approvals", invite=[ALICE, ben.user_id],
-                                          preset=nio.RoomPreset.private_chat)
+        running = await bridge_factory(
+            {"alice": agent("--log", str(log), title="Alice")}, owner=[homeserver.owner_id, ben.user_id]
+        )
+        created = await owner.room_create(
+            name="approvals", invite=[ALICE, ben.user_id], preset=nio.RoomPreset.private_chat
+        )
         assert isinstance(created, nio.RoomCreateResponse), created
         room_id = created.room_id
         await sync_until(ben, lambda: room_id in ben.invited_rooms)
@@ -126,21 +153,30 @@ async def test_a_permission_prompt_mentions_who_answers_it_and_any_owner_may_ans
         await sync_until(owner, lambda: allowed() == 1, timeout=60)
         await running.idle()
         # every other message of alice's declares no mentions
-        others = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
-                  and e.get("type") == "m.room.message" and e["event_id"] != ask["event_id"]]
+        others = [
+            e
+            for e in events_in(owner, room_id)
+            if e.get("sender") == ALICE and e.get("type") == "m.room.message" and e["event_id"] != ask["event_id"]
+        ]
         assert others and all(e["content"].get("m.mentions") == {} for e in others)
 
         await say(owner, room_id, "!approve any-owner")
-        await sync_until(owner, lambda: any("Any owner may answer" in e["content"].get("body", "")
-                                            for e in originals(owner, room_id, ALICE)), timeout=60)
+        await sync_until(
+            owner,
+            lambda: any(
+                "Any owner may answer" in e["content"].get("body", "") for e in originals(owner, room_id, ALICE)
+            ),
+            timeout=60,
+        )
         await say(owner, room_id, "@alice [[permission]] write more notes")
         await sync_until(ben, lambda: len(asking()) == 2, timeout=60)
         second = asking()[1]
         assert sorted(second["content"]["m.mentions"]["user_ids"]) == sorted([owner.user_id, ben.user_id])
         await say(ben, room_id, "1")
         await sync_until(owner, lambda: allowed() == 2, timeout=60)
-        assert not any("who started this turn" in e["content"].get("body", "")
-                       for e in originals(owner, room_id, ALICE))
+        assert not any(
+            "who started this turn" in e["content"].get("body", "") for e in originals(owner, room_id, ALICE)
+        )
         assert [a["result"]["outcome"]["optionId"] for a in permission_answers(log)] == ["allow_once"] * 2
     finally:
         await ben.close()

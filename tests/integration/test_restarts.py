@@ -20,6 +20,7 @@ the channel's main timeline, each thread):
 `SIDEKICKS_RESTARTS` sets the number of stops (default 30); tests/bench/bench_restarts.py runs
 the same scenario with 500 and prints the figures.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,11 +31,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bridge.channels.recovery import UNSURE_TEXT as UNSURE
 from bridge_harness import agent, answers_in, write_config
 from matrix_helpers import caught_up, events_in, private_homeserver, record_figures, sync_until
-from test_e2ee import e2e_login, joined, say, ENCRYPTED
+from test_e2ee import ENCRYPTED, e2e_login, joined, say
 from test_kill9 import BridgeProcess, pending_work, prompted_messages
+
+from bridge.channels.recovery import UNSURE_TEXT as UNSURE
 
 RESTARTS = int(os.environ.get("SIDEKICKS_RESTARTS", "30"))
 STATUS = ("⏳", "💭", "✍️", "🔧", "⏸")
@@ -51,8 +53,14 @@ def echoed(body: str) -> str:
 
 def in_thread(root: str) -> dict:
     """The content fields of a message in the thread of `root`, as Element sends the first one."""
-    return {"m.relates_to": {"rel_type": "m.thread", "event_id": root, "is_falling_back": True,
-                             "m.in_reply_to": {"event_id": root}}}
+    return {
+        "m.relates_to": {
+            "rel_type": "m.thread",
+            "event_id": root,
+            "is_falling_back": True,
+            "m.in_reply_to": {"event_id": root},
+        }
+    }
 
 
 def thread_of(event: dict) -> str:
@@ -78,12 +86,30 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
     async with private_homeserver(tmp_path / "hs") as hs:
         folder = tmp_path / "bridge"
         logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-        config = write_config(hs, folder, {
-            "alice": agent("--chunks", "4", "--delay", "0.05", "--log", str(logs["alice"]), "--echo-last-line",
-                           "--load-session", "--state", str(tmp_path / "alice-state"), title="Alice"),
-            "bob": agent("--chunks", "3", "--delay", "0.05", "--log", str(logs["bob"]), "--echo-last-line",
-                         title="Bob")},
-            encryption="on", limits={"agents_in_memory": 1})
+        config = write_config(
+            hs,
+            folder,
+            {
+                "alice": agent(
+                    "--chunks",
+                    "4",
+                    "--delay",
+                    "0.05",
+                    "--log",
+                    str(logs["alice"]),
+                    "--echo-last-line",
+                    "--load-session",
+                    "--state",
+                    str(tmp_path / "alice-state"),
+                    title="Alice",
+                ),
+                "bob": agent(
+                    "--chunks", "3", "--delay", "0.05", "--log", str(logs["bob"]), "--echo-last-line", title="Bob"
+                ),
+            },
+            encryption="on",
+            limits={"agents_in_memory": 1},
+        )
         bridge = BridgeProcess(config, tmp_path / "xdg", tmp_path / "bridge.log")
         owner, seen = await e2e_login(hs, hs.owner_id, hs.owner_password)
         # (room, conversation, text, agents it addresses in answering order, its event)
@@ -96,8 +122,7 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
             await bridge.ready()
             dm = (await owner.room_create(is_direct=True, invite=[ALICE])).room_id
             await joined(owner, dm, ALICE)
-            channel = (await owner.room_create(name="restarts", invite=[ALICE, BOB],
-                                               initial_state=ENCRYPTED)).room_id
+            channel = (await owner.room_create(name="restarts", invite=[ALICE, BOB], initial_state=ENCRYPTED)).room_id
             await joined(owner, channel, ALICE)
             await joined(owner, channel, BOB)
 
@@ -106,9 +131,13 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
                 if rng.random() < 0.4:
                     room, text, agents = dm, f"dm {n}", ("alice",)
                 else:
-                    text, agents = rng.choice([(f"@alice @bob both {n}", ("alice", "bob")),
-                                               (f"@bob only {n}", ("bob",)),
-                                               (f"@alice only {n}", ("alice",))])
+                    text, agents = rng.choice(
+                        [
+                            (f"@alice @bob both {n}", ("alice", "bob")),
+                            (f"@bob only {n}", ("bob",)),
+                            (f"@alice only {n}", ("alice",)),
+                        ]
+                    )
                     room = channel
                     if len(roots) == 2 and placing.random() < 0.5:  # into a thread
                         conversation = placing.choice(roots)
@@ -144,9 +173,15 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
 
             places = [(dm, ""), (channel, ""), *((channel, root) for root in roots)]
             # each conversation's messages to each agent: (text, event id), in order
-            expected = {(room, conversation, name): [(text, event_id) for r, c, text, agents, event_id in sent
-                                                     if (r, c) == (room, conversation) and name in agents]
-                        for room, conversation in places for name in ("alice", "bob")}
+            expected = {
+                (room, conversation, name): [
+                    (text, event_id)
+                    for r, c, text, agents, event_id in sent
+                    if (r, c) == (room, conversation) and name in agents
+                ]
+                for room, conversation in places
+                for name in ("alice", "bob")
+            }
 
             def answers(room: str, conversation: str, name: str) -> list[dict]:
                 """The agent's messages in the conversation, edits applied, each with its
@@ -154,29 +189,39 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
                 sender = ALICE if name == "alice" else BOB
                 events = events_in(owner, room)
                 first = {e["event_id"]: e for e in events if e.get("sender") == sender}
-                return [{**a, "relates_to": (first[a["event_id"]]["content"].get("m.relates_to") or {})}
-                        for a in answers_in(events, sender) if thread_of(first[a["event_id"]]) == conversation]
+                return [
+                    {**a, "relates_to": (first[a["event_id"]]["content"].get("m.relates_to") or {})}
+                    for a in answers_in(events, sender)
+                    if thread_of(first[a["event_id"]]) == conversation
+                ]
 
             def where(room: str, conversation: str, name: str) -> str:
                 return f"{name} in {'dm' if room == dm else 'channel'}" + (
-                    f" (thread {roots.index(conversation) + 1})" if conversation else "")
+                    f" (thread {roots.index(conversation) + 1})" if conversation else ""
+                )
 
             def settled() -> bool:
-                return all(len(answers(room, conversation, name)) >= len(texts)
-                           and all(is_final(a["body"]) for a in answers(room, conversation, name))
-                           for (room, conversation, name), texts in expected.items())
+                return all(
+                    len(answers(room, conversation, name)) >= len(texts)
+                    and all(is_final(a["body"]) for a in answers(room, conversation, name))
+                    for (room, conversation, name), texts in expected.items()
+                )
+
             try:
                 await sync_until(owner, settled, timeout=300)
             except AssertionError:
                 report = []
                 for (room, conversation, name), texts in expected.items():
                     got = answers(room, conversation, name)
-                    report.append(f"{where(room, conversation, name)}: {len(texts)} messages, "
-                                  f"{len(got)} answers; not final: "
-                                  f"{[a['body'][-60:] for a in got if not is_final(a['body'])]}")
+                    report.append(
+                        f"{where(room, conversation, name)}: {len(texts)} messages, "
+                        f"{len(got)} answers; not final: "
+                        f"{[a['body'][-60:] for a in got if not is_final(a['body'])]}"
+                    )
                 undecryptable = [e for r, e in seen.undecryptable if r in (dm, channel)]
-                raise AssertionError("not settled:\n" + "\n".join(report)
-                                     + f"\nundecryptable events: {len(undecryptable)}") from None
+                raise AssertionError(
+                    "not settled:\n" + "\n".join(report) + f"\nundecryptable events: {len(undecryptable)}"
+                ) from None
             data = next((tmp_path / "xdg" / "sidekicks" / "data").iterdir())
             deadline = time.monotonic() + 120
             while pending_work(data) != 0:
@@ -191,12 +236,23 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
             await owner.close()
 
     prompted = {name: Counter(prompted_messages(log)) for name, log in logs.items()}
-    figures = {"stops": restarts, **counts, "messages": len(sent),
-               "in threads": sum(1 for _, conversation, *_ in sent if conversation), "turns": 0, "finished": 0,
-               "interrupted": 0, "prompted twice": 0, "answered twice or lost": 0, "echoes wrong": 0,
-               "interrupted before it reached the agent": 0, "stopped as the prompt was handed over (said so)": 0,
-               "finished answers edited afterwards": 0, "answers out of their thread": 0,
-               "undecryptable": sum(1 for room, _ in seen.undecryptable if room == channel)}
+    figures = {
+        "stops": restarts,
+        **counts,
+        "messages": len(sent),
+        "in threads": sum(1 for _, conversation, *_ in sent if conversation),
+        "turns": 0,
+        "finished": 0,
+        "interrupted": 0,
+        "prompted twice": 0,
+        "answered twice or lost": 0,
+        "echoes wrong": 0,
+        "interrupted before it reached the agent": 0,
+        "stopped as the prompt was handed over (said so)": 0,
+        "finished answers edited afterwards": 0,
+        "answers out of their thread": 0,
+        "undecryptable": sum(1 for room, _ in seen.undecryptable if room == channel),
+    }
     problems = []
     conversation_of = {(room, text): conversation for room, conversation, text, _, _ in sent}
     for (room, conversation, name), texts in expected.items():
@@ -204,20 +260,25 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
         figures["turns"] += len(texts)
         if len(got) != len(texts):
             figures["answered twice or lost"] += abs(len(got) - len(texts))
-            problems.append(f"{where(room, conversation, name)}: {len(texts)} messages, "
-                            f"{len(got)} answers: {[a['body'][-40:] for a in got]}")
+            problems.append(
+                f"{where(room, conversation, name)}: {len(texts)} messages, "
+                f"{len(got)} answers: {[a['body'][-40:] for a in got]}"
+            )
         for (text, event_id), answer in zip(texts, got):
             body, relates = answer["body"], answer["relates_to"]
             # a thread's answer: its reply fallback is the message it answers (answers() took it
             # by its thread); a finished answer, wherever it is, echoes a message of its conversation
-            wrong = conversation and not (relates.get("is_falling_back") is True
-                                          and (relates.get("m.in_reply_to") or {}).get("event_id") == event_id)
+            wrong = conversation and not (
+                relates.get("is_falling_back") is True
+                and (relates.get("m.in_reply_to") or {}).get("event_id") == event_id
+            )
             if "interrupted" not in body and conversation_of.get((room, echoed(body))) != conversation:
                 wrong = True
             if wrong:
                 figures["answers out of their thread"] += 1
-                problems.append(f"{where(room, conversation, name)}: the answer {body[-40:]!r} to {text!r} "
-                                f"relates to {relates}")
+                problems.append(
+                    f"{where(room, conversation, name)}: the answer {body[-40:]!r} to {text!r} relates to {relates}"
+                )
             if "interrupted" in body:
                 figures["interrupted"] += 1
                 if UNSURE in body:  # stopped as it was handed over: said so, never sent twice
@@ -231,7 +292,7 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
                     figures["echoes wrong"] += 1
                     problems.append(f"{name}: answer {body[-40:]!r} in the place of {text!r}")
             finals = [i for i, shown in enumerate(answer["history"]) if is_final(shown)]
-            if finals and any(shown != answer["history"][finals[0]] for shown in answer["history"][finals[0]:]):
+            if finals and any(shown != answer["history"][finals[0]] for shown in answer["history"][finals[0] :]):
                 figures["finished answers edited afterwards"] += 1
                 problems.append(f"{name}: a finished answer was edited afterwards: {answer['history']}")
     for name, counter in prompted.items():

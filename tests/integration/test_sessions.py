@@ -8,6 +8,7 @@ one; `!fork` goes on with a copy in a new thread (bob: one line saying it cannot
 thread's root and deleting the channel close their sessions; after a restart a stored session is
 resumed, not loaded, when the agent offers both.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,13 @@ def calls(log, method) -> list[dict]:
 
 def said_by_bridge(owner, room_id) -> list[dict]:
     """The notices the puppets posted in the room (command replies), oldest first."""
-    return [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
-            and e["content"].get("msgtype") == "m.notice" and e.get("sender") in (ALICE, BOB)]
+    return [
+        e
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message"
+        and e["content"].get("msgtype") == "m.notice"
+        and e.get("sender") in (ALICE, BOB)
+    ]
 
 
 async def command(owner, room_id, text, thread: str = "", starts: str = "") -> str:
@@ -37,9 +43,15 @@ async def command(owner, room_id, text, thread: str = "", starts: str = "") -> s
     await say(owner, room_id, text, **(in_thread(thread, thread) if thread else {}))
 
     def new():
-        return [e for e in said_by_bridge(owner, room_id) if e["event_id"] not in before
-                and thread_of(e) == thread and e["content"]["body"].startswith(starts)
-                and not e["content"]["body"].startswith("Forked from")]
+        return [
+            e
+            for e in said_by_bridge(owner, room_id)
+            if e["event_id"] not in before
+            and thread_of(e) == thread
+            and e["content"]["body"].startswith(starts)
+            and not e["content"]["body"].startswith("Forked from")
+        ]
+
     await sync_until(owner, lambda: new(), timeout=60)
     return new()[0]["content"]["body"]
 
@@ -50,8 +62,12 @@ async def answer(owner, room_id, sender, text, thread: str = "") -> str:
     await say(owner, room_id, text, **(in_thread(thread, thread) if thread else {}))
 
     def new():
-        return [a for a in answers_in(events_in(owner, room_id), sender)
-                if a["event_id"] not in before and a["msgtype"] != "m.notice"]
+        return [
+            a
+            for a in answers_in(events_in(owner, room_id), sender)
+            if a["event_id"] not in before and a["msgtype"] != "m.notice"
+        ]
+
     await sync_until(owner, lambda: new() and is_final(new()[0]), timeout=60)
     return new()[0]["body"]
 
@@ -65,11 +81,29 @@ def session_of(body: str) -> tuple[str, int]:
 
 async def test_sessions_are_listed_resumed_reset_forked_and_closed(bridge_factory, tmp_path, owner):
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-    running = await bridge_factory({
-        "alice": agent("--echo-last-line", "--load-session", *SESSIONS, "--state", str(tmp_path / "alice"),
-                       "--log", str(logs["alice"]), title="Alice"),
-        "bob": agent("--echo-last-line", "--load-session", "--state", str(tmp_path / "bob"),
-                     "--log", str(logs["bob"]), title="Bob")})
+    running = await bridge_factory(
+        {
+            "alice": agent(
+                "--echo-last-line",
+                "--load-session",
+                *SESSIONS,
+                "--state",
+                str(tmp_path / "alice"),
+                "--log",
+                str(logs["alice"]),
+                title="Alice",
+            ),
+            "bob": agent(
+                "--echo-last-line",
+                "--load-session",
+                "--state",
+                str(tmp_path / "bob"),
+                "--log",
+                str(logs["bob"]),
+                title="Bob",
+            ),
+        }
+    )
     room_id = await group(owner, ALICE, BOB)
     store = running.store
 
@@ -114,22 +148,35 @@ async def test_sessions_are_listed_resumed_reset_forked_and_closed(bridge_factor
     # !fork: a new thread under alice's line, answered from a copy of her session
     before = {e["event_id"] for e in said_by_bridge(owner, room_id)}
     await say(owner, room_id, "!fork alice")
-    await sync_until(owner, lambda: [e for e in said_by_bridge(owner, room_id) if e["event_id"] not in before
-                                     and e["content"]["body"].startswith("Forked from the main timeline")])
-    root = next(e for e in said_by_bridge(owner, room_id) if e["event_id"] not in before
-                and e["content"]["body"].startswith("Forked from"))
+    await sync_until(
+        owner,
+        lambda: [
+            e
+            for e in said_by_bridge(owner, room_id)
+            if e["event_id"] not in before and e["content"]["body"].startswith("Forked from the main timeline")
+        ],
+    )
+    root = next(
+        e
+        for e in said_by_bridge(owner, room_id)
+        if e["event_id"] not in before and e["content"]["body"].startswith("Forked from")
+    )
     assert root["sender"] == ALICE and thread_of(root) == ""
     # the line is posted first, then the session forked: the fork is in the log once it is stored
-    await wait_until(lambda: (m := store.member(channel.id, "alice", root["event_id"])) is not None
-                     and m.session_id is not None, what="the forked session stored")
+    await wait_until(
+        lambda: (m := store.member(channel.id, "alice", root["event_id"])) is not None and m.session_id is not None,
+        what="the forked session stored",
+    )
     assert [c["sessionId"] for c in calls(logs["alice"], "session/fork")] == [first_alice]
     forked = store.member(channel.id, "alice", root["event_id"]).session_id
     # unaddressed in the new thread: alice (its root is hers), in the copy (two prompts copied)
     body = await answer(owner, room_id, ALICE, "[[session]]", thread=root["event_id"])
     assert session_of(body) == (forked, 3) and forked != first_alice
     last = [a for a in answers_in(events_in(owner, room_id), ALICE) if a["msgtype"] != "m.notice"][-1]
-    assert thread_of(next(e for e in events_in(owner, room_id) if e.get("event_id") == last["event_id"])) \
+    assert (
+        thread_of(next(e for e in events_in(owner, room_id) if e.get("event_id") == last["event_id"]))
         == root["event_id"]
+    )
     listing = await command(owner, room_id, "!sessions alice", thread=root["event_id"])
     assert "sessions in this thread:\n  1. fork of Trip plans — just now ← current" in listing, listing
     assert "fork of" not in await command(owner, room_id, "!sessions alice")  # not the main timeline's

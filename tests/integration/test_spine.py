@@ -1,11 +1,11 @@
 """The spine: a Matrix message reaches an ACP agent and its answer streams back (issue 2)."""
+
 from __future__ import annotations
 
 import uuid
 
 import aiohttp
 import nio
-
 from bridge_harness import agent, answers_in
 from helpers import open_dm, prompts, say
 from matrix_helpers import caught_up, events_in, sync_until
@@ -15,11 +15,14 @@ ANSWER = "Hello **there**, owner. Here is a longer answer in parts."
 
 async def final_answer(owner, room_id, puppet_id, count=1, timeout=60, done=lambda a: True):
     """Wait until `puppet_id` has `count` answers whose last edit has no status line."""
+
     def finished():
         answers = answers_in(events_in(owner, room_id), puppet_id)
         return len(answers) >= count and all(
-            "getting ready" not in a["body"] and not a["body"].startswith(("💭", "✍️", "🔧"))
-            and done(a) for a in answers[:count])
+            "getting ready" not in a["body"] and not a["body"].startswith(("💭", "✍️", "🔧")) and done(a)
+            for a in answers[:count]
+        )
+
     await sync_until(owner, finished, timeout=timeout)
     return answers_in(events_in(owner, room_id), puppet_id)
 
@@ -27,14 +30,32 @@ async def final_answer(owner, room_id, puppet_id, count=1, timeout=60, done=lamb
 async def test_dm_answer_streams_as_edits_and_is_stored(bridge_factory, tmp_path, owner):
     log, release = tmp_path / "alice.log", tmp_path / "release"
     # the first of 5 parts, then the agent waits for `release`: the answer is seen mid-way
-    running = await bridge_factory({"alice": agent("--answer", ANSWER, "--chunks", "5", "--delay", "0.1",
-                                                   "--hold", str(release), "--log", str(log),
-                                                   title="Alice (scripted)")})
+    running = await bridge_factory(
+        {
+            "alice": agent(
+                "--answer",
+                ANSWER,
+                "--chunks",
+                "5",
+                "--delay",
+                "0.1",
+                "--hold",
+                str(release),
+                "--log",
+                str(log),
+                title="Alice (scripted)",
+            )
+        }
+    )
     puppet_id = "@sk_alice:localhost"
     room_id = await open_dm(owner, puppet_id)
     prompt_event = await say(owner, room_id, "hello")
-    await sync_until(owner, lambda: any("Hello" in a["body"] and ANSWER not in a["body"]
-                                        for a in answers_in(events_in(owner, room_id), puppet_id)))
+    await sync_until(
+        owner,
+        lambda: any(
+            "Hello" in a["body"] and ANSWER not in a["body"] for a in answers_in(events_in(owner, room_id), puppet_id)
+        ),
+    )
     release.touch()
     answers = await final_answer(owner, room_id, puppet_id, done=lambda a: a["body"] == ANSWER)
     answer = answers[0]
@@ -66,6 +87,7 @@ async def test_a_quick_answer_is_one_message_never_edited(bridge_factory, tmp_pa
     # here the grace is made long enough for any machine, and the behaviour is what is tested
     import bridge.channels.stream
     import bridge.channels.turns
+
     monkeypatch.setattr(bridge.channels.turns, "PLACEHOLDER_GRACE", 30.0)
     monkeypatch.setattr(bridge.channels.stream, "SETTLE", 30.0)
     running = await bridge_factory({"alice": agent(title="Alice (scripted)")})
@@ -111,10 +133,12 @@ async def test_stranger_never_reaches_the_agent(homeserver, bridge_factory, tmp_
 async def test_hs_token_is_checked_on_every_endpoint(homeserver, bridge_factory):
     await bridge_factory({"alice": agent()})
     base = f"http://127.0.0.1:{homeserver.as_port}"
-    calls = [("PUT", "/_matrix/app/v1/transactions/x1", {"events": []}),
-             ("GET", "/_matrix/app/v1/users/%40sk_alice%3Alocalhost", None),
-             ("POST", "/_matrix/app/v1/ping", {}),
-             ("PUT", "/transactions/x2", {"events": []})]
+    calls = [
+        ("PUT", "/_matrix/app/v1/transactions/x1", {"events": []}),
+        ("GET", "/_matrix/app/v1/users/%40sk_alice%3Alocalhost", None),
+        ("POST", "/_matrix/app/v1/ping", {}),
+        ("PUT", "/transactions/x2", {"events": []}),
+    ]
     async with aiohttp.ClientSession() as http:
         for method, path, body in calls:
             for headers in ({}, {"Authorization": "Bearer wrong-token"}):
@@ -127,6 +151,7 @@ async def test_hs_token_is_checked_on_every_endpoint(homeserver, bridge_factory)
 
 async def test_same_transaction_is_processed_once_also_after_restart(homeserver, bridge_factory, tmp_path, owner):
     from config import registration as registrations
+
     token = registrations.read(homeserver.registration_path).hs_token
     folder = tmp_path / "bridge"
     running = await bridge_factory({"alice": agent()}, folder=folder)
@@ -135,9 +160,18 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
     txn_id = f"replayed-{uuid.uuid4().hex}"
 
     def transaction(event_id: str, body: str) -> dict:
-        return {"events": [{"type": "m.room.message", "room_id": room_id, "sender": homeserver.owner_id,
-                            "event_id": event_id, "origin_server_ts": 1,
-                            "content": {"msgtype": "m.text", "body": body}}]}
+        return {
+            "events": [
+                {
+                    "type": "m.room.message",
+                    "room_id": room_id,
+                    "sender": homeserver.owner_id,
+                    "event_id": event_id,
+                    "origin_server_ts": 1,
+                    "content": {"msgtype": "m.text", "body": body},
+                }
+            ]
+        }
 
     url = f"http://127.0.0.1:{homeserver.as_port}/_matrix/app/v1/transactions/{txn_id}"
     headers = {"Authorization": f"Bearer {token}"}
@@ -157,16 +191,19 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
         # a new transaction still works, and the replayed one added nothing
         async with http.put(url + "-new", json=transaction("$new", "new one"), headers=headers) as r:
             assert r.status == 200
-        await final_answer(owner, room_id, "@sk_alice:localhost", count=2,
-                           done=lambda a: a["body"].startswith("echo: "))
+        await final_answer(
+            owner, room_id, "@sk_alice:localhost", count=2, done=lambda a: a["body"].startswith("echo: ")
+        )
         await running.idle()
     texts = [m.text for m in running.store.last_messages(channel.id, 10)]
     assert texts[:3] == ["once", "echo: once", "new one"] and len(texts) == 4
     # the agent was restarted without loadSession: its fresh session is told the past
     # (docs/architecture.md "Slots and sessions")
-    assert texts[3] == ("echo: [Messages in #alice you have not seen yet]\nuser: once\n"
-                        "alice: echo: once\n[End of the messages]\nThe user now writes to you "
-                        "(answer directly, without your name in front):\nnew one")
+    assert texts[3] == (
+        "echo: [Messages in #alice you have not seen yet]\nuser: once\n"
+        "alice: echo: once\n[End of the messages]\nThe user now writes to you "
+        "(answer directly, without your name in front):\nnew one"
+    )
 
 
 async def test_encrypted_room_gets_one_plain_notice(bridge_factory, tmp_path, owner):
@@ -174,18 +211,35 @@ async def test_encrypted_room_gets_one_plain_notice(bridge_factory, tmp_path, ow
     running = await bridge_factory({"alice": agent("--log", str(log))})
     puppet_id = "@sk_alice:localhost"
     created = await owner.room_create(
-        invite=[puppet_id], initial_state=[{"type": "m.room.encryption", "state_key": "",
-                                            "content": {"algorithm": "m.megolm.v1.aes-sha2"}}])
+        invite=[puppet_id],
+        initial_state=[
+            {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+        ],
+    )
     room_id = created.room_id
 
     def notices():
-        return [e for e in events_in(owner, room_id) if e.get("sender") == puppet_id
-                and e.get("type") == "m.room.message" and "encrypted" in e["content"].get("body", "")]
+        return [
+            e
+            for e in events_in(owner, room_id)
+            if e.get("sender") == puppet_id
+            and e.get("type") == "m.room.message"
+            and "encrypted" in e["content"].get("body", "")
+        ]
+
     await sync_until(owner, lambda: notices())
     # an encrypted message (what a client sends there) gets no second notice and no answer
-    await owner.room_send(room_id, "m.room.encrypted", {"algorithm": "m.megolm.v1.aes-sha2",
-                                                        "ciphertext": "xx", "sender_key": "k",
-                                                        "session_id": "s", "device_id": "D"})
+    await owner.room_send(
+        room_id,
+        "m.room.encrypted",
+        {
+            "algorithm": "m.megolm.v1.aes-sha2",
+            "ciphertext": "xx",
+            "sender_key": "k",
+            "session_id": "s",
+            "device_id": "D",
+        },
+    )
     # a plain message after it (a client could still send one there): once it is handled and
     # its answer is out, a second notice would be there to see
     marker = await say(owner, room_id, "plain marker")

@@ -4,11 +4,13 @@ and the running answer's status says "queued (1)"; `!queue` lists it, `!drop 1` 
 never reaches the agent, its turn record is dropped); `!steer TEXT` cancels the running prompt
 and asks again, in the same answer and the same turn record, what was asked plus TEXT.
 """
+
 from __future__ import annotations
 
 from bridge_harness import agent, answers_in, wait_until
 from helpers import ALICE, open_dm, originals, prompts, received, say
 from matrix_helpers import events_in, sync_until
+
 from store.turns import DONE, DROPPED
 
 
@@ -17,7 +19,8 @@ def said(owner, room_id: str, text: str) -> bool:
 
 
 async def test_a_waiting_message_is_queued_listed_dropped_and_the_running_answer_steered(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     log, release = tmp_path / "alice.log", tmp_path / "release"
     running = await bridge_factory({"alice": agent("--log", str(log))})
     try:
@@ -29,13 +32,13 @@ async def test_a_waiting_message_is_queued_listed_dropped_and_the_running_answer
 
         def bodies() -> list[str]:
             return [h for a in answers_in(events_in(owner, room_id), ALICE) for h in a["history"]]
+
         await sync_until(owner, lambda: any("queued (1)" in b for b in bodies()), timeout=60)
 
         await say(owner, room_id, "!queue")
         await sync_until(owner, lambda: said(owner, room_id, "1. alice: second"), timeout=60)
         await say(owner, room_id, "!drop 1")
-        await sync_until(owner, lambda: said(owner, room_id, "Dropped 1: alice will not answer “second”."),
-                         timeout=60)
+        await sync_until(owner, lambda: said(owner, room_id, "Dropped 1: alice will not answer “second”."), timeout=60)
         await say(owner, room_id, "!queue")
         await sync_until(owner, lambda: said(owner, room_id, "Nothing waits here."), timeout=60)
 
@@ -48,10 +51,16 @@ async def test_a_waiting_message_is_queued_listed_dropped_and_the_running_answer
         release.touch()
 
         def final() -> list[dict]:
-            return [a for a in answers_in(events_in(owner, room_id), ALICE)
-                    if a["msgtype"] != "m.notice" and "↪ steered: go left" in a["body"]
-                    and a["body"].endswith("go left") and "queued" not in a["body"]
-                    and not a["body"].startswith(("⏳", "✍️", "💭"))]
+            return [
+                a
+                for a in answers_in(events_in(owner, room_id), ALICE)
+                if a["msgtype"] != "m.notice"
+                and "↪ steered: go left" in a["body"]
+                and a["body"].endswith("go left")
+                and "queued" not in a["body"]
+                and not a["body"].startswith(("⏳", "✍️", "💭"))
+            ]
+
         await sync_until(owner, lambda: len(final()) == 1, timeout=60)
         await running.idle()
         answer = final()[0]["body"]

@@ -7,6 +7,7 @@ threads), in the agent's own session for that thread, told the thread's root and
 messages but not the main timeline's after the root; an unaddressed message goes to the last
 speaker of its conversation.
 """
+
 from __future__ import annotations
 
 from bridge_harness import agent, answers_in
@@ -21,11 +22,15 @@ def sessions(log) -> list[str]:
 
 
 async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_speaker(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-    running = await bridge_factory({
-        "alice": agent("--echo-last-line", "--log", str(logs["alice"]), title="Alice"),
-        "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob")})
+    running = await bridge_factory(
+        {
+            "alice": agent("--echo-last-line", "--log", str(logs["alice"]), title="Alice"),
+            "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob"),
+        }
+    )
     room_id = await group(owner, ALICE, BOB)
 
     # the main timeline: alice, then bob speaks last
@@ -40,16 +45,26 @@ async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_
     alice = await answered(owner, room_id, ALICE, 2)
     answer = alice[1]
     assert answer["content"]["m.relates_to"] == {
-        "rel_type": "m.thread", "event_id": root, "is_falling_back": True,
-        "m.in_reply_to": {"event_id": asked}}  # clients without threads show a reply to the question
+        "rel_type": "m.thread",
+        "event_id": root,
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": asked},
+    }  # clients without threads show a reply to the question
     assert answer["final"] == "echo: @alice more detail please"
     assert thread_of(alice[0]) == ""  # the main-timeline answer stays there
     # its edits relate to it alone, their new content has no relation (an edit keeps its thread)
-    edits = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
-             and (e["content"].get("m.relates_to") or {}).get("event_id") == answer["event_id"]
-             and e["content"]["m.relates_to"].get("rel_type") == "m.replace"]
-    assert all(set(e["content"]["m.relates_to"]) == {"rel_type", "event_id"}
-               and "m.relates_to" not in e["content"]["m.new_content"] for e in edits)
+    edits = [
+        e
+        for e in events_in(owner, room_id)
+        if e.get("sender") == ALICE
+        and (e["content"].get("m.relates_to") or {}).get("event_id") == answer["event_id"]
+        and e["content"]["m.relates_to"].get("rel_type") == "m.replace"
+    ]
+    assert all(
+        set(e["content"]["m.relates_to"]) == {"rel_type", "event_id"}
+        and "m.relates_to" not in e["content"]["m.new_content"]
+        for e in edits
+    )
     await running.idle()
 
     # the thread's prompt: its root, nothing of the main timeline after it; in a session of its own
@@ -57,7 +72,8 @@ async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_
     assert main_session != thread_session
     assert prompts(logs["alice"])[1] == (
         f"{header('general')}\nuser: @alice explain goroutines\n[End of the messages]\n{CLOSING}\n"
-        "@alice more detail please")
+        "@alice more detail please"
+    )
 
     # unaddressed: the thread's last speaker (alice) in the thread, the main timeline's (bob) there
     latest = answer["event_id"]
@@ -78,23 +94,34 @@ async def test_a_thread_is_a_conversation_with_its_own_session_context_and_last_
 
     # a thread under the owner's own message, where no agent spoke: nobody answers, said there
     await say(owner, room_id, "anyone?", **in_thread(to_bob, to_bob))
-    await sync_until(owner, lambda: any(
-        "Nobody answers this one" in e["content"].get("body", "") and thread_of(e) == to_bob
-        for e in events_in(owner, room_id) if e.get("type") == "m.room.message"), timeout=60)
+    await sync_until(
+        owner,
+        lambda: any(
+            "Nobody answers this one" in e["content"].get("body", "") and thread_of(e) == to_bob
+            for e in events_in(owner, room_id)
+            if e.get("type") == "m.room.message"
+        ),
+        timeout=60,
+    )
     assert len(prompts(logs["alice"])) == 3 and len(prompts(logs["bob"])) == 2
 
     # in the store: each message in its conversation, each member's session per conversation
     store = running.store
     channel = store.channel_by_room(room_id)
     assert [m.text for m in store.messages_in(channel.id, root, None, 20)] == [
-        "@alice explain goroutines", "@alice more detail please", "echo: @alice more detail please",
-        "and then?", "echo: and then?"]
+        "@alice explain goroutines",
+        "@alice more detail please",
+        "echo: @alice more detail please",
+        "and then?",
+        "echo: and then?",
+    ]
     assert store.member(channel.id, "alice", root).session_id == thread_session
     assert store.member(channel.id, "alice").session_id == main_session
 
 
 async def test_everything_a_turn_shows_goes_into_its_thread_and_a_number_typed_there_answers(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     """Plan, tool call, permission prompt (its keycaps on it), the answer: each new message of the
     turn is in the thread; the owner's "1" typed in the thread (its fallback m.in_reply_to on the
     thread's latest event, not the prompt) answers the permission."""
@@ -110,16 +137,30 @@ async def test_everything_a_turn_shows_goes_into_its_thread_and_a_number_typed_t
 
     def asking():
         return [e for e in originals(owner, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
-    await sync_until(owner, lambda: asking() and sum(
-        1 for e in events_in(owner, room_id) if e.get("type") == "m.reaction" and e.get("sender") == ALICE
-        and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]) == 2, timeout=60)
+
+    await sync_until(
+        owner,
+        lambda: (
+            asking()
+            and sum(
+                1
+                for e in events_in(owner, room_id)
+                if e.get("type") == "m.reaction"
+                and e.get("sender") == ALICE
+                and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]
+            )
+            == 2
+        ),
+        timeout=60,
+    )
     # Element's fallback points at the thread's latest event as the client knows it: here the
     # answer's first message, not the question (a real reply to the question would name it)
     latest = [e for e in originals(owner, room_id, ALICE) if e["event_id"] not in before][0]
     assert "asks permission" not in latest["content"].get("body", "")
     await say(owner, room_id, "1", **in_thread(root, latest["event_id"]))
-    await sync_until(owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), ALICE)),
-                     timeout=60)
+    await sync_until(
+        owner, lambda: any(a["body"] == "allowed" for a in answers_in(events_in(owner, room_id), ALICE)), timeout=60
+    )
     await running.idle()
 
     new = [e for e in originals(owner, room_id, ALICE) if e["event_id"] not in before]
@@ -131,18 +172,31 @@ async def test_everything_a_turn_shows_goes_into_its_thread_and_a_number_typed_t
     assert len(prompts(log)) == 2
     channel = running.store.channel_by_room(room_id)
     assert [m.text for m in running.store.messages_in(channel.id, root, None, 20)] == [
-        "@alice hello", "[[plan]] [[tool]] [[permission]] write notes", "allowed"]
+        "@alice hello",
+        "[[plan]] [[tool]] [[permission]] write notes",
+        "allowed",
+    ]
 
 
 async def test_after_a_restart_each_thread_session_is_loaded_or_fresh_as_in_the_main_timeline(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     """alice loads her sessions (`loadSession`): her thread's session is loaded in the thread;
     bob cannot: a new session, fresh, told the thread's last messages — its root and its own, not
     the main timeline's after the root (docs/architecture.md "Slots and sessions" per conversation)."""
     logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
-    agents = {"alice": agent("--echo-last-line", "--load-session", "--state", str(tmp_path / "alice-state"),
-                             "--log", str(logs["alice"]), title="Alice"),
-              "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob")}
+    agents = {
+        "alice": agent(
+            "--echo-last-line",
+            "--load-session",
+            "--state",
+            str(tmp_path / "alice-state"),
+            "--log",
+            str(logs["alice"]),
+            title="Alice",
+        ),
+        "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob"),
+    }
     folder = tmp_path / "bridge"
     running = await bridge_factory(agents, folder=folder)
     room_id = await group(owner, ALICE, BOB, name="restarts")
@@ -190,17 +244,30 @@ async def test_stop_in_a_thread_stops_that_threads_answer_only(bridge_factory, t
     await running.idle()
 
     await say(owner, room_id, "[[slow]] count slowly", **in_thread(root, root))
-    await sync_until(owner, lambda: len(answers_in(events_in(owner, room_id), ALICE)) == 3
-                     and "echo" in answers_in(events_in(owner, room_id), ALICE)[2]["body"], timeout=60)
+    await sync_until(
+        owner,
+        lambda: (
+            len(answers_in(events_in(owner, room_id), ALICE)) == 3
+            and "echo" in answers_in(events_in(owner, room_id), ALICE)[2]["body"]
+        ),
+        timeout=60,
+    )
     # a !stop in another thread: nothing is answered there, said there; the answer goes on
     await say(owner, room_id, "!stop", **in_thread(other, other))
-    await sync_until(owner, lambda: any(
-        e["content"].get("body") == "Nothing is being answered in this thread." and thread_of(e) == other
-        for e in events_in(owner, room_id) if e.get("type") == "m.room.message"), timeout=60)
+    await sync_until(
+        owner,
+        lambda: any(
+            e["content"].get("body") == "Nothing is being answered in this thread." and thread_of(e) == other
+            for e in events_in(owner, room_id)
+            if e.get("type") == "m.room.message"
+        ),
+        timeout=60,
+    )
     assert running.bridge.channels.portals[room_id].current is not None
     # in the answer's thread it stops it
     await say(owner, room_id, "!stop", **in_thread(root, root))
-    await sync_until(owner, lambda: answers_in(events_in(owner, room_id), ALICE)[2]["body"].endswith("⏹ stopped"),
-                     timeout=60)
+    await sync_until(
+        owner, lambda: answers_in(events_in(owner, room_id), ALICE)[2]["body"].endswith("⏹ stopped"), timeout=60
+    )
     await running.idle()
     assert [m["stopReason"] for m in received(log) if m.get("scripted") == "prompt ended"][-1] == "cancelled"

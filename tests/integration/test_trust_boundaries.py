@@ -5,23 +5,24 @@ nothing; every answer arrives, also a long one in an encrypted room.
 Real Synapse, the real bridge in-process, real agent processes, the owner's matrix-nio client
 (with encryption where the test says so) and a stranger's.
 """
+
 from __future__ import annotations
 
 import asyncio
 import importlib.util
 import os
-import time
 import sys
+import time
 from pathlib import Path
 
 import nio
-
-from bridge.channels.stream import CUT_LINE, MAX_ANSWER_BYTES
 from bridge_harness import answers_in
 from helpers import joined, open_dm, say
 from matrix_helpers import caught_up, events_in, sync_until
 from test_e2ee import ENCRYPTED, all_encrypted, e2e_login, unreadable
 from test_e2ee import say as say_encrypted
+
+from bridge.channels.stream import CUT_LINE, MAX_ANSWER_BYTES
 
 ALICE = "@sk_alice:localhost"
 HOSTILE = Path(__file__).resolve().parents[1] / "agents" / "hostile_agent.py"
@@ -38,15 +39,16 @@ def hostile(**extra) -> dict:
 
 
 def final(messages: list[dict]) -> bool:
-    return bool(messages) and not any(m["body"].startswith(STATUS) or "getting ready" in m["body"]
-                                      for m in messages)
+    return bool(messages) and not any(m["body"].startswith(STATUS) or "getting ready" in m["body"] for m in messages)
 
 
 async def answered(owner, room_id: str, needle: str, sender: str = ALICE) -> list[dict]:
     """Until a final message of `sender` contains `needle`; all of `sender`'s messages."""
+
     def done() -> bool:
         messages = answers_in(events_in(owner, room_id), sender)
         return final(messages) and any(needle in m["body"] for m in messages)
+
     await sync_until(owner, done)
     return answers_in(events_in(owner, room_id), sender)
 
@@ -68,7 +70,7 @@ class LoopLag:
             self.worst = max(self.worst, time.perf_counter() - before - self.every)
             self.samples += 1
 
-    async def __aenter__(self) -> "LoopLag":
+    async def __aenter__(self) -> LoopLag:
         self._task = asyncio.create_task(self._watch())
         return self
 
@@ -83,6 +85,7 @@ def messages_of(client, room_id: str, sender: str = ALICE) -> list[dict]:
 
 # ---- 1. files an agent hands the bridge ---------------------------------------------------------
 
+
 async def test_an_agent_posts_only_regular_files_of_its_working_directory(homeserver, bridge_factory, tmp_path, owner):
     work = tmp_path / "work"
     work.mkdir()
@@ -94,8 +97,16 @@ async def test_an_agent_posts_only_regular_files_of_its_working_directory(homese
     running = await bridge_factory({"alice": hostile(cwd=str(work))}, folder=bridge_folder)
     secret = running.bridge.registration.as_token
     room_id = await open_dm(owner)
-    links = [homeserver.registration_path, bridge_folder / "config.yaml", "/proc/self/environ",
-             "/dev/zero", work / "zero", work / "pipe", work / "escape", work / "ok.txt"]
+    links = [
+        homeserver.registration_path,
+        bridge_folder / "config.yaml",
+        "/proc/self/environ",
+        "/dev/zero",
+        work / "zero",
+        work / "pipe",
+        work / "escape",
+        work / "ok.txt",
+    ]
     await say(owner, room_id, " ".join(f"[[link:file://{path}]]" for path in links))
     messages = await answered(owner, room_id, "links sent")
     text = "\n".join(m["body"] for m in messages)
@@ -106,8 +117,11 @@ async def test_an_agent_posts_only_regular_files_of_its_working_directory(homese
     assert "environ] could not be posted: it is outside" in text
     assert "pipe] could not be posted: it is not a regular file (a pipe)" in text
     assert "escape] could not be posted: it is outside" in text
-    files = [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
-             and (e.get("content") or {}).get("msgtype") == "m.file"]
+    files = [
+        e
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message" and (e.get("content") or {}).get("msgtype") == "m.file"
+    ]
     assert [f["content"]["body"] for f in files] == ["ok.txt"]
     assert not any(secret in str(e) for e in events_in(owner, room_id))
     # the channel is not wedged: the next message is answered
@@ -117,6 +131,7 @@ async def test_an_agent_posts_only_regular_files_of_its_working_directory(homese
 
 
 # ---- 2. every answer arrives: each event fits as sent ---------------------------------------------
+
 
 async def test_a_30000_character_answer_in_an_encrypted_dm_is_decrypted_whole(homeserver, bridge_factory):
     running = await bridge_factory({"alice": hostile()}, encryption="on")
@@ -129,6 +144,7 @@ async def test_a_30000_character_answer_in_an_encrypted_dm_is_decrypted_whole(ho
         def whole() -> bool:
             messages = answers_in(events_in(owner, room_id), ALICE)
             return final(messages) and "".join(m["body"] for m in messages) == expected
+
         await sync_until(owner, whole)
         await running.idle()  # the bridge went idle: the answer was taken and stored
         messages = answers_in(events_in(owner, room_id), ALICE)
@@ -150,13 +166,19 @@ async def test_html_five_times_its_text_and_an_8_mib_answer_arrive_in_a_plain_ro
     def whole() -> bool:
         messages = answers_in(events_in(owner, room_id), ALICE)
         return final(messages) and "".join(m["body"] for m in messages) == expected
+
     await sync_until(owner, whole)
     await running.idle()
     first = len(answers_in(events_in(owner, room_id), ALICE))
 
     await say(owner, room_id, f"[[bytes:{8 * 1024 * 1024}]]")
-    await sync_until(owner, lambda: final(answers_in(events_in(owner, room_id), ALICE)[first:])
-                     and CUT_LINE in answers_in(events_in(owner, room_id), ALICE)[-1]["body"])
+    await sync_until(
+        owner,
+        lambda: (
+            final(answers_in(events_in(owner, room_id), ALICE)[first:])
+            and CUT_LINE in answers_in(events_in(owner, room_id), ALICE)[-1]["body"]
+        ),
+    )
     await running.idle()
     capped = answers_in(events_in(owner, room_id), ALICE)[first:]
     text = "".join(m["body"] for m in capped)
@@ -167,23 +189,32 @@ async def test_html_five_times_its_text_and_an_8_mib_answer_arrive_in_a_plain_ro
 
 # ---- 5. a stranger cannot switch a room to encrypted answers --------------------------------------
 
-async def test_a_strangers_fake_encrypted_event_does_not_make_a_plain_room_encrypted(homeserver, bridge_factory, owner, stranger):
+
+async def test_a_strangers_fake_encrypted_event_does_not_make_a_plain_room_encrypted(
+    homeserver, bridge_factory, owner, stranger
+):
     running = await bridge_factory({"alice": hostile()}, encryption="on")
     created = await owner.room_create(name="plain", invite=[ALICE, homeserver.stranger_id])
     assert isinstance(created, nio.RoomCreateResponse), created
     room_id = created.room_id
     await sync_until(owner, lambda: joined(owner, room_id, ALICE))
     assert isinstance(await stranger.join(room_id), nio.JoinResponse)
-    fake = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
-            "sender_key": "x" * 43, "device_id": "STRANGER", "session_id": "y" * 43}
+    fake = {
+        "algorithm": "m.megolm.v1.aes-sha2",
+        "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
+        "sender_key": "x" * 43,
+        "device_id": "STRANGER",
+        "session_id": "y" * 43,
+    }
     sent = await stranger.room_send(room_id, "m.room.encrypted", fake)
     assert isinstance(sent, nio.RoomSendResponse), sent
     await running.handled(sent.event_id)
     assert not running.bridge.e2ee.is_encrypted(ALICE, room_id)
     await say(owner, room_id, "[[answer:readable]]")
     await answered(owner, room_id, "readable")
-    mine = [e for e in events_in(owner, room_id) if e.get("sender") == ALICE
-            and e.get("type") not in ("m.room.member",)]
+    mine = [
+        e for e in events_in(owner, room_id) if e.get("sender") == ALICE and e.get("type") not in ("m.room.member",)
+    ]
     assert mine and all(e["type"] == "m.room.message" for e in mine), [e["type"] for e in mine]
     # no "cannot read" notice either: the stranger's event changed nothing
     assert not any("cannot read" in (e.get("content") or {}).get("body", "") for e in mine)
@@ -191,6 +222,7 @@ async def test_a_strangers_fake_encrypted_event_does_not_make_a_plain_room_encry
 
 
 # ---- 4. an agent's regular expression --------------------------------------------------------------
+
 
 async def test_a_catastrophic_pattern_does_not_stall_the_bridge(bridge_factory, owner):
     running = await bridge_factory({"alice": hostile()})
@@ -209,13 +241,17 @@ async def test_a_catastrophic_pattern_does_not_stall_the_bridge(bridge_factory, 
 
 # ---- 7. a thousand commands ---------------------------------------------------------------------
 
+
 async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work(homeserver, bridge_factory, owner):
-    from bridge.matrix.msc4391 import MAX_DESCRIPTIONS
     from bridge_harness import wait_until
     from test_conventions import descriptions_in
+
+    from bridge.matrix.msc4391 import MAX_DESCRIPTIONS
+
     running = await bridge_factory({"alice": hostile()})
-    made = await owner.room_create(name="many commands", invite=[ALICE],
-                                   power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
+    made = await owner.room_create(
+        name="many commands", invite=[ALICE], power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}}
+    )
     assert isinstance(made, nio.RoomCreateResponse), made
     room_id = made.room_id
     await sync_until(owner, lambda: joined(owner, room_id, ALICE))
@@ -226,6 +262,7 @@ async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work
     async def published() -> bool:
         await running.bridge.command_descriptions.idle()
         return len(await descriptions_in(homeserver, owner, room_id, ALICE)) == MAX_DESCRIPTIONS
+
     await wait_until(published, what="50 descriptions")
     await running.bridge.command_descriptions.idle()
     found = await descriptions_in(homeserver, owner, room_id, ALICE)
@@ -233,14 +270,16 @@ async def test_a_thousand_commands_publish_fifty_descriptions_and_all_still_work
 
     # !commands lists every one; the 1,000th still runs as text
     await say(owner, room_id, "!commands")
-    await sync_until(owner, lambda: any("cmd999" in (e.get("content") or {}).get("body", "")
-                                        for e in events_in(owner, room_id)))
+    await sync_until(
+        owner, lambda: any("cmd999" in (e.get("content") or {}).get("body", "") for e in events_in(owner, room_id))
+    )
     await say(owner, room_id, "/alice:cmd999 now")
     await answered(owner, room_id, "echo: /cmd999 now")
     await running.idle()
 
 
 # ---- 9. a room key asked of the sender's device is taken when it comes ----------------------------
+
 
 async def test_a_room_key_asked_of_the_owners_device_is_accepted_when_forwarded(homeserver, bridge_factory):
     """The owner's client withholds a message's room key from the puppet's device (blacklisted
@@ -256,6 +295,7 @@ async def test_a_room_key_asked_of_the_owners_device_is_accepted_when_forwarded(
     def seen_request(event):
         requests.append(event)
         return handle(event)
+
     owner.olm._handle_key_requests = seen_request
     try:
         room_id = await open_dm(owner, initial_state=ENCRYPTED)
@@ -290,21 +330,30 @@ async def test_a_room_key_asked_of_the_owners_device_is_accepted_when_forwarded(
 
 # ---- 8. a room upgrade moves the channel -----------------------------------------------------------
 
-async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(homeserver, bridge_factory, tmp_path, owner):
+
+async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(
+    homeserver, bridge_factory, tmp_path, owner
+):
     import json
 
     from bridge_harness import agent
     from test_conventions import request
+
     log = tmp_path / "alice.log"
-    running = await bridge_factory({"alice": agent("--log", str(log), "--load-session",
-                                                   "--state", str(tmp_path / "sessions"))})
+    running = await bridge_factory(
+        {"alice": agent("--log", str(log), "--load-session", "--state", str(tmp_path / "sessions"))}
+    )
 
     def received() -> list[dict]:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
     # alice may post at 50: an upgrade mutes the old room for users below that (Synapse)
-    made = await owner.room_create(name="project", invite=[ALICE], preset=nio.RoomPreset.private_chat,
-                                   power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}})
+    made = await owner.room_create(
+        name="project",
+        invite=[ALICE],
+        preset=nio.RoomPreset.private_chat,
+        power_level_override={"users": {ALICE: 50, homeserver.owner_id: 100}},
+    )
     assert isinstance(made, nio.RoomCreateResponse), made
     old = made.room_id
     await sync_until(owner, lambda: joined(owner, old, ALICE))
@@ -315,17 +364,28 @@ async def test_a_room_upgrade_moves_the_channel_with_its_history_and_session(hom
     first_session = running.store.member(channel.id, "alice").session_id
 
     # the owner upgrades the room, and (as Element does) invites its members to the new one
-    status, version = await request(homeserver, owner, "GET",
-                                    f"/_matrix/client/v3/rooms/{old}/state/m.room.create/")
+    status, version = await request(homeserver, owner, "GET", f"/_matrix/client/v3/rooms/{old}/state/m.room.create/")
     assert status == 200, version
-    status, upgraded = await request(homeserver, owner, "POST", f"/_matrix/client/v3/rooms/{old}/upgrade",
-                                     {"new_version": version.get("room_version", "1")})
+    status, upgraded = await request(
+        homeserver,
+        owner,
+        "POST",
+        f"/_matrix/client/v3/rooms/{old}/upgrade",
+        {"new_version": version.get("room_version", "1")},
+    )
     assert status == 200, upgraded
     new = upgraded["replacement_room"]
     assert isinstance(await owner.room_invite(new, ALICE), nio.RoomInviteResponse)
-    await sync_until(owner, lambda: joined(owner, new, ALICE)
-                     and any("moved to the upgraded room" in (e.get("content") or {}).get("body", "")
-                             and new in e["content"]["body"] for e in events_in(owner, old)))
+    await sync_until(
+        owner,
+        lambda: (
+            joined(owner, new, ALICE)
+            and any(
+                "moved to the upgraded room" in (e.get("content") or {}).get("body", "") and new in e["content"]["body"]
+                for e in events_in(owner, old)
+            )
+        ),
+    )
 
     # the channel is the same one, now in the new room: history, member, session
     moved = running.store.channel_by_room(new)

@@ -1,4 +1,5 @@
 """`sidekicks up` as a person runs it: embedded Synapse, the owner account, the real local model."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import nio
 import pytest
-
-from bridge.local.homeserver import free_port
 from bridge_harness import answers_in
 from matrix_helpers import TestHomeserver, events_in, login, sync_until
+
+from bridge.local.homeserver import free_port
 
 
 async def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
@@ -24,8 +25,13 @@ async def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
     env = {**os.environ, "XDG_CONFIG_HOME": str(xdg), "PYTHONUNBUFFERED": "1"}
     output = config.parent / f"up-{time.monotonic_ns()}.out"
     with output.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "bridge", "up", "-c", str(config)], env=env,
-                                stdout=sink, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge", "up", "-c", str(config)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         text = output.read_text()
@@ -75,8 +81,12 @@ async def ask(client: nio.AsyncClient, room_id: str, text: str, count: int) -> d
 
     def done():
         answers = answers_in(events_in(client, room_id), puppet)
-        return len(answers) >= count and answers[count - 1]["body"].strip() and not any(
-            mark in answers[count - 1]["body"] for mark in ("getting ready", "💭", "✍️"))
+        return (
+            len(answers) >= count
+            and answers[count - 1]["body"].strip()
+            and not any(mark in answers[count - 1]["body"] for mark in ("getting ready", "💭", "✍️"))
+        )
+
     await sync_until(client, done, timeout=180)
     return answers_in(events_in(client, room_id), puppet)[count - 1]
 
@@ -105,14 +115,23 @@ agents:
         assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
         password = password_file.read_text().strip()
         assert f"password: {password}" in output
-        hs = TestHomeserver(url=f"http://127.0.0.1:{hs_port}", domain="localhost", as_port=as_port,
-                            registration_path=tmp_path / "registration.yaml", owner_id="@me:localhost",
-                            owner_password=password, stranger_id="", stranger_password="",
-                            folder=tmp_path, server=None)
+        hs = TestHomeserver(
+            url=f"http://127.0.0.1:{hs_port}",
+            domain="localhost",
+            as_port=as_port,
+            registration_path=tmp_path / "registration.yaml",
+            owner_id="@me:localhost",
+            owner_password=password,
+            stranger_id="",
+            stranger_password="",
+            folder=tmp_path,
+            server=None,
+        )
         owner = await login(hs, "@me:localhost", password)
         try:
-            created = await owner.room_create(is_direct=True, invite=["@sk_local:localhost"],
-                                              preset=nio.RoomPreset.trusted_private_chat)
+            created = await owner.room_create(
+                is_direct=True, invite=["@sk_local:localhost"], preset=nio.RoomPreset.trusted_private_chat
+            )
             room_id = created.room_id
             answer = await ask(owner, room_id, "Say hello in one short sentence.", 1)
             assert len(answer["body"].strip()) > 0
@@ -138,6 +157,7 @@ agents:
     finally:
         await stop_up(proc, out)
     from store import Store
+
     store = Store.open("sqlite", data_dirs[0])
     try:
         channel = store.channel_by_room(room_id)
@@ -158,6 +178,7 @@ async def test_up_says_an_agent_that_cannot_start_in_the_terminal_and_the_bots_d
     encrypted (the default) and the owner logs in only after the terminal said it, as a person
     does: the bot waits for the owner's device, so the client reads the lines."""
     from test_e2ee import e2e_login, unreadable
+
     xdg = tmp_path / "xdg"
     hs_port, as_port = free_port(), free_port()
     config = tmp_path / "config.yaml"
@@ -184,17 +205,26 @@ agents:
         assert said == [
             f"✗ agent missing: command `no-such-agent-program` not found — fix agents.missing.command in {config}",
             f"✗ agent nomodule: stops at start (exit code 1: {sys.executable}: No module named "
-            f"no_such_agent_module) — fix agents.nomodule.command in {config}; `sidekicks check` shows more"]
+            f"no_such_agent_module) — fix agents.nomodule.command in {config}; `sidekicks check` shows more",
+        ]
         assert all(lines.index(line) > banner for line in said)
         assert "• checked 3 agents: 2 cannot start (also said in your DM with the bridge bot)" in lines
         assert not [line for line in lines if "agent good" in line]
 
         [data_dir] = list((xdg / "sidekicks" / "data").iterdir())
         password = (data_dir / "owner-password").read_text().strip()
-        hs = TestHomeserver(url=f"http://127.0.0.1:{hs_port}", domain="localhost", as_port=as_port,
-                            registration_path=tmp_path / "registration.yaml", owner_id="@me:localhost",
-                            owner_password=password, stranger_id="", stranger_password="",
-                            folder=tmp_path, server=None)
+        hs = TestHomeserver(
+            url=f"http://127.0.0.1:{hs_port}",
+            domain="localhost",
+            as_port=as_port,
+            registration_path=tmp_path / "registration.yaml",
+            owner_id="@me:localhost",
+            owner_password=password,
+            stranger_id="",
+            stranger_password="",
+            folder=tmp_path,
+            server=None,
+        )
         owner, seen = await e2e_login(hs, "@me:localhost", password)
         try:
             await sync_until(owner, lambda: owner.invited_rooms or owner.rooms)
@@ -203,8 +233,12 @@ agents:
                 assert isinstance(await owner.join(dm), nio.JoinResponse)
 
             def told() -> list[str]:
-                return [e["content"].get("body", "") for e in events_in(owner, dm)
-                        if e.get("type") == "m.room.message" and e.get("sender") == "@sidekicks:localhost"]
+                return [
+                    e["content"].get("body", "")
+                    for e in events_in(owner, dm)
+                    if e.get("type") == "m.room.message" and e.get("sender") == "@sidekicks:localhost"
+                ]
+
             await sync_until(owner, lambda: len(told()) >= 2)
             assert told() == [f"⚠️ {line[2:]}" for line in said]
             assert owner.rooms[dm].encrypted and unreadable(seen, dm) == []

@@ -7,6 +7,7 @@ brings each final answer back as a playable voice note.
 Real Synapse, the real bridge in-process, scripted agents logging what they receive, the real
 engine (Whisper tiny.en from the `voice` extra) and espeak-ng.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,17 +16,18 @@ import io
 
 import av
 import nio
+from bridge_harness import agent, answers_in
+from helpers import in_thread, is_final, open_dm, received, say
+from matrix_helpers import events_in, sync_until
 from nio.crypto.attachments import encrypt_attachment
+from test_attachments import download, upload
+from test_e2ee import e2e_owner, open_encrypted_dm
+from test_e2ee import say as say_encrypted
 
 from bridge.voice.audio import RATE, decode
 from bridge.voice.engine import ENGINE
 from bridge.voice.speech import speak
 from bridge.voice.words import HEARD, TRANSCRIPT_TAG, word_error_rate
-from bridge_harness import agent, answers_in
-from helpers import in_thread, is_final, open_dm, received, say
-from matrix_helpers import events_in, sync_until
-from test_attachments import download, upload
-from test_e2ee import e2e_owner, open_encrypted_dm, say as say_encrypted
 
 ALICE = "@sk_alice:localhost"
 BOB = "@sk_bob:localhost"
@@ -36,17 +38,23 @@ SPOKEN_WORDS = {"weather", "afternoon"}
 def element_voice(data: bytes, duration_ms: int, url: str | None = None, file: dict | None = None) -> dict:
     """The content Element Web sends for a recorded voice message."""
     where = {"url": url} if url else {"file": file}
-    return {"msgtype": "m.audio", "body": "Voice message", **where,
-            "info": {"mimetype": "audio/ogg", "size": len(data), "duration": duration_ms},
-            "org.matrix.msc1767.audio": {"duration": duration_ms, "waveform": [0, 512, 1024, 512, 0]},
-            "org.matrix.msc1767.file": {"name": "Voice message.ogg", "mimetype": "audio/ogg",
-                                        "size": len(data), **where},
-            "org.matrix.msc1767.text": "Voice message", "org.matrix.msc3245.voice": {}}
+    return {
+        "msgtype": "m.audio",
+        "body": "Voice message",
+        **where,
+        "info": {"mimetype": "audio/ogg", "size": len(data), "duration": duration_ms},
+        "org.matrix.msc1767.audio": {"duration": duration_ms, "waveform": [0, 512, 1024, 512, 0]},
+        "org.matrix.msc1767.file": {"name": "Voice message.ogg", "mimetype": "audio/ogg", "size": len(data), **where},
+        "org.matrix.msc1767.text": "Voice message",
+        "org.matrix.msc3245.voice": {},
+    }
 
 
 async def send_voice(owner, room_id: str, data: bytes, duration_ms: int, **extra) -> str:
-    content = {**element_voice(data, duration_ms, url=await upload(owner, data, "audio/ogg", "Voice message.ogg")),
-               **extra}
+    content = {
+        **element_voice(data, duration_ms, url=await upload(owner, data, "audio/ogg", "Voice message.ogg")),
+        **extra,
+    }
     response = await owner.room_send(room_id, "m.room.message", content)
     assert isinstance(response, nio.RoomSendResponse), response
     return response.event_id
@@ -72,10 +80,13 @@ def body_of(event: dict) -> str:
 
 async def heard_then_answered(owner, room_id: str, sender: str, answer: str) -> tuple[dict, list[dict]]:
     """Waits for the 🎙 line and the final answer; the 🎙 event, and the timeline then."""
+
     def done():
         events = events_in(owner, room_id)
-        return (any(body_of(e).startswith(HEARD) for e in events if e.get("sender") == sender)
-                and any(body_of(e) == answer for e in events if e.get("sender") == sender))
+        return any(body_of(e).startswith(HEARD) for e in events if e.get("sender") == sender) and any(
+            body_of(e) == answer for e in events if e.get("sender") == sender
+        )
+
     await sync_until(owner, done, timeout=180)
     events = list(events_in(owner, room_id))
     heard = next(e for e in events if e.get("sender") == sender and body_of(e).startswith(HEARD))
@@ -90,14 +101,19 @@ def assert_heard_first(events: list[dict], heard: dict, sender: str, answer: str
 
 
 def spoken_words_in(text: str) -> None:
-    assert SPOKEN_WORDS <= set(text.lower().replace("?", " ").replace(".", " ").replace(",", " ").split()), text
+    assert set(text.lower().replace("?", " ").replace(".", " ").replace(",", " ").split()) >= SPOKEN_WORDS, text
 
 
 async def test_a_voice_note_reaches_an_agent_without_audio_as_a_marked_transcript_in_the_main_timeline_and_a_thread(
-        bridge_factory, tmp_path, owner):
+    bridge_factory, tmp_path, owner
+):
     alice_log, bob_log = tmp_path / "alice.log", tmp_path / "bob.log"
-    await bridge_factory({"alice": agent("--log", str(alice_log), "--answer", "heard it"),
-                          "bob": agent("--log", str(bob_log), "--prompt-caps", "audio", "--answer", "heard it")})
+    await bridge_factory(
+        {
+            "alice": agent("--log", str(alice_log), "--answer", "heard it"),
+            "bob": agent("--log", str(bob_log), "--prompt-caps", "audio", "--answer", "heard it"),
+        }
+    )
     note, duration_ms = await speak(SENTENCE)
     room = await open_dm(owner)
     sent = await send_voice(owner, room, note, duration_ms)
@@ -118,9 +134,15 @@ async def test_a_voice_note_reaches_an_agent_without_audio_as_a_marked_transcrip
     await prompted(alice_log, 2)
 
     def threaded_heard():
-        return [e for e in events_in(owner, room) if e.get("sender") == ALICE and body_of(e).startswith(HEARD)
-                and (e["content"].get("m.relates_to") or {}).get("event_id") == sent
-                and (e["content"].get("m.relates_to") or {}).get("rel_type") == "m.thread"]
+        return [
+            e
+            for e in events_in(owner, room)
+            if e.get("sender") == ALICE
+            and body_of(e).startswith(HEARD)
+            and (e["content"].get("m.relates_to") or {}).get("event_id") == sent
+            and (e["content"].get("m.relates_to") or {}).get("rel_type") == "m.thread"
+        ]
+
     await sync_until(owner, threaded_heard, timeout=180)
     assert in_the_thread
 
@@ -144,9 +166,12 @@ async def test_a_voice_note_in_an_encrypted_room_is_transcribed(homeserver, brid
         ciphertext, keys = encrypt_attachment(note)
         mxc = await upload(owner, ciphertext, "application/octet-stream", "Voice message.ogg")
         await owner.sync(timeout=0)
-        response = await owner.room_send(room, "m.room.message",
-                                         element_voice(note, duration_ms, file={"url": mxc, **keys}),
-                                         ignore_unverified_devices=True)
+        response = await owner.room_send(
+            room,
+            "m.room.message",
+            element_voice(note, duration_ms, file={"url": mxc, **keys}),
+            ignore_unverified_devices=True,
+        )
         assert isinstance(response, nio.RoomSendResponse), response
         heard, events = await heard_then_answered(owner, room, ALICE, "heard it")
         spoken_words_in(heard["content"]["body"])
@@ -161,8 +186,11 @@ async def test_bad_audio_and_a_long_note_get_one_line_each_and_the_channel_goes_
     room = await open_dm(owner)
     corrupt = b"OggS\x00\x02" + bytes(range(256)) * 8
     await send_voice(owner, room, corrupt, 3000)
-    await sync_until(owner, lambda: any("not audio the decoder can read" in a["body"]
-                                        for a in answers_in(events_in(owner, room), ALICE)), timeout=120)
+    await sync_until(
+        owner,
+        lambda: any("not audio the decoder can read" in a["body"] for a in answers_in(events_in(owner, room), ALICE)),
+        timeout=120,
+    )
     (line,) = [a for a in answers_in(events_in(owner, room), ALICE) if "decoder" in a["body"]]
     assert line["body"].startswith("⚠️ Voice message is not audio the decoder can read")
     assert "\n" not in line["body"]
@@ -171,28 +199,41 @@ async def test_bad_audio_and_a_long_note_get_one_line_each_and_the_channel_goes_
     await send_voice(owner, room, note, duration_ms)
     heard, _ = await heard_then_answered(owner, room, ALICE, "ok")
     assert heard["content"]["body"].splitlines()[-1] == (
-        "The voice note is 0:03 long; only its first 0:01 were transcribed (voice_max_seconds).")
+        "The voice note is 0:03 long; only its first 0:01 were transcribed (voice_max_seconds)."
+    )
 
     await say(owner, room, "still there?")
-    await sync_until(owner, lambda: len([a for a in answers_in(events_in(owner, room), ALICE)
-                                         if a["body"] == "ok" and is_final(a)]) >= 2, timeout=120)
+    await sync_until(
+        owner,
+        lambda: len([a for a in answers_in(events_in(owner, room), ALICE) if a["body"] == "ok" and is_final(a)]) >= 2,
+        timeout=120,
+    )
     texts = [blocks[0]["text"] for blocks in prompt_blocks(log)]
     assert len(texts) == 2 and texts[1].endswith("still there?")  # the corrupt note never reached it
 
 
 async def test_voice_on_brings_the_final_answer_back_as_a_playable_ogg_opus_voice_note(
-        homeserver, bridge_factory, tmp_path, owner):
+    homeserver, bridge_factory, tmp_path, owner
+):
     answer = "Remind me to call my sister at six in the evening."
     await bridge_factory({"alice": agent("--answer", answer)})
     room = await open_dm(owner)
     await say(owner, room, "!voice on")
-    await sync_until(owner, lambda: any(a["body"].startswith("🔊 Spoken answers are on")
-                                        for a in answers_in(events_in(owner, room), ALICE)))
+    await sync_until(
+        owner,
+        lambda: any(
+            a["body"].startswith("🔊 Spoken answers are on") for a in answers_in(events_in(owner, room), ALICE)
+        ),
+    )
     await say(owner, room, "what was I to do?")
 
     def voice_notes():
-        return [e for e in events_in(owner, room) if e.get("sender") == ALICE
-                and (e.get("content") or {}).get("msgtype") == "m.audio"]
+        return [
+            e
+            for e in events_in(owner, room)
+            if e.get("sender") == ALICE and (e.get("content") or {}).get("msgtype") == "m.audio"
+        ]
+
     await sync_until(owner, voice_notes, timeout=180)
     (event,) = voice_notes()
     content = event["content"]
@@ -208,5 +249,7 @@ async def test_voice_on_brings_the_final_answer_back_as_a_playable_ogg_opus_voic
     assert "sister" in heard and "evening" in heard, heard  # it says the answer
 
     await say(owner, room, "!voice off")
-    await sync_until(owner, lambda: any(a["body"].startswith("Spoken answers are off")
-                                        for a in answers_in(events_in(owner, room), ALICE)))
+    await sync_until(
+        owner,
+        lambda: any(a["body"].startswith("Spoken answers are off") for a in answers_in(events_in(owner, room), ALICE)),
+    )

@@ -16,6 +16,7 @@ other, and their edits never meet. An agent posts the files of the folder its se
 (docs/SECURITY.md "What an agent cannot do"): a thread's session those of its worktree, not those of
 the main checkout.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -23,7 +24,6 @@ import sys
 from pathlib import Path
 
 import nio
-
 from bridge_harness import agent, answers_in, wait_until
 from helpers import ALICE, BOB, answered, in_thread, is_final, received, say, thread_of
 from matrix_helpers import events_in, notice_events, sync_until
@@ -47,9 +47,12 @@ def make_repo(folder: Path) -> Path:
 
 async def notice(owner, room_id, *words: str) -> dict:
     """Once a notice with all these words has come: it."""
+
     def found():
-        return next((e for e in notice_events(owner, room_id)
-                     if all(w in e["content"].get("body", "") for w in words)), None)
+        return next(
+            (e for e in notice_events(owner, room_id) if all(w in e["content"].get("body", "") for w in words)), None
+        )
+
     await sync_until(owner, lambda: found() is not None, timeout=60)
     return found()
 
@@ -62,9 +65,20 @@ async def test_two_threads_work_in_two_worktrees_and_cwd_stays_in_the_roots(brid
     repo, notes = make_repo(tmp_path / "app"), tmp_path / "notes"
     notes.mkdir()
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": agent("--echo-last-line", "--additional-directories", "--log", str(log),
-                                         title="Alice", cwd=str(repo), roots=[str(repo), str(notes)],
-                                         worktrees="on")})
+    await bridge_factory(
+        {
+            "alice": agent(
+                "--echo-last-line",
+                "--additional-directories",
+                "--log",
+                str(log),
+                title="Alice",
+                cwd=str(repo),
+                roots=[str(repo), str(notes)],
+                worktrees="on",
+            )
+        }
+    )
     room_id = await group(owner, ALICE)
 
     # the main timeline works in the checkout itself; the other root is beside it
@@ -90,13 +104,17 @@ async def test_two_threads_work_in_two_worktrees_and_cwd_stays_in_the_roots(brid
     # each on a branch named after its thread, in git's own list of worktrees
     branches = git(repo, "branch", "--list", "sidekicks/*", "--format=%(refname:short)").split()
     assert len(branches) == 2
-    assert branches[0].startswith("sidekicks/add-a-dark-mode-") and branches[1].startswith("sidekicks/fix-the-login-bug-")
+    assert branches[0].startswith("sidekicks/add-a-dark-mode-") and branches[1].startswith(
+        "sidekicks/fix-the-login-bug-"
+    )
     listed = git(repo, "worktree", "list", "--porcelain")
     assert f"worktree {tree_one}\n" in listed and f"worktree {tree_two}\n" in listed
     # each thread's session opened in its worktree, told so in the thread
     sessions = new_sessions(log)
     assert [(s["cwd"], s.get("additionalDirectories")) for s in sessions[1:]] == [
-        (str(tree_one), [str(notes)]), (str(tree_two), [str(notes)])]
+        (str(tree_one), [str(notes)]),
+        (str(tree_two), [str(notes)]),
+    ]
     said = await notice(owner, room_id, "Alice works in this thread on branch sidekicks/fix-the-login-bug-")
     assert thread_of(said) == login and str(tree_one) in said["content"]["body"]
 
@@ -122,14 +140,18 @@ async def test_two_threads_work_in_two_worktrees_and_cwd_stays_in_the_roots(brid
     # !cwd: refused outside the roots, in one line naming them; inside, the next new session there
     await say(owner, room_id, "!cwd /etc")
     refused = await notice(owner, room_id, "/etc is not in them")
-    assert refused["content"]["body"] == (f"Alice may work only in {repo}, {notes} (agents.<name>.roots); "
-                                          "/etc is not in them.")
+    assert refused["content"]["body"] == (
+        f"Alice may work only in {repo}, {notes} (agents.<name>.roots); /etc is not in them."
+    )
     await say(owner, room_id, "!cwd ../notes")
     await notice(owner, room_id, f"Alice works in {notes} here from its next new session.")
     await say(owner, room_id, "@alice [[session-cwd]]")
     moved = await answered(owner, room_id, ALICE, 5)
     assert moved[4]["final"] == str(notes) and thread_of(moved[4]) == ""
-    assert (new_sessions(log)[-1]["cwd"], new_sessions(log)[-1].get("additionalDirectories")) == (str(notes), [str(repo)])
+    assert (new_sessions(log)[-1]["cwd"], new_sessions(log)[-1].get("additionalDirectories")) == (
+        str(notes),
+        [str(repo)],
+    )
 
 
 HOSTILE = Path(__file__).resolve().parents[1] / "agents" / "hostile_agent.py"
@@ -137,9 +159,17 @@ HOSTILE = Path(__file__).resolve().parents[1] / "agents" / "hostile_agent.py"
 
 async def final_answer(owner, room_id, sender, *words: str) -> dict:
     """Once `sender` has a finished answer with all these words: it (edits applied)."""
+
     def found():
-        return next((a for a in answers_in(events_in(owner, room_id), sender) if a["msgtype"] != "m.notice"
-                     and is_final(a) and all(w in a["body"] for w in words)), None)
+        return next(
+            (
+                a
+                for a in answers_in(events_in(owner, room_id), sender)
+                if a["msgtype"] != "m.notice" and is_final(a) and all(w in a["body"] for w in words)
+            ),
+            None,
+        )
+
     await sync_until(owner, lambda: found() is not None, timeout=60)
     return found()
 
@@ -149,18 +179,23 @@ def first_sent(owner, room_id, event_id) -> dict:
 
 
 def files_posted(owner, room_id) -> list[dict]:
-    return [e for e in events_in(owner, room_id) if e.get("type") == "m.room.message"
-            and e["content"].get("msgtype") == "m.file"]
+    return [
+        e
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message" and e["content"].get("msgtype") == "m.file"
+    ]
 
 
-async def test_a_thread_posts_the_files_of_its_worktree_not_those_of_the_main_checkout(
-        bridge_factory, tmp_path, owner):
+async def test_a_thread_posts_the_files_of_its_worktree_not_those_of_the_main_checkout(bridge_factory, tmp_path, owner):
     repo = make_repo(tmp_path / "app")
     (repo / "main-only.txt").write_text("the main checkout's, not the thread's\n")  # untracked: not in a worktree
     # alice calls the bridge's `send_file` MCP tool; bob answers with resource_links to files
-    await bridge_factory({"alice": mcp_agent(tmp_path / "alice.log", repo, worktrees="on"),
-                          "bob": {"command": [sys.executable, str(HOSTILE)], "title": "Bob", "cwd": str(repo),
-                                  "worktrees": "on"}})
+    await bridge_factory(
+        {
+            "alice": mcp_agent(tmp_path / "alice.log", repo, worktrees="on"),
+            "bob": {"command": [sys.executable, str(HOSTILE)], "title": "Bob", "cwd": str(repo), "worktrees": "on"},
+        }
+    )
     room_id = await group(owner, ALICE, BOB)
     root = await say(owner, room_id, "@alice Draw the diagram")
     await final_answer(owner, room_id, ALICE, "echo: @alice Draw the diagram")
@@ -174,37 +209,52 @@ async def test_a_thread_posts_the_files_of_its_worktree_not_those_of_the_main_ch
     # the thread's session posts its worktree's file (a relative path is read there), not the checkout's
     await say(owner, room_id, '@alice [[tool:send_file {"path": "diagram.txt"}]]', **in_thread(root, root))
     posted = await final_answer(owner, room_id, ALICE, "send_file: Posted diagram.txt")
-    await say(owner, room_id, '@alice [[tool:send_file {"path": "%s"}]]' % (repo / "main-only.txt"),
-              **in_thread(root, root))
+    await say(
+        owner, room_id, '@alice [[tool:send_file {"path": "%s"}]]' % (repo / "main-only.txt"), **in_thread(root, root)
+    )
     refused = await final_answer(owner, room_id, ALICE, "send_file error:", "main-only.txt")
     assert "outside the agent's working directory" in refused["body"]
     assert thread_of(first_sent(owner, room_id, posted["event_id"])) == root
 
     # an answer's resource_link goes through the same gate: the worktree's file is posted
-    await say(owner, room_id, f"@bob [[link:file://{tree / 'diagram.txt'}]] [[link:file://{repo / 'main-only.txt'}]]",
-              **in_thread(root, root))
+    await say(
+        owner,
+        room_id,
+        f"@bob [[link:file://{tree / 'diagram.txt'}]] [[link:file://{repo / 'main-only.txt'}]]",
+        **in_thread(root, root),
+    )
     links = await final_answer(owner, room_id, BOB, "links sent")
     assert "[file: main-only.txt] could not be posted: it is outside the agent's working directory" in links["body"]
     assert "diagram.txt] could not be posted" not in links["body"]
     await sync_until(owner, lambda: len(files_posted(owner, room_id)) == 2, timeout=60)
     files = files_posted(owner, room_id)
     assert [(f["sender"], f["content"]["body"], thread_of(f)) for f in files] == [
-        (ALICE, "diagram.txt", root), (BOB, "diagram.txt", root)]
+        (ALICE, "diagram.txt", root),
+        (BOB, "diagram.txt", root),
+    ]
 
     # the main timeline works in the checkout: there main-only.txt is the agent's to post
     await say(owner, room_id, '@alice [[tool:send_file {"path": "main-only.txt"}]]')
     mine = await final_answer(owner, room_id, ALICE, "send_file: Posted main-only.txt")
     assert thread_of(first_sent(owner, room_id, mine["event_id"])) == ""
     await sync_until(owner, lambda: len(files_posted(owner, room_id)) == 3, timeout=60)
-    assert [f["content"]["body"] for f in files_posted(owner, room_id)] == ["diagram.txt", "diagram.txt", "main-only.txt"]
+    assert [f["content"]["body"] for f in files_posted(owner, room_id)] == [
+        "diagram.txt",
+        "diagram.txt",
+        "main-only.txt",
+    ]
 
 
 async def test_two_agents_edit_two_worktrees_at_once_in_two_threads(bridge_factory, tmp_path, owner):
     repo = make_repo(tmp_path / "app")
     trees = tmp_path / "app.worktrees"
     h1, h2 = tmp_path / "H1", tmp_path / "H2"
-    await bridge_factory({"alice": agent(title="Alice", cwd=str(repo), worktrees="on"),
-                          "bob": agent(title="Bob", cwd=str(repo), worktrees="on")})
+    await bridge_factory(
+        {
+            "alice": agent(title="Alice", cwd=str(repo), worktrees="on"),
+            "bob": agent(title="Bob", cwd=str(repo), worktrees="on"),
+        }
+    )
     room_id = await group(owner, ALICE, BOB)
     t1 = await say(owner, room_id, "@alice Fix the login bug")
     await final_answer(owner, room_id, ALICE, "Fix the login bug")
@@ -236,6 +286,7 @@ async def test_two_agents_edit_two_worktrees_at_once_in_two_threads(bridge_facto
     def done(sender, asked) -> bool:
         found = answer_to(owner, room_id, sender, asked)
         return found is not None and is_final(found)
+
     await sync_until(owner, lambda: done(ALICE, asked1) and done(BOB, asked2), timeout=60)
     done1, done2 = answer_to(owner, room_id, ALICE, asked1), answer_to(owner, room_id, BOB, asked2)
     assert done1["body"] == f"wrote {one}" and done2["body"] == f"wrote {two}"

@@ -6,6 +6,7 @@ heading must be one of that page's Markdown headings. A citation of the product 
 design record by section number is refused: a maintainer who clones the repository cannot open
 them. README.md and docs/ name files of the repository that must exist.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,8 +28,12 @@ def code_files() -> list[Path]:
     files = [ROOT / "pyproject.toml"]
     for top in CODE:
         for path in sorted((ROOT / top).rglob("*")):
-            if (path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in path.parts
-                    and path.name != "last-results.md"):
+            if (
+                path.is_file()
+                and path.suffix in SUFFIXES
+                and "__pycache__" not in path.parts
+                and path.name != "last-results.md"
+            ):
                 files.append(path)
     return files
 

@@ -1,6 +1,7 @@
 """The import rules of docs/architecture.md "Layout and import rules" hold: import-linter's
 contracts in pyproject.toml ([tool.importlinter]), checked the way CI runs the tests. A broken rule
 prints the report, which names each import that breaks it and its line."""
+
 from __future__ import annotations
 
 import os
@@ -24,6 +25,12 @@ def lint_imports() -> list[str]:
 
 def test_the_import_contracts_are_kept(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([*lint_imports(), "--no-logo", "--cache-dir", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*lint_imports(), "--no-logo", "--cache-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, f"lint-imports failed:\n{done.stdout}\n{done.stderr}"

@@ -2,6 +2,7 @@
 `prepend` mode), so a second `test_threads.py` anywhere under tests/ stops the whole suite at
 collection ("import file mismatch") — as it did once, when a unit and an integration test were
 both named after threads."""
+
 from collections import Counter
 from pathlib import Path
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from acp_helpers import scripted_spec
 
 from acp import start_agent
-from acp_helpers import scripted_spec
 
 
 @pytest.fixture

@@ -10,8 +10,13 @@ SCRIPTED = str(Path(__file__).resolve().parents[2] / "agents" / "scripted_agent.
 
 async def _exchange(args, messages, expect_ids):
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, SCRIPTED, *args, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        SCRIPTED,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     for message in messages:
         proc.stdin.write((json.dumps(message) if isinstance(message, dict) else message).encode() + b"\n")
     await proc.stdin.drain()
@@ -29,12 +34,16 @@ async def _exchange(args, messages, expect_ids):
 
 
 async def test_kit_answers_requests_and_survives_garbage():
-    received = await _exchange([], [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
-        "garbage{",
-        {"jsonrpc": "2.0", "id": 2, "method": "no/such", "params": {}},
-        {"jsonrpc": "2.0", "id": 3, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}},
-    ], {1, 2, 3})
+    received = await _exchange(
+        [],
+        [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+            "garbage{",
+            {"jsonrpc": "2.0", "id": 2, "method": "no/such", "params": {}},
+            {"jsonrpc": "2.0", "id": 3, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}},
+        ],
+        {1, 2, 3},
+    )
     by_id = {m.get("id"): m for m in received}
     assert by_id[1]["result"]["agentInfo"] == {"name": "scripted", "version": "1.0"}
     assert by_id[None]["error"]["code"] == -32700

@@ -32,6 +32,7 @@ async def test_a_request_the_other_side_withdraws_is_answered_cancelled():
 
     def withdraw(request_id):
         return {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request_id}}
+
     cancelled = {"code": -32800, "message": "Request cancelled"}
     try:
         # withdrawn while its handler waits: the handler is cancelled

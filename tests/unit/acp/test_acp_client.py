@@ -6,11 +6,18 @@ import asyncio
 import os
 
 import pytest
-
-from acp import (AcpError, AgentCrashed, AgentStartError, AgentTimeout, AuthRequired,
-                 PermissionRequest, RpcError, start_agent)
-
 from acp_helpers import PATIENCE, log_until, read_log, scripted_spec, until
+
+from acp import (
+    AcpError,
+    AgentCrashed,
+    AgentStartError,
+    AgentTimeout,
+    AuthRequired,
+    PermissionRequest,
+    RpcError,
+    start_agent,
+)
 
 
 async def ask(agent, text, on_permission=None, session_id=None):
@@ -34,7 +41,9 @@ async def test_initialize_reports_agent_info(spawn, log_path):
     assert init["method"] == "initialize"
     assert init["params"]["protocolVersion"] == 1
     assert init["params"]["clientCapabilities"] == {
-        "fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+        "fs": {"readTextFile": False, "writeTextFile": False},
+        "terminal": False,
+    }
     assert init["params"]["clientInfo"]["name"] == "sidekicks-matrix"
 
 
@@ -50,8 +59,7 @@ async def test_streamed_text_arrives_in_order(spawn, log_path, tmp_path):
     new = next(m for m in log if m.get("method") == "session/new")
     assert new["params"] == {"cwd": str(tmp_path), "mcpServers": []}
     prompt = next(m for m in log if m.get("method") == "session/prompt")
-    assert prompt["params"] == {"sessionId": session_id,
-                                "prompt": [{"type": "text", "text": "hello streaming world"}]}
+    assert prompt["params"] == {"sessionId": session_id, "prompt": [{"type": "text", "text": "hello streaming world"}]}
 
 
 async def test_thoughts_come_before_text(spawn):
@@ -68,7 +76,8 @@ async def test_tool_call_and_its_updates(spawn):
     assert [(u.kind, u.tool_call_id, u.status) for u in tools] == [
         ("tool_call", "call_1", "pending"),
         ("tool_call_update", "call_1", "in_progress"),
-        ("tool_call_update", "call_1", "completed")]
+        ("tool_call_update", "call_1", "completed"),
+    ]
     assert tools[0].title == "Read notes.txt" and tools[0].raw["kind"] == "read"
 
 
@@ -77,7 +86,8 @@ async def test_tool_call_update_without_a_tool_call(spawn):
     stop, updates = await ask(agent, "ghost")
     assert stop == "end_turn"
     assert [(u.kind, u.tool_call_id, u.title, u.status) for u in updates[:1]] == [
-        ("tool_call_update", "call_ghost", "Ghost tool", "completed")]
+        ("tool_call_update", "call_ghost", "Ghost tool", "completed")
+    ]
 
 
 async def test_plan(spawn):
@@ -93,8 +103,13 @@ async def test_commands_before_session_new_returns_and_later(spawn):
     def on_commands(name, commands):
         calls.append((name, [c["name"] for c in commands], bool(returned)))
 
-    agent = await spawn("--commands", "review:Review code:what to review,help:Help",
-                        "--commands-later", "deploy:Deploy", on_commands=on_commands)
+    agent = await spawn(
+        "--commands",
+        "review:Review code:what to review,help:Help",
+        "--commands-later",
+        "deploy:Deploy",
+        on_commands=on_commands,
+    )
     session_id = await agent.new_session()
     returned.append(True)
     assert calls == [("alice", ["review", "help"], False)]  # before session/new returned
@@ -127,8 +142,10 @@ async def test_permission_allowed_and_rejected(spawn, log_path):
     stop, updates = await ask(agent, "write again", reject)
     assert (stop, texts(updates)) == ("end_turn", ["rejected"])
     replies = [m["result"] for m in read_log(log_path) if "result" in m]
-    assert replies == [{"outcome": {"outcome": "selected", "optionId": "allow_once"}},
-                       {"outcome": {"outcome": "selected", "optionId": "reject_once"}}]
+    assert replies == [
+        {"outcome": {"outcome": "selected", "optionId": "allow_once"}},
+        {"outcome": {"outcome": "selected", "optionId": "reject_once"}},
+    ]
 
 
 async def test_permission_timeout_gives_cancelled(spawn, log_path):
@@ -137,7 +154,7 @@ async def test_permission_timeout_gives_cancelled(spawn, log_path):
     async def times_out(request):
         try:
             return await asyncio.wait_for(asyncio.Event().wait(), 0.2)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None  # what the bridge does when nobody answers
 
     stop, updates = await ask(agent, "[[permission]] may I?", times_out)
@@ -161,8 +178,11 @@ async def test_cancel_answers_pending_permission(spawn, log_path):
     cancelled = {"outcome": {"outcome": "cancelled"}}
 
     def order(log):  # where the agent read the cancel notification and the cancelled outcome
-        notes = [i for i, m in enumerate(log) if m.get("method") == "session/cancel"
-                 and m.get("params") == {"sessionId": session_id}]
+        notes = [
+            i
+            for i, m in enumerate(log)
+            if m.get("method") == "session/cancel" and m.get("params") == {"sessionId": session_id}
+        ]
         outcomes = [i for i, m in enumerate(log) if m.get("result") == cancelled]
         return notes, outcomes
 
@@ -213,14 +233,17 @@ async def test_load_session_replay_is_not_delivered(tmp_path, log_path, spawn):
     other_updates = []
     # it streams a part, then waits for a file never made: it is still going during the load,
     # and only the cancel below ends it
-    other_prompt = asyncio.create_task(second.prompt(
-        other, f"[[chunks:2]] [[hold:{tmp_path / 'never'}]] go on", other_updates.append))
+    other_prompt = asyncio.create_task(
+        second.prompt(other, f"[[chunks:2]] [[hold:{tmp_path / 'never'}]] go on", other_updates.append)
+    )
     # its first part came: the agent runs that prompt (a cancel sent before the agent began it
     # was lost, and the prompt held for ever: 1 run in 4)
     await until(lambda: other_updates, what="the other prompt's first part")
     await second.load_session(session_id)
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in wire if "content" in u][-2:] == [
-        ("user_message_chunk", "remember me"), ("agent_message_chunk", "echo: remember me")]
+        ("user_message_chunk", "remember me"),
+        ("agent_message_chunk", "echo: remember me"),
+    ]
     await second.cancel(other)
     assert await other_prompt == "cancelled"
     assert {u.kind for u in other_updates} == {"text"}
@@ -251,6 +274,7 @@ async def test_five_mib_line(spawn):
 
 async def test_a_line_over_the_limit_is_dropped_with_a_clear_line_and_the_turn_ends(spawn, caplog, monkeypatch):
     from acp import framing
+
     monkeypatch.setattr(framing, "MAX_LINE_BYTES", 1024 * 1024)  # 1 MiB here instead of 64 MiB
     agent = await spawn()
     stop, updates = await ask(agent, "[[big:2]]")  # one chunk of 2 MiB: a line over the limit
@@ -318,6 +342,7 @@ async def test_auth_required(spawn):
 
 async def test_missing_command():
     from acp import AgentSpec
+
     with pytest.raises(AgentStartError) as err:
         await start_agent(AgentSpec(name="alice", command=["no-such-agent-xyz", "--acp"]))
     assert str(err.value) == "alice: command not found: no-such-agent-xyz"
@@ -345,17 +370,22 @@ async def test_waiting_for_a_person_is_not_silence(spawn):
         return "allow_once"
 
     assert await ask(agent, "may I?", slow_person, session_id=session_id) == (
-        "end_turn", [await _text_update("allowed")])
+        "end_turn",
+        [await _text_update("allowed")],
+    )
 
 
 async def _text_update(text):
     from acp import Update
-    return Update(kind="text", text=text, raw={"sessionUpdate": "agent_message_chunk",
-                                               "content": {"type": "text", "text": text}})
+
+    return Update(
+        kind="text", text=text, raw={"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    )
 
 
 async def test_silent_agent_that_obeys_cancel_keeps_running(spawn, log_path):
     from acp.client import CANCEL_GRACE
+
     agent = await spawn("--chunks", "3", "--delay", "60", "--log", str(log_path))
     session_id = await agent.new_session()
     # silent for 60 s between parts, the limit once it is up: CANCEL_GRACE, so that the grace a
@@ -371,6 +401,7 @@ async def test_silent_agent_that_obeys_cancel_keeps_running(spawn, log_path):
 
 async def test_stopping_during_an_answer(spawn):
     from acp import AgentStopped
+
     agent = await spawn()
     session_id = await agent.new_session()
     first = asyncio.Event()
@@ -384,8 +415,11 @@ async def test_stopping_during_an_answer(spawn):
 
 async def test_stop_leaves_no_process_behind(tmp_path):
     import sys
-    from acp import AgentSpec
+
     from acp_helpers import SCRIPTED
+
+    from acp import AgentSpec
+
     pidfile = tmp_path / "child.pid"
     # The agent starts a helper of its own, as real agents do (node, shells).
     script = f"sleep 300 & echo $! > {pidfile}; exec {sys.executable} {SCRIPTED}"
@@ -434,10 +468,16 @@ async def test_permission_asked_after_cancel_is_cancelled_unasked(spawn):
         return "allow_once"
 
     prompt = asyncio.create_task(agent.prompt(session_id, "x", lambda u: None, ask_person))
-    await until(lambda: agent._prompts.get(session_id) and agent._prompts[session_id].sent,
-                what="the prompt was written")
+    await until(
+        lambda: agent._prompts.get(session_id) and agent._prompts[session_id].sent, what="the prompt was written"
+    )
     await agent.cancel(session_id)
-    reply = await agent._ask_permission({"sessionId": session_id, "toolCall": {"toolCallId": "t"},
-                                         "options": [{"optionId": "allow_once", "kind": "allow_once"}]})
+    reply = await agent._ask_permission(
+        {
+            "sessionId": session_id,
+            "toolCall": {"toolCallId": "t"},
+            "options": [{"optionId": "allow_once", "kind": "allow_once"}],
+        }
+    )
     assert reply == {"outcome": {"outcome": "cancelled"}} and asked == []
     assert await asyncio.wait_for(prompt, PATIENCE) == "cancelled"

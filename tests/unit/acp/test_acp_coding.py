@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from acp_helpers import log_until, read_log
 
 import acp.client
-from acp import (AcpError, AgentSpec, Choices, ElicitationAnswer, ToolCall, start_agent)
+from acp import AcpError, AgentSpec, Choices, ElicitationAnswer, ToolCall, start_agent
 from acp.client import CODING_CLIENT_CAPABILITIES
-
-from acp_helpers import log_until, read_log
 
 CODING = str(Path(__file__).resolve().parents[2] / "agents" / "coding_agent.py")
 
@@ -31,8 +30,11 @@ async def coder(log_path):
     started = []
 
     async def _start(*args: str, on_state=None, log=None):
-        agent = await start_agent(coding_spec("--log", str(log or log_path), *args),
-                                  client_capabilities=CODING_CLIENT_CAPABILITIES, on_state=on_state)
+        agent = await start_agent(
+            coding_spec("--log", str(log or log_path), *args),
+            client_capabilities=CODING_CLIENT_CAPABILITIES,
+            on_state=on_state,
+        )
         started.append(agent)
         return agent
 
@@ -56,6 +58,7 @@ def said(updates) -> str:
 
 
 # --- session settings ---------------------------------------------------------------------
+
 
 async def test_initialize_announces_elicitation_and_terminal_output(coder, log_path):
     await coder()
@@ -117,13 +120,17 @@ async def test_set_model_through_its_config_option_and_other_options(coder, log_
     assert state.model == "large" and state.option("thought_level").current == "high"
     log = await log_until(log_path, lambda log: len(calls(log, "session/set_config_option")) == 2)
     assert [(c["configId"], c["value"]) for c in calls(log, "session/set_config_option")] == [
-        ("model", "large"), ("thought_level", "high")]
+        ("model", "large"),
+        ("thought_level", "high"),
+    ]
 
 
 async def test_bad_choices_are_one_line_and_send_nothing(coder, log_path):
     agent = await coder("--offer", "config")
     session_id = await agent.new_session()
-    with pytest.raises(AcpError, match=r"^coder: no mode 'fly'; choose one of: ask \(Ask\), plan \(Plan\), code \(Code\)$"):
+    with pytest.raises(
+        AcpError, match=r"^coder: no mode 'fly'; choose one of: ask \(Ask\), plan \(Plan\), code \(Code\)$"
+    ):
         await agent.set_mode(session_id, "fly")
     with pytest.raises(AcpError, match=r"^coder has no option 'colour'; its options: mode, model, thought_level$"):
         await agent.set_config_option(session_id, "colour", "red")
@@ -155,7 +162,9 @@ async def test_choices_are_applied_again_after_a_restart(coder, log_path, tmp_pa
     assert second.state(session_id).mode == "plan" and second.state(session_id).model == "large"
     log = await log_until(second_log, lambda log: len(calls(log, "session/set_config_option")) == 2)
     assert [(c["configId"], c["value"]) for c in calls(log, "session/set_config_option")] == [
-        ("model", "large"), ("mode", "plan")]
+        ("model", "large"),
+        ("mode", "plan"),
+    ]
     # nothing differs any more: nothing is sent
     assert (await second.apply_choices(session_id, choices)).done == []
 
@@ -170,6 +179,7 @@ async def test_the_agent_changes_its_own_mode_during_a_turn(coder):
 
 
 # --- what a turn shows ----------------------------------------------------------------------
+
 
 async def test_plans_replace_and_tool_calls_fold(coder):
     agent = await coder()
@@ -218,6 +228,7 @@ async def test_a_permission_about_an_edit_carries_its_diff(coder):
     async def on_permission(request):
         asked.append(request)
         return "always"
+
     _, updates = await prompt(agent, session_id, "[[permit-edit]] fix", on_permission=on_permission)
     call = asked[0].tool_call
     assert call["kind"] == "edit" and call["content"][0]["type"] == "diff"
@@ -227,6 +238,7 @@ async def test_a_permission_about_an_edit_carries_its_diff(coder):
 
 # --- elicitation ---------------------------------------------------------------------------------
 
+
 async def test_a_form_elicitation_is_answered(coder, log_path):
     agent = await coder()
     session_id = await agent.new_session()
@@ -235,11 +247,16 @@ async def test_a_form_elicitation_is_answered(coder, log_path):
     async def on_elicitation(request):
         asked.append(request)
         return ElicitationAnswer("accept", {"name": "Sidekicks", "count": 2, "confirm": True})
+
     _, updates = await prompt(agent, session_id, "[[ask]] q", on_elicitation=on_elicitation)
     request = asked[0]
     assert (request.mode, request.message, request.session_id) == ("form", "A few details, please", session_id)
     assert [(f.name, f.type, f.required) for f in request.fields] == [
-        ("name", "string", True), ("count", "integer", True), ("colour", "string", False), ("confirm", "boolean", False)]
+        ("name", "string", True),
+        ("count", "integer", True),
+        ("colour", "string", False),
+        ("confirm", "boolean", False),
+    ]
     reply = {"action": "accept", "content": {"confirm": True, "count": 2, "name": "Sidekicks"}}
     assert f"elicited: {json.dumps(reply, sort_keys=True)}." in said(updates)
 
@@ -252,6 +269,7 @@ async def test_a_url_elicitation_asks_consent_and_hears_completion(coder):
     async def on_elicitation(request):
         asked.append(request)
         return ElicitationAnswer("accept")
+
     _, updates = await prompt(agent, session_id, "[[ask-url]] log in", on_elicitation=on_elicitation)
     assert (asked[0].mode, asked[0].host, asked[0].elicitation_id) == ("url", "login.example.com", "login-1")
     assert [u.text for u in updates if u.kind == "elicitation_complete"] == ["login-1"]
@@ -273,12 +291,15 @@ async def test_cancel_declines_a_waiting_elicitation_after_session_cancel(coder,
     async def on_elicitation(request):
         asking.set()
         await asyncio.Event().wait()  # the person never answers
+
     turn = asyncio.create_task(prompt(agent, session_id, "[[ask]] q", on_elicitation=on_elicitation))
     await asyncio.wait_for(asking.wait(), 10)
     await agent.cancel(session_id)
     assert (await asyncio.wait_for(turn, 10))[0] == "cancelled"
     log = await log_until(log_path, lambda log: any(m.get("result") == {"action": "decline"} for m in log))
-    order = [i for i, m in enumerate(log) if m.get("method") == "session/cancel" or m.get("result") == {"action": "decline"}]
+    order = [
+        i for i, m in enumerate(log) if m.get("method") == "session/cancel" or m.get("result") == {"action": "decline"}
+    ]
     assert log[order[0]].get("method") == "session/cancel"  # the turn is known cancelled first
 
 
@@ -293,6 +314,7 @@ async def test_an_elicitation_the_agent_withdraws_ends_our_wait(coder):
         except asyncio.CancelledError:
             ended.append(request.message)
             raise
+
     _, updates = await prompt(agent, session_id, "[[ask-withdraw]] q", on_elicitation=on_elicitation)
     assert ended == ["Never mind this"]
     assert "withdrawn: error -32800." in said(updates)
@@ -323,6 +345,7 @@ async def test_open_questions_are_bounded(coder, monkeypatch):
         waiting.append(request)
         await gate.wait()
         return "yes"
+
     turn = asyncio.create_task(prompt(agent, session_id, "[[permit-many:5]] go", on_permission=on_permission))
     await asyncio.wait_for(_until(lambda: len(waiting) == 3 and agent.refused_questions == 2), 10)
     gate.set()
@@ -342,8 +365,10 @@ async def test_states_of_unknown_session_ids_are_bounded(coder):
     agent = await coder()
     session_id = await agent.new_session()
     for n in range(50):  # an agent sending updates for made-up sessions
-        await agent._on_notification("session/update", {"sessionId": f"made_up_{n}", "update": {
-            "sessionUpdate": "session_info_update", "title": str(n)}})
+        await agent._on_notification(
+            "session/update",
+            {"sessionId": f"made_up_{n}", "update": {"sessionUpdate": "session_info_update", "title": str(n)}},
+        )
     unknown = [sid for sid in agent._states if sid != session_id]
     assert len(unknown) == acp.client.MAX_EARLY_STATES and unknown[-1] == "made_up_49"
     assert session_id in agent._states and agent.state(session_id).mode == "ask"

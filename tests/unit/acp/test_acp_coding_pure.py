@@ -4,25 +4,56 @@ from __future__ import annotations
 
 import pytest
 
-from acp.elicitation import (BadElicitation, ElicitationAnswer, parse_answer, parse_request, url_host)
-from acp.session_state import (ChoiceError, Choices, SessionState, plan_choices, resolve)
+from acp.elicitation import BadElicitation, ElicitationAnswer, parse_answer, parse_request, url_host
+from acp.session_state import ChoiceError, Choices, SessionState, plan_choices, resolve
 from acp.toolcalls import TERMINAL_KEEP, ToolCall
 from acp.updates import normalise_update
 
-MODES = {"currentModeId": "ask", "availableModes": [
-    {"id": "ask", "name": "Ask"}, {"id": "plan", "name": "Plan", "description": "No changes"},
-    {"id": "code", "name": "Code"}]}
+MODES = {
+    "currentModeId": "ask",
+    "availableModes": [
+        {"id": "ask", "name": "Ask"},
+        {"id": "plan", "name": "Plan", "description": "No changes"},
+        {"id": "code", "name": "Code"},
+    ],
+}
 CONFIG = [
-    {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "ask",
-     "options": [{"value": "ask", "name": "Ask"}, {"value": "plan", "name": "Plan"}, {"value": "code", "name": "Code"}]},
-    {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "small",
-     "options": [{"group": "local", "name": "Local", "options": [{"value": "small", "name": "Small"}]},
-                 {"group": "remote", "name": "Remote", "options": [{"value": "large", "name": "Large"}]}]},
-    {"id": "thought_level", "name": "Thinking", "category": "thought_level", "type": "select",
-     "currentValue": "low", "options": [{"value": "low", "name": "Low"}, {"value": "high", "name": "High"}]},
+    {
+        "id": "mode",
+        "name": "Mode",
+        "category": "mode",
+        "type": "select",
+        "currentValue": "ask",
+        "options": [
+            {"value": "ask", "name": "Ask"},
+            {"value": "plan", "name": "Plan"},
+            {"value": "code", "name": "Code"},
+        ],
+    },
+    {
+        "id": "model",
+        "name": "Model",
+        "category": "model",
+        "type": "select",
+        "currentValue": "small",
+        "options": [
+            {"group": "local", "name": "Local", "options": [{"value": "small", "name": "Small"}]},
+            {"group": "remote", "name": "Remote", "options": [{"value": "large", "name": "Large"}]},
+        ],
+    },
+    {
+        "id": "thought_level",
+        "name": "Thinking",
+        "category": "thought_level",
+        "type": "select",
+        "currentValue": "low",
+        "options": [{"value": "low", "name": "Low"}, {"value": "high", "name": "High"}],
+    },
 ]
-MODELS = {"currentModelId": "small", "availableModels": [{"modelId": "small", "name": "Small"},
-                                                         {"modelId": "large", "name": "Large"}]}
+MODELS = {
+    "currentModelId": "small",
+    "availableModels": [{"modelId": "small", "name": "Small"}, {"modelId": "large", "name": "Large"}],
+}
 
 
 def update(**raw):
@@ -31,24 +62,39 @@ def update(**raw):
 
 # --- updates and tool calls ---------------------------------------------------------------
 
+
 def test_plan_entries_are_normalised_and_each_plan_is_whole():
-    u = update(sessionUpdate="plan", entries=[
-        {"content": "Read", "priority": "high", "status": "completed"},
-        {"content": "Write", "priority": "urgent", "status": "started"},  # unknown → defaults
-        {"priority": "low"}, "junk"])
+    u = update(
+        sessionUpdate="plan",
+        entries=[
+            {"content": "Read", "priority": "high", "status": "completed"},
+            {"content": "Write", "priority": "urgent", "status": "started"},  # unknown → defaults
+            {"priority": "low"},
+            "junk",
+        ],
+    )
     assert [(e.content, e.priority, e.status) for e in u.plan] == [
-        ("Read", "high", "completed"), ("Write", "medium", "pending")]
+        ("Read", "high", "completed"),
+        ("Write", "medium", "pending"),
+    ]
     assert update(sessionUpdate="plan").plan == []
 
 
 def test_tool_call_fields_and_content_kinds():
-    u = update(sessionUpdate="tool_call", toolCallId="c1", title="Edit a.py", kind="edit",
-               locations=[{"path": "/p/a.py", "line": 3}, {"path": ""}, {"line": 2}],
-               content=[{"type": "diff", "path": "/p/a.py", "oldText": "a\n", "newText": "b\n"},
-                        {"type": "diff", "path": "/p/new.py", "oldText": None, "newText": "x\n"},
-                        {"type": "terminal", "terminalId": "t1"},
-                        {"type": "content", "content": {"type": "text", "text": "hi"}},
-                        {"type": "diff", "newText": "no path"}])
+    u = update(
+        sessionUpdate="tool_call",
+        toolCallId="c1",
+        title="Edit a.py",
+        kind="edit",
+        locations=[{"path": "/p/a.py", "line": 3}, {"path": ""}, {"line": 2}],
+        content=[
+            {"type": "diff", "path": "/p/a.py", "oldText": "a\n", "newText": "b\n"},
+            {"type": "diff", "path": "/p/new.py", "oldText": None, "newText": "x\n"},
+            {"type": "terminal", "terminalId": "t1"},
+            {"type": "content", "content": {"type": "text", "text": "hi"}},
+            {"type": "diff", "newText": "no path"},
+        ],
+    )
     assert (u.tool_call_id, u.title, u.tool_kind, u.status) == ("c1", "Edit a.py", "edit", "pending")
     assert [(loc.path, loc.line) for loc in u.locations] == [("/p/a.py", 3)]
     assert [c.type for c in u.content] == ["diff", "diff", "terminal", "content"]
@@ -61,37 +107,72 @@ def test_tool_call_fields_and_content_kinds():
 
 
 def test_terminal_meta_of_the_agents():
-    u = update(sessionUpdate="tool_call_update", toolCallId="c", _meta={
-        "terminal_info": {"terminal_id": "t"}, "terminal_output": {"terminal_id": "t", "data": "a\n"}})
+    u = update(
+        sessionUpdate="tool_call_update",
+        toolCallId="c",
+        _meta={"terminal_info": {"terminal_id": "t"}, "terminal_output": {"terminal_id": "t", "data": "a\n"}},
+    )
     assert (u.terminal.terminal_id, u.terminal.data, u.terminal.exited) == ("t", "a\n", False)
-    end = update(sessionUpdate="tool_call_update", toolCallId="c",
-                 _meta={"terminal_exit": {"terminal_id": "t", "exit_code": 2, "signal": None}})
+    end = update(
+        sessionUpdate="tool_call_update",
+        toolCallId="c",
+        _meta={"terminal_exit": {"terminal_id": "t", "exit_code": 2, "signal": None}},
+    )
     assert (end.terminal.exited, end.terminal.exit_code) == (True, 2)
     assert update(sessionUpdate="tool_call_update", toolCallId="c", _meta={"other": 1}).terminal is None
 
 
 def test_tool_call_fold_replaces_content_appends_terminal_output():
     call = ToolCall("c1")
-    call.apply(update(sessionUpdate="tool_call", toolCallId="c1", title="Run", kind="execute",
-                      content=[{"type": "terminal", "terminalId": "t"}]))
+    call.apply(
+        update(
+            sessionUpdate="tool_call",
+            toolCallId="c1",
+            title="Run",
+            kind="execute",
+            content=[{"type": "terminal", "terminalId": "t"}],
+        )
+    )
     for chunk in ("one\n", "two\n"):
-        call.apply(update(sessionUpdate="tool_call_update", toolCallId="c1",
-                          _meta={"terminal_output": {"terminal_id": "t", "data": chunk}}))
-    call.apply(update(sessionUpdate="tool_call_update", toolCallId="c1", status="completed",
-                      _meta={"terminal_exit": {"terminal_id": "t", "exit_code": 0}}))
+        call.apply(
+            update(
+                sessionUpdate="tool_call_update",
+                toolCallId="c1",
+                _meta={"terminal_output": {"terminal_id": "t", "data": chunk}},
+            )
+        )
+    call.apply(
+        update(
+            sessionUpdate="tool_call_update",
+            toolCallId="c1",
+            status="completed",
+            _meta={"terminal_exit": {"terminal_id": "t", "exit_code": 0}},
+        )
+    )
     assert (call.title, call.kind, call.status, call.finished) == ("Run", "execute", "completed", True)
     assert call.terminals["t"].output == "one\ntwo\n" and call.terminals["t"].exit_code == 0
     assert [c.type for c in call.content] == ["terminal"]  # an update without content keeps it
-    call.apply(update(sessionUpdate="tool_call_update", toolCallId="c1",
-                      content=[{"type": "diff", "path": "/a", "newText": "x"}]))
+    call.apply(
+        update(
+            sessionUpdate="tool_call_update", toolCallId="c1", content=[{"type": "diff", "path": "/a", "newText": "x"}]
+        )
+    )
     assert [c.type for c in call.content] == ["diff"] and len(call.diffs) == 1  # replaced, whole
-    call.apply(update(sessionUpdate="tool_call_update", toolCallId="c1",
-                      _meta={"terminal_output": {"terminal_id": "t", "data": "y" * (TERMINAL_KEEP + 10)}}))
+    call.apply(
+        update(
+            sessionUpdate="tool_call_update",
+            toolCallId="c1",
+            _meta={"terminal_output": {"terminal_id": "t", "data": "y" * (TERMINAL_KEEP + 10)}},
+        )
+    )
     assert len(call.terminals["t"].output) == TERMINAL_KEEP and call.terminals["t"].dropped > 0
 
 
 def test_state_update_kinds():
-    assert update(sessionUpdate="config_option_update", configOptions=CONFIG).config_options[1].choices[1].group == "Remote"
+    assert (
+        update(sessionUpdate="config_option_update", configOptions=CONFIG).config_options[1].choices[1].group
+        == "Remote"
+    )
     usage = update(sessionUpdate="usage_update", used=5, size=10, cost={"amount": 0.5, "currency": "EUR"}).usage
     assert (usage.used, usage.size, usage.cost, usage.currency) == (5, 10, 0.5, "EUR")
     assert update(sessionUpdate="usage_update", used=-1, size=10).usage is None
@@ -99,6 +180,7 @@ def test_state_update_kinds():
 
 
 # --- session state ------------------------------------------------------------------------
+
 
 def test_config_options_are_preferred_over_modes():
     state = SessionState()
@@ -143,8 +225,18 @@ def test_snapshot_round_trip():
 
 
 def test_resolve_by_id_name_case_and_prefix():
-    choices = SessionState.from_json({"modes": {"current": "ask", "choices": [
-        {"id": "ask", "name": "Ask"}, {"id": "plan", "name": "Plan"}, {"id": "pair", "name": "Pair coding"}]}}).modes.choices
+    choices = SessionState.from_json(
+        {
+            "modes": {
+                "current": "ask",
+                "choices": [
+                    {"id": "ask", "name": "Ask"},
+                    {"id": "plan", "name": "Plan"},
+                    {"id": "pair", "name": "Pair coding"},
+                ],
+            }
+        }
+    ).modes.choices
     assert resolve(choices, "plan").id == "plan"
     assert resolve(choices, "PLAN").id == "plan"
     assert resolve(choices, "pair coding").id == "pair"
@@ -178,13 +270,22 @@ def test_choices_record_by_category():
 
 # --- elicitation --------------------------------------------------------------------------
 
-FORM = {"sessionId": "s", "mode": "form", "message": "Details", "requestedSchema": {
-    "type": "object", "required": ["name", "count"], "properties": {
-        "name": {"type": "string", "title": "Name", "minLength": 2},
-        "count": {"type": "integer", "minimum": 1, "maximum": 10},
-        "colour": {"type": "string", "oneOf": [{"const": "r", "title": "Red"}, {"const": "g", "title": "Green"}]},
-        "tags": {"type": "array", "items": {"enum": ["x", "y", "z"]}, "maxItems": 2},
-        "ok": {"type": "boolean", "default": True}}}}
+FORM = {
+    "sessionId": "s",
+    "mode": "form",
+    "message": "Details",
+    "requestedSchema": {
+        "type": "object",
+        "required": ["name", "count"],
+        "properties": {
+            "name": {"type": "string", "title": "Name", "minLength": 2},
+            "count": {"type": "integer", "minimum": 1, "maximum": 10},
+            "colour": {"type": "string", "oneOf": [{"const": "r", "title": "Red"}, {"const": "g", "title": "Green"}]},
+            "tags": {"type": "array", "items": {"enum": ["x", "y", "z"]}, "maxItems": 2},
+            "ok": {"type": "boolean", "default": True},
+        },
+    },
+}
 
 
 def test_parse_request_form_and_url():
@@ -192,12 +293,23 @@ def test_parse_request_form_and_url():
     assert [f.name for f in request.fields] == ["name", "count", "colour", "tags", "ok"]
     assert request.fields[0].required and not request.fields[2].required
     assert [o.title for o in request.fields[2].options] == ["Red", "Green"]
-    url = parse_request({"sessionId": "s", "mode": "url", "message": "Log in", "elicitationId": "e1",
-                         "url": "https://login.example.com/a?b=c"})
+    url = parse_request(
+        {
+            "sessionId": "s",
+            "mode": "url",
+            "message": "Log in",
+            "elicitationId": "e1",
+            "url": "https://login.example.com/a?b=c",
+        }
+    )
     assert url.host == "login.example.com" and url.elicitation_id == "e1"
     assert url_host("javascript:alert(1)") is None and url_host("file:///etc/passwd") is None
-    for bad in ({"mode": "form"}, {"mode": "url", "url": "https://x"}, {"mode": "voice"},
-                {"mode": "form", "requestedSchema": {"properties": {"a": {"type": "object"}}}}):
+    for bad in (
+        {"mode": "form"},
+        {"mode": "url", "url": "https://x"},
+        {"mode": "voice"},
+        {"mode": "form", "requestedSchema": {"properties": {"a": {"type": "object"}}}},
+    ):
         with pytest.raises(BadElicitation):
             parse_request(bad)
 
@@ -205,7 +317,13 @@ def test_parse_request_form_and_url():
 def test_parse_answer_numbered_named_and_in_order():
     fields = parse_request(FORM).fields
     content, problems = parse_answer(fields, "1. Sidekicks\n2. 3\n3. b\n4. x, z\n5. no")
-    assert problems == [] and content == {"name": "Sidekicks", "count": 3, "colour": "g", "tags": ["x", "z"], "ok": False}
+    assert problems == [] and content == {
+        "name": "Sidekicks",
+        "count": 3,
+        "colour": "g",
+        "tags": ["x", "z"],
+        "ok": False,
+    }
     content, problems = parse_answer(fields, "count: 4\nname = Bob")
     assert problems == [] and content == {"name": "Bob", "count": 4, "ok": True}  # default kept
     content, problems = parse_answer(fields, "Ann\n2\nRed")
@@ -223,9 +341,21 @@ def test_parse_answer_problems_are_readable():
 
 
 def test_one_field_takes_the_whole_reply_and_choice_numbers():
-    one = parse_request({"sessionId": "s", "mode": "form", "message": "Which?", "requestedSchema": {
-        "properties": {"pick": {"type": "string", "oneOf": [{"const": "a1", "title": "First"},
-                                                            {"const": "b2", "title": "Second"}]}}}}).fields
+    one = parse_request(
+        {
+            "sessionId": "s",
+            "mode": "form",
+            "message": "Which?",
+            "requestedSchema": {
+                "properties": {
+                    "pick": {
+                        "type": "string",
+                        "oneOf": [{"const": "a1", "title": "First"}, {"const": "b2", "title": "Second"}],
+                    }
+                }
+            },
+        }
+    ).fields
     assert parse_answer(one, "2") == ({"pick": "b2"}, [])
     assert parse_answer(one, "1. second") == ({"pick": "b2"}, [])
     assert parse_answer(one, "b)") == ({"pick": "b2"}, [])
@@ -240,8 +370,9 @@ def test_answer_results():
 
 def test_a_boolean_config_option_is_an_on_off_choice_set_as_a_bool():
     state = SessionState()
-    state.apply_result({"configOptions": [{"id": "yolo", "name": "Auto-approve", "type": "boolean",
-                                           "currentValue": False}]})
+    state.apply_result(
+        {"configOptions": [{"id": "yolo", "name": "Auto-approve", "type": "boolean", "currentValue": False}]}
+    )
     selector = state.selector("config", "auto-approve")
     assert selector is not None and selector.boolean and selector.current == "false"
     assert [c.id for c in selector.choices] == ["true", "false"]

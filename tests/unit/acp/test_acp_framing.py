@@ -28,14 +28,16 @@ def test_unterminated_tail_is_returned_at_close():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=20),
-       st.lists(st.integers(min_value=1, max_value=17), min_size=1, max_size=30))
+@given(
+    st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=20),
+    st.lists(st.integers(min_value=1, max_value=17), min_size=1, max_size=30),
+)
 def test_any_chunking_gives_the_same_lines(lines, cuts):
     data = b"".join(line + b"\n" for line in lines)
     buf, out, pos, i = LineBuffer(), [], 0, 0
     while pos < len(data):
         step = cuts[i % len(cuts)]
-        out += buf.feed(data[pos:pos + step])
+        out += buf.feed(data[pos : pos + step])
         pos, i = pos + step, i + 1
     expected = [line[:-1] if line.endswith(b"\r") else line for line in lines]
     assert out == expected
@@ -49,7 +51,7 @@ def test_huge_line_in_small_chunks_is_one_line():
     data = framing.encode(payload)
     buf, lines = LineBuffer(), []
     for pos in range(0, len(data), 4096):
-        lines += buf.feed(data[pos:pos + 4096])
+        lines += buf.feed(data[pos : pos + 4096])
         assert buf.pending <= len(data)
     assert len(lines) == 1
     assert framing.decode(lines[0]) == payload
@@ -94,6 +96,7 @@ def test_iter_messages_skips_blank_lines():
 
 # ---- the limit on one line -----------------------------------------------------------------------
 
+
 def test_the_limit_is_64_mib_far_above_what_agents_send():
     assert framing.MAX_LINE_BYTES == 64 * 1024 * 1024
     assert LineBuffer().limit == framing.MAX_LINE_BYTES
@@ -114,8 +117,9 @@ def test_a_line_over_the_limit_is_dropped_as_it_arrives_and_reported():
     buf = LineBuffer(limit=1000)
     found = list(framing.iter_messages(buf, b"a" * 5000 + b'\n{"jsonrpc":"2.0","method":"ok"}\n'))
     assert isinstance(found[0], ParseError) and found[1] == {"jsonrpc": "2.0", "method": "ok"}
-    assert str(found[0]).startswith("a line of 5,000 bytes, over the 1,000-byte limit of one ACP message, "
-                                    "was dropped: 'aaa")
+    assert str(found[0]).startswith(
+        "a line of 5,000 bytes, over the 1,000-byte limit of one ACP message, was dropped: 'aaa"
+    )
 
 
 def test_a_line_at_the_limit_is_kept_and_an_unterminated_long_tail_is_dropped():

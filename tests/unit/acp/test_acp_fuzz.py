@@ -4,6 +4,7 @@ The agent side is a socket the test writes to: any JSON-RPC shape, wrong types, 
 methods, stray responses, garbage lines. The client must log nothing above a warning, hand
 the prompt's updates to the bridge, and still finish the prompt when the real response comes.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,29 +20,71 @@ from acp.client import Agent, AgentSpec
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
-    max_leaves=10)
-update_kinds = st.sampled_from(["agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update",
-                                "plan", "available_commands_update", "current_mode_update",
-                                "session_info_update", "usage_update", "user_message_chunk", "no_such_kind"])
+    max_leaves=10,
+)
+update_kinds = st.sampled_from(
+    [
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+        "available_commands_update",
+        "current_mode_update",
+        "session_info_update",
+        "usage_update",
+        "user_message_chunk",
+        "no_such_kind",
+    ]
+)
 updates = st.fixed_dictionaries(
     {"sessionUpdate": update_kinds | json_values},
-    optional={"content": st.fixed_dictionaries({"type": st.just("text") | json_values, "text": st.text(max_size=20) | json_values}) | json_values,
-              "toolCallId": json_values, "title": json_values, "status": json_values,
-              "availableCommands": st.lists(st.fixed_dictionaries({"name": json_values, "description": json_values}), max_size=2) | json_values,
-              "entries": json_values})
+    optional={
+        "content": st.fixed_dictionaries(
+            {"type": st.just("text") | json_values, "text": st.text(max_size=20) | json_values}
+        )
+        | json_values,
+        "toolCallId": json_values,
+        "title": json_values,
+        "status": json_values,
+        "availableCommands": st.lists(
+            st.fixed_dictionaries({"name": json_values, "description": json_values}), max_size=2
+        )
+        | json_values,
+        "entries": json_values,
+    },
+)
 frames = st.one_of(
-    st.fixed_dictionaries({"jsonrpc": st.just("2.0"), "method": st.just("session/update"),
-                           "params": st.fixed_dictionaries({"sessionId": st.just("s1") | json_values,
-                                                            "update": updates | json_values})}),
-    st.fixed_dictionaries({"jsonrpc": st.just("2.0"), "method": st.sampled_from(
-        ["session/request_permission", "fs/read_text_file", "terminal/create", "x/unknown"]) | st.text(max_size=10),
-        "params": json_values}, optional={"id": st.integers(1000, 2000) | st.text(max_size=5)}),
-    st.fixed_dictionaries({"jsonrpc": st.just("2.0"), "id": st.integers(500, 999) | json_values},
-                          optional={"result": json_values, "error": json_values}),
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "method": st.just("session/update"),
+            "params": st.fixed_dictionaries(
+                {"sessionId": st.just("s1") | json_values, "update": updates | json_values}
+            ),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "method": st.sampled_from(
+                ["session/request_permission", "fs/read_text_file", "terminal/create", "x/unknown"]
+            )
+            | st.text(max_size=10),
+            "params": json_values,
+        },
+        optional={"id": st.integers(1000, 2000) | st.text(max_size=5)},
+    ),
+    st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "id": st.integers(500, 999) | json_values},
+        optional={"result": json_values, "error": json_values},
+    ),
     json_values,
 )
-lines = st.lists(st.one_of(frames.map(lambda f: json.dumps(f).encode()),
-                           st.binary(max_size=40).filter(lambda b: b"\n" not in b)), max_size=12)
+lines = st.lists(
+    st.one_of(frames.map(lambda f: json.dumps(f).encode()), st.binary(max_size=40).filter(lambda b: b"\n" not in b)),
+    max_size=12,
+)
 
 
 class FakeProcess:
@@ -83,11 +126,26 @@ def test_random_frames_never_break_a_prompt(caplog):
             request = json.loads(await agent_reader.readline())
             assert request["method"] == "session/prompt"
             agent_writer.write(b"".join(line + b"\n" for line in batch))
-            agent_writer.write(json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
-                "sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk",
-                                              "content": {"type": "text", "text": "END"}}}}).encode() + b"\n")
-            agent_writer.write(json.dumps({"jsonrpc": "2.0", "id": request["id"],
-                                           "result": {"stopReason": "end_turn"}}).encode() + b"\n")
+            agent_writer.write(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "session/update",
+                        "params": {
+                            "sessionId": "s1",
+                            "update": {
+                                "sessionUpdate": "agent_message_chunk",
+                                "content": {"type": "text", "text": "END"},
+                            },
+                        },
+                    }
+                ).encode()
+                + b"\n"
+            )
+            agent_writer.write(
+                json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"stopReason": "end_turn"}}).encode()
+                + b"\n"
+            )
             await agent_writer.drain()
             assert await asyncio.wait_for(prompt, 10) == "end_turn"
             assert seen and seen[-1].text == "END"  # updates still flow, in order, to the last

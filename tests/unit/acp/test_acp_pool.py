@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from acp_helpers import PATIENCE, scripted_spec
+from acp_helpers import until as wait_for
 
 from acp import AgentCrashed, AgentStartError, Pool
-from acp_helpers import PATIENCE, scripted_spec, until as wait_for
 
 
 async def test_three_agents_on_two_slots():
     stopped: list[str] = []
-    pool = Pool({n: scripted_spec(n) for n in ("alice", "bob", "carol")}, agents_in_memory=2,
-                on_stopped=stopped.append)
+    pool = Pool({n: scripted_spec(n) for n in ("alice", "bob", "carol")}, agents_in_memory=2, on_stopped=stopped.append)
     try:
         alice, bob = await pool.get("alice"), await pool.get("bob")
         assert [pool.state(n) for n in ("alice", "bob", "carol")] == ["ready", "ready", "stopped"]
@@ -119,8 +119,9 @@ async def test_a_dead_agent_is_started_again():
 
 
 async def test_start_failure_frees_the_slot():
-    pool = Pool({"broken": scripted_spec("broken", "--crash-at-start"), "alice": scripted_spec("alice")},
-                agents_in_memory=1)
+    pool = Pool(
+        {"broken": scripted_spec("broken", "--crash-at-start"), "alice": scripted_spec("alice")}, agents_in_memory=1
+    )
     try:
         with pytest.raises(AgentStartError):
             async with pool.turn("broken"):
@@ -139,6 +140,7 @@ async def test_unknown_agent():
 
 async def test_a_closed_pool_refuses_turns():
     from acp import AcpError
+
     pool = Pool({"alice": scripted_spec("alice")})
     await pool.close()
     with pytest.raises(AcpError, match="closed"):

@@ -89,7 +89,7 @@ async def test_errors_come_back_as_rpc_error():
 async def test_malformed_lines_are_logged_and_the_connection_survives(caplog):
     a, b, a_writer = await pair(b_kw={"on_request": lambda m, p: asyncio.sleep(0, "fine")})
     try:
-        a_writer.write(b"{not json\n[1,2]\n{\"jsonrpc\":\"2.0\"}\n\n")
+        a_writer.write(b'{not json\n[1,2]\n{"jsonrpc":"2.0"}\n\n')
         assert await a.request("ping", {}) == "fine"
         assert "not JSON-RPC" in caplog.text and "invalid message" in caplog.text
     finally:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from acp_helpers import read_log
 
 from acp import AcpError, SessionCapabilities
-
-from acp_helpers import read_log
 
 ALL = ("--session-list", "--session-resume", "--session-fork", "--session-close")
 
@@ -35,8 +34,11 @@ async def test_an_agent_announcing_nothing_is_asked_nothing(spawn, log_path):
     session_id = await agent.new_session()
     assert await agent.close_session(session_id) is False
     assert session_id not in agent.sessions
-    assert not [m for m in read_log(log_path) if m.get("method") in (
-        "session/list", "session/resume", "session/fork", "session/close")]
+    assert not [
+        m
+        for m in read_log(log_path)
+        if m.get("method") in ("session/list", "session/resume", "session/fork", "session/close")
+    ]
 
 
 async def test_list_every_page_for_the_working_directory(spawn, log_path, tmp_path):

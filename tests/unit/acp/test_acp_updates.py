@@ -16,9 +16,14 @@ def test_text_and_placeholders():
 
 def test_kinds():
     cases = {
-        "agent_thought_chunk": "thought", "user_message_chunk": "user_text", "plan": "plan",
-        "available_commands_update": "commands", "current_mode_update": "mode",
-        "session_info_update": "session_info", "usage_update": "usage", "something_new": "unknown",
+        "agent_thought_chunk": "thought",
+        "user_message_chunk": "user_text",
+        "plan": "plan",
+        "available_commands_update": "commands",
+        "current_mode_update": "mode",
+        "session_info_update": "session_info",
+        "usage_update": "usage",
+        "something_new": "unknown",
     }
     for wire, kind in cases.items():
         assert normalise_update({"sessionUpdate": wire}).kind == kind
@@ -28,8 +33,7 @@ def test_kinds():
 
 
 def test_commands_keep_only_well_formed_entries():
-    assert normalise_commands([{"name": "a", "description": "A"}, {"description": "no name"}, "x",
-                               {"name": "b", "input": {"hint": "h"}}]) == [
-        {"name": "a", "description": "A", "input": None},
-        {"name": "b", "description": "", "input": {"hint": "h"}}]
+    assert normalise_commands(
+        [{"name": "a", "description": "A"}, {"description": "no name"}, "x", {"name": "b", "input": {"hint": "h"}}]
+    ) == [{"name": "a", "description": "A", "input": None}, {"name": "b", "description": "", "input": {"hint": "h"}}]
     assert normalise_commands(None) == []

@@ -1,5 +1,6 @@
 """An agent's regular expression (an elicitation field's `pattern`) runs on a linear-time engine
 (acp/elicitation.py pattern_matches, google-re2): pure, no I/O."""
+
 from __future__ import annotations
 
 import time

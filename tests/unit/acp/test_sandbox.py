@@ -1,22 +1,45 @@
 """acp/sandbox.py: a policy turned into bwrap's command line (pure); and, at the end, that
 command line run by real bubblewrap (the order of the mounts is what decides what is reached)."""
+
 from __future__ import annotations
 
 import os
-import subprocess
 import shutil
+import subprocess
 
-from acp.sandbox import (ENV_KEPT, HIDE_DIR, HIDE_FILE, READ, REACH, WRITE, Mount, Sandbox, argv,
-                         environment, is_remote, mounts, probe_argv)
+from acp.sandbox import (
+    ENV_KEPT,
+    HIDE_DIR,
+    HIDE_FILE,
+    REACH,
+    READ,
+    WRITE,
+    Mount,
+    Sandbox,
+    argv,
+    environment,
+    is_remote,
+    mounts,
+    probe_argv,
+)
 
 
 def pairs(line: list[str]) -> list[tuple[str, ...]]:
     """The options of a bwrap command line as tuples: ("--bind", src, dst), ("--tmpfs", dst)…"""
-    takes = {"--perms": 1, "--bind": 2, "--ro-bind": 2, "--tmpfs": 1, "--dev": 1, "--proc": 1, "--chdir": 1, "--cap-drop": 1}
+    takes = {
+        "--perms": 1,
+        "--bind": 2,
+        "--ro-bind": 2,
+        "--tmpfs": 1,
+        "--dev": 1,
+        "--proc": 1,
+        "--chdir": 1,
+        "--cap-drop": 1,
+    }
     found, i = [], 1
     while i < len(line) and line[i] != "--":
         n = takes.get(line[i], 0)
-        found.append(tuple(line[i:i + 1 + n]))
+        found.append(tuple(line[i : i + 1 + n]))
         i += 1 + n
     return found
 
@@ -24,8 +47,14 @@ def pairs(line: list[str]) -> list[tuple[str, ...]]:
 def test_the_system_is_read_only_with_its_own_processes_tmp_and_no_capabilities():
     line = argv(Sandbox(), ["agent", "--acp"], "/work", {"/work": "dir", "/tmp": "dir"})
     options = pairs(line)
-    assert options[:6] == [("--die-with-parent",), ("--new-session",), ("--unshare-pid",),
-                           ("--cap-drop", "ALL"), ("--ro-bind", "/", "/"), ("--dev", "/dev")]
+    assert options[:6] == [
+        ("--die-with-parent",),
+        ("--new-session",),
+        ("--unshare-pid",),
+        ("--cap-drop", "ALL"),
+        ("--ro-bind", "/", "/"),
+        ("--dev", "/dev"),
+    ]
     assert ("--proc", "/proc") in options and ("--tmpfs", "/tmp") in options
     assert ("--unshare-net",) not in options  # network on by default: agents call their APIs
     assert line[-4:] == ["/work", "--", "agent", "--acp"] and line[-5] == "--chdir"
@@ -40,19 +69,30 @@ def test_network_off_unshares_the_network():
 def test_hidden_folders_become_empty_and_hidden_files_dev_null():
     kinds = {"/w": "dir", "/etc/sk": "dir", "/srv/registration.yaml": "file"}
     options = pairs(argv(Sandbox(hide=("/etc/sk", "/srv/registration.yaml", "/gone")), ["a"], "/w", kinds))
-    assert ("--perms", "0555") == options[options.index(("--tmpfs", "/etc/sk")) - 1]  # nothing written there
+    assert options[options.index(("--tmpfs", "/etc/sk")) - 1] == ("--perms", "0555")  # nothing written there
     assert ("--ro-bind", "/dev/null", "/srv/registration.yaml") in options
     assert not any("/gone" in option for option in options)  # not on disk: nothing to hide
 
 
 def test_a_deeper_mount_wins_whatever_its_kind():
     """The tests' layout: config, data and agent folders in one tmp folder."""
-    kinds = {"/t": "dir", "/t/cfg": "dir", "/t/cfg/work": "dir", "/t/cfg/work/data": "dir",
-             "/t/cfg/config.yaml": "file", "/tmp": "dir"}
+    kinds = {
+        "/t": "dir",
+        "/t/cfg": "dir",
+        "/t/cfg/work": "dir",
+        "/t/cfg/work/data": "dir",
+        "/t/cfg/config.yaml": "file",
+        "/tmp": "dir",
+    }
     box = Sandbox(read=("/t",), hide=("/t/cfg", "/t/cfg/work/data", "/t/cfg/config.yaml"))
     order = mounts(box, "/t/cfg/work", kinds)
-    assert order == [Mount(HIDE_DIR, "/tmp"), Mount(READ, "/t"), Mount(HIDE_DIR, "/t/cfg"),
-                     Mount(WRITE, "/t/cfg/work"), Mount(HIDE_DIR, "/t/cfg/work/data")]
+    assert order == [
+        Mount(HIDE_DIR, "/tmp"),
+        Mount(READ, "/t"),
+        Mount(HIDE_DIR, "/t/cfg"),
+        Mount(WRITE, "/t/cfg/work"),
+        Mount(HIDE_DIR, "/t/cfg/work/data"),
+    ]
     # config.yaml lies in a hidden folder: no mount of its own; it needs one where the folder shows
     shown = mounts(Sandbox(hide=("/t/cfg/config.yaml",), keep=("/t/cfg",)), "/w", {**kinds, "/w": "dir"})
     assert Mount(HIDE_FILE, "/t/cfg/config.yaml") in shown
@@ -90,10 +130,21 @@ def test_root_is_never_made_writable_and_missing_paths_are_left_out():
 
 
 def test_the_environment_is_the_config_s_plus_four_of_the_bridge_s():
-    bridge = {"PATH": "/usr/bin", "HOME": "/home/me", "LANG": "C.UTF-8", "TERM": "xterm",
-              "AWS_SECRET_ACCESS_KEY": "x", "SIDEKICKS_MCP_SECRET": "y"}
+    bridge = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/me",
+        "LANG": "C.UTF-8",
+        "TERM": "xterm",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "SIDEKICKS_MCP_SECRET": "y",
+    }
     assert environment({"API_KEY": "k", "PATH": "/opt/bin"}, bridge) == {
-        "PATH": "/opt/bin", "HOME": "/home/me", "LANG": "C.UTF-8", "TERM": "xterm", "API_KEY": "k"}
+        "PATH": "/opt/bin",
+        "HOME": "/home/me",
+        "LANG": "C.UTF-8",
+        "TERM": "xterm",
+        "API_KEY": "k",
+    }
     assert set(environment({}, {"PATH": "/bin"})) == {"PATH"}
     assert ENV_KEPT == ("PATH", "HOME", "LANG", "TERM")
 
@@ -124,34 +175,51 @@ def test_real_bubblewrap_reaches_what_the_order_says(tmp_path):
     box = Sandbox(read=(str(top),), hide=(str(cfg), str(cfg / "config.yaml"), str(data)))
     paths = [str(p) for p in (top, cfg, work, data, cfg / "config.yaml")]
     kinds = {p: "dir" if os.path.isdir(p) else "file" for p in [*paths, "/tmp"]}
-    script = ("import os;"
-              "print(open('../../beside').read());"
-              "print(os.path.exists('config.yaml'), os.listdir('data'), os.listdir('..'));"
-              "open('mine', 'w').write('ok');"
-              "print(os.getpid())")
-    done = subprocess.run(argv(box, ["python3", "-c", script], str(work), kinds, bwrap),
-                          capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    script = (
+        "import os;"
+        "print(open('../../beside').read());"
+        "print(os.path.exists('config.yaml'), os.listdir('data'), os.listdir('..'));"
+        "open('mine', 'w').write('ok');"
+        "print(os.getpid())"
+    )
+    done = subprocess.run(
+        argv(box, ["python3", "-c", script], str(work), kinds, bwrap),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert done.returncode == 0, done.stderr
     beside, listing, pid = done.stdout.splitlines()
     assert beside == "visible"  # read: the folder around, read-only
     assert listing == "False [] ['work']"  # the hidden folder empty but for the work folder in it
     assert (work / "mine").read_text() == "ok"  # the working directory is written for real
     assert int(pid) < 10  # its own PID namespace
-    denied = subprocess.run(argv(box, ["sh", "-c", f"echo x > {top}/outside"], str(work), kinds, bwrap),
-                            capture_output=True, text=True, timeout=60)
+    denied = subprocess.run(
+        argv(box, ["sh", "-c", f"echo x > {top}/outside"], str(work), kinds, bwrap),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert denied.returncode != 0 and not (top / "outside").exists()
 
 
 # ---- acp.start_agent with a sandbox (acp/process.py) ----------------------------------------
 
+
 async def test_an_agent_starts_in_its_sandbox(tmp_path):
     import sys
 
     from acp import AgentSpec, start_agent
+
     scripted = os.path.join(os.path.dirname(__file__), "..", "..", "agents", "scripted_agent.py")
     work = tmp_path / "work"
-    spec = AgentSpec(name="boxed", command=[sys.executable, os.path.abspath(scripted)], cwd=str(work),
-                     sandbox=Sandbox(write=(str(work),), hide=(str(tmp_path / "data"),)))
+    spec = AgentSpec(
+        name="boxed",
+        command=[sys.executable, os.path.abspath(scripted)],
+        cwd=str(work),
+        sandbox=Sandbox(write=(str(work),), hide=(str(tmp_path / "data"),)),
+    )
     work.mkdir()
     agent = await start_agent(spec)
     try:
@@ -167,12 +235,14 @@ async def test_without_bubblewrap_a_sandboxed_agent_does_not_start(tmp_path, mon
 
     import pytest
 
-    from acp import AgentStartError, AgentSpec, start_agent
-    from acp import process
+    from acp import AgentSpec, AgentStartError, process, start_agent
+
     monkeypatch.setattr(process, "_probed", {})
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap here
     spec = AgentSpec(name="boxed", command=[sys.executable, "-c", "pass"], sandbox=Sandbox())
     with pytest.raises(AgentStartError) as caught:
         await start_agent(spec)
-    assert str(caught.value) == ("boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
-                                 "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent")
+    assert str(caught.value) == (
+        "boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
+        "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"
+    )

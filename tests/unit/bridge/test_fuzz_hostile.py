@@ -8,6 +8,7 @@ process's threads waited for a CPU, which the machine's other work decides),
 nothing of one room reaches another, nothing of a stranger
 reaches an agent. The homeserver is a local aiohttp server that records every request.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,8 @@ class LoopLag:
 
     def __init__(self, every: float = 0.005):
         self.every = every
-        self.worst = 0.0        # the stall of its own, as above
-        self.worst_wall = 0.0   # late, as the clock says
+        self.worst = 0.0  # the stall of its own, as above
+        self.worst_wall = 0.0  # late, as the clock says
         self.samples = 0
 
     @staticmethod
@@ -93,29 +94,68 @@ class Homeserver:
         if "rooms" in parts and request.method == "PUT":
             room = unquote(parts[parts.index("rooms") + 1])
             self.sent.append((room, (await request.read()).decode("utf-8", "replace")))
-        return web.json_response({"event_id": f"$sent{self.count}", "room_id": "!new:localhost", "chunk": [],
-                                  "content_uri": f"mxc://localhost/m{self.count}"})
+        return web.json_response(
+            {
+                "event_id": f"$sent{self.count}",
+                "room_id": "!new:localhost",
+                "chunk": [],
+                "content_uri": f"mxc://localhost/m{self.count}",
+            }
+        )
 
 
 def stranger_event(rng: random.Random, n: int) -> dict:
     """A random event of a stranger: messages (also commands, mentions, a fake encrypted one),
     reactions, redactions, names, members, nonsense."""
     room = rng.choice(list(ROOMS))
-    body = rng.choice([f"stranger-secret-{n} [[fuzz:{n}:5]]", "!stop", "@alice hi stranger-secret", "1",
-                       "/alice:review stranger-secret", "!delete confirm", "\u202e" * rng.randint(0, 500)])
-    kind, content = rng.choice([
-        ("m.room.message", {"msgtype": "m.text", "body": body,
-                            "m.mentions": {"user_ids": ["@sk_alice:localhost", "@sk_bob:localhost"]}}),
-        ("m.reaction", {"m.relates_to": {"rel_type": "m.annotation", "event_id": f"$sent{rng.randint(1, 50)}",
-                                         "key": rng.choice(["🛑", "1️⃣"])}}),
-        ("m.room.redaction", {}),
-        ("m.room.name", {"name": "renamed by a stranger"}),
-        ("m.room.encrypted", {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "x", "session_id": "s",
-                              "sender_key": "k", "device_id": "D"}),
-        ("m.room.tombstone", {"replacement_room": "!stolen:localhost"}),
-        ("m.room.member", {"membership": rng.choice(["invite", "leave", "ban"])}),
-        ("x.nonsense", {"deep": [[[[[{"a": "b" * rng.randint(0, 3000)}]]]]]}),
-    ])
+    body = rng.choice(
+        [
+            f"stranger-secret-{n} [[fuzz:{n}:5]]",
+            "!stop",
+            "@alice hi stranger-secret",
+            "1",
+            "/alice:review stranger-secret",
+            "!delete confirm",
+            "\u202e" * rng.randint(0, 500),
+        ]
+    )
+    kind, content = rng.choice(
+        [
+            (
+                "m.room.message",
+                {
+                    "msgtype": "m.text",
+                    "body": body,
+                    "m.mentions": {"user_ids": ["@sk_alice:localhost", "@sk_bob:localhost"]},
+                },
+            ),
+            (
+                "m.reaction",
+                {
+                    "m.relates_to": {
+                        "rel_type": "m.annotation",
+                        "event_id": f"$sent{rng.randint(1, 50)}",
+                        "key": rng.choice(["🛑", "1️⃣"]),
+                    }
+                },
+            ),
+            ("m.room.redaction", {}),
+            ("m.room.name", {"name": "renamed by a stranger"}),
+            (
+                "m.room.encrypted",
+                {
+                    "algorithm": "m.megolm.v1.aes-sha2",
+                    "ciphertext": "x",
+                    "session_id": "s",
+                    "sender_key": "k",
+                    "device_id": "D",
+                },
+            ),
+            ("m.room.tombstone", {"replacement_room": "!stolen:localhost"}),
+            ("m.room.member", {"membership": rng.choice(["invite", "leave", "ban"])}),
+            ("x.nonsense", {"deep": [[[[[{"a": "b" * rng.randint(0, 3000)}]]]]]}),
+        ]
+    )
     event = {"type": kind, "room_id": room, "sender": STRANGER, "event_id": f"$stranger{n}", "content": content}
     if kind in ("m.room.name", "m.room.tombstone"):
         event["state_key"] = ""
@@ -135,10 +175,19 @@ async def test_hostile_agents_and_strangers_crash_nothing_stall_nothing_and_leak
     await server.start_server()
     url = str(server.make_url("")).rstrip("/")
     logs = {name: tmp_path / f"{name}.log" for name in ("alice", "bob")}
-    cfg = parse({"owner": OWNER, "homeserver": {"url": url, "domain": "localhost"},
-                 "agents": {name: {"command": [sys.executable, str(HOSTILE), "--log", str(log)], "cwd": str(tmp_path)}
-                            for name, log in logs.items()},
-                 "limits": {"agents_in_memory": 2}}, tmp_path / "config.yaml", "config.yaml")
+    cfg = parse(
+        {
+            "owner": OWNER,
+            "homeserver": {"url": url, "domain": "localhost"},
+            "agents": {
+                name: {"command": [sys.executable, str(HOSTILE), "--log", str(log)], "cwd": str(tmp_path)}
+                for name, log in logs.items()
+            },
+            "limits": {"agents_in_memory": 2},
+        },
+        tmp_path / "config.yaml",
+        "config.yaml",
+    )
     registration = Registration("sidekicks", "http://127.0.0.1:1", "as", "hs", "sidekicks", "@sk_.*:localhost")
     store = Store.open(":memory:")
     for room_id, members in ROOMS.items():
@@ -165,9 +214,15 @@ async def test_hostile_agents_and_strangers_crash_nothing_stall_nothing_and_leak
                     prompt += " [[bytes:2000000]] [[amps:20000]]"  # a flood, and HTML that grows
                 if len(members) > 1:
                     prompt = f"@{rng.choice(members)} {prompt}"
-                batch.append({"type": "m.room.message", "room_id": room_id, "sender": OWNER,
-                              "event_id": f"$owner{n}{room_id[1]}",
-                              "content": {"msgtype": "m.text", "body": prompt}})
+                batch.append(
+                    {
+                        "type": "m.room.message",
+                        "room_id": room_id,
+                        "sender": OWNER,
+                        "event_id": f"$owner{n}{room_id[1]}",
+                        "content": {"msgtype": "m.text", "body": prompt},
+                    }
+                )
                 batch.extend(stranger_event(rng, n * 10 + i) for i in range(rng.randint(1, 4)))
             rng.shuffle(batch)
             await bridge.dispatcher.transaction(Transaction(f"fuzz{n}", batch))
@@ -193,8 +248,13 @@ async def test_hostile_agents_and_strangers_crash_nothing_stall_nothing_and_leak
     assert not any(room == "!stolen:localhost" for room, _ in homeserver.sent)
     # nothing a stranger wrote reached an agent
     for log in logs.values():
-        prompts = [json.dumps(m["params"]["prompt"]) for m in map(json.loads, log.read_text().splitlines())
-                   if m.get("method") == "session/prompt"]
+        prompts = [
+            json.dumps(m["params"]["prompt"])
+            for m in map(json.loads, log.read_text().splitlines())
+            if m.get("method") == "session/prompt"
+        ]
         assert prompts and not any("stranger" in p for p in prompts)
-    print(f"\nfuzz: {sum(len(s) for s in asked.values())} owner messages, {len(homeserver.sent)} events sent, "
-          f"loop stall {lag.worst * 1000:.1f} ms (wall {lag.worst_wall * 1000:.1f} ms)")
+    print(
+        f"\nfuzz: {sum(len(s) for s in asked.values())} owner messages, {len(homeserver.sent)} events sent, "
+        f"loop stall {lag.worst * 1000:.1f} ms (wall {lag.worst_wall * 1000:.1f} ms)"
+    )

@@ -1,6 +1,7 @@
 """After refusing a transaction for a gap, the bridge pings the homeserver until a transaction
 comes (bridge.py `_retry_soon`): a ping made before the homeserver started its recovery finds
 nothing to hurry, and Synapse 1.163 was seen never running the retry it had scheduled."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +22,7 @@ def pinging(monkeypatch):
         pings.append(bridge.server.acknowledged)
         if len(pings) == 3:  # the third ping is the one the homeserver acts on
             bridge.server.acknowledged += 1
+
     bridge._ping = ping
     return bridge, pings
 

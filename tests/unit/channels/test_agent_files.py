@@ -1,5 +1,6 @@
 """The gate for files an agent asks the bridge to post (bridge/channels/agent_files.py), pure:
 real files, links, /proc, /dev/zero and a FIFO on this machine, no Matrix."""
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,9 @@ def test_the_registration_file_in_the_config_folder_is_refused_even_inside_the_c
     assert "configuration or data folder" in reason
     # and a link to it from the cwd resolves to it
     (tmp_path / "innocent.txt").symlink_to(registration)
-    assert "configuration or data folder" in refused(read_agent_file(tmp_path / "innocent.txt", tmp_path,
-                                                                        [config_dir], MIB))
+    assert "configuration or data folder" in refused(
+        read_agent_file(tmp_path / "innocent.txt", tmp_path, [config_dir], MIB)
+    )
 
 
 def test_a_symlink_out_of_the_working_directory_is_refused(cwd, tmp_path):
@@ -116,8 +118,13 @@ def test_a_file_over_the_cap_and_a_folder_and_a_missing_file_are_refused(cwd):
 
 def test_roots_for_an_agent_forbid_the_config_data_and_registration_folders(tmp_path):
     agents = {"alice": SimpleNamespace(cwd=str(tmp_path / "work")), "bob": SimpleNamespace(cwd=None)}
-    config = SimpleNamespace(agents=agents, path=tmp_path / "cfg" / "config.yaml", data_dir=tmp_path / "data",
-                             registration_path=tmp_path / "reg" / "registration.yaml", homeserver_config=None)
+    config = SimpleNamespace(
+        agents=agents,
+        path=tmp_path / "cfg" / "config.yaml",
+        data_dir=tmp_path / "data",
+        registration_path=tmp_path / "reg" / "registration.yaml",
+        homeserver_config=None,
+    )
     roots = roots_for(config, "alice")
     assert roots.allowed == str(tmp_path / "work")
     assert set(roots.forbidden) == {str(tmp_path / "cfg"), str(tmp_path / "data"), str(tmp_path / "reg")}
@@ -134,8 +141,13 @@ def test_roots_for_a_session_follow_the_directory_it_works_in(tmp_path):
     (tree / "mine.txt").write_text("mine")
     (work / "data" / "keys").write_text("secret")
     agents = {"alice": SimpleNamespace(cwd=str(work)), "bob": SimpleNamespace(cwd=None)}
-    config = SimpleNamespace(agents=agents, path=tmp_path / "cfg" / "config.yaml", data_dir=work / "data",
-                             registration_path=tmp_path / "reg" / "registration.yaml", homeserver_config=None)
+    config = SimpleNamespace(
+        agents=agents,
+        path=tmp_path / "cfg" / "config.yaml",
+        data_dir=work / "data",
+        registration_path=tmp_path / "reg" / "registration.yaml",
+        homeserver_config=None,
+    )
     in_tree = roots_for(config, "alice", str(tree))
     assert in_tree.allowed == str(tree)
     assert in_tree.forbidden == roots_for(config, "alice").forbidden
@@ -143,8 +155,9 @@ def test_roots_for_a_session_follow_the_directory_it_works_in(tmp_path):
     assert "outside" in refused(read_agent_file(work / "main.txt", in_tree.allowed, in_tree.forbidden, MIB))
     # a session in the main checkout still never posts the bridge's data folder inside it
     in_work = roots_for(config, "alice", str(work))
-    assert "configuration or data" in refused(read_agent_file(work / "data" / "keys", in_work.allowed,
-                                                               in_work.forbidden, MIB))
+    assert "configuration or data" in refused(
+        read_agent_file(work / "data" / "keys", in_work.allowed, in_work.forbidden, MIB)
+    )
     # no session directory known: the configured cwd (none: nothing may be posted)
     assert roots_for(config, "alice", None).allowed == str(work)
     assert roots_for(config, "bob", str(tree)).allowed == str(tree)

@@ -1,10 +1,10 @@
 """bridge/channels/approvals.py: who answers an ask and whom it mentions, `!approve` words. Pure."""
+
 from __future__ import annotations
 
 import pytest
 
-from bridge.channels.approvals import (ANY_OWNER, REQUESTER, USAGE, approve_mode, approve_switch,
-                                       approvers, mentioning)
+from bridge.channels.approvals import ANY_OWNER, REQUESTER, USAGE, approve_mode, approve_switch, approvers, mentioning
 
 OWNERS = ["@me:hs", "@ben:hs"]
 
@@ -39,8 +39,12 @@ def test_switch_words():
 
 
 def test_mentioning_adds_the_pills_and_m_mentions():
-    content = {"msgtype": "m.text", "body": "Alice asks", "format": "org.matrix.custom.html",
-               "formatted_body": "<p>Alice asks</p>"}
+    content = {
+        "msgtype": "m.text",
+        "body": "Alice asks",
+        "format": "org.matrix.custom.html",
+        "formatted_body": "<p>Alice asks</p>",
+    }
     out = mentioning(content, ["@me:hs"])
     assert out["m.mentions"] == {"user_ids": ["@me:hs"]}
     assert out["body"] == "Alice asks"  # the plain text still starts with what is asked

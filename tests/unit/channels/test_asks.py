@@ -2,6 +2,7 @@
 wrong number, a reaction, an answer in words, a timeout, a cancel, and what the ask's message
 shows after — against stand-ins of the puppet, the notices and the turn's answer (no I/O). The
 two kinds plugged into it (permissions.py, coding/questions.py) are checked through it last."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +10,8 @@ from functools import partial
 from types import SimpleNamespace
 
 import pytest
+from bridge_harness import wait_until
+from scene_helpers import SentNotices
 
 from acp import ElicitationAnswer, PermissionRequest
 from acp.elicitation import ACCEPT, DECLINE, parse_request
@@ -16,8 +19,6 @@ from bridge.channels.asks import KEYCAPS, Ask, Asks
 from bridge.channels.permissions import Permissions
 from bridge.coding.questions import Questions
 from bridge.matrix.client import MatrixError
-from bridge_harness import wait_until
-from scene_helpers import SentNotices
 
 ROOM = "!room:hs"
 WAITING = "🔧 waiting for you"
@@ -62,19 +63,18 @@ class Shown:
         self.body, self.html = body, html
 
     def content(self):
-        return {"msgtype": "m.text", "body": self.body, "format": "org.matrix.custom.html",
-                "formatted_body": self.html}
+        return {"msgtype": "m.text", "body": self.body, "format": "org.matrix.custom.html", "formatted_body": self.html}
 
 
 def scene(timeout: float = 60.0, refuse: bool = False):
     intent, notices = Intent(refuse), SentNotices()
     puppet = SimpleNamespace(intent=intent, displayname="Alice")
     answer = Answer("💭 thinking…")
-    portal = SimpleNamespace(room_id=ROOM, current=SimpleNamespace(answer=answer, cancelled=False,
-                                                                   tool_calls={}, work=None))
+    portal = SimpleNamespace(
+        room_id=ROOM, current=SimpleNamespace(answer=answer, cancelled=False, tool_calls={}, work=None)
+    )
     asks = Asks(SimpleNamespace(permission_timeout=timeout), notices, "test ask")
-    return SimpleNamespace(asks=asks, intent=intent, notices=notices, puppet=puppet, answer=answer,
-                           portal=portal)
+    return SimpleNamespace(asks=asks, intent=intent, notices=notices, puppet=puppet, answer=answer, portal=portal)
 
 
 until = partial(wait_until, timeout=10.0, every=0.01)
@@ -90,10 +90,20 @@ async def chosen(ask: Ask) -> tuple[str, str]:
 
 def numbered(s, options=OPTIONS, **where) -> asyncio.Task:
     """An ask of three numbered options, waiting in a task (`where`: conversation, asker)."""
-    return asyncio.ensure_future(s.asks.ask(s.portal, s.puppet, Shown("Which?", "<p>Which?</p>"), WAITING,
-                                            chosen, timed_out=("timed out", TIMED_OUT),
-                                            stopped=lambda: STOPPED, unsent="unsent", options=options,
-                                            **where))
+    return asyncio.ensure_future(
+        s.asks.ask(
+            s.portal,
+            s.puppet,
+            Shown("Which?", "<p>Which?</p>"),
+            WAITING,
+            chosen,
+            timed_out=("timed out", TIMED_OUT),
+            stopped=lambda: STOPPED,
+            unsent="unsent",
+            options=options,
+            **where,
+        )
+    )
 
 
 async def test_a_numbered_answer_resolves_the_ask_and_its_message_shows_it():
@@ -107,9 +117,17 @@ async def test_a_numbered_answer_resolves_the_ask_and_its_message_shows_it():
     assert await task == "green"
     assert s.answer.status == "💭 thinking…"  # the status comes back
     assert s.asks.open == [] and s.asks.closed == {"$ask1": "chose green"}
-    assert s.intent.edits == [("$ask1", {"msgtype": "m.text", "body": "Which?\n\nchose green",
-                                         "format": "org.matrix.custom.html",
-                                         "formatted_body": "<p>Which?</p><p><strong>chose green</strong></p>"})]
+    assert s.intent.edits == [
+        (
+            "$ask1",
+            {
+                "msgtype": "m.text",
+                "body": "Which?\n\nchose green",
+                "format": "org.matrix.custom.html",
+                "formatted_body": "<p>Which?</p><p><strong>chose green</strong></p>",
+            },
+        )
+    ]
     assert s.notices.said == []
 
 
@@ -202,9 +220,15 @@ async def test_a_cancelled_wait_ends_the_ask_stopped_and_goes_on():
         await task
     assert s.asks.open == [] and s.answer.status == "💭 thinking…"
     assert s.asks.closed == {"$ask1": STOPPED}
-    assert s.intent.edits[-1] == ("$ask1", {"msgtype": "m.text", "body": f"Which?\n\n{STOPPED}",
-                                           "format": "org.matrix.custom.html",
-                                           "formatted_body": f"<p>Which?</p><p><strong>{STOPPED}</strong></p>"})
+    assert s.intent.edits[-1] == (
+        "$ask1",
+        {
+            "msgtype": "m.text",
+            "body": f"Which?\n\n{STOPPED}",
+            "format": "org.matrix.custom.html",
+            "formatted_body": f"<p>Which?</p><p><strong>{STOPPED}</strong></p>",
+        },
+    )
     assert await s.asks.on_number(ROOM, "1") is False  # nothing open any more
 
 
@@ -229,9 +253,17 @@ async def test_an_ask_cancelled_while_it_is_posted_lands_closed():
         await task
     assert [content["body"] for _, content in s.intent.sent] == ["Which?"]
     assert s.asks.open == [] and s.asks.closed == {"$ask1": STOPPED}
-    assert s.intent.edits == [("$ask1", {"msgtype": "m.text", "body": f"Which?\n\n{STOPPED}",
-                                         "format": "org.matrix.custom.html",
-                                         "formatted_body": f"<p>Which?</p><p><strong>{STOPPED}</strong></p>"})]
+    assert s.intent.edits == [
+        (
+            "$ask1",
+            {
+                "msgtype": "m.text",
+                "body": f"Which?\n\n{STOPPED}",
+                "format": "org.matrix.custom.html",
+                "formatted_body": f"<p>Which?</p><p><strong>{STOPPED}</strong></p>",
+            },
+        )
+    ]
     assert s.intent.reactions == []  # no option offered on a closed ask
 
 
@@ -253,13 +285,22 @@ async def test_an_answer_in_words_goes_to_the_ask_that_reads_it():
                 return reply, "answered"
             await s.asks.say(ask, "again")
 
-    task = asyncio.ensure_future(s.asks.ask(s.portal, s.puppet, Shown("Name?", "<p>Name?</p>"), WAITING,
-                                            in_words, timed_out=("", TIMED_OUT), stopped=lambda: STOPPED,
-                                            unsent=""))
+    task = asyncio.ensure_future(
+        s.asks.ask(
+            s.portal,
+            s.puppet,
+            Shown("Name?", "<p>Name?</p>"),
+            WAITING,
+            in_words,
+            timed_out=("", TIMED_OUT),
+            stopped=lambda: STOPPED,
+            unsent="",
+        )
+    )
     await until(lambda: len(s.asks.open) == 1)
     assert s.intent.reactions == []  # no options: no keycaps
     assert await s.asks.on_words(ROOM, "hello", None, loose=False) is False  # a reply is needed
-    assert await s.asks.on_words(ROOM, "hello", "$other") is False            # a reply to something else
+    assert await s.asks.on_words(ROOM, "hello", "$other") is False  # a reply to something else
     assert await s.asks.on_words(ROOM, "hello", "$ask1") is True
     await until(lambda: s.notices.said == [(ROOM, "again")])
     assert await s.asks.on_words(ROOM, "done", None) is True  # loose: the room's latest open ask
@@ -324,9 +365,20 @@ async def test_another_owners_reply_in_words_is_refused_and_their_other_messages
         read.append(await ask.replies.get())
         return read[-1], "answered"
 
-    task = asyncio.ensure_future(s.asks.ask(s.portal, s.puppet, Shown("Name?", "<p>Name?</p>"), WAITING,
-                                            in_words, timed_out=("", TIMED_OUT), stopped=lambda: STOPPED,
-                                            unsent="", conversation=THREAD, asker=ANA))
+    task = asyncio.ensure_future(
+        s.asks.ask(
+            s.portal,
+            s.puppet,
+            Shown("Name?", "<p>Name?</p>"),
+            WAITING,
+            in_words,
+            timed_out=("", TIMED_OUT),
+            stopped=lambda: STOPPED,
+            unsent="",
+            conversation=THREAD,
+            asker=ANA,
+        )
+    )
     await until(lambda: len(s.asks.open) == 1)
     assert await s.asks.on_words(ROOM, "Ben", "$ask1", sender=BEN, conversation=THREAD) is True
     assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")]
@@ -349,6 +401,7 @@ async def test_an_ask_nobody_started_a_turn_for_is_answered_by_any_owner():
 
 # ---- the two kinds, through the mechanism ---------------------------------------------------------
 
+
 async def test_a_permission_request_is_a_numbered_ask():
     s = scene()
 
@@ -356,19 +409,22 @@ async def test_a_permission_request_is_a_numbered_ask():
         return Shown(f"{title}: {tool_call['title']}", "<p>prompt</p>"), []
 
     permissions = Permissions(SimpleNamespace(permission_timeout=60), None, None, s.notices, render)
-    request = PermissionRequest("s1", {"toolCallId": "t1", "title": "rm -rf"},
-                                [{"optionId": "yes", "kind": "allow_once"}, {"optionId": "no", "kind": "reject_once"},
-                                 {"name": "no id"}])
+    request = PermissionRequest(
+        "s1",
+        {"toolCallId": "t1", "title": "rm -rf"},
+        [{"optionId": "yes", "kind": "allow_once"}, {"optionId": "no", "kind": "reject_once"}, {"name": "no id"}],
+    )
     task = asyncio.ensure_future(permissions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
     await until(lambda: len(s.intent.reactions) == 2)  # the option without an id is dropped
     assert s.answer.status == "🔧 waiting for your permission: rm -rf"
     assert await permissions.on_reply(ROOM, "1", None, BEN, THREAD) is True  # another owner: refused
-    assert await permissions.on_reaction({}, ROOM, BEN, {"rel_type": "m.annotation", "event_id": "$ask1",
-                                                          "key": "1️⃣"}) is True
+    assert (
+        await permissions.on_reaction({}, ROOM, BEN, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"})
+        is True
+    )
     assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")] * 2
     assert not task.done()
-    assert await permissions.on_reaction({}, ROOM, ANA,
-                                         {"rel_type": "m.annotation", "event_id": "$ask1", "key": "2️⃣"})
+    assert await permissions.on_reaction({}, ROOM, ANA, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "2️⃣"})
     assert await task == "no"
     assert s.intent.edits[-1][1]["body"] == "Alice: rm -rf\n\n❌ Rejected"
     assert await permissions.on_reply(ROOM, "1", "$ask1") is True  # closed already, said so
@@ -378,8 +434,17 @@ async def test_a_permission_request_is_a_numbered_ask():
 async def test_an_elicitation_is_an_ask_in_words():
     s = scene()
     questions = Questions(SimpleNamespace(permission_timeout=60), s.notices)
-    request = parse_request({"mode": "form", "message": "Your name?", "requestedSchema": {
-        "type": "object", "properties": {"name": {"type": "string", "minLength": 3}}, "required": ["name"]}})
+    request = parse_request(
+        {
+            "mode": "form",
+            "message": "Your name?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "minLength": 3}},
+                "required": ["name"],
+            },
+        }
+    )
     task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
     await until(lambda: len(questions.asks.open) == 1)
     assert s.answer.status == "❓ waiting for your answer to Alice's question"
@@ -398,8 +463,7 @@ async def test_an_elicitation_is_an_ask_in_words():
 async def test_a_stopped_turn_declines_its_question_and_a_withdrawn_one_says_so():
     s = scene()
     questions = Questions(SimpleNamespace(permission_timeout=60), s.notices)
-    request = parse_request({"mode": "url", "message": "Log in", "url": "https://example.org/x",
-                             "elicitationId": "e1"})
+    request = parse_request({"mode": "url", "message": "Log in", "url": "https://example.org/x", "elicitationId": "e1"})
     for cancelled, shown in ((True, "❌ Declined (the answer was stopped)"), (False, "⏹ Withdrawn by the agent")):
         s.portal.current.cancelled = cancelled
         task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request))
@@ -418,6 +482,7 @@ async def test_closed_already_is_said_where_the_number_was_typed():
     (docs/architecture.md "Conversations and threads"), from the puppet of the turn running, or as a
     notice of the channel."""
     from bridge.channels.conversations import relation_for
+
     thread = relation_for("$root", "$typed")
     s = scene()
     s.asks.closed["$old"] = TIMED_OUT
@@ -425,6 +490,7 @@ async def test_closed_already_is_said_where_the_number_was_typed():
 
     async def send(puppet, room_id, text, html=None):
         sent.append((getattr(puppet.intent, "relates_to", None), text))
+
     s.notices.send = send
     portal = SimpleNamespace(current=SimpleNamespace(agent_name="alice"))
     s.asks.channels = SimpleNamespace(portal_for=lambda room_id: _value(portal))
@@ -436,6 +502,7 @@ async def test_closed_already_is_said_where_the_number_was_typed():
 
     async def in_channel(room_id, members, text, puppet=None, relates_to=None):
         told.append((relates_to, text))
+
     s.notices.in_channel = in_channel
     portal.current, portal.room_id, portal.member_names = None, ROOM, lambda: ["alice"]
     assert await s.asks.on_number(ROOM, "1", reply_to="$old", relates_to=thread) is True

@@ -1,22 +1,30 @@
 """Sessions the owner sees and changes (bridge/channels/sessions.py): the pure list and titles,
 and `!sessions`, `!resume`, `!reset`, `!fork` and the portal's resume-over-load with a real store
 and fake agents (the real ones: tests/integration/test_sessions.py)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
+from fake_places import ConfiguredPlaces
+from scene_helpers import PortalNotices, store_with_channel
 
 from acp import SessionCapabilities, SessionInfo
 from bridge.channels.conversations import Here
 from bridge.channels.portal import Portal
-from bridge.channels.sessions import (Listed, SessionCommands, ago, close_sessions, format_sessions,
-                                      iso_ms, merged, title_line)
+from bridge.channels.sessions import (
+    Listed,
+    SessionCommands,
+    ago,
+    close_sessions,
+    format_sessions,
+    iso_ms,
+    merged,
+    title_line,
+)
 from store import SessionRecord
 from store.offloop import OffLoop
-
-from fake_places import ConfiguredPlaces
-from scene_helpers import PortalNotices, store_with_channel
 
 MIN = 60_000
 
@@ -31,9 +39,17 @@ def test_a_title_is_the_first_line_with_words_cut_at_a_word():
 def test_times_in_words():
     assert iso_ms("1970-01-01T00:01:00Z") == MIN
     assert iso_ms("1970-01-01T00:01:00+00:00") == MIN and iso_ms("soon") is None and iso_ms(None) is None
-    assert [ago(used, 10 * 86400_000) for used in (None, 10 * 86400_000 - 5000, 10 * 86400_000 - 5 * MIN,
-                                                   10 * 86400_000 - 180 * MIN, 7 * 86400_000, 9 * 86400_000)] == [
-        "last use unknown", "just now", "5 min ago", "3 h ago", "3 days ago", "1 day ago"]
+    assert [
+        ago(used, 10 * 86400_000)
+        for used in (
+            None,
+            10 * 86400_000 - 5000,
+            10 * 86400_000 - 5 * MIN,
+            10 * 86400_000 - 180 * MIN,
+            7 * 86400_000,
+            9 * 86400_000,
+        )
+    ] == ["last use unknown", "just now", "5 min ago", "3 h ago", "3 days ago", "1 day ago"]
 
 
 def test_the_list_is_numbered_with_the_current_one_marked():
@@ -41,24 +57,31 @@ def test_the_list_is_numbered_with_the_current_one_marked():
     assert format_sessions("Alice", "alice", listed, "sess_new", 12 * MIN, in_thread=False) == [
         "Alice (@alice), sessions here:",
         "  1. Second thoughts more — 2 min ago ← current",
-        "  2. untitled (sess_0123456) — last use unknown"]
+        "  2. untitled (sess_0123456) — last use unknown",
+    ]
     assert format_sessions("Bob", "bob", [], None, 0, in_thread=True) == ["Bob (@bob): no sessions in this thread yet."]
 
 
 def test_the_agents_list_leaves_out_sessions_of_other_conversations():
-    records = [SessionRecord("c1", "alice", "", "s1", "hello", 1, 5),
-               SessionRecord("c1", "alice", "$thread", "s2", "in a thread", 1, 6),
-               SessionRecord("c2", "alice", "", "s3", "elsewhere", 1, 7)]
+    records = [
+        SessionRecord("c1", "alice", "", "s1", "hello", 1, 5),
+        SessionRecord("c1", "alice", "$thread", "s2", "in a thread", 1, 6),
+        SessionRecord("c2", "alice", "", "s3", "elsewhere", 1, 7),
+    ]
     listed = [Listed("s1", None, None), Listed("s2", "x", 1), Listed("s3", "y", 1), Listed("s4", "outside", 9)]
     assert merged(listed, records, "c1", "") == [Listed("s1", "hello", 5), Listed("s4", "outside", 9, elsewhere=True)]
-    assert merged(listed, records, "c1", "$thread") == [Listed("s2", "x", 1), Listed("s4", "outside", 9, elsewhere=True)]
+    assert merged(listed, records, "c1", "$thread") == [
+        Listed("s2", "x", 1),
+        Listed("s4", "outside", 9, elsewhere=True),
+    ]
 
 
 def test_a_session_made_by_another_client_is_marked_elsewhere():
     listed = [Listed("s1", "mine", MIN), Listed("s9", "From Zed", MIN, elsewhere=True)]
     assert format_sessions("Alice", "alice", listed, "s1", 2 * MIN, in_thread=False)[1:] == [
         "  1. mine — 1 min ago ← current",
-        "  2. From Zed — 1 min ago — elsewhere (another client's: !resume carries it on here)"]
+        "  2. From Zed — 1 min ago — elsewhere (another client's: !resume carries it on here)",
+    ]
 
 
 class Agent:
@@ -130,17 +153,33 @@ async def scene():
 
     async def puppet(name):
         return SimpleNamespace(intent=SimpleNamespace(send=send))
-    config = SimpleNamespace(agents={"alice": SimpleNamespace(cwd=None, title="Alice"),
-                                     "bob": SimpleNamespace(cwd=None, title="Bob")},
-                             agent_for_user_id=lambda u: None)
-    parts = SimpleNamespace(db=OffLoop(store), config=config, aliases={"alice": "alice", "bob": "bob"},
-                            run_id="run-1", mcp_servers=lambda portal, name, agent, conversation: [],
-                            settings=SimpleNamespace(opened=opened), notices=notices,
-                            pool=SimpleNamespace(get=get, agent=lambda name: agents.get(name)),
-                            identities=SimpleNamespace(puppet=puppet), places=ConfiguredPlaces(config))
+
+    config = SimpleNamespace(
+        agents={"alice": SimpleNamespace(cwd=None, title="Alice"), "bob": SimpleNamespace(cwd=None, title="Bob")},
+        agent_for_user_id=lambda u: None,
+    )
+    parts = SimpleNamespace(
+        db=OffLoop(store),
+        config=config,
+        aliases={"alice": "alice", "bob": "bob"},
+        run_id="run-1",
+        mcp_servers=lambda portal, name, agent, conversation: [],
+        settings=SimpleNamespace(opened=opened),
+        notices=notices,
+        pool=SimpleNamespace(get=get, agent=lambda name: agents.get(name)),
+        identities=SimpleNamespace(puppet=puppet),
+        places=ConfiguredPlaces(config),
+    )
     portal = Portal(parts, channel, ["alice"])
-    yield SimpleNamespace(store=store, channel=channel, portal=portal, said=notices.said, sent=sent, agents=agents,
-                          commands=SessionCommands())
+    yield SimpleNamespace(
+        store=store,
+        channel=channel,
+        portal=portal,
+        said=notices.said,
+        sent=sent,
+        agents=agents,
+        commands=SessionCommands(),
+    )
     store.close()
 
 
@@ -211,11 +250,17 @@ async def test_fork_posts_a_thread_root_whose_session_is_the_copy(scene):
 async def test_closing_asks_the_running_agents_only(scene):
     agent = scene.agents["alice"] = Agent(ALL)
     await scene.portal.session_for("alice", agent)
+
     def running(name):
         if name == "carol":
             raise KeyError("unknown agent: carol")  # no longer configured
         return scene.agents.get(name)
+
     pool = SimpleNamespace(agent=running)
-    assert await close_sessions(pool, [("alice", "s1"), ("alice", "s1"), ("alice", "gone"), ("bob", "b1"),
-                                       ("carol", "c1")]) == 1
+    assert (
+        await close_sessions(
+            pool, [("alice", "s1"), ("alice", "s1"), ("alice", "gone"), ("bob", "b1"), ("carol", "c1")]
+        )
+        == 1
+    )
     assert [c for c in agent.calls if c[0] == "close"] == [("close", "s1")]

@@ -2,23 +2,23 @@
 homeserver: who answers a thread message (its own last speaker), what a turn in a thread reads (its
 root and its own messages), and each member's ACP session per conversation — with a real store,
 through the portal's calls."""
+
 from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
 
 import pytest
+from fake_places import ConfiguredPlaces
+from scene_helpers import store_with_channel
 
 from acp import SessionCapabilities
-from bridge.channels.context import UnseenMessage
 from bridge.channels import portal as portals
+from bridge.channels.context import UnseenMessage
 from bridge.channels.portal import Portal
 from bridge.channels.turns import context_reader, unseen_lines
 from store.offloop import OffLoop
 from store.turns import TAKEN, claimed_in
-
-from fake_places import ConfiguredPlaces
-from scene_helpers import store_with_channel
 
 AGENTS = ("alice", "bob")
 
@@ -30,12 +30,21 @@ async def scene():
 
     async def settings_opened(portal, agent_name, agent, session_id, new, conversation=""):
         opened.append((agent_name, session_id, new))
-    config = SimpleNamespace(agents={a: SimpleNamespace(cwd=None, title=a.title()) for a in AGENTS},
-                             agent_for_user_id=lambda u: None)
-    parts = SimpleNamespace(db=OffLoop(store), config=config, aliases={a: a for a in AGENTS}, run_id="run-1",
-                            mcp_servers=lambda portal, name, agent, conversation: [],
-                            settings=SimpleNamespace(opened=settings_opened), places=ConfiguredPlaces(config),
-                            recovered=asyncio.Event(), stopping=asyncio.Event())
+
+    config = SimpleNamespace(
+        agents={a: SimpleNamespace(cwd=None, title=a.title()) for a in AGENTS}, agent_for_user_id=lambda u: None
+    )
+    parts = SimpleNamespace(
+        db=OffLoop(store),
+        config=config,
+        aliases={a: a for a in AGENTS},
+        run_id="run-1",
+        mcp_servers=lambda portal, name, agent, conversation: [],
+        settings=SimpleNamespace(opened=settings_opened),
+        places=ConfiguredPlaces(config),
+        recovered=asyncio.Event(),
+        stopping=asyncio.Event(),
+    )
     parts.recovered.set()
     portal = Portal(parts, channel, list(AGENTS))
     yield SimpleNamespace(store=store, channel=channel, portal=portal, opened=opened)
@@ -102,11 +111,17 @@ async def test_a_turn_in_a_thread_reads_its_root_and_its_own_messages(scene):
     member = store.member(channel.id, "alice", "$root")
     read = context_reader(channel.id, 20, 0, "$root")(store, member)
     assert unseen_lines(read, "alice", now.id, True, 20) == [
-        UnseenMessage("user", "the root question"), UnseenMessage("user", "in the thread"), UnseenMessage("bob", "bob in the thread")]
+        UnseenMessage("user", "the root question"),
+        UnseenMessage("user", "in the thread"),
+        UnseenMessage("bob", "bob in the thread"),
+    ]
     # the main timeline's reading has no thread message in it
     read = context_reader(channel.id, 20, 0)(store, store.member(channel.id, "alice"))
     assert unseen_lines(read, "alice", None, True, 20) == [
-        UnseenMessage("user", "the root question"), UnseenMessage("bob", "bob in main"), UnseenMessage("user", "later in main")]
+        UnseenMessage("user", "the root question"),
+        UnseenMessage("bob", "bob in main"),
+        UnseenMessage("user", "later in main"),
+    ]
     # seen in the thread up to a message: only what came after in the thread, the root not again
     store.set_session(channel.id, "alice", "s-thread", fresh=False, conversation="$root")
     store.mark_seen(channel.id, "alice", store.message_by_event("$t1").id, "$root")
@@ -163,7 +178,13 @@ async def test_each_member_has_its_own_session_per_conversation(scene):
     assert is_fresh and store.member(channel.id, "alice", "$root").session_id == session_id
     assert store.member(channel.id, "alice").session_id == "s1"
     assert [(name, new) for name, _, new in scene.opened] == [
-        ("alice", True), ("alice", True), ("alice", True), ("alice", False), ("alice", False), ("alice", True)]
+        ("alice", True),
+        ("alice", True),
+        ("alice", True),
+        ("alice", False),
+        ("alice", False),
+        ("alice", True),
+    ]
 
 
 async def test_a_channel_that_opens_threads_answers_a_top_level_message_in_a_thread_under_it(scene):
@@ -171,6 +192,7 @@ async def test_a_channel_that_opens_threads_answers_a_top_level_message_in_a_thr
     in the main timeline, its turns in the thread under it (its own event id); the thread's
     last speaker is then that agent. A message nobody answers, or one in a thread, is as before."""
     from store import keys
+
     store, channel, portal = scene.store, scene.channel, scene.portal
     store.set_value(keys.threads(channel.id), "on")
     decision, (message, turns) = await portal.take("@me:hs", "@bob hi", "$q1", "@bob hi", None, [], "")

@@ -1,10 +1,19 @@
 """Bridge commands as text (bridge/channels/command_parse.py): no Matrix, no store."""
+
 from __future__ import annotations
 
 import pytest
 
-from bridge.channels.command_parse import (HELP, Command, describe_state, find_channels, format_commands,
-                                  parse, resolve_agent, split_delete)
+from bridge.channels.command_parse import (
+    HELP,
+    Command,
+    describe_state,
+    find_channels,
+    format_commands,
+    parse,
+    resolve_agent,
+    split_delete,
+)
 from store import Channel
 
 ALIASES = {"alice": "alice", "sk_alice": "alice", "bob": "bob", "sk_bob": "bob"}
@@ -67,24 +76,40 @@ def test_describe_state_in_words():
 
 
 def test_format_commands_alone_and_with_several_members():
-    commands = [{"name": "review", "description": "Review", "input": {"hint": "file"}},
-                {"name": "/clear", "description": ""}, {"name": ""}]
-    assert format_commands("alice", commands, several=False) == [
-        "alice:", "  /review <file> — Review", "  /clear"]
+    commands = [
+        {"name": "review", "description": "Review", "input": {"hint": "file"}},
+        {"name": "/clear", "description": ""},
+        {"name": ""},
+    ]
+    assert format_commands("alice", commands, several=False) == ["alice:", "  /review <file> — Review", "  /clear"]
     assert format_commands("alice", commands, several=True) == [
-        "alice:", "  /alice:review <file> — Review", "  /alice:clear"]
+        "alice:",
+        "  /alice:review <file> — Review",
+        "  /alice:clear",
+    ]
     assert format_commands("bob", None, several=True) == ["bob: no commands"]
     assert format_commands("bob", [], several=True) == ["bob: no commands"]
 
 
 def test_help_teaches_every_way_to_send_an_agent_command():
-    for text in ("/alice:review", "@alice /review", "//alice:review", "!agents", "!channels",
-                 "!new NAME AGENT", "!dm AGENT", "!delete CHANNEL", "!stop", "!commands"):
+    for text in (
+        "/alice:review",
+        "@alice /review",
+        "//alice:review",
+        "!agents",
+        "!channels",
+        "!new NAME AGENT",
+        "!dm AGENT",
+        "!delete CHANNEL",
+        "!stop",
+        "!commands",
+    ):
         assert text in HELP, text
 
 
 def test_session_commands_take_an_optional_agent_and_resume_a_number():
     from bridge.channels.command_parse import BadSessionArgs, SessionArgs, session_args
+
     assert session_args("sessions", ()) == SessionArgs(None, None)
     assert session_args("sessions", ("@alice",)) == SessionArgs("@alice", None)
     assert session_args("reset", ("bob",)) == SessionArgs("bob", None)
@@ -94,9 +119,19 @@ def test_session_commands_take_an_optional_agent_and_resume_a_number():
     assert session_args("resume", ("3", "@alice")) == SessionArgs("@alice", 3)
     assert session_args("sessions", ("delete", "2")) == SessionArgs(None, 2, delete=True)
     assert session_args("sessions", ("alice", "delete", "1")) == SessionArgs("alice", 1, delete=True)
-    for name, words in [("sessions", ("delete",)), ("sessions", ("delete", "0")), ("resume", ()), ("resume", ("alice",)), ("resume", ("0",)), ("resume", ("1", "2")),
-                        ("resume", ("alice", "bob", "1")), ("reset", ("alice", "bob")), ("reset", ("1",)),
-                        ("sessions", ("2",)), ("fork", ("alice", "now"))]:
+    for name, words in [
+        ("sessions", ("delete",)),
+        ("sessions", ("delete", "0")),
+        ("resume", ()),
+        ("resume", ("alice",)),
+        ("resume", ("0",)),
+        ("resume", ("1", "2")),
+        ("resume", ("alice", "bob", "1")),
+        ("reset", ("alice", "bob")),
+        ("reset", ("1",)),
+        ("sessions", ("2",)),
+        ("fork", ("alice", "now")),
+    ]:
         try:
             session_args(name, words)
         except BadSessionArgs as exc:
@@ -107,12 +142,14 @@ def test_session_commands_take_an_optional_agent_and_resume_a_number():
 
 def test_the_help_names_the_session_commands():
     from bridge.channels.command_parse import CHANNEL_HELP
+
     for text in ("!sessions", "!resume", "!reset", "!fork"):
         assert text in HELP and text in CHANNEL_HELP, text
 
 
 def test_threads_switch_reads_on_off_or_nothing():
     from bridge.channels.command_parse import opens_threads, threads_state, threads_switch
+
     assert threads_switch(()) is None  # !threads alone: the setting is shown
     assert threads_switch(("on",)) is True and threads_switch(("OFF",)) is False
     for bad in (("maybe",), ("on", "off"), ("yes",)):
@@ -124,4 +161,5 @@ def test_threads_switch_reads_on_off_or_nothing():
 
 def test_help_names_threads():
     from bridge.channels.command_parse import CHANNEL_HELP, HELP
+
     assert "!threads on|off" in CHANNEL_HELP and "!threads [on|off]" in HELP

@@ -1,23 +1,32 @@
 """What an agent reads before its turn (docs/architecture.md "What each agent reads"), byte for byte. Pure."""
+
 from __future__ import annotations
 
 from bridge.channels.context import UnseenMessage, build_prompt, cut
 
-READS_EXAMPLE = ("[Messages in #general you have not seen yet]\n"
-               "user: @alice explain goroutines\n"
-               "alice: Goroutines are light threads…\n"
-               "[End of the messages]\n"
-               "The user now writes to you (answer directly, without your name in front):\n"
-               "@bob what do you think?")
+READS_EXAMPLE = (
+    "[Messages in #general you have not seen yet]\n"
+    "user: @alice explain goroutines\n"
+    "alice: Goroutines are light threads…\n"
+    "[End of the messages]\n"
+    "The user now writes to you (answer directly, without your name in front):\n"
+    "@bob what do you think?"
+)
 
 
 def test_adr_example_exactly():
-    unseen = [UnseenMessage("user", "@alice explain goroutines"), UnseenMessage("alice", "Goroutines are light threads…")]
+    unseen = [
+        UnseenMessage("user", "@alice explain goroutines"),
+        UnseenMessage("alice", "Goroutines are light threads…"),
+    ]
     assert build_prompt("general", unseen, "@bob what do you think?") == READS_EXAMPLE
 
 
 def test_channel_name_with_hash_is_not_doubled():
-    unseen = [UnseenMessage("user", "@alice explain goroutines"), UnseenMessage("alice", "Goroutines are light threads…")]
+    unseen = [
+        UnseenMessage("user", "@alice explain goroutines"),
+        UnseenMessage("alice", "Goroutines are light threads…"),
+    ]
     assert build_prompt("#general", unseen, "@bob what do you think?") == READS_EXAMPLE
 
 
@@ -31,9 +40,11 @@ def test_at_most_the_last_n_messages():
     lines = prompt.split("\n")
     assert lines[0] == "[Messages in #c you have not seen yet]"
     assert lines[1:21] == [f"user: m{i}" for i in range(10, 30)]
-    assert lines[21:] == ["[End of the messages]",
-                          "The user now writes to you (answer directly, without your name in front):",
-                          "now"]
+    assert lines[21:] == [
+        "[End of the messages]",
+        "The user now writes to you (answer directly, without your name in front):",
+        "now",
+    ]
 
 
 def test_default_limit_is_twenty():
@@ -47,7 +58,7 @@ def test_each_message_cut_at_the_char_limit():
     prompt = build_prompt("c", [UnseenMessage("alice", long), UnseenMessage("user", "short")], "now", max_chars=1500)
     first = prompt.split("\n")[1]
     assert first.startswith("alice: x")
-    assert len(first[len("alice: "):]) == 1500 and first.endswith("…")
+    assert len(first[len("alice: ") :]) == 1500 and first.endswith("…")
     assert prompt.split("\n")[2] == "user: short"
 
 

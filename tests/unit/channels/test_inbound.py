@@ -1,5 +1,6 @@
 """bridge/channels/inbound.py without a homeserver: what an invite of a puppet leaves behind
 when its join fails (a refusal, or a homeserver that cannot do it now)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -12,8 +13,14 @@ from store import Store
 from store.offloop import OffLoop
 
 OWNER, PUPPET, ROOM = "@owner:hs", "@sk_alice:hs", "!room:hs"
-INVITE = {"type": "m.room.member", "state_key": PUPPET, "event_id": "$invite", "room_id": ROOM,
-          "sender": OWNER, "content": {"membership": "invite", "is_direct": True}}
+INVITE = {
+    "type": "m.room.member",
+    "state_key": PUPPET,
+    "event_id": "$invite",
+    "room_id": ROOM,
+    "sender": OWNER,
+    "content": {"membership": "invite", "is_direct": True},
+}
 
 
 def inbound_whose_join(result) -> tuple[Inbound, Store]:
@@ -32,11 +39,21 @@ def inbound_whose_join(result) -> tuple[Inbound, Store]:
 
     async def portal_for(room_id):
         return None
-    config = SimpleNamespace(bot_user_id="@bot:hs", owners=(OWNER,),
-                             agent_for_user_id=lambda u: "alice" if u == PUPPET else None)
-    inbound = Inbound(config, OffLoop(store), SimpleNamespace(portal_for=portal_for),
-                      SimpleNamespace(puppet=get_puppet), notices=None, commands=None, permissions=None,
-                      questions=None, descriptions=None)
+
+    config = SimpleNamespace(
+        bot_user_id="@bot:hs", owners=(OWNER,), agent_for_user_id=lambda u: "alice" if u == PUPPET else None
+    )
+    inbound = Inbound(
+        config,
+        OffLoop(store),
+        SimpleNamespace(portal_for=portal_for),
+        SimpleNamespace(puppet=get_puppet),
+        notices=None,
+        commands=None,
+        permissions=None,
+        questions=None,
+        descriptions=None,
+    )
     return inbound, store
 
 

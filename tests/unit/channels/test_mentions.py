@@ -1,8 +1,10 @@
 """Who a message names (docs/architecture.md "Who answers"): pills, m.mentions, plain @name, slash
 commands. Pure."""
+
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridge.channels.mentions import SlashCommand, named, parse
 
@@ -12,7 +14,7 @@ ALIASES = {**{a: a for a in AGENTS}, **{f"sk_{a}": a for a in AGENTS}}
 
 def agent_of(user_id: str) -> str | None:
     if user_id.startswith("@sk_") and user_id.endswith(":localhost"):
-        name = user_id[len("@sk_"):-len(":localhost")]
+        name = user_id[len("@sk_") : -len(":localhost")]
         return name if name in AGENTS else None
     return None
 
@@ -30,6 +32,7 @@ def slash(body: str, formatted: str | None = None) -> SlashCommand | None:
 
 
 # ---- mentions ---------------------------------------------------------------------------------
+
 
 def test_element_pill_in_formatted_body():
     assert mentions("Alice: explain goroutines", f"{pill('alice')}: explain goroutines") == ("alice",)
@@ -113,6 +116,7 @@ def test_no_mentions():
 
 # ---- slash commands ---------------------------------------------------------------------------
 
+
 def test_agent_colon_command():
     assert slash("/alice:review main.py") == SlashCommand("alice", "review", "main.py")
     assert slash("/alice:review main.py").text == "/review main.py"
@@ -153,7 +157,7 @@ def test_unknown_agent_is_not_a_command():
 
 def test_not_a_command():
     assert slash("@alice please /review later") is None
-    assert slash("/review x") is None           # no agent named
+    assert slash("/review x") is None  # no agent named
     assert slash("look at /alice:review") is None  # not at the start
     assert slash("@alice /tmp/x.log is empty, why?") is None  # a path, not a command
 
@@ -211,7 +215,7 @@ def test_a_pill_to_someone_else_and_text_that_is_not_there_stay():
 def test_m_mentions_without_a_pill_replace_the_title_at_word_boundaries():
     assert as_read("Carol: hi", None, ["@sk_carol:localhost"]) == "@carol: hi"
     assert as_read("Caroline says hi", None, ["@sk_carol:localhost"]) == "Caroline says hi"
-    assert as_read("Carol hi", None, []) == "Carol hi"   # not mentioned: a word like any other
+    assert as_read("Carol hi", None, []) == "Carol hi"  # not mentioned: a word like any other
 
 
 def test_a_puppets_user_id_becomes_the_name_and_plain_names_stay():
@@ -226,8 +230,11 @@ def test_routing_reads_the_rewritten_text_the_same():
     assert mentions(text) == mentions("Alice then Bob", formatted) == ("alice", "bob")
 
 
-@given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=200)),
-       st.lists(st.one_of(st.text(max_size=30), st.integers(), st.none()), max_size=4))
+@given(
+    st.text(max_size=200),
+    st.one_of(st.none(), st.text(max_size=200)),
+    st.lists(st.one_of(st.text(max_size=30), st.integers(), st.none()), max_size=4),
+)
 def test_named_never_fails_and_leaves_text_without_mentions_alone(body, formatted, ids):
     out = named(body, formatted, ids, local_of, TITLES)
     assert isinstance(out, str)

@@ -1,5 +1,6 @@
 """bridge/channels/notices.py: who says a notice in a channel, a long one in several messages
 (HTML only when it is one), and a notice that cannot be sent is logged, never raised."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ class Sender:
 def identities(bot, **puppets):
     async def puppet(agent):
         return puppets[agent]
+
     return SimpleNamespace(bot=bot, puppet=puppet)
 
 
@@ -46,8 +48,7 @@ async def test_a_long_notice_goes_in_parts_without_html_and_a_refused_one_is_onl
     notices = Notices(identities(bot))
     await notices.send(bot, "!r", "short", "<b>short</b>")
     assert bot.sent[-1][1]["formatted_body"] == "<b>short</b>"
-    monkeypatch.setattr("bridge.channels.notices.notice_parts",
-                        lambda text: stream.notice_parts(text, limit=40))
+    monkeypatch.setattr("bridge.channels.notices.notice_parts", lambda text: stream.notice_parts(text, limit=40))
     await notices.send(bot, "!r", "word " * 30, "<p>words</p>")
     parts = [c for _, c in bot.sent[1:]]
     assert len(parts) > 1 and not any("formatted_body" in c for c in parts)

@@ -1,4 +1,5 @@
 """bridge/channels/portal.py's pure decisions (no homeserver, no agent)."""
+
 from bridge.channels.portal import session_fits
 
 
@@ -43,6 +44,7 @@ async def test_a_stopping_bridge_starts_no_turn():
 
 # ---- one queue per conversation ------------------------------------------------------------------
 
+
 class Held:
     """A portal whose `answer` is recorded and held until the test lets each turn go."""
 
@@ -59,14 +61,14 @@ class Held:
         self.recovered = asyncio.Event()
         if recovered:
             self.recovered.set()
-        parts = SimpleNamespace(stopping=asyncio.Event(), recovered=self.recovered,
-                                config=SimpleNamespace(agents={}))
+        parts = SimpleNamespace(stopping=asyncio.Event(), recovered=self.recovered, config=SimpleNamespace(agents={}))
         channel = Channel(id="c1", room_id="!r:hs", name="general", direct_agent=None, created=0)
         self.portal = Portal(parts, channel, [])
         self.portal.answer = self.answer
 
     def gate(self, turn_id: str):
         import asyncio
+
         return self.gates.setdefault(turn_id, asyncio.Event())
 
     async def answer(self, turn, incoming) -> None:
@@ -78,11 +80,14 @@ class Held:
         from types import SimpleNamespace
 
         from bridge.channels.portal import Incoming
-        self.portal.submit(SimpleNamespace(id=turn_id, conversation=conversation),
-                           Incoming(f"m-{turn_id}", f"${turn_id}", "hello"))
+
+        self.portal.submit(
+            SimpleNamespace(id=turn_id, conversation=conversation), Incoming(f"m-{turn_id}", f"${turn_id}", "hello")
+        )
 
     async def until(self, condition) -> None:
         import asyncio
+
         for _ in range(1000):  # each pass lets the workers run to their next wait
             if condition():
                 return
@@ -91,6 +96,7 @@ class Held:
 
     async def close(self) -> None:
         import asyncio
+
         for gate in self.gates.values():
             gate.set()
         await asyncio.gather(*self.portal.workers(), return_exceptions=True)
@@ -153,6 +159,7 @@ def test_current_is_the_main_timelines_turn_else_a_threads():
 
     from bridge.channels.portal import Portal
     from store import Channel
+
     parts = SimpleNamespace(config=SimpleNamespace(agents={}))
     portal = Portal(parts, Channel(id="c1", room_id="!r:hs", name="general", direct_agent=None, created=0), [])
     assert portal.current is None and portal.run_in("$t") is None
@@ -171,11 +178,17 @@ def test_a_turn_waiting_for_its_agent_says_where_the_agent_answers():
     from types import SimpleNamespace
 
     from bridge.channels.turns import waiting_note
+
     here = SimpleNamespace(channel=SimpleNamespace(name="general", direct_agent=None))
     elsewhere = SimpleNamespace(channel=SimpleNamespace(name="other", direct_agent=None))
     pool = SimpleNamespace(state=lambda agent: "busy")
     channels = SimpleNamespace(active_turns={"alice": here}, waiting={"alice": []})
-    assert waiting_note(channels, pool, "alice", here=here) == "answering in another conversation here; this one is next"
-    assert waiting_note(channels, pool, "alice", 2, here) == "answering in another conversation here; 2 more before this one"
+    assert (
+        waiting_note(channels, pool, "alice", here=here) == "answering in another conversation here; this one is next"
+    )
+    assert (
+        waiting_note(channels, pool, "alice", 2, here)
+        == "answering in another conversation here; 2 more before this one"
+    )
     channels.active_turns["alice"] = elsewhere
     assert waiting_note(channels, pool, "alice", here=here) == "answering in #other; this channel is next"

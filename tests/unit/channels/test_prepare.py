@@ -1,4 +1,5 @@
 """Which members prepare, and what they are handed (bridge/channels/prepare.py). Pure."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,13 +8,23 @@ from bridge.channels.context import UnseenMessage, build_prompt
 from bridge.channels.prepare import METHOD, announces, prepare_text, should_prepare
 from bridge.channels.turns import unseen_lines
 
-HISTORY = [UnseenMessage("user", "@alice the plan?"), UnseenMessage("alice", "Three steps." * 200), UnseenMessage("user", "ok")]
+HISTORY = [
+    UnseenMessage("user", "@alice the plan?"),
+    UnseenMessage("alice", "Three steps." * 200),
+    UnseenMessage("user", "ok"),
+]
 
 
 def test_only_an_agent_announcing_the_method_under_our_key_counts():
     assert announces({"sidekicks": {"prepare": METHOD}})
-    for meta in (None, {}, {"sidekicks": True}, {"sidekicks": {"prepare": "_other/x"}},
-                 {"zed.dev": {"prepare": METHOD}}, "sidekicks"):
+    for meta in (
+        None,
+        {},
+        {"sidekicks": True},
+        {"sidekicks": {"prepare": "_other/x"}},
+        {"zed.dev": {"prepare": METHOD}},
+        "sidekicks",
+    ):
         assert not announces(meta), meta
 
 

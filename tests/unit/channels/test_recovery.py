@@ -1,17 +1,17 @@
 """Recovery at start (bridge/channels/recovery.py) carrying out recovery_plan.py on the turn
 records an earlier run left: the requests it makes and what it writes."""
+
 from __future__ import annotations
 
 import hashlib
 from types import SimpleNamespace
 
 import pytest
+from scene_helpers import store_with_channel
 
 from bridge.channels.recovery import Recovery
 from bridge.outage import StoreOutage
 from store.offloop import OffLoop
-
-from scene_helpers import store_with_channel
 from store.turns import DONE, DROPPED, INTERRUPTED
 
 BEFORE, NOW = "run-before", "run-now"
@@ -52,15 +52,25 @@ def scene():
 
     async def portal_for(room_id):
         return portal if room_id == "!r:hs" else None
+
     config = SimpleNamespace(agents={"alice": object()})
 
     def recovery() -> Recovery:
-        return Recovery(OffLoop(store), config,
-                        SimpleNamespace(portal_for=portal_for), SimpleNamespace(puppet=puppet), NOW)
+        return Recovery(
+            OffLoop(store), config, SimpleNamespace(portal_for=portal_for), SimpleNamespace(puppet=puppet), NOW
+        )
+
     try:
-        yield SimpleNamespace(store=store, intent=intent, submitted=submitted, config=config, recovery=recovery,
-                              turn=turn,
-                              message=message, channel=channel)
+        yield SimpleNamespace(
+            store=store,
+            intent=intent,
+            submitted=submitted,
+            config=config,
+            recovery=recovery,
+            turn=turn,
+            message=message,
+            channel=channel,
+        )
     finally:
         store.close()
 
@@ -71,7 +81,7 @@ async def test_a_turn_whose_prompt_never_reached_the_agent_is_queued_again(scene
     store.turns.posted(turn.id, ["$placeholder"])  # then kill -9 before session/prompt
     done = await scene.recovery().start()
     assert done.rerun == 1 and done.interrupted == 0 and scene.intent.sends == []
-    (queued, incoming), = scene.submitted
+    ((queued, incoming),) = scene.submitted
     assert queued.id == turn.id and incoming.event_id == "$p" and incoming.resumed
     assert incoming.sender == "@owner:hs"  # who sent it, as stored: the one who answers its asks
     # the portal claims it for this run; its placeholder is found again by the turn's txn id
@@ -104,8 +114,13 @@ async def test_a_final_text_on_its_way_is_sent_again_with_its_txn_id_and_stored_
     store, turn, intent = scene.store, scene.turn, scene.intent
     store.turns.claim(turn.id, BEFORE)
     store.turns.prompted(turn.id, ["$answer"])
-    final = {"event": "$answer", "content": {"msgtype": "m.text", "body": "the whole answer"},
-             "txn": f"sk-{turn.id}.1.7", "text": "the whole answer", "answer": ["$answer"]}
+    final = {
+        "event": "$answer",
+        "content": {"msgtype": "m.text", "body": "the whole answer"},
+        "txn": f"sk-{turn.id}.1.7",
+        "text": "the whole answer",
+        "answer": ["$answer"],
+    }
     store.turns.finishing(turn.id, final, ["$answer"])
     done = await scene.recovery().start()
     assert done.refinished == 1 and done.interrupted == 0
@@ -129,14 +144,14 @@ async def test_a_turn_of_an_agent_no_longer_configured_is_dropped(scene):
 
 
 def test_an_interrupted_answer_keeps_the_text_shown_as_it_was():
-    from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED, interrupted_text
+    from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED
+    from bridge.channels.recovery import interrupted_text
 
     # cut after "echo: ": the mark follows what the owner saw, trailing space and all
     assert interrupted_text("✍️ writing…\n\necho: ") == f"echo: \n\n{INTERRUPTED}"
     assert interrupted_text("✍️ writing…\n\nsome text\n\n") == f"some text\n\n{INTERRUPTED}"
     assert interrupted_text("⏳ Alice is getting ready…") == INTERRUPTED
     assert interrupted_text("💭 thinking…\n\n  ") == INTERRUPTED
-
 
 
 def test_turn_end_writes_wait_for_the_database_in_order_and_a_closed_store_drops_them():
@@ -154,7 +169,9 @@ def test_turn_end_writes_wait_for_the_database_in_order_and_a_closed_store_drops
             if Flaky.state == "closed":
                 raise StoreClosed()
             done.append(name)
+
         return run
+
     outage = StoreOutage()
     outage.hit = lambda exc, event: None  # no watcher task here: flush is called by hand
     outage.later("first", write("first"))
@@ -174,6 +191,7 @@ def test_turn_end_writes_wait_for_the_database_in_order_and_a_closed_store_drops
 
 async def test_a_prompt_being_handed_over_is_marked_saying_it_may_not_have_arrived(scene):
     from bridge.channels.recovery import UNSURE_TEXT
+
     store, turn, intent = scene.store, scene.turn, scene.intent
     store.turns.claim(turn.id, BEFORE)
     store.turns.prompting(turn.id, ["$answer"])
@@ -192,20 +210,37 @@ async def test_a_turn_in_a_thread_sends_its_final_text_into_the_thread_and_store
     async def send(room_id, content, *, event_type="m.room.message", txn_id=None):
         sent.append(content)
         return await record(room_id, content, event_type=event_type, txn_id=txn_id)
+
     intent.send = send
     store.turns.end(scene.turn.id, DROPPED)
-    message, (turn,) = store.turns.take(scene.channel.id, "@owner:hs", "in the thread", "$t",
-                                        [("alice", "in the thread", False)], BEFORE, conversation="$p")
+    message, (turn,) = store.turns.take(
+        scene.channel.id,
+        "@owner:hs",
+        "in the thread",
+        "$t",
+        [("alice", "in the thread", False)],
+        BEFORE,
+        conversation="$p",
+    )
     store.set_session(scene.channel.id, "alice", "s-thread", fresh=True, conversation="$p")
     store.turns.claim(turn.id, BEFORE)
     store.turns.prompted(turn.id, [])
-    final = {"event": None, "content": {"msgtype": "m.text", "body": "the answer"},
-             "txn": f"sk-{turn.id}", "text": "the answer", "answer": []}
+    final = {
+        "event": None,
+        "content": {"msgtype": "m.text", "body": "the answer"},
+        "txn": f"sk-{turn.id}",
+        "text": "the answer",
+        "answer": [],
+    }
     store.turns.finishing(turn.id, final, [])
     done = await scene.recovery().start()
     assert done.refinished == 1
-    assert sent[0]["m.relates_to"] == {"rel_type": "m.thread", "event_id": "$p", "is_falling_back": True,
-                                       "m.in_reply_to": {"event_id": "$t"}}
+    assert sent[0]["m.relates_to"] == {
+        "rel_type": "m.thread",
+        "event_id": "$p",
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": "$t"},
+    }
     assert store.message_by_event("$placeholder").conversation == "$p"
     assert store.member(scene.channel.id, "alice", "$p").last_seen == message.id
     assert store.member(scene.channel.id, "alice").last_seen is None

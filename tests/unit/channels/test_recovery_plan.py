@@ -12,30 +12,45 @@ NOW, BEFORE = "run-now", "run-before"
 
 
 def turn(state, run=BEFORE, agent="alice", channel="c1", final=None, id="t1", text="hi"):
-    return TurnRecord(id=id, channel_id=channel, conversation="", prompt_event="$p", agent=agent,
-                      message_id="m1", text=text, alone=False, state=state, run=run, attempt=1,
-                      answer=(), final=final)
+    return TurnRecord(
+        id=id,
+        channel_id=channel,
+        conversation="",
+        prompt_event="$p",
+        agent=agent,
+        message_id="m1",
+        text=text,
+        alone=False,
+        state=state,
+        run=run,
+        attempt=1,
+        answer=(),
+        final=final,
+    )
 
 
-@pytest.mark.parametrize("record, expected", [
-    # never begun: run again
-    (turn("taken"), Run),
-    (turn("claimed"), Run),
-    (turn("posted"), Run),
-    (turn("taken", run=None), Run),
-    # the agent had the prompt: marked interrupted, never prompted again
-    (turn("prompted"), Interrupt),
-    # stopped as the prompt was handed over: interrupted (saying it may not have arrived), never sent twice
-    (turn("prompting"), Interrupt),
-    # the final text was on its way: sent again (same transaction id) and stored
-    (turn("finishing", final={"event": "$e", "content": {}, "txn": "x", "text": "done"}), Refinish),
-    (turn("finishing"), Interrupt),  # no final send recorded
-    # carried over from an older store: routed again
-    (turn("taken", agent="", text=json.dumps(["bob"])), Route),
-    # gone
-    (turn("taken", agent="carol"), Drop),
-    (turn("prompted", channel="gone"), Drop),
-])
+@pytest.mark.parametrize(
+    "record, expected",
+    [
+        # never begun: run again
+        (turn("taken"), Run),
+        (turn("claimed"), Run),
+        (turn("posted"), Run),
+        (turn("taken", run=None), Run),
+        # the agent had the prompt: marked interrupted, never prompted again
+        (turn("prompted"), Interrupt),
+        # stopped as the prompt was handed over: interrupted (saying it may not have arrived), never sent twice
+        (turn("prompting"), Interrupt),
+        # the final text was on its way: sent again (same transaction id) and stored
+        (turn("finishing", final={"event": "$e", "content": {}, "txn": "x", "text": "done"}), Refinish),
+        (turn("finishing"), Interrupt),  # no final send recorded
+        # carried over from an older store: routed again
+        (turn("taken", agent="", text=json.dumps(["bob"])), Route),
+        # gone
+        (turn("taken", agent="carol"), Drop),
+        (turn("prompted", channel="gone"), Drop),
+    ],
+)
 def test_each_state_of_an_earlier_run(record, expected):
     actions = plan([record], NOW, agents={"alice", "bob"}, channels={"c1"})
     assert [type(a) for a in actions] == [expected]

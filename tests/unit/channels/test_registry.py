@@ -1,6 +1,7 @@
 """bridge/channels/registry.py: the open channels of one bridge — a portal made once per room,
 from the store; the turns waiting for an agent and the courtesy requests belong to the bridge
 that owns them, not to the process (two bridges share none of it)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +21,7 @@ async def test_a_channel_rooms_portal_is_made_once_from_the_store_and_other_room
         def make(channel, members):
             made.append((channel.room_id, members))
             return object()
+
         channels = Channels(OffLoop(store), make)
         first = await channels.portal_for("!r:hs")
         assert await channels.portal_for("!r:hs") is first and channels.portals == {"!r:hs": first}
@@ -37,6 +39,7 @@ async def test_two_bridges_in_one_process_share_no_queue_and_no_task():
 
     async def receipt():
         await done.wait()
+
     one.courtesy(receipt())
     assert len(one.courtesy_tasks()) == 1 and two.courtesy_tasks() == []
     done.set()

@@ -1,4 +1,5 @@
 """How a room is named in what the owner reads (bridge/channels/room_names.py). Pure."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace

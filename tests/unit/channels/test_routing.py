@@ -1,4 +1,5 @@
 """Who answers (docs/architecture.md "Who answers"): every rule, pure."""
+
 from __future__ import annotations
 
 from bridge.channels.mentions import Parsed, SlashCommand
@@ -10,14 +11,17 @@ def p(*mentions: str, slash: SlashCommand | None = None) -> Parsed:
 
 
 def test_slash_command_goes_alone_to_its_agent():
-    r = route("/alice:review main.py", p(slash=SlashCommand("alice", "review", "main.py")),
-              ["alice", "bob"], "bob")
+    r = route("/alice:review main.py", p(slash=SlashCommand("alice", "review", "main.py")), ["alice", "bob"], "bob")
     assert r == Route((Turn("alice", "/review main.py", alone=True),))
 
 
 def test_slash_command_wins_over_mentions():
-    r = route("@alice /review x @bob", p("alice", "bob", slash=SlashCommand("alice", "review", "x @bob")),
-              ["alice", "bob"], None)
+    r = route(
+        "@alice /review x @bob",
+        p("alice", "bob", slash=SlashCommand("alice", "review", "x @bob")),
+        ["alice", "bob"],
+        None,
+    )
     assert r.turns == (Turn("alice", "/review x @bob", alone=True),)
 
 
@@ -69,12 +73,10 @@ def test_direct_channel_agent_always_answers_mentions_are_text():
 
 
 def test_direct_channel_slash_command_for_its_agent_goes_alone():
-    r = route("/alice:review x", p(slash=SlashCommand("alice", "review", "x")), ["alice"], None,
-              direct_agent="alice")
+    r = route("/alice:review x", p(slash=SlashCommand("alice", "review", "x")), ["alice"], None, direct_agent="alice")
     assert r.turns == (Turn("alice", "/review x", alone=True),) and r.invite == ()
 
 
 def test_direct_channel_slash_command_for_another_agent_is_plain_text():
-    r = route("/bob:review x", p(slash=SlashCommand("bob", "review", "x")), ["alice"], None,
-              direct_agent="alice")
+    r = route("/bob:review x", p(slash=SlashCommand("bob", "review", "x")), ["alice"], None, direct_agent="alice")
     assert r.turns == (Turn("alice", "/bob:review x"),) and r.invite == ()

@@ -1,14 +1,14 @@
 """When scheduled work runs (bridge/channels/schedule_times.py): in_seconds, ISO 8601 `at`,
 cron (croniter), a missed cron run once, late runs, and the line shown before a run."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from bridge.channels.schedule_times import after_run, first_due, is_late, next_due, run_line, when_text
 from bridge.mcp.tools import BadArguments
 
-UTC = timezone.utc
+UTC = UTC
 PARIS = timezone(timedelta(hours=1))
 NOW = int(datetime(2026, 12, 5, 8, 0, 0, tzinfo=UTC).timestamp() * 1000)
 
@@ -28,8 +28,14 @@ def test_at_with_and_without_an_offset():
     assert first_due(NOW, at="2026-12-05T09:30:00", tz=PARIS) == ms(2026, 12, 5, 8, 30)  # the bridge's zone
 
 
-@pytest.mark.parametrize("at, says", [("tomorrow", "not an ISO 8601 time"), ("2026-12-05T07:00:00Z", "in the past"),
-                                      ("2031-01-01T00:00:00Z", "more than a year away")])
+@pytest.mark.parametrize(
+    "at, says",
+    [
+        ("tomorrow", "not an ISO 8601 time"),
+        ("2026-12-05T07:00:00Z", "in the past"),
+        ("2031-01-01T00:00:00Z", "more than a year away"),
+    ],
+)
 def test_bad_times_say_why(at, says):
     with pytest.raises(BadArguments, match=says):
         first_due(NOW, at=at)

@@ -2,6 +2,7 @@
 line for each kind of update, text and media going into the answer, the plan and tool calls
 handed to the work display, notices, "thinking" when the agent is slow, typing — against
 stand-ins of the answer, the work display and the puppet (no I/O)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,11 +10,12 @@ import base64
 from functools import partial
 from types import SimpleNamespace
 
+from bridge_harness import wait_until
+from scene_helpers import SentNotices
+
 from acp import Update
 from bridge.channels import showing
 from bridge.channels.showing import STATUS_THINKING, STATUS_WRITING, Showing, tool_status
-from bridge_harness import wait_until
-from scene_helpers import SentNotices
 
 ROOM = "!room:hs"
 
@@ -69,10 +71,20 @@ def scene(work=None):
     def courtesy(coroutine):
         courtesies.append(asyncio.ensure_future(coroutine))
 
-    shown = Showing(answer, work, puppet, ROOM, notices=notices, attachment_bytes=1000,
-                    media_roots=lambda: [], courtesy=courtesy, note_tool_call=note_tool_call)
-    return SimpleNamespace(showing=shown, answer=answer, work=work, notices=notices, puppet=puppet,
-                           courtesies=courtesies)
+    shown = Showing(
+        answer,
+        work,
+        puppet,
+        ROOM,
+        notices=notices,
+        attachment_bytes=1000,
+        media_roots=lambda: [],
+        courtesy=courtesy,
+        note_tool_call=note_tool_call,
+    )
+    return SimpleNamespace(
+        showing=shown, answer=answer, work=work, notices=notices, puppet=puppet, courtesies=courtesies
+    )
 
 
 until = partial(wait_until, timeout=10.0, every=0.01)
@@ -95,8 +107,13 @@ def test_each_update_shows_in_the_status_line_and_the_answer():
     assert s.answer.status == "🔧 using a tool: a tool"
     plan = Update("plan")
     s.showing.on_update(plan)
-    assert [u.kind for u in s.work.updates] == ["tool_call", "tool_call_update", "tool_call_update", "tool_call",
-                                                "plan"]
+    assert [u.kind for u in s.work.updates] == [
+        "tool_call",
+        "tool_call_update",
+        "tool_call_update",
+        "tool_call",
+        "plan",
+    ]
     assert s.work.updates[-1] is plan
 
 
@@ -173,12 +190,13 @@ def test_a_message_sent_again_by_its_message_id_never_doubles_the_text():
         if message_id is not None:
             raw["messageId"] = message_id
         s.showing.on_update(Update("text", text=text, raw=raw))
+
     chunk("Hello ", "m1")
-    chunk("world. ", "m1")     # the same message goes on
-    chunk("Next. ", "m2")      # a new one begins
+    chunk("world. ", "m1")  # the same message goes on
+    chunk("Next. ", "m2")  # a new one begins
     chunk("Hello world. ", "m1")  # the first again, whole: not added
     chunk("More. ", "m2")
-    chunk("No id. ")           # chunks without an id are always added
+    chunk("No id. ")  # chunks without an id are always added
     assert s.answer.text == "Hello world. Next. More. No id. "
 
 
@@ -187,5 +205,6 @@ def test_usage_is_a_note_after_the_status():
     notes = {}
     s.answer.set_note = lambda key, note: notes.__setitem__(key, note)
     from acp.session_state import Usage
+
     s.showing.on_update(Update("usage", usage=Usage(1500, 200_000, 0.5, "USD")))
     assert notes == {"usage": "context 1.5k/200k · $0.50"}

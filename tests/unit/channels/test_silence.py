@@ -1,12 +1,14 @@
 """bridge/channels/silence.py: the status of an agent silent for a while (pure decisions, and
 the watch against a stand-in answer)."""
+
 from __future__ import annotations
 
 from functools import partial
 
+from bridge_harness import wait_until
+
 from bridge.channels import silence
 from bridge.channels.silence import SilenceWatch, silent_status, step
-from bridge_harness import wait_until
 
 
 def test_the_line_says_how_long_and_how_to_stop():
@@ -56,6 +58,7 @@ async def test_not_while_a_person_is_asked():
     def asking() -> bool:
         asked.append(True)
         return True
+
     watch = SilenceWatch(answer, asking, after=0.02)
     watch.start()
     try:

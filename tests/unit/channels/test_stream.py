@@ -1,14 +1,15 @@
 """stream.Answer against a fake Intent: a send that fails while an answer splits into a new
 message, and a homeserver that takes no final text (issue 17 §5)."""
+
 from __future__ import annotations
 
 import pytest
+from fake_intent import FakeIntent
 
 from bridge.channels import stream
-from bridge.matrix.client import MatrixError
 from bridge.channels.stream import SPLIT_WEIGHT, Answer, AnswerNotFinished
+from bridge.matrix.client import MatrixError
 from bridge.matrix.intent import EventTooLarge, weight
-from fake_intent import FakeIntent
 
 
 @pytest.fixture(autouse=True)
@@ -90,6 +91,7 @@ async def test_a_final_text_the_homeserver_refuses_for_good_is_not_sent_again_an
     async def forbidden(room_id, event_id, new_content, *, txn_id=None):
         intent.calls["edit"] += 1
         raise MatrixError("sending: M_FORBIDDEN not in the room", 403)
+
     intent.edit = forbidden
     with pytest.raises(AnswerNotFinished):
         await answer.finish()

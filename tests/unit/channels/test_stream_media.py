@@ -1,11 +1,13 @@
 """bridge/channels/stream.py: MSC4357's live marker while an answer streams, and an agent's media in the
 answer's place (in order with its text), against a recording stand-in for the Intent."""
+
 from __future__ import annotations
 
 import asyncio
 
-from bridge.channels.stream import LIVE, Answer, message_content
 from fake_intent import FakeIntent
+
+from bridge.channels.stream import LIVE, Answer, message_content
 
 ROOM = "!room:localhost"
 
@@ -15,9 +17,11 @@ async def test_a_streamed_answer_is_live_until_its_final_edit():
     answer = Answer(intent, ROOM, "Alice")
     await answer.post()
     answer.append("Hello")
+
     async def first_edit():  # the placeholder, then the edit with the first part
         while len(intent.events) < 2:
             await asyncio.sleep(0.01)
+
     await asyncio.wait_for(first_edit(), 60)
     await answer.finish()
     first, *edits, final = intent.events

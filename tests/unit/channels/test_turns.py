@@ -1,5 +1,6 @@
 """What a turn tells its agent of the channel (turns.context_reader + turns.unseen_lines):
 read in the same database call as the member, chosen once the session is known to be fresh."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,9 @@ def _channel(store, *lines):
     """A channel with `alice` as member and messages (sender, text); agents' senders are agents."""
     channel = store.create_channel("!room:hs", "general")
     store.add_member(channel.id, "alice")
-    ids = [store.add_message(channel.id, sender, "user" if sender == "me" else "agent", text).id
-           for sender, text in lines]
+    ids = [
+        store.add_message(channel.id, sender, "user" if sender == "me" else "agent", text).id for sender, text in lines
+    ]
     return channel, ids
 
 
@@ -30,12 +32,16 @@ def _read(store, channel, agent="alice", limit=20, queued=0):
 
 
 def test_a_member_that_saw_part_reads_only_what_came_after(store):
-    channel, ids = _channel(store, ("me", "one"), ("alice", "first answer"), ("me", "two"),
-                            ("bob", "bob says"), ("me", "three"))
+    channel, ids = _channel(
+        store, ("me", "one"), ("alice", "first answer"), ("me", "two"), ("bob", "bob says"), ("me", "three")
+    )
     store.mark_seen(channel.id, "alice", ids[1])
     store.set_fresh(channel.id, "alice", False)
     read = _read(store, channel)
-    assert unseen_lines(read, "alice", ids[4], False, 20) == [UnseenMessage("user", "two"), UnseenMessage("bob", "bob says")]
+    assert unseen_lines(read, "alice", ids[4], False, 20) == [
+        UnseenMessage("user", "two"),
+        UnseenMessage("bob", "bob says"),
+    ]
 
 
 def test_a_fresh_session_reads_the_newest_whatever_was_seen(store):
@@ -45,7 +51,10 @@ def test_a_fresh_session_reads_the_newest_whatever_was_seen(store):
     store.mark_seen(channel.id, "alice", ids[1])
     store.set_fresh(channel.id, "alice", False)
     read = _read(store, channel)
-    assert unseen_lines(read, "alice", ids[2], True, 20) == [UnseenMessage("user", "one"), UnseenMessage("alice", "first answer")]
+    assert unseen_lines(read, "alice", ids[2], True, 20) == [
+        UnseenMessage("user", "one"),
+        UnseenMessage("alice", "first answer"),
+    ]
     assert unseen_lines(read, "alice", ids[2], False, 20) == []
 
 

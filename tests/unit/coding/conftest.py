@@ -1,4 +1,5 @@
 """Shared fixtures of the coding-agent surface's unit tests."""
+
 import subprocess
 
 import pytest
@@ -9,6 +10,7 @@ def repo(tmp_path):
     """A git checkout with one commit (README) and a src/ folder: the agent's configured cwd."""
     top = tmp_path / "app"
     (top / "src").mkdir(parents=True)
+
     def run(*args):
         return subprocess.run(["git", "-C", str(top), *args], check=True, capture_output=True)
 

@@ -1,17 +1,18 @@
 """LiveMessage (bridge/coding/live.py) and the settings helpers, without a homeserver: a fake
 Intent records what would be sent."""
+
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from fake_intent import FakeIntent
 
 from acp import SessionState, Update
 from bridge.coding import live
 from bridge.coding.live import LiveMessage
 from bridge.coding.settings import current_values
 from bridge.coding.work import Work
-from fake_intent import FakeIntent
 
 
 def body(n: int) -> dict:
@@ -82,11 +83,14 @@ async def test_work_keeps_one_message_per_tool_call_and_one_plan():
     intent = FakeIntent()
     work = Work(intent, "!r", 1 << 20)
     from acp.updates import normalise_update
-    for raw in ({"sessionUpdate": "plan", "entries": [{"content": "a", "status": "pending", "priority": "high"}]},
-                {"sessionUpdate": "tool_call", "toolCallId": "1", "title": "Read a.py", "kind": "read"},
-                {"sessionUpdate": "tool_call", "toolCallId": "2", "title": "Run", "kind": "execute"},
-                {"sessionUpdate": "tool_call_update", "toolCallId": "1", "status": "completed"},
-                {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "completed", "priority": "high"}]}):
+
+    for raw in (
+        {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "pending", "priority": "high"}]},
+        {"sessionUpdate": "tool_call", "toolCallId": "1", "title": "Read a.py", "kind": "read"},
+        {"sessionUpdate": "tool_call", "toolCallId": "2", "title": "Run", "kind": "execute"},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "1", "status": "completed"},
+        {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "completed", "priority": "high"}]},
+    ):
         assert work.update(normalise_update(raw))
     assert not work.update(Update("text", text="hi"))
     await work.close()
@@ -97,8 +101,10 @@ async def test_work_keeps_one_message_per_tool_call_and_one_plan():
 
 
 async def test_a_todo_tool_call_is_the_turns_checklist_not_a_tool_message():
-    from acp.updates import normalise_update
     from test_coding_render import todowrite
+
+    from acp.updates import normalise_update
+
     intent = FakeIntent()
     work = Work(intent, "!r", 1 << 20)
     for raw in todowrite(("Write hello.py", "completed", "high"), ("Run it", "pending", "medium"), title="2 todos"):
@@ -112,11 +118,26 @@ async def test_a_todo_tool_call_is_the_turns_checklist_not_a_tool_message():
 
 def test_current_values_name_mode_model_and_the_other_options():
     state = SessionState()
-    state.apply_result({"configOptions": [
-        {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "ask",
-         "options": [{"value": "ask", "name": "Ask"}, {"value": "plan", "name": "Plan"}]},
-        {"id": "effort", "name": "Effort", "type": "select", "currentValue": "low",
-         "options": [{"value": "low", "name": "Low"}, {"value": "high", "name": "High"}]}],
-        "models": {"currentModelId": "m1", "availableModels": [{"modelId": "m1", "name": "M1"}]}})
-    assert current_values(state) == {("mode", "mode"): "ask", ("model", "model"): "m1",
-                                     ("config", "effort"): "low"}
+    state.apply_result(
+        {
+            "configOptions": [
+                {
+                    "id": "mode",
+                    "name": "Mode",
+                    "category": "mode",
+                    "type": "select",
+                    "currentValue": "ask",
+                    "options": [{"value": "ask", "name": "Ask"}, {"value": "plan", "name": "Plan"}],
+                },
+                {
+                    "id": "effort",
+                    "name": "Effort",
+                    "type": "select",
+                    "currentValue": "low",
+                    "options": [{"value": "low", "name": "Low"}, {"value": "high", "name": "High"}],
+                },
+            ],
+            "models": {"currentModelId": "m1", "availableModels": [{"modelId": "m1", "name": "M1"}]},
+        }
+    )
+    assert current_values(state) == {("mode", "mode"): "ask", ("model", "model"): "m1", ("config", "effort"): "low"}

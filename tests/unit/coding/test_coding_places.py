@@ -1,10 +1,20 @@
 """Where a conversation's agent works (coding/places.py): `!cwd` read as a shell would, links
 resolved, only inside the roots; a worktree keeps the agent's place below the checkout; the
 other roots become additionalDirectories."""
+
 import os
 
-from bridge.coding.places import (additional, base_dir, in_worktree, inside, moved_out, recheck, refusal,
-                                  resolve, root_of)
+from bridge.coding.places import (
+    additional,
+    base_dir,
+    in_worktree,
+    inside,
+    moved_out,
+    recheck,
+    refusal,
+    resolve,
+    root_of,
+)
 
 
 def test_inside_is_the_folder_or_below_never_a_prefix_of_a_name():
@@ -69,5 +79,7 @@ def test_a_chosen_folder_is_resolved_again_and_kept_only_inside_the_roots(tmp_pa
     os.symlink(tmp_path / "code" / "was-app", app)  # a link that stays inside: where it leads
     assert recheck(app, (code,)) == (str(tmp_path / "code" / "was-app"), "")
     line = moved_out("Alice", app, str(tmp_path / "outside"), code)
-    assert "\n" not in line and line == (f"Alice: the folder chosen with !cwd, {app}, now leads to {tmp_path / 'outside'}, "
-                                          f"outside its roots (agents.<name>.roots): this session opens in {code} instead.")
+    assert "\n" not in line and line == (
+        f"Alice: the folder chosen with !cwd, {app}, now leads to {tmp_path / 'outside'}, "
+        f"outside its roots (agents.<name>.roots): this session opens in {code} instead."
+    )

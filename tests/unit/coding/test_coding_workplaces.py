@@ -2,17 +2,17 @@
 git repository, no homeserver: the configured cwd, a channel's `!cwd` inside the roots (refused
 outside them, in one line), a thread's own worktree made once and found again after a restart,
 and its removal only with `confirm` and only when clean."""
+
 from __future__ import annotations
 
 import os
 from types import SimpleNamespace
 
 import pytest
+from scene_helpers import PortalNotices, store_with_channel
 
 from bridge.coding.workplaces import WorkPlaces
 from store.offloop import OffLoop
-
-from scene_helpers import PortalNotices, store_with_channel
 
 
 @pytest.fixture
@@ -20,8 +20,9 @@ async def scene(tmp_path, repo):
     (tmp_path / "notes").mkdir()
     store, channel = store_with_channel("!room:hs", "dev", ("alice", "bob"))
     agents = {
-        "alice": SimpleNamespace(title="Alice", cwd=str(repo / "src"), roots=(str(repo), str(tmp_path / "notes")),
-                                 worktrees=True),
+        "alice": SimpleNamespace(
+            title="Alice", cwd=str(repo / "src"), roots=(str(repo), str(tmp_path / "notes")), worktrees=True
+        ),
         "bob": SimpleNamespace(title="Bob", cwd=None, roots=(), worktrees=False),
     }
     notices = PortalNotices()
@@ -32,11 +33,18 @@ async def scene(tmp_path, repo):
 
     async def portal_for(room_id):
         return portal if room_id == channel.room_id else None
-    places = WorkPlaces(SimpleNamespace(agents=agents), OffLoop(store),
-                        SimpleNamespace(portal_for=portal_for), SimpleNamespace(puppet=puppet), notices,
-                        {"alice": "alice", "bob": "bob"})
-    yield SimpleNamespace(store=store, channel=channel, portal=portal, places=places, notices=notices,
-                          repo=repo, tmp=tmp_path)
+
+    places = WorkPlaces(
+        SimpleNamespace(agents=agents),
+        OffLoop(store),
+        SimpleNamespace(portal_for=portal_for),
+        SimpleNamespace(puppet=puppet),
+        notices,
+        {"alice": "alice", "bob": "bob"},
+    )
+    yield SimpleNamespace(
+        store=store, channel=channel, portal=portal, places=places, notices=notices, repo=repo, tmp=tmp_path
+    )
     await places.close()
     store.close()
 
@@ -51,10 +59,12 @@ async def test_cwd_moves_an_agent_inside_its_roots_and_refuses_elsewhere_in_one_
     places, portal, said = scene.places, scene.portal, scene.notices.said
     await places.command(portal, "cwd", ())
     assert said[-1][0].splitlines() == [
-        f"Alice: {scene.repo / 'src'} (as configured); may work in {scene.repo}, {scene.tmp / 'notes'}"]
+        f"Alice: {scene.repo / 'src'} (as configured); may work in {scene.repo}, {scene.tmp / 'notes'}"
+    ]
     await places.command(portal, "cwd", ("/etc",))
-    assert said[-1][0] == (f"Alice may work only in {scene.repo}, {scene.tmp / 'notes'} (agents.<name>.roots); "
-                           "/etc is not in them.")
+    assert said[-1][0] == (
+        f"Alice may work only in {scene.repo}, {scene.tmp / 'notes'} (agents.<name>.roots); /etc is not in them."
+    )
     await places.command(portal, "cwd", ("alice", "../../notes"))  # relative to its current folder
     assert said[-1][0] == f"Alice works in {scene.tmp / 'notes'} here from its next new session."
     place = await places.where(portal, "alice")
@@ -106,8 +116,9 @@ async def test_each_thread_gets_its_own_worktree_once_found_again_after_a_restar
     again = await scene.places.where(scene.portal, "alice", "$t1")
     assert again == one and len(scene.notices.said) == 2  # made once
     # a new bridge finds it in the store
-    restarted = WorkPlaces(scene.places.config, scene.places.db, scene.places.channels, scene.places.identities,
-                           scene.places.notices, {})
+    restarted = WorkPlaces(
+        scene.places.config, scene.places.db, scene.places.channels, scene.places.identities, scene.places.notices, {}
+    )
     assert await restarted.where(scene.portal, "alice", "$t1") == one
     # the main timeline stays in the checkout
     assert (await scene.places.where(scene.portal, "alice")).cwd == str(scene.repo / "src")

@@ -1,5 +1,6 @@
 """Git for the threads' worktrees (coding/worktrees.py), on a real temporary repository: made
 on a new branch from HEAD (or the branch again), clean or dirty, removed only when clean."""
+
 import os
 
 import pytest
@@ -21,7 +22,7 @@ async def test_a_worktree_on_its_own_branch_clean_then_dirty_then_removed(repo, 
     (tmp_path / "app.worktrees" / "t-1" / "new.txt").write_text("x")
     assert await git.status(str(repo), path) == "?? new.txt\n"
     assert not (repo / "new.txt").exists()  # the main checkout is untouched
-    with pytest.raises(git.GitError):   # git keeps a dirty tree
+    with pytest.raises(git.GitError):  # git keeps a dirty tree
         await git.remove(str(repo), path)
     os.remove(os.path.join(path, "new.txt"))
     await git.remove(str(repo), path)
@@ -49,6 +50,7 @@ def plant(repo, marker):
         path.write_text(f"#!/bin/sh\ntouch {marker}-{name}\ncat\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
         return str(path)
+
     hook = repo / ".git" / "hooks" / "post-checkout"
     hook.write_text(f"#!/bin/sh\ntouch {marker}-hook\n")
     hook.chmod(0o755)
@@ -63,7 +65,7 @@ def plant(repo, marker):
     run("config", "filter.evil.clean", script("clean"))
     run("config", "filter.evil.required", "true")
     run("config", "diff.evil.textconv", script("textconv"))
-    (repo.parent / "included").write_text(f"[filter \"other\"]\n\tprocess = {script('process')}\n")
+    (repo.parent / "included").write_text(f'[filter "other"]\n\tprocess = {script("process")}\n')
     run("config", "include.path", str(repo.parent / "included"))
     (repo / "README").write_text("changed\n")  # a modified file: status hashes it (the clean filter)
 
@@ -86,6 +88,7 @@ async def test_git_runs_nothing_the_checkout_names(repo, tmp_path):
     assert sorted(p.name for p in tmp_path.glob("ran-*")) == []
     # the planted commands do run when git is asked without the bridge's care (the test can fail)
     import subprocess
+
     subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], check=True, capture_output=True)
     assert (tmp_path / "ran-fsmonitor").exists() and (tmp_path / "ran-clean").exists()
 
@@ -94,6 +97,7 @@ async def test_a_worktrees_rewritten_git_file_is_not_followed(repo, tmp_path):
     """The worktree's `.git` file rewritten to point at another repository: the bridge names
     the worktree's git folder from the checkout's own list and sees the real state."""
     import subprocess
+
     other = tmp_path / "other"
     subprocess.run(["git", "init", "-q", str(other)], check=True, capture_output=True)
     path = tmp_path / "app.worktrees" / "t-1"

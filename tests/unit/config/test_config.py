@@ -1,4 +1,5 @@
 """Configuration: validation with one line per problem, exit code 2, registration files."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,12 @@ from config import registration
 GOOD = {
     "owner": "@me:localhost",
     "homeserver": {"url": "http://127.0.0.1:8008", "domain": "localhost"},
-    "appservice": {"listen": "127.0.0.1:29333", "puppet_prefix": "sk_", "bot": "sidekicks",
-                   "registration": "registration.yaml"},
+    "appservice": {
+        "listen": "127.0.0.1:29333",
+        "puppet_prefix": "sk_",
+        "bot": "sidekicks",
+        "registration": "registration.yaml",
+    },
     "agents": {"alice": {"title": "Alice", "command": ["python", "-m", "x"], "env": {"K": 1}}},
     "limits": {"agents_in_memory": 2, "context_messages": 20, "context_chars": 1500},
     "database": "sqlite",
@@ -65,10 +70,16 @@ BAD = [
     ({**GOOD, "limits": {"context_chars": "many"}}, "limits.context_chars: must be a whole number"),
     ({**GOOD, "appservice": {"listen": "nowhere"}}, "appservice.listen: must be HOST:PORT"),
     ({**GOOD, "homeserver": {"url": "ftp://x"}}, "homeserver.url: must be an http(s) URL"),
-    ({**GOOD, "database": "mysql://x"}, "database: must be \"sqlite\" or a postgresql://"),
+    ({**GOOD, "database": "mysql://x"}, 'database: must be "sqlite" or a postgresql://'),
     ({**GOOD, "agents": {"Alice Smith": {"command": ["x"]}}}, "agents.Alice Smith: the name must be"),
-    ({**GOOD, "agents": {"alice": {"command": ["x"], "cwd": "/does/not/exist"}}}, "agents.alice.cwd: folder does not exist"),
-    ({**GOOD, "agents": {"alice": {"command": "run 'x"}}}, "agents.alice.command: cannot be split into words (no closing quotation)"),
+    (
+        {**GOOD, "agents": {"alice": {"command": ["x"], "cwd": "/does/not/exist"}}},
+        "agents.alice.cwd: folder does not exist",
+    ),
+    (
+        {**GOOD, "agents": {"alice": {"command": "run 'x"}}},
+        "agents.alice.command: cannot be split into words (no closing quotation)",
+    ),
     ("owner: [unclosed", "not valid YAML"),
     ("- just\n- a list\n", "must be a YAML mapping"),
 ]
@@ -79,25 +90,41 @@ def test_bad_config_names_file_key_and_problem(tmp_path, data, expected):
     path = write(tmp_path, data)
     with pytest.raises(config.ConfigError) as caught:
         config.load(path)
-    assert any(line.startswith(f"{path}: ") and expected in line for line in caught.value.problems), \
+    assert any(line.startswith(f"{path}: ") and expected in line for line in caught.value.problems), (
         caught.value.problems
+    )
 
 
 # -- typos, non-finite numbers, bytes that are not text (issue 27 point 3, issue 26 point 9) --------
 
 TYPOS = [
-    ({**GOOD, "agents": {"alice": {"command": ["x"], "titel": "Alice"}}},
-     "agents.alice.titel: unknown key — did you mean title?"),
+    (
+        {**GOOD, "agents": {"alice": {"command": ["x"], "titel": "Alice"}}},
+        "agents.alice.titel: unknown key — did you mean title?",
+    ),
     ({**GOOD, "agents": {"alice": {"comand": ["x"]}}}, "agents.alice.comand: unknown key — did you mean command?"),
-    ({**{k: v for k, v in GOOD.items() if k != "owner"}, "ownr": "@me:localhost"},
-     "ownr: unknown key — did you mean owner?"),
-    ({**GOOD, "limits": {"context_message": 5}}, "limits.context_message: unknown key — did you mean context_messages?"),
-    ({**GOOD, "homeserver": {"url": "http://127.0.0.1:8008", "domian": "localhost"}},
-     "homeserver.domian: unknown key — did you mean domain?"),
-    ({**GOOD, "appservice": {"puppet_prefx": "sk_"}}, "appservice.puppet_prefx: unknown key — did you mean puppet_prefix?"),
+    (
+        {**{k: v for k, v in GOOD.items() if k != "owner"}, "ownr": "@me:localhost"},
+        "ownr: unknown key — did you mean owner?",
+    ),
+    (
+        {**GOOD, "limits": {"context_message": 5}},
+        "limits.context_message: unknown key — did you mean context_messages?",
+    ),
+    (
+        {**GOOD, "homeserver": {"url": "http://127.0.0.1:8008", "domian": "localhost"}},
+        "homeserver.domian: unknown key — did you mean domain?",
+    ),
+    (
+        {**GOOD, "appservice": {"puppet_prefx": "sk_"}},
+        "appservice.puppet_prefx: unknown key — did you mean puppet_prefix?",
+    ),
     ({**GOOD, "encrypton": "off"}, "encrypton: unknown key — did you mean encryption?"),
-    ({**GOOD, "zzz": 1}, "zzz: unknown key (known here: owner, homeserver, appservice, agents, limits, encryption, database, "
-                         "voice, voice_language, voice_max_seconds)"),
+    (
+        {**GOOD, "zzz": 1},
+        "zzz: unknown key (known here: owner, homeserver, appservice, agents, limits, encryption, database, "
+        "voice, voice_language, voice_max_seconds)",
+    ),
 ]
 
 
@@ -113,8 +140,9 @@ def test_an_unknown_key_is_one_line_naming_the_closest_known_key(tmp_path, data,
 
 def test_a_typo_exits_2_from_the_command_line_in_one_line(tmp_path):
     path = write(tmp_path, "owner: '@me:localhost'\nagents:\n  alice:\n    titel: Alice\n    comand: [x]\n")
-    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", path],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2, result
     assert result.stderr.strip().splitlines() == [
         f"{path}: agents.alice.titel: unknown key — did you mean title?",
@@ -124,27 +152,39 @@ def test_a_typo_exits_2_from_the_command_line_in_one_line(tmp_path):
 
 def test_every_shipped_config_uses_known_keys_only(tmp_path):
     from bridge.local.up import write_default_config
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     shipped = [os.path.join(root, "deploy", "compose", "sidekicks.yaml")]
-    shipped += [os.path.join(root, "deploy", "examples", n) for n in os.listdir(os.path.join(root, "deploy", "examples"))]
+    shipped += [
+        os.path.join(root, "deploy", "examples", n) for n in os.listdir(os.path.join(root, "deploy", "examples"))
+    ]
     write_default_config(tmp_path / "default.yaml", user="ana")
     for path in shipped + [str(tmp_path / "default.yaml")]:
-        config.load(path)   # raises on any unknown key
+        config.load(path)  # raises on any unknown key
 
 
-@pytest.mark.parametrize("command,parts", [
-    ("opencode acp", ("opencode", "acp")),
-    ("python -m x --name 'Big model'", ("python", "-m", "x", "--name", "Big model")),
-    (["ssh", "box", "cd ~/src && exec agent"], ("ssh", "box", "cd ~/src && exec agent")),
-])
+@pytest.mark.parametrize(
+    "command,parts",
+    [
+        ("opencode acp", ("opencode", "acp")),
+        ("python -m x --name 'Big model'", ("python", "-m", "x", "--name", "Big model")),
+        (["ssh", "box", "cd ~/src && exec agent"], ("ssh", "box", "cd ~/src && exec agent")),
+    ],
+)
 def test_command_is_a_list_or_one_command_line_split_as_a_shell_would(tmp_path, command, parts):
     cfg = config.load(write(tmp_path, {**GOOD, "agents": {"alice": {"command": command}}}))
     assert cfg.agents["alice"].command == parts
 
 
 NON_FINITE = [
-    ("agents:\n  alice:\n    command: [x]\n    timeout: .nan\n", "agents.alice.timeout: must be a finite number of at least 1, got .nan"),
-    ("appservice:\n  permission_timeout: .inf\n", "appservice.permission_timeout: must be a finite number of at least 1, got .inf"),
+    (
+        "agents:\n  alice:\n    command: [x]\n    timeout: .nan\n",
+        "agents.alice.timeout: must be a finite number of at least 1, got .nan",
+    ),
+    (
+        "appservice:\n  permission_timeout: .inf\n",
+        "appservice.permission_timeout: must be a finite number of at least 1, got .inf",
+    ),
     ("limits:\n  attachment_mib: .nan\n", "limits.attachment_mib: must be a finite number of at least 0.01, got .nan"),
     ("limits:\n  context_chars: -.inf\n", "limits.context_chars: must be a whole number from 1 to 1000000, got -.inf"),
 ]
@@ -153,8 +193,9 @@ NON_FINITE = [
 @pytest.mark.parametrize("text,expected", NON_FINITE, ids=[e.split(":")[0] for _, e in NON_FINITE])
 def test_a_non_finite_number_is_one_line_and_exit_2(tmp_path, text, expected):
     path = write(tmp_path, "owner: '@me:localhost'\n" + text)
-    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", path],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2, result
     assert result.stderr.strip().splitlines() == [f"{path}: {expected}"]
 
@@ -162,16 +203,20 @@ def test_a_non_finite_number_is_one_line_and_exit_2(tmp_path, text, expected):
 def test_a_file_that_is_not_utf8_is_one_line_and_exit_2(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_bytes(b"owner: '@me:localhost'\nagents:\n  alice:\n    title: Ren\xe9\n    command: [x]\n")
-    result = subprocess.run([sys.executable, "-m", "bridge", "run", "-c", str(path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "-c", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2, result
-    assert result.stderr.strip().splitlines() == [
-        f"{path}: line 4: not UTF-8 text (byte 0xe9): save the file as UTF-8"]
+    assert result.stderr.strip().splitlines() == [f"{path}: line 4: not UTF-8 text (byte 0xe9): save the file as UTF-8"]
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    data = {**GOOD, "owner": 5, "limits": {"agents_in_memory": -1, "context_messages": "x"},
-            "agents": {"alice": {"command": [1, 2]}}}
+    data = {
+        **GOOD,
+        "owner": 5,
+        "limits": {"agents_in_memory": -1, "context_messages": "x"},
+        "agents": {"alice": {"command": [1, 2]}},
+    }
     with pytest.raises(config.ConfigError) as caught:
         config.load(write(tmp_path, data))
     keys = [line.split(": ")[1] for line in caught.value.problems]
@@ -182,8 +227,9 @@ def test_every_problem_is_reported_at_once(tmp_path):
 @pytest.mark.parametrize("data,expected", BAD[:3] + BAD[-2:], ids=lambda v: str(v)[:30])
 def test_cli_exits_2_with_one_line_per_problem(tmp_path, command, data, expected):
     path = write(tmp_path, data)
-    result = subprocess.run([sys.executable, "-m", "bridge", command, "-c", path],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", command, "-c", path], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{path}: ") and expected in lines[0], result.stderr
@@ -191,16 +237,24 @@ def test_cli_exits_2_with_one_line_per_problem(tmp_path, command, data, expected
 
 
 def test_missing_config_file_is_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "bridge", "run", "-c", str(tmp_path / "nope.yaml")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "-c", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == f"{tmp_path / 'nope.yaml'}: file not found"
 
 
 def test_registration_is_0600_with_random_tokens_and_exclusive_namespace(tmp_path):
     cfg = config.load(write(tmp_path, GOOD))
-    result = subprocess.run([sys.executable, "-m", "bridge", "registration", "-c", str(cfg.path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "registration", "-c", str(cfg.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     path = tmp_path / "registration.yaml"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -220,8 +274,9 @@ def test_registration_is_0600_with_random_tokens_and_exclusive_namespace(tmp_pat
 def test_appservice_url_defaults_to_listen_and_can_be_set(tmp_path):
     cfg = config.load(write(tmp_path, {**GOOD, "appservice": {"listen": "0.0.0.0:29333"}}))
     assert cfg.appservice_url == "http://127.0.0.1:29333"
-    cfg = config.load(write(tmp_path, {**GOOD, "appservice": {"listen": "0.0.0.0:29333",
-                                                               "url": "http://bridge:29333/"}}))
+    cfg = config.load(
+        write(tmp_path, {**GOOD, "appservice": {"listen": "0.0.0.0:29333", "url": "http://bridge:29333/"}})
+    )
     assert cfg.appservice_url == "http://bridge:29333"
     assert registration.build(cfg).url == "http://bridge:29333"
     with pytest.raises(config.ConfigError) as caught:
@@ -231,12 +286,16 @@ def test_appservice_url_defaults_to_listen_and_can_be_set(tmp_path):
 
 # -- several people on one homeserver (docs/architecture.md "Beyond one machine") ------------------
 
+
 def person(tmp_path, name, prefix, bot, as_id, **homeserver):
     folder = tmp_path / name
     folder.mkdir(exist_ok=True)
-    data = {**GOOD, "owner": f"@{name}:localhost",
-            "homeserver": {"url": "http://127.0.0.1:8008", "domain": "localhost", **homeserver},
-            "appservice": {**GOOD["appservice"], "puppet_prefix": prefix, "bot": bot, "id": as_id}}
+    data = {
+        **GOOD,
+        "owner": f"@{name}:localhost",
+        "homeserver": {"url": "http://127.0.0.1:8008", "domain": "localhost", **homeserver},
+        "appservice": {**GOOD["appservice"], "puppet_prefix": prefix, "bot": bot, "id": as_id},
+    }
     return config.load(write(folder, data))
 
 
@@ -253,7 +312,7 @@ def test_distinct_registrations_do_not_clash_and_overlapping_ones_do(tmp_path):
     ana_file = tmp_path / "ana" / "registration.yaml"
     registration.ensure(ana, others=[])
     ben = person(tmp_path, "ben", "sk-ben_", "sidekicks_ben", "sidekicks_ben")
-    registration.ensure(ben, others=[ana_file])          # no clash: written
+    registration.ensure(ben, others=[ana_file])  # no clash: written
     assert registration.read(ben.registration_path).puppet_regex == r"@sk\-ben_.*:localhost"
 
     cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy")
@@ -261,8 +320,8 @@ def test_distinct_registrations_do_not_clash_and_overlapping_ones_do(tmp_path):
         registration.ensure(cy, others=[ana_file, ben.registration_path])
     [line] = caught.value.problems
     assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line and str(ana_file) in line
-    assert "'sk-cy_'" in line                             # what to use instead
-    assert not cy.registration_path.exists()              # refused before anything was written
+    assert "'sk-cy_'" in line  # what to use instead
+    assert not cy.registration_path.exists()  # refused before anything was written
 
     same = person(tmp_path, "dee", "dee_", "sidekicks", "sidekicks")
     with pytest.raises(config.ConfigError) as caught:
@@ -271,7 +330,7 @@ def test_distinct_registrations_do_not_clash_and_overlapping_ones_do(tmp_path):
     assert "appservice.id: 'sidekicks' is already used by" in text
     assert "appservice.bot: @sidekicks:localhost is already claimed by" in text
 
-    wide = person(tmp_path, "eve", "s", "eve_bot", "eve")   # `@s.*` would swallow @sidekicks
+    wide = person(tmp_path, "eve", "s", "eve_bot", "eve")  # `@s.*` would swallow @sidekicks
     with pytest.raises(config.ConfigError) as caught:
         registration.ensure(wide, others=[ben.registration_path])
     assert any("would claim the bot @sidekicks_ben:localhost" in p for p in caught.value.problems)
@@ -281,12 +340,14 @@ def test_registration_command_refuses_a_clash_listed_in_homeserver_config(tmp_pa
     ana = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks")
     registration.ensure(ana, others=[])
     hs_yaml = tmp_path / "homeserver.yaml"
-    hs_yaml.write_text(yaml.safe_dump({"server_name": "localhost",
-                                       "app_service_config_files": [str(ana.registration_path)]}))
+    hs_yaml.write_text(
+        yaml.safe_dump({"server_name": "localhost", "app_service_config_files": [str(ana.registration_path)]})
+    )
     cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy", config=str(hs_yaml))
     assert cy.homeserver_config == hs_yaml
-    result = subprocess.run([sys.executable, "-m", "bridge", "registration", "-c", str(cy.path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "registration", "-c", str(cy.path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2, result
     [line] = result.stderr.strip().splitlines()
     assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line
@@ -299,12 +360,14 @@ def test_run_refuses_to_start_on_a_clash(tmp_path):
     ana = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks")
     registration.ensure(ana, others=[])
     hs_yaml = tmp_path / "homeserver.yaml"
-    hs_yaml.write_text(yaml.safe_dump({"server_name": "localhost",
-                                       "app_service_config_files": [str(ana.registration_path)]}))
+    hs_yaml.write_text(
+        yaml.safe_dump({"server_name": "localhost", "app_service_config_files": [str(ana.registration_path)]})
+    )
     cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy", config=str(hs_yaml))
     registration.ensure(cy, others=[])  # written before the other bridge appeared
-    result = subprocess.run([sys.executable, "-m", "bridge", "run", "-c", str(cy.path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "-c", str(cy.path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2, result
     [line] = result.stderr.strip().splitlines()
     assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line
@@ -312,26 +375,28 @@ def test_run_refuses_to_start_on_a_clash(tmp_path):
 
 def test_default_config_for_a_second_person_gets_names_of_its_own(tmp_path):
     from bridge.local.up import write_default_config
+
     first, second = tmp_path / "ana" / "config.yaml", tmp_path / "ben" / "config.yaml"
     write_default_config(first, user="ana")
     write_default_config(second, shared=True, user="ben")
     one, two = config.load(first), config.load(second)
-    assert (one.puppet_prefix, one.bot, one.appservice_id, one.listen_port) == (
-        "sk_", "sidekicks", "sidekicks", 29333)
+    assert (one.puppet_prefix, one.bot, one.appservice_id, one.listen_port) == ("sk_", "sidekicks", "sidekicks", 29333)
     assert (two.puppet_prefix, two.bot, two.appservice_id) == ("sk-ben_", "sidekicks_ben", "sidekicks_ben")
     assert two.listen_port != 29333 and two.owners == ("@ben:localhost",)
     assert one.registration_path != two.registration_path
     registration.ensure(one, others=[])
-    registration.ensure(two, others=[one.registration_path])   # no clash
+    registration.ensure(two, others=[one.registration_path])  # no clash
 
 
 def test_tools_are_on_by_default_and_off_on_request_with_their_limits(tmp_path):
     cfg = config.load(write(tmp_path, GOOD))
     assert cfg.agents["alice"].tools is True
     assert (cfg.tool_calls_per_turn, cfg.history_messages, cfg.schedules_per_conversation) == (30, 100, 20)
-    data = {**GOOD, "agents": {"alice": {**GOOD["agents"]["alice"], "tools": "off"}, "bob": {"command": "b", "tools": True}},
-            "limits": {**GOOD["limits"], "tool_calls_per_turn": 5, "history_messages": 10,
-                       "schedules_per_conversation": 0}}
+    data = {
+        **GOOD,
+        "agents": {"alice": {**GOOD["agents"]["alice"], "tools": "off"}, "bob": {"command": "b", "tools": True}},
+        "limits": {**GOOD["limits"], "tool_calls_per_turn": 5, "history_messages": 10, "schedules_per_conversation": 0},
+    }
     cfg = config.load(write(tmp_path, data))
     assert cfg.agents["alice"].tools is False and cfg.agents["bob"].tools is True
     assert (cfg.tool_calls_per_turn, cfg.history_messages, cfg.schedules_per_conversation) == (5, 10, 0)

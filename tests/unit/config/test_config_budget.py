@@ -1,4 +1,5 @@
 """An agent's `budget:` in the config (config/loader.py `_budget`): read, or one line per problem."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,13 +28,16 @@ def test_a_budget_is_read_per_day_or_month(tmp_path):
     assert load(tmp_path, None).agents["alice"].budget is None
 
 
-@pytest.mark.parametrize("budget,expected", [
-    ({"cost": "lots"}, "agents.alice.budget: cost must be a number of 0 or more, got 'lots'"),
-    ({"cost": -1}, "agents.alice.budget: cost must be a number of 0 or more"),
-    ({"cost": 1, "per": "week"}, "agents.alice.budget: per must be day or month, got 'week'"),
-    ({"cost": 1, "every": "day"}, "agents.alice.budget: unknown key 'every' (known here: cost, per)"),
-    (5, "agents.alice.budget: must be a mapping like {cost: 5.00, per: day}, got 5"),
-])
+@pytest.mark.parametrize(
+    "budget,expected",
+    [
+        ({"cost": "lots"}, "agents.alice.budget: cost must be a number of 0 or more, got 'lots'"),
+        ({"cost": -1}, "agents.alice.budget: cost must be a number of 0 or more"),
+        ({"cost": 1, "per": "week"}, "agents.alice.budget: per must be day or month, got 'week'"),
+        ({"cost": 1, "every": "day"}, "agents.alice.budget: unknown key 'every' (known here: cost, per)"),
+        (5, "agents.alice.budget: must be a mapping like {cost: 5.00, per: day}, got 5"),
+    ],
+)
 def test_a_bad_budget_is_one_line(tmp_path, budget, expected):
     with pytest.raises(config.ConfigError) as caught:
         load(tmp_path, budget)

@@ -1,5 +1,6 @@
 """Secrets and history are the owner's alone (issue 17 §5): written 0600 atomically without
 following symlinks; the data folder 0700; the SQLite files 0600 whatever the umask."""
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,12 @@ def test_the_history_files_and_the_data_folder_are_private(tmp_path, umask_022):
         files = {p.name: mode(p) for p in folder.iterdir()}
     finally:
         store.close()
-    assert files == {"sidekicks.db": 0o600, "sidekicks.db-wal": 0o600, "sidekicks.db-shm": 0o600,
-                     "sidekicks.lock": 0o600}, {k: oct(v) for k, v in files.items()}
+    assert files == {
+        "sidekicks.db": 0o600,
+        "sidekicks.db-wal": 0o600,
+        "sidekicks.db-shm": 0o600,
+        "sidekicks.lock": 0o600,
+    }, {k: oct(v) for k, v in files.items()}
     assert mode(folder) == 0o700
 
 

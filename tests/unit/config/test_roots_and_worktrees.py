@@ -1,5 +1,6 @@
 """Where an agent works, as configured: `roots:` (the folders `!cwd` may choose from) and
 `worktrees: on | off` (a git worktree per thread). Every problem one line; exit 2."""
+
 from __future__ import annotations
 
 import subprocess
@@ -23,7 +24,7 @@ def problems(tmp_path, agent: dict) -> list[str]:
     path = write(tmp_path, agent)
     with pytest.raises(config.ConfigError) as caught:
         config.load(path)
-    return [line[len(path) + 2:] for line in caught.value.problems]
+    return [line[len(path) + 2 :] for line in caught.value.problems]
 
 
 def test_roots_default_to_the_cwd_and_worktrees_to_off(tmp_path):
@@ -45,15 +46,21 @@ def test_roots_are_folders_relative_to_the_config_file_links_resolved(tmp_path, 
     assert one.roots == (str(tmp_path / "notes"),)
 
 
-@pytest.mark.parametrize("agent,expected", [
-    ({"roots": ["/does/not/exist"]}, "agents.alice.roots: folder does not exist: /does/not/exist"),
-    ({"roots": []}, "agents.alice.roots: must be a list of folders, like [~/code, ~/notes]"),
-    ({"roots": [3]}, "agents.alice.roots: must be a list of folders, like [~/code, ~/notes]"),
-    ({"worktrees": "maybe"}, "agents.alice.worktrees: must be on or off, got 'maybe'"),
-    ({"worktrees": True}, "agents.alice.worktrees: on needs a cwd: the git checkout whose worktrees the threads get"),
-    ({"worktree": True}, "agents.alice.worktree: unknown key — did you mean worktrees?"),
-    ({"root": ["."]}, "agents.alice.root: unknown key — did you mean roots?"),
-])
+@pytest.mark.parametrize(
+    "agent,expected",
+    [
+        ({"roots": ["/does/not/exist"]}, "agents.alice.roots: folder does not exist: /does/not/exist"),
+        ({"roots": []}, "agents.alice.roots: must be a list of folders, like [~/code, ~/notes]"),
+        ({"roots": [3]}, "agents.alice.roots: must be a list of folders, like [~/code, ~/notes]"),
+        ({"worktrees": "maybe"}, "agents.alice.worktrees: must be on or off, got 'maybe'"),
+        (
+            {"worktrees": True},
+            "agents.alice.worktrees: on needs a cwd: the git checkout whose worktrees the threads get",
+        ),
+        ({"worktree": True}, "agents.alice.worktree: unknown key — did you mean worktrees?"),
+        ({"root": ["."]}, "agents.alice.root: unknown key — did you mean roots?"),
+    ],
+)
 def test_a_bad_roots_or_worktrees_value_is_one_line(tmp_path, agent, expected):
     assert problems(tmp_path, agent) == [expected]
 
@@ -61,7 +68,8 @@ def test_a_bad_roots_or_worktrees_value_is_one_line(tmp_path, agent, expected):
 def test_worktrees_on_needs_a_cwd_in_a_git_checkout(tmp_path):
     (tmp_path / "plain").mkdir()
     assert problems(tmp_path, {"cwd": "plain", "worktrees": "on"}) == [
-        f"agents.alice.worktrees: on needs a cwd inside a git checkout; {tmp_path / 'plain'} is not in one"]
+        f"agents.alice.worktrees: on needs a cwd inside a git checkout; {tmp_path / 'plain'} is not in one"
+    ]
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -72,9 +80,11 @@ def test_worktrees_on_needs_a_cwd_in_a_git_checkout(tmp_path):
 
 def test_a_bad_root_exits_2_from_the_command_line_in_one_line(tmp_path):
     path = write(tmp_path, {"roots": ["missing"], "worktrees": "sometimes"})
-    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", path],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2, result
     assert result.stderr.strip().splitlines() == [
         f"{path}: agents.alice.roots: folder does not exist: {tmp_path / 'missing'}",
-        f"{path}: agents.alice.worktrees: must be on or off, got 'sometimes'"]
+        f"{path}: agents.alice.worktrees: must be on or off, got 'sometimes'",
+    ]

@@ -1,6 +1,7 @@
 """`sandbox:` of an agent (docs/sandbox.md): on by default, off, or {write, read, network}.
 Every problem one line; unknown keys refused naming the closest known one. And what the bridge
 makes of it (bridge/agent_specs.py): what is writable, what is hidden."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,7 +27,7 @@ def problems(tmp_path, agent: dict) -> list[str]:
     path = write(tmp_path, agent)
     with pytest.raises(config.ConfigError) as caught:
         config.load(path)
-    return [line[len(path) + 2:] for line in caught.value.problems]
+    return [line[len(path) + 2 :] for line in caught.value.problems]
 
 
 def test_on_by_default_and_on_off_as_yaml_writes_them(tmp_path):
@@ -41,55 +42,89 @@ def test_on_by_default_and_on_off_as_yaml_writes_them(tmp_path):
 
 def test_a_mapping_names_paths_and_the_network(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    box = config.load(write(tmp_path, {"sandbox": {"write": ["~/.claude", "state"], "read": "~/models",
-                                                   "network": "off"}})).agents["alice"].sandbox
-    assert box == SandboxConfig(on=True, write=(str(tmp_path / "home" / ".claude"), str(tmp_path / "state")),
-                                read=(str(tmp_path / "home" / "models"),), network=False)
+    box = (
+        config.load(
+            write(tmp_path, {"sandbox": {"write": ["~/.claude", "state"], "read": "~/models", "network": "off"}})
+        )
+        .agents["alice"]
+        .sandbox
+    )
+    assert box == SandboxConfig(
+        on=True,
+        write=(str(tmp_path / "home" / ".claude"), str(tmp_path / "state")),
+        read=(str(tmp_path / "home" / "models"),),
+        network=False,
+    )
     assert config.load(write(tmp_path, {"sandbox": {}})).agents["alice"].sandbox == SandboxConfig()
 
 
 def test_bad_values_one_line_each(tmp_path):
     assert problems(tmp_path, {"sandbox": "maybe"}) == [
-        "agents.alice.sandbox: must be on, off or a mapping like {write: [~/.claude], network: on}, got 'maybe'"]
+        "agents.alice.sandbox: must be on, off or a mapping like {write: [~/.claude], network: on}, got 'maybe'"
+    ]
     assert problems(tmp_path, {"sandbox": {"write": [1], "read": {"a": 1}, "network": "sometimes"}}) == [
         "agents.alice.sandbox.write: must be a list of paths, like [~/.claude, ~/models]",
         "agents.alice.sandbox.read: must be a list of paths, like [~/.claude, ~/models]",
-        "agents.alice.sandbox.network: must be on or off, got 'sometimes'"]
+        "agents.alice.sandbox.network: must be on or off, got 'sometimes'",
+    ]
     assert problems(tmp_path, {"sandbox": {"write": ["/"]}}) == [
-        "agents.alice.sandbox.write: must not be / (that is the whole system: use sandbox: off)"]
+        "agents.alice.sandbox.write: must not be / (that is the whole system: use sandbox: off)"
+    ]
 
 
 def test_unknown_keys_are_refused_naming_the_closest(tmp_path):
     assert problems(tmp_path, {"sandbox": {"writes": ["a"], "netwrk": "off"}}) == [
         "agents.alice.sandbox.netwrk: unknown key — did you mean network?",
-        "agents.alice.sandbox.writes: unknown key — did you mean write?"]
+        "agents.alice.sandbox.writes: unknown key — did you mean write?",
+    ]
     assert problems(tmp_path, {"sandbx": "off"}) == ["agents.alice.sandbx: unknown key — did you mean sandbox?"]
 
 
 def test_a_bad_sandbox_stops_the_command_line_with_exit_2(tmp_path):
     path = write(tmp_path, {"sandbox": {"network": "maybe"}})
-    done = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].endswith(
-        "agents.alice.sandbox.network: must be on or off, got 'maybe'"), done.stderr
+    assert (
+        done.stderr.strip().splitlines()[-1].endswith("agents.alice.sandbox.network: must be on or off, got 'maybe'")
+    ), done.stderr
 
 
 # ---- what the bridge makes of it (bridge/agent_specs.py) ---------------------------------------
+
 
 def test_the_sandbox_writes_cwd_roots_worktrees_and_config_paths_and_hides_the_bridge(tmp_path):
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     (repo / "sub").mkdir()
     (tmp_path / "notes").mkdir()
-    cfg = config.load(write(tmp_path, {"cwd": "repo/sub", "roots": ["repo/sub", "notes"], "worktrees": "on",
-                                       "sandbox": {"write": ["state"], "read": ["models"]}}))
+    cfg = config.load(
+        write(
+            tmp_path,
+            {
+                "cwd": "repo/sub",
+                "roots": ["repo/sub", "notes"],
+                "worktrees": "on",
+                "sandbox": {"write": ["state"], "read": ["models"]},
+            },
+        )
+    )
     box = sandbox_of(cfg, cfg.agents["alice"])
-    assert box.write == (str(repo / "sub"), str(tmp_path / "notes"), str(repo), str(repo) + ".worktrees",
-                         str(tmp_path / "state"))
+    assert box.write == (
+        str(repo / "sub"),
+        str(tmp_path / "notes"),
+        str(repo),
+        str(repo) + ".worktrees",
+        str(tmp_path / "state"),
+    )
     assert box.read == (str(tmp_path / "models"),)
-    assert box.hide == (str(tmp_path), str(tmp_path / "config.yaml"), str(cfg.data_dir),
-                        str(tmp_path / "registration.yaml"))
+    assert box.hide == (
+        str(tmp_path),
+        str(tmp_path / "config.yaml"),
+        str(cfg.data_dir),
+        str(tmp_path / "registration.yaml"),
+    )
     assert box.network is True and box.reach == ()
     assert spec_of(cfg, "alice").sandbox == box
     assert unsandboxed(cfg, "alice") is None

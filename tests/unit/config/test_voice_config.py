@@ -1,12 +1,12 @@
 """The `voice` keys of the configuration (config/loader.py `_voice`; docs/voice.md)."""
+
 from __future__ import annotations
 
 import pytest
+from test_config import GOOD, write
 
 import config
 from config.model import VoiceConfig
-
-from test_config import GOOD, write
 
 
 def test_voice_defaults_to_on_where_installed_english_and_five_minutes(tmp_path):
@@ -21,8 +21,12 @@ def test_voice_keys_are_read(tmp_path):
 
 def test_bad_voice_keys_are_one_line_each(tmp_path):
     with pytest.raises(config.ConfigError) as caught:
-        config.load(write(tmp_path, {**GOOD, "voice": "loud", "voice_language": "english!",
-                                     "voice_max_seconds": 0, "voice_langauge": "en"}))
+        config.load(
+            write(
+                tmp_path,
+                {**GOOD, "voice": "loud", "voice_language": "english!", "voice_max_seconds": 0, "voice_langauge": "en"},
+            )
+        )
     problems = caught.value.problems
     assert len(problems) == 4
     assert any(p.endswith("voice_langauge: unknown key — did you mean voice_language?") for p in problems)

@@ -1,4 +1,5 @@
 """A message whose room key comes late: waited for, asked for, told once, answered once."""
+
 import asyncio
 from types import SimpleNamespace
 
@@ -29,6 +30,7 @@ class Parts:
         class config:
             bot_user_id = "@sidekicks:localhost"
             owners = ("@owner:localhost",)
+
         self.config = config
 
     async def portal_for(self, room_id):
@@ -45,6 +47,7 @@ class Parts:
 
 class FakeDevice:
     """Has the key once `key` is set; asked for it by request_key."""
+
     user_id = "@sk_alice:localhost"
 
     def __init__(self):
@@ -72,9 +75,19 @@ class Dispatcher:
         self.handled.append(event["event_id"])
 
 
-EVENT = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender": "@owner:localhost",
-         "content": {"algorithm": "m.megolm.v1.aes-sha2", "session_id": "S", "sender_key": "K",
-                     "ciphertext": "x", "device_id": "D"}}
+EVENT = {
+    "event_id": "$e",
+    "type": "m.room.encrypted",
+    "room_id": "!r",
+    "sender": "@owner:localhost",
+    "content": {
+        "algorithm": "m.megolm.v1.aes-sha2",
+        "session_id": "S",
+        "sender_key": "K",
+        "ciphertext": "x",
+        "device_id": "D",
+    },
+}
 
 
 async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(monkeypatch, parts):
@@ -150,6 +163,7 @@ async def test_a_write_the_store_refused_is_written_with_the_next(monkeypatch, p
             refused.append(args[0])
             raise RuntimeError("the database is away")
         return real_wait(*args, **kwargs)
+
     monkeypatch.setattr(parts.store.e2ee, "wait", away_once)
     e2ee._keep_pending(EVENT)
     await parts.db.run(lambda: None)

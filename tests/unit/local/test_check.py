@@ -6,6 +6,7 @@ and reports what the agent announces: a ✓/✗ line per agent, then indented de
 contacts the homeserver, so the configs here point at an unused port. The report itself is a pure
 function (`bridge.local.check.report`), tested at the end without processes.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,17 +27,28 @@ EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))
 
 def write_config(folder: Path, agents: dict) -> Path:
     path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump({
-        "owner": "@me:localhost",
-        "homeserver": {"url": "http://127.0.0.1:1", "domain": "localhost"},
-        "agents": agents,
-    }, sort_keys=False), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "owner": "@me:localhost",
+                "homeserver": {"url": "http://127.0.0.1:1", "domain": "localhost"},
+                "agents": agents,
+            },
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
 def check(path: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bridge", "check", "-c", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", "check", "-c", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def agent_lines(output: str, name: str) -> list[str]:
@@ -49,7 +61,7 @@ def details(output: str, name: str) -> list[str]:
     lines = output.splitlines()
     [start] = [i for i, line in enumerate(lines) if line.startswith(("✓ ", "✗ ")) and f" {name}:" in line]
     found = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("    "):
             break
         if not line.startswith("    sandbox: "):
@@ -71,9 +83,24 @@ def no_traceback(result: subprocess.CompletedProcess) -> None:
 
 
 def test_good_agent_is_reported_with_its_announcements(tmp_path):
-    path = write_config(tmp_path, {"scripted": {"command": [
-        sys.executable, SCRIPTED, "--name", "scripted", "--version", "1.2", "--load-session",
-        "--commands", "review:Review code,plan:Make a plan"]}})
+    path = write_config(
+        tmp_path,
+        {
+            "scripted": {
+                "command": [
+                    sys.executable,
+                    SCRIPTED,
+                    "--name",
+                    "scripted",
+                    "--version",
+                    "1.2",
+                    "--load-session",
+                    "--commands",
+                    "review:Review code,plan:Make a plan",
+                ]
+            }
+        },
+    )
     result = check(path)
     no_traceback(result)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -99,20 +126,55 @@ def test_agent_without_load_session_or_commands_says_so(tmp_path):
 
 
 CONFIG_OPTIONS = [
-    {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "big",
-     "options": [{"value": "small", "name": "Small model"}, {"value": "big", "name": "Big model"}]},
-    {"id": "effort", "name": "Effort", "category": "thought_level", "type": "select", "currentValue": "low",
-     "options": [{"group": "cheap", "name": "Cheap", "options": [{"value": "low", "name": "Low"}]},
-                 {"group": "dear", "name": "Dear", "options": [{"value": "high", "name": "High"}]}]},
+    {
+        "id": "model",
+        "name": "Model",
+        "category": "model",
+        "type": "select",
+        "currentValue": "big",
+        "options": [{"value": "small", "name": "Small model"}, {"value": "big", "name": "Big model"}],
+    },
+    {
+        "id": "effort",
+        "name": "Effort",
+        "category": "thought_level",
+        "type": "select",
+        "currentValue": "low",
+        "options": [
+            {"group": "cheap", "name": "Cheap", "options": [{"value": "low", "name": "Low"}]},
+            {"group": "dear", "name": "Dear", "options": [{"value": "high", "name": "High"}]},
+        ],
+    },
     {"id": "yolo", "name": "Auto-approve", "type": "boolean", "currentValue": False},
 ]
 
 
 def test_modes_config_options_models_and_capabilities_are_listed(tmp_path):
-    path = write_config(tmp_path, {"coder": {"command": [
-        sys.executable, SCRIPTED, "--name", "coder", "--version", "2.0", "--commands", "init:Set up",
-        "--prompt-caps", "image,embeddedContext", "--modes", "ask:Ask first,code:Write code",
-        "--config-options", json.dumps(CONFIG_OPTIONS), "--models", "m1:Model one,m2"]}})
+    path = write_config(
+        tmp_path,
+        {
+            "coder": {
+                "command": [
+                    sys.executable,
+                    SCRIPTED,
+                    "--name",
+                    "coder",
+                    "--version",
+                    "2.0",
+                    "--commands",
+                    "init:Set up",
+                    "--prompt-caps",
+                    "image,embeddedContext",
+                    "--modes",
+                    "ask:Ask first,code:Write code",
+                    "--config-options",
+                    json.dumps(CONFIG_OPTIONS),
+                    "--models",
+                    "m1:Model one,m2",
+                ]
+            }
+        },
+    )
     result = check(path)
     no_traceback(result)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -137,8 +199,14 @@ def test_agent_without_modes_or_options_says_none(tmp_path):
     result = check(path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert details(result.stdout, "plain") == [
-        "protocol: ACP v1; prompts: text", "capabilities: none", "auth methods: none", "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule", "modes: none",
-        "config options: none", "models: none"], result.stdout
+        "protocol: ACP v1; prompts: text",
+        "capabilities: none",
+        "auth methods: none",
+        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
+        "modes: none",
+        "config options: none",
+        "models: none",
+    ], result.stdout
 
 
 def test_an_agent_without_tools_says_so(tmp_path):
@@ -150,9 +218,27 @@ def test_an_agent_without_tools_says_so(tmp_path):
 
 def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
     # an agent that wants a login (gemini --acp without a Google account does this)
-    path = write_config(tmp_path, {"gem": {"command": [
-        sys.executable, SCRIPTED, "--auth", "--name", "gemini-cli", "--version", "0.61.0",
-        "--load-session", "--prompt-caps", "image,audio,embeddedContext", "--modes", "ask:Ask"]}})
+    path = write_config(
+        tmp_path,
+        {
+            "gem": {
+                "command": [
+                    sys.executable,
+                    SCRIPTED,
+                    "--auth",
+                    "--name",
+                    "gemini-cli",
+                    "--version",
+                    "0.61.0",
+                    "--load-session",
+                    "--prompt-caps",
+                    "image,audio,embeddedContext",
+                    "--modes",
+                    "ask:Ask",
+                ]
+            }
+        },
+    )
     result = check(path)
     no_traceback(result)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -170,9 +256,21 @@ def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
 def test_an_agent_error_shows_its_data_and_the_end_of_its_stderr(tmp_path):
     # Claude Code's ACP adapter as root: "Internal error" alone, the cause in the error's data
     # and on its stderr (issue 31); check dropped both
-    path = write_config(tmp_path, {"claude": {"command": [
-        sys.executable, SCRIPTED, "--name", "claude-code-acp", "--fail-session",
-        "Query closed before response received"]}})
+    path = write_config(
+        tmp_path,
+        {
+            "claude": {
+                "command": [
+                    sys.executable,
+                    SCRIPTED,
+                    "--name",
+                    "claude-code-acp",
+                    "--fail-session",
+                    "Query closed before response received",
+                ]
+            }
+        },
+    )
     result = check(path)
     no_traceback(result)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -188,8 +286,11 @@ def test_an_agent_error_shows_its_data_and_the_end_of_its_stderr(tmp_path):
 
 
 def test_report_shows_structured_error_data_and_only_the_stderr_tail():
-    found = Announced(error="Internal error (JSON-RPC error -32603)", error_data={"details": "x" * 400},
-                      stderr="".join(f"line {i}\n" for i in range(31)) + "\x1b[31mred\x1b[0m\x07\n\n")
+    found = Announced(
+        error="Internal error (JSON-RPC error -32603)",
+        error_data={"details": "x" * 400},
+        stderr="".join(f"line {i}\n" for i in range(31)) + "\x1b[31mred\x1b[0m\x07\n\n",
+    )
     lines = report("a", found)
     assert lines[1].startswith('    error data: {"details": "xxx') and lines[1].endswith("…")
     assert len(lines[1]) == len("    error data: ") + 300
@@ -211,15 +312,20 @@ def test_agent_crashing_at_start_gives_one_clear_line(tmp_path):
     assert "crashing at start on purpose" in line  # the agent's stderr
     assert "\n" not in line
     # initialize never answered: nothing announced to tell, only the end of its stderr
-    assert details(result.stdout, "broken") == ["stderr (last 1 line):",
-                                                "scripted_agent: crashing at start on purpose"], result.stdout
+    assert details(result.stdout, "broken") == [
+        "stderr (last 1 line):",
+        "scripted_agent: crashing at start on purpose",
+    ], result.stdout
 
 
 def test_missing_executable_says_command_not_found(tmp_path):
-    path = write_config(tmp_path, {
-        "ghost": {"command": ["sidekicks-no-such-agent-5f3a", "acp"]},
-        "good": {"command": [sys.executable, SCRIPTED]},
-    })
+    path = write_config(
+        tmp_path,
+        {
+            "ghost": {"command": ["sidekicks-no-such-agent-5f3a", "acp"]},
+            "good": {"command": [sys.executable, SCRIPTED]},
+        },
+    )
     result = check(path)
     no_traceback(result)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -235,12 +341,28 @@ def test_missing_executable_says_command_not_found(tmp_path):
 def test_check_says_each_agent_s_sandbox(tmp_path):
     """docs/sandbox.md: on (what it writes, the network), off, or remote over ssh."""
     (tmp_path / "work").mkdir()
-    path = write_config(tmp_path, {
-        "boxed": {"command": [sys.executable, SCRIPTED], "cwd": "work",
-                  "sandbox": {"write": ["state"], "network": "off"}},
-        "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"},
-        "far": {"command": ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=1", "sidekicks-nowhere.invalid", "agent"]},
-    })
+    path = write_config(
+        tmp_path,
+        {
+            "boxed": {
+                "command": [sys.executable, SCRIPTED],
+                "cwd": "work",
+                "sandbox": {"write": ["state"], "network": "off"},
+            },
+            "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"},
+            "far": {
+                "command": [
+                    "ssh",
+                    "-o",
+                    "BatchMode=yes",
+                    "-o",
+                    "ConnectTimeout=1",
+                    "sidekicks-nowhere.invalid",
+                    "agent",
+                ]
+            },
+        },
+    )
     result = check(path)
     no_traceback(result)
     assert sandbox_of(result.stdout, "boxed") == f"on; writes {tmp_path / 'work'}, {tmp_path / 'state'}; network off"
@@ -252,17 +374,30 @@ def test_check_says_each_agent_s_sandbox(tmp_path):
 def test_without_bubblewrap_the_agent_does_not_start_and_check_says_the_fix(tmp_path):
     """No bwrap on PATH (the agent's command given by its full path): ✗ with the fix, never an
     agent started unsandboxed; `sandbox: off` still starts."""
-    path = write_config(tmp_path, {"boxed": {"command": [sys.executable, SCRIPTED]},
-                                   "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"}})
+    path = write_config(
+        tmp_path,
+        {
+            "boxed": {"command": [sys.executable, SCRIPTED]},
+            "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"},
+        },
+    )
     empty = tmp_path / "bin"
     empty.mkdir()
-    result = subprocess.run([sys.executable, "-m", "bridge", "check", "-c", str(path)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120, env={"PATH": str(empty)})
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "check", "-c", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(empty)},
+    )
     no_traceback(result)
     assert result.returncode == 1, result.stdout + result.stderr
     [line] = agent_lines(result.stdout, "boxed")
-    assert line == ("✗ boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
-                    "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"), line
+    assert line == (
+        "✗ boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
+        "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"
+    ), line
     [open_line] = agent_lines(result.stdout, "open")
     assert open_line.startswith("✓ open:"), result.stdout
 
@@ -279,9 +414,15 @@ def test_invalid_config_is_refused_with_exit_code_2(tmp_path):
 
 @pytest.mark.model
 def test_local_model_agent(tmp_path):
-    path = write_config(tmp_path, {"local": {"command": [sys.executable, "-m", "acp.agents.local_model",
-                                                         "--sessions", str(tmp_path / "sessions")],
-                                             "sandbox": {"write": [str(tmp_path / "sessions")], "network": "off"}}})
+    path = write_config(
+        tmp_path,
+        {
+            "local": {
+                "command": [sys.executable, "-m", "acp.agents.local_model", "--sessions", str(tmp_path / "sessions")],
+                "sandbox": {"write": [str(tmp_path / "sessions")], "network": "off"},
+            }
+        },
+    )
     result = check(path)
     no_traceback(result)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -309,8 +450,16 @@ def test_example_configs_cover_the_documented_agents():
         for name, agent in config.load(path).agents.items():
             commands[f"{path.name}:{name}"] = " ".join(agent.command)
     joined = "\n".join(commands.values())
-    for needle in ("acp.agents.local_model", "@zed-industries/claude-code-acp", "@zed-industries/codex-acp",
-                   "gemini --experimental-acp", "goose acp", "opencode acp", "fast-agent", "ssh "):
+    for needle in (
+        "acp.agents.local_model",
+        "@zed-industries/claude-code-acp",
+        "@zed-industries/codex-acp",
+        "gemini --experimental-acp",
+        "goose acp",
+        "opencode acp",
+        "fast-agent",
+        "ssh ",
+    ):
         assert needle in joined, f"no example runs {needle!r}"
     databases = {config.load(path).database for path in EXAMPLES}
     assert any(db.startswith("postgres") for db in databases), databases
@@ -318,14 +467,28 @@ def test_example_configs_cover_the_documented_agents():
 
 # ---- the report as a pure function ------------------------------------------------------------
 
+
 def test_report_shortens_long_lists_and_flattens_odd_values():
-    found = Announced(info={"name": "odd\nagent", "version": "1"}, protocol=1, initialized=True,
-                      auth_methods=[{"id": "a"}, {"id": "b", "name": "b"}],
-                      session={"sessionId": "s", "modes": {"availableModes": ["junk", {"id": "x"}]},
-                               "configOptions": [{"id": "model", "type": "select", "currentValue": "m3",
-                                                  "options": [{"value": f"m{i}"} for i in range(20)] + [7]}],
-                               "models": "not an object"},
-                      commands=[{"name": "go"}, "junk"])
+    found = Announced(
+        info={"name": "odd\nagent", "version": "1"},
+        protocol=1,
+        initialized=True,
+        auth_methods=[{"id": "a"}, {"id": "b", "name": "b"}],
+        session={
+            "sessionId": "s",
+            "modes": {"availableModes": ["junk", {"id": "x"}]},
+            "configOptions": [
+                {
+                    "id": "model",
+                    "type": "select",
+                    "currentValue": "m3",
+                    "options": [{"value": f"m{i}"} for i in range(20)] + [7],
+                }
+            ],
+            "models": "not an object",
+        },
+        commands=[{"name": "go"}, "junk"],
+    )
     lines = report("odd", found)
     assert lines[0] == "✓ odd: odd agent 1; loadSession: no; commands: /go"
     assert "    auth methods: a, b" in lines
@@ -342,11 +505,21 @@ def test_report_of_an_agent_that_never_initialized_is_one_line():
 
 def test_every_announced_capability_is_named_session_ones_included():
     from bridge.local.check import announced_capabilities
-    caps = {"loadSession": True, "promptCapabilities": {"image": True, "audio": False},
-            "mcpCapabilities": {"http": False, "sse": False},
-            "sessionCapabilities": {"list": {}, "resume": {}, "delete": {}, "close": None, "_meta": {"x": 1}},
-            "futureThing": {}, "_meta": {"y": True}}
+
+    caps = {
+        "loadSession": True,
+        "promptCapabilities": {"image": True, "audio": False},
+        "mcpCapabilities": {"http": False, "sse": False},
+        "sessionCapabilities": {"list": {}, "resume": {}, "delete": {}, "close": None, "_meta": {"x": 1}},
+        "futureThing": {},
+        "_meta": {"y": True},
+    }
     assert announced_capabilities(caps) == [
-        "loadSession", "promptCapabilities.image", "sessionCapabilities.list", "sessionCapabilities.resume",
-        "sessionCapabilities.delete", "futureThing"]
+        "loadSession",
+        "promptCapabilities.image",
+        "sessionCapabilities.list",
+        "sessionCapabilities.resume",
+        "sessionCapabilities.delete",
+        "futureThing",
+    ]
     assert announced_capabilities({"promptCapabilities": {}, "mcpCapabilities": {}}) == []

@@ -1,4 +1,5 @@
 """The embedded homeserver (bridge/local/homeserver.py) against a real Synapse."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,10 +11,10 @@ import aiohttp
 import nio
 import pytest
 import yaml
+from matrix_helpers import events_in, login, sync_until, texts_in
 
 import config.registration
 from bridge.local.homeserver import Homeserver, HomeserverError, free_port
-from matrix_helpers import events_in, login, sync_until, texts_in
 
 
 async def _get(url: str, token: str | None = None) -> tuple[int, dict]:
@@ -93,8 +94,10 @@ async def test_rooms_are_of_a_version_every_named_client_reads(homeserver):
 async def test_sync_until_names_the_condition_on_timeout(homeserver):
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
+
         def never() -> bool:
             return False
+
         with pytest.raises(AssertionError, match="never still false after 0.5 s"):
             await sync_until(owner, never, timeout=0.5)
     finally:
@@ -111,16 +114,18 @@ async def test_passwords_are_checked(homeserver):
 async def test_rate_limits_are_relaxed(homeserver):
     # Synapse's default allows 3 failed logins per account before answering 429.
     for _ in range(8):
-        status, body = await _post(homeserver.url + "/_matrix/client/v3/login", {
-            "type": "m.login.password", "password": "wrong",
-            "identifier": {"type": "m.id.user", "user": "stranger"}})
+        status, body = await _post(
+            homeserver.url + "/_matrix/client/v3/login",
+            {"type": "m.login.password", "password": "wrong", "identifier": {"type": "m.id.user", "user": "stranger"}},
+        )
         assert (status, body["errcode"]) == (403, "M_FORBIDDEN")
 
 
 async def test_open_registration_is_refused(homeserver):
-    status, body = await _post(homeserver.url + "/_matrix/client/v3/register", {
-        "username": "intruder", "password": "long enough password",
-        "auth": {"type": "m.login.dummy"}})
+    status, body = await _post(
+        homeserver.url + "/_matrix/client/v3/register",
+        {"username": "intruder", "password": "long enough password", "auth": {"type": "m.login.dummy"}},
+    )
     assert status == 403
     assert body["errcode"] == "M_FORBIDDEN"
 
@@ -143,9 +148,11 @@ async def test_appservice_registration_is_loaded(homeserver):
     status, body = await _get(whoami, "not-the-token")
     assert (status, body["errcode"]) == (401, "M_UNKNOWN_TOKEN")
     # Puppets in the exclusive namespace can be created by the appservice alone.
-    status, body = await _post(homeserver.url + "/_matrix/client/v3/register", {
-        "type": "m.login.application_service", "username": "sk_probe", "inhibit_login": True},
-        registration.as_token)
+    status, body = await _post(
+        homeserver.url + "/_matrix/client/v3/register",
+        {"type": "m.login.application_service", "username": "sk_probe", "inhibit_login": True},
+        registration.as_token,
+    )
     assert (status, body["user_id"]) == (200, "@sk_probe:localhost")
     status, body = await _get(whoami + "?user_id=@sk_probe:localhost", registration.as_token)
     assert (status, body["user_id"]) == (200, "@sk_probe:localhost")
@@ -187,8 +194,7 @@ def test_ensure_config_keeps_secrets_and_key(tmp_path):
     registration = tmp_path / "reg.yaml"
     registration.write_text("id: x\n")
     port = free_port()
-    second = Homeserver(tmp_path / "hs", port=port, appservice_files=[registration],
-                        relaxed_limits=True)
+    second = Homeserver(tmp_path / "hs", port=port, appservice_files=[registration], relaxed_limits=True)
     second.ensure_config()
     second.ensure_config()
     after = yaml.safe_load(second.config_path.read_text())
@@ -253,9 +259,14 @@ async def test_restart_keeps_accounts(tmp_path):
         await server.stop()
     await server.start()
     try:
-        status, body = await _post(server.url + "/_matrix/client/v3/login", {
-            "type": "m.login.password", "password": "pw-keeper",
-            "identifier": {"type": "m.id.user", "user": "keeper"}})
+        status, body = await _post(
+            server.url + "/_matrix/client/v3/login",
+            {
+                "type": "m.login.password",
+                "password": "pw-keeper",
+                "identifier": {"type": "m.id.user", "user": "keeper"},
+            },
+        )
         assert (status, body["user_id"]) == (200, "@keeper:localhost")
     finally:
         await server.stop()
@@ -291,8 +302,7 @@ async def test_synapse_failing_at_start_is_a_clear_error(tmp_path):
 
 
 async def test_missing_registration_file_is_refused_before_starting(tmp_path):
-    server = Homeserver(tmp_path / "hs", port=free_port(),
-                        appservice_files=[tmp_path / "missing.yaml"])
+    server = Homeserver(tmp_path / "hs", port=free_port(), appservice_files=[tmp_path / "missing.yaml"])
     with pytest.raises(HomeserverError, match="appservice registration file not found: .*missing.yaml"):
         await server.start()
     assert not server.pid_path.exists()

@@ -1,13 +1,14 @@
 """What `sidekicks check` and `sidekicks up` say about voice notes (bridge/voice/engine.py
 `check_line`, `up_hint`): the real command on a real install, and each case of the lines."""
+
 from __future__ import annotations
 
 import sys
 
+from test_check import SCRIPTED, check, write_config
+
 from bridge.voice import engine
 from config.model import VoiceConfig
-
-from test_check import SCRIPTED, check, write_config
 
 
 def test_check_says_transcription_is_available_here(tmp_path):
@@ -24,6 +25,11 @@ def test_the_lines_for_off_another_language_and_a_missing_engine(monkeypatch):
     assert "voice_language de: this model hears English only" in engine.check_line(VoiceConfig(language="de"))
     assert engine.up_hint(VoiceConfig()) is None  # installed here
     monkeypatch.setattr(engine, "missing", lambda: "the voice extra is not installed (x is missing)")
-    assert engine.check_line(VoiceConfig()) == "voice notes: ✗ not transcribed: the voice extra is not installed (x is missing)"
-    assert engine.up_hint(VoiceConfig()) == ("Voice notes are not transcribed here: add the voice extra "
-                                             "(pip install -e '.[voice]'; ./sidekicks test installs it).")
+    assert (
+        engine.check_line(VoiceConfig())
+        == "voice notes: ✗ not transcribed: the voice extra is not installed (x is missing)"
+    )
+    assert engine.up_hint(VoiceConfig()) == (
+        "Voice notes are not transcribed here: add the voice extra "
+        "(pip install -e '.[voice]'; ./sidekicks test installs it)."
+    )

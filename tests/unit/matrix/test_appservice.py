@@ -1,4 +1,5 @@
 """The appservice HTTP API in isolation: tokens and transaction keys (aiohttp test server)."""
+
 from __future__ import annotations
 
 from appservice_kit import AUTH, TOKEN, serving
@@ -9,6 +10,7 @@ from bridge.matrix.appservice import TransactionOrder, transaction_key
 def recording(calls: list):
     async def on_transaction(transaction):
         calls.append([e["event_id"] for e in transaction.events])
+
     return on_transaction
 
 
@@ -23,16 +25,16 @@ def make_client(calls: list, seen: set):
 def body(*event_ids, kind="m.room.encrypted"):
     """A transaction of events with no record of their own: the appservice records the
     transaction (a plain room event is de-duplicated by the dispatcher, by its event id)."""
-    return {"events": [{"event_id": e, "type": kind, "room_id": "!r", "sender": "@a:b",
-                        "content": {}} for e in event_ids]}
+    return {
+        "events": [{"event_id": e, "type": kind, "room_id": "!r", "sender": "@a:b", "content": {}} for e in event_ids]
+    }
 
 
 async def test_a_transaction_sent_again_is_handled_once():
     calls, seen = [], set()
     async with make_client(calls, seen) as client:
         for _ in range(3):
-            response = await client.put("/_matrix/app/v1/transactions/7", json=body("$a", "$b"),
-                                        headers=AUTH)
+            response = await client.put("/_matrix/app/v1/transactions/7", json=body("$a", "$b"), headers=AUTH)
             assert response.status == 200 and await response.json() == {}
         assert calls == [["$a", "$b"]]
         # a restarted bridge has the same keys in its store: a second server over the same set
@@ -47,8 +49,7 @@ async def test_a_reused_id_with_new_events_is_a_new_transaction():
     calls, seen = [], set()
     async with make_client(calls, seen) as client:
         for events in (("$a",), ("$c",)):
-            response = await client.put("/_matrix/app/v1/transactions/1", json=body(*events),
-                                        headers=AUTH)
+            response = await client.put("/_matrix/app/v1/transactions/1", json=body(*events), headers=AUTH)
             assert response.status == 200
         assert calls == [["$a"], ["$c"]]
         assert transaction_key("1", [{"event_id": "$a"}]) != transaction_key("1", [{"event_id": "$c"}])
@@ -58,13 +59,16 @@ async def test_bad_tokens_are_forbidden_and_bad_bodies_refused():
     calls, seen = [], set()
     async with make_client(calls, seen) as client:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Token {TOKEN}"}):
-            for method, path in (("PUT", "/_matrix/app/v1/transactions/1"), ("GET", "/_matrix/app/v1/users/@sk_a:b"),
-                                 ("POST", "/_matrix/app/v1/ping"), ("GET", "/_matrix/app/v1/rooms/%23x:b")):
+            for method, path in (
+                ("PUT", "/_matrix/app/v1/transactions/1"),
+                ("GET", "/_matrix/app/v1/users/@sk_a:b"),
+                ("POST", "/_matrix/app/v1/ping"),
+                ("GET", "/_matrix/app/v1/rooms/%23x:b"),
+            ):
                 response = await client.request(method, path, json=body("$a"), headers=headers)
                 assert response.status == 403
                 assert (await response.json())["errcode"] == "M_FORBIDDEN"
-        response = await client.put("/_matrix/app/v1/transactions/2", data=b"{not json",
-                                    headers=AUTH)
+        response = await client.put("/_matrix/app/v1/transactions/2", data=b"{not json", headers=AUTH)
         assert response.status == 400
         response = await client.get("/_matrix/app/v1/users/@sk_a:b", headers=AUTH)
         assert response.status == 200
@@ -82,8 +86,7 @@ class Clock:
 
 
 async def put(client, txn_id: str, *event_ids) -> int:
-    response = await client.put(f"/_matrix/app/v1/transactions/{txn_id}", json=body(*event_ids),
-                                headers=AUTH)
+    response = await client.put(f"/_matrix/app/v1/transactions/{txn_id}", json=body(*event_ids), headers=AUTH)
     return response.status
 
 
@@ -201,20 +204,19 @@ async def test_a_transaction_whose_events_have_records_of_their_own_is_answered_
     order = TransactionOrder()
     async with serving(on_transaction, seen=seen, mark=mark, order=order) as client:
         receipt = {"type": "m.receipt", "room_id": "!r", "content": {"$e": {"m.read": {"@sk_a:b": {"ts": 1}}}}}
-        response = await client.put("/_matrix/app/v1/transactions/5", json={"ephemeral": [receipt]},
-                                    headers=AUTH)
+        response = await client.put("/_matrix/app/v1/transactions/5", json={"ephemeral": [receipt]}, headers=AUTH)
         assert response.status == 200
         assert store_calls == [] and handled == [("5", 1)] and order.last == 5
-        response = await client.put("/_matrix/app/v1/transactions/6", json=body("$m", kind="m.room.message"),
-                                    headers=AUTH)
+        response = await client.put(
+            "/_matrix/app/v1/transactions/6", json=body("$m", kind="m.room.message"), headers=AUTH
+        )
         assert response.status == 200
         assert store_calls == [] and [h[0] for h in handled] == ["5", "6"] and order.last == 6
-        response = await client.put("/_matrix/app/v1/transactions/7", json=body("$a"),
-                                    headers=AUTH)
+        response = await client.put("/_matrix/app/v1/transactions/7", json=body("$a"), headers=AUTH)
         assert response.status == 200
         assert [kind for kind, _ in store_calls] == ["seen", "mark"] and order.last == 7
-        response = await client.put("/_matrix/app/v1/transactions/8", json={"to_device": [{"type": "m.room_key"}]},
-                                    headers=AUTH)
+        response = await client.put(
+            "/_matrix/app/v1/transactions/8", json={"to_device": [{"type": "m.room_key"}]}, headers=AUTH
+        )
         assert response.status == 200
         assert [kind for kind, _ in store_calls] == ["seen", "mark", "seen", "mark"] and order.last == 8
-

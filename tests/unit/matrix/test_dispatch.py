@@ -1,5 +1,6 @@
 """The way in: the appservice's crypto fields (MSC2409 / MSC3202) reach the dispatcher's
 encryption seam, before the transaction's events; events of every source pass the dispatcher."""
+
 from __future__ import annotations
 
 from appservice_kit import AUTH, serving
@@ -8,27 +9,41 @@ from bridge.matrix.appservice import DeviceTraffic, Transaction, device_traffic,
 from bridge.matrix.dispatch import Dispatcher, Encryption
 from store import keys
 
-
-TO_DEVICE = {"type": "m.room.encrypted", "sender": "@owner:localhost", "to_user_id": "@sk_alice:localhost",
-             "to_device_id": "ALICEDEV", "content": {"algorithm": "m.olm.v1.curve25519-aes-sha2", "ciphertext": {}}}
+TO_DEVICE = {
+    "type": "m.room.encrypted",
+    "sender": "@owner:localhost",
+    "to_user_id": "@sk_alice:localhost",
+    "to_device_id": "ALICEDEV",
+    "content": {"algorithm": "m.olm.v1.curve25519-aes-sha2", "ciphertext": {}},
+}
 
 
 def test_the_crypto_fields_of_a_transaction_are_parsed_under_either_name():
-    unstable = device_traffic({
-        "de.sorunome.msc2409.to_device": [TO_DEVICE, "junk"],
-        "org.matrix.msc3202.device_lists": {"changed": ["@owner:localhost", 7], "left": ["@gone:localhost"]},
-        "org.matrix.msc3202.device_one_time_key_counts": {
-            "@sk_alice:localhost": {"ALICEDEV": {"signed_curve25519": 20, "bad": "x"}}},
-        "org.matrix.msc3202.device_unused_fallback_key_types": {
-            "@sk_alice:localhost": {"ALICEDEV": ["signed_curve25519"]}, "@bad:localhost": []},
-    })
+    unstable = device_traffic(
+        {
+            "de.sorunome.msc2409.to_device": [TO_DEVICE, "junk"],
+            "org.matrix.msc3202.device_lists": {"changed": ["@owner:localhost", 7], "left": ["@gone:localhost"]},
+            "org.matrix.msc3202.device_one_time_key_counts": {
+                "@sk_alice:localhost": {"ALICEDEV": {"signed_curve25519": 20, "bad": "x"}}
+            },
+            "org.matrix.msc3202.device_unused_fallback_key_types": {
+                "@sk_alice:localhost": {"ALICEDEV": ["signed_curve25519"]},
+                "@bad:localhost": [],
+            },
+        }
+    )
     assert unstable.to_device == [TO_DEVICE]
     assert unstable.changed == ["@owner:localhost"] and unstable.left == ["@gone:localhost"]
     assert unstable.one_time_keys == {"@sk_alice:localhost": {"ALICEDEV": {"signed_curve25519": 20}}}
     assert unstable.fallback_keys == {"@sk_alice:localhost": {"ALICEDEV": ["signed_curve25519"]}}
-    stable = device_traffic({"to_device": [TO_DEVICE], "device_lists": {"changed": ["@b:localhost"]},
-                             "device_one_time_keys_count": {"@sk_bob:localhost": {"D": {"signed_curve25519": 3}}},
-                             "device_unused_fallback_key_types": {"@sk_bob:localhost": {"D": []}}})
+    stable = device_traffic(
+        {
+            "to_device": [TO_DEVICE],
+            "device_lists": {"changed": ["@b:localhost"]},
+            "device_one_time_keys_count": {"@sk_bob:localhost": {"D": {"signed_curve25519": 3}}},
+            "device_unused_fallback_key_types": {"@sk_bob:localhost": {"D": []}},
+        }
+    )
     assert stable.to_device == [TO_DEVICE] and stable.changed == ["@b:localhost"] and stable.left == []
     assert stable.one_time_keys == {"@sk_bob:localhost": {"D": {"signed_curve25519": 3}}}
     assert stable.fallback_keys == {"@sk_bob:localhost": {"D": []}}
@@ -53,11 +68,15 @@ async def test_the_appservice_hands_the_crypto_fields_on_with_the_events():
         seen.append(transaction)
 
     async with serving(on_transaction) as client:
-        body = {"events": [{"event_id": "$a", "type": "m.room.message"}],
-                "de.sorunome.msc2409.ephemeral": [{"type": "m.typing"}],
-                "de.sorunome.msc2409.to_device": [TO_DEVICE],
-                "org.matrix.msc3202.device_lists": {"changed": ["@owner:localhost"], "left": []},
-                "org.matrix.msc3202.device_one_time_keys_count": {"@sk_alice:localhost": {"ALICEDEV": {"signed_curve25519": 50}}}}
+        body = {
+            "events": [{"event_id": "$a", "type": "m.room.message"}],
+            "de.sorunome.msc2409.ephemeral": [{"type": "m.typing"}],
+            "de.sorunome.msc2409.to_device": [TO_DEVICE],
+            "org.matrix.msc3202.device_lists": {"changed": ["@owner:localhost"], "left": []},
+            "org.matrix.msc3202.device_one_time_keys_count": {
+                "@sk_alice:localhost": {"ALICEDEV": {"signed_curve25519": 50}}
+            },
+        }
         response = await client.put("/_matrix/app/v1/transactions/9", json=body, headers=AUTH)
         assert response.status == 200
         only_keys = {"de.sorunome.msc2409.to_device": [TO_DEVICE]}  # a transaction of to-device alone
@@ -94,6 +113,7 @@ class Recording(Encryption):
 
 class Config:
     """What the dispatcher reads of the config."""
+
     bot_user_id = "@sidekicks:localhost"
     owners = ("@owner:localhost",)
 
@@ -112,54 +132,114 @@ async def test_the_dispatcher_gives_keys_first_then_events_and_decrypted_events_
 
     dispatcher._handlers["m.room.message"] = message
     events = [
-        {"event_id": "$1", "type": "m.room.encrypted", "room_id": "!r", "sender": "@owner:localhost",
-         "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "…"}},
-        {"event_id": "$2", "type": "m.room.message", "room_id": "!r", "sender": "@owner:localhost",
-         "content": {"msgtype": "m.text", "body": "plain"}},
-        {"event_id": "$3", "type": "m.room.message", "room_id": "!r", "sender": "@sk_alice:localhost",
-         "content": {"msgtype": "m.text", "body": "our own answer"}},
-        {"event_id": "$4", "type": "m.room.encryption", "room_id": "!r", "sender": "@owner:localhost",
-         "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
-        {"event_id": "$5", "type": "m.room.message", "room_id": "!r", "sender": "@owner:localhost",
-         "content": "not an object"},
+        {
+            "event_id": "$1",
+            "type": "m.room.encrypted",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "…"},
+        },
+        {
+            "event_id": "$2",
+            "type": "m.room.message",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "content": {"msgtype": "m.text", "body": "plain"},
+        },
+        {
+            "event_id": "$3",
+            "type": "m.room.message",
+            "room_id": "!r",
+            "sender": "@sk_alice:localhost",
+            "content": {"msgtype": "m.text", "body": "our own answer"},
+        },
+        {
+            "event_id": "$4",
+            "type": "m.room.encryption",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "state_key": "",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+        },
+        {
+            "event_id": "$5",
+            "type": "m.room.message",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "content": "not an object",
+        },
         # a timeline event of that type, or a state event with another key, is not the room's state
-        {"event_id": "$6", "type": "m.room.encryption", "room_id": "!plain", "sender": "@owner:localhost",
-         "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
-        {"event_id": "$7", "type": "m.room.encryption", "room_id": "!plain", "sender": "@owner:localhost",
-         "state_key": "x", "content": {"algorithm": "m.megolm.v1.aes-sha2"}},
+        {
+            "event_id": "$6",
+            "type": "m.room.encryption",
+            "room_id": "!plain",
+            "sender": "@owner:localhost",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+        },
+        {
+            "event_id": "$7",
+            "type": "m.room.encryption",
+            "room_id": "!plain",
+            "sender": "@owner:localhost",
+            "state_key": "x",
+            "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+        },
     ]
     await dispatcher.transaction(Transaction("1", events, [], DeviceTraffic(to_device=[TO_DEVICE])))
-    assert order == [("keys", 1), ("encrypted", "$1"), ("message", "$1", "decrypted"),
-                     ("message", "$2", "plain"), ("room encrypted", "!r")]
+    assert order == [
+        ("keys", 1),
+        ("encrypted", "$1"),
+        ("message", "$1", "decrypted"),
+        ("message", "$2", "plain"),
+        ("room encrypted", "!r"),
+    ]
     # a "decrypted" event that is still encrypted does not go round again
     order.clear()
     await dispatcher.decrypted(events[0])
     assert order == []
 
 
-
 # ---- nothing lost, nothing twice -------------------------------------------------------------
+
 
 def owned_dispatcher() -> Dispatcher:
     """A dispatcher with a real store, for what it records; handlers that do nothing."""
+    from bridge.outage import StoreOutage
     from store import Store
     from store.offloop import OffLoop
-
-    from bridge.outage import StoreOutage
 
     async def nothing(event, room_id, sender, content):
         pass
 
-    kinds = ("m.room.member", "m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start",
-             "m.reaction", "m.room.redaction", "m.room.name", "m.room.tombstone")
+    kinds = (
+        "m.room.member",
+        "m.room.message",
+        "m.sticker",
+        "m.poll.start",
+        "org.matrix.msc3381.poll.start",
+        "m.reaction",
+        "m.room.redaction",
+        "m.room.name",
+        "m.room.tombstone",
+    )
     is_owner = Config.owners.__contains__
-    return Dispatcher(Config, OffLoop(Store.open(":memory:")), {kind: nothing for kind in kinds},
-                      StoreOutage(), Encryption(_nothing_to_say, is_owner))
+    return Dispatcher(
+        Config,
+        OffLoop(Store.open(":memory:")),
+        {kind: nothing for kind in kinds},
+        StoreOutage(),
+        Encryption(_nothing_to_say, is_owner),
+    )
 
 
 def owner_message(event_id: str, body: str = "hi") -> dict:
-    return {"event_id": event_id, "type": "m.room.message", "room_id": "!r", "sender": "@owner:localhost",
-            "content": {"msgtype": "m.text", "body": body}}
+    return {
+        "event_id": event_id,
+        "type": "m.room.message",
+        "room_id": "!r",
+        "sender": "@owner:localhost",
+        "content": {"msgtype": "m.text", "body": body},
+    }
 
 
 def dispatcher_with(handled: list, fail: dict) -> Dispatcher:
@@ -184,19 +264,44 @@ async def test_an_event_delivered_again_is_not_handled_again_whatever_its_kind()
     def counting(kind):
         async def handler(event, room_id, sender, content):
             counts[kind] = counts.get(kind, 0) + 1
+
         return handler
 
     for kind in ("m.room.member", "m.reaction", "m.room.redaction", "m.room.name"):
         dispatcher._handlers[kind] = counting(kind)
-    events = [owner_message("$cmd", "!new test alice"), owner_message("$num", "1"),
-              {"event_id": "$re", "type": "m.reaction", "room_id": "!r", "sender": "@owner:localhost",
-               "content": {"m.relates_to": {"rel_type": "m.annotation", "event_id": "$x", "key": "🛑"}}},
-              {"event_id": "$rd", "type": "m.room.redaction", "room_id": "!r", "sender": "@owner:localhost",
-               "content": {"redacts": "$x"}},
-              {"event_id": "$in", "type": "m.room.member", "room_id": "!r", "sender": "@owner:localhost",
-               "state_key": "@sk_alice:localhost", "content": {"membership": "invite"}},
-              {"event_id": "$nm", "type": "m.room.name", "room_id": "!r", "sender": "@owner:localhost",
-               "content": {"name": "x"}}]
+    events = [
+        owner_message("$cmd", "!new test alice"),
+        owner_message("$num", "1"),
+        {
+            "event_id": "$re",
+            "type": "m.reaction",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "content": {"m.relates_to": {"rel_type": "m.annotation", "event_id": "$x", "key": "🛑"}},
+        },
+        {
+            "event_id": "$rd",
+            "type": "m.room.redaction",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "content": {"redacts": "$x"},
+        },
+        {
+            "event_id": "$in",
+            "type": "m.room.member",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "state_key": "@sk_alice:localhost",
+            "content": {"membership": "invite"},
+        },
+        {
+            "event_id": "$nm",
+            "type": "m.room.name",
+            "room_id": "!r",
+            "sender": "@owner:localhost",
+            "content": {"name": "x"},
+        },
+    ]
     for txn in ("1", "1-again-after-a-restart"):
         await dispatcher.transaction(Transaction(txn, events))
     assert handled == ["!new test alice", "1"]
@@ -218,6 +323,7 @@ async def test_a_handler_that_recorded_its_event_itself_is_not_recorded_again():
     def mark(key):
         marked.append(key)
         real_mark(key)
+
     store.mark_txn = mark
 
     async def taking(event, room_id, sender, content):
@@ -229,10 +335,21 @@ async def test_a_handler_that_recorded_its_event_itself_is_not_recorded_again():
 
     dispatcher._handlers["m.room.message"] = taking
     dispatcher._handlers["m.room.name"] = other
-    await dispatcher.transaction(Transaction("1", [
-        owner_message("$taken", "hi"),
-        {"event_id": "$nm", "type": "m.room.name", "room_id": "!r", "sender": "@owner:localhost",
-         "content": {"name": "x"}}]))
+    await dispatcher.transaction(
+        Transaction(
+            "1",
+            [
+                owner_message("$taken", "hi"),
+                {
+                    "event_id": "$nm",
+                    "type": "m.room.name",
+                    "room_id": "!r",
+                    "sender": "@owner:localhost",
+                    "content": {"name": "x"},
+                },
+            ],
+        )
+    )
     assert await dispatcher.db.txn_seen(keys.handled_event("$nm"))  # written before this check
     assert marked == [keys.handled_event("$nm")]
     assert await dispatcher.db.txn_seen(keys.handled_event("$taken"))
@@ -255,15 +372,20 @@ async def test_a_transaction_not_handled_in_full_is_refused_and_comes_again_with
 
 
 async def test_an_event_that_cannot_be_handled_is_skipped_not_retried_forever(caplog):
+    import pytest
+
     from bridge.matrix.appservice import TransactionRefused
     from bridge.matrix.client import MatrixError
 
-    import pytest
-
     handled: list = []
-    dispatcher = dispatcher_with(handled, {"$bad": KeyError("unexpected"),
-                                           "$refused": MatrixError("joining: M_FORBIDDEN no", 403),
-                                           "$busy": MatrixError("sending: M_UNKNOWN busy", 502)})
+    dispatcher = dispatcher_with(
+        handled,
+        {
+            "$bad": KeyError("unexpected"),
+            "$refused": MatrixError("joining: M_FORBIDDEN no", 403),
+            "$busy": MatrixError("sending: M_UNKNOWN busy", 502),
+        },
+    )
     events = [owner_message("$bad", "bad"), owner_message("$refused", "refused"), owner_message("$ok", "ok")]
     await dispatcher.transaction(Transaction("8", events))  # acknowledged
     assert handled == ["ok"]
@@ -286,8 +408,13 @@ async def test_a_decrypted_event_is_recorded_as_itself_so_a_late_key_still_gets_
             waiting.append(event)  # no key yet: decrypted later
 
     dispatcher.encryption = LateKeys(_nothing_to_say, Config.owners.__contains__)
-    encrypted = {"event_id": "$e", "type": "m.room.encrypted", "room_id": "!r", "sender": "@owner:localhost",
-                 "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "…"}}
+    encrypted = {
+        "event_id": "$e",
+        "type": "m.room.encrypted",
+        "room_id": "!r",
+        "sender": "@owner:localhost",
+        "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "…"},
+    }
     await dispatcher.transaction(Transaction("1", [encrypted]))
     plain = {**encrypted, "type": "m.room.message", "content": {"msgtype": "m.text", "body": "secret"}}
     await dispatcher.decrypted(plain)  # the key came
@@ -326,6 +453,7 @@ async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_
     def recording(kind):
         async def handler(event, room_id, sender, content):
             reached.append((kind, sender))
+
         return handler
 
     kinds = [kind for kind in dispatcher._handlers if kind != "m.room.member"]
@@ -333,16 +461,27 @@ async def test_every_kind_with_a_handler_reaches_it_for_the_owner_and_never_for_
     for kind in kinds:
         dispatcher._handlers[kind] = recording(kind)
     for n, sender in enumerate(("@owner:localhost", "@stranger:localhost")):
-        await dispatcher.transaction(Transaction(str(n), [
-            {"event_id": f"${kind}{n}", "type": kind, "room_id": "!r", "sender": sender, "content": {"body": "x"}}
-            for kind in kinds]))
+        await dispatcher.transaction(
+            Transaction(
+                str(n),
+                [
+                    {
+                        "event_id": f"${kind}{n}",
+                        "type": kind,
+                        "room_id": "!r",
+                        "sender": sender,
+                        "content": {"body": "x"},
+                    }
+                    for kind in kinds
+                ],
+            )
+        )
     assert reached == [(kind, "@owner:localhost") for kind in kinds]
 
 
 async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line():
-    from store import StoreLockLost, StoreUnavailable
-
     from bridge.outage import StoreOutage
+    from store import StoreLockLost, StoreUnavailable
 
     halted: list = []
     outage = StoreOutage(halt=halted.append)
@@ -356,9 +495,10 @@ async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line()
 
 def test_a_tombstone_points_to_its_replacement_only_when_it_is_one():
     from bridge.channels.upgrade import replacement_of
+
     event = {"type": "m.room.tombstone", "state_key": "", "content": {"replacement_room": "!new:hs"}}
     assert replacement_of(event, "!old:hs") == "!new:hs"
-    assert replacement_of({**event, "state_key": "x"}, "!old:hs") is None           # not the room's state
+    assert replacement_of({**event, "state_key": "x"}, "!old:hs") is None  # not the room's state
     assert replacement_of({**event, "content": {"replacement_room": "!old:hs"}}, "!old:hs") is None
     assert replacement_of({**event, "content": {"replacement_room": "#alias:hs"}}, "!old:hs") is None
     assert replacement_of({**event, "content": {"replacement_room": 7}}, "!old:hs") is None
@@ -372,6 +512,7 @@ async def test_an_event_that_comes_two_ways_at_once_is_handled_once():
     import asyncio
 
     from bridge.matrix.client import MatrixError
+
     gate, handled = asyncio.Event(), []
     dispatcher = owned_dispatcher()
 
@@ -380,6 +521,7 @@ async def test_an_event_that_comes_two_ways_at_once_is_handled_once():
         await gate.wait()
         if content["body"] == "refused":
             raise MatrixError("the homeserver is busy", 502)
+
     dispatcher._handlers["m.room.message"] = message
     first = asyncio.ensure_future(dispatcher.event(owner_message("$cmd", "!help")))
     second = asyncio.ensure_future(dispatcher.event(owner_message("$cmd", "!help")))

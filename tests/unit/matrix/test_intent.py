@@ -1,5 +1,6 @@
 """bridge/matrix/intent.py against a recording homeserver (aiohttp test server): transaction ids, declared
 mentions, the outgoing hook, and that no event leaves the bridge any other way."""
+
 from __future__ import annotations
 
 import base64
@@ -12,10 +13,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bridge.matrix.markdown import markdown_to_html
 from bridge.channels.stream import SPLIT_WEIGHT, message_content
-from bridge.matrix.intent import MAX_EVENT_BYTES, EventTooLarge, Intent, Outgoing, declare_mentions, edit_content
 from bridge.matrix.client import AppserviceClient, MatrixError
+from bridge.matrix.intent import MAX_EVENT_BYTES, EventTooLarge, Intent, Outgoing, declare_mentions, edit_content
+from bridge.matrix.markdown import markdown_to_html
 
 ALICE = "@sk_alice:localhost"
 ROOM = "!room:localhost"
@@ -32,9 +33,15 @@ class Recorder:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
-        self.requests.append({"method": request.method, "path": request.path,
-                              "query": dict(request.query), "raw": raw,
-                              "body": json.loads(raw) if raw and request.content_type == "application/json" else None})
+        self.requests.append(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": dict(request.query),
+                "raw": raw,
+                "body": json.loads(raw) if raw and request.content_type == "application/json" else None,
+            }
+        )
         if self.drop_first:
             self.drop_first -= 1
             request.transport.close()  # the request reached us; its answer is lost
@@ -125,8 +132,13 @@ class Inflating(Outgoing):
     async def prepare(self, user_id, room_id, event_type, content):
         self.prepared += 1
         plain = json.dumps({"type": event_type, "content": content, "room_id": room_id}).encode()
-        sealed = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": base64.b64encode(plain).decode(),
-                  "sender_key": "k" * 43, "device_id": "DEVICE", "session_id": "s" * 43}
+        sealed = {
+            "algorithm": "m.megolm.v1.aes-sha2",
+            "ciphertext": base64.b64encode(plain).decode(),
+            "sender_key": "k" * 43,
+            "device_id": "DEVICE",
+            "session_id": "s" * 43,
+        }
         if "m.relates_to" in content:
             sealed["m.relates_to"] = content["m.relates_to"]
         return "m.room.encrypted", sealed
@@ -141,8 +153,13 @@ async def test_every_event_is_measured_as_sent_after_encryption(homeserver):
     markdown = ("Some **bold** text and `code` here.\n\n" * 400)[:SPLIT_WEIGHT]
     html = markdown_to_html(markdown)
     # plain, this edit fits (text twice + HTML); sealed, it would not: the fallback is cut first
-    new = {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html", "formatted_body": html,
-           "m.mentions": {"user_ids": ["@owner:localhost"]}}
+    new = {
+        "msgtype": "m.text",
+        "body": markdown,
+        "format": "org.matrix.custom.html",
+        "formatted_body": html,
+        "m.mentions": {"user_ids": ["@owner:localhost"]},
+    }
     assert len(json.dumps(edit_content("$orig", new))) < MAX_EVENT_BYTES
     await intent.edit(ROOM, "$orig", new)
     sent = homeserver.sends()[-1]
@@ -163,8 +180,11 @@ async def test_html_that_grows_five_times_is_dropped_and_the_text_kept(homeserve
         await intent.edit(ROOM, "$orig", content)  # and an edit
         for sent in homeserver.sends()[-2:]:
             assert as_sent(sent) <= MAX_EVENT_BYTES
-            body = sent["body"] if outgoing is None else \
-                json.loads(base64.b64decode(sent["body"]["ciphertext"]))["content"]
+            body = (
+                sent["body"]
+                if outgoing is None
+                else json.loads(base64.b64decode(sent["body"]["ciphertext"]))["content"]
+            )
             shown = body.get("m.new_content", body)
             assert shown["body"] == text and "formatted_body" not in shown
 
@@ -207,8 +227,12 @@ async def test_the_outgoing_hook_sees_every_room_event_last_and_may_change_it(ho
     await intent.send("!plain:localhost", {"msgtype": "m.text", "body": "open"})
     await intent.send_state(ROOM, "m.room.topic", "", {"topic": "t"})
     await intent.redact(ROOM, "$e1", "gone")
-    assert hook.seen == [(ALICE, ROOM, "m.room.message"), (ALICE, ROOM, "m.room.message"),
-                         (ALICE, ROOM, "m.reaction"), (ALICE, "!plain:localhost", "m.room.message")]
+    assert hook.seen == [
+        (ALICE, ROOM, "m.room.message"),
+        (ALICE, ROOM, "m.room.message"),
+        (ALICE, ROOM, "m.reaction"),
+        (ALICE, "!plain:localhost", "m.room.message"),
+    ]
     message, edit, reaction, plain = homeserver.sends()
     assert "/send/m.room.encrypted/" in message["path"] and "secret" not in message["body"].get("body", "")
     inner = json.loads(message["body"]["ciphertext"])
@@ -249,15 +273,27 @@ async def test_a_device_goes_along_with_every_request_once_the_identity_has_one(
     intent.client.masquerade_device = "DEVICE1"
     await intent.send(ROOM, {"msgtype": "m.text", "body": "x"})
     await intent.typing(ROOM, True)
-    assert all(r["query"].get("device_id") == "DEVICE1" and r["query"]["user_id"] == ALICE
-               for r in homeserver.requests)
+    assert all(r["query"].get("device_id") == "DEVICE1" and r["query"]["user_id"] == ALICE for r in homeserver.requests)
 
 
 # ---- the seam holds: nothing else in the bridge sends events ------------------------------------
 
-SENDS = [re.compile(p) for p in (
-    r"room_send\(", r"room_put_state\(", r"room_redact\(", r"\.put_event\(", r"\.put_state\(",
-    r"\.redact_event\(", r"\.upload_bytes\(", r"['\"/]send/", r"/redact/", r"\.raw\(", r"\.client\.")]
+SENDS = [
+    re.compile(p)
+    for p in (
+        r"room_send\(",
+        r"room_put_state\(",
+        r"room_redact\(",
+        r"\.put_event\(",
+        r"\.put_state\(",
+        r"\.redact_event\(",
+        r"\.upload_bytes\(",
+        r"['\"/]send/",
+        r"/redact/",
+        r"\.raw\(",
+        r"\.client\.",
+    )
+]
 
 
 def test_no_event_leaves_the_bridge_but_through_an_intent():
@@ -279,6 +315,7 @@ def test_no_event_leaves_the_bridge_but_through_an_intent():
 
 async def test_a_join_the_homeserver_cannot_do_now_is_tried_again_then_raised(homeserver, monkeypatch):
     from bridge.matrix import intent as intent_module
+
     monkeypatch.setattr(intent_module, "JOIN_RETRIES", (0.0, 0.0))
     intent = intent_for(homeserver)
     homeserver.status = 502
@@ -296,6 +333,7 @@ async def test_a_join_the_homeserver_cannot_do_now_is_tried_again_then_raised(ho
 
 async def test_a_join_whose_answer_is_lost_is_tried_again(homeserver, monkeypatch):
     from bridge.matrix import intent as intent_module
+
     monkeypatch.setattr(intent_module, "JOIN_RETRIES", (0.0,))
     homeserver.drop_first = 1  # the connection closes without an answer, once
     assert await intent_for(homeserver).join(ROOM) is True
@@ -303,10 +341,12 @@ async def test_a_join_whose_answer_is_lost_is_tried_again(homeserver, monkeypatc
 
 # ---- a turn in a thread: its new messages carry the thread's relation ---------------------------
 
+
 async def test_in_a_thread_new_messages_carry_the_relation_edits_and_reactions_keep_their_own(homeserver):
     from bridge.channels.conversations import thread_relation
     from bridge.channels.stream import Answer
     from bridge.matrix.intent import InRelation
+
     intent = InRelation(intent_for(homeserver), ROOM, thread_relation("$root", "$prompt"))
     answer = Answer(intent, ROOM, "Alice")
     await answer.start()
@@ -316,10 +356,17 @@ async def test_in_a_thread_new_messages_carry_the_relation_edits_and_reactions_k
     await intent.send("!other:localhost", {"msgtype": "m.text", "body": "elsewhere"})
     await intent.send(ROOM, {"msgtype": "m.notice", "body": "a notice"})
     await intent.typing(ROOM, True)  # every other call is the Intent's
-    sent = [(r["path"].split("/send/")[1].split("/")[0], r["path"].split("/rooms/")[1].split("/")[0], r["body"])
-            for r in homeserver.requests if "/send/" in r["path"]]
-    thread = {"rel_type": "m.thread", "event_id": "$root", "is_falling_back": True,
-              "m.in_reply_to": {"event_id": "$prompt"}}
+    sent = [
+        (r["path"].split("/send/")[1].split("/")[0], r["path"].split("/rooms/")[1].split("/")[0], r["body"])
+        for r in homeserver.requests
+        if "/send/" in r["path"]
+    ]
+    thread = {
+        "rel_type": "m.thread",
+        "event_id": "$root",
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": "$prompt"},
+    }
     (kind, room, first), (_, _, edit), (rkind, _, reaction), (_, other_room, other), (_, _, notice) = sent
     assert kind == "m.room.message" and first["m.relates_to"] == thread  # the answer, in the thread
     # an edit relates to its original alone (it stays in the original's thread); its new content has none
@@ -336,6 +383,7 @@ def test_a_puppet_in_the_main_timeline_is_itself():
 
     from bridge.matrix.intent import InRelation
     from bridge.matrix.puppet import relating
+
     puppet = SimpleNamespace(intent="the intent", user_id=ALICE)
     assert relating(puppet, ROOM, None) is puppet
     view = relating(puppet, ROOM, {"rel_type": "m.thread", "event_id": "$root"})

@@ -1,10 +1,17 @@
 """Agent Markdown becomes sanitised Matrix HTML; streamed edits stay under the event size limit."""
+
 from __future__ import annotations
 
-
-from bridge.matrix.markdown import markdown_to_html, needs_html
+from bridge.channels.stream import (
+    MAX_NOTICE_PARTS,
+    SPLIT_WEIGHT,
+    edit_interval,
+    message_content,
+    notice_parts,
+    split_point,
+)
 from bridge.matrix.intent import weight
-from bridge.channels.stream import SPLIT_WEIGHT, edit_interval, message_content, split_point, notice_parts, MAX_NOTICE_PARTS
+from bridge.matrix.markdown import markdown_to_html, needs_html
 
 
 def test_markdown_is_rendered():
@@ -14,9 +21,11 @@ def test_markdown_is_rendered():
 
 
 def test_dangerous_html_is_removed():
-    html = markdown_to_html('<script>alert(1)</script><iframe src="http://x"></iframe>'
-                            '<img src="x" onerror="alert(1)"><a href="javascript:alert(1)">x</a>'
-                            '<b onclick="evil()">b</b> [y](javascript:alert(2))')
+    html = markdown_to_html(
+        '<script>alert(1)</script><iframe src="http://x"></iframe>'
+        '<img src="x" onerror="alert(1)"><a href="javascript:alert(1)">x</a>'
+        '<b onclick="evil()">b</b> [y](javascript:alert(2))'
+    )
     for bad in ("<script", "alert(1)</script", "<iframe", "onerror", "onclick", 'href="javascript:'):
         assert bad not in html, (bad, html)
     assert "javascript:" not in "".join(part for part in html.split('"') if part.startswith("java"))
@@ -65,9 +74,11 @@ def test_edits_slow_down_as_a_message_grows():
 
 def test_images_load_only_from_the_homeserver():
     # an http(s) image is a tracking pixel the moment the client renders the answer
-    html = markdown_to_html("![pixel](https://tracker.example/p.gif?who=owner) and "
-                            '<img src="http://tracker.example/q.png" alt="q"> and '
-                            '<img src="//tracker.example/r.png"> and ![cat](mxc://hs.example/abc)')
+    html = markdown_to_html(
+        "![pixel](https://tracker.example/p.gif?who=owner) and "
+        '<img src="http://tracker.example/q.png" alt="q"> and '
+        '<img src="//tracker.example/r.png"> and ![cat](mxc://hs.example/abc)'
+    )
     assert "tracker.example" not in html, html
     assert '<img src="mxc://hs.example/abc" alt="cat">' in html
     assert "pixel and q and" in html  # what the dropped images said instead, as text

@@ -1,24 +1,25 @@
 """bridge/matrix/media.py, the pure parts: what each kind of owner message is to an agent, the
 attachment as the ACP content an agent announced, and an agent's media blocks as Matrix media."""
+
 from __future__ import annotations
 
 import base64
 
-from bridge.channels.prompt import prompt_blocks, prompt_content
-from bridge.matrix.media import (Attachment, OutgoingMedia, outgoing_part,
-                          read_message, restored)
 from fake_intent import FakeIntent
+
+from bridge.channels.prompt import prompt_blocks, prompt_content
+from bridge.matrix.media import Attachment, OutgoingMedia, outgoing_part, read_message, restored
 
 MXC = "mxc://localhost/abc"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20
 
 
 def image(**extra) -> dict:
-    return {"msgtype": "m.image", "body": "dot.png", "url": MXC,
-            "info": {"mimetype": "image/png", "size": 28}, **extra}
+    return {"msgtype": "m.image", "body": "dot.png", "url": MXC, "info": {"mimetype": "image/png", "size": 28}, **extra}
 
 
 # ---- what a message says --------------------------------------------------------------------
+
 
 def test_text_is_passed_on_as_it_is_and_may_be_a_bridge_command():
     read = read_message("m.room.message", {"msgtype": "m.text", "body": "hello @alice"})
@@ -29,15 +30,22 @@ def test_an_image_without_caption_is_an_attachment_and_never_its_file_name_as_te
     read = read_message("m.room.message", image())
     assert read.text == ""
     assert read.passed_on and not read.plain
-    assert read.attachment == Attachment(kind="image", name="dot.png", mimetype="image/png", size=28,
-                                         url=MXC, label="image")
+    assert read.attachment == Attachment(
+        kind="image", name="dot.png", mimetype="image/png", size=28, url=MXC, label="image"
+    )
     assert read.stored == "[image: dot.png]"
 
 
 def test_a_caption_is_the_body_when_a_file_name_differs_from_it():
-    read = read_message("m.room.message", image(body="what is this @alice?", filename="dot.png",
-                                                 format="org.matrix.custom.html",
-                                                 formatted_body="what is this <b>@alice</b>?"))
+    read = read_message(
+        "m.room.message",
+        image(
+            body="what is this @alice?",
+            filename="dot.png",
+            format="org.matrix.custom.html",
+            formatted_body="what is this <b>@alice</b>?",
+        ),
+    )
     assert read.text == "what is this @alice?"
     assert read.formatted == "what is this <b>@alice</b>?"
     assert read.attachment.name == "dot.png"
@@ -51,8 +59,9 @@ def test_a_body_equal_to_the_file_name_is_no_caption():
 
 def test_an_encrypted_attachment_is_read_from_its_file_object():
     file = {"url": "mxc://localhost/enc", "key": {"k": "x"}, "iv": "y", "hashes": {"sha256": "z"}, "v": "v2"}
-    read = read_message("m.room.message", {"msgtype": "m.file", "body": "notes.txt", "file": file,
-                                           "info": {"mimetype": "text/plain"}})
+    read = read_message(
+        "m.room.message", {"msgtype": "m.file", "body": "notes.txt", "file": file, "info": {"mimetype": "text/plain"}}
+    )
     assert read.attachment.file == file and read.attachment.url is None
     assert read.attachment.mxc == "mxc://localhost/enc"
 
@@ -64,17 +73,20 @@ def test_an_image_sent_as_a_file_is_still_an_image_and_a_missing_mimetype_is_gue
 
 
 def test_a_video_is_a_file():
-    read = read_message("m.room.message", {"msgtype": "m.video", "body": "clip.mp4", "url": MXC,
-                                           "info": {"mimetype": "video/mp4"}})
+    read = read_message(
+        "m.room.message", {"msgtype": "m.video", "body": "clip.mp4", "url": MXC, "info": {"mimetype": "video/mp4"}}
+    )
     assert read.attachment.kind == "video" and read.stored == "[video: clip.mp4]"
 
 
 def test_an_attachment_bigger_than_the_limit_is_refused_at_once_with_one_line():
-    read = read_message("m.room.message", image(info={"mimetype": "image/png", "size": 3 * 1024 * 1024}),
-                        limit=1024 * 1024)
+    read = read_message(
+        "m.room.message", image(info={"mimetype": "image/png", "size": 3 * 1024 * 1024}), limit=1024 * 1024
+    )
     assert not read.passed_on
-    assert read.note == ("dot.png is 3.0 MiB; agents take attachments of up to 1.0 MiB "
-                         "(limits.attachment_mib), so it was not passed on.")
+    assert read.note == (
+        "dot.png is 3.0 MiB; agents take attachments of up to 1.0 MiB (limits.attachment_mib), so it was not passed on."
+    )
 
 
 def test_an_attachment_without_a_file_says_so():
@@ -93,8 +105,9 @@ def test_an_emote_is_text_in_stars():
 
 
 def test_a_location_is_its_description_and_geo_uri():
-    read = read_message("m.room.message", {"msgtype": "m.location", "body": "Big Ben",
-                                           "geo_uri": "geo:51.5007,-0.1246"})
+    read = read_message(
+        "m.room.message", {"msgtype": "m.location", "body": "Big Ben", "geo_uri": "geo:51.5007,-0.1246"}
+    )
     assert read.text == "[location: Big Ben] geo:51.5007,-0.1246"
 
 
@@ -105,12 +118,22 @@ def test_a_sticker_is_an_image_named_by_its_description():
 
 
 def test_a_poll_is_its_question_and_answers_in_either_form():
-    unstable = {"org.matrix.msc3381.poll.start": {
-        "question": {"org.matrix.msc1767.text": "Lunch?"}, "kind": "org.matrix.msc3381.poll.disclosed",
-        "answers": [{"id": "a", "org.matrix.msc1767.text": "Pizza"}, {"id": "b", "org.matrix.msc1767.text": "Soup"}]}}
-    stable = {"m.poll": {"question": {"m.text": [{"body": "Lunch?"}]},
-                         "answers": [{"m.id": "a", "m.text": [{"body": "Pizza"}]},
-                                     {"m.id": "b", "m.text": [{"body": "Soup"}]}]}}
+    unstable = {
+        "org.matrix.msc3381.poll.start": {
+            "question": {"org.matrix.msc1767.text": "Lunch?"},
+            "kind": "org.matrix.msc3381.poll.disclosed",
+            "answers": [
+                {"id": "a", "org.matrix.msc1767.text": "Pizza"},
+                {"id": "b", "org.matrix.msc1767.text": "Soup"},
+            ],
+        }
+    }
+    stable = {
+        "m.poll": {
+            "question": {"m.text": [{"body": "Lunch?"}]},
+            "answers": [{"m.id": "a", "m.text": [{"body": "Pizza"}]}, {"m.id": "b", "m.text": [{"body": "Soup"}]}],
+        }
+    }
     for kind, content in (("org.matrix.msc3381.poll.start", unstable), ("m.poll.start", stable)):
         assert read_message(kind, content).text == "[poll] Lunch?\n1. Pizza\n2. Soup"
 
@@ -126,6 +149,7 @@ def test_stored_attachment_texts_are_recognised_after_a_restart():
 
 
 # ---- the attachment as ACP content ----------------------------------------------------------------
+
 
 def attachment(kind="image", name="dot.png", mimetype="image/png") -> Attachment:
     return Attachment(kind=kind, name=name, mimetype=mimetype, url=MXC, label=kind)
@@ -153,8 +177,10 @@ def test_audio_needs_the_audio_capability():
 def test_a_text_file_is_an_embedded_resource_or_else_its_text():
     notes = attachment("file", "notes.txt", "text/plain")
     blocks, _ = prompt_content(notes, "héllo\n".encode(), {"embeddedContext": True}, "A")
-    assert blocks == [{"type": "text", "text": "[file: notes.txt]"},
-                      {"type": "resource", "resource": {"uri": MXC, "mimeType": "text/plain", "text": "héllo\n"}}]
+    assert blocks == [
+        {"type": "text", "text": "[file: notes.txt]"},
+        {"type": "resource", "resource": {"uri": MXC, "mimeType": "text/plain", "text": "héllo\n"}},
+    ]
     blocks, _ = prompt_content(notes, b"hello\n", {}, "A")
     assert blocks == [{"type": "text", "text": "[Contents of notes.txt]\nhello\n\n[End of notes.txt]"}]
 
@@ -169,14 +195,18 @@ def test_a_binary_file_is_a_blob_resource_or_else_a_link():
     pdf = attachment("file", "report.pdf", "application/pdf")
     data = b"%PDF-1.4\x00\xff"
     blocks, _ = prompt_content(pdf, data, {"embeddedContext": True}, "A")
-    assert blocks[1] == {"type": "resource", "resource": {"uri": MXC, "mimeType": "application/pdf",
-                                                          "blob": base64.b64encode(data).decode()}}
+    assert blocks[1] == {
+        "type": "resource",
+        "resource": {"uri": MXC, "mimeType": "application/pdf", "blob": base64.b64encode(data).decode()},
+    }
     blocks, _ = prompt_content(pdf, data, {}, "A")
-    assert blocks == [{"type": "resource_link", "uri": MXC, "name": "report.pdf",
-                       "mimeType": "application/pdf", "size": len(data)}]
+    assert blocks == [
+        {"type": "resource_link", "uri": MXC, "name": "report.pdf", "mimeType": "application/pdf", "size": len(data)}
+    ]
 
 
 # ---- an agent's media ------------------------------------------------------------------------------
+
 
 def test_an_agents_image_block_is_an_m_image_with_its_bytes():
     part = outgoing_part({"type": "image", "mimeType": "image/png", "data": base64.b64encode(PNG).decode()})
@@ -185,40 +215,56 @@ def test_an_agents_image_block_is_an_m_image_with_its_bytes():
 
 
 def test_an_agents_resources_are_files_named_by_their_uri():
-    text = outgoing_part({"type": "resource", "resource": {"uri": "file:///tmp/out/plan.md",
-                                                           "mimeType": "text/markdown", "text": "# Plan"}})
+    text = outgoing_part(
+        {
+            "type": "resource",
+            "resource": {"uri": "file:///tmp/out/plan.md", "mimeType": "text/markdown", "text": "# Plan"},
+        }
+    )
     assert text == OutgoingMedia("m.file", "plan.md", "text/markdown", b"# Plan")
-    blob = outgoing_part({"type": "resource", "resource": {"uri": "file:///x/chart.png", "mimeType": "image/png",
-                                                           "blob": base64.b64encode(PNG).decode()}})
+    blob = outgoing_part(
+        {
+            "type": "resource",
+            "resource": {"uri": "file:///x/chart.png", "mimeType": "image/png", "blob": base64.b64encode(PNG).decode()},
+        }
+    )
     assert blob.msgtype == "m.image" and blob.data == PNG
 
 
 def test_an_agents_link_is_a_local_file_to_upload_or_else_text():
     local = outgoing_part({"type": "resource_link", "uri": "file:///tmp/a%20b.txt", "name": "a b.txt"})
     assert local.path is not None and str(local.path) == "/tmp/a b.txt" and local.msgtype == "m.file"
-    assert outgoing_part({"type": "resource_link", "uri": "https://example.org/x", "name": "x"}) == \
-        "[x](https://example.org/x)"
+    assert (
+        outgoing_part({"type": "resource_link", "uri": "https://example.org/x", "name": "x"})
+        == "[x](https://example.org/x)"
+    )
 
 
 def test_text_blocks_stay_text_and_broken_media_says_so():
     assert outgoing_part({"type": "text", "text": "hi"}) is None
-    assert outgoing_part({"type": "image", "mimeType": "image/png", "data": "not base64!!"}) == \
-        "[an image that could not be read]"
+    assert (
+        outgoing_part({"type": "image", "mimeType": "image/png", "data": "not base64!!"})
+        == "[an image that could not be read]"
+    )
 
 
 # ---- transfer: encrypted attachments, both ways (a stand-in for the Intent) ---------------------
+
 
 async def test_an_encrypted_attachment_is_decrypted_and_checked():
     from nio.crypto.attachments import encrypt_attachment
 
     from bridge.matrix.media import MediaError, fetch
+
     ciphertext, keys = encrypt_attachment(PNG)
-    encrypted = Attachment(kind="image", name="dot.png", mimetype="image/png",
-                           file={"url": "mxc://localhost/enc", **keys}, label="image")
+    encrypted = Attachment(
+        kind="image", name="dot.png", mimetype="image/png", file={"url": "mxc://localhost/enc", **keys}, label="image"
+    )
     assert await fetch(FakeIntent(stored=ciphertext), encrypted, 1024) == PNG
     assert encrypted.data == PNG  # kept for the message's other turns
-    tampered = Attachment(kind="image", name="dot.png", mimetype="image/png",
-                          file={"url": "mxc://localhost/enc", **keys}, label="image")
+    tampered = Attachment(
+        kind="image", name="dot.png", mimetype="image/png", file={"url": "mxc://localhost/enc", **keys}, label="image"
+    )
     try:
         await fetch(FakeIntent(stored=ciphertext[:-1] + b"x"), tampered, 1024)
     except MediaError as exc:
@@ -229,12 +275,15 @@ async def test_an_encrypted_attachment_is_decrypted_and_checked():
 
 async def test_a_download_past_the_limit_is_one_clear_line():
     from bridge.matrix.media import MediaError, fetch
+
     try:
-        await fetch(FakeIntent(stored=b"x" * 2048), Attachment("file", "big.bin", "application/octet-stream",
-                                                                url=MXC), 1024)
+        await fetch(
+            FakeIntent(stored=b"x" * 2048), Attachment("file", "big.bin", "application/octet-stream", url=MXC), 1024
+        )
     except MediaError as exc:
-        assert str(exc) == ("big.bin is bigger than the 1 KiB agents take (limits.attachment_mib), "
-                            "so it was not passed on.")
+        assert str(exc) == (
+            "big.bin is bigger than the 1 KiB agents take (limits.attachment_mib), so it was not passed on."
+        )
     else:
         raise AssertionError("no limit")
 
@@ -243,10 +292,11 @@ async def test_media_into_an_encrypted_room_is_uploaded_encrypted_with_its_key_i
     from nio.crypto.attachments import decrypt_attachment
 
     from bridge.matrix.media import post
+
     intent = FakeIntent(encrypts=True)
     await post(intent, "!room:localhost", OutgoingMedia("m.image", "dot.png", "image/png", PNG), 1024)
-    (uploaded, content_type, _), = intent.uploads
-    content, = intent.contents()
+    ((uploaded, content_type, _),) = intent.uploads
+    (content,) = intent.contents()
     assert content_type == "application/octet-stream" and uploaded != PNG
     assert "url" not in content and content["file"]["url"] == "mxc://localhost/up"
     assert content["file"]["v"] == "v2" and content["file"]["key"]["alg"] == "A256CTR"
@@ -257,6 +307,7 @@ async def test_media_into_an_encrypted_room_is_uploaded_encrypted_with_its_key_i
 
 async def test_media_into_a_plain_room_is_uploaded_as_it_is():
     from bridge.matrix.media import post
+
     intent = FakeIntent()
     await post(intent, "!room:localhost", OutgoingMedia("m.file", "plan.md", "text/markdown", b"# Plan"), 1024)
     assert intent.uploads == [(b"# Plan", "text/markdown", "plan.md")]
@@ -273,28 +324,45 @@ from bridge.matrix.msc4391 import invocation  # noqa: E402
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12)
-media_contents = st.fixed_dictionaries({}, optional={
-    "msgtype": st.sampled_from(["m.text", "m.image", "m.file", "m.audio", "m.video", "m.emote", "m.notice",
-                                "m.location"]) | json_values,
-    "body": st.text(max_size=20) | json_values, "filename": st.text(max_size=20) | json_values,
-    "url": st.just(MXC) | json_values, "file": st.fixed_dictionaries({"url": st.just(MXC) | json_values}) | json_values,
-    "info": st.fixed_dictionaries({}, optional={"mimetype": st.text(max_size=12) | json_values,
-                                                "size": st.integers() | json_values}) | json_values,
-    "geo_uri": json_values, "m.poll": json_values, "org.matrix.msc3381.poll.start": json_values,
-    "org.matrix.msc4391.command": st.fixed_dictionaries({"command": st.text(max_size=8) | json_values,
-                                                         "arguments": json_values}) | json_values,
-    "m.mentions": json_values})
+    max_leaves=12,
+)
+media_contents = st.fixed_dictionaries(
+    {},
+    optional={
+        "msgtype": st.sampled_from(
+            ["m.text", "m.image", "m.file", "m.audio", "m.video", "m.emote", "m.notice", "m.location"]
+        )
+        | json_values,
+        "body": st.text(max_size=20) | json_values,
+        "filename": st.text(max_size=20) | json_values,
+        "url": st.just(MXC) | json_values,
+        "file": st.fixed_dictionaries({"url": st.just(MXC) | json_values}) | json_values,
+        "info": st.fixed_dictionaries(
+            {}, optional={"mimetype": st.text(max_size=12) | json_values, "size": st.integers() | json_values}
+        )
+        | json_values,
+        "geo_uri": json_values,
+        "m.poll": json_values,
+        "org.matrix.msc3381.poll.start": json_values,
+        "org.matrix.msc4391.command": st.fixed_dictionaries(
+            {"command": st.text(max_size=8) | json_values, "arguments": json_values}
+        )
+        | json_values,
+        "m.mentions": json_values,
+    },
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from(["m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start"]),
-       media_contents)
+@given(
+    st.sampled_from(["m.room.message", "m.sticker", "m.poll.start", "org.matrix.msc3381.poll.start"]), media_contents
+)
 @example("m.room.message", {"msgtype": "m.image", "body": "", "file": {"url": ""}})  # found by hypothesis
 def test_any_content_is_read_without_an_exception(kind, content):
     read = read_message(kind, content, limit=1024)
     assert isinstance(read.text, str) and isinstance(read.stored, str)
     if read.attachment is not None:
         assert read.attachment.mxc == MXC
-    invocation(content, ["alice"], lambda u: "alice" if u == "@sk_alice:localhost" else None,
-               lambda a: [{"name": "x"}], None)
+    invocation(
+        content, ["alice"], lambda u: "alice" if u == "@sk_alice:localhost" else None, lambda a: [{"name": "x"}], None
+    )

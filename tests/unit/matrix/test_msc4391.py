@@ -1,11 +1,11 @@
 """bridge/matrix/msc4391.py, the pure parts: state keys, descriptions, invocations, power levels."""
+
 from __future__ import annotations
 
 import base64
 import hashlib
 
-from bridge.matrix.msc4391 import (DESCRIPTION, description, descriptions, digest, invocation, raised_levels,
-                            state_key)
+from bridge.matrix.msc4391 import DESCRIPTION, description, descriptions, digest, invocation, raised_levels, state_key
 
 ALICE = "@sk_alice:localhost"
 
@@ -22,9 +22,16 @@ def test_a_command_with_input_has_one_optional_string_parameter_taking_the_rest_
     assert content == {
         "command": "review",
         "description": {"m.text": [{"body": "Review a file"}]},
-        "parameters": [{"key": "args", "type": "string", "required": False,
-                        "schema": {"schema_type": "primitive", "type": "string"}, "optional": True,
-                        "description": {"m.text": [{"body": "path"}]}}],
+        "parameters": [
+            {
+                "key": "args",
+                "type": "string",
+                "required": False,
+                "schema": {"schema_type": "primitive", "type": "string"},
+                "optional": True,
+                "description": {"m.text": [{"body": "path"}]},
+            }
+        ],
         "fi.mau.tail_parameter": "args",
     }
 
@@ -51,8 +58,12 @@ def invoke(content: dict, members=("alice", "bob"), direct=None):
 
 
 def test_an_invocation_runs_the_command_for_the_mentioned_agent():
-    content = {"msgtype": "m.text", "body": "/review main.py", "m.mentions": {"user_ids": [ALICE]},
-               "org.matrix.msc4391.command": {"command": "review", "arguments": {"args": "main.py"}}}
+    content = {
+        "msgtype": "m.text",
+        "body": "/review main.py",
+        "m.mentions": {"user_ids": [ALICE]},
+        "org.matrix.msc4391.command": {"command": "review", "arguments": {"args": "main.py"}},
+    }
     assert invoke(content) == ("alice", "review", "main.py")
 
 
@@ -64,8 +75,12 @@ def test_without_a_mention_the_direct_agent_or_the_member_with_the_command_runs_
 
 
 def test_other_clients_arguments_are_passed_in_order_as_text():
-    content = {"org.matrix.msc4391.command": {"command": "review", "arguments": {
-        "path": "a.py", "strict": True, "n": 3, "room": {"type": "room_id", "id": "!r:localhost"}}}}
+    content = {
+        "org.matrix.msc4391.command": {
+            "command": "review",
+            "arguments": {"path": "a.py", "strict": True, "n": 3, "room": {"type": "room_id", "id": "!r:localhost"}},
+        }
+    }
     assert invoke(content)[2] == "a.py true 3 !r:localhost"
 
 
@@ -75,14 +90,18 @@ def test_a_message_without_a_command_block_is_no_invocation():
 
 
 def test_power_is_raised_only_by_someone_who_may_and_only_when_needed():
-    levels = {"users": {"@sidekicks:localhost": 100, "@owner:localhost": 100}, "users_default": 0,
-              "state_default": 50, "events": {"m.room.power_levels": 100}}
+    levels = {
+        "users": {"@sidekicks:localhost": 100, "@owner:localhost": 100},
+        "users_default": 0,
+        "state_default": 50,
+        "events": {"m.room.power_levels": 100},
+    }
     raised = raised_levels(levels, ALICE, "@sidekicks:localhost")
     assert raised["users"][ALICE] == 50 and raised["users"]["@owner:localhost"] == 100
-    assert raised_levels(raised, ALICE, "@sidekicks:localhost") is None           # has it already
-    assert raised_levels(levels, ALICE, "@sk_bob:localhost") is None              # may not
+    assert raised_levels(raised, ALICE, "@sidekicks:localhost") is None  # has it already
+    assert raised_levels(levels, ALICE, "@sk_bob:localhost") is None  # may not
     cheap = {**levels, "events": {**levels["events"], DESCRIPTION: 0}}
-    assert raised_levels(cheap, ALICE, "@sidekicks:localhost") is None            # not needed
+    assert raised_levels(cheap, ALICE, "@sidekicks:localhost") is None  # not needed
 
 
 def test_a_creator_of_a_version_12_room_may_raise_without_being_listed():
@@ -94,8 +113,8 @@ def test_a_creator_of_a_version_12_room_may_raise_without_being_listed():
 
 def test_an_agent_announcing_a_thousand_commands_publishes_fifty_short_ones():
     from bridge.matrix.msc4391 import MAX_DESCRIPTIONS, MAX_TEXT
-    commands = [{"name": f"cmd{i}", "description": "x" * 5000, "input": {"hint": "h" * 5000}}
-                for i in range(1000)]
+
+    commands = [{"name": f"cmd{i}", "description": "x" * 5000, "input": {"hint": "h" * 5000}} for i in range(1000)]
     found = descriptions(commands, ALICE)
     assert MAX_DESCRIPTIONS == 50 and len(found) == 50
     assert [c["command"] for c in found.values()] == [f"cmd{i}" for i in range(50)]  # its first ones

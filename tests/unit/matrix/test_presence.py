@@ -1,13 +1,15 @@
 """bridge/matrix/presence.py against fake identities: a puppet's presence names no room (issue 26,
 docs/SECURITY.md "What a stranger cannot do") — anyone who shares any room with it sees its status message."""
+
 from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
 
+from fake_intent import FakeIntent
+
 from bridge.matrix import presence as presence_module
 from bridge.matrix.presence import Presence
-from fake_intent import FakeIntent
 
 
 async def test_an_answering_puppets_status_names_no_room(monkeypatch):

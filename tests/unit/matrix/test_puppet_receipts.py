@@ -1,4 +1,5 @@
 """Read receipts: the newest of a room's receipts asked for close together goes out, once."""
+
 from __future__ import annotations
 
 import asyncio

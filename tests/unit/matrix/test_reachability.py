@@ -1,6 +1,7 @@
 """The homeserver away and back (matrix/reachability.py), seen through the bridge's HTTP session:
 a request that cannot connect marks it away (a connection closed under a request does not); the
 next one answered tells `on_back` once, with the time of the first failure."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,10 @@ def free_port() -> int:
 async def test_a_failed_connection_then_an_answer_tells_once_since_when():
     backs, now = [], iter([100.0, 101.0, 102.0])
     reach = Reachability(backs.append, clock=lambda: next(now))
+
     async def ok(request):
         return web.json_response({})
+
     app = web.Application()
     app.router.add_get("/ok", ok)
     server = TestServer(app)
@@ -69,6 +72,7 @@ async def test_a_connection_closed_under_a_request_is_not_the_homeserver_gone():
     async def hang_up(reader, writer):
         await reader.readline()
         writer.close()
+
     server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
@@ -89,6 +93,7 @@ async def test_a_connection_closed_under_a_request_is_not_the_homeserver_gone():
 async def test_an_idle_bridge_asks_the_homeserver_and_notices_it_gone_and_back(monkeypatch):
     # nothing else is sent: only the watch's own asks see the homeserver go and come back
     from bridge.matrix import reachability
+
     monkeypatch.setattr(reachability, "IDLE_PING", 0.05)
     monkeypatch.setattr(reachability, "AWAY_PING", 0.05)
     asked, backs = [], []
@@ -97,6 +102,7 @@ async def test_an_idle_bridge_asks_the_homeserver_and_notices_it_gone_and_back(m
     async def versions(request):
         asked.append(request.path)
         return web.json_response({"versions": []})
+
     app = web.Application()
     app.router.add_get("/_matrix/client/versions", versions)
     port = free_port()
@@ -113,6 +119,7 @@ async def test_an_idle_bridge_asks_the_homeserver_and_notices_it_gone_and_back(m
                 return
             await asyncio.sleep(0.01)
         raise AssertionError("still false after 4 s")
+
     runner = await serve()
     async with aiohttp.ClientSession(trace_configs=[reach.trace_config()]) as session:
         watching = asyncio.ensure_future(reach.watch(session, f"http://127.0.0.1:{port}/"))

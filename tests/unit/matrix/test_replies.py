@@ -1,4 +1,5 @@
 """Reply fallbacks are stripped before routing and storing (bridge/matrix/replies.py, pure)."""
+
 from __future__ import annotations
 
 from bridge.channels.mentions import parse
@@ -12,14 +13,19 @@ def agent_of(user_id: str) -> str | None:
 
 
 QUOTED = "> <@sk_alice:localhost> I think we should use a queue.\n> And a second line\n\n"
-HTML = ('<mx-reply><blockquote><a href="https://matrix.to/#/!r:localhost/$a">In reply to</a> '
-        '<a href="https://matrix.to/#/@sk_alice:localhost">@sk_alice:localhost</a><br>I think we should '
-        'use a queue.</blockquote></mx-reply>')
+HTML = (
+    '<mx-reply><blockquote><a href="https://matrix.to/#/!r:localhost/$a">In reply to</a> '
+    '<a href="https://matrix.to/#/@sk_alice:localhost">@sk_alice:localhost</a><br>I think we should '
+    "use a queue.</blockquote></mx-reply>"
+)
 
 
 def reply(body: str, html: str | None = None, **relates) -> dict:
-    content = {"msgtype": "m.text", "body": QUOTED + body,
-               "m.relates_to": {"m.in_reply_to": {"event_id": "$a"}, **relates}}
+    content = {
+        "msgtype": "m.text",
+        "body": QUOTED + body,
+        "m.relates_to": {"m.in_reply_to": {"event_id": "$a"}, **relates},
+    }
     if html is not None:
         content.update({"format": "org.matrix.custom.html", "formatted_body": HTML + html})
     return content
@@ -33,7 +39,9 @@ def test_a_replys_quote_is_stripped_from_body_and_html():
 
 
 def test_the_quoted_agent_is_not_a_mention_once_stripped():
-    content = reply("@bob what do you think?", '<a href="https://matrix.to/#/@sk_bob:localhost">bob</a> what do you think?')
+    content = reply(
+        "@bob what do you think?", '<a href="https://matrix.to/#/@sk_bob:localhost">bob</a> what do you think?'
+    )
     raw = parse(content["body"], content["formatted_body"], [], agent_of, ALIASES)
     assert raw.mentions[0] == "alice"  # the bug: the quote routes to the quoted agent first
     clean = without_fallback(content)
@@ -44,9 +52,13 @@ def test_the_quoted_agent_is_not_a_mention_once_stripped():
 
 
 def test_a_number_replied_to_a_question_is_just_the_number():
-    content = without_fallback({"msgtype": "m.text",
-                                "body": "> <@sk_alice:localhost> 🔐 Alice asks permission: Read\n> \n> 1. Allow\n\n2",
-                                "m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}})
+    content = without_fallback(
+        {
+            "msgtype": "m.text",
+            "body": "> <@sk_alice:localhost> 🔐 Alice asks permission: Read\n> \n> 1. Allow\n\n2",
+            "m.relates_to": {"m.in_reply_to": {"event_id": "$q"}},
+        }
+    )
     assert content["body"] == "2" and replied_to(content) == "$q"
 
 
@@ -60,9 +72,16 @@ def test_only_a_fallback_is_stripped():
     looks = {"msgtype": "m.text", "body": QUOTED + "x"}
     assert without_fallback(looks) is looks
     # a thread message whose in_reply_to is only a fallback has no quote in its body
-    thread = {"msgtype": "m.text", "body": "> <@u:hs> my own quote of u\n\nok",
-              "m.relates_to": {"rel_type": "m.thread", "event_id": "$root", "is_falling_back": True,
-                               "m.in_reply_to": {"event_id": "$last"}}}
+    thread = {
+        "msgtype": "m.text",
+        "body": "> <@u:hs> my own quote of u\n\nok",
+        "m.relates_to": {
+            "rel_type": "m.thread",
+            "event_id": "$root",
+            "is_falling_back": True,
+            "m.in_reply_to": {"event_id": "$last"},
+        },
+    }
     assert without_fallback(thread)["body"] == thread["body"]
     assert replied_to(thread) is None  # its in_reply_to is the thread's latest event, no reply
     real = {**thread, "m.relates_to": {**thread["m.relates_to"], "is_falling_back": False}}
@@ -85,6 +104,7 @@ def test_a_number_answers_the_question_it_replies_to_else_the_latest():
 
     loop = asyncio.new_event_loop()
     try:
+
         def question(room, event_id, done=False):
             future = loop.create_future()
             if done:
@@ -94,11 +114,11 @@ def test_a_number_answers_the_question_it_replies_to_else_the_latest():
         older, newer, elsewhere = question("!r", "$q1"), question("!r", "$q2"), question("!other", "$q3")
         decided = question("!r", "$q0", done=True)
         pending = [decided, older, newer, elsewhere]
-        assert answered_by(pending, "!r", "$q1") is older      # the one it replies to
-        assert answered_by(pending, "!r", None) is newer       # no reply: the latest open
-        assert answered_by(pending, "!r", "$answer") is None   # a reply to something else
-        assert answered_by(pending, "!r", "$q3") is None       # another room's question
-        assert answered_by(pending, "!r", "$q0") is None       # decided already
-        assert answered_by([decided], "!r", None) is None      # none open: an ordinary message
+        assert answered_by(pending, "!r", "$q1") is older  # the one it replies to
+        assert answered_by(pending, "!r", None) is newer  # no reply: the latest open
+        assert answered_by(pending, "!r", "$answer") is None  # a reply to something else
+        assert answered_by(pending, "!r", "$q3") is None  # another room's question
+        assert answered_by(pending, "!r", "$q0") is None  # decided already
+        assert answered_by([decided], "!r", None) is None  # none open: an ordinary message
     finally:
         loop.close()

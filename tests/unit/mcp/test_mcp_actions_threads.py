@@ -1,15 +1,16 @@
 """The MCP tools act in the caller's conversation (bridge/mcp/actions.py,
 docs/architecture.md "Conversations and threads", "MCP tools and schedules"): `history` reads that
 conversation's messages (a thread: its root and its own), `send_file` posts into it."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
+from fake_intent import FakeIntent
 
 from bridge.mcp import actions
 from bridge.mcp.actions import Means, Refused, Scope
-from fake_intent import FakeIntent
 from store import Store
 from store.offloop import OffLoop
 
@@ -44,12 +45,18 @@ async def test_send_file_posts_from_the_directory_the_session_works_in(tmp_path)
         store.add_member(channel.id, "alice")
         store.set_session(channel.id, "alice", "s-thread", fresh=False, cwd=str(tree), conversation="$root")
         intent = FakeIntent()
-        config = SimpleNamespace(agents={"alice": SimpleNamespace(cwd=str(work))}, attachment_bytes=1 << 20,
-                                 path=tmp_path / "cfg" / "config.yaml", data_dir=tmp_path / "data",
-                                 registration_path=tmp_path / "reg" / "registration.yaml", homeserver_config=None)
+        config = SimpleNamespace(
+            agents={"alice": SimpleNamespace(cwd=str(work))},
+            attachment_bytes=1 << 20,
+            path=tmp_path / "cfg" / "config.yaml",
+            data_dir=tmp_path / "data",
+            registration_path=tmp_path / "reg" / "registration.yaml",
+            homeserver_config=None,
+        )
 
         async def puppet(agent):
             return SimpleNamespace(intent=intent)
+
         means = Means(OffLoop(store), config, SimpleNamespace(puppet=puppet), lambda: None)
         thread = Scope(channel.id, "!r:hs", "$root", "alice")
         assert "Posted mine.txt" in await actions.send_file(means, thread, "mine.txt", None)

@@ -1,6 +1,7 @@
 """The schedule tools (bridge/mcp/actions.py) on a real store: an agent's cron waits for the
 owner's approval, a single run is handed to the scheduler to post, and an agent sees and cancels
 only its own schedules (docs/SECURITY.md, "Scheduled work")."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -18,8 +19,12 @@ def world():
     store = Store.open(":memory:")
     channel = store.create_channel("!r:hs", "general")
     bells: list[tuple] = []
-    means = Means(OffLoop(store), SimpleNamespace(schedules_per_conversation=5), SimpleNamespace(),
-                  lambda *args, **kw: bells.append(args))
+    means = Means(
+        OffLoop(store),
+        SimpleNamespace(schedules_per_conversation=5),
+        SimpleNamespace(),
+        lambda *args, **kw: bells.append(args),
+    )
     yield store, channel, means, bells
     store.close()
 

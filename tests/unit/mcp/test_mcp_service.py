@@ -2,6 +2,7 @@
 its own conversation only, an unknown one nothing; a secret lives as long as its session and the
 agent's membership; calls per turn are capped; the socket is private; a call over the socket
 gets its answer as a line."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,12 +19,11 @@ from bridge.mcp.stdio import forward
 
 def fake_bridge(tmp_path, limit=3, tools=True):
     agents = {"alice": SimpleNamespace(tools=tools), "bob": SimpleNamespace(tools=True)}
-    config = SimpleNamespace(agents=agents, data_dir=tmp_path / "data", tool_calls_per_turn=limit,
-                             history_messages=100)
+    config = SimpleNamespace(agents=agents, data_dir=tmp_path / "data", tool_calls_per_turn=limit, history_messages=100)
     channels = {"c1": SimpleNamespace(id="c1", room_id="!here:hs"), "c2": SimpleNamespace(id="c2", room_id="!there:hs")}
 
-    left: set = set()      # (channel id, agent): no longer members
-    closed: set = set()    # (channel id, conversation): its sessions closed (a deleted thread)
+    left: set = set()  # (channel id, agent): no longer members
+    closed: set = set()  # (channel id, conversation): its sessions closed (a deleted thread)
 
     async def channel(channel_id):
         return channels.get(channel_id)
@@ -32,8 +32,15 @@ def fake_bridge(tmp_path, limit=3, tools=True):
         if (channel_id, agent) in left:
             return None
         return SimpleNamespace(session_id=None if (channel_id, conversation) in closed else "s1")
-    return SimpleNamespace(config=config, portals={}, channels=channels, left=left, closed=closed,
-                           db=SimpleNamespace(channel=channel, member=member))
+
+    return SimpleNamespace(
+        config=config,
+        portals={},
+        channels=channels,
+        left=left,
+        closed=closed,
+        db=SimpleNamespace(channel=channel, member=member),
+    )
 
 
 def service_of(bridge) -> McpService:
@@ -51,6 +58,7 @@ def calls(monkeypatch):
     async def run(means, scope, tool, args):
         seen.append((scope, tool, args))
         return f"{tool} in {scope.room_id}"
+
     monkeypatch.setattr(actions, "run", run)
     return seen
 
@@ -201,7 +209,10 @@ async def test_a_threads_session_acts_in_its_thread(tmp_path, calls):
         here = portal("!here:hs", "c1")
         main, thread = (
             {e["name"]: e["value"] for e in service.servers_for(here, "alice", None, conversation)[0]["env"]}[
-                wire.ENV_SECRET] for conversation in ("", "$root"))
+                wire.ENV_SECRET
+            ]
+            for conversation in ("", "$root")
+        )
         assert main != thread
         await service.call(main, "history", {})
         await service.call(thread, "history", {})
@@ -223,12 +234,17 @@ async def test_http_is_served_only_from_the_first_session_of_an_agent_announcing
         assert len(service.servers_for(here, "alice", SimpleNamespace(mcp_capabilities={}))) == 1
         assert not service._http.serving
         from urllib.parse import urlsplit
+
         where = urlsplit(url)
         reader, writer = await asyncio.open_connection(where.hostname, where.port)  # the backlog takes it
         body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
-        writer.write(b"POST " + where.path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nobody\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
-                     + b"\r\nConnection: close\r\n\r\n" + body)
+        writer.write(
+            b"POST " + where.path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nobody\r\n"
+            b"Content-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
+            + body
+        )
         await writer.drain()  # sent before anything serves
         stdio, http = service.servers_for(here, "alice", SimpleNamespace(mcp_capabilities={"http": True}))
         assert http["url"] == url and service._http.serving
@@ -243,6 +259,7 @@ def test_starting_the_mcp_service_does_not_import_the_sdk(tmp_path):
     """The SDK costs ~37 MB: a bridge whose agents never announce HTTP never loads it."""
     import subprocess
     import sys
+
     code = (
         "import asyncio, sys\n"
         "from tests.unit.mcp.test_mcp_service import fake_bridge, service_of\n"
@@ -253,8 +270,14 @@ def test_starting_the_mcp_service_does_not_import_the_sdk(tmp_path):
         "    assert service.http_url\n"
         "    await service.stop()\n"
         "asyncio.run(main())\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'uvicorn', 'starlette', 'pydantic')))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'uvicorn', 'starlette', 'pydantic')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -12,8 +12,10 @@ def test_a_request_and_its_reply_go_through():
     assert read_reply(reply_line("no", error=True)) == ("no", True)
 
 
-@pytest.mark.parametrize("line", [b"not json\n", b"[]\n", b'{"tool": "history"}\n',
-                                  b'{"secret": "s", "tool": "h", "arguments": [1]}\n', b"\xff\n"])
+@pytest.mark.parametrize(
+    "line",
+    [b"not json\n", b"[]\n", b'{"tool": "history"}\n', b'{"secret": "s", "tool": "h", "arguments": [1]}\n', b"\xff\n"],
+)
 def test_a_bad_request_is_refused(line):
     with pytest.raises(BadRequest):
         read_request(line)

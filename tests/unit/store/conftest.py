@@ -131,13 +131,25 @@ class _Cluster:
         # pg_ctl start without -o would forget the port: postmaster.opts keeps the last options
         opts = (self.data / "postmaster.opts").read_text().split(None, 1)
         options = opts[1].strip() if len(opts) > 1 else ""
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                  "-o", _options_without_datadir(options), "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            _options_without_datadir(options),
+            "start",
+        )
 
 
 def _options_without_datadir(options: str) -> str:
     """postmaster.opts holds `"-D" "dir" "-p" "5432" …`: the options for pg_ctl -o, minus -D."""
     import shlex
+
     words = shlex.split(options)
     kept, skip = [], False
     for word in words:

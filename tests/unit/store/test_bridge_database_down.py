@@ -5,6 +5,7 @@ While the database is down every transaction is refused, so the homeserver keeps
 messages; the owner is told once; when the database is back the bridge pings the homeserver and
 every message is answered, once.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -12,10 +13,10 @@ from pathlib import Path
 
 import nio
 import pytest
-
-from bridge.outage import BACK_TEXT, DOWN_TEXT
 from bridge_harness import agent, answers_in, start_bridge
 from matrix_helpers import events_in, login, record_figures, sync_until
+
+from bridge.outage import BACK_TEXT, DOWN_TEXT
 
 PUPPET = "@sk_alice:localhost"
 STATUS = ("⏳", "💭", "✍️", "🔧")
@@ -23,35 +24,47 @@ pg = pytest.mark.postgres
 
 
 async def open_dm(owner):
-    room_id = (await owner.room_create(is_direct=True, invite=[PUPPET],
-                                       preset=nio.RoomPreset.trusted_private_chat)).room_id
-    await sync_until(owner, lambda: any(
-        e.get("type") == "m.room.member" and e.get("state_key") == PUPPET
-        and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+    room_id = (
+        await owner.room_create(is_direct=True, invite=[PUPPET], preset=nio.RoomPreset.trusted_private_chat)
+    ).room_id
+    await sync_until(
+        owner,
+        lambda: any(
+            e.get("type") == "m.room.member"
+            and e.get("state_key") == PUPPET
+            and e["content"].get("membership") == "join"
+            for e in events_in(owner, room_id)
+        ),
+    )
     return room_id
 
 
 def bodies(owner, room_id, sender=None) -> list[str]:
-    return [e["content"].get("body", "") for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.message" and (sender is None or e.get("sender") == sender)]
+    return [
+        e["content"].get("body", "")
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.message" and (sender is None or e.get("sender") == sender)
+    ]
 
 
 def answered(owner, room_id, texts):
     def done() -> bool:
         answers = answers_in(events_in(owner, room_id), PUPPET)
-        echoed = Counter(a["body"].splitlines()[-1].removeprefix("echo: ") for a in answers
-                         if not a["body"].startswith(STATUS))
+        echoed = Counter(
+            a["body"].splitlines()[-1].removeprefix("echo: ") for a in answers if not a["body"].startswith(STATUS)
+        )
         return all(echoed[text] for text in texts)
+
     return done
 
 
 @pg
 async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_once(
-        homeserver, restartable_postgres, drop_tables, tmp_path):
+    homeserver, restartable_postgres, drop_tables, tmp_path
+):
     drop_tables(restartable_postgres.url)
     cluster = restartable_postgres.cluster
-    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()},
-                                 database=restartable_postgres.url)
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()}, database=restartable_postgres.url)
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     sent = ["before", "while down 1", "while down 2", "after"]
     try:
@@ -75,9 +88,13 @@ async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_o
         echoed = Counter(a["body"].splitlines()[-1].removeprefix("echo: ") for a in answers)
         notices = Counter(b for b in bodies(owner, room_id) if b in (DOWN_TEXT, BACK_TEXT))
         stored = running.store.last_messages(running.store.channel_by_room(room_id).id, 50)
-        figures = {"messages": len(sent), "lost": sum(1 for t in sent if not echoed[t]),
-                   "answered twice": sum(n - 1 for n in echoed.values() if n > 1),
-                   "down notices": notices[DOWN_TEXT], "stored": len(stored)}
+        figures = {
+            "messages": len(sent),
+            "lost": sum(1 for t in sent if not echoed[t]),
+            "answered twice": sum(n - 1 for n in echoed.values() if n > 1),
+            "down notices": notices[DOWN_TEXT],
+            "stored": len(stored),
+        }
         record_figures("PostgreSQL down under the bridge", figures)
         assert figures["lost"] == 0 and figures["answered twice"] == 0, figures
         assert notices == {DOWN_TEXT: 1, BACK_TEXT: 1}, notices
@@ -90,11 +107,11 @@ async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_o
 
 @pg
 async def test_postgresql_restarted_in_the_middle_of_an_answer_loses_nothing(
-        homeserver, restartable_postgres, drop_tables, tmp_path):
+    homeserver, restartable_postgres, drop_tables, tmp_path
+):
     drop_tables(restartable_postgres.url)
     release = tmp_path / "release"
-    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()},
-                                 database=restartable_postgres.url)
+    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()}, database=restartable_postgres.url)
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
         room_id = await open_dm(owner)
@@ -133,19 +150,26 @@ async def test_a_sqlite_file_that_cannot_be_written_makes_messages_wait_with_one
             await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[1]})
             await sync_until(owner, lambda: DOWN_TEXT in bodies(owner, room_id))
             # nothing was recorded as taken while it could not be written
-            assert [m.text for m in running.store.last_messages(
-                running.store.channel_by_room(room_id).id, 50) if m.role == "user"] == sent[:1]
+            assert [
+                m.text
+                for m in running.store.last_messages(running.store.channel_by_room(room_id).id, 50)
+                if m.role == "user"
+            ] == sent[:1]
         finally:
             db.execute_sql("PRAGMA query_only = 0")
         await sync_until(owner, answered(owner, room_id, sent))
         await sync_until(owner, lambda: BACK_TEXT in bodies(owner, room_id))
         await running.idle()
-        echoed = Counter(a["body"].splitlines()[-1].removeprefix("echo: ")
-                         for a in answers_in(events_in(owner, room_id), PUPPET))
+        echoed = Counter(
+            a["body"].splitlines()[-1].removeprefix("echo: ") for a in answers_in(events_in(owner, room_id), PUPPET)
+        )
         assert all(echoed[t] == 1 for t in sent), echoed
         assert Counter(b for b in bodies(owner, room_id) if b == DOWN_TEXT) == {DOWN_TEXT: 1}
-        assert [m.text for m in running.store.last_messages(
-            running.store.channel_by_room(room_id).id, 50) if m.role == "user"] == sent
+        assert [
+            m.text
+            for m in running.store.last_messages(running.store.channel_by_room(room_id).id, 50)
+            if m.role == "user"
+        ] == sent
         assert running.bridge.outage.outages == 1  # one outage, not a loop of them
     finally:
         await owner.close()
@@ -165,6 +189,7 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
     def go_down_then_store(*args, **kwargs):
         db.execute_sql("PRAGMA query_only = 1")  # from here on SQLite refuses every write
         return real_answered(*args, **kwargs)
+
     try:
         room_id = await open_dm(owner)
         store.turns.answered = go_down_then_store
@@ -196,6 +221,7 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
 def _postgres_processes(cluster) -> list[int]:
     """The server's postmaster and every process it started (backends, background workers)."""
     import subprocess
+
     postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
     children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
     return [postmaster, *(int(pid) for pid in children)]
@@ -203,7 +229,8 @@ def _postgres_processes(cluster) -> list[int]:
 
 @pg
 async def test_an_answer_streaming_in_one_room_goes_on_while_the_database_hangs(
-        homeserver, restartable_postgres, drop_tables, tmp_path):
+    homeserver, restartable_postgres, drop_tables, tmp_path
+):
     """PostgreSQL stops answering (its processes paused: queries hang, no error comes) while an
     answer streams in one room and the owner writes in another: the store's calls wait on their
     own thread (store/offloop.py), so the streaming answer keeps being edited meanwhile. On the
@@ -214,23 +241,34 @@ async def test_an_answer_streaming_in_one_room_goes_on_while_the_database_hangs(
     drop_tables(restartable_postgres.url)
     cluster = restartable_postgres.cluster
     bob = "@sk_bob:localhost"
-    running = await start_bridge(homeserver, tmp_path / "bridge", {
-        "alice": agent("--answer-size", "3000", "--chunks", "30", "--delay", "0.2"),
-        "bob": agent()}, database=restartable_postgres.url)
+    running = await start_bridge(
+        homeserver,
+        tmp_path / "bridge",
+        {"alice": agent("--answer-size", "3000", "--chunks", "30", "--delay", "0.2"), "bob": agent()},
+        database=restartable_postgres.url,
+    )
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     paused: list[int] = []
     try:
         streaming = await open_dm(owner)
-        other = (await owner.room_create(is_direct=True, invite=[bob],
-                                         preset=nio.RoomPreset.trusted_private_chat)).room_id
-        await sync_until(owner, lambda: any(e.get("state_key") == bob and e["content"].get("membership") == "join"
-                                            for e in events_in(owner, other) if e.get("type") == "m.room.member"))
+        other = (
+            await owner.room_create(is_direct=True, invite=[bob], preset=nio.RoomPreset.trusted_private_chat)
+        ).room_id
+        await sync_until(
+            owner,
+            lambda: any(
+                e.get("state_key") == bob and e["content"].get("membership") == "join"
+                for e in events_in(owner, other)
+                if e.get("type") == "m.room.member"
+            ),
+        )
 
         def shown() -> int:
             """How much of the answer's text the owner sees (its status line left out)."""
             answers = answers_in(events_in(owner, streaming), PUPPET)
             body = answers[-1]["body"] if answers else ""
             return len(body.split("\n\n", 1)[1]) if body.startswith(STATUS) and "\n\n" in body else 0
+
         await owner.room_send(streaming, "m.room.message", {"msgtype": "m.text", "body": "a long one"})
         await sync_until(owner, lambda: shown() > 0)  # its text has begun to stream
         paused = _postgres_processes(cluster)
@@ -244,8 +282,11 @@ async def test_an_answer_streaming_in_one_room_goes_on_while_the_database_hangs(
         for pid in paused:
             os.kill(pid, signal.SIGCONT)
         paused = []
-        await sync_until(owner, lambda: any(a["body"] == "echo: meanwhile"
-                                            for a in answers_in(events_in(owner, other), bob)), timeout=120)
+        await sync_until(
+            owner,
+            lambda: any(a["body"] == "echo: meanwhile" for a in answers_in(events_in(owner, other), bob)),
+            timeout=120,
+        )
         await running.idle()
     finally:
         for pid in paused:

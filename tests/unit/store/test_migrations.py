@@ -5,21 +5,41 @@ import json
 
 import pytest
 
-from store import Store, StoreError
-from store import keys, schema
+from store import Store, StoreError, keys, schema
 from store.connect import connect
 from store.ids import new_id
 from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
-ADDED = {2: ["Pending"], 3: ["MemberSetting"], 5: ["Turn", "Schema"], 7: ["Schedule"],
-         8: ["E2eePending", "E2eeRoom"], 9: ["ThreadSession"], 10: ["Session"], 11: ["WorkDir", "Worktree"],
-         13: ["Spend", "SessionCost"]}  # 4, 6, 9 and 12 add a column
+ADDED = {
+    2: ["Pending"],
+    3: ["MemberSetting"],
+    5: ["Turn", "Schema"],
+    7: ["Schedule"],
+    8: ["E2eePending", "E2eeRoom"],
+    9: ["ThreadSession"],
+    10: ["Session"],
+    11: ["WorkDir", "Worktree"],
+    13: ["Spend", "SessionCost"],
+}  # 4, 6, 9 and 12 add a column
 
 # what the bridge's encryption kept: before version 8, two JSON lists in the key-value table
-WAITING = [{"event_id": f"$x{n}", "type": "m.room.encrypted", "room_id": "!r:hs", "sender": "@me:hs",
-            "content": {"algorithm": "m.megolm.v1.aes-sha2", "session_id": f"S{n % 2}", "sender_key": "K",
-                        "ciphertext": "…", "device_id": "D"}} for n in range(3)]
+WAITING = [
+    {
+        "event_id": f"$x{n}",
+        "type": "m.room.encrypted",
+        "room_id": "!r:hs",
+        "sender": "@me:hs",
+        "content": {
+            "algorithm": "m.megolm.v1.aes-sha2",
+            "session_id": f"S{n % 2}",
+            "sender_key": "K",
+            "ciphertext": "…",
+            "device_id": "D",
+        },
+    }
+    for n in range(3)
+]
 ENCRYPTED = ["!r:hs", "!dm:hs"]
 
 
@@ -39,10 +59,12 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
             m.Channel.insert(id="c1", room_id="!r:hs", name="general", created=1).execute()
             m.Member.insert(channel_id="c1", agent="alice", session_id="s1", joined="j1").execute()
             if v >= 10:  # the session's record, as that version wrote it
-                m.Session.insert(channel_id="c1", agent="alice", conversation="", session_id="s1",
-                                 created=1, used=1).execute()
-            m.Message.insert(channel_id="c1", id="m1", sender="@me:hs", role="user", text="hello",
-                             event_ids='["$e1"]', created=1).execute()
+                m.Session.insert(
+                    channel_id="c1", agent="alice", conversation="", session_id="s1", created=1, used=1
+                ).execute()
+            m.Message.insert(
+                channel_id="c1", id="m1", sender="@me:hs", role="user", text="hello", event_ids='["$e1"]', created=1
+            ).execute()
             m.MessageEvent.insert(event_id="$e1", channel_id="c1", message_id="m1").execute()
             db.execute_sql("INSERT INTO sk_txn (id) VALUES ('txn-1')")
             m.Value.insert(key="k", value="v").execute()
@@ -51,25 +73,54 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
                 m.Value.insert(key=keys.E2EE_ROOMS, value=json.dumps(ENCRYPTED)).execute()
             else:
                 for _n, event in enumerate(WAITING):
-                    m.E2eePending.insert(id=new_id(), event_id=event["event_id"], room_id=event["room_id"],
-                                         session_id=event["content"]["session_id"], event=json.dumps(event),
-                                         received=1).execute()
+                    m.E2eePending.insert(
+                        id=new_id(),
+                        event_id=event["event_id"],
+                        room_id=event["room_id"],
+                        session_id=event["content"]["session_id"],
+                        event=json.dumps(event),
+                        received=1,
+                    ).execute()
                 for room_id in ENCRYPTED:
                     m.E2eeRoom.insert(room_id=room_id, marked=1).execute()
             if legacy_pending and v == 1:  # version 1 kept work in progress as JSON values
-                m.Value.insert(key="prompts/pending", value=json.dumps({"$e1": {"room": "!r:hs", "done": []}})).execute()
+                m.Value.insert(
+                    key="prompts/pending", value=json.dumps({"$e1": {"room": "!r:hs", "done": []}})
+                ).execute()
             if legacy_pending and v >= 2:
                 m.Pending.insert(kind="prompt", key="$e1", data=json.dumps({"room": "!r:hs", "done": []})).execute()
-                m.Pending.insert(kind="answer", key="$a1", data=json.dumps(
-                    {"room": "!r:hs", "agent": "alice", "prompt": "$e1", "txn": "x", "sent": True})).execute()
+                m.Pending.insert(
+                    kind="answer",
+                    key="$a1",
+                    data=json.dumps({"room": "!r:hs", "agent": "alice", "prompt": "$e1", "txn": "x", "sent": True}),
+                ).execute()
             if v >= 5:
                 m.Schema.insert(version=v).execute()
             if 7 <= v < 12:  # what an agent scheduled, before the owner approved repeating ones
-                m.Schedule.insert(id="s1", channel_id="c1", conversation="", number=1, agent="alice",
-                                  prompt="every minute", cron="* * * * *", due=5, state="active",
-                                  created=1).execute()
-                m.Schedule.insert(id="s2", channel_id="c1", conversation="", number=2, agent="alice",
-                                  prompt="once", cron=None, due=5, state="active", created=1).execute()
+                m.Schedule.insert(
+                    id="s1",
+                    channel_id="c1",
+                    conversation="",
+                    number=1,
+                    agent="alice",
+                    prompt="every minute",
+                    cron="* * * * *",
+                    due=5,
+                    state="active",
+                    created=1,
+                ).execute()
+                m.Schedule.insert(
+                    id="s2",
+                    channel_id="c1",
+                    conversation="",
+                    number=2,
+                    agent="alice",
+                    prompt="once",
+                    cron=None,
+                    due=5,
+                    state="active",
+                    created=1,
+                ).execute()
                 db.execute_sql("ALTER TABLE sk_schedule DROP COLUMN approved")
             if v < 9:  # after the history is in: the model writes the column
                 db.execute_sql("DROP INDEX IF EXISTS sk_message_channel_id_conversation_id")
@@ -141,11 +192,17 @@ def test_work_in_progress_of_an_older_store_becomes_turn_records(open_durable, d
     assert store.get_value("prompts/pending") is None
 
 
-@pytest.mark.parametrize("pending, rooms", [("{not json", "[1, null, \"!r:hs\"]"),
-                                             ('{"$x": {}}', '"!r:hs"'),
-                                             ('[{"event_id": "$x"}, 3, {"event_id": "$y", "room_id": "!r:hs"}]', "")])
+@pytest.mark.parametrize(
+    "pending, rooms",
+    [
+        ("{not json", '[1, null, "!r:hs"]'),
+        ('{"$x": {}}', '"!r:hs"'),
+        ('[{"event_id": "$x"}, 3, {"event_id": "$y", "room_id": "!r:hs"}]', ""),
+    ],
+)
 def test_what_an_older_store_kept_for_encryption_is_carried_over_as_far_as_it_reads(
-        open_durable, durable_backend, pending, rooms):
+    open_durable, durable_backend, pending, rooms
+):
     """The bridge read an unreadable value as empty, and used only the events with an event id
     and a room: so does the step that carries them over; the values go either way."""
     make_store_of_version(durable_backend, 7)
@@ -173,7 +230,9 @@ def test_an_older_stores_repeating_schedules_wait_for_the_owners_approval(open_d
     make_store_of_version(durable_backend, v)
     store = open_durable()
     assert [(s.prompt, s.state, s.approved) for s in store.schedules.listed("c1")] == [
-        ("every minute", "waiting", None), ("once", "active", None)]
+        ("every minute", "waiting", None),
+        ("once", "active", None),
+    ]
     assert [s.prompt for s in store.schedules.due(10)] == ["once"]
     assert [s.prompt for s in store.schedules.waiting()] == ["every minute"]
 

@@ -1,4 +1,5 @@
 """The store's calls off the loop (store/offloop.py): in order."""
+
 from __future__ import annotations
 
 from store import Store

@@ -13,6 +13,7 @@ exactly-once invariants hold — each prompt reached its agent once, each messag
 once (none shown interrupted), no finished answer is edited afterwards, and the store keeps
 each message and each answer once.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,11 @@ import nio
 import psycopg2
 import pytest
 import pytest_asyncio
+from bridge_harness import agent, answers_in, start_bridge, wait_until
+from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until, write_base_config
 
 from bridge.channels import stream
 from bridge.local.homeserver import Homeserver, free_port
-from bridge_harness import agent, answers_in, start_bridge, wait_until
-from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until, write_base_config
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
 STATUS = ("⏳", "💭", "✍️", "🔧")
@@ -65,18 +66,31 @@ async def shared_homeserver(restartable_postgres, tmp_path_factory):
     while as_port == hs_port:
         as_port = free_port()
     cfg = write_base_config(folder, hs_port, as_port)
-    server = _SynapseOnPostgres(folder / "synapse", port=hs_port, appservice_files=[cfg.registration_path],
-                                relaxed_limits=True, encryption=False,
-                                dsn={"user": "postgres", "host": "127.0.0.1", "port": port, "database": "synapse"})
+    server = _SynapseOnPostgres(
+        folder / "synapse",
+        port=hs_port,
+        appservice_files=[cfg.registration_path],
+        relaxed_limits=True,
+        encryption=False,
+        dsn={"user": "postgres", "host": "127.0.0.1", "port": port, "database": "synapse"},
+    )
     await server.start()
     try:
         owner_password, stranger_password = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
         owner_id = await server.register_user("owner", owner_password)
         stranger_id = await server.register_user("stranger", stranger_password)
-        yield TestHomeserver(url=server.url, domain="localhost", as_port=as_port,
-                             registration_path=cfg.registration_path, owner_id=owner_id,
-                             owner_password=owner_password, stranger_id=stranger_id,
-                             stranger_password=stranger_password, folder=folder, server=server)
+        yield TestHomeserver(
+            url=server.url,
+            domain="localhost",
+            as_port=as_port,
+            registration_path=cfg.registration_path,
+            owner_id=owner_id,
+            owner_password=owner_password,
+            stranger_id=stranger_id,
+            stranger_password=stranger_password,
+            folder=folder,
+            server=server,
+        )
     finally:
         await server.stop()
 
@@ -153,7 +167,8 @@ def where(request):
 
 @pytest.mark.parametrize("fault", ["refused", "hang"])
 async def test_an_answer_that_ends_while_postgresql_is_away_is_finished_once_it_is_back(
-        fault, where, restartable_postgres, drop_tables, tmp_path, monkeypatch):
+    fault, where, restartable_postgres, drop_tables, tmp_path, monkeypatch
+):
     where, hs = where
     drop_tables(restartable_postgres.url)
     away = Fault(fault, restartable_postgres.cluster)
@@ -167,11 +182,17 @@ async def test_an_answer_that_ends_while_postgresql_is_away_is_finished_once_it_
         if self._complete:  # the agent's whole answer, not one marked interrupted
             finals[self.room_id] += 1
         return await real_finishing(self, *args, **kwargs)
+
     monkeypatch.setattr(stream.Answer, "_finishing", finishing)
-    running = await start_bridge(hs, tmp_path / "bridge", {
-        "alice": agent("--log", str(alice_log), "--answer-size", "2000", "--chunks", "8", "--hold", str(release)),
-        "bob": agent("--log", str(bob_log), "--echo-last-line", "--chunks", "2", "--hold", str(release))},
-        database=restartable_postgres.url)
+    running = await start_bridge(
+        hs,
+        tmp_path / "bridge",
+        {
+            "alice": agent("--log", str(alice_log), "--answer-size", "2000", "--chunks", "8", "--hold", str(release)),
+            "bob": agent("--log", str(bob_log), "--echo-last-line", "--chunks", "2", "--hold", str(release)),
+        },
+        database=restartable_postgres.url,
+    )
     owner = await login(hs, hs.owner_id, hs.owner_password)
     shared = where == "shared PostgreSQL"
     try:
@@ -184,6 +205,7 @@ async def test_an_answer_that_ends_while_postgresql_is_away_is_finished_once_it_
 
         def text_shown(room_id: str, puppet: str) -> bool:
             return any("\n\n" in a["body"] for a in answers_in(events_in(owner, room_id), puppet))
+
         await owner.room_send(streaming, "m.room.message", {"msgtype": "m.text", "body": "a long one"})
         if shared:  # the homeserver goes away too: the other message comes before, its answer streams
             await owner.room_send(other, "m.room.message", {"msgtype": "m.text", "body": "meanwhile"})
@@ -202,8 +224,11 @@ async def test_an_answer_that_ends_while_postgresql_is_away_is_finished_once_it_
                 # the homeserver refuses the final text while the database is away: it is sent
                 # again more often than it used to be tried before the answer was given up
                 # (left showing its status line for good)
-                await wait_until(lambda: finals[streaming] > stream.FINAL_ATTEMPTS, 60,
-                                 "the final text sent again and again while the database is away")
+                await wait_until(
+                    lambda: finals[streaming] > stream.FINAL_ATTEMPTS,
+                    60,
+                    "the final text sent again and again while the database is away",
+                )
             elif fault == "refused":  # a homeserver of its own takes it at once
                 await sync_until(owner, lambda: finished(streaming, ALICE))
         finally:
@@ -238,25 +263,34 @@ async def test_an_answer_that_ends_while_postgresql_is_away_is_finished_once_it_
 
 
 async def _dm(owner: nio.AsyncClient, puppet: str) -> str:
-    room_id = (await owner.room_create(is_direct=True, invite=[puppet],
-                                       preset=nio.RoomPreset.trusted_private_chat)).room_id
-    await sync_until(owner, lambda: any(
-        e.get("type") == "m.room.member" and e.get("state_key") == puppet
-        and e["content"].get("membership") == "join" for e in events_in(owner, room_id)))
+    room_id = (
+        await owner.room_create(is_direct=True, invite=[puppet], preset=nio.RoomPreset.trusted_private_chat)
+    ).room_id
+    await sync_until(
+        owner,
+        lambda: any(
+            e.get("type") == "m.room.member"
+            and e.get("state_key") == puppet
+            and e["content"].get("membership") == "join"
+            for e in events_in(owner, room_id)
+        ),
+    )
     return room_id
 
 
 @pytest.mark.parametrize("fault", ["refused", "hang"])
 async def test_a_turn_whose_prompt_step_meets_the_database_away_waits_and_is_answered_once(
-        fault, homeserver, restartable_postgres, drop_tables, tmp_path):
+    fault, homeserver, restartable_postgres, drop_tables, tmp_path
+):
     """The database goes away just before the turn's record says the prompt is being written:
     the agent has nothing yet, so the turn waits for the database (never shown interrupted,
     which would leave the message unanswered) and the prompt goes once it is back."""
     drop_tables(restartable_postgres.url)
     away = Fault(fault, restartable_postgres.cluster)
     alice_log = tmp_path / "alice.jsonl"
-    running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent("--log", str(alice_log))},
-                                 database=restartable_postgres.url)
+    running = await start_bridge(
+        homeserver, tmp_path / "bridge", {"alice": agent("--log", str(alice_log))}, database=restartable_postgres.url
+    )
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     store = running.store
     real_prompting, tries = store.turns.prompting, []
@@ -266,6 +300,7 @@ async def test_a_turn_whose_prompt_step_meets_the_database_away_waits_and_is_ans
             away.begin()
         tries.append(args)  # after begin(): the test ends the fault only once it is whole
         return real_prompting(*args, **kwargs)
+
     try:
         room_id = await _dm(owner, ALICE)
         store.turns.prompting = away_then_prompting
@@ -278,8 +313,11 @@ async def test_a_turn_whose_prompt_step_meets_the_database_away_waits_and_is_ans
             assert prompts(alice_log) == []  # the agent has nothing while the step is not written
         finally:
             away.end()
-        await sync_until(owner, lambda: any(a["body"] == "echo: just then" for a in answers_in(
-            events_in(owner, room_id), ALICE)), timeout=120)
+        await sync_until(
+            owner,
+            lambda: any(a["body"] == "echo: just then" for a in answers_in(events_in(owner, room_id), ALICE)),
+            timeout=120,
+        )
         await running.idle(timeout=120)
         await caught_up(owner, room_id)
         assert [p.splitlines()[-1] for p in prompts(alice_log)] == ["just then"]

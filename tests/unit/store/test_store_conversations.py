@@ -3,7 +3,6 @@ speaker, each member's session and what it has seen are kept per conversation â€
 ("") or a thread (its root's event id); a thread's messages start with its root and hold no later
 main-timeline message."""
 
-
 RUN = "run-1"
 
 
@@ -18,8 +17,11 @@ def test_a_threads_messages_are_its_root_and_its_own(store, channel):
     store.add_message(channel.id, "bob", "agent", "thread answer", ["$t2"], conversation="$root")
     store.add_message(channel.id, "@me:hs", "user", "later in main", ["$m2"])
     assert texts(store.messages_in(channel.id, "", None, 10)) == ["root question", "main answer", "later in main"]
-    assert texts(store.messages_in(channel.id, "$root", None, 10)) == ["root question", "in the thread",
-                                                                       "thread answer"]
+    assert texts(store.messages_in(channel.id, "$root", None, 10)) == [
+        "root question",
+        "in the thread",
+        "thread answer",
+    ]
     assert store.message_by_event("$t1").conversation == "$root"
     assert store.message_by_event("$a1").conversation == ""
     # after a message seen: the root is not told again
@@ -73,8 +75,9 @@ def test_each_member_has_a_session_per_conversation(store, channel):
 
 def test_a_turn_in_a_thread_stores_its_message_and_answer_there(store, channel):
     store.add_message(channel.id, "@me:hs", "user", "root", ["$root"])
-    message, (turn,) = store.turns.take(channel.id, "@me:hs", "in thread", "$t1", [("alice", "in thread", False)],
-                                        RUN, conversation="$root")
+    message, (turn,) = store.turns.take(
+        channel.id, "@me:hs", "in thread", "$t1", [("alice", "in thread", False)], RUN, conversation="$root"
+    )
     assert message.conversation == "$root" and turn.conversation == "$root"
     store.set_session(channel.id, "alice", "s-thread", fresh=True, conversation="$root")
     store.turns.claim(turn.id, RUN)
@@ -85,8 +88,9 @@ def test_a_turn_in_a_thread_stores_its_message_and_answer_there(store, channel):
     assert store.last_agent_sender(channel.id) is None
     assert store.last_agent_sender(channel.id, "$root") == "alice"
     # an ended turn marks what was seen in its thread too
-    message2, (turn2,) = store.turns.take(channel.id, "@me:hs", "again", "$t2", [("alice", "again", False)],
-                                          RUN, conversation="$root")
+    message2, (turn2,) = store.turns.take(
+        channel.id, "@me:hs", "again", "$t2", [("alice", "again", False)], RUN, conversation="$root"
+    )
     store.turns.end(turn2.id, "ended", ["$x"], (channel.id, "alice", message2.id))
     assert store.member(channel.id, "alice", "$root").last_seen == message2.id
     assert store.member(channel.id, "alice").last_seen is None

@@ -1,11 +1,16 @@
 """store.e2ee (store/e2ee.py): the encrypted events waiting for their room key, and the rooms
 known to be encrypted — a row each, on every backend."""
+
 from store.offloop import OffLoop
 
 
 def event(n: int, room: str = "!r:hs", session: str = "S") -> dict:
-    return {"event_id": f"$e{n}", "room_id": room, "type": "m.room.encrypted",
-            "content": {"session_id": session, "ciphertext": f"c{n}"}}
+    return {
+        "event_id": f"$e{n}",
+        "room_id": room,
+        "type": "m.room.encrypted",
+        "content": {"session_id": session, "ciphertext": f"c{n}"},
+    }
 
 
 def wait(store, n: int, room: str = "!r:hs", session: str = "S", most: int | None = None) -> None:

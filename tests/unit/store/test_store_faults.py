@@ -54,6 +54,7 @@ def _backend_of(store: Store, url: str) -> int:
 
 # ---- PostgreSQL -------------------------------------------------------------------------------
 
+
 @pg
 def test_a_restart_between_two_calls_is_invisible(restartable_postgres, pg_store):
     store = pg_store()
@@ -105,9 +106,9 @@ def test_restarts_under_a_stream_of_writes_lose_nothing_and_write_nothing_twice(
 
 
 @pg
-def test_while_the_server_is_down_calls_fail_at_once_then_it_comes_back(restartable_postgres, pg_store,
-                                                                        monkeypatch):
+def test_while_the_server_is_down_calls_fail_at_once_then_it_comes_back(restartable_postgres, pg_store, monkeypatch):
     from store import resilience
+
     monkeypatch.setattr(resilience, "FIRST_DELAY", 4.0)  # a window the checks below cannot miss
     store = pg_store()
     channel = store.create_channel("!room:hs", "general")
@@ -189,6 +190,7 @@ def test_a_server_down_at_open_is_unavailable_not_a_traceback(restartable_postgr
 
 # ---- SQLite -----------------------------------------------------------------------------------
 
+
 def _sqlite(tmp_path) -> Store:
     return Store.open("sqlite", tmp_path / "data")
 
@@ -224,9 +226,11 @@ def test_a_read_only_sqlite_database_refuses_writes_and_records_nothing(tmp_path
         channel = store.create_channel("!room:hs", "general")
         store.mark_txn("before")
         store._db.execute_sql("PRAGMA query_only = 1")  # SQLite refuses every write: SQLITE_READONLY
-        for write in (lambda: store.mark_txn("during"),
-                      lambda: store.add_message(channel.id, "@me:hs", "user", "lost?", ["$x"]),
-                      lambda: store.turns.take(channel.id, "@me:hs", "lost?", "$y", [("alice", "x", False)], "run")):
+        for write in (
+            lambda: store.mark_txn("during"),
+            lambda: store.add_message(channel.id, "@me:hs", "user", "lost?", ["$x"]),
+            lambda: store.turns.take(channel.id, "@me:hs", "lost?", "$y", [("alice", "x", False)], "run"),
+        ):
             with pytest.raises(StoreUnwritable, match="it is read-only$"):
                 write()
         assert store.txn_seen("before") and not store.txn_seen("during")
@@ -265,10 +269,12 @@ CHILD = textwrap.dedent("""
 
 def test_a_file_system_refusing_writes_is_unwritable_and_loses_nothing_written(tmp_path):
     folder = tmp_path / "data"
-    result = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(REPO)],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(folder), str(REPO)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     import json
+
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["error"] and report["error"].startswith("StoreUnwritable: add_message: cannot write "), report
     assert "\n" not in report["error"] and report["written"]

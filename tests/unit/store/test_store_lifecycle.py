@@ -100,9 +100,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
 def test_every_method_raises_store_closed_after_close(store):
     channel = store.create_channel("!room:hs", "general")
     calls = exercise_every_method(store, channel.id)  # all valid while open
-    public = {
-        name for name, _ in inspect.getmembers(Store, inspect.isfunction) if not name.startswith("_")
-    }
+    public = {name for name, _ in inspect.getmembers(Store, inspect.isfunction) if not name.startswith("_")}
     assert set(calls) == public - {"open", "close"}, "a method is missing from this test"
     store.close()
     for name, args in calls.items():

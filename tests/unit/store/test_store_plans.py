@@ -58,8 +58,7 @@ def test_messages_have_no_index_on_id_alone(store):
     if is_sqlite(store):
         rows = store._db.execute_sql("PRAGMA index_list('sk_message')").fetchall()
         columns = [
-            tuple(r[2] for r in store._db.execute_sql(f"PRAGMA index_info('{row[1]}')").fetchall())
-            for row in rows
+            tuple(r[2] for r in store._db.execute_sql(f"PRAGMA index_info('{row[1]}')").fetchall()) for row in rows
         ]
     else:
         rows = store._db.execute_sql(

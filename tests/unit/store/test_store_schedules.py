@@ -3,8 +3,18 @@ conversation, and a run taken once — its turn and the schedule moved on in one
 
 import pytest
 
-from store.schedules import (ACTIVE, CANCELLED, DECLINED, DONE, SKIPPED, WAITING, NotYours, TooManySchedules,
-                             parse_run_key, run_key)
+from store.schedules import (
+    ACTIVE,
+    CANCELLED,
+    DECLINED,
+    DONE,
+    SKIPPED,
+    WAITING,
+    NotYours,
+    TooManySchedules,
+    parse_run_key,
+    run_key,
+)
 from store.turns import DROPPED, TAKEN
 
 RUN = "run-1"
@@ -43,7 +53,12 @@ def test_a_run_is_taken_once_with_its_turn(store, channel):
     made = store.schedules.add(channel.id, "", "alice", "stretch", due=1000, cron=None, most=5)
     turn = store.schedules.fire(made.id, 1000, None, RUN)
     assert (turn.prompt_event, turn.agent, turn.text, turn.state, turn.message_id) == (
-        run_key(made.id, 1000), "alice", "stretch", TAKEN, None)
+        run_key(made.id, 1000),
+        "alice",
+        "stretch",
+        TAKEN,
+        None,
+    )
     assert parse_run_key(turn.prompt_event) == (made.id, 1000)
     assert store.schedules.fire(made.id, 1000, None, "run-2") is None  # taken: never again
     assert store.schedules.get(made.id).state == DONE

@@ -21,7 +21,10 @@ def test_sessions_are_listed_per_member_and_conversation_last_used_first(store, 
     assert ids(store.sessions.listed(channel.id, "bob", "")) == ["b1"]
     assert store.sessions.listed(channel.id, "bob", "")[0].title is None
     assert sorted((r.conversation, r.session_id) for r in store.sessions.of_agent("alice")) == [
-        ("", "s1"), ("", "s2"), ("$root", "t1")]
+        ("", "s1"),
+        ("", "s2"),
+        ("$root", "t1"),
+    ]
 
 
 def test_the_agents_title_wins_over_the_first_line(store, channel):

@@ -7,9 +7,9 @@ DAY, MONTH = "day:2026-12-06", "month:2026-12"
 def test_a_cumulative_cost_adds_only_what_is_new(store):
     spent = store.spending.add("alice", "s1", 0.25, "USD", [DAY, MONTH])
     assert spent[DAY].amount == 0.25 and spent[MONTH].amount == 0.25 and spent[DAY].currency == "USD"
-    store.spending.add("alice", "s1", 0.75, "USD", [DAY, MONTH])   # +0.50
-    store.spending.add("alice", "s2", 0.10, "USD", [DAY, MONTH])   # another session: +0.10
-    store.spending.add("alice", "s1", 0.75, "USD", [DAY, MONTH])   # the same again: nothing new
+    store.spending.add("alice", "s1", 0.75, "USD", [DAY, MONTH])  # +0.50
+    store.spending.add("alice", "s2", 0.10, "USD", [DAY, MONTH])  # another session: +0.10
+    store.spending.add("alice", "s1", 0.75, "USD", [DAY, MONTH])  # the same again: nothing new
     assert round(store.spending.get("alice", DAY).amount, 6) == 0.85
     assert store.spending.get("bob", DAY).amount == 0.0 and not store.spending.get("bob", DAY).reported
 

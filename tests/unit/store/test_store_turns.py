@@ -5,7 +5,6 @@ and `done` in one transaction."""
 import pytest
 
 from store import keys
-
 from store.turns import CLAIMED, DONE, DROPPED, ENDED, FINISHING, INTERRUPTED, PROMPTED, PROMPTING, TAKEN, claimed_in
 
 RUN, NEXT = "run-1", "run-2"
@@ -19,7 +18,9 @@ def test_a_message_and_its_turns_are_stored_together(store, channel):
     message, turns = take(store, channel)
     assert store.message_by_event("$m1") == message
     assert [(t.agent, t.state, t.run, t.message_id) for t in turns] == [
-        ("alice", TAKEN, RUN, message.id), ("bob", TAKEN, RUN, message.id)]
+        ("alice", TAKEN, RUN, message.id),
+        ("bob", TAKEN, RUN, message.id),
+    ]
     assert turns[0].id < turns[1].id  # in the order routing gave
     assert [t.id for t in store.turns.unfinished()] == [t.id for t in turns]
 
@@ -55,8 +56,9 @@ def test_a_turn_is_claimed_once_per_run(store, channel):
 def test_a_take_for_a_free_conversation_claims_its_first_turn_in_the_same_write(store, channel):
     # the worker of a conversation with nothing queued starts the first turn without a claim
     # of its own; the other turns wait for theirs, and the claim still holds once per run
-    _, (alice, bob) = store.turns.take(channel.id, "@me:hs", "hi", "$m1",
-                                       [("alice", "hi", False), ("bob", "hi", False)], RUN, claim_first=True)
+    _, (alice, bob) = store.turns.take(
+        channel.id, "@me:hs", "hi", "$m1", [("alice", "hi", False), ("bob", "hi", False)], RUN, claim_first=True
+    )
     assert (alice.state, alice.run, alice.attempt) == (CLAIMED, RUN, 1) and claimed_in(alice, RUN)
     assert bob.state == TAKEN and not claimed_in(bob, RUN)
     assert store.turns.claim(alice.id, RUN) is None  # this run has it

@@ -88,6 +88,7 @@ def test_a_take_that_records_its_event_prunes_now_and_then_too(store):
     messages keeps every key (the soak bench found it: 10,000 keys after 10,000 messages with a
     20 s horizon)."""
     from store import keys
+
     channel = store.create_channel("!r:hs", "c")
     store.mark_txn("old")
     _age(store, "old", store.txn_keep_ms + 1000)

@@ -2,6 +2,7 @@
 the real decoder and engine, an Intent that records what it sends. The transcript is the
 prompt; an agent taking audio gets the audio too; one message is transcribed once; a long
 note shows its progress; voice off keeps the old line."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,8 +33,9 @@ async def note() -> bytes:
 
 
 def voice_note(data: bytes, mxc: str) -> Attachment:
-    return Attachment(kind="audio", name="Voice message", mimetype="audio/ogg", size=len(data), url=mxc,
-                      label="audio", data=data)
+    return Attachment(
+        kind="audio", name="Voice message", mimetype="audio/ogg", size=len(data), url=mxc, label="audio", data=data
+    )
 
 
 async def test_agents_of_one_note_share_one_transcript_and_one_heard_line(note):
@@ -55,23 +57,38 @@ async def test_agents_of_one_note_share_one_transcript_and_one_heard_line(note):
 async def test_a_long_note_shows_its_progress_then_clears_it(note, monkeypatch):
     monkeypatch.setattr(listen, "LONG_NOTE", 1.0)
     statuses: list = []
-    await attachment_prompt(Recorder(), voice_note(note, "mxc://x/long"), "", {}, "A", 10**6,
-                            Listening(True, "en", 300, "!r", statuses.append))
+    await attachment_prompt(
+        Recorder(),
+        voice_note(note, "mxc://x/long"),
+        "",
+        {},
+        "A",
+        10**6,
+        Listening(True, "en", 300, "!r", statuses.append),
+    )
     assert statuses[0] == "🎙 transcribing the voice note… 0 %"
     assert statuses[-2].endswith("100 %") and statuses[-1] is None
 
 
 async def test_voice_off_keeps_the_line_for_agents_without_audio(note):
     intent = Recorder()
-    blocks, refused = await attachment_prompt(intent, voice_note(note, "mxc://x/off"), "", {}, "Alice", 10**6,
-                                              Listening(False, "en", 300, "!r"))
+    blocks, refused = await attachment_prompt(
+        intent, voice_note(note, "mxc://x/off"), "", {}, "Alice", 10**6, Listening(False, "en", 300, "!r")
+    )
     assert blocks == [] and refused == "Alice cannot listen to audio, so Voice message was not passed on."
     assert intent.sent == []
 
 
 async def test_a_corrupt_note_is_one_line_and_no_heard_line():
     intent = Recorder()
-    blocks, refused = await attachment_prompt(intent, voice_note(b"OggS" + b"\x01" * 500, "mxc://x/bad"), "", {},
-                                              "Alice", 10**6, Listening(True, "en", 300, "!r"))
+    blocks, refused = await attachment_prompt(
+        intent,
+        voice_note(b"OggS" + b"\x01" * 500, "mxc://x/bad"),
+        "",
+        {},
+        "Alice",
+        10**6,
+        Listening(True, "en", 300, "!r"),
+    )
     assert blocks == [] and refused.startswith("Voice message is not audio the decoder can read (")
     assert "\n" not in refused and intent.sent == []

@@ -1,17 +1,29 @@
 """What voice notes say, in words (bridge/voice/words.py; docs/voice.md)."""
+
 from __future__ import annotations
 
 import pytest
 
-from bridge.voice.words import (clock, cut_line, heard_line, is_voice_note, progress_status, speakable,
-                                transcript_prompt, voice_content, voice_state, voice_switch,
-                                word_error_rate)
+from bridge.voice.words import (
+    clock,
+    cut_line,
+    heard_line,
+    is_voice_note,
+    progress_status,
+    speakable,
+    transcript_prompt,
+    voice_content,
+    voice_state,
+    voice_switch,
+    word_error_rate,
+)
 
 
 def test_the_transcript_is_marked_and_follows_the_caption_and_context():
     assert transcript_prompt(" open the notes ") == "[Voice note, transcribed] open the notes"
     assert transcript_prompt("open the notes", "[#general] bob: hi\nalso this") == (
-        "[#general] bob: hi\nalso this\n\n[Voice note, transcribed] open the notes")
+        "[#general] bob: hi\nalso this\n\n[Voice note, transcribed] open the notes"
+    )
     assert transcript_prompt("  ") == "[Voice note, transcribed] (nothing could be made out)"
 
 
@@ -28,8 +40,9 @@ def test_lengths_read_as_a_clock(seconds, shown):
 
 def test_only_a_note_over_the_limit_is_cut_in_one_line():
     assert cut_line(300, 300) is None
-    assert cut_line(432, 300) == ("The voice note is 7:12 long; only its first 5:00 were transcribed "
-                                  "(voice_max_seconds).")
+    assert cut_line(432, 300) == (
+        "The voice note is 7:12 long; only its first 5:00 were transcribed (voice_max_seconds)."
+    )
     assert "\n" not in cut_line(432, 300)
 
 
@@ -65,13 +78,16 @@ def test_a_voice_note_has_elements_shape_with_its_duration():
     assert is_voice_note(content) and not is_voice_note({"msgtype": "m.audio", "body": "song.mp3"})
 
 
-@pytest.mark.parametrize("reference, hypothesis, result", [
-    ("the quick brown fox", "the quick brown fox", (0, 4)),
-    ("The quick, brown fox!", "the quick brown fox", (0, 4)),        # case and punctuation do not count
-    ("the quick brown fox", "the quick crown fox", (1, 4)),          # a substitution
-    ("the quick brown fox", "the brown fox", (1, 4)),                # a deletion
-    ("the quick brown fox", "the very quick brown fox jumps", (2, 4)),  # two insertions
-    ("", "anything", (1, 0)),
-])
+@pytest.mark.parametrize(
+    "reference, hypothesis, result",
+    [
+        ("the quick brown fox", "the quick brown fox", (0, 4)),
+        ("The quick, brown fox!", "the quick brown fox", (0, 4)),  # case and punctuation do not count
+        ("the quick brown fox", "the quick crown fox", (1, 4)),  # a substitution
+        ("the quick brown fox", "the brown fox", (1, 4)),  # a deletion
+        ("the quick brown fox", "the very quick brown fox jumps", (2, 4)),  # two insertions
+        ("", "anything", (1, 0)),
+    ],
+)
 def test_word_error_rate_counts_edits_over_words(reference, hypothesis, result):
     assert word_error_rate(reference, hypothesis) == result

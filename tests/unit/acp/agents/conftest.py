@@ -22,8 +22,7 @@ def start_agent(sessions_dir: Path):
 
     def start(*extra: str, sessions: Path | None = None) -> AgentProcess:
         # Temperature 0: the same answer every run, so the tests are stable.
-        agent = AgentProcess("--sessions", str(sessions or sessions_dir),
-                             "--temperature", "0", *extra)
+        agent = AgentProcess("--sessions", str(sessions or sessions_dir), "--temperature", "0", *extra)
         agents.append(agent)
         return agent
 

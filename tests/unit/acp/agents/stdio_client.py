@@ -25,7 +25,10 @@ class AgentProcess:
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "acp.agents.local_model", *args],
-            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env={**os.environ, **(env or {})},
         )
         self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -71,15 +74,16 @@ class AgentProcess:
         try:
             message = self.inbox.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"no message from the agent within {timeout} s; "
-                                 f"stderr: {self.stderr_lines[-5:]}") from None
+            raise AssertionError(
+                f"no message from the agent within {timeout} s; stderr: {self.stderr_lines[-5:]}"
+            ) from None
         if message is None:
-            raise AssertionError(f"agent closed stdout; exit {self.proc.poll()}; "
-                                 f"stderr: {self.stderr_lines[-5:]}")
+            raise AssertionError(f"agent closed stdout; exit {self.proc.poll()}; stderr: {self.stderr_lines[-5:]}")
         return message
 
-    def wait_reply(self, request_id: int, timeout: float = 60.0,
-                   updates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def wait_reply(
+        self, request_id: int, timeout: float = 60.0, updates: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         """The response to request_id; session/update params seen meanwhile go to `updates`."""
         deadline = time.monotonic() + timeout
         while True:
@@ -89,8 +93,9 @@ class AgentProcess:
             if message.get("method") == "session/update" and updates is not None:
                 updates.append(message["params"])
 
-    def call(self, method: str, params: dict[str, Any], timeout: float = 60.0,
-             updates: list[dict[str, Any]] | None = None) -> Any:
+    def call(
+        self, method: str, params: dict[str, Any], timeout: float = 60.0, updates: list[dict[str, Any]] | None = None
+    ) -> Any:
         reply = self.wait_reply(self.start_request(method, params), timeout, updates)
         assert "error" not in reply, reply
         return reply["result"]
@@ -111,18 +116,20 @@ class AgentProcess:
 
     # -- convenience ------------------------------------------------------------
     def initialize(self) -> dict[str, Any]:
-        return self.call("initialize", {"protocolVersion": 1, "clientCapabilities": {},
-                                        "clientInfo": {"name": "test", "version": "0"}})
+        return self.call(
+            "initialize",
+            {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
+        )
 
     def new_session(self, cwd: str = "/") -> str:
         return self.call("session/new", {"cwd": cwd, "mcpServers": []})["sessionId"]
 
-    def prompt(self, session_id: str, text: str, timeout: float = 120.0
-               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def prompt(self, session_id: str, text: str, timeout: float = 120.0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """(the reply message, the session/update params received before it)."""
         updates: list[dict[str, Any]] = []
-        request_id = self.start_request("session/prompt", {
-            "sessionId": session_id, "prompt": [{"type": "text", "text": text}]})
+        request_id = self.start_request(
+            "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}
+        )
         return self.wait_reply(request_id, timeout, updates), updates
 
     def close(self, timeout: float = 10.0) -> int:

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from stdio_client import chunks
 
 from acp.agents.kvstates import SavedState, StateCache, read_state, write_state
 from acp.agents.model import PER_MESSAGE_TOKENS, fit_window
-from stdio_client import chunks
 
 pytestmark = pytest.mark.model
 
@@ -22,6 +22,7 @@ KEY = {"format": 1, "model": {"name": "m.gguf", "size": 1}, "n_ctx": 8192}
 
 
 # -- the cut (pure) -------------------------------------------------------------------------
+
 
 def words(text: str) -> int:
     return len(text.split())
@@ -81,9 +82,9 @@ def test_the_cut_keeps_the_system_prompt_and_the_end_of_an_overlong_last_message
 
 # -- the state cache and its files (in process) ---------------------------------------------------
 
+
 def state(n_tokens: int, fill: int = 7, first: int = 0) -> SavedState:
-    return SavedState(tokens=list(range(n_tokens)), blob=bytes([fill]) * (100 * n_tokens),
-                      first=first)
+    return SavedState(tokens=list(range(n_tokens)), blob=bytes([fill]) * (100 * n_tokens), first=first)
 
 
 def test_memory_holds_at_most_its_bound_least_recently_used_evicted_first():
@@ -159,10 +160,14 @@ def test_write_state_leaves_no_temporary_behind(tmp_path: Path):
 
 # -- the agent, real model: what a switch and a reload evaluate ----------------------------
 
-TURN = re.compile(r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated .*"
-                  r"state from (\w+); history from message (\d+)")
-PRIMER = ("A note on the garden: the roses need sun in the morning, the tulips want dry soil "
-          "in summer, and the old apple tree by the wall is pruned every February. ") * 12
+TURN = re.compile(
+    r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated .*"
+    r"state from (\w+); history from message (\d+)"
+)
+PRIMER = (
+    "A note on the garden: the roses need sun in the morning, the tulips want dry soil "
+    "in summer, and the old apple tree by the wall is pruned every February. "
+) * 12
 MAX_ANSWER = 16
 # A follow-up turn evaluates only what is new: the end of the previous answer as the template
 # writes it, the new user message with its markers, and the assistant header. Nothing near
@@ -184,8 +189,14 @@ class Turns:
             if len(lines) > self.seen:
                 found = lines[self.seen]
                 self.seen += 1
-                return {"session": found[1], "prompt": int(found[2]), "reused": int(found[3]),
-                        "evaluated": int(found[4]), "state": found[5], "start": int(found[6])}
+                return {
+                    "session": found[1],
+                    "prompt": int(found[2]),
+                    "reused": int(found[3]),
+                    "evaluated": int(found[4]),
+                    "state": found[5],
+                    "start": int(found[6]),
+                }
             time.sleep(0.05)
         raise AssertionError(f"no turn line on stderr: {self.agent.stderr_lines[-5:]}")
 

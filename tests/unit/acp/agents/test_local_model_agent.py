@@ -8,7 +8,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from stdio_client import chunks
 
 pytestmark = pytest.mark.model
@@ -107,9 +106,13 @@ def test_cancel_stops_generation_promptly(start_agent, sessions_dir: Path):
     agent = start_agent("--max-tokens", "1000")
     agent.initialize()
     session_id = agent.new_session()
-    request_id = agent.start_request("session/prompt", {
-        "sessionId": session_id,
-        "prompt": [{"type": "text", "text": "Write a very long story about a dragon and a knight."}]})
+    request_id = agent.start_request(
+        "session/prompt",
+        {
+            "sessionId": session_id,
+            "prompt": [{"type": "text", "text": "Write a very long story about a dragon and a knight."}],
+        },
+    )
     received: list[str] = []
     while len(received) < 3:  # the answer is streaming
         message = agent.next_message(60)
@@ -128,8 +131,11 @@ def test_cancel_stops_generation_promptly(start_agent, sessions_dir: Path):
     # turn still had to write (one stdout, in order), and the model is free for the next one.
     later: list[dict] = []
     agent.wait_reply(agent.start_request("session/new", {"cwd": "/", "mcpServers": []}), updates=later)
-    assert not [u for u in later if u.get("sessionId") == session_id
-                and u["update"].get("sessionUpdate") == "agent_message_chunk"]
+    assert not [
+        u
+        for u in later
+        if u.get("sessionId") == session_id and u["update"].get("sessionUpdate") == "agent_message_chunk"
+    ]
     reply, updates = agent.prompt(session_id, "Say hello")
     assert reply["result"]["stopReason"] in {"end_turn", "max_tokens"}
     assert chunks(updates)
@@ -147,8 +153,12 @@ def test_cancel_sent_with_the_prompt_cancels_it(start_agent):
     session_id = agent.new_session()
     announced = agent.next_message(60)  # the commands, sent just after the session/new reply
     assert announced["params"]["update"]["sessionUpdate"] == "available_commands_update"
-    prompt = {"jsonrpc": "2.0", "id": 99, "method": "session/prompt", "params": {
-        "sessionId": session_id, "prompt": [{"type": "text", "text": "Write a long story."}]}}
+    prompt = {
+        "jsonrpc": "2.0",
+        "id": 99,
+        "method": "session/prompt",
+        "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "Write a long story."}]},
+    }
     cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
     agent.proc.stdin.write((json.dumps(prompt) + "\n" + json.dumps(cancel) + "\n").encode())
     agent.proc.stdin.flush()
@@ -175,8 +185,7 @@ def test_session_load_after_restart_replays_the_history(start_agent, sessions_di
     second = start_agent("--max-tokens", "64")
     assert second.initialize()["agentCapabilities"]["loadSession"]
     replay: list[dict] = []
-    result = second.call("session/load", {"sessionId": session_id, "cwd": "/home", "mcpServers": []},
-                         updates=replay)
+    result = second.call("session/load", {"sessionId": session_id, "cwd": "/home", "mcpServers": []}, updates=replay)
     assert result in (None, {})
     kinds = [u["update"]["sessionUpdate"] for u in replay]
     assert kinds == ["user_message_chunk", "agent_message_chunk"]
@@ -196,8 +205,9 @@ def test_loading_an_unknown_session_is_a_clear_error(start_agent):
     agent = start_agent()
     agent.initialize()
     for session_id in ("sess_0123456789abcdef0123456789abcdef", "../../etc/passwd"):
-        reply = agent.wait_reply(agent.start_request(
-            "session/load", {"sessionId": session_id, "cwd": "/", "mcpServers": []}), 10)
+        reply = agent.wait_reply(
+            agent.start_request("session/load", {"sessionId": session_id, "cwd": "/", "mcpServers": []}), 10
+        )
         assert reply["error"]["code"] == -32602
         assert "session" in reply["error"]["message"]
 

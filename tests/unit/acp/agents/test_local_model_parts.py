@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from acp.agents.local_model import parse_command, prompt_text
-from acp.agents.model import (PER_MESSAGE_TOKENS, ChatModel, default_model_path, default_threads,
-                              fit_messages)
+from acp.agents.model import PER_MESSAGE_TOKENS, ChatModel, default_model_path, default_threads, fit_messages
 from acp.agents.sessions import SessionError, SessionStore, default_sessions_dir
 
 pytestmark = pytest.mark.model
@@ -34,8 +33,13 @@ def test_fit_keeps_everything_that_fits():
 
 
 def test_fit_drops_the_oldest_first_and_never_starts_with_the_assistant():
-    history = [msg("user", 30, "a"), msg("assistant", 30, "b"), msg("user", 10, "c"),
-               msg("assistant", 10, "d"), msg("user", 10, "e")]
+    history = [
+        msg("user", 30, "a"),
+        msg("assistant", 30, "b"),
+        msg("user", 10, "c"),
+        msg("assistant", 10, "d"),
+        msg("user", 10, "e"),
+    ]
     budget = 3 * (10 + PER_MESSAGE_TOKENS) + 30  # room for the last three, not a fourth
     kept = fit_messages(history, budget, words, last_words)
     assert kept == history[2:]
@@ -73,8 +77,7 @@ def test_describe_does_not_load(tmp_path: Path):
 def test_real_model_streams_and_stops_when_asked():
     model = ChatModel(default_model_path(), max_tokens=200, temperature=0)
     pieces = []
-    for piece in model.stream([{"role": "user", "content": "Count from one to fifty."}],
-                              lambda: len(pieces) >= 5):
+    for piece in model.stream([{"role": "user", "content": "Count from one to fifty."}], lambda: len(pieces) >= 5):
         pieces.append(piece)
     assert [p.finish_reason for p in pieces[:5]] == [None] * 5
     assert pieces[-1].finish_reason == "cancelled"
@@ -110,9 +113,16 @@ def test_commands_and_prompt_text():
     assert parse_command("  /Model  big one ") == ("model", "big one")
     assert parse_command("/etc/passwd is a file") is None
     assert parse_command("hello /clear") is None
-    assert prompt_text([{"type": "text", "text": "a"}, {"type": "image", "data": "…"},
-                        {"type": "resource_link", "uri": "file:///x.py", "name": "x.py"}]) \
+    assert (
+        prompt_text(
+            [
+                {"type": "text", "text": "a"},
+                {"type": "image", "data": "…"},
+                {"type": "resource_link", "uri": "file:///x.py", "name": "x.py"},
+            ]
+        )
         == "a\n[x.py](file:///x.py)"
+    )
 
 
 def test_default_threads_leave_a_core_free():

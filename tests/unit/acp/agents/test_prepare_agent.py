@@ -9,19 +9,22 @@ import re
 import time
 
 import pytest
+from stdio_client import chunks
 
 from acp.agents.local_model import PREPARE_METHOD
 from bridge.channels.context import UnseenMessage, build_prompt
-from stdio_client import chunks
 
 pytestmark = pytest.mark.model
 
 TURN = re.compile(r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated")
 PREPARED = re.compile(r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated")
 PREPARING = re.compile(r"preparing (\d+) tokens of (\d+)")
-HISTORY = [UnseenMessage("user" if i % 2 else "helper", f"Message {i}: " + ("the garden wants water, the "
-                                                                    "roses want sun. " * 12))
-           for i in range(3)]
+HISTORY = [
+    UnseenMessage(
+        "user" if i % 2 else "helper", f"Message {i}: " + ("the garden wants water, the roses want sun. " * 12)
+    )
+    for i in range(3)
+]
 KNOWN = build_prompt("garden", HISTORY, "")  # what the bridge sends to prepare
 QUESTION = "Which flowers want sun?"
 ASKED = build_prompt("garden", HISTORY, QUESTION)  # what it sends when the owner asks
@@ -55,7 +58,7 @@ def answer(agent, session: str, text: str) -> str:
 
 
 def test_the_known_start_is_a_prefix_of_the_prompt_the_bridge_sends():
-    assert ASKED.startswith(KNOWN) and ASKED[len(KNOWN):] == QUESTION
+    assert ASKED.startswith(KNOWN) and ASKED[len(KNOWN) :] == QUESTION
 
 
 def test_it_is_announced_and_a_prepared_prompt_is_answered_as_without_it(start_agent, tmp_path):

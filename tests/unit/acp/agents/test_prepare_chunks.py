@@ -10,7 +10,7 @@ from acp.agents.model import ChatModel
 
 
 class FakeContext:
-    def __init__(self, llm: "FakeLlm") -> None:
+    def __init__(self, llm: FakeLlm) -> None:
         self.llm = llm
 
     def kv_cache_seq_rm(self, seq: int, start: int, end: int) -> bool:

@@ -1,5 +1,6 @@
 """The shipped local-model agent driven through the project's own ACP client (acp.start_agent),
 as the bridge drives it: real subprocess, real SmolLM2-135M model."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,21 @@ pytestmark = pytest.mark.model
 
 def spec(sessions: Path, name: str = "local") -> AgentSpec:
     # Temperature 0: the same answer every run, so the tests are stable.
-    return AgentSpec(name=name, command=[sys.executable, "-m", "acp.agents.local_model",
-                                         "--sessions", str(sessions), "--max-tokens", "64",
-                                         "--temperature", "0"],
-                     timeout=120)
+    return AgentSpec(
+        name=name,
+        command=[
+            sys.executable,
+            "-m",
+            "acp.agents.local_model",
+            "--sessions",
+            str(sessions),
+            "--max-tokens",
+            "64",
+            "--temperature",
+            "0",
+        ],
+        timeout=120,
+    )
 
 
 class Collector:
@@ -112,7 +124,8 @@ async def test_cancel_mid_answer_gives_cancelled(agents, sessions):
     session = await agent.new_session(str(sessions.parent))
     collected = Collector()
     prompt = asyncio.create_task(
-        agent.prompt(session, "Write a long story about a dragon who learns to bake bread.", collected))
+        agent.prompt(session, "Write a long story about a dragon who learns to bake bread.", collected)
+    )
     await asyncio.wait_for(collected.first_text.wait(), 120)
     assert not prompt.done()
     await agent.cancel(session)

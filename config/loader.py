@@ -192,9 +192,29 @@ def load(path: str | os.PathLike, label: str | None = None) -> Config:
 
 
 def parse(data: dict[str, Any], path: Path, label: str) -> Config:
+    """Check each section in turn (docs/configuration.md), collecting every
+    problem; build the Config only when there is none."""
     c = _Checker(label)
+    base = path.resolve().parent
     suggested = c.known(data, "")
+    # a dict display is evaluated left to right: the problems come in this order
+    fields = {
+        "owners": _owners(c, data, suggested),
+        **_homeserver(c, data, base),
+        **_appservice(c, data, base),
+        "agents": _agents(c, data, path),
+        **_limits(c, data),
+        "encryption": _encryption(c, data),
+        "voice": _voice(c, data),
+        "database": _database(c, data),
+    }
+    if c.problems:
+        raise ConfigError(c.problems)
+    return Config(path=path.resolve(), data_dir=data_dir(path), **fields)
 
+
+def _owners(c: _Checker, data: dict, suggested: set[str]) -> tuple[str, ...]:
+    """`owner:` — one Matrix user id or a list of them."""
     owners_raw = data.get("owner")
     owners: list[str] = []
     if owners_raw is None and "owner" in suggested:
@@ -211,7 +231,11 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
                 owners.append(item)
         if isinstance(owners_raw, list) and not owners_raw:
             c.problem("owner", "must name at least one Matrix user id")
+    return tuple(owners)
 
+
+def _homeserver(c: _Checker, data: dict, base: Path) -> dict[str, Any]:
+    """`homeserver:` — embedded or reached at `url`; the Config fields it sets."""
     hs = c.section(data, "homeserver")
     embedded = hs.get("embedded", "url" not in hs)
     if not isinstance(embedded, bool):
@@ -235,7 +259,18 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     domain = (
         c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
     )
+    return {
+        "domain": domain,
+        "homeserver_url": url.rstrip("/"),
+        "homeserver_embedded": embedded,
+        "homeserver_port": hs_port,
+        "device_traffic": device_traffic,
+        "homeserver_config": (base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
+    }
 
+
+def _appservice(c: _Checker, data: dict, base: Path) -> dict[str, Any]:
+    """`appservice:` — where the bridge listens, its ids and names; the Config fields it sets."""
     aps = c.section(data, "appservice")
     listen = c.string(aps, "listen", "appservice.listen", "127.0.0.1:29333")
     host, port = "127.0.0.1", 29333
@@ -267,9 +302,20 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     public_url = c.string(aps, "url", "appservice.url")
     if public_url is not None and not re.match(r"^https?://[^/\s]+", public_url):
         c.problem("appservice.url", f"must be an http(s) URL the homeserver can reach, got {public_url!r}")
+    return {
+        "listen_host": host,
+        "listen_port": port,
+        "appservice_id": as_id,
+        "puppet_prefix": prefix,
+        "bot": bot,
+        "registration_path": (base / os.path.expanduser(reg)).resolve(),
+        "permission_timeout": permission_timeout,
+        "public_url": public_url.rstrip("/") if public_url else None,
+    }
 
-    agents = _agents(c, data, path)
 
+def _limits(c: _Checker, data: dict) -> dict[str, Any]:
+    """`limits:` — memory, context, attachments and the agents' tools; the Config fields it sets."""
     limits = c.section(data, "limits")
     in_memory = c.integer(limits, "agents_in_memory", "limits.agents_in_memory", 2, 1, 64)
     ctx_messages = c.integer(limits, "context_messages", "limits.context_messages", 20, 0, 10_000)
@@ -280,60 +326,41 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     schedules = c.integer(limits, "schedules_per_conversation", "limits.schedules_per_conversation", 20, 0, 1_000)
     if attachment_mib > MAX_ATTACHMENT_MIB:
         c.problem("limits.attachment_mib", f"must be at most {MAX_ATTACHMENT_MIB} (MiB), got {attachment_mib:g}")
+    return {
+        "agents_in_memory": in_memory,
+        "context_messages": ctx_messages,
+        "context_chars": ctx_chars,
+        "attachment_bytes": int(attachment_mib * 1024 * 1024),
+        "tool_calls_per_turn": tool_calls,
+        "history_messages": history_messages,
+        "schedules_per_conversation": schedules,
+    }
 
-    # `encryption: on | off` (YAML reads on/off as true/false): end-to-end encrypted rooms
+
+def _encryption(c: _Checker, data: dict) -> bool:
+    """`encryption: on | off` (YAML reads on/off as true/false): end-to-end encrypted rooms."""
     encryption = data.get("encryption", True)
     if isinstance(encryption, str) and encryption.strip().lower() in ("on", "off"):
         encryption = encryption.strip().lower() == "on"
     if not isinstance(encryption, bool):
         c.problem("encryption", f"must be on or off, got {encryption!r}")
         encryption = True
+    return encryption
 
-    voice = _voice(c, data)
 
+def _database(c: _Checker, data: dict) -> str:
+    """`database:` — sqlite (the default), :memory: or a PostgreSQL URL."""
     database = data.get("database", "sqlite")
     if not isinstance(database, str) or not (
         database in ("sqlite", ":memory:") or re.match(r"^postgres(ql)?://", database)
     ):
         c.problem("database", f'must be "sqlite" or a postgresql://user:password@host/db URL, got {database!r}')
         database = "sqlite"
-
-    if c.problems:
-        raise ConfigError(c.problems)
-    base = path.resolve().parent
-    return Config(
-        path=path.resolve(),
-        owners=tuple(owners),
-        domain=domain,
-        homeserver_url=url.rstrip("/"),
-        homeserver_embedded=embedded,
-        homeserver_port=hs_port,
-        listen_host=host,
-        listen_port=port,
-        appservice_id=as_id,
-        puppet_prefix=prefix,
-        bot=bot,
-        registration_path=(base / os.path.expanduser(reg)).resolve(),
-        agents=agents,
-        agents_in_memory=in_memory,
-        context_messages=ctx_messages,
-        context_chars=ctx_chars,
-        attachment_bytes=int(attachment_mib * 1024 * 1024),
-        tool_calls_per_turn=tool_calls,
-        history_messages=history_messages,
-        schedules_per_conversation=schedules,
-        database=database,
-        data_dir=data_dir(path),
-        permission_timeout=permission_timeout,
-        public_url=public_url.rstrip("/") if public_url else None,
-        homeserver_config=(base / os.path.expanduser(hs_config)).resolve() if hs_config else None,
-        encryption=encryption,
-        device_traffic=device_traffic,
-        voice=voice,
-    )
+    return database
 
 
 def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
+    """`agents:` — a mapping of agent name to its settings; the agents without a problem."""
     raw = data.get("agents")
     if raw is None:
         return {}
@@ -342,64 +369,101 @@ def _agents(c: _Checker, data: dict, path: Path) -> dict[str, AgentConfig]:
         return {}
     agents: dict[str, AgentConfig] = {}
     for name, spec in raw.items():
-        key = f"agents.{name}"
-        if not isinstance(name, str) or not AGENT_NAME.match(name):
-            c.problem(key, "the name must be lowercase letters, digits, - or _, starting with a letter or digit")
-            continue
-        if not isinstance(spec, dict):
-            c.problem(key, "must be a mapping with at least `command`")
-            continue
-        suggested = c.known(spec, "agents.*", key)
-        command, why = split_command(spec.get("command"))
-        if command is None and not ("command" not in spec and "command" in suggested):
-            c.problem(f"{key}.command", why)
-        title = spec.get("title", name)
-        if not isinstance(title, str) or not title.strip():
-            c.problem(f"{key}.title", "must be a non-empty string")
-        cwd = spec.get("cwd")
-        if cwd is not None:
-            if not isinstance(cwd, str) or not cwd:
-                c.problem(f"{key}.cwd", "must be a folder path")
-                cwd = None
-            else:
-                cwd = str((path.resolve().parent / os.path.expanduser(cwd)).resolve())
-                if not os.path.isdir(cwd):
-                    c.problem(f"{key}.cwd", f"folder does not exist: {cwd}")
-        env = spec.get("env") or {}
-        if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
-            c.problem(f"{key}.env", "must be a mapping of NAME: value")
-            env = {}
-        env = {k: str(v) for k, v in env.items()}
-        timeout = c.number(spec, "timeout", f"{key}.timeout", 300.0, 1.0)
-        tools = spec.get("tools", True)  # YAML reads on/off as true/false
-        if isinstance(tools, str) and tools.strip().lower() in ("on", "off"):
-            tools = tools.strip().lower() == "on"
-        if not isinstance(tools, bool):
-            c.problem(f"{key}.tools", f"must be on or off, got {shown(tools)}")
-            tools = True
-        roots = _roots(c, spec.get("roots"), f"{key}.roots", path, cwd)
-        worktrees = _on_off(c, spec.get("worktrees", False), f"{key}.worktrees", False)
-        if worktrees and "cwd" not in spec:
-            c.problem(f"{key}.worktrees", "on needs a cwd: the git checkout whose worktrees the threads get")
-        elif worktrees and cwd is not None and os.path.isdir(cwd) and git_checkout(cwd) is None:
-            c.problem(f"{key}.worktrees", f"on needs a cwd inside a git checkout; {cwd} is not in one")
-        budget = _budget(c, spec.get("budget"), f"{key}.budget")
-        sandbox = _sandbox(c, spec.get("sandbox", True), f"{key}.sandbox", path)
-        if command is not None and isinstance(title, str):
-            agents[name] = AgentConfig(
-                name=name,
-                title=title.strip(),
-                command=tuple(command),
-                cwd=cwd,
-                env=env,
-                timeout=timeout,
-                tools=tools,
-                roots=roots,
-                worktrees=worktrees,
-                budget=budget,
-                sandbox=sandbox,
-            )
+        agent = _agent(c, name, spec, path)
+        if agent is not None:
+            agents[name] = agent
     return agents
+
+
+def _agent(c: _Checker, name: Any, spec: Any, path: Path) -> AgentConfig | None:
+    """One agent's settings, each key group in turn; None if it cannot be used."""
+    key = f"agents.{name}"
+    if not isinstance(name, str) or not AGENT_NAME.match(name):
+        c.problem(key, "the name must be lowercase letters, digits, - or _, starting with a letter or digit")
+        return None
+    if not isinstance(spec, dict):
+        c.problem(key, "must be a mapping with at least `command`")
+        return None
+    suggested = c.known(spec, "agents.*", key)
+    command = _agent_command(c, spec, key, suggested)
+    title = spec.get("title", name)
+    if not isinstance(title, str) or not title.strip():
+        c.problem(f"{key}.title", "must be a non-empty string")
+    cwd = _agent_cwd(c, spec, key, path)
+    env = _agent_env(c, spec, key)
+    timeout = c.number(spec, "timeout", f"{key}.timeout", 300.0, 1.0)
+    tools = _agent_tools(c, spec, key)
+    roots = _roots(c, spec.get("roots"), f"{key}.roots", path, cwd)
+    worktrees = _agent_worktrees(c, spec, key, cwd)
+    budget = _budget(c, spec.get("budget"), f"{key}.budget")
+    sandbox = _sandbox(c, spec.get("sandbox", True), f"{key}.sandbox", path)
+    if command is None or not isinstance(title, str):
+        return None
+    return AgentConfig(
+        name=name,
+        title=title.strip(),
+        command=tuple(command),
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        tools=tools,
+        roots=roots,
+        worktrees=worktrees,
+        budget=budget,
+        sandbox=sandbox,
+    )
+
+
+def _agent_command(c: _Checker, spec: dict, key: str, suggested: set[str]) -> list[str] | None:
+    """`command:` — a list of strings or one command line (a misspelt key is named once)."""
+    command, why = split_command(spec.get("command"))
+    if command is None and not ("command" not in spec and "command" in suggested):
+        c.problem(f"{key}.command", why)
+    return command
+
+
+def _agent_cwd(c: _Checker, spec: dict, key: str, path: Path) -> str | None:
+    """`cwd:` — an existing folder, relative to the config file."""
+    cwd = spec.get("cwd")
+    if cwd is not None:
+        if not isinstance(cwd, str) or not cwd:
+            c.problem(f"{key}.cwd", "must be a folder path")
+            cwd = None
+        else:
+            cwd = str((path.resolve().parent / os.path.expanduser(cwd)).resolve())
+            if not os.path.isdir(cwd):
+                c.problem(f"{key}.cwd", f"folder does not exist: {cwd}")
+    return cwd
+
+
+def _agent_env(c: _Checker, spec: dict, key: str) -> dict[str, str]:
+    """`env:` — a mapping of NAME: value, each value as a string."""
+    env = spec.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
+        c.problem(f"{key}.env", "must be a mapping of NAME: value")
+        env = {}
+    return {k: str(v) for k, v in env.items()}
+
+
+def _agent_tools(c: _Checker, spec: dict, key: str) -> bool:
+    """`tools: on | off` (YAML reads on/off as true/false)."""
+    tools = spec.get("tools", True)
+    if isinstance(tools, str) and tools.strip().lower() in ("on", "off"):
+        tools = tools.strip().lower() == "on"
+    if not isinstance(tools, bool):
+        c.problem(f"{key}.tools", f"must be on or off, got {shown(tools)}")
+        tools = True
+    return tools
+
+
+def _agent_worktrees(c: _Checker, spec: dict, key: str, cwd: str | None) -> bool:
+    """`worktrees: on | off` — on needs a `cwd` inside a git checkout."""
+    worktrees = _on_off(c, spec.get("worktrees", False), f"{key}.worktrees", False)
+    if worktrees and "cwd" not in spec:
+        c.problem(f"{key}.worktrees", "on needs a cwd: the git checkout whose worktrees the threads get")
+    elif worktrees and cwd is not None and os.path.isdir(cwd) and git_checkout(cwd) is None:
+        c.problem(f"{key}.worktrees", f"on needs a cwd inside a git checkout; {cwd} is not in one")
+    return worktrees
 
 
 def _budget(c: _Checker, value: Any, key: str) -> Budget | None:

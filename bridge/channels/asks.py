@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import aiohttp
 
 from ..matrix.client import MatrixError
+from ..matrix.markdown import escape_html
 from ..matrix.puppet import relating
 from .approvals import mentioning
-from .render import escape_html
 
 if TYPE_CHECKING:
     from config import Config

@@ -212,7 +212,7 @@ def find_channels(channels: Iterable[Channel], query: str) -> list[Channel]:
 
 def describe_state(state: str, answering_in: str | None = None) -> str:
     """Pool.state() in words (docs/architecture.md "The Matrix side": stopped / ready / answering
-    where / waiting); `answering_in` is a place (places.py: `#general`, `your direct chat`)."""
+    where / waiting); `answering_in` is a place (room_names.py: `#general`, `your direct chat`)."""
     if state == "busy" or (answering_in and state != "waiting"):
         return f"answering in {answering_in}" if answering_in else "answering"
     return {"stopped": "stopped", "starting": "starting", "ready": "ready", "waiting": "waiting for a free slot"}.get(

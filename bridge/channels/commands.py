@@ -44,7 +44,7 @@ from .command_parse import (
     threads_switch,
 )
 from .conversations import Here
-from .places import place_of
+from .room_names import place_of
 from .sessions import close_sessions
 
 if TYPE_CHECKING:

@@ -15,12 +15,16 @@ CLOSING = "The user now writes to you (answer directly, without your name in fro
 
 
 @dataclass(frozen=True)
-class Line:
+class UnseenMessage:
+    """A message of the channel the agent has not seen yet, as its prompt shows it."""
+
     sender: str  # "user" for the owner, else the agent's name
     text: str
 
 
-def build_prompt(channel: str, unseen: list[Line], text: str, max_messages: int = 20, max_chars: int = 1500) -> str:
+def build_prompt(
+    channel: str, unseen: list[UnseenMessage], text: str, max_messages: int = 20, max_chars: int = 1500
+) -> str:
     """The prompt for one turn: the unseen messages (the last `max_messages`, each cut at
     `max_chars`), then the user's text. With nothing unseen the text goes alone."""
     recent = unseen[-max_messages:] if max_messages > 0 else []

@@ -9,7 +9,7 @@ else calls them.
 - `m.room.message`, `m.sticker`, polls: an owner's `!` command, a numbered answer to a
   permission question, or a prompt — text, an attachment, an MSC4391 command (bridge/matrix/media.py
   says what each kind is) — stored, then queued in the channel's portal. A reply's fallback
-  quote is stripped first (bridge/channels/replies.py).
+  quote is stripped first (bridge/matrix/replies.py).
 - `m.reaction`: an owner's answer to a permission question, or 🛑 on the answer being written.
 - `m.room.redaction`: the owner withdrew a message.
 - `m.room.name`: the owner renamed a channel.
@@ -25,11 +25,11 @@ from urllib.parse import quote
 from store import StoreClosed
 
 from ..matrix.media import read_message
+from ..matrix.replies import replied_to, without_fallback
 from . import prepare
 from .conversations import conversation_of, relation_for
 from .incoming import Incoming
 from .mentions import named
-from .replies import replied_to, without_fallback
 
 if TYPE_CHECKING:
     from config import Config

@@ -49,7 +49,7 @@ class Job:
 
 
 @dataclass
-class Line:
+class TurnQueue:
     """One conversation's queue of turns and the worker that runs them, oldest first."""
 
     queue: list[Job] = field(default_factory=list)  # a heap: the oldest turn first, whichever path queued it
@@ -81,7 +81,7 @@ class Portal:
         # the channel's members (agent names, in join order), kept here as the store has them:
         # every change goes through joined() / left(), which write the store first
         self.members: list[str] = list(members)
-        self.lines: dict[str, Line] = {}  # conversation ("" the main timeline) → its queue and worker
+        self.lines: dict[str, TurnQueue] = {}  # conversation ("" the main timeline) → its queue and worker
         self.runs: dict = {}  # conversation → its running turns.TurnRun, for !stop, 🛑, redactions
         self.waiting: set[str] = set()  # event ids of the messages queued or being answered
         self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
@@ -315,7 +315,7 @@ class Portal:
         """Queue a turn in its conversation; one already queued is not queued again. Each
         conversation's worker runs its turns one at a time; conversations run side by side."""
         conversation = getattr(turn, "conversation", "") or ""
-        line = self.lines.setdefault(conversation, Line())
+        line = self.lines.setdefault(conversation, TurnQueue())
         if not line.push(Job(turn.id, turn, incoming)):
             return
         self.waiting.add(incoming.event_id)
@@ -376,7 +376,7 @@ class Portal:
         self.withdrawn.add(event_id)
         return True
 
-    async def _work(self, line: Line) -> None:
+    async def _work(self, line: TurnQueue) -> None:
         await self.parts.recovered.wait()  # the turns an earlier run left come first
         while line.queue and not self.parts.stopping.is_set():
             job = line.pop()

@@ -17,7 +17,7 @@ import logging
 from functools import partial
 from typing import Any
 
-from .context import Line, build_prompt
+from .context import UnseenMessage, build_prompt
 
 Portal = Any  # bridge/channels/portal.py (imports this module: not imported here)
 
@@ -49,7 +49,7 @@ def should_prepare(state: str, announced: bool, queued: int, context_messages: i
     return state == "ready" and announced and queued == 0 and context_messages > 0
 
 
-def prepare_text(channel: str, unseen: list[Line], max_messages: int, max_chars: int) -> str:
+def prepare_text(channel: str, unseen: list[UnseenMessage], max_messages: int, max_chars: int) -> str:
     """The start of the prompt a turn would send now, without its question ("" when nothing
     is unseen: the question would go alone)."""
     if not unseen or max_messages <= 0:

@@ -33,8 +33,8 @@ import aiohttp
 
 from ..matrix.client import MatrixError
 from ..matrix.intent import EventTooLarge, Intent, weight
+from ..matrix.markdown import escape_html, markdown_to_html, needs_html
 from .background import stop_task
-from .render import escape_html, markdown_to_html, needs_html
 
 log = logging.getLogger(__name__)
 

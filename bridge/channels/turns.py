@@ -25,16 +25,16 @@ from store import StoreError, TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
 from ..matrix.client import MatrixError
+from ..matrix.markdown import escape_html
 from ..matrix.puppet import relating
 from ..voice.spoken import speak_answer
 from . import prepare
 from .agent_files import roots_for
 from .approvals import approve_mode, approvers
-from .context import Line, build_prompt
+from .context import UnseenMessage, build_prompt
 from .conversations import relation_for
 from .journal import Journal
 from .prompt import attachment_prompt, listening
-from .render import escape_html
 from .routing import Turn
 from .sessions import record_use
 from .showing import Showing
@@ -182,14 +182,14 @@ def context_reader(channel_id: str, limit: int, queued: int, conversation: str =
 
 def unseen_lines(
     read: tuple[list, list] | None, agent: str, current_message_id: str | None, fresh: bool, limit: int
-) -> list[Line]:
+) -> list[UnseenMessage]:
     """What `agent` has not seen in the channel, as context lines (from `context_reader`'s read)."""
     if not limit or read is None:
         return []
     messages = read[1] if fresh else read[0]
     # user messages after the current one are queued: each is told in its own turn, not before
     return [
-        Line("user" if m.role == "user" else m.sender, m.text)
+        UnseenMessage("user" if m.role == "user" else m.sender, m.text)
         for m in messages
         if m.id != current_message_id
         and not (m.role == "user" and current_message_id is not None and m.id > current_message_id)
@@ -202,7 +202,7 @@ def waiting_note(channels: Channels, pool, agent: str, ahead: int | None = None,
     the agent starts. `here`: the waiting turn's portal — the agent may be answering in another
     conversation of the same channel (a thread, or the main timeline: one prompt at a time per
     agent)."""
-    from .places import place_of  # here: a DM is "your direct chat", not "#local"
+    from .room_names import place_of  # here: a DM is "your direct chat", not "#local"
 
     busy_in = channels.active_turns.get(agent)
     if busy_in is not None:

@@ -1,7 +1,7 @@
 """Coding agents' work as Matrix messages (pure: no I/O, tested without a homeserver).
 
 Every function returns a `Rendered` — the plain `body` and the HTML `formatted_body` — and the
-HTML always goes through the project's sanitiser (bridge/channels/render.py: the Matrix HTML subset,
+HTML always goes through the project's sanitiser (bridge/matrix/markdown.py: the Matrix HTML subset,
 nh3), whatever an agent put in a title, a path or a diff. Plain bodies follow the answer's
 conventions: one line per item, code in fenced blocks.
 
@@ -36,7 +36,7 @@ from acp.elicitation import LETTERS, ElicitationRequest, Field
 from acp.toolcalls import Location, PlanEntry, Terminal, ToolCall, ToolContent
 from acp.updates import normalise_update
 
-from ..channels.render import escape_html, sanitise
+from ..matrix.markdown import escape_html, sanitise
 
 DIFF_INLINE_LINES = 12  # diff lines shown as they are; more go into <details>
 DIFF_ATTACH_LINES = 400  # past this, or

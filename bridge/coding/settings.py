@@ -36,8 +36,8 @@ from store import StoreClosed, StoreError
 from ..channels.background import Background
 from ..channels.command_parse import describe_state, resolve_agent
 from ..channels.conversations import Here, relation_for
-from ..channels.places import place_of
-from ..channels.render import escape_html, sanitise
+from ..channels.room_names import place_of
+from ..matrix.markdown import escape_html, sanitise
 from ..matrix.puppet import relating
 from . import render
 

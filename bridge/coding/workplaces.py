@@ -28,7 +28,7 @@ from acp import AcpError
 from ..channels.background import Background
 from ..channels.command_parse import CONFIRM, resolve_agent
 from ..channels.conversations import Here, relation_for
-from ..channels.places import place_of
+from ..channels.room_names import place_of
 from . import worktrees as git
 from .places import Place, additional, base_dir, in_worktree, moved_out, recheck, refusal, resolve, root_of
 from .worktree_names import Shown, branch_name, changes, listing, thread_words, worktree_path

@@ -31,7 +31,7 @@ from stdio_client import AgentProcess  # noqa: E402
 from acp.agents.model import DEFAULT_KV_RAM_MIB  # noqa: E402
 
 SCRATCH_MB = 40  # llama.cpp's compute buffers during a prompt of ~1,000 tokens, beside the states
-from bridge.channels.context import Line, build_prompt  # noqa: E402
+from bridge.channels.context import UnseenMessage, build_prompt  # noqa: E402
 
 MAX_TOKENS = 24
 TURN = re.compile(
@@ -233,7 +233,9 @@ def run(folder: Path, quick: bool) -> dict:
             turn["from_load"] = now() - started
             out["c"].append(turn)
         fresh = again.new()
-        lines = [Line("user" if i % 2 == 0 else "alice", text(100 + i, 400, DENSE)[:1500]) for i in range(replay)]
+        lines = [
+            UnseenMessage("user" if i % 2 == 0 else "alice", text(100 + i, 400, DENSE)[:1500]) for i in range(replay)
+        ]
         prompt = build_prompt("garden", lines, "What was decided about the pond?")
         out["d"] = again.ask(fresh, prompt)
         out["d"]["chars"] = len(prompt)

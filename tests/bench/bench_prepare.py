@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "bench"))
 from bench_model import DENSE, Agent, text  # noqa: E402
 
 from acp.agents.local_model import PREPARE_METHOD  # noqa: E402
-from bridge.channels.context import Line, build_prompt  # noqa: E402
+from bridge.channels.context import UnseenMessage, build_prompt  # noqa: E402
 
 PREPARED = re.compile(
     r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated "
@@ -73,7 +73,9 @@ def run(folder: Path, quick: bool) -> dict:
     replay = 5 if quick else 20
 
     def history(seed: int) -> str:
-        lines = [Line("user" if i % 2 == 0 else "alice", text(seed + i, 400, DENSE)[:1500]) for i in range(replay)]
+        lines = [
+            UnseenMessage("user" if i % 2 == 0 else "alice", text(seed + i, 400, DENSE)[:1500]) for i in range(replay)
+        ]
         return build_prompt("garden", lines, "")
 
     # two histories of the same size: llama.cpp reuses any matching prefix in its context,

@@ -14,7 +14,7 @@ from scene_helpers import store_with_channel
 
 from acp import SessionCapabilities
 from bridge.channels import portal as portals
-from bridge.channels.context import Line
+from bridge.channels.context import UnseenMessage
 from bridge.channels.portal import Portal
 from bridge.channels.turns import context_reader, unseen_lines
 from store.offloop import OffLoop
@@ -90,7 +90,7 @@ async def test_a_thread_message_is_taken_with_its_turns_in_the_thread(scene):
 async def test_a_turn_is_claimed_with_its_take_only_where_nothing_waits_before_it(scene):
     store, channel, portal = scene.store, scene.channel, scene.portal
     say(store, channel, "alice", "alice's answer", "$a1")
-    portal.lines["$a1"] = portals.Line(queue=[object()])  # a turn queued in that thread already
+    portal.lines["$a1"] = portals.TurnQueue(queue=[object()])  # a turn queued in that thread already
     _, (_, (queued,)) = await portal.take("@me:hs", "more", "$t1", "more", None, [], "$a1")
     assert queued.state == TAKEN  # its worker claims it when its turn comes
     _, (_, (main,)) = await portal.take("@me:hs", "@bob hi", "$m1", "@bob hi", None, [], "")
@@ -111,22 +111,22 @@ async def test_a_turn_in_a_thread_reads_its_root_and_its_own_messages(scene):
     member = store.member(channel.id, "alice", "$root")
     read = context_reader(channel.id, 20, 0, "$root")(store, member)
     assert unseen_lines(read, "alice", now.id, True, 20) == [
-        Line("user", "the root question"),
-        Line("user", "in the thread"),
-        Line("bob", "bob in the thread"),
+        UnseenMessage("user", "the root question"),
+        UnseenMessage("user", "in the thread"),
+        UnseenMessage("bob", "bob in the thread"),
     ]
     # the main timeline's reading has no thread message in it
     read = context_reader(channel.id, 20, 0)(store, store.member(channel.id, "alice"))
     assert unseen_lines(read, "alice", None, True, 20) == [
-        Line("user", "the root question"),
-        Line("bob", "bob in main"),
-        Line("user", "later in main"),
+        UnseenMessage("user", "the root question"),
+        UnseenMessage("bob", "bob in main"),
+        UnseenMessage("user", "later in main"),
     ]
     # seen in the thread up to a message: only what came after in the thread, the root not again
     store.set_session(channel.id, "alice", "s-thread", fresh=False, conversation="$root")
     store.mark_seen(channel.id, "alice", store.message_by_event("$t1").id, "$root")
     read = context_reader(channel.id, 20, 0, "$root")(store, store.member(channel.id, "alice", "$root"))
-    assert unseen_lines(read, "alice", now.id, False, 20) == [Line("bob", "bob in the thread")]
+    assert unseen_lines(read, "alice", now.id, False, 20) == [UnseenMessage("bob", "bob in the thread")]
     assert root.conversation == ""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.channels.context import Line, build_prompt, cut
+from bridge.channels.context import UnseenMessage, build_prompt, cut
 
 READS_EXAMPLE = (
     "[Messages in #general you have not seen yet]\n"
@@ -15,12 +15,18 @@ READS_EXAMPLE = (
 
 
 def test_adr_example_exactly():
-    unseen = [Line("user", "@alice explain goroutines"), Line("alice", "Goroutines are light threads…")]
+    unseen = [
+        UnseenMessage("user", "@alice explain goroutines"),
+        UnseenMessage("alice", "Goroutines are light threads…"),
+    ]
     assert build_prompt("general", unseen, "@bob what do you think?") == READS_EXAMPLE
 
 
 def test_channel_name_with_hash_is_not_doubled():
-    unseen = [Line("user", "@alice explain goroutines"), Line("alice", "Goroutines are light threads…")]
+    unseen = [
+        UnseenMessage("user", "@alice explain goroutines"),
+        UnseenMessage("alice", "Goroutines are light threads…"),
+    ]
     assert build_prompt("#general", unseen, "@bob what do you think?") == READS_EXAMPLE
 
 
@@ -29,7 +35,7 @@ def test_nothing_unseen_sends_the_text_alone():
 
 
 def test_at_most_the_last_n_messages():
-    unseen = [Line("user", f"m{i}") for i in range(30)]
+    unseen = [UnseenMessage("user", f"m{i}") for i in range(30)]
     prompt = build_prompt("c", unseen, "now", max_messages=20)
     lines = prompt.split("\n")
     assert lines[0] == "[Messages in #c you have not seen yet]"
@@ -42,14 +48,14 @@ def test_at_most_the_last_n_messages():
 
 
 def test_default_limit_is_twenty():
-    unseen = [Line("bob", f"m{i}") for i in range(25)]
+    unseen = [UnseenMessage("bob", f"m{i}") for i in range(25)]
     body = build_prompt("c", unseen, "now").split("\n")[1:-3]
     assert body == [f"bob: m{i}" for i in range(5, 25)]
 
 
 def test_each_message_cut_at_the_char_limit():
     long = "x" * 2000
-    prompt = build_prompt("c", [Line("alice", long), Line("user", "short")], "now", max_chars=1500)
+    prompt = build_prompt("c", [UnseenMessage("alice", long), UnseenMessage("user", "short")], "now", max_chars=1500)
     first = prompt.split("\n")[1]
     assert first.startswith("alice: x")
     assert len(first[len("alice: ") :]) == 1500 and first.endswith("…")
@@ -63,9 +69,9 @@ def test_cut_keeps_short_text_and_exact_length():
 
 
 def test_zero_messages_sends_text_alone():
-    assert build_prompt("c", [Line("user", "a")], "now", max_messages=0) == "now"
+    assert build_prompt("c", [UnseenMessage("user", "a")], "now", max_messages=0) == "now"
 
 
 def test_the_users_text_is_never_cut():
     text = "z" * 3000
-    assert build_prompt("c", [Line("user", "a")], text, max_chars=10).endswith("\n" + text)
+    assert build_prompt("c", [UnseenMessage("user", "a")], text, max_chars=10).endswith("\n" + text)

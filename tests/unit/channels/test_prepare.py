@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.channels.context import Line, build_prompt
+from bridge.channels.context import UnseenMessage, build_prompt
 from bridge.channels.prepare import METHOD, announces, prepare_text, should_prepare
 from bridge.channels.turns import unseen_lines
 
-HISTORY = [Line("user", "@alice the plan?"), Line("alice", "Three steps." * 200), Line("user", "ok")]
+HISTORY = [
+    UnseenMessage("user", "@alice the plan?"),
+    UnseenMessage("alice", "Three steps." * 200),
+    UnseenMessage("user", "ok"),
+]
 
 
 def test_only_an_agent_announcing_the_method_under_our_key_counts():
@@ -47,7 +51,7 @@ def test_the_text_is_the_prompt_without_its_question_byte_for_byte():
 
 
 def test_the_same_limits_apply_as_to_the_turn():
-    many = [Line("user", f"message {i} " + "x" * 2000) for i in range(30)]
+    many = [UnseenMessage("user", f"message {i} " + "x" * 2000) for i in range(30)]
     known = prepare_text("general", many, 20, 1500)
     assert build_prompt("general", many, "q?", 20, 1500) == known + "q?"
     assert "message 9 " not in known and "message 10 " in known

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.channels.context import Line
+from bridge.channels.context import UnseenMessage
 from bridge.channels.turns import context_reader, unseen_lines
 from store import Store
 
@@ -38,7 +38,10 @@ def test_a_member_that_saw_part_reads_only_what_came_after(store):
     store.mark_seen(channel.id, "alice", ids[1])
     store.set_fresh(channel.id, "alice", False)
     read = _read(store, channel)
-    assert unseen_lines(read, "alice", ids[4], False, 20) == [Line("user", "two"), Line("bob", "bob says")]
+    assert unseen_lines(read, "alice", ids[4], False, 20) == [
+        UnseenMessage("user", "two"),
+        UnseenMessage("bob", "bob says"),
+    ]
 
 
 def test_a_fresh_session_reads_the_newest_whatever_was_seen(store):
@@ -48,7 +51,10 @@ def test_a_fresh_session_reads_the_newest_whatever_was_seen(store):
     store.mark_seen(channel.id, "alice", ids[1])
     store.set_fresh(channel.id, "alice", False)
     read = _read(store, channel)
-    assert unseen_lines(read, "alice", ids[2], True, 20) == [Line("user", "one"), Line("alice", "first answer")]
+    assert unseen_lines(read, "alice", ids[2], True, 20) == [
+        UnseenMessage("user", "one"),
+        UnseenMessage("alice", "first answer"),
+    ]
     assert unseen_lines(read, "alice", ids[2], False, 20) == []
 
 
@@ -56,19 +62,19 @@ def test_own_answers_are_not_told_to_a_session_that_has_them(store):
     channel, ids = _channel(store, ("me", "one"), ("alice", "mine"), ("bob", "his"), ("me", "now"))
     store.set_fresh(channel.id, "alice", False)
     read = _read(store, channel)
-    assert unseen_lines(read, "alice", ids[3], False, 20) == [Line("user", "one"), Line("bob", "his")]
+    assert unseen_lines(read, "alice", ids[3], False, 20) == [UnseenMessage("user", "one"), UnseenMessage("bob", "his")]
 
 
 def test_messages_queued_after_the_current_one_wait_for_their_own_turn(store):
     channel, ids = _channel(store, ("me", "one"), ("me", "two"), ("me", "three"))
     read = _read(store, channel, queued=1)
-    assert unseen_lines(read, "alice", ids[1], True, 20) == [Line("user", "one")]
+    assert unseen_lines(read, "alice", ids[1], True, 20) == [UnseenMessage("user", "one")]
 
 
 def test_the_limit_keeps_the_newest(store):
     channel, ids = _channel(store, *[("me", f"m{i}") for i in range(10)])
     read = _read(store, channel, limit=3)
-    assert unseen_lines(read, "alice", ids[9], True, 3) == [Line("user", f"m{i}") for i in (6, 7, 8)]
+    assert unseen_lines(read, "alice", ids[9], True, 3) == [UnseenMessage("user", f"m{i}") for i in (6, 7, 8)]
 
 
 def test_no_context_configured_reads_nothing(store):

@@ -13,10 +13,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bridge.channels.render import markdown_to_html
 from bridge.channels.stream import SPLIT_WEIGHT, message_content
 from bridge.matrix.client import AppserviceClient, MatrixError
 from bridge.matrix.intent import MAX_EVENT_BYTES, EventTooLarge, Intent, Outgoing, declare_mentions, edit_content
+from bridge.matrix.markdown import markdown_to_html
 
 ALICE = "@sk_alice:localhost"
 ROOM = "!room:localhost"

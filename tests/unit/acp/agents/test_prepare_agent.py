@@ -12,7 +12,7 @@ import pytest
 from stdio_client import chunks
 
 from acp.agents.local_model import PREPARE_METHOD
-from bridge.channels.context import Line, build_prompt
+from bridge.channels.context import UnseenMessage, build_prompt
 
 pytestmark = pytest.mark.model
 
@@ -20,7 +20,9 @@ TURN = re.compile(r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluat
 PREPARED = re.compile(r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated")
 PREPARING = re.compile(r"preparing (\d+) tokens of (\d+)")
 HISTORY = [
-    Line("user" if i % 2 else "helper", f"Message {i}: " + ("the garden wants water, the roses want sun. " * 12))
+    UnseenMessage(
+        "user" if i % 2 else "helper", f"Message {i}: " + ("the garden wants water, the roses want sun. " * 12)
+    )
     for i in range(3)
 ]
 KNOWN = build_prompt("garden", HISTORY, "")  # what the bridge sends to prepare

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from bridge.channels.render import markdown_to_html, needs_html
 from bridge.channels.stream import (
     MAX_NOTICE_PARTS,
     SPLIT_WEIGHT,
@@ -12,6 +11,7 @@ from bridge.channels.stream import (
     split_point,
 )
 from bridge.matrix.intent import weight
+from bridge.matrix.markdown import markdown_to_html, needs_html
 
 
 def test_markdown_is_rendered():

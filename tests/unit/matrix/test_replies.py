@@ -1,9 +1,9 @@
-"""Reply fallbacks are stripped before routing and storing (bridge/channels/replies.py, pure)."""
+"""Reply fallbacks are stripped before routing and storing (bridge/matrix/replies.py, pure)."""
 
 from __future__ import annotations
 
 from bridge.channels.mentions import parse
-from bridge.channels.replies import replied_to, strip_body_fallback, strip_html_fallback, without_fallback
+from bridge.matrix.replies import replied_to, strip_body_fallback, strip_html_fallback, without_fallback
 
 ALIASES = {"alice": "alice", "bob": "bob", "sk_alice": "alice", "sk_bob": "bob"}
 

@@ -1,11 +1,11 @@
-"""How a room is named in what the owner reads (bridge/channels/places.py). Pure."""
+"""How a room is named in what the owner reads (bridge/channels/room_names.py). Pure."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from bridge.channels.command_parse import describe_state
-from bridge.channels.places import place, place_of
+from bridge.channels.room_names import place, place_of
 
 
 def test_a_direct_channel_is_the_direct_chat_never_a_channel_named_after_the_agent():

@@ -1,4 +1,12 @@
-"""Echo floor vs bridge (end to end), the bridge's own latencies, and streaming.
+"""Echo floor vs bridge as the owner sees it; in process: the bridge's own latencies, streaming.
+
+`run_owner_side` (the headline figures): the owner is a matrix-nio client in a process of its own
+(owner_proc.py), the bridge another (bridge_proc.py), the echo floor (floor.py) in the bench's.
+Each round is the owner's Enter (room_send) → the first m.room.message of the answering side seen
+in the owner's own `/sync`. Three sides take turns in blocks (three blocks each): the floor, the
+floor declaring its mentions, the bridge with an echo agent.
+
+`run` (the second table): the bench's own process holds the bridge and the owner's raw client.
 
 One bridge (in process, probes installed) with two scripted agents: `echo` answers at once,
 `stream` answers 2,000 tokens (4 characters each) at 100 tokens/s. Three sides take turns in
@@ -13,11 +21,14 @@ the plain floor is shown beside it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
+from pathlib import Path
 
 import aiohttp
 import probes
-from bridge_harness import agent, start_bridge
+from bridge_harness import agent, start_bridge, write_config
 from common import Bench, Owner, body_of, is_final, now, p50, p99
 from floor import EchoFloor
 
@@ -29,6 +40,143 @@ BLOCK = 20  # rounds of one side before the other takes its turn
 # (intent.RECEIPT_DELAY) and its send, so a round does not meet the previous answer's receipt at
 # the homeserver — a person writes their next message more than 0.4 s after an answer
 PAUSE = float(os.environ.get("SIDEKICKS_BENCH_PAUSE", "0.4"))
+
+
+HERE = Path(__file__).resolve().parent
+OWNER_BLOCKS = 3  # blocks per side in the owner's-side measurement
+
+
+async def _proc(*args: str) -> tuple[asyncio.subprocess.Process, dict]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    line = await asyncio.wait_for(proc.stdout.readline(), 120)
+    if not line:
+        raise RuntimeError(f"{args[0]} ended before it was ready")
+    answer = json.loads(line)
+    if "error" in answer:
+        raise RuntimeError(f"{args[0]}: {answer['error']}")
+    return proc, answer
+
+
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def run_owner_side(bench: Bench, owner: Owner) -> dict:
+    """Enter → first answer event in the owner's own /sync, three sides taking turns in blocks."""
+    block = 10 if bench.quick else 40
+    folder = bench.folder / "latency-owner"
+    floor = EchoFloor(bench.url, bench.floor_registration, bench.floor_port)
+    await floor.start()
+    config_path = write_config(bench, folder / "cfg", {"echo": agent(title="Echo")})
+    bridge = client = None
+    out: dict = {"block": block, "blocks": OWNER_BLOCKS, "sides": {}}
+    try:
+        bridge, _ = await _proc(str(HERE / "bridge_proc.py"), str(config_path), str(folder / "data"))
+        rooms, senders = {}, {}
+        for side in ("floor", "declaring"):
+            rooms[side] = await owner.create_room(invite=[floor.bot])
+            await floor.join(rooms[side])
+            await owner.wait_joined(rooms[side], floor.bot)
+            senders[side] = floor.bot
+        floor.declaring.add(rooms["declaring"])
+        rooms["bridge"], senders["bridge"] = await _dm(owner, ECHO), ECHO
+        client, _ = await _proc(str(HERE / "owner_proc.py"), bench.url, bench.owner_id, bench.owner_password)
+        await owner.stop_sync()  # the bench's own client sits still while the owner's times
+        try:
+
+            async def once(side: str, token: str) -> float:
+                client.stdin.write(
+                    (json.dumps({"room": rooms[side], "text": token, "from": senders[side]}) + "\n").encode()
+                )
+                await client.stdin.drain()
+                line = await asyncio.wait_for(client.stdout.readline(), 60)
+                answer = json.loads(line) if line else {"error": "owner_proc ended"}
+                if "error" in answer:
+                    raise RuntimeError(f"owner's side, {side}: {answer['error']}")
+                return answer["s"]
+
+            order = ("floor", "declaring", "bridge")
+            for i in range(5):  # warm up: agent start, session/new, connection pools, caches
+                for side in order:
+                    await once(side, f"owner-w{side[0]}{i}")
+                    await asyncio.sleep(PAUSE)
+            times: dict[str, list[list[float]]] = {side: [] for side in order}
+            for b in range(OWNER_BLOCKS * len(order)):
+                side = order[b % len(order)]
+                values = []
+                for i in range(block):
+                    values.append(await once(side, f"owner-{side[0]}{b}-{i}"))
+                    await asyncio.sleep(PAUSE)  # the same pause after each, on every side
+                times[side].append(values)
+            out["sides"] = times
+        finally:
+            owner.start_sync()
+    finally:
+        if client:
+            await _end(client)
+        if bridge:
+            await _end(bridge)
+        await floor.stop()
+    return out
+
+
+def _all(blocks: list[list[float]]) -> list[float]:
+    return [v for values in blocks for v in values]
+
+
+def owner_rows(r: dict) -> list[tuple]:
+    ms = 1000
+    sides = r["sides"]
+    bridge, declaring, plain = _all(sides["bridge"]), _all(sides["declaring"]), _all(sides["floor"])
+    n = len(bridge)
+    b50, b99, f50, f99 = p50(bridge) * ms, p99(bridge) * ms, p50(declaring) * ms, p99(declaring) * ms
+    return [
+        (
+            "Owner's side",
+            f"Enter → first answer in the owner's /sync p50 (n={n}), vs the floor declaring its mentions",
+            f"{b50:.1f} ms",
+            f"{f50:.1f} ms",
+            f"{b50 / f50:.2f}×",
+            "≤ 1.10×",
+            b50 / f50 <= 1.10,
+        ),
+        (
+            "Owner's side",
+            f"Enter → first answer in the owner's /sync p99 (n={n}), vs the floor declaring its mentions",
+            f"{b99:.1f} ms",
+            f"{f99:.1f} ms",
+            f"{b99 / f99:.2f}×",
+            "≤ 1.25×",
+            b99 / f99 <= 1.25,
+        ),
+        (
+            "Owner's side",
+            "p50 / p99, vs the plain floor (no m.mentions)",
+            f"{b50:.1f} / {b99:.1f} ms",
+            f"{p50(plain) * ms:.1f} / {p99(plain) * ms:.1f} ms",
+            f"{p50(bridge) / p50(plain):.2f}× / {p99(bridge) / p99(plain):.2f}×",
+            "(info)",
+            None,
+        ),
+    ]
+
+
+def owner_notes(r: dict) -> list[str]:
+    sides = r["sides"]
+    per_block = [f"{p50(b) / p50(d):.2f}×" for b, d in zip(sides["bridge"], sides["declaring"])]
+    return [
+        f"owner's side: the owner (matrix-nio) and the bridge each in a process of their own; "
+        f"{r['blocks']} blocks of {r['block']} rounds per side, taking turns; bridge / declaring "
+        f"floor p50 per block: {', '.join(per_block)}"
+    ]
 
 
 async def _dm(owner: Owner, puppet: str) -> str:
@@ -278,7 +426,7 @@ def rows(r: dict) -> list[tuple]:
     n = r["rounds"]
     return [
         (
-            "Echo floor",
+            "Echo floor (in process)",
             f"first answer event p50 (n={n}), vs the floor declaring its mentions",
             f"{b50:.1f} ms",
             f"{f50:.1f} ms",
@@ -287,7 +435,7 @@ def rows(r: dict) -> list[tuple]:
             b50 / f50 <= 1.10,
         ),
         (
-            "Echo floor",
+            "Echo floor (in process)",
             f"first answer event p99 (n={n}), vs the floor declaring its mentions",
             f"{b99:.1f} ms",
             f"{f99:.1f} ms",
@@ -296,7 +444,7 @@ def rows(r: dict) -> list[tuple]:
             b99 / f99 <= 1.10,
         ),
         (
-            "Echo floor",
+            "Echo floor (in process)",
             "first answer event p50 / p99, vs the plain floor (no m.mentions)",
             f"{b50:.1f} / {b99:.1f} ms",
             f"{p50_plain:.1f} / {p99_plain:.1f} ms",
@@ -305,7 +453,7 @@ def rows(r: dict) -> list[tuple]:
             None,
         ),
         (
-            "Echo floor",
+            "Echo floor (in process)",
             "bridge: first answer text p50 / p99",
             f"{p50(r['bridge_text']) * ms:.1f} / {p99(r['bridge_text']) * ms:.1f} ms",
             f"{f50:.1f} / {f99:.1f} ms",
@@ -314,7 +462,7 @@ def rows(r: dict) -> list[tuple]:
             None,
         ),
         (
-            "Echo floor",
+            "Echo floor (in process)",
             "bridge: final text p50 / p99",
             f"{p50(r['bridge_final']) * ms:.1f} / {p99(r['bridge_final']) * ms:.1f} ms",
             f"{f50:.1f} / {f99:.1f} ms",

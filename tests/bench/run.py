@@ -127,7 +127,11 @@ async def main(args) -> int:
                         if "latency" in only:
                             import bench_latency
 
-                            print("• echo floor, in-bridge latency, streaming …", flush=True)
+                            print("• echo floor vs bridge, from the owner's side …", flush=True)
+                            result = await bench_latency.run_owner_side(bench, owner)
+                            rows += bench_latency.owner_rows(result)
+                            notes += bench_latency.owner_notes(result)
+                            print("• echo floor in process, in-bridge latency, streaming …", flush=True)
                             result = await bench_latency.run(bench, http, owner)
                             rows += bench_latency.rows(result)
                             notes += bench_latency.notes(result)

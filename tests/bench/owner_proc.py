@@ -1,0 +1,129 @@
+"""The owner as a person's client, in a process of its own: `python owner_proc.py HS_URL USER PASSWORD`.
+
+A matrix-nio client (a device of its own) with a long-poll `/sync` loop (timeline limit 500).
+Prints {"ready": true} once logged in and synced, then for each JSON line on stdin
+{"room": ROOM_ID, "text": TEXT, "from": USER_ID} sends TEXT into the room (room_send: the
+person's Enter) and answers one JSON line {"s": seconds} from just before room_send to the
+`/sync` response holding the first m.room.message of USER_ID that comes after the sent event in
+the room's timeline (edits of earlier messages do not count), or {"error": "..."}. stdin closing
+ends it. Used by bench_latency.py; the same client code times every side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomSendResponse, SyncResponse
+
+SYNC_FILTER = {
+    "presence": {"types": []},
+    "account_data": {"types": []},
+    "room": {
+        "ephemeral": {"types": []},
+        "account_data": {"types": []},
+        "state": {"lazy_load_members": True},
+        "timeline": {"types": ["m.room.message"], "limit": 500},
+    },
+}
+ANSWER_TIMEOUT = 30.0
+
+
+class Timelines:
+    """Every m.room.message seen, per room, in timeline order: (seen_at, sender, event_id, is_edit)."""
+
+    def __init__(self) -> None:
+        self.rooms: dict[str, list[tuple[float, str, str, bool]]] = {}
+        self.changed = asyncio.Condition()
+
+    def add(self, seen: float, response: SyncResponse) -> None:
+        for room_id, info in response.rooms.join.items():
+            record = self.rooms.setdefault(room_id, [])
+            for event in info.timeline.events:
+                source = getattr(event, "source", None) or {}
+                if source.get("type") != "m.room.message":
+                    continue
+                relates = (source.get("content") or {}).get("m.relates_to") or {}
+                record.append(
+                    (seen, source.get("sender", ""), source.get("event_id", ""), relates.get("rel_type") == "m.replace")
+                )
+
+    def answer_after(self, room_id: str, event_id: str, sender: str) -> float | None:
+        record = self.rooms.get(room_id, [])
+        for i, (_, _, eid, _) in enumerate(record):
+            if eid == event_id:
+                for seen, who, _, edit in record[i + 1 :]:
+                    if who == sender and not edit:
+                        return seen
+                return None
+        return None
+
+
+async def sync_loop(client: AsyncClient, timelines: Timelines) -> None:
+    while True:
+        response = await client.sync(timeout=30000, sync_filter=SYNC_FILTER)
+        seen = time.perf_counter()
+        if isinstance(response, SyncResponse):
+            timelines.add(seen, response)
+        else:
+            await asyncio.sleep(0.1)
+        async with timelines.changed:
+            timelines.changed.notify_all()
+
+
+async def one_round(client: AsyncClient, timelines: Timelines, room: str, text: str, sender: str) -> dict:
+    t0 = time.perf_counter()
+    sent = await client.room_send(room, "m.room.message", {"msgtype": "m.text", "body": text})
+    if not isinstance(sent, RoomSendResponse):
+        return {"error": f"room_send: {sent}"}
+    deadline = t0 + ANSWER_TIMEOUT
+    async with timelines.changed:
+        while True:
+            seen = timelines.answer_after(room, sent.event_id, sender)
+            if seen is not None:
+                return {"s": seen - t0}
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return {"error": f"no answer from {sender} in {ANSWER_TIMEOUT:.0f} s"}
+            try:
+                await asyncio.wait_for(timelines.changed.wait(), left)
+            except TimeoutError:
+                pass
+
+
+async def main(hs_url: str, user: str, password: str) -> None:
+    client = AsyncClient(hs_url, user, config=AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False))
+    try:
+        login = await client.login(password, device_name="bench owner")
+        if not isinstance(login, LoginResponse):
+            print(json.dumps({"error": f"login: {login}"}), flush=True)
+            return
+        first = await client.sync(timeout=0, sync_filter=SYNC_FILTER, full_state=True)
+        if not isinstance(first, SyncResponse):
+            print(json.dumps({"error": f"first sync: {first}"}), flush=True)
+            return
+        timelines = Timelines()
+        syncing = asyncio.create_task(sync_loop(client, timelines))
+        print(json.dumps({"ready": True}), flush=True)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                line = await loop.run_in_executor(None, sys.stdin.readline)
+                if not line:
+                    break
+                ask = json.loads(line)
+                while ask["room"] not in client.rooms:  # a room joined after the first sync
+                    async with timelines.changed:
+                        await timelines.changed.wait()
+                print(json.dumps(await one_round(client, timelines, ask["room"], ask["text"], ask["from"])), flush=True)
+        finally:
+            syncing.cancel()
+            await asyncio.gather(syncing, return_exceptions=True)
+    finally:
+        await client.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:4]))

@@ -8,7 +8,7 @@ every JSON-RPC message they receive (`--log`) so the exact prompt text can be as
 from __future__ import annotations
 
 import nio
-from bridge_harness import agent, answers_in
+from bridge_harness import agent, answers_in, wait_until
 from helpers import is_final, joined, prompts, say
 from matrix_helpers import events_in, notices, sync_until
 
@@ -57,7 +57,11 @@ async def test_group_room_becomes_a_channel_with_two_members(bridge_factory, tmp
     room_id = await group(owner, ALICE, BOB)
     channel = running.store.channel_by_room(room_id)
     assert channel is not None and channel.name == "general" and channel.direct_agent is None
-    assert sorted(m.agent for m in running.store.members(channel.id)) == ["alice", "bob"]
+    # the owner may see bob's join before the bridge has stored him as a member
+    await wait_until(
+        lambda: sorted(m.agent for m in running.store.members(channel.id)) == ["alice", "bob"],
+        what="alice and bob are members",
+    )
 
 
 async def test_adr_example_only_alice_then_bob_reads_the_exact_text(bridge_factory, tmp_path, owner):

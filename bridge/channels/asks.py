@@ -175,29 +175,14 @@ class Asks:
             )
         )
         try:
-            event_id = await asyncio.shield(posting)
+            event_id, withdrawn = await asyncio.shield(posting), False
         except asyncio.CancelledError:
             # withdrawn or stopped while it was being posted: it lands all the same (the send
             # goes on), so it is shown closed at once, never left open in the room
-            event_id = await posting
-            if event_id is not None:
-                ask = Ask(
-                    portal.room_id,
-                    event_id,
-                    options,
-                    asyncio.get_running_loop().create_future(),
-                    shown.body,
-                    shown.html,
-                    puppet,
-                    conversation=conversation,
-                    asker=asker,
-                )
-                ask.chosen.cancel()
-                outcome = stopped()
-                self._close(ask, outcome)
-                await asyncio.shield(self._show_end(ask, outcome))
-            raise
+            event_id, withdrawn = await posting, True
         if event_id is None:
+            if withdrawn:
+                raise asyncio.CancelledError
             return unsent
         ask = Ask(
             portal.room_id,
@@ -210,6 +195,12 @@ class Asks:
             conversation=conversation,
             asker=asker,
         )
+        if withdrawn:
+            ask.chosen.cancel()
+            outcome = stopped()
+            self._close(ask, outcome)
+            await asyncio.shield(self._show_end(ask, outcome))
+            raise asyncio.CancelledError
         self.open.append(ask)
         answer = getattr(run if run is not None else portal.current, "answer", None)
         previous = answer.status if answer is not None else None

@@ -34,6 +34,7 @@ import asyncio
 import inspect
 import itertools
 import os
+import random
 import secrets
 import socket
 import time
@@ -49,7 +50,7 @@ import yaml
 
 import config
 import config.registration
-from bridge.local.homeserver import Homeserver, free_port
+from bridge.local.homeserver import Homeserver, HomeserverError, free_port
 
 FIGURES: list[tuple[str, dict]] = []
 
@@ -92,7 +93,9 @@ def write_base_config(folder: Path, hs_port: int, as_port: int) -> config.Config
 # (gw0, gw1, …), below the kernel's ephemeral range (32768+), so no two workers pick the same port
 # and no outgoing connection holds one a server is about to listen on.
 PORT_BLOCK = 600
-_ports = itertools.count()
+# each process walks its block from a place of its own: two test runs side by side on one
+# machine (their workers share names, gw0, gw1 …) do not try the same ports in the same order
+_ports = itertools.count(random.randrange(PORT_BLOCK))
 
 
 def worker_index() -> int:
@@ -120,17 +123,25 @@ async def private_homeserver(folder: Path):
     """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):
     base.yaml + registration.yaml for a bridge on a free port, users owner and stranger."""
     folder.mkdir(parents=True, exist_ok=True)
-    hs_port, as_port = worker_port(), worker_port()
-    cfg = write_base_config(folder, hs_port, as_port)
-    server = Homeserver(
-        folder / "synapse",
-        server_name="localhost",
-        port=hs_port,
-        appservice_files=[cfg.registration_path],
-        relaxed_limits=True,
-        encryption=False,
-    )  # the well-known file of `encryption: off`
-    await server.start()
+    for attempt in range(3):
+        hs_port, as_port = worker_port(), worker_port()
+        cfg = write_base_config(folder, hs_port, as_port)
+        server = Homeserver(
+            folder / "synapse",
+            server_name="localhost",
+            port=hs_port,
+            appservice_files=[cfg.registration_path],
+            relaxed_limits=True,
+            encryption=False,
+        )  # the well-known file of `encryption: off`
+        try:
+            await server.start()
+            break
+        except HomeserverError as exc:
+            # another process took the port between the check and Synapse's listen (a second
+            # test run on the same machine): another port, at most three times
+            if "Failed to listen" not in str(exc) or attempt == 2:
+                raise
     try:
         owner_password = secrets.token_urlsafe(16)
         stranger_password = secrets.token_urlsafe(16)

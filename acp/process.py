@@ -227,9 +227,12 @@ class AgentProcess:
             pass
 
     async def stop(self, stdin_grace: float = 1.0, term_grace: float = 2.0) -> int | None:
-        """Close stdin, then SIGTERM, then SIGKILL; always clean up the group."""
+        """Close stdin, then SIGTERM, then SIGKILL; always clean up the group. A sandboxed agent
+        runs in a session of its own below bwrap: its processes are found (before bwrap can end
+        and leave them to init) and signalled too."""
         if self.proc is None:
             return None
+        family = _descendants(self.proc.pid) if self.proc.returncode is None else []
         if self.proc.returncode is None:
             try:
                 self.proc.stdin.close()
@@ -243,6 +246,11 @@ class AgentProcess:
                     await self.wait(5)
         # Children left behind by the agent would otherwise outlive it.
         self._signal_group(signal.SIGKILL)
+        for pid in family:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self._stderr_task:
             await asyncio.wait({self._stderr_task}, timeout=1)
             self._stderr_task.cancel()
@@ -250,3 +258,23 @@ class AgentProcess:
 
     def kill(self) -> None:
         self._signal_group(signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` now (children first), read from /proc; [] where there is none."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo += children.get(child, [])
+    return found

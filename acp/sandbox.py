@@ -7,7 +7,10 @@ What the command line gives the agent:
 - the whole system read-only (`--ro-bind / /`), a fresh `/dev` and `/proc`, a private `/tmp`;
 - its own PID namespace (it sees no other process: no one's environ or command line), its own
   session (no terminal to push keys into), no capabilities (root included: nothing can be
-  remounted), killed with the bridge (`--die-with-parent`); no network with `network: off`;
+  remounted); no network with `network: off`. Not `--die-with-parent`: an agent must read what
+  the bridge wrote into its stdin before the bridge died (a prompt counted as handed over) and
+  then end on EOF, as it does unsandboxed — killed at once, it lost prompts the bridge had
+  written (test_kill9: "interrupted before it began");
 - writable: `write` (its working directory, its roots, the folder its thread worktrees are made
   in, the config's `write:` paths); read-only even under a hidden folder: `read`;
 - hidden: each `hide` folder becomes an empty read-only tmpfs, each `hide` file /dev/null (the bridge's
@@ -108,7 +111,7 @@ def argv(
     sandbox: Sandbox, command: Sequence[str], cwd: str, kinds: Mapping[str, str], bwrap: str = "bwrap"
 ) -> list[str]:
     """The command line that runs `command` in `cwd` inside the sandbox."""
-    line = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--cap-drop", "ALL"]
+    line = [bwrap, "--new-session", "--unshare-pid", "--cap-drop", "ALL"]
     if not sandbox.network:
         line.append("--unshare-net")
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]

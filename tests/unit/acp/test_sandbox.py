@@ -47,8 +47,7 @@ def pairs(line: list[str]) -> list[tuple[str, ...]]:
 def test_the_system_is_read_only_with_its_own_processes_tmp_and_no_capabilities():
     line = argv(Sandbox(), ["agent", "--acp"], "/work", {"/work": "dir", "/tmp": "dir"})
     options = pairs(line)
-    assert options[:6] == [
-        ("--die-with-parent",),
+    assert options[:5] == [
         ("--new-session",),
         ("--unshare-pid",),
         ("--cap-drop", "ALL"),
@@ -246,3 +245,46 @@ async def test_without_bubblewrap_a_sandboxed_agent_does_not_start(tmp_path, mon
         "boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
         "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for this agent"
     )
+
+
+async def test_stopping_a_sandboxed_agent_that_ignores_eof_and_sigterm_leaves_nothing(tmp_path):
+    """The agent runs in a session of its own below bwrap (no `--die-with-parent`, so that it
+    reads what the bridge wrote before dying): stop() still ends every process of the sandbox."""
+    import asyncio
+    import sys
+
+    from acp.process import AgentProcess, _descendants
+
+    work = tmp_path / "work"
+    work.mkdir()
+    started = work / "started"
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"open({str(started)!r}, 'w').close()\n"
+        "while True:\n"
+        "    time.sleep(1)\n"
+    )
+    process = AgentProcess("stubborn", [sys.executable, "-c", code], str(work), sandbox=Sandbox(write=(str(work),)))
+    await process.start()
+    for _ in range(600):
+        if started.exists():
+            break
+        await asyncio.sleep(0.05)
+    assert started.exists()
+    inside = _descendants(process.pid)
+    assert inside  # bwrap's init and the agent, below bwrap
+    await process.stop(stdin_grace=0.2, term_grace=0.2)
+    for _ in range(200):
+        if not any(os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" for pid in inside):
+            break
+        await asyncio.sleep(0.05)
+    assert [pid for pid in inside if os.path.exists(f"/proc/{pid}") and _state(pid) != "Z"] == []
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return "gone"

@@ -79,7 +79,7 @@ class Peer:
             data = framing.encode(message)
             if on_sent is not None:
                 # right before the write, no await between: the reader cannot run in between, and
-                # a caller that records "sent" (bridge/channels/journal.py) has it written before
+                # a caller that records "sent" (bridge/channels/turns/journal.py) has it written before
                 # the peer can have it — a kill in between loses the request rather than lets a
                 # later start send it twice
                 on_sent()

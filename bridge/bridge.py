@@ -24,21 +24,21 @@ from store import Store, keys, new_id
 from store.offloop import OffLoop
 
 from . import agent_specs
-from .channels import prepare
-from .channels.budgets import COMMANDS as BUDGET_COMMANDS
-from .channels.budgets import Budgets
-from .channels.command_parse import SESSION_COMMANDS
-from .channels.commands import BotCommands
-from .channels.inbound import Inbound
-from .channels.notices import Notices
-from .channels.parts import ChannelParts
-from .channels.permissions import Permissions
-from .channels.portal import Portal
-from .channels.recovery import Recovery
-from .channels.registry import Channels
-from .channels.scheduler import Scheduler
-from .channels.sessions import SessionCommands
-from .channels.upgrade import RoomUpgrades
+from .channels.asks.permissions import Permissions
+from .channels.base.notices import Notices
+from .channels.base.parts import ChannelParts
+from .channels.base.registry import Channels
+from .channels.commands.budgets import COMMANDS as BUDGET_COMMANDS
+from .channels.commands.budgets import Budgets
+from .channels.commands.commands import BotCommands
+from .channels.events.inbound import Inbound
+from .channels.events.upgrade import RoomUpgrades
+from .channels.recovery.recovery import Recovery
+from .channels.rules.command_parse import SESSION_COMMANDS
+from .channels.schedules.scheduler import Scheduler
+from .channels.turns import prepare
+from .channels.turns.portal import Portal
+from .channels.turns.sessions import SessionCommands
 from .coding import render as coding_render
 from .coding.questions import Questions
 from .coding.settings import COMMANDS as SETTINGS_COMMANDS
@@ -129,9 +129,9 @@ class Bridge:
         db = self.db
         # the bot and the puppets: who the bridge sends as (matrix/identities.py)
         self.identities = identities = Identities(config, registration.as_token, self.outgoing)
-        self.notices = notices = Notices(identities)  # what the bridge says in rooms (channels/notices.py)
-        # the open channels, the turns between them (channels/registry.py); a portal is handed
-        # the parts below (channels/parts.py)
+        self.notices = notices = Notices(identities)  # what the bridge says in rooms (channels/base/notices.py)
+        # the open channels, the turns between them (channels/base/registry.py); a portal is handed
+        # the parts below (channels/base/parts.py)
         self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
         channels = self.channels
         if self.e2ee is not None:
@@ -143,17 +143,19 @@ class Bridge:
         self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
         # modes, models, options, usage (coding/settings.py)
         self.settings = SessionSettings(config, db, self.pool, channels, identities, notices, self.aliases)
-        # what agents cost, their budgets, !budget (channels/budgets.py)
+        # what agents cost, their budgets, !budget (channels/commands/budgets.py)
         self.budgets = Budgets(config, db, channels, notices, self.aliases)
         # where each conversation's agent works: !cwd, the threads' worktrees (coding/workplaces.py)
         self.places = WorkPlaces(config, db, channels, identities, notices, self.aliases)
         self.recovery = Recovery(db, config, channels, identities, self.run_id)
-        self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work (channels/scheduler.py)
+        self.scheduler = Scheduler(
+            db, channels, identities, self.run_id
+        )  # scheduled work (channels/schedules/scheduler.py)
         # the agents' `matrix` MCP server (bridge/mcp)
         self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
-        self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/sessions.py)
+        self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/turns/sessions.py)
         # the bot's commands; other parts register channel commands: coding/ (!mode, !model,
-        # !config, !status; !cwd, !worktrees), channels/sessions.py (!sessions, !resume, !reset, !fork)
+        # !config, !status; !cwd, !worktrees), channels/turns/sessions.py (!sessions, !resume, !reset, !fork)
         self.commands = BotCommands(
             config,
             db,
@@ -200,7 +202,7 @@ class Bridge:
             places=self.places,
             budgets=self.budgets,
         )
-        # what each incoming event does (channels/inbound.py, channels/upgrade.py)
+        # what each incoming event does (channels/events/inbound.py, channels/events/upgrade.py)
         self.inbound = Inbound(
             config,
             db,
@@ -243,7 +245,7 @@ class Bridge:
 
     def _on_state(self, *args) -> None:
         """A session's state changed (the Pool's callback): its settings, usage and title
-        (coding/settings.py), and what it cost (channels/budgets.py)."""
+        (coding/settings.py), and what it cost (channels/commands/budgets.py)."""
         self.settings.on_state(*args)
         self.budgets.on_state(*args)
 
@@ -438,7 +440,7 @@ class Bridge:
     # ---- wiring -------------------------------------------------------------------------------
 
     def _handlers(self) -> dict:
-        """The dispatcher's handler of each event kind (what it does: channels/inbound.py)."""
+        """The dispatcher's handler of each event kind (what it does: channels/events/inbound.py)."""
         inbound = self.inbound
         return {
             "m.room.member": inbound.member,
@@ -449,7 +451,7 @@ class Bridge:
             "m.reaction": inbound.reaction,
             "m.room.redaction": inbound.redaction,
             "m.room.name": inbound.room_name,
-            "m.room.tombstone": self.upgrades.room_upgraded,  # the channel moves (channels/upgrade.py)
+            "m.room.tombstone": self.upgrades.room_upgraded,  # the channel moves (channels/events/upgrade.py)
         }
 
     # for the command line and tests: the parts' state, read through the bridge that owns them

@@ -3,7 +3,7 @@ last writes wait here, and the rooms whose messages wait are told (docs/reliabil
 
 Beside the store's own resilience (store/resilience.py: reconnecting, the lock taken again),
 this is what the bridge does meanwhile. The dispatcher (matrix/dispatch.py) is handed it; the
-turns' journal (channels/journal.py) writes through `later`.
+turns' journal (channels/turns/journal.py) writes through `later`.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ class AgentConfig:
     # each thread works in a git worktree of its own, on a branch named after the thread
     # (`worktrees: on`; needs a `cwd` inside a git checkout): bridge/coding/worktrees.py
     worktrees: bool = False
-    # what it may cost a day or a month (`budget:`; None: no cap): channels/budgets.py
+    # what it may cost a day or a month (`budget:`; None: no cap): channels/commands/budgets.py
     budget: Budget | None = None
     # the bubblewrap sandbox the agent runs in (`sandbox: on | off | {write, read, network}`)
     sandbox: SandboxConfig = SandboxConfig()

@@ -15,18 +15,18 @@ OUTAGE_PROBE = "outage:probe"  # written to learn whether the store takes writes
 
 
 def bot_dm(owner: str) -> str:
-    """The room id of `owner`'s direct chat with the bridge bot (channels/commands.py)."""
+    """The room id of `owner`'s direct chat with the bridge bot (channels/commands/commands.py)."""
     return f"bot_dm:{owner}"
 
 
 def bot_room(room_id: str) -> str:
-    """The owner whose direct chat with the bot `room_id` is (channels/commands.py)."""
+    """The owner whose direct chat with the bot `room_id` is (channels/commands/commands.py)."""
     return f"bot_room:{room_id}"
 
 
 def threads(channel_id: str) -> str:
     """ "on" when channel `channel_id` opens a thread under each top-level message agents answer
-    (`!threads on`, channels/commands.py); absent (the default) when it does not."""
+    (`!threads on`, channels/commands/commands.py); absent (the default) when it does not."""
     return f"threads:{channel_id}"
 
 
@@ -38,7 +38,7 @@ def voice(channel_id: str) -> str:
 
 def approve(channel_id: str) -> str:
     """ "any-owner" when any owner answers the permission prompts and questions of channel
-    `channel_id` (`!approve`, channels/approvals.py); absent (the default): the requester."""
+    `channel_id` (`!approve`, channels/rules/approvals.py); absent (the default): the requester."""
     return f"approve:{channel_id}"
 
 

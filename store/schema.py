@@ -145,7 +145,7 @@ def build(db: pw.Database) -> SimpleNamespace:
         # indexes the same ids for message_by_event.
         event_ids = pw.TextField(default="[]")
         created = pw.BigIntegerField()
-        # "" the main timeline; else the event id of the thread's root (channels/conversations.py);
+        # "" the main timeline; else the event id of the thread's root (channels/base/conversations.py);
         # added by migration step 9 (store/migrations.py)
         conversation = pw.TextField(default="")
 

@@ -2,7 +2,7 @@
 (bridge/matrix/intent.py): messages and their edits, uploads, downloads, presence.
 
 Imported as `fake_intent` (tests/ is on sys.path: tests/conftest.py), by the tests of an answer's
-messages (bridge/channels/stream.py), of live messages (bridge/coding/live.py), of attachments
+messages (bridge/channels/base/stream.py), of live messages (bridge/coding/live.py), of attachments
 (bridge/matrix/media.py), of presence and of the MCP tools that post files.
 """
 

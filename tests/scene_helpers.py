@@ -22,7 +22,7 @@ def store_with_channel(
 
 
 class SentNotices:
-    """Stands in for bridge/channels/notices.py where a puppet's notices are sent (`send`):
+    """Stands in for bridge/channels/base/notices.py where a puppet's notices are sent (`send`):
     `said` holds (room id, text) of each, `by` the puppet that said it."""
 
     def __init__(self) -> None:
@@ -35,7 +35,7 @@ class SentNotices:
 
 
 class PortalNotices:
-    """Stands in for bridge/channels/notices.py where a portal's notices are made (`notice`):
+    """Stands in for bridge/channels/base/notices.py where a portal's notices are made (`notice`):
     `said` holds (text, relates_to) of each."""
 
     def __init__(self) -> None:

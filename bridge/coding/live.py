@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from ..channels.background import stop_task
+from ..channels.base.background import stop_task
 from ..matrix.client import MatrixError
 from ..matrix.intent import Intent
 

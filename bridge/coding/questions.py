@@ -13,7 +13,7 @@
   it ended.
 
 `Questions.ask()` is the turn's elicitation callback; `Questions.on_reply()` sees owner messages
-before they become prompts (inbound.py). Asking and waiting is channels/asks.py's, shared with
+before they become prompts (inbound.py). Asking and waiting is channels/asks/asks.py's, shared with
 permission requests; what is here is what a question asks and how its answer reads.
 """
 
@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 from acp import ElicitationAnswer, ElicitationRequest
 from acp.elicitation import ACCEPT, CANCEL, DECLINE, parse_answer
 
-from ..channels.asks import Ask, Asks
+from ..channels.asks.asks import Ask, Asks
 from . import render
 
 if TYPE_CHECKING:
     from config import Config
 
-    from ..channels.notices import Notices
-    from ..channels.portal import Portal
+    from ..channels.base.notices import Notices
+    from ..channels.turns.portal import Portal
     from ..matrix.puppet import Puppet
 
 DECLINE_WORDS = {"decline", "no", "n", "cancel", "refuse", "skip"}
@@ -59,7 +59,7 @@ class Questions:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
         the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.TurnRun;
         None: the portal's current one); `mention`: whom it notifies
-        (channels/approvals.py)."""
+        (channels/rules/approvals.py)."""
         run = run if run is not None else portal.current
         title = puppet.displayname
         shown = render.url_consent(title, request) if request.mode == "url" else render.elicitation(title, request)
@@ -124,5 +124,5 @@ class Questions:
     ) -> bool:
         """An owner's message: True when it answers an open question — a reply to it, or (with
         `loose`) the latest open question of its conversation when it replies to nothing — or
-        was another owner's reply to it, refused (channels/asks.py)."""
+        was another owner's reply to it, refused (channels/asks/asks.py)."""
         return await self.asks.on_words(room_id, body, reply_to, loose, sender, conversation)

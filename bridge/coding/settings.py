@@ -33,10 +33,10 @@ from acp import AcpError, Choices, SessionState, Update
 from acp.session_state import CONFIG, MODE, MODEL, Selector
 from store import StoreClosed, StoreError
 
-from ..channels.background import Background
-from ..channels.command_parse import describe_state, resolve_agent
-from ..channels.conversations import Here, relation_for
-from ..channels.room_names import place_of
+from ..channels.base.background import Background
+from ..channels.base.conversations import Here, relation_for
+from ..channels.base.room_names import place_of
+from ..channels.rules.command_parse import describe_state, resolve_agent
 from ..matrix.markdown import escape_html, sanitise
 from ..matrix.puppet import relating
 from . import render
@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from config import Config
     from store.offloop import OffLoop
 
-    from ..channels.notices import Notices
-    from ..channels.portal import Portal
-    from ..channels.registry import Channels
+    from ..channels.base.notices import Notices
+    from ..channels.base.registry import Channels
+    from ..channels.turns.portal import Portal
     from ..matrix.identities import Identities
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from acp import AcpError
 
-from ..channels.background import Background
-from ..channels.command_parse import CONFIRM, resolve_agent
-from ..channels.conversations import Here, relation_for
-from ..channels.room_names import place_of
+from ..channels.base.background import Background
+from ..channels.base.conversations import Here, relation_for
+from ..channels.base.room_names import place_of
+from ..channels.rules.command_parse import CONFIRM, resolve_agent
 from . import worktrees as git
 from .places import Place, additional, base_dir, in_worktree, moved_out, recheck, refusal, resolve, root_of
 from .worktree_names import Shown, branch_name, changes, listing, thread_words, worktree_path
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from config import Config
     from store.offloop import OffLoop
 
-    from ..channels.notices import Notices
-    from ..channels.portal import Portal
-    from ..channels.registry import Channels
+    from ..channels.base.notices import Notices
+    from ..channels.base.registry import Channels
+    from ..channels.turns.portal import Portal
     from ..matrix.identities import Identities
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ it: always a valid git ref name (`git check-ref-format`).
 The worktree lies next to the checkout, in `<checkout>.worktrees/<the branch's last part>`: on
 the same disk as the repository (a worktree shares its objects), where the owner finds it
 beside the project, and outside the bridge's data folder, which agents may never read from
-(channels/agent_files.py).
+(channels/turns/agent_files.py).
 """
 
 from __future__ import annotations

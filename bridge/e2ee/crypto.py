@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from config import Config
     from store.offloop import OffLoop
 
-    from ..channels.notices import Notices
-    from ..channels.registry import Channels
+    from ..channels.base.notices import Notices
+    from ..channels.base.registry import Channels
     from ..matrix.dispatch import Dispatcher
     from ..matrix.identities import Identities
 

@@ -14,7 +14,7 @@ Every room event goes out through `Intent.send` (`edit` and `react` build on it)
   larger): an event over MAX_EVENT_BYTES is made smaller — an edit's fallback body shortened,
   then a message's HTML dropped, each prepared (encrypted) and measured again — and what still
   does not fit raises EventTooLarge, before anything reaches the homeserver. This is the one
-  place every outgoing event is measured (answers split their text to fit: channels/stream.py).
+  place every outgoing event is measured (answers split their text to fit: channels/base/stream.py).
 State events, redactions, typing, receipts and membership are never transformed (the spec
 keeps them in the clear). `request` is the escape hatch for reads the Intent has no method for.
 """
@@ -401,7 +401,7 @@ RELATED_TYPES = ("m.room.message", "m.sticker")  # the events that take a relati
 
 class InRelation:
     """An Intent whose new messages in one room carry one relation — a thread's
-    (channels/conversations.py): made for one turn, so that everything it sends goes into its
+    (channels/base/conversations.py): made for one turn, so that everything it sends goes into its
     thread without every function being told. Messages that relate to something already (an
     edit's `m.replace`, whose `m.new_content` has no relation: an edit stays in its original's
     thread; a reaction) and events in other rooms go as they are; every other call is the

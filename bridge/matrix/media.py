@@ -6,7 +6,7 @@ In (pure):
   prompt; routing and mentions read it), what the store keeps for other agents' context, an
   attachment to fetch, or why it is not passed on. The table of kinds is in docs/using.md
   "What each message kind does".
-  What an attachment becomes in an agent's prompt is channels/prompt.py.
+  What an attachment becomes in an agent's prompt is channels/turns/prompt.py.
 
 Out (pure): `outgoing_part(block)` — an agent's image, audio or resource block as media to post
 (`m.image` / `m.audio` / `m.file`); a link as text.
@@ -51,7 +51,7 @@ DOWNLOAD_CHUNK = 64 * 1024
 
 
 class FileGate(Protocol):
-    """Where the bytes of a local file an agent names come from (channels/agent_files.py)."""
+    """Where the bytes of a local file an agent names come from (channels/turns/agent_files.py)."""
 
     async def read(self, path: Path, limit: int) -> bytes:
         """The file's bytes, at most `limit`; MediaError with the reason it is refused."""
@@ -396,7 +396,7 @@ def _decrypt(attachment: Attachment, data: bytes) -> bytes:
 async def post(intent: Intent, room_id: str, media: OutgoingMedia, limit: int, files: FileGate | None = None) -> str:
     """Upload `media` and send it into `room_id`; its event id. MediaError when it cannot be —
     a local file the agent named is read only through `files`, the gate of
-    channels/agent_files.py (none: refused)."""
+    channels/turns/agent_files.py (none: refused)."""
     data = media.data
     if data is None and media.path is not None:
         if files is None:

@@ -6,7 +6,7 @@ another failure) after moving its stream position past them, so a `kill -9` whil
 wait in that queue loses them for the appservice API. The bridge sees the homeserver go: its own
 requests (streamed answers, typing, presence, receipts) cannot connect. When one is answered
 again, `on_back(since)` is told the time the first one failed, and the bridge reads the recent
-messages of its channels (channels/inbound.py `catch_up_since`): what it missed goes through the
+messages of its channels (channels/events/inbound.py `catch_up_since`): what it missed goes through the
 dispatcher like any event, once (events already handled are recognised by their id).
 
 One `aiohttp.TraceConfig` on the bridge's HTTP session watches every request to the homeserver.

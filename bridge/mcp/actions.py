@@ -17,11 +17,11 @@ from urllib.parse import quote
 from store.ids import now_ms
 from store.schedules import NotYours, TooManySchedules
 
-from ..channels.agent_files import Refused as FileRefused
-from ..channels.agent_files import read_agent_file, roots_for
-from ..channels.conversations import relation_for
-from ..channels.schedule_frames import agent_line
-from ..channels.schedule_times import first_due, when_text
+from ..channels.base.conversations import relation_for
+from ..channels.schedules.schedule_frames import agent_line
+from ..channels.schedules.schedule_times import first_due, when_text
+from ..channels.turns.agent_files import Refused as FileRefused
+from ..channels.turns.agent_files import read_agent_file, roots_for
 from ..matrix.media import MediaError, OutgoingMedia, mib, post
 from ..matrix.puppet import relating
 from .tools import history_text, matches
@@ -101,7 +101,7 @@ def _working_dir(means: Means, agent: str, session_dir: str | None) -> str:
 
 
 async def send_file(means: Means, scope: Scope, path: str, caption: str | None) -> str:
-    """Through the one gate for files an agent hands the bridge (channels/agent_files.py), from
+    """Through the one gate for files an agent hands the bridge (channels/turns/agent_files.py), from
     the directory its session works in (a relative path is read from there too)."""
     config = means.config
     session_dir = await _session_dir(means, scope)

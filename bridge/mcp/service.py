@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from config import Config
     from store.offloop import OffLoop
 
-    from ..channels.portal import Portal
-    from ..channels.registry import Channels
+    from ..channels.base.registry import Channels
+    from ..channels.turns.portal import Portal
 
 log = logging.getLogger(__name__)
 

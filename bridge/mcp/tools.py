@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any
 
-# what the owner's commands and these tools share (pure, channels/schedule_args.py)
-from ..channels.schedule_args import MAX_IN_SECONDS, BadArguments, clock, schedule_number  # noqa: F401
+# what the owner's commands and these tools share (pure, channels/schedules/schedule_args.py)
+from ..channels.schedules.schedule_args import MAX_IN_SECONDS, BadArguments, clock, schedule_number  # noqa: F401
 
 SERVER_NAME = "matrix"
 HISTORY_DEFAULT = 20  # messages `history` returns when no limit is given

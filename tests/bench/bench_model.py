@@ -11,7 +11,7 @@ agent_message_chunk read. Every session starts with a prompt of 1,000+ tokens of
         in a full run also with the states off (--kv-ram 0 --kv-disk 0: the old single context);
     (c) a new agent process: session/load, then a prompt, for the sessions of (a) and (b);
     (d) a fresh session whose first prompt carries the full context replay: 20 messages × 1,500
-        characters (bridge.channels.context.build_prompt), reported with its tokens and tokens/s;
+        characters (bridge.channels.turns.context.build_prompt), reported with its tokens and tokens/s;
     RSS of an agent holding 1, 4 and 16 such sessions (VmRSS), against its bound: --kv-ram plus the scratch of a prompt.
 """
 
@@ -31,7 +31,7 @@ from stdio_client import AgentProcess  # noqa: E402
 from acp.agents.model import DEFAULT_KV_RAM_MIB  # noqa: E402
 
 SCRATCH_MB = 40  # llama.cpp's compute buffers during a prompt of ~1,000 tokens, beside the states
-from bridge.channels.context import UnseenMessage, build_prompt  # noqa: E402
+from bridge.channels.turns.context import UnseenMessage, build_prompt  # noqa: E402
 
 MAX_TOKENS = 24
 TURN = re.compile(

@@ -3,8 +3,8 @@ with a full unseen history (20 messages × 1,500 characters, docs/architecture.m
 reads"), with and without `_sidekicks/prepare`.
 
 The agent runs as the bridge runs it (acp.agents.local_model over stdio, `--log-turns`). The
-prompt is the bridge's own (bridge.channels.context.build_prompt); the prepared text is that
-prompt without its question, as bridge/channels/prepare.py hands it.
+prompt is the bridge's own (bridge.channels.turns.context.build_prompt); the prepared text is that
+prompt without its question, as bridge/channels/turns/prepare.py hands it.
     (a) without: a fresh session is asked at once (every token evaluated then);
     (b) with: a fresh session is prepared, the question comes once the preparation ended
         (the question coming at least the preparation time after the history);
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "bench"))
 from bench_model import DENSE, Agent, text  # noqa: E402
 
 from acp.agents.local_model import PREPARE_METHOD  # noqa: E402
-from bridge.channels.context import UnseenMessage, build_prompt  # noqa: E402
+from bridge.channels.turns.context import UnseenMessage, build_prompt  # noqa: E402
 
 PREPARED = re.compile(
     r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated "

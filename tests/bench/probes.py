@@ -17,8 +17,8 @@ import time
 from acp import client as acp_client
 from acp import rpc as acp_rpc
 from bridge import bridge as bridge_module
-from bridge.channels import portal as portal_module
-from bridge.channels import stream
+from bridge.channels.base import stream
+from bridge.channels.turns import portal as portal_module
 from bridge.matrix import appservice, dispatch
 from store import offloop
 

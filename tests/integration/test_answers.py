@@ -16,7 +16,7 @@ from bridge_harness import SCRIPTED, agent, answers_in
 from helpers import is_final, joined, received, say
 from matrix_helpers import caught_up, events_in, sync_until
 
-from bridge.channels.stream import SPLIT_WEIGHT
+from bridge.channels.base.stream import SPLIT_WEIGHT
 from bridge.matrix.intent import weight
 
 ALICE = "@sk_alice:localhost"
@@ -428,7 +428,7 @@ async def test_an_agent_silent_for_a_while_is_said_so_in_the_status(bridge_facto
     # an agent that holds after its first part (OpenCode retrying its model showed nothing for
     # 80 s): the status says how long nothing came and how to stop it; the answer then ends as
     # usual. SILENT_AFTER is 30 s in use; 0.5 s here.
-    from bridge.channels import silence
+    from bridge.channels.turns import silence
 
     monkeypatch.setattr(silence, "SILENT_AFTER", 0.5)
     release = tmp_path / "release"
@@ -488,7 +488,7 @@ async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agen
 
 def test_permission_prompt_shows_input_locations_and_numbered_options():
     from acp import Update
-    from bridge.channels.turns import TurnRun
+    from bridge.channels.turns.turns import TurnRun
     from bridge.coding.render import INPUT_CHARS, permission
 
     run = TurnRun(None, "alice", None)

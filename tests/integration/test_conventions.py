@@ -213,7 +213,7 @@ async def test_a_streamed_answer_is_live_until_its_final_edit_and_a_quick_one_ne
     assert LIVE not in final
 
     # alice runs now: her answer comes within the grace a running agent gets, so it is
-    # posted once, final, without the marker (tests/unit/channels/test_stream_media.py shows this path
+    # posted once, final, without the marker (tests/unit/channels/base/test_stream_media.py shows this path
     # without timing; on a machine too busy for the grace it streams like the first one)
     before = len(ours())
     await running.handled(await say(owner, room, "again"))

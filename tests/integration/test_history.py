@@ -22,7 +22,7 @@ from bridge_harness import agent, answers_in, wait_until, write_config
 from helpers import is_final, joined, open_dm, prompts, received, say
 from matrix_helpers import caught_up, events_in, sync_until
 
-from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED
+from bridge.channels.recovery.recovery import INTERRUPTED_TEXT as INTERRUPTED
 from config.paths import config_hash
 from store import Store, StoreClosed
 

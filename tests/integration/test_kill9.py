@@ -27,7 +27,7 @@ import pytest
 from bridge_harness import agent, answers_in, write_config
 from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
 
-from bridge.channels.recovery import UNSURE_TEXT as UNSURE
+from bridge.channels.recovery.recovery import UNSURE_TEXT as UNSURE
 from store.turns import LIVE
 
 KILLS = int(os.environ.get("SIDEKICKS_KILLS", "100"))

@@ -335,7 +335,7 @@ async def test_opencode_calls_the_bridges_matrix_history_tool(stack, owner):
 async def test_a_restart_while_opencode_waits_for_its_model(stack, monkeypatch, owner):
     # OpenCode retrying its model for minutes left "getting ready" alone: the status now says
     # for how long nothing came (30 s in use; 1 s here)
-    from bridge.channels import silence
+    from bridge.channels.turns import silence
 
     monkeypatch.setattr(silence, "SILENT_AFTER", 1.0)
     release = asyncio.Event()

@@ -36,7 +36,7 @@ from matrix_helpers import caught_up, events_in, private_homeserver, record_figu
 from test_e2ee import ENCRYPTED, e2e_login, joined, say
 from test_kill9 import BridgeProcess, pending_work, prompted_messages
 
-from bridge.channels.recovery import UNSURE_TEXT as UNSURE
+from bridge.channels.recovery.recovery import UNSURE_TEXT as UNSURE
 
 RESTARTS = int(os.environ.get("SIDEKICKS_RESTARTS", "30"))
 STATUS = ("⏳", "💭", "✍️", "🔧", "⏸")

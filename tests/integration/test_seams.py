@@ -221,7 +221,7 @@ async def test_a_number_sent_as_a_reply_answers_the_question_it_replies_to(homes
 async def test_commands_starts_agents_without_holding_up_other_events(homeserver, tmp_path, monkeypatch, owner):
     """`!commands` may start agents (seconds): while it does, the next transaction — bob's DM —
     is handled; the listing comes after."""
-    from bridge.channels.commands import BotCommands
+    from bridge.channels.commands.commands import BotCommands
 
     BOB = "@sk_bob:localhost"
     release, entered = asyncio.Event(), []
@@ -311,7 +311,7 @@ async def test_an_answer_the_homeserver_refuses_is_recorded_and_finished_at_the_
     """The agent finished, the homeserver refused the final text (and the "interrupted" mark)
     for longer than the bridge waits for it: the turn record keeps the final send, and the next
     start sends it again — the complete answer, once — and stores it."""
-    from bridge.channels import stream
+    from bridge.channels.base import stream
 
     # a homeserver answering 5xx is waited for (docs/outages.md): 2 s here instead of 10 minutes
     monkeypatch.setattr(stream, "FINAL_PATIENCE", 2.0)

@@ -85,11 +85,11 @@ async def test_a_quick_answer_is_one_message_never_edited(bridge_factory, tmp_pa
     # is 0.15 s (and SETTLE after the first part): that an echo answer fits in it is a question
     # of speed, measured by tests/bench (bench_latency: "echo answers sent as one message");
     # here the grace is made long enough for any machine, and the behaviour is what is tested
-    import bridge.channels.stream
-    import bridge.channels.turns
+    import bridge.channels.base.stream
+    import bridge.channels.turns.turns
 
-    monkeypatch.setattr(bridge.channels.turns, "PLACEHOLDER_GRACE", 30.0)
-    monkeypatch.setattr(bridge.channels.stream, "SETTLE", 30.0)
+    monkeypatch.setattr(bridge.channels.turns.turns, "PLACEHOLDER_GRACE", 30.0)
+    monkeypatch.setattr(bridge.channels.base.stream, "SETTLE", 30.0)
     running = await bridge_factory({"alice": agent(title="Alice (scripted)")})
     puppet_id = "@sk_alice:localhost"
     room_id = await open_dm(owner, puppet_id)

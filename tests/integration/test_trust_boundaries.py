@@ -22,7 +22,7 @@ from matrix_helpers import caught_up, events_in, sync_until
 from test_e2ee import ENCRYPTED, all_encrypted, e2e_login, unreadable
 from test_e2ee import say as say_encrypted
 
-from bridge.channels.stream import CUT_LINE, MAX_ANSWER_BYTES
+from bridge.channels.base.stream import CUT_LINE, MAX_ANSWER_BYTES
 
 ALICE = "@sk_alice:localhost"
 HOSTILE = Path(__file__).resolve().parents[1] / "agents" / "hostile_agent.py"

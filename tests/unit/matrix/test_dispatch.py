@@ -494,7 +494,7 @@ async def test_a_database_taken_by_another_bridge_halts_this_one_with_one_line()
 
 
 def test_a_tombstone_points_to_its_replacement_only_when_it_is_one():
-    from bridge.channels.upgrade import replacement_of
+    from bridge.channels.events.upgrade import replacement_of
 
     event = {"type": "m.room.tombstone", "state_key": "", "content": {"replacement_room": "!new:hs"}}
     assert replacement_of(event, "!old:hs") == "!new:hs"

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bridge.channels.stream import SPLIT_WEIGHT, message_content
+from bridge.channels.base.stream import SPLIT_WEIGHT, message_content
 from bridge.matrix.client import AppserviceClient, MatrixError
 from bridge.matrix.intent import MAX_EVENT_BYTES, EventTooLarge, Intent, Outgoing, declare_mentions, edit_content
 from bridge.matrix.markdown import markdown_to_html
@@ -343,8 +343,8 @@ async def test_a_join_whose_answer_is_lost_is_tried_again(homeserver, monkeypatc
 
 
 async def test_in_a_thread_new_messages_carry_the_relation_edits_and_reactions_keep_their_own(homeserver):
-    from bridge.channels.conversations import thread_relation
-    from bridge.channels.stream import Answer
+    from bridge.channels.base.conversations import thread_relation
+    from bridge.channels.base.stream import Answer
     from bridge.matrix.intent import InRelation
 
     intent = InRelation(intent_for(homeserver), ROOM, thread_relation("$root", "$prompt"))

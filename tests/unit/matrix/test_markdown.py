@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.channels.stream import (
+from bridge.channels.base.stream import (
     MAX_NOTICE_PARTS,
     SPLIT_WEIGHT,
     edit_interval,

@@ -7,7 +7,7 @@ import base64
 
 from fake_intent import FakeIntent
 
-from bridge.channels.prompt import prompt_blocks, prompt_content
+from bridge.channels.turns.prompt import prompt_blocks, prompt_content
 from bridge.matrix.media import Attachment, OutgoingMedia, outgoing_part, read_message, restored
 
 MXC = "mxc://localhost/abc"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.channels.mentions import parse
+from bridge.channels.turns.mentions import parse
 from bridge.matrix.replies import replied_to, strip_body_fallback, strip_html_fallback, without_fallback
 
 ALIASES = {"alice": "alice", "bob": "bob", "sk_alice": "alice", "sk_bob": "bob"}
@@ -100,7 +100,7 @@ def test_malformed_relations_are_not_replies():
 def test_a_number_answers_the_question_it_replies_to_else_the_latest():
     import asyncio
 
-    from bridge.channels.asks import Ask, answered_by
+    from bridge.channels.asks.asks import Ask, answered_by
 
     loop = asyncio.new_event_loop()
     try:

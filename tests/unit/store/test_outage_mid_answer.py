@@ -31,7 +31,7 @@ import pytest_asyncio
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until, write_base_config
 
-from bridge.channels import stream
+from bridge.channels.base import stream
 from bridge.local.homeserver import Homeserver, free_port
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"

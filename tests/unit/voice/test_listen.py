@@ -1,4 +1,4 @@
-"""A voice note heard for a turn (bridge/voice/listen.py, through channels/prompt.py's hook):
+"""A voice note heard for a turn (bridge/voice/listen.py, through channels/turns/prompt.py's hook):
 the real decoder and engine, an Intent that records what it sends. The transcript is the
 prompt; an agent taking audio gets the audio too; one message is transcribed once; a long
 note shows its progress; voice off keeps the old line."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.channels.prompt import attachment_prompt
+from bridge.channels.turns.prompt import attachment_prompt
 from bridge.matrix.media import Attachment
 from bridge.voice import listen
 from bridge.voice.listen import Listening

@@ -12,7 +12,7 @@ import pytest
 from stdio_client import chunks
 
 from acp.agents.local_model import PREPARE_METHOD
-from bridge.channels.context import UnseenMessage, build_prompt
+from bridge.channels.turns.context import UnseenMessage, build_prompt
 
 pytestmark = pytest.mark.model
 

@@ -1,0 +1,565 @@
+"""Bridge commands: `!help`, `!agents`, ... in the bridge bot's DM, `!stop`, `!commands`,
+`!threads`, `!delete` in a channel (docs/architecture.md "The Matrix side"). A command typed in a
+thread acts on that thread (its answer, its sessions) and is answered there
+(docs/architecture.md "Conversations and threads"). `!` is the bridge's; `/` belongs to agents
+(docs/architecture.md "The Matrix side").
+
+Parsing and wording are in command_parse.py (pure); rooms and the space in space.py. Replies
+come from the bot in its DM and from a member puppet in a channel.
+Deleting asks for an explicit `confirm` word: nothing is remembered between the two messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from store import keys
+
+from ...matrix.client import MatrixError
+from ...matrix.space import Space, create_room, give_power, membership, room_link
+from ..base.background import Background
+from ..base.conversations import Here
+from ..base.room_names import place_of
+from ..rules.approvals import ANY_OWNER, approve_mode, approve_state, approve_switch
+from ..rules.command_parse import (
+    CHANNEL_HELP,
+    CONFIRM,
+    GREETING,
+    HELP,
+    THREADS_ON,
+    Command,
+    describe_state,
+    find_channels,
+    format_commands,
+    opens_threads,
+    parse,
+    queue_listing,
+    resolve_agent,
+    rest_of,
+    split_delete,
+    threads_state,
+    threads_switch,
+)
+from ..turns.sessions import close_sessions
+
+if TYPE_CHECKING:
+    from acp import Pool
+    from config import Config
+    from store import Channel
+    from store.offloop import OffLoop
+
+    from ...matrix.identities import Identities
+    from ...matrix.msc4391 import CommandDescriptions
+    from ..base.notices import Notices
+    from ..base.registry import Channels
+    from ..schedules.scheduler import Scheduler
+    from ..turns.portal import Portal
+
+log = logging.getLogger(__name__)
+
+# a channel command another part registers: (portal, its name, its arguments, where it was
+# typed — the main timeline or a thread: it acts on that conversation and answers there)
+ChannelCommand = Callable[["Portal", str, tuple[str, ...], Here], Awaitable[None]]
+COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
+
+
+class BotCommands:
+    def __init__(
+        self,
+        config: Config,
+        db: OffLoop,
+        pool: Pool,
+        channels: Channels,
+        identities: Identities,
+        notices: Notices,
+        descriptions: CommandDescriptions,
+        scheduler: Scheduler,
+        registered: dict[str, ChannelCommand],
+        aliases: dict[str, str],
+        forget_channel: Callable[[str], None],
+    ):
+        """`registered`: the channel commands other parts add (coding/settings.py: `!mode`,
+        `!model`, `!config`, `!status`; coding/workplaces.py: `!cwd`, `!worktrees`; sessions.py:
+        `!sessions`, `!resume`, `!reset`, `!fork`), by name; `forget_channel`: a deleted channel's id, for
+        the MCP server to drop its sessions."""
+        self.config, self.db, self.pool, self.channels = config, db, pool, channels
+        self.identities, self.notices, self.descriptions = identities, notices, descriptions
+        self.scheduler, self.registered, self.aliases = scheduler, dict(registered), aliases
+        self.forget_channel = forget_channel
+        self.space = Space(db, config, identities)
+        self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
+
+    # -- entry points wired in bridge.py --
+
+    async def handle(self, event: dict, room_id: str, sender: str, body: str) -> bool:
+        """An owner's `!…` message. True when it was a bridge command (then no agent sees it)."""
+        if sender not in self.config.owners:
+            return False
+        command = parse(body)
+        if command is None:
+            return False
+        here = Here.of(event)  # in a channel: the replies go where it was typed
+        # (docs/architecture.md "Conversations and threads")
+        try:
+            portal = await self.channels.portal_for(room_id)
+            if portal is not None:
+                await self._in_channel(portal, command, here, body)
+                return True
+            if await self._is_bot_room(room_id, sender):
+                event_id = event.get("event_id")
+                if isinstance(event_id, str):  # the bot has read it, as a person would
+                    self.tasks.start(
+                        self.identities.bot.intent.read_up_to(room_id, event_id), f"read receipt in {room_id}"
+                    )
+                await self._in_bot_room(room_id, sender, command)
+                return True
+        except (MatrixError, aiohttp.ClientError) as exc:
+            log.warning("!%s in %s: %s", command.name, room_id, exc)
+            await self._reply_anywhere(room_id, f"!{command.name} failed: {exc}", here)
+            return True
+        return False
+
+    async def on_bot_member(self, event: dict, room_id: str, sender: str, content: dict) -> None:
+        """A membership event about the bridge bot: an owner's invite is its DM, others are declined."""
+        bot = self.identities.bot
+        if content.get("membership") != "invite" or sender == bot.user_id:
+            return
+        if sender not in self.config.owners:
+            log.info("%s invited the bridge bot: declined (not an owner)", sender)
+            await bot.intent.leave(room_id)
+            return
+        if not await bot.intent.join(room_id):
+            return
+        db = self.db
+        await db.set_value(keys.bot_room(room_id), sender)
+        if await db.channel_by_room(room_id) is None:
+            await db.set_value(keys.bot_dm(sender), room_id)
+            await self.notices.send(bot, room_id, GREETING)
+
+    async def tell_owners(self, text: str) -> None:
+        """Say something to every owner in their DM with the bridge bot (made if there is none)."""
+        for owner in self.config.owners:
+            try:
+                room_id = await self.bot_dm(owner)
+            except (MatrixError, aiohttp.ClientError) as exc:
+                log.warning("no DM with %s: %s", owner, exc)
+                continue
+            await self.notices.send(self.identities.bot, room_id, text)
+
+    async def bot_dm(self, owner: str) -> str:
+        db, bot = self.db, self.identities.bot
+        room_id = await db.get_value(keys.bot_dm(owner))
+        if room_id and await membership(bot, room_id, owner) in ("join", "invite"):
+            return room_id  # a DM the owner left is not one: a new one is made
+        room_id = await create_room(bot, {"is_direct": True, "preset": "trusted_private_chat", "invite": [owner]})
+        await db.set_value(keys.bot_dm(owner), room_id)
+        await db.set_value(keys.bot_room(room_id), owner)
+        return room_id
+
+    async def channel_created(self, room_id: str) -> None:
+        """A room became a channel because the owner invited a puppet: it joins the space."""
+        await self.space.add(room_id)
+
+    # -- helpers --
+
+    async def _is_bot_room(self, room_id: str, sender: str) -> bool:
+        store = self.db.target
+        return await self.db.run(
+            lambda: (
+                store.get_value(keys.bot_room(room_id)) is not None or store.get_value(keys.bot_dm(sender)) == room_id
+            )
+        )
+
+    async def _say(self, room_id: str, text: str) -> None:
+        await self.notices.send(self.identities.bot, room_id, text)
+
+    async def _reply_anywhere(self, room_id: str, text: str, here: Here = Here()) -> None:
+        portal = await self.channels.portal_for(room_id)
+        if portal is not None:
+            await self.notices.notice(portal, text, relates_to=here.relates_to)
+        else:
+            await self._say(room_id, text)
+
+    def _link(self, room_id: str) -> str:
+        return room_link(room_id, self.config.domain)
+
+    def _agent_list(self) -> str:
+        return ", ".join(self.config.agents) or "(none configured)"
+
+    # -- the bot's DM --
+
+    async def _in_bot_room(self, room_id: str, sender: str, command: Command) -> None:
+        handler = {
+            "help": self._help,
+            "agents": self._agents,
+            "channels": self._channels,
+            "new": self._new,
+            "dm": self._dm,
+            "delete": self._delete_named,
+        }.get(command.name)
+        if handler is None:
+            await self._say(room_id, f"There is no !{command.name}. !help lists the commands.")
+            return
+        await handler(room_id, sender, command.args)
+
+    async def _help(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        await self._say(room_id, HELP)
+
+    async def _agents(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        if not self.config.agents:
+            await self._say(room_id, "No agents are configured.")
+            return
+        lines = ["Agents:"]
+        for name, agent in self.config.agents.items():
+            portal = self.channels.active_turns.get(name)
+            state = describe_state(self.pool.state(name), place_of(portal.channel) if portal else None)
+            lines.append(f"  {name} — {agent.title} — {state}")
+        await self._say(room_id, "\n".join(lines))
+
+    async def _channels(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        store = self.db.target
+
+        def read():
+            found = store.channels()
+            return found, {c.id: [m.agent for m in store.members(c.id)] for c in found}
+
+        channels, members_of = await self.db.run(read)
+        if not channels:
+            await self._say(
+                room_id,
+                "No channels yet. !new NAME AGENT... makes one, !dm AGENT a direct one, "
+                "or invite an agent into any room.",
+            )
+            return
+        lines = ["Channels:"]
+        for channel in channels:
+            members = ", ".join(members_of[channel.id]) or "no agents"
+            kind = f"direct with {channel.direct_agent}" if channel.direct_agent else members
+            lines.append(f"  #{channel.name} — {kind} — {self._link(channel.room_id)}")
+        await self._say(room_id, "\n".join(lines))
+
+    async def _new(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        if len(args) < 2:
+            await self._say(room_id, f"Usage: !new NAME AGENT... (agents: {self._agent_list()})")
+            return
+        name, tokens = args[0].lstrip("#").strip(), args[1:]
+        agents, unknown = [], []
+        for token in tokens:
+            agent = resolve_agent(token, self.aliases)
+            if agent is None:
+                unknown.append(token)
+            elif agent not in agents:
+                agents.append(agent)
+        if unknown or not name:
+            await self._say(
+                room_id,
+                f"No agent called {', '.join(unknown)}. Agents: {self._agent_list()}"
+                if unknown
+                else "The channel needs a name: !new NAME AGENT...",
+            )
+            return
+        bot = self.identities.bot
+        puppets = [await self.identities.puppet(agent) for agent in agents]
+        space = await self.space.ensure()
+        new_room = await create_room(
+            bot,
+            {
+                "name": name,
+                "preset": "private_chat",
+                "invite": [sender] + [p.user_id for p in puppets],
+                "initial_state": [
+                    {
+                        "type": "m.space.parent",
+                        "state_key": space,
+                        "content": {"via": [self.config.domain], "canonical": True},
+                    }
+                ],
+            },
+        )
+        await give_power(bot, new_room, [sender])  # the owner may rename, invite, kick
+        await self.db.create_channel(new_room, name)
+        portal = await self.channels.portal_for(new_room)
+        for agent in agents:
+            await portal.joined(agent)
+        for agent, puppet in zip(agents, puppets):
+            if await puppet.intent.join(new_room):
+                self.descriptions.member_joined(new_room, agent)
+        await self.space.add(new_room)
+        await self._say(room_id, f"Made #{name} with {', '.join(agents)}: {self._link(new_room)}")
+
+    async def _dm(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        agent = resolve_agent(args[0], self.aliases) if len(args) == 1 else None
+        if agent is None:
+            await self._say(room_id, f"Usage: !dm AGENT (agents: {self._agent_list()})")
+            return
+        puppet = await self.identities.puppet(agent)
+        for channel in await self.db.channels():  # one that is still open is enough
+            if channel.direct_agent == agent and await membership(puppet, channel.room_id, sender) in (
+                "join",
+                "invite",
+            ):
+                await self._say(room_id, f"Your direct channel with {agent}: {self._link(channel.room_id)}")
+                return
+        new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat", "invite": [sender]})
+        await self.db.create_channel(new_room, agent, agent)
+        await (await self.channels.portal_for(new_room)).joined(agent)
+        self.descriptions.member_joined(new_room, agent)  # the puppet made it: it may
+        await self.space.add(new_room, puppet)
+        await self._say(
+            room_id, f"{self.config.agents[agent].title} invited you to a direct channel: {self._link(new_room)}"
+        )
+
+    async def _delete_named(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        name, confirmed = split_delete(args)
+        if not name:
+            await self._say(room_id, "Usage: !delete CHANNEL (!channels lists them)")
+            return
+        found = find_channels(await self.db.channels(), name)
+        if not found:
+            await self._say(room_id, f"There is no channel #{name.lstrip('#')}. !channels lists them.")
+            return
+        if len(found) > 1:
+            await self._say(
+                room_id,
+                f"{len(found)} channels are called #{name.lstrip('#')}: name one "
+                "by its room id (!channels shows the links).",
+            )
+            return
+        channel = found[0]
+        if not confirmed:
+            count = await self.db.count_messages(channel.id)
+            await self._say(
+                room_id,
+                f"This deletes #{channel.name} and its history ({count} messages); "
+                f"its agents leave the room. To do it, type: !delete {name} {CONFIRM}",
+            )
+            return
+        await self._delete(channel)
+        await self._say(room_id, f"Deleted #{channel.name} and its history; its agents left the room.")
+
+    # -- in a channel --
+
+    async def _in_channel(self, portal: Portal, command: Command, here: Here, body: str = "") -> None:
+        """A command typed in a channel: it acts on the conversation it was typed in (`here`,
+        the main timeline or a thread) and answers there. `body`: the message as typed."""
+
+        async def say(text: str) -> None:
+            await self.notices.notice(portal, text, relates_to=here.relates_to)
+
+        if command.name == "stop":
+            await self._stop(portal, here)
+        elif command.name == "commands":
+            # it may start agents: never while the transaction waits (and every event behind it)
+            self.tasks.start(self._commands(portal, here), f"!commands in {portal.room_id}")
+        elif command.name == "delete":
+            await self._delete_here(portal, command.args, here)
+        elif command.name in self.registered:  # may start an agent: never in the transaction
+            self.tasks.start(
+                self.registered[command.name](portal, command.name, command.args, here),
+                f"!{command.name} in {portal.room_id}",
+            )
+        elif command.name == "schedules":
+            await say(await self.scheduler.listing(portal.channel.id))
+        elif command.name == "unschedule":
+            await self._unschedule(portal, command.args, say)
+        elif command.name == "threads":
+            await self._threads(portal, command.args, say)
+        elif command.name == "approve":
+            await self._approve(portal, command.args, say)
+        elif command.name == "queue":
+            await say(queue_listing((job.turn.agent, job.incoming.body) for job in portal.queued(here.conversation)))
+        elif command.name == "drop":
+            await self._drop(portal, command.args, here, say)
+        elif command.name == "steer":
+            await self._steer(portal, rest_of(body), here, say)
+        elif command.name == "help":
+            await say(CHANNEL_HELP + "\n\n" + HELP)
+        else:
+            await say(f"There is no !{command.name} here. {CHANNEL_HELP}")
+
+    async def _unschedule(self, portal: Portal, args: tuple[str, ...], say) -> None:
+        """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them), a
+        waiting one's approval ask with it, and drop its runs still queued (not begun)."""
+        from ..schedules.schedule_args import BadArguments, schedule_number
+
+        try:
+            number = schedule_number(args[0] if len(args) == 1 else None)
+        except BadArguments:
+            await say("Say which: !unschedule N, with N from !schedules.")
+            return
+        cancelled = await self.db.schedules.cancel(portal.channel.id, number)
+        if cancelled is None:
+            await say(f"There is no schedule {number} here (see !schedules).")
+            return
+        record, dropped = cancelled
+        self.scheduler.changed(cancelled=record.id)
+        queued = f" ({dropped} queued run{'' if dropped == 1 else 's'} dropped)" if dropped else ""
+        await say(f"Cancelled schedule {number} of {record.agent}: {record.prompt}{queued}")
+
+    async def _threads(self, portal: Portal, args: tuple[str, ...], say) -> None:
+        """`!threads on|off`: whether the channel opens a thread under each top-level message
+        agents answer (stored per channel, keys.threads; off by default); `!threads` tells."""
+        try:
+            switch = threads_switch(args)
+        except ValueError as exc:
+            await say(str(exc))
+            return
+        key = keys.threads(portal.channel.id)
+        if switch is None:
+            await say(threads_state(opens_threads(await self.db.get_value(key))))
+            return
+        if switch:
+            await self.db.set_value(key, THREADS_ON)
+        else:
+            await self.db.delete_value(key)
+        await say(threads_state(switch))
+
+    async def _drop(self, portal: Portal, args: tuple[str, ...], here: Here, say) -> None:
+        """`!drop N`: waiting turn N of `!queue` never runs — taken out of the queue at once,
+        its record dropped and, with no other turn, its message forgotten (a restart does not
+        run it either, no agent is told it: store/turns.py `drop`)."""
+        number = int(args[0]) if len(args) == 1 and args[0].isdigit() else None
+        if number is None:
+            await say("Say which: !drop N, with N from !queue.")
+            return
+        job = portal.unqueue(here.conversation, number)
+        if job is None:
+            await say(f"Nothing waits as {number} here (see !queue).")
+            return
+        if not await self.db.turns.drop(job.turn_id):  # begun meanwhile elsewhere: not dropped
+            await say(f"{number} has begun already: !stop stops it.")
+            return
+        await say(f"Dropped {number}: {job.turn.agent} will not answer “{' '.join(job.incoming.body.split())[:80]}”.")
+
+    async def _steer(self, portal: Portal, text: str, here: Here, say) -> None:
+        """`!steer TEXT`: the answer being written in this conversation is redirected
+        (turns.TurnRun.steer)."""
+        if not text:
+            await say("Usage: !steer TEXT (or reply to the answer being written).")
+            return
+        run = portal.run_in(here.conversation)
+        if run is None or not await run.steer(text):
+            await say("Nothing is being answered here to steer: send it as a message.")
+
+    async def _approve(self, portal: Portal, args: tuple[str, ...], say) -> None:
+        """`!approve requester|any-owner`: who answers the channel's permission prompts and
+        questions (stored per channel, keys.approve; approvals.py); `!approve` tells."""
+        try:
+            mode = approve_switch(args)
+        except ValueError as exc:
+            await say(str(exc))
+            return
+        key = keys.approve(portal.channel.id)
+        if mode is None:
+            await say(approve_state(approve_mode(await self.db.get_value(key))))
+            return
+        if mode == ANY_OWNER:
+            await self.db.set_value(key, ANY_OWNER)
+        else:
+            await self.db.delete_value(key)
+        await say(approve_state(mode))
+
+    async def _stop(self, portal: Portal, here: Here) -> None:
+        """`!stop`: the answer being written in the conversation it was typed in — in a thread
+        that thread's, in the main timeline the main timeline's (threads answer on: each has its
+        own !stop, and 🛑 on an answer stops that one). None there: said there."""
+        run = portal.run_in(here.conversation)
+        if run is not None:
+            await run.cancel()
+            return
+        if here.conversation:
+            text = "Nothing is being answered in this thread."
+        elif portal.runs:
+            text = (
+                "Nothing is being answered in the main timeline. Answers are being written in "
+                "threads: !stop in a thread stops its answer (or react 🛑 to it)."
+            )
+        else:
+            text = "Nothing is being answered here."
+        await self.notices.notice(portal, text, relates_to=here.relates_to)
+
+    async def _commands(self, portal: Portal, here: Here) -> None:
+        members = portal.member_names()
+        if not members:
+            await self.notices.notice(portal, "This channel has no agents.", relates_to=here.relates_to)
+            return
+        listed: list[str] = [f"Commands in #{portal.channel.name}:"]
+        for agent in members:
+            commands = await self.db.agent_commands(agent)
+            if commands is None:  # never announced: start it and open its session
+                # (docs/architecture.md "Slots and sessions")
+                commands = await self._prepare(portal, agent, here.conversation)
+            listed += format_commands(agent, commands, several=len(members) > 1)
+        if len(members) > 1:
+            listed.append("Send one as /agent:command, or @agent /command.")
+        await self.notices.notice(portal, "\n".join(listed), relates_to=here.relates_to)
+
+    async def _prepare(self, portal: Portal, agent_name: str, conversation: str = "") -> list[dict] | None:
+        try:
+            agent = await self.pool.get(agent_name)
+            await portal.session_for(agent_name, agent, conversation)
+        except Exception as exc:  # a crash at start is the turns' to report in full
+            log.warning("starting %s for !commands: %s", agent_name, exc)
+            return None
+        waited = 0.0
+        while (commands := await self.db.agent_commands(agent_name)) is None and waited < COMMANDS_WAIT:
+            await asyncio.sleep(0.1)
+            waited += 0.1
+        return commands
+
+    async def thread_gone(self, room_id: str, root: str) -> None:
+        """The owner redacted a message: if it was a thread's root in a channel, the members'
+        sessions of that thread are closed (sessions.py) and forgotten."""
+        channel = await self.db.channel_by_room(room_id)
+        if channel is None:
+            return
+        gone = await self.db.sessions.forget(channel.id, root)
+        if gone:
+            log.info("the root of a thread in %s was redacted: closing its %d session(s)", room_id, len(gone))
+            await close_sessions(self.pool, [(r.agent, r.session_id) for r in gone])
+
+    async def _delete_here(self, portal: Portal, args: tuple[str, ...], here: Here) -> None:
+        channel = portal.channel
+        _, confirmed = split_delete(args)
+        if not confirmed:
+            count = await self.db.count_messages(channel.id)
+            await self.notices.notice(
+                portal,
+                relates_to=here.relates_to,
+                text=f"This deletes the history of #{channel.name} ({count} messages) "
+                "and its agents leave; the room stays. To do it, type: "
+                f"!delete {CONFIRM}",
+            )
+            return
+        await self.notices.notice(
+            portal,
+            f"Deleted the history of #{channel.name}. The agents leave; the room stays yours.",
+            relates_to=here.relates_to,
+        )
+        await self._delete(channel)
+
+    async def _delete(self, channel: Channel) -> None:
+        """Forget the channel and its history (docs/architecture.md "The store"); its puppets leave the room;
+        its members' sessions are closed (sessions.py)."""
+        found = await self.db.members(channel.id)
+        members = [m.agent for m in found]
+        sessions = [(m.agent, m.session_id) for m in found if m.session_id]
+        sessions += [(r.agent, r.session_id) for r in await self.db.sessions.of_channel(channel.id)]
+        portal = self.channels.portals.pop(channel.room_id, None)
+        if portal is not None:
+            for run in portal.clear():  # every conversation's
+                await run.cancel()
+        await self.db.delete_channel(channel.id)  # its schedules too
+        await self.db.delete_value(keys.threads(channel.id))
+        await self.db.delete_value(keys.approve(channel.id))
+        self.forget_channel(channel.id)
+        await close_sessions(self.pool, sessions)
+        for agent in members:
+            if agent in self.config.agents:
+                await (await self.identities.puppet(agent)).intent.leave(channel.room_id)
+        await self.space.remove(channel.room_id)

@@ -1,0 +1,2 @@
+"""Pure settings and words shared by the commands and the turns: command parsing, who approves,
+budget rules. No Matrix, no store."""

@@ -1,0 +1,65 @@
+"""bridge/channels/rules/budget_rules.py: periods, the cap, and the words of budgets and usage. Pure."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from bridge.channels.rules.budget_rules import (
+    budget_args,
+    budget_words,
+    over,
+    period_end,
+    period_of,
+    periods,
+    refusal,
+    stop_line,
+    usage_note,
+)
+from config.model import Budget
+from store.spend import Spent
+
+NOW = datetime(2026, 12, 31, 22, 30, tzinfo=UTC)
+DAY = Budget(5.0, "day")
+
+
+def test_periods_are_utc_days_and_months():
+    assert period_of("day", NOW) == "day:2026-12-31" and period_of("month", NOW) == "month:2026-12"
+    assert periods(NOW) == ["day:2026-12-31", "month:2026-12"]
+    assert period_end("day", NOW) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert period_end("month", NOW) == datetime(2027, 1, 1, tzinfo=UTC)
+    assert period_end("month", datetime(2026, 2, 3, tzinfo=UTC)) == datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_the_cap_is_the_budget_and_what_was_raised():
+    assert not over(DAY, Spent(4.99, 0, "USD", True))
+    assert over(DAY, Spent(5.0, 0, "USD", True))
+    assert not over(DAY, Spent(6.0, 2.0, "USD", True))
+    assert not over(Budget(0.0, "day"), Spent())  # nothing reported: never over, never guessed
+
+
+def test_the_words():
+    spent = Spent(5.2, 0, "USD", True)
+    assert stop_line("Alice", DAY, spent) == (
+        "⛔ stopped: Alice reached its budget, $5.20 of $5.00 today (UTC). !budget raise AMOUNT lets it go on."
+    )
+    assert "answers again after 2027-01-01 00:00 UTC" in refusal("Alice", DAY, spent, NOW)
+    assert budget_words("Alice", DAY, spent) == "Alice: $5.20 of $5.00 today (UTC) — spent: new prompts are refused."
+    assert "reported no cost" in budget_words("Alice", DAY, Spent())
+    assert "nothing is guessed" in budget_words("Alice", DAY, Spent())
+    assert (
+        budget_words("Alice", None, Spent(1, 0, "EUR", True)) == "Alice has no budget; it reported €1.00 today (UTC)."
+    )
+    assert usage_note(12_300, 200_000, 0.031, "USD") == "context 12.3k/200k · $0.03"
+    assert usage_note(900, 0, None, None) == "context 900"
+
+
+def test_budget_arguments():
+    assert budget_args([]) == (None, None)
+    assert budget_args(["alice"]) == ("alice", None)
+    assert budget_args(["raise", "2.50"]) == (None, 2.5)
+    assert budget_args(["alice", "raise", "$3"]) == ("alice", 3.0)
+    for bad in (["raise"], ["raise", "lots"], ["raise", "-1"], ["a", "b"], ["raise", "nan"]):
+        with pytest.raises(ValueError, match="Usage"):
+            budget_args(bad)

@@ -1,6 +1,6 @@
 import pytest
 from bridge_harness import start_bridge
-from matrix_helpers import login
+from matrix_helpers import login, private_homeserver
 
 
 @pytest.fixture
@@ -39,3 +39,11 @@ async def stranger(homeserver):
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def private_hs(tmp_path):
+    """A Synapse of the test's own (tests/matrix_helpers.py `private_homeserver`), for tests that
+    stop or kill it; stopped at the end."""
+    async with private_homeserver(tmp_path / "hs") as hs:
+        yield hs

@@ -14,6 +14,8 @@ from pathlib import Path
 import nio
 from bridge_harness import answers_in
 from matrix_helpers import events_in, sync_until
+from matrix_helpers import joined as joined  # re-exported: the owner's helpers in one place
+from matrix_helpers import open_dm as open_dm
 
 ALICE, BOB, BOT = "@sk_alice:localhost", "@sk_bob:localhost", "@sidekicks:localhost"
 # an answer's status line while it is being written: waiting, thinking, writing, a tool at work
@@ -40,25 +42,6 @@ def prompts(log_path: Path) -> list[str]:
 
 
 # ---- the owner in Matrix ---------------------------------------------------------------------
-
-
-def joined(client: nio.AsyncClient, room_id: str, user_id: str) -> bool:
-    """`user_id`'s last membership in `room_id`, as `client` has seen it, is join."""
-    state = [
-        e for e in events_in(client, room_id) if e.get("type") == "m.room.member" and e.get("state_key") == user_id
-    ]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
-
-
-async def open_dm(owner: nio.AsyncClient, puppet_id: str = ALICE, **options) -> str:
-    """A new direct room with `puppet_id`, once the puppet has joined it (`options`: more of
-    room_create's arguments, e.g. initial_state)."""
-    response = await owner.room_create(
-        is_direct=True, invite=[puppet_id], preset=nio.RoomPreset.trusted_private_chat, **options
-    )
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
-    return response.room_id
 
 
 async def say(

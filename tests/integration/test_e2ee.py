@@ -9,14 +9,13 @@ the answers by decrypting them.
 
 from __future__ import annotations
 
-import itertools
 import stat
 from contextlib import asynccontextmanager
 
 import aiohttp
 import nio
 from bridge_harness import agent, answers_in
-from matrix_helpers import WHOLE_TIMELINE, _record, caught_up, events_in, sync_until
+from matrix_helpers import WHOLE_TIMELINE, caught_up, events_in, login, open_dm, sync_until, wait_joined
 
 from bridge.e2ee.crosssign import verify
 
@@ -24,7 +23,6 @@ MEGOLM = "m.megolm.v1.aes-sha2"
 ALICE = "@sk_alice:localhost"
 BOB = "@sk_bob:localhost"
 ENCRYPTED = [{"type": "m.room.encryption", "state_key": "", "content": {"algorithm": MEGOLM}}]
-_numbers = itertools.count()
 
 
 def unreadable(seen: Seen, room_id: str) -> list[str]:
@@ -53,19 +51,7 @@ class Seen:
 
 
 async def e2e_login(hs, user_id: str, password: str, name: str = "owner-e2e") -> tuple[nio.AsyncClient, Seen]:
-    store = hs.folder / "nio-e2e" / f"{name}-{next(_numbers)}"
-    store.mkdir(parents=True, exist_ok=True)
-    client = nio.AsyncClient(
-        hs.url,
-        user_id,
-        store_path=str(store),
-        config=nio.AsyncClientConfig(encryption_enabled=True, request_timeout=30, max_timeouts=3),
-    )
-    response = await client.login(password, device_name=name)
-    assert isinstance(response, nio.LoginResponse), response
-    if client.should_upload_keys:
-        assert isinstance(await client.keys_upload(), nio.KeysUploadResponse)
-    _record(client)
+    client = await login(hs, user_id, password, device_name=name, encryption=True)
     return client, Seen(client)
 
 
@@ -81,28 +67,8 @@ async def e2e_owner(hs, name: str = "owner-e2e"):
         await client.close()
 
 
-async def joined(owner: nio.AsyncClient, room_id: str, user_id: str) -> None:
-    await sync_until(
-        owner,
-        lambda: any(
-            e.get("type") == "m.room.member"
-            and e.get("state_key") == user_id
-            and e["content"].get("membership") == "join"
-            for e in events_in(owner, room_id)
-        ),
-    )
-
-
 async def open_encrypted_dm(owner: nio.AsyncClient, puppet_id: str, encrypted: bool = True) -> str:
-    response = await owner.room_create(
-        is_direct=True,
-        invite=[puppet_id],
-        preset=nio.RoomPreset.trusted_private_chat,
-        initial_state=ENCRYPTED if encrypted else [],
-    )
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await joined(owner, response.room_id, puppet_id)
-    return response.room_id
+    return await open_dm(owner, puppet_id, initial_state=ENCRYPTED if encrypted else [])
 
 
 async def say(owner: nio.AsyncClient, room_id: str, text: str, **extra) -> str:
@@ -272,10 +238,10 @@ async def test_a_stranger_in_an_encrypted_room_is_ignored(homeserver, bridge_fac
             name="mixed", invite=[ALICE, homeserver.stranger_id], initial_state=ENCRYPTED
         )
         room_id = response.room_id
-        await joined(owner, room_id, ALICE)
+        await wait_joined(owner, room_id, ALICE)
         await stranger.sync(timeout=0)
         assert isinstance(await stranger.join(room_id), nio.JoinResponse)
-        await joined(owner, room_id, homeserver.stranger_id)
+        await wait_joined(owner, room_id, homeserver.stranger_id)
         await stranger.sync(timeout=0)
         sneaky = await say(stranger, room_id, "@sk_alice: tell me a secret", **{"m.mentions": {"user_ids": [ALICE]}})
         await running.handled(sneaky)
@@ -330,8 +296,7 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
     async with e2e_owner(homeserver) as (owner, seen):
         response = await owner.room_create(name="general", invite=[ALICE, BOB], initial_state=ENCRYPTED)
         room_id = response.room_id
-        await joined(owner, room_id, ALICE)
-        await joined(owner, room_id, BOB)
+        await wait_joined(owner, room_id, ALICE, BOB)
 
         # the example of docs/architecture.md "What each agent reads": only alice answers, then bob
         # reads exactly what he missed
@@ -579,15 +544,7 @@ def device_traffic_on(homeserver) -> dict:
 
 
 async def open_bot_dm(owner, encrypted: bool = True) -> str:
-    response = await owner.room_create(
-        is_direct=True,
-        invite=[BOT],
-        preset=nio.RoomPreset.trusted_private_chat,
-        initial_state=ENCRYPTED if encrypted else [],
-    )
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await joined(owner, response.room_id, BOT)
-    return response.room_id
+    return await open_encrypted_dm(owner, BOT, encrypted)
 
 
 async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transactions(homeserver, bridge_factory):

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from aiohttp import web
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import open_dm, received
-from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
-
-
-@pytest.fixture
-async def private_hs(tmp_path):
-    async with private_homeserver(tmp_path / "hs") as hs:
-        yield hs
+from matrix_helpers import events_in, login, record_figures, sync_until
 
 
 def prompts(log_path):

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import open_dm, received
-from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
+from matrix_helpers import events_in, login, record_figures, sync_until
 from test_homeserver_faults import prompts
 
 PUPPET = "@sk_alice:localhost"
 STATUS = ("⏳", "💭", "✍️", "🔧")
-
-
-@pytest.fixture
-async def private_hs(tmp_path):
-    async with private_homeserver(tmp_path / "hs") as hs:
-        yield hs
 
 
 def settled(owner, room_id, count: int):

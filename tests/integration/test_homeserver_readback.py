@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from bridge_harness import agent, answers_in, start_bridge, wait_until
 from helpers import open_dm, prompts, say
-from matrix_helpers import events_in, login, private_homeserver, sync_until
+from matrix_helpers import events_in, login, sync_until
 
 ALICE = "@sk_alice:localhost"
 
@@ -83,12 +82,6 @@ async def test_a_command_read_back_while_its_transaction_is_handled_runs_once(ho
         bridge.dispatcher.event = real_event
         await owner.close()
         await running.stop()
-
-
-@pytest.fixture
-async def private_hs(tmp_path):
-    async with private_homeserver(tmp_path / "hs") as hs:
-        yield hs
 
 
 async def test_a_homeserver_killed_while_the_bridge_is_idle_is_noticed_and_read_back(private_hs, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from pathlib import Path
 import nio
 from bridge_harness import answers_in, wait_until
 from helpers import BOB, prompts, received, say
-from matrix_helpers import caught_up, events_in, notices, sync_until
+from matrix_helpers import caught_up, events_in, notices, sync_until, wait_joined
 
 from store.ids import now_ms
 
@@ -35,22 +35,18 @@ def mcp_agent(log: Path, workdir: Path | None = None, *options: str, **extra) ->
     return entry
 
 
-def answers(owner, room_id: str) -> list[str]:
-    """alice's final messages in the room, oldest first (status lines still streaming left out)."""
-    return [
-        m["body"]
-        for m in answers_in(events_in(owner, room_id), ALICE)
-        if m.get("msgtype") in ("m.text", None) and not m["body"].startswith(("⏳", "💭", "✍️", "🔧"))
-    ]
-
-
 def answers_of(owner, room_id: str, user_id: str) -> list[str]:
-    """`user_id`'s final messages in the room, oldest first."""
+    """`user_id`'s final messages in the room, oldest first (status lines still streaming left out)."""
     return [
         m["body"]
         for m in answers_in(events_in(owner, room_id), user_id)
         if m.get("msgtype") in ("m.text", None) and not m["body"].startswith(("⏳", "💭", "✍️", "🔧"))
     ]
+
+
+def answers(owner, room_id: str) -> list[str]:
+    """alice's final messages in the room, oldest first."""
+    return answers_of(owner, room_id, ALICE)
 
 
 async def ask(owner, room_id: str, body: str, starts: str) -> str:
@@ -64,18 +60,8 @@ async def ask(owner, room_id: str, body: str, starts: str) -> str:
 async def channel_with_alice(owner, name: str) -> str:
     response = await owner.room_create(name=name, invite=[ALICE])
     assert isinstance(response, nio.RoomCreateResponse), response
-    room_id = response.room_id
-
-    def joined():
-        return any(
-            e.get("type") == "m.room.member"
-            and e.get("state_key") == ALICE
-            and e["content"].get("membership") == "join"
-            for e in events_in(owner, room_id)
-        )
-
-    await sync_until(owner, joined)
-    return room_id
+    await wait_joined(owner, response.room_id, ALICE)
+    return response.room_id
 
 
 async def test_history_is_this_rooms_messages_and_no_other_rooms(bridge_factory, tmp_path, owner):
@@ -315,15 +301,7 @@ async def test_the_owner_lists_and_cancels_schedules_and_a_stranger_can_do_neith
     response = await owner.room_create(name="shared", invite=[ALICE, homeserver.stranger_id])
     room = response.room_id
     assert isinstance(await stranger.join(room), nio.JoinResponse)
-    await sync_until(
-        owner,
-        lambda: any(
-            e.get("type") == "m.room.member"
-            and e.get("state_key") == ALICE
-            and e["content"].get("membership") == "join"
-            for e in events_in(owner, room)
-        ),
-    )
+    await wait_joined(owner, room, ALICE)
     await ask(owner, room, '[[tool:schedule {"prompt": "far away", "cron": "0 3 1 1 *"}]]', "schedule")
     await ask(owner, room, '[[tool:schedule {"prompt": "also later", "in_seconds": 3600}]]', "schedule")
     await running.idle()
@@ -501,18 +479,7 @@ async def test_an_agent_sees_and_cancels_only_its_own_schedules(bridge_factory, 
     )
     response = await owner.room_create(name="two agents", invite=[ALICE, BOB])
     room = response.room_id
-    await sync_until(
-        owner,
-        lambda: all(
-            any(
-                e.get("type") == "m.room.member"
-                and e.get("state_key") == who
-                and e["content"].get("membership") == "join"
-                for e in events_in(owner, room)
-            )
-            for who in (ALICE, BOB)
-        ),
-    )
+    await wait_joined(owner, room, ALICE, BOB)
     await say(owner, room, '@alice [[tool:schedule {"prompt": "alice alone", "in_seconds": 3600}]]')
     await sync_until(owner, lambda: any(a.startswith("schedule: Scheduled as id 1") for a in answers(owner, room)))
     await say(owner, room, "@bob [[tool:schedules]]")
@@ -540,18 +507,7 @@ async def test_a_run_due_while_its_last_one_waits_is_skipped_and_unschedule_drop
     store, scheduler = running.store, running.bridge.scheduler
     response = await owner.room_create(name="slow", invite=[ALICE, BOB])
     room = response.room_id
-    await sync_until(
-        owner,
-        lambda: all(
-            any(
-                e.get("type") == "m.room.member"
-                and e.get("state_key") == who
-                and e["content"].get("membership") == "join"
-                for e in events_in(owner, room)
-            )
-            for who in (ALICE, BOB)
-        ),
-    )
+    await wait_joined(owner, room, ALICE, BOB)
     await say(owner, room, '@alice [[tool:schedule {"prompt": "every year", "cron": "0 3 1 1 *"}]]')
     await approved(owner, room, running, 1)
     channel_id = store.channel_by_room(room).id

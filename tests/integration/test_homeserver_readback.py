@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from bridge_harness import agent, answers_in, start_bridge, wait_until
-from helpers import open_dm, prompts, say
+from helpers import lost_on_the_way, open_dm, prompts, say
 from matrix_helpers import events_in, login, sync_until
 
 ALICE = "@sk_alice:localhost"
@@ -100,29 +100,9 @@ async def test_a_homeserver_killed_while_the_bridge_is_idle_is_noticed_and_read_
     log = tmp_path / "alice.log"
     running = await start_bridge(hs, tmp_path / "bridge", {"alice": agent("--log", str(log))})
     owner = await login(hs, hs.owner_id, hs.owner_password)
-    server = running.bridge.server
-    handle = server._on_transaction
-
-    async def losing(transaction):
-        transaction.events[:] = [
-            e for e in transaction.events if (e.get("content") or {}).get("body") != "lost on the way"
-        ]
-        await handle(transaction)
-
     try:
         room_id = await open_dm(owner, ALICE)
-        invite = next(
-            e["event_id"]
-            for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.member"
-            and e.get("state_key") == ALICE
-            and e.get("content", {}).get("membership") == "invite"
-        )
-        await running.deliveries.wait(invite)  # the puppet's catch-up on joining is over
-        server._on_transaction = losing
-        lost = await say(owner, room_id, "lost on the way")
-        await running.deliveries.wait(lost)  # the homeserver is done with it
-        server._on_transaction = handle
+        await lost_on_the_way(running, owner, room_id, ALICE, "lost on the way")
         await owner.close()
         await running.idle()
         assert running.bridge.reachability.away_since is None

@@ -19,6 +19,22 @@ from matrix_helpers import TestHomeserver, events_in, login, sync_until
 from bridge.local.homeserver import free_port
 
 
+def up_homeserver(folder: Path, hs_port: int, as_port: int, password: str) -> TestHomeserver:
+    """The Synapse `up` embeds, as the test helpers see it: the owner @me:localhost, no stranger."""
+    return TestHomeserver(
+        url=f"http://127.0.0.1:{hs_port}",
+        domain="localhost",
+        as_port=as_port,
+        registration_path=folder / "registration.yaml",
+        owner_id="@me:localhost",
+        owner_password=password,
+        stranger_id="",
+        stranger_password="",
+        folder=folder,
+        server=None,  # up's own, not started by the tests
+    )
+
+
 async def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
     """Start `sidekicks up`; its output goes to a file (a pipe nobody reads would fill up).
     Polls without blocking the event loop (the test's clients live in it)."""
@@ -115,18 +131,7 @@ agents:
         assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
         password = password_file.read_text().strip()
         assert f"password: {password}" in output
-        hs = TestHomeserver(
-            url=f"http://127.0.0.1:{hs_port}",
-            domain="localhost",
-            as_port=as_port,
-            registration_path=tmp_path / "registration.yaml",
-            owner_id="@me:localhost",
-            owner_password=password,
-            stranger_id="",
-            stranger_password="",
-            folder=tmp_path,
-            server=None,
-        )
+        hs = up_homeserver(tmp_path, hs_port, as_port, password)
         owner = await login(hs, "@me:localhost", password)
         try:
             created = await owner.room_create(
@@ -213,18 +218,7 @@ agents:
 
         [data_dir] = list((xdg / "sidekicks" / "data").iterdir())
         password = (data_dir / "owner-password").read_text().strip()
-        hs = TestHomeserver(
-            url=f"http://127.0.0.1:{hs_port}",
-            domain="localhost",
-            as_port=as_port,
-            registration_path=tmp_path / "registration.yaml",
-            owner_id="@me:localhost",
-            owner_password=password,
-            stranger_id="",
-            stranger_password="",
-            folder=tmp_path,
-            server=None,
-        )
+        hs = up_homeserver(tmp_path, hs_port, as_port, password)
         owner, seen = await e2e_login(hs, "@me:localhost", password)
         try:
             await sync_until(owner, lambda: owner.invited_rooms or owner.rooms)

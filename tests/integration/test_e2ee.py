@@ -464,9 +464,36 @@ async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answ
             await owner.close()
 
 
-async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger_does_not(homeserver, bridge_factory):
+async def event_as_kept(homeserver, client, room_id: str, event_id: str) -> dict:
+    """The event as the homeserver keeps it (still encrypted), fetched by `client`."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(
+            f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{event_id}",
+            headers={"Authorization": f"Bearer {client.access_token}"},
+        ) as response:
+            return await response.json()
+
+
+async def ask_room_key(client, room_id: str, content: dict, user_id: str, device_id: str) -> None:
+    """`client` asks `user_id`'s device for the room key of an encrypted event (its `content`)."""
     import uuid
 
+    request = {
+        "action": "request",
+        "requesting_device_id": client.device_id,
+        "request_id": uuid.uuid4().hex,
+        "body": {
+            "algorithm": MEGOLM,
+            "room_id": room_id,
+            "sender_key": content["sender_key"],
+            "session_id": content["session_id"],
+        },
+    }
+    response = await client.to_device(nio.ToDeviceMessage("m.room_key_request", user_id, device_id, request))
+    assert isinstance(response, nio.ToDeviceResponse), response
+
+
+async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger_does_not(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent("--answer", "the early answer", title="Alice")}, encryption="on")
     owner, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
     laptop = stranger = None
@@ -477,30 +504,13 @@ async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger
         # a device that came later has no key for it
         laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
         stranger, _ = await e2e_login(homeserver, homeserver.stranger_id, homeserver.stranger_password, "stranger")
-        async with aiohttp.ClientSession() as http:
-            async with http.get(
-                f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{first['event_id']}",
-                headers={"Authorization": f"Bearer {laptop.access_token}"},
-            ) as response:
-                raw = await response.json()
+        raw = await event_as_kept(homeserver, laptop, room_id, first["event_id"])
         assert raw["type"] == "m.room.encrypted"
         content = raw["content"]
         device_id = running.bridge.e2ee.devices[ALICE].device_id
 
         async def ask(client):
-            request = {
-                "action": "request",
-                "requesting_device_id": client.device_id,
-                "request_id": uuid.uuid4().hex,
-                "body": {
-                    "algorithm": MEGOLM,
-                    "room_id": room_id,
-                    "sender_key": content["sender_key"],
-                    "session_id": content["session_id"],
-                },
-            }
-            response = await client.to_device(nio.ToDeviceMessage("m.room_key_request", ALICE, device_id, request))
-            assert isinstance(response, nio.ToDeviceResponse), response
+            await ask_room_key(client, room_id, content, ALICE, device_id)
 
         def has_key(client):
             return client.olm.inbound_group_store.get(room_id, content["sender_key"], content["session_id"]) is not None
@@ -581,35 +591,16 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
 
         # an owner's device that came later asks the bot for the room key of its answer: the
         # request reaches the bot in a transaction, and the key comes back
-        import uuid
-
         laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
         answer = next(
             e
             for e in events_in(owner, room_id)
             if e.get("sender") == BOT and (e.get("content") or {}).get("body", "").startswith(HELP_START)
         )
-        async with aiohttp.ClientSession() as http:
-            async with http.get(
-                f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{answer['event_id']}",
-                headers={"Authorization": f"Bearer {laptop.access_token}"},
-            ) as response:
-                raw = await response.json()
+        raw = await event_as_kept(homeserver, laptop, room_id, answer["event_id"])
         content = raw["content"]
         await laptop.sync(timeout=0)
-        request = {
-            "action": "request",
-            "requesting_device_id": laptop.device_id,
-            "request_id": uuid.uuid4().hex,
-            "body": {
-                "algorithm": MEGOLM,
-                "room_id": room_id,
-                "sender_key": content["sender_key"],
-                "session_id": content["session_id"],
-            },
-        }
-        response = await laptop.to_device(nio.ToDeviceMessage("m.room_key_request", BOT, bot_device.device_id, request))
-        assert isinstance(response, nio.ToDeviceResponse), response
+        await ask_room_key(laptop, room_id, content, BOT, bot_device.device_id)
         try:
             await sync_until(
                 laptop,

@@ -19,6 +19,20 @@ from matrix_helpers import TestHomeserver, events_in, login, sync_until
 from bridge.local.homeserver import free_port
 
 
+def up_config(folder: Path, agents: str) -> tuple[Path, int, int]:
+    """`folder/config.yaml` as a person writes it for `up`: the owner @me:localhost, the embedded
+    Synapse and the bridge on free ports, and `agents` (the YAML under `agents:`). The file and
+    the two ports."""
+    hs_port, as_port = free_port(), free_port()
+    config = folder / "config.yaml"
+    config.write_text(f"""owner: "@me:localhost"
+homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
+appservice: {{listen: "127.0.0.1:{as_port}"}}
+agents:
+{agents}""")
+    return config, hs_port, as_port
+
+
 def up_homeserver(folder: Path, hs_port: int, as_port: int, password: str) -> TestHomeserver:
     """The Synapse `up` embeds, as the test helpers see it: the owner @me:localhost, no stranger."""
     return TestHomeserver(
@@ -110,17 +124,14 @@ async def ask(client: nio.AsyncClient, room_id: str, text: str, count: int) -> d
 @pytest.mark.model
 async def test_up_runs_the_whole_stack_and_the_local_model_answers(tmp_path):
     xdg, sessions = tmp_path / "xdg", tmp_path / "agent-sessions"
-    hs_port, as_port = free_port(), free_port()
-    config = tmp_path / "config.yaml"
-    config.write_text(f"""owner: "@me:localhost"
-homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
-appservice: {{listen: "127.0.0.1:{as_port}"}}
-agents:
-  local:
+    config, hs_port, as_port = up_config(
+        tmp_path,
+        f"""  local:
     title: Local model
     command: [{sys.executable}, -m, acp.agents.local_model, --sessions, {sessions}, --max-tokens, "48"]
     sandbox: {{write: ["{sessions}"], network: off}}
-""")
+""",
+    )
     proc, out = await start_up(config, xdg)
     output = out.read_text()
     try:
@@ -185,19 +196,16 @@ async def test_up_says_an_agent_that_cannot_start_in_the_terminal_and_the_bots_d
     from test_e2ee import e2e_login, unreadable
 
     xdg = tmp_path / "xdg"
-    hs_port, as_port = free_port(), free_port()
-    config = tmp_path / "config.yaml"
-    config.write_text(f"""owner: "@me:localhost"
-homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
-appservice: {{listen: "127.0.0.1:{as_port}"}}
-agents:
-  good:
+    config, hs_port, as_port = up_config(
+        tmp_path,
+        f"""  good:
     command: [{sys.executable}, {SCRIPTED}]
   missing:
     command: [no-such-agent-program]
   nomodule:
     command: [{sys.executable}, -m, no_such_agent_module]
-""")
+""",
+    )
     proc, out = await start_up(config, xdg)
     try:
         deadline = time.monotonic() + 120

@@ -41,6 +41,11 @@ def prompts(log_path: Path) -> list[str]:
     ]
 
 
+def permission_answers(log_path: Path) -> list[dict]:
+    """The bridge's answers to the agent's permission requests, as the agent received them."""
+    return [m for m in received(log_path) if "method" not in m and "outcome" in (m.get("result") or {})]
+
+
 # ---- the owner in Matrix ---------------------------------------------------------------------
 
 

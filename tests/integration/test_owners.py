@@ -19,9 +19,9 @@ from helpers import (
     in_thread,
     keycapped_prompt,
     originals,
+    permission_answers,
     permission_prompts,
     prompts,
-    received,
     say,
     thread_of,
 )
@@ -33,11 +33,6 @@ async def second_owner(homeserver) -> nio.AsyncClient:
     name, password = f"ben{secrets.token_hex(4)}", secrets.token_urlsafe(16)
     user_id = await homeserver.server.register_user(name, password)
     return await login(homeserver, user_id, password)
-
-
-def permission_answers(log) -> list[dict]:
-    """The bridge's answers to the agent's permission requests, as the agent received them."""
-    return [m for m in received(log) if "method" not in m and "outcome" in (m.get("result") or {})]
 
 
 async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt(

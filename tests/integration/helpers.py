@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nio
 from bridge_harness import answers_in, wait_until
-from matrix_helpers import events_in, login, sync_until
+from matrix_helpers import events_in, login, sync_until, wait_joined
 from matrix_helpers import joined as joined  # re-exported: the owner's helpers in one place
 from matrix_helpers import open_dm as open_dm
 
@@ -47,6 +47,14 @@ def permission_answers(log_path: Path) -> list[dict]:
 
 
 # ---- the owner in Matrix ---------------------------------------------------------------------
+
+
+async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
+    """A new private room `name` with `puppets` invited, once they have all joined."""
+    response = await owner.room_create(name=name, invite=list(puppets), preset=nio.RoomPreset.private_chat)
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await wait_joined(owner, response.room_id, *puppets)
+    return response.room_id
 
 
 async def say(

@@ -13,7 +13,7 @@ import json
 import nio
 import yaml
 from bridge_harness import SCRIPTED, agent, answers_in
-from helpers import is_final, joined, permission_answers, received, say
+from helpers import group, is_final, joined, permission_answers, received, say
 from matrix_helpers import caught_up, events_in, sync_until
 
 from bridge.channels.stream import SPLIT_WEIGHT
@@ -31,10 +31,7 @@ def prompt_count(log_path) -> int:
 
 
 async def room_with(owner: nio.AsyncClient, puppet_id: str = ALICE, name: str = "general") -> str:
-    response = await owner.room_create(name=name, invite=[puppet_id], preset=nio.RoomPreset.private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
-    return response.room_id
+    return await group(owner, puppet_id, name=name)
 
 
 async def react(client: nio.AsyncClient, room_id: str, event_id: str, key: str) -> None:

@@ -16,10 +16,9 @@ import sys
 from functools import partial
 from pathlib import Path
 
-import nio
 import pytest
 from bridge_harness import agent, answers_in, wait_until, write_config
-from helpers import is_final, joined, open_dm, prompts, received, say
+from helpers import group, is_final, open_dm, prompts, received, say
 from matrix_helpers import caught_up, events_in, sync_until
 
 from bridge.channels.recovery import INTERRUPTED_TEXT as INTERRUPTED
@@ -44,13 +43,6 @@ def context(channel: str, *lines: str, text: str) -> str:
         + "\n".join(lines)
         + f"\n[End of the messages]\n{CLOSING}\n{text}"
     )
-
-
-async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
-    response = await owner.room_create(name=name, invite=list(puppets), preset=nio.RoomPreset.private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: all(joined(owner, response.room_id, p) for p in puppets))
-    return response.room_id
 
 
 def answers(owner, room_id, puppet_id) -> list[dict]:

@@ -262,6 +262,17 @@ async def login(
     return client
 
 
+@asynccontextmanager
+async def logged_in(hs: TestHomeserver, user_id: str, password: str, **options):
+    """`async with logged_in(hs, user, password) as client`: `login(…)`, closed at the end
+    whatever happens."""
+    client = await login(hs, user_id, password, **options)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 # A sync returns at most this many events of a room: Synapse's default is 10, and a sync past it
 # is `limited` — the older events of that stretch are never seen (a burst of edits after a restart)
 WHOLE_TIMELINE = {"room": {"timeline": {"limit": 1000}}}

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import nio
 from bridge_harness import agent, answers_in
-from matrix_helpers import WHOLE_TIMELINE, caught_up, events_in, login, open_dm, sync_until, wait_joined
+from matrix_helpers import WHOLE_TIMELINE, caught_up, events_in, logged_in, login, open_dm, sync_until, wait_joined
 
 from bridge.e2ee.crosssign import verify
 
@@ -60,11 +60,8 @@ async def e2e_owner(hs, name: str = "owner-e2e"):
     """`async with e2e_owner(homeserver) as (owner, seen)`: the owner logged in with end-to-end
     encryption (a device and a crypto store of its own, `e2e_login`) at that point of the test —
     after its bridge is up, so the owner's device is new to it —, closed at the end in all cases."""
-    client, seen = await e2e_login(hs, hs.owner_id, hs.owner_password, name)
-    try:
-        yield client, seen
-    finally:
-        await client.close()
+    async with logged_in(hs, hs.owner_id, hs.owner_password, device_name=name, encryption=True) as client:
+        yield client, Seen(client)
 
 
 async def open_encrypted_dm(owner: nio.AsyncClient, puppet_id: str, encrypted: bool = True) -> str:

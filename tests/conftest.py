@@ -74,8 +74,9 @@ SLOW_FIRST = (
     "test_e2ee.py",
     "test_opencode.py",
     "test_local_model_agent.py",
-    "test_matrix_mcp.py",
+    "test_mcp_schedules.py",
     "test_opencode_tools.py",
+    "test_matrix_mcp.py",
     "test_homeserver_kill9.py",
 )
 

@@ -118,22 +118,40 @@ def worker_port() -> int:
     return free_port()  # the whole block busy: let the kernel choose
 
 
+class SynapseOnPostgres(Homeserver):
+    """The project's Synapse with its database on a PostgreSQL server (`dsn`: psycopg2's
+    connection arguments), as deploy/compose.yaml runs it."""
+
+    def __init__(self, *args, dsn: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dsn = dsn
+
+    def _config(self, kept, log_config):
+        body = super()._config(kept, log_config)
+        body["database"] = {"name": "psycopg2", "args": {**self.dsn, "cp_min": 1, "cp_max": 5}}
+        return body
+
+
 @asynccontextmanager
-async def private_homeserver(folder: Path):
+async def private_homeserver(folder: Path, postgres: dict | None = None):
     """Start a Synapse of its own in `folder` (what the session fixture `homeserver` uses too):
-    base.yaml + registration.yaml for a bridge on a free port, users owner and stranger."""
+    base.yaml + registration.yaml for a bridge on a free port, users owner and stranger. Its
+    database is SQLite in `folder`, or with `postgres` (psycopg2's connection arguments, a
+    database made with C collation) on that PostgreSQL server."""
     folder.mkdir(parents=True, exist_ok=True)
     for attempt in range(3):
         hs_port, as_port = worker_port(), worker_port()
         cfg = write_base_config(folder, hs_port, as_port)
-        server = Homeserver(
-            folder / "synapse",
-            server_name="localhost",
+        options: dict[str, Any] = dict(
             port=hs_port,
             appservice_files=[cfg.registration_path],
             relaxed_limits=True,
-            encryption=False,
-        )  # the well-known file of `encryption: off`
+            encryption=False,  # the well-known file of `encryption: off`
+        )
+        if postgres is None:
+            server = Homeserver(folder / "synapse", server_name="localhost", **options)
+        else:
+            server = SynapseOnPostgres(folder / "synapse", server_name="localhost", dsn=postgres, **options)
         try:
             await server.start()
             break
@@ -215,8 +233,14 @@ def _record(client: nio.AsyncClient) -> dict[str, list[dict]]:
     return rooms
 
 
-async def login(hs: TestHomeserver, user_id: str, password: str, device_name: str = "tests") -> nio.AsyncClient:
+async def login(
+    hs: TestHomeserver, user_id: str, password: str, device_name: str = "tests", encryption: bool = False
+) -> nio.AsyncClient:
     """A matrix-nio client logged in as `user_id`, already recording events. Close it yourself.
+
+    Without `encryption` (the default) the client encrypts nothing: a test that needs an
+    encrypted room can send an m.room.encryption state event by hand. With it, the client has
+    a device of its own with its keys uploaded (tests/integration/test_e2ee.py `e2e_login`).
 
     Raises AssertionError (with the server's answer) when the login is refused.
     """
@@ -226,16 +250,27 @@ async def login(hs: TestHomeserver, user_id: str, password: str, device_name: st
         hs.url,
         user_id,
         store_path=str(store),
-        # No end-to-end encryption: the bridge only reads unencrypted rooms, and a test that
-        # needs an encrypted room can send an m.room.encryption state event by hand.
-        config=nio.AsyncClientConfig(encryption_enabled=False, request_timeout=30, max_timeouts=3),
+        config=nio.AsyncClientConfig(encryption_enabled=encryption, request_timeout=30, max_timeouts=3),
     )
     response = await client.login(password, device_name=device_name)
     if not isinstance(response, nio.LoginResponse):
         await client.close()
         raise AssertionError(f"login of {user_id} refused: {response}")
+    if encryption and client.should_upload_keys:
+        assert isinstance(await client.keys_upload(), nio.KeysUploadResponse)
     _record(client)
     return client
+
+
+@asynccontextmanager
+async def logged_in(hs: TestHomeserver, user_id: str, password: str, **options):
+    """`async with logged_in(hs, user, password) as client`: `login(…)`, closed at the end
+    whatever happens."""
+    client = await login(hs, user_id, password, **options)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 # A sync returns at most this many events of a room: Synapse's default is 10, and a sync past it
@@ -334,6 +369,35 @@ def notice_events(client: nio.AsyncClient, room_id: str, sender: str | None = No
 def notices(client: nio.AsyncClient, room_id: str, sender: str | None = None) -> list[str]:
     """The bodies of `notice_events(client, room_id, sender)`."""
     return [event["content"].get("body", "") for event in notice_events(client, room_id, sender)]
+
+
+def joined(client: nio.AsyncClient, room_id: str, user_id: str) -> bool:
+    """`user_id`'s last membership in `room_id`, as `client` has seen it, is join."""
+    state = [
+        e for e in events_in(client, room_id) if e.get("type") == "m.room.member" and e.get("state_key") == user_id
+    ]
+    return bool(state) and state[-1]["content"].get("membership") == "join"
+
+
+async def wait_joined(client: nio.AsyncClient, room_id: str, *user_ids: str) -> None:
+    """Sync `client` until it sees each of `user_ids` joined to `room_id`."""
+
+    def all_joined() -> bool:
+        return all(joined(client, room_id, user_id) for user_id in user_ids)
+
+    all_joined.__qualname__ = f"{', '.join(user_ids)} joined {room_id}"
+    await sync_until(client, all_joined)
+
+
+async def open_dm(owner: nio.AsyncClient, puppet_id: str = "@sk_alice:localhost", **options) -> str:
+    """A new direct room with `puppet_id`, once the puppet has joined it (`options`: more of
+    room_create's arguments, e.g. initial_state)."""
+    response = await owner.room_create(
+        is_direct=True, invite=[puppet_id], preset=nio.RoomPreset.trusted_private_chat, **options
+    )
+    assert isinstance(response, nio.RoomCreateResponse), response
+    await wait_joined(owner, response.room_id, puppet_id)
+    return response.room_id
 
 
 def _describe(client: nio.AsyncClient, last: int = 6) -> str:

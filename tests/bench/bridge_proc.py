@@ -16,6 +16,7 @@ import dataclasses  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -33,24 +34,35 @@ def rss_kb() -> int:
     return -1
 
 
+def load(config_path: str, data_dir: str) -> tuple[configuration.Config, registrations.Registration | None]:
+    """The bench's config (its data folder `data_dir`) and its appservice registration."""
+    cfg = dataclasses.replace(configuration.load(Path(config_path)), data_dir=Path(data_dir))
+    return cfg, registrations.read(cfg.registration_path)
+
+
+async def stdin_lines() -> AsyncIterator[str]:
+    """Each line on stdin, stripped, until it closes (read on a thread: the loop goes on)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        yield line.strip()
+
+
 async def main(config_path: str, data_dir: str) -> None:
     logging.basicConfig(level=logging.ERROR)
     import_s = time.perf_counter() - T_PROCESS
-    cfg = dataclasses.replace(configuration.load(Path(config_path)), data_dir=Path(data_dir))
-    registration = registrations.read(cfg.registration_path)
+    cfg, registration = load(config_path, data_dir)
     t0 = time.perf_counter()
     store, unavailable = open_store(cfg)
     bridge = Bridge(cfg, registration, store, history_unavailable=unavailable)
     await bridge.start()
     start_s = time.perf_counter() - t0
     print(json.dumps({"start_s": start_s, "import_s": import_s, "rss_kb": rss_kb()}), flush=True)
-    loop = asyncio.get_running_loop()
     try:
-        while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            if not line:
-                break
-            if line.strip() == "rss":
+        async for line in stdin_lines():
+            if line == "rss":
                 print(json.dumps({"rss_kb": rss_kb(), "portals": len(bridge.portals)}), flush=True)
     finally:
         await bridge.stop()

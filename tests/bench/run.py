@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import os
 import platform
@@ -70,51 +71,41 @@ async def main(args) -> int:
     rows: list[tuple] = []
     notes: list[str] = []
     only = args.only or ALL
+
+    async def measure(name: str, what: str, run) -> None:
+        """If `name` is to run: bench_<name>, `what` said, run (`run(module)` gives the awaitable of
+        its result), its rows and notes kept."""
+        if name not in only:
+            return
+        module = importlib.import_module(f"bench_{name}")
+        print(f"• {what} …", flush=True)
+        result = await run(module)
+        rows.extend(module.rows(result))
+        notes.extend(module.notes(result))
+
     with tempfile.TemporaryDirectory(prefix="sidekicks-bench-") as tmp:
         folder = Path(tmp)
-        if "store" in only:
-            import bench_store
+        await measure("store", "store", lambda m: asyncio.to_thread(m.run, folder / "store", args.quick))
+        await measure(
+            "model",
+            "local model: sessions, switches, restart, replay, RSS",
+            lambda m: asyncio.to_thread(m.run, folder / "model", args.quick),
+        )
+        await measure(
+            "sandbox", "an agent's start in its sandbox vs without", lambda m: m.run(folder / "sandbox", args.quick)
+        )
+        await measure(
+            "prepare",
+            "local model: first token with and without prepare",
+            lambda m: asyncio.to_thread(m.run, folder / "prepare", args.quick),
+        )
 
-            print("• store …", flush=True)
-            result = await asyncio.to_thread(bench_store.run, folder / "store", args.quick)
-            rows += bench_store.rows(result)
-            notes += bench_store.notes(result)
-        if "model" in only:
-            import bench_model
-
-            print("• local model: sessions, switches, restart, replay, RSS …", flush=True)
-            result = await asyncio.to_thread(bench_model.run, folder / "model", args.quick)
-            rows += bench_model.rows(result)
-            notes += bench_model.notes(result)
-        if "sandbox" in only:
-            import bench_sandbox
-
-            print("• an agent's start in its sandbox vs without …", flush=True)
-            result = await bench_sandbox.run(folder / "sandbox", args.quick)
-            rows += bench_sandbox.rows(result)
-            notes += bench_sandbox.notes(result)
-        if "prepare" in only:
-            import bench_prepare
-
-            print("• local model: first token with and without prepare …", flush=True)
-            result = await asyncio.to_thread(bench_prepare.run, folder / "prepare", args.quick)
-            rows += bench_prepare.rows(result)
-            notes += bench_prepare.notes(result)
-        if "soak" in only:
-            import bench_soak
-
-            print("• soak: 100k messages (10k with --quick) over 1,000 channels …", flush=True)
+        async def soak(m):
             async with aiohttp.ClientSession() as http:  # no Synapse: see bench_soak's docstring
-                result = await bench_soak.run(folder / "soak", args.quick, http)
-            rows += bench_soak.rows(result)
-            notes += bench_soak.notes(result)
-        if "voice" in only:
-            import bench_voice
+                return await m.run(folder / "soak", args.quick, http)
 
-            print("• voice notes: word error rate, transcription time …", flush=True)
-            result = await bench_voice.run(args.quick)
-            rows += bench_voice.rows(result)
-            notes += bench_voice.notes(result)
+        await measure("soak", "soak: 100k messages (10k with --quick) over 1,000 channels", soak)
+        await measure("voice", "voice notes: word error rate, transcription time", lambda m: m.run(args.quick))
         needs_hs = [name for name in only if name not in ("store", "soak", "model", "voice", "sandbox", "prepare")]
         if needs_hs:
             bench = await start_homeserver(folder / "hs", args.quick)
@@ -135,34 +126,14 @@ async def main(args) -> int:
                             result = await bench_latency.run(bench, http, owner)
                             rows += bench_latency.rows(result)
                             notes += bench_latency.notes(result)
-                        if "start" in only:
-                            import bench_start
-
-                            print("• bridge start and RSS …", flush=True)
-                            result = await bench_start.run(bench, http, folder / "start")
-                            rows += bench_start.rows(result)
-                            notes += bench_start.notes(result)
-                        if "faults" in only:
-                            import bench_faults
-
-                            print("• faults: crash notice, 🛑, framing, local model …", flush=True)
-                            result = await bench_faults.run(bench, http, owner)
-                            rows += bench_faults.rows(result)
-                            notes += bench_faults.notes(result)
-                        if "e2ee" in only:
-                            import bench_e2ee
-
-                            print("• encrypted vs plain DM …", flush=True)
-                            result = await bench_e2ee.run(bench, folder / "e2ee")
-                            rows += bench_e2ee.rows(result)
-                            notes += bench_e2ee.notes(result)
-                        if "throughput" in only:
-                            import bench_throughput
-
-                            print("• throughput …", flush=True)
-                            result = await bench_throughput.run(bench, http, owner)
-                            rows += bench_throughput.rows(result)
-                            notes += bench_throughput.notes(result)
+                        await measure("start", "bridge start and RSS", lambda m: m.run(bench, http, folder / "start"))
+                        await measure(
+                            "faults",
+                            "faults: crash notice, 🛑, framing, local model",
+                            lambda m: m.run(bench, http, owner),
+                        )
+                        await measure("e2ee", "encrypted vs plain DM", lambda m: m.run(bench, folder / "e2ee"))
+                        await measure("throughput", "throughput", lambda m: m.run(bench, http, owner))
                     finally:
                         await owner.stop_sync()
             finally:

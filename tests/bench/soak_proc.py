@@ -9,7 +9,6 @@ stdin closing stops the bridge.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import sys
@@ -17,24 +16,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import config as configuration  # noqa: E402
+from bridge_proc import load, rss_kb, stdin_lines  # noqa: E402
+
 from bridge.bridge import Bridge  # noqa: E402
 from bridge.cli import open_store  # noqa: E402
-from config import registration as registrations  # noqa: E402
 from store.turns import NOT_BEGUN  # noqa: E402
-
-
-def rss_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return -1
 
 
 async def main(config_path: str, data_dir: str, keep_ms: int, every_ms: int) -> None:
     logging.basicConfig(level=logging.ERROR)
-    cfg = dataclasses.replace(configuration.load(Path(config_path)), data_dir=Path(data_dir))
-    registration = registrations.read(cfg.registration_path)
+    cfg, registration = load(config_path, data_dir)
     store, unavailable = open_store(cfg)
     assert not unavailable
     store.txn_keep_ms, store.txn_prune_every_ms = keep_ms, every_ms
@@ -50,13 +41,9 @@ async def main(config_path: str, data_dir: str, keep_ms: int, every_ms: int) -> 
     bridge = Bridge(cfg, registration, store, history_unavailable=False)
     await bridge.start()
     print(json.dumps({"ready": True, "rss_kb": rss_kb()}), flush=True)
-    loop = asyncio.get_running_loop()
     try:
-        while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            if not line:
-                break
-            if line.strip() == "stats":
+        async for line in stdin_lines():
+            if line == "stats":
                 turns = store.turns.unfinished()
                 print(
                     json.dumps(

@@ -1,6 +1,6 @@
 import pytest
 from bridge_harness import start_bridge
-from matrix_helpers import login
+from matrix_helpers import logged_in, private_homeserver
 
 
 @pytest.fixture
@@ -24,18 +24,20 @@ async def owner(homeserver):
     recording events, no end-to-end encryption: tests/matrix_helpers.py `login`), closed at the
     end whatever happened. Name it after `bridge_factory` among a test's arguments: it is then
     closed before the test's bridges stop, as a `try/finally` in the test would."""
-    client = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    try:
+    async with logged_in(homeserver, homeserver.owner_id, homeserver.owner_password) as client:
         yield client
-    finally:
-        await client.close()
 
 
 @pytest.fixture
 async def stranger(homeserver):
     """The stranger's matrix-nio client (@stranger:localhost, not the bridge's owner), like `owner`."""
-    client = await login(homeserver, homeserver.stranger_id, homeserver.stranger_password)
-    try:
+    async with logged_in(homeserver, homeserver.stranger_id, homeserver.stranger_password) as client:
         yield client
-    finally:
-        await client.close()
+
+
+@pytest.fixture
+async def private_hs(tmp_path):
+    """A Synapse of the test's own (tests/matrix_helpers.py `private_homeserver`), for tests that
+    stop or kill it; stopped at the end."""
+    async with private_homeserver(tmp_path / "hs") as hs:
+        yield hs

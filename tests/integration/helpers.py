@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 
 import nio
-from bridge_harness import answers_in
-from matrix_helpers import events_in, sync_until
+from bridge_harness import answers_in, wait_until
+from matrix_helpers import events_in, login, sync_until, wait_joined
+from matrix_helpers import joined as joined  # re-exported: the owner's helpers in one place
+from matrix_helpers import open_dm as open_dm
 
 ALICE, BOB, BOT = "@sk_alice:localhost", "@sk_bob:localhost", "@sidekicks:localhost"
 # an answer's status line while it is being written: waiting, thinking, writing, a tool at work
@@ -39,25 +41,19 @@ def prompts(log_path: Path) -> list[str]:
     ]
 
 
+def permission_answers(log_path: Path) -> list[dict]:
+    """The bridge's answers to the agent's permission requests, as the agent received them."""
+    return [m for m in received(log_path) if "method" not in m and "outcome" in (m.get("result") or {})]
+
+
 # ---- the owner in Matrix ---------------------------------------------------------------------
 
 
-def joined(client: nio.AsyncClient, room_id: str, user_id: str) -> bool:
-    """`user_id`'s last membership in `room_id`, as `client` has seen it, is join."""
-    state = [
-        e for e in events_in(client, room_id) if e.get("type") == "m.room.member" and e.get("state_key") == user_id
-    ]
-    return bool(state) and state[-1]["content"].get("membership") == "join"
-
-
-async def open_dm(owner: nio.AsyncClient, puppet_id: str = ALICE, **options) -> str:
-    """A new direct room with `puppet_id`, once the puppet has joined it (`options`: more of
-    room_create's arguments, e.g. initial_state)."""
-    response = await owner.room_create(
-        is_direct=True, invite=[puppet_id], preset=nio.RoomPreset.trusted_private_chat, **options
-    )
+async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
+    """A new private room `name` with `puppets` invited, once they have all joined."""
+    response = await owner.room_create(name=name, invite=list(puppets), preset=nio.RoomPreset.private_chat)
     assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
+    await wait_joined(owner, response.room_id, *puppets)
     return response.room_id
 
 
@@ -117,6 +113,29 @@ def thread_of(event: dict) -> str:
     return relates.get("event_id", "") if relates.get("rel_type") == "m.thread" else ""
 
 
+def permission_prompts(client, room_id, sender=ALICE) -> list[dict]:
+    """`sender`'s permission prompts ("… asks permission: …") as first sent, oldest first."""
+    return [e for e in originals(client, room_id, sender) if "asks permission" in e["content"].get("body", "")]
+
+
+async def keycapped_prompt(owner, room_id, sender=ALICE, keycaps: int = 2) -> dict:
+    """`sender`'s first permission prompt (as first sent), once it has put its `keycaps` keycaps
+    on it."""
+
+    def on_it() -> int:
+        prompt = permission_prompts(owner, room_id, sender)[0]["event_id"]
+        return sum(
+            1
+            for e in events_in(owner, room_id)
+            if e.get("type") == "m.reaction"
+            and e.get("sender") == sender
+            and e["content"]["m.relates_to"]["event_id"] == prompt
+        )
+
+    await sync_until(owner, lambda: bool(permission_prompts(owner, room_id, sender)) and on_it() == keycaps)
+    return permission_prompts(owner, room_id, sender)[0]
+
+
 async def answered(owner, room_id, sender, count) -> list[dict]:
     """Once `sender` has `count` finished answers: each as first sent, its final body added."""
 
@@ -131,3 +150,53 @@ async def answered(owner, room_id, sender, count) -> list[dict]:
         for e in originals(owner, room_id, sender)
         if e["content"].get("msgtype") != "m.notice"
     ]
+
+
+# ---- the homeserver away (tests that kill or stop their private Synapse) ----------------------
+
+
+async def away_while_the_answer_ends(hs, owner, log: Path, release: Path, kill: bool = True) -> nio.AsyncClient:
+    """With an answer streaming and held (`[[hold:release]]`): the owner's client closed, Synapse
+    killed (-9) or stopped, the answer released and ended by the agent while Synapse is away
+    (`log`: the agent's), Synapse started again. Returns the owner's client logged in anew."""
+    await owner.close()
+    if kill:
+        hs.server.kill()  # mid-answer: the next edits and the final text meet a dead homeserver
+    else:
+        await hs.server.stop()
+    release.touch()
+    await wait_until(
+        lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
+        what="the agent finished its answer while Synapse was away",
+    )
+    await hs.server.start()
+    return await login(hs, hs.owner_id, hs.owner_password)
+
+
+async def lost_on_the_way(running, owner, room_id: str, puppet_id: str, text: str) -> str:
+    """Send `text` so that the bridge never hears of it: its transaction reaches the bridge
+    without it, and is acknowledged (as a killed Synapse can lose the events it had queued for
+    the appservice). First waits until the puppet's catch-up on joining is over (its invite's
+    transaction handled). Returns the message's event id."""
+    server = running.bridge.server
+    handle = server._on_transaction
+
+    async def losing(transaction):
+        transaction.events[:] = [e for e in transaction.events if (e.get("content") or {}).get("body") != text]
+        await handle(transaction)
+
+    invite = next(
+        e["event_id"]
+        for e in events_in(owner, room_id)
+        if e.get("type") == "m.room.member"
+        and e.get("state_key") == puppet_id
+        and e.get("content", {}).get("membership") == "invite"
+    )
+    await running.deliveries.wait(invite)
+    server._on_transaction = losing
+    try:
+        lost = await say(owner, room_id, text)
+        await running.deliveries.wait(lost)  # the homeserver is done with it
+    finally:
+        server._on_transaction = handle
+    return lost

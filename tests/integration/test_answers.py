@@ -13,7 +13,7 @@ import json
 import nio
 import yaml
 from bridge_harness import SCRIPTED, agent, answers_in
-from helpers import is_final, joined, received, say
+from helpers import group, is_final, joined, permission_answers, received, say
 from matrix_helpers import caught_up, events_in, sync_until
 
 from bridge.channels.base.stream import SPLIT_WEIGHT
@@ -31,10 +31,7 @@ def prompt_count(log_path) -> int:
 
 
 async def room_with(owner: nio.AsyncClient, puppet_id: str = ALICE, name: str = "general") -> str:
-    response = await owner.room_create(name=name, invite=[puppet_id], preset=nio.RoomPreset.private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: joined(owner, response.room_id, puppet_id))
-    return response.room_id
+    return await group(owner, puppet_id, name=name)
 
 
 async def react(client: nio.AsyncClient, room_id: str, event_id: str, key: str) -> None:
@@ -129,8 +126,9 @@ async def test_permission_allowed_by_the_owners_reaction(bridge_factory, tmp_pat
     found = await wait_final(owner, room_id)
     assert found[0]["body"] == "allowed"
     await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("✅ Allowed once"))
-    replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
-    assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "allow_once"}]
+    assert [r["result"]["outcome"] for r in permission_answers(log)] == [
+        {"outcome": "selected", "optionId": "allow_once"}
+    ]
 
 
 async def test_permission_rejected_by_a_numbered_reply(bridge_factory, tmp_path, owner):
@@ -171,14 +169,15 @@ async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(
     assert not prompts_for_permission(owner, room_id)[0]["body"].endswith(("✅ Allowed once", "❌ Rejected"))
     assert prompts_for_permission(owner, room_id)[0]["edits"] == 0
     assert not is_final(answers(owner, room_id)[0])
-    assert not [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
+    assert not permission_answers(log)
 
     await react(owner, room_id, prompt["event_id"], "2\ufe0f\u20e3")
     found = await wait_final(owner, room_id)
     assert found[0]["body"] == "rejected"
     await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
-    replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
-    assert [r["result"]["outcome"] for r in replies] == [{"outcome": "selected", "optionId": "reject_once"}]
+    assert [r["result"]["outcome"] for r in permission_answers(log)] == [
+        {"outcome": "selected", "optionId": "reject_once"}
+    ]
 
 
 async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_factory, tmp_path, owner):
@@ -194,8 +193,7 @@ async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_f
     await sync_until(
         owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("⏱ No answer: cancelled")
     )
-    replies = [m for m in received(log) if "result" in m and "outcome" in (m["result"] or {})]
-    assert [r["result"]["outcome"] for r in replies] == [{"outcome": "cancelled"}]
+    assert [r["result"]["outcome"] for r in permission_answers(log)] == [{"outcome": "cancelled"}]
 
 
 # ---- cancel ------------------------------------------------------------------------------------

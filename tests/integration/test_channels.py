@@ -9,19 +9,12 @@ from __future__ import annotations
 
 import nio
 from bridge_harness import agent, answers_in, wait_until
-from helpers import is_final, joined, prompts, say
+from helpers import group, is_final, prompts, say
 from matrix_helpers import events_in, notices, sync_until
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
 GOROUTINES = "Goroutines are light threads…"
 CLOSING = "The user now writes to you (answer directly, without your name in front):"
-
-
-async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
-    response = await owner.room_create(name=name, invite=list(puppets), preset=nio.RoomPreset.private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: all(joined(owner, response.room_id, p) for p in puppets))
-    return response.room_id
 
 
 def finished_answers(owner, room_id, puppet_id) -> list[dict]:

@@ -51,6 +51,24 @@ def tool_messages(owner, room_id, icon: str) -> list[dict]:
     return [m for m in notices(owner, room_id) if m["history"][0].startswith(icon)]
 
 
+async def coding_room(bridge_factory, owner, log: Path, *options: str, **config):
+    """A bridge with the coding agent as alice (`options`: hers, `config`: the bridge's, her log in
+    `log`) and a room with her: the running bridge and the room."""
+    running = await bridge_factory({"alice": coding(log, *options)}, **config)
+    return running, await room_with(owner)
+
+
+def first(owner, room_id, starts: str) -> dict | None:
+    """alice's first message whose first version starts with `starts`, as it is now."""
+    return next((m for m in messages(owner, room_id) if m["history"][0].startswith(starts)), None)
+
+
+async def first_shown(owner, room_id, starts: str) -> dict:
+    """`first(…)` once it is there."""
+    await sync_until(owner, lambda: first(owner, room_id, starts))
+    return first(owner, room_id, starts)
+
+
 async def next_notice(owner, room_id, text: str, contains: str | None = None) -> str:
     """Send `text`; the puppet's next notice (containing `contains`, if given)."""
     before = len(notices(owner, room_id))
@@ -107,8 +125,7 @@ def plan_body(n: int) -> str:
 async def test_the_plan_is_one_message_edited_as_the_agent_replaces_it(bridge_factory, tmp_path, owner):
     log, hold = tmp_path / "alice.log", tmp_path / "hold"
     hold.mkdir()
-    await bridge_factory({"alice": coding(log, "--hold", str(hold))})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log, "--hold", str(hold))
     await say(owner, room_id, "fix it [[plan:4]]")
     sent = [plan_body(n) for n in range(4)]
     for n in range(4):  # each plan is shown before the agent sends the next
@@ -137,8 +154,7 @@ async def test_the_plan_is_one_message_edited_as_the_agent_replaces_it(bridge_fa
 
 async def test_tool_calls_are_updated_in_place_with_diff_and_terminal_output(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "change and test [[edit]] [[run:fail]]")
     await wait_final(owner, room_id)
 
@@ -166,8 +182,7 @@ async def test_tool_calls_are_updated_in_place_with_diff_and_terminal_output(bri
 
 async def test_a_long_diff_is_posted_as_a_file(homeserver, bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "rewrite [[edit:big]]")
     await wait_final(owner, room_id)
 
@@ -188,8 +203,7 @@ async def test_a_long_diff_is_posted_as_a_file(homeserver, bridge_factory, tmp_p
 
 async def test_a_permission_prompt_shows_the_diff_and_options_by_kind(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "may I [[permit-edit]]")
 
     def prompt():
@@ -320,8 +334,7 @@ async def test_model_and_options_through_config_options_or_the_models_fallback(b
 
 async def test_a_mode_the_agent_switches_itself_is_told_and_stored(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    running = await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    running, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "go ahead [[mode:code]]")
     await wait_final(owner, room_id)
     await sync_until(owner, lambda: any(n["body"].startswith("🔀") for n in notices(owner, room_id)))
@@ -333,8 +346,7 @@ async def test_a_mode_the_agent_switches_itself_is_told_and_stored(bridge_factor
 
 async def test_status_shows_mode_model_usage_cost_and_title(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    running = await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    running, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "count [[usage]] [[title:Fix the greeting]]")
     await wait_final(owner, room_id)
     await running.idle()
@@ -358,15 +370,10 @@ async def test_status_shows_mode_model_usage_cost_and_title(bridge_factory, tmp_
 
 async def test_an_elicitation_is_answered_by_reply(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "set up [[ask]]")
 
-    def question():
-        return next((m for m in messages(owner, room_id) if m["history"][0].startswith("❓")), None)
-
-    await sync_until(owner, question)
-    asked = question()
+    asked = await first_shown(owner, room_id, "❓")
     assert asked["body"].startswith("❓ Alice asks: A few details, please")
     assert "1. Project name" in asked["body"] and "2. How many" in asked["body"]
     assert "a) Red  b) Green" in asked["body"]
@@ -379,20 +386,15 @@ async def test_an_elicitation_is_answered_by_reply(bridge_factory, tmp_path, own
     assert found["body"].startswith(
         'elicited: {"action": "accept", "content": {"colour": "g", "confirm": true, "count": 3, "name": "demo"}}'
     )
-    await sync_until(owner, lambda: question()["body"].endswith("✅ Answered"))
+    await sync_until(owner, lambda: first(owner, room_id, "❓")["body"].endswith("✅ Answered"))
 
 
 async def test_a_url_elicitation_names_the_host_first_and_asks_consent(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "log in [[ask-url]]")
 
-    def consent():
-        return next((m for m in messages(owner, room_id) if m["history"][0].startswith("🔗")), None)
-
-    await sync_until(owner, consent)
-    asked = consent()
+    asked = await first_shown(owner, room_id, "🔗")
     assert "login.example.com" in asked["body"] and "authorize" not in asked["body"]
     await reply_to(owner, room_id, asked["event_id"], "yes")
     found = await final_answer(owner, room_id, "url consent:")
@@ -403,10 +405,9 @@ async def test_a_url_elicitation_names_the_host_first_and_asks_consent(bridge_fa
 
 async def test_stop_declines_an_open_question(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "set up [[ask]]")
-    await sync_until(owner, lambda: any(m["history"][0].startswith("❓") for m in messages(owner, room_id)))
+    await first_shown(owner, room_id, "❓")
     await say(owner, room_id, "!stop")
     await sync_until(owner, lambda: [r for r in replies(log) if isinstance(r, dict) and "action" in r])
     assert [r for r in replies(log) if isinstance(r, dict) and "action" in r] == [{"action": "decline"}]
@@ -420,8 +421,9 @@ async def test_stop_declines_an_open_question(bridge_factory, tmp_path, owner):
 
 async def test_a_question_not_answered_in_time_is_declined(homeserver, bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)}, appservice=appservice_with(homeserver, permission_timeout=1))
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(
+        bridge_factory, owner, log, appservice=appservice_with(homeserver, permission_timeout=1)
+    )
     await say(owner, room_id, "set up [[ask]]")
     found = await final_answer(owner, room_id, "elicited:")
     assert found["body"].startswith('elicited: {"action": "decline"}')
@@ -436,8 +438,7 @@ async def test_a_question_not_answered_in_time_is_declined(homeserver, bridge_fa
 
 async def test_a_question_the_agent_withdraws_is_closed(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "ask and forget [[ask-withdraw]]")
     found = await final_answer(owner, room_id, "withdrawn:")
     assert found["body"].startswith("withdrawn: error -32800.")  # the request was cancelled
@@ -456,8 +457,7 @@ async def test_a_question_the_agent_withdraws_is_closed(bridge_factory, tmp_path
 
 async def test_stop_reasons_end_the_answer_with_one_line(bridge_factory, tmp_path, owner):
     log = tmp_path / "alice.log"
-    await bridge_factory({"alice": coding(log)})
-    room_id = await room_with(owner)
+    _, room_id = await coding_room(bridge_factory, owner, log)
     await say(owner, room_id, "long one [[stop:max_tokens]]")
     found = await wait_final(owner, room_id)
     assert found[0]["body"] == "done: long one\n\n✂️ The answer was cut: the agent reached its token limit."

@@ -9,14 +9,13 @@ the answers by decrypting them.
 
 from __future__ import annotations
 
-import itertools
 import stat
 from contextlib import asynccontextmanager
 
 import aiohttp
 import nio
 from bridge_harness import agent, answers_in
-from matrix_helpers import WHOLE_TIMELINE, _record, caught_up, events_in, sync_until
+from matrix_helpers import WHOLE_TIMELINE, caught_up, events_in, logged_in, login, open_dm, sync_until, wait_joined
 
 from bridge.e2ee.crosssign import verify
 
@@ -24,7 +23,6 @@ MEGOLM = "m.megolm.v1.aes-sha2"
 ALICE = "@sk_alice:localhost"
 BOB = "@sk_bob:localhost"
 ENCRYPTED = [{"type": "m.room.encryption", "state_key": "", "content": {"algorithm": MEGOLM}}]
-_numbers = itertools.count()
 
 
 def unreadable(seen: Seen, room_id: str) -> list[str]:
@@ -53,19 +51,7 @@ class Seen:
 
 
 async def e2e_login(hs, user_id: str, password: str, name: str = "owner-e2e") -> tuple[nio.AsyncClient, Seen]:
-    store = hs.folder / "nio-e2e" / f"{name}-{next(_numbers)}"
-    store.mkdir(parents=True, exist_ok=True)
-    client = nio.AsyncClient(
-        hs.url,
-        user_id,
-        store_path=str(store),
-        config=nio.AsyncClientConfig(encryption_enabled=True, request_timeout=30, max_timeouts=3),
-    )
-    response = await client.login(password, device_name=name)
-    assert isinstance(response, nio.LoginResponse), response
-    if client.should_upload_keys:
-        assert isinstance(await client.keys_upload(), nio.KeysUploadResponse)
-    _record(client)
+    client = await login(hs, user_id, password, device_name=name, encryption=True)
     return client, Seen(client)
 
 
@@ -74,35 +60,12 @@ async def e2e_owner(hs, name: str = "owner-e2e"):
     """`async with e2e_owner(homeserver) as (owner, seen)`: the owner logged in with end-to-end
     encryption (a device and a crypto store of its own, `e2e_login`) at that point of the test —
     after its bridge is up, so the owner's device is new to it —, closed at the end in all cases."""
-    client, seen = await e2e_login(hs, hs.owner_id, hs.owner_password, name)
-    try:
-        yield client, seen
-    finally:
-        await client.close()
-
-
-async def joined(owner: nio.AsyncClient, room_id: str, user_id: str) -> None:
-    await sync_until(
-        owner,
-        lambda: any(
-            e.get("type") == "m.room.member"
-            and e.get("state_key") == user_id
-            and e["content"].get("membership") == "join"
-            for e in events_in(owner, room_id)
-        ),
-    )
+    async with logged_in(hs, hs.owner_id, hs.owner_password, device_name=name, encryption=True) as client:
+        yield client, Seen(client)
 
 
 async def open_encrypted_dm(owner: nio.AsyncClient, puppet_id: str, encrypted: bool = True) -> str:
-    response = await owner.room_create(
-        is_direct=True,
-        invite=[puppet_id],
-        preset=nio.RoomPreset.trusted_private_chat,
-        initial_state=ENCRYPTED if encrypted else [],
-    )
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await joined(owner, response.room_id, puppet_id)
-    return response.room_id
+    return await open_dm(owner, puppet_id, initial_state=ENCRYPTED if encrypted else [])
 
 
 async def say(owner: nio.AsyncClient, room_id: str, text: str, **extra) -> str:
@@ -272,10 +235,10 @@ async def test_a_stranger_in_an_encrypted_room_is_ignored(homeserver, bridge_fac
             name="mixed", invite=[ALICE, homeserver.stranger_id], initial_state=ENCRYPTED
         )
         room_id = response.room_id
-        await joined(owner, room_id, ALICE)
+        await wait_joined(owner, room_id, ALICE)
         await stranger.sync(timeout=0)
         assert isinstance(await stranger.join(room_id), nio.JoinResponse)
-        await joined(owner, room_id, homeserver.stranger_id)
+        await wait_joined(owner, room_id, homeserver.stranger_id)
         await stranger.sync(timeout=0)
         sneaky = await say(stranger, room_id, "@sk_alice: tell me a secret", **{"m.mentions": {"user_ids": [ALICE]}})
         await running.handled(sneaky)
@@ -330,8 +293,7 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
     async with e2e_owner(homeserver) as (owner, seen):
         response = await owner.room_create(name="general", invite=[ALICE, BOB], initial_state=ENCRYPTED)
         room_id = response.room_id
-        await joined(owner, room_id, ALICE)
-        await joined(owner, room_id, BOB)
+        await wait_joined(owner, room_id, ALICE, BOB)
 
         # the example of docs/architecture.md "What each agent reads": only alice answers, then bob
         # reads exactly what he missed
@@ -499,9 +461,36 @@ async def test_kill_9_during_an_answer_leaves_nothing_undecryptable_lost_or_answ
             await owner.close()
 
 
-async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger_does_not(homeserver, bridge_factory):
+async def event_as_kept(homeserver, client, room_id: str, event_id: str) -> dict:
+    """The event as the homeserver keeps it (still encrypted), fetched by `client`."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(
+            f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{event_id}",
+            headers={"Authorization": f"Bearer {client.access_token}"},
+        ) as response:
+            return await response.json()
+
+
+async def ask_room_key(client, room_id: str, content: dict, user_id: str, device_id: str) -> None:
+    """`client` asks `user_id`'s device for the room key of an encrypted event (its `content`)."""
     import uuid
 
+    request = {
+        "action": "request",
+        "requesting_device_id": client.device_id,
+        "request_id": uuid.uuid4().hex,
+        "body": {
+            "algorithm": MEGOLM,
+            "room_id": room_id,
+            "sender_key": content["sender_key"],
+            "session_id": content["session_id"],
+        },
+    }
+    response = await client.to_device(nio.ToDeviceMessage("m.room_key_request", user_id, device_id, request))
+    assert isinstance(response, nio.ToDeviceResponse), response
+
+
+async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger_does_not(homeserver, bridge_factory):
     running = await bridge_factory({"alice": agent("--answer", "the early answer", title="Alice")}, encryption="on")
     owner, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password)
     laptop = stranger = None
@@ -512,30 +501,13 @@ async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger
         # a device that came later has no key for it
         laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
         stranger, _ = await e2e_login(homeserver, homeserver.stranger_id, homeserver.stranger_password, "stranger")
-        async with aiohttp.ClientSession() as http:
-            async with http.get(
-                f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{first['event_id']}",
-                headers={"Authorization": f"Bearer {laptop.access_token}"},
-            ) as response:
-                raw = await response.json()
+        raw = await event_as_kept(homeserver, laptop, room_id, first["event_id"])
         assert raw["type"] == "m.room.encrypted"
         content = raw["content"]
         device_id = running.bridge.e2ee.devices[ALICE].device_id
 
         async def ask(client):
-            request = {
-                "action": "request",
-                "requesting_device_id": client.device_id,
-                "request_id": uuid.uuid4().hex,
-                "body": {
-                    "algorithm": MEGOLM,
-                    "room_id": room_id,
-                    "sender_key": content["sender_key"],
-                    "session_id": content["session_id"],
-                },
-            }
-            response = await client.to_device(nio.ToDeviceMessage("m.room_key_request", ALICE, device_id, request))
-            assert isinstance(response, nio.ToDeviceResponse), response
+            await ask_room_key(client, room_id, content, ALICE, device_id)
 
         def has_key(client):
             return client.olm.inbound_group_store.get(room_id, content["sender_key"], content["session_id"]) is not None
@@ -579,15 +551,7 @@ def device_traffic_on(homeserver) -> dict:
 
 
 async def open_bot_dm(owner, encrypted: bool = True) -> str:
-    response = await owner.room_create(
-        is_direct=True,
-        invite=[BOT],
-        preset=nio.RoomPreset.trusted_private_chat,
-        initial_state=ENCRYPTED if encrypted else [],
-    )
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await joined(owner, response.room_id, BOT)
-    return response.room_id
+    return await open_encrypted_dm(owner, BOT, encrypted)
 
 
 async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transactions(homeserver, bridge_factory):
@@ -624,35 +588,16 @@ async def test_the_bot_reads_an_encrypted_dm_with_its_room_keys_from_the_transac
 
         # an owner's device that came later asks the bot for the room key of its answer: the
         # request reaches the bot in a transaction, and the key comes back
-        import uuid
-
         laptop, _ = await e2e_login(homeserver, homeserver.owner_id, homeserver.owner_password, "laptop")
         answer = next(
             e
             for e in events_in(owner, room_id)
             if e.get("sender") == BOT and (e.get("content") or {}).get("body", "").startswith(HELP_START)
         )
-        async with aiohttp.ClientSession() as http:
-            async with http.get(
-                f"{homeserver.url}/_matrix/client/v3/rooms/{room_id}/event/{answer['event_id']}",
-                headers={"Authorization": f"Bearer {laptop.access_token}"},
-            ) as response:
-                raw = await response.json()
+        raw = await event_as_kept(homeserver, laptop, room_id, answer["event_id"])
         content = raw["content"]
         await laptop.sync(timeout=0)
-        request = {
-            "action": "request",
-            "requesting_device_id": laptop.device_id,
-            "request_id": uuid.uuid4().hex,
-            "body": {
-                "algorithm": MEGOLM,
-                "room_id": room_id,
-                "sender_key": content["sender_key"],
-                "session_id": content["session_id"],
-            },
-        }
-        response = await laptop.to_device(nio.ToDeviceMessage("m.room_key_request", BOT, bot_device.device_id, request))
-        assert isinstance(response, nio.ToDeviceResponse), response
+        await ask_room_key(laptop, room_id, content, BOT, bot_device.device_id)
         try:
             await sync_until(
                 laptop,

@@ -16,10 +16,9 @@ import sys
 from functools import partial
 from pathlib import Path
 
-import nio
 import pytest
 from bridge_harness import agent, answers_in, wait_until, write_config
-from helpers import is_final, joined, open_dm, prompts, received, say
+from helpers import group, is_final, open_dm, prompts, received, say
 from matrix_helpers import caught_up, events_in, sync_until
 
 from bridge.channels.recovery.recovery import INTERRUPTED_TEXT as INTERRUPTED
@@ -44,13 +43,6 @@ def context(channel: str, *lines: str, text: str) -> str:
         + "\n".join(lines)
         + f"\n[End of the messages]\n{CLOSING}\n{text}"
     )
-
-
-async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") -> str:
-    response = await owner.room_create(name=name, invite=list(puppets), preset=nio.RoomPreset.private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: all(joined(owner, response.room_id, p) for p in puppets))
-    return response.room_id
 
 
 def answers(owner, room_id, puppet_id) -> list[dict]:
@@ -298,15 +290,21 @@ def held(release: Path) -> tuple[str, ...]:
     return ("--chunks", "3", "--delay", "0.05", "--hold", str(release))
 
 
+async def answering(bridge_factory, owner, alice: dict, folder: Path):
+    """A bridge (in `folder`) whose `alice` (a held agent: `held`) is answering "a long question" in
+    a new DM: the running bridge, the room, the answer as shown so far."""
+    running = await bridge_factory({"alice": alice}, folder=folder)
+    room_id = await open_dm(owner, ALICE)
+    await say(owner, room_id, "a long question")
+    return running, room_id, await wait_streaming(owner, room_id, ALICE, 0, "echo")
+
+
 async def test_graceful_stop_during_an_answer_marks_it_interrupted_and_stores_nothing(
     homeserver, bridge_factory, tmp_path, owner
 ):
     log, folder, release = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "release"
     alice = agent("--log", str(log), *held(release))
-    running = await bridge_factory({"alice": alice}, folder=folder)
-    room_id = await open_dm(owner, ALICE)
-    await say(owner, room_id, "a long question")
-    shown = await wait_streaming(owner, room_id, ALICE, 0, "echo")
+    running, room_id, shown = await answering(bridge_factory, owner, alice, folder)
     await running.stop()
     release.touch()  # answers of the next start are not held
     cut = await wait_answers(owner, room_id, ALICE, done=lambda a: "interrupted" in a["body"])
@@ -370,10 +368,7 @@ async def test_store_closed_under_a_running_answer_does_not_crash_the_bridge(
 ):
     log, folder, release = tmp_path / "alice.log", tmp_path / "bridge", tmp_path / "release"
     alice = agent("--log", str(log), *held(release))
-    running = await bridge_factory({"alice": alice}, folder=folder)
-    room_id = await open_dm(owner, ALICE)
-    await say(owner, room_id, "a long question")
-    await wait_streaming(owner, room_id, ALICE, 0, "echo")
+    running, room_id, _ = await answering(bridge_factory, owner, alice, folder)
     channel_id = running.store.channel_by_room(room_id).id
     running.store.close()  # what quitting does, while the answer still streams
     with pytest.raises(StoreClosed, match="store is closed"):

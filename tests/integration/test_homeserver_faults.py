@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from aiohttp import web
 from bridge_harness import agent, answers_in, start_bridge, wait_until
-from helpers import open_dm, received
-from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
-
-
-@pytest.fixture
-async def private_hs(tmp_path):
-    async with private_homeserver(tmp_path / "hs") as hs:
-        yield hs
+from helpers import away_while_the_answer_ends, open_dm, received
+from matrix_helpers import events_in, login, record_figures, sync_until
 
 
 def prompts(log_path):
@@ -38,15 +31,7 @@ async def test_answer_survives_a_homeserver_restart_and_nothing_is_sent_twice(pr
             room_id, "m.room.message", {"msgtype": "m.text", "body": f"[[chunks:4]] [[hold:{release}]] go on"}
         )
         await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), puppet_id)))
-        await owner.close()
-        await hs.server.stop()
-        release.touch()
-        await wait_until(
-            lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
-            what="the agent finished its answer while Synapse was down",
-        )
-        await hs.server.start()
-        owner = await login(hs, hs.owner_id, hs.owner_password)
+        owner = await away_while_the_answer_ends(hs, owner, log, release, kill=False)
 
         def finished():
             answers = answers_in(events_in(owner, room_id), puppet_id)

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-from bridge_harness import agent, answers_in, start_bridge, wait_until
-from helpers import open_dm, received
-from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
+from bridge_harness import agent, answers_in, start_bridge
+from helpers import away_while_the_answer_ends, lost_on_the_way, open_dm
+from matrix_helpers import events_in, login, record_figures, sync_until
 from test_homeserver_faults import prompts
 
 PUPPET = "@sk_alice:localhost"
 STATUS = ("⏳", "💭", "✍️", "🔧")
-
-
-@pytest.fixture
-async def private_hs(tmp_path):
-    async with private_homeserver(tmp_path / "hs") as hs:
-        yield hs
 
 
 def settled(owner, room_id, count: int):
@@ -45,15 +38,7 @@ async def test_an_answer_streaming_when_the_homeserver_is_killed_completes_once(
             room_id, "m.room.message", {"msgtype": "m.text", "body": f"[[chunks:6]] [[hold:{release}]] keep going"}
         )
         await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), PUPPET)))
-        await owner.close()
-        hs.server.kill()  # mid-answer: the next edits and the final text meet a dead homeserver
-        release.touch()
-        await wait_until(
-            lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
-            what="the agent finished its answer while Synapse was dead",
-        )
-        await hs.server.start()
-        owner = await login(hs, hs.owner_id, hs.owner_password)
+        owner = await away_while_the_answer_ends(hs, owner, log, release)
         await sync_until(owner, settled(owner, room_id, 1))
         await running.idle()
         answers = answers_in(events_in(owner, room_id), PUPPET)
@@ -132,45 +117,15 @@ async def test_a_message_the_homeserver_never_handed_on_is_read_back_once_it_ans
     log, release = tmp_path / "alice.log", tmp_path / "release"
     running = await start_bridge(hs, tmp_path / "bridge", {"alice": agent("--log", str(log))})
     owner = await login(hs, hs.owner_id, hs.owner_password)
-    server = running.bridge.server
-    handle = server._on_transaction
-
-    async def losing(transaction):
-        transaction.events[:] = [
-            e for e in transaction.events if (e.get("content") or {}).get("body") != "lost on the way"
-        ]
-        await handle(transaction)
-
     try:
         room_id = await open_dm(owner, PUPPET)
-        # the puppet's catch-up on joining reads the room back inside the handling of its invite:
-        # over once that transaction is acknowledged
-        invite = next(
-            e["event_id"]
-            for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.member"
-            and e.get("state_key") == PUPPET
-            and e.get("content", {}).get("membership") == "invite"
-        )
-        await running.deliveries.wait(invite)
-        server._on_transaction = losing
-        sent = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "lost on the way"})
-        await running.deliveries.wait(sent.event_id)  # the homeserver is done with it
-        server._on_transaction = handle
+        await lost_on_the_way(running, owner, room_id, PUPPET, "lost on the way")
         await owner.room_send(
             room_id, "m.room.message", {"msgtype": "m.text", "body": f"[[chunks:6]] [[hold:{release}]] keep going"}
         )
         await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), PUPPET)))
         assert not any("lost on the way" in p["params"]["prompt"][0]["text"] for p in prompts(log))
-        await owner.close()
-        hs.server.kill()  # mid-answer: the bridge's next edits meet a dead homeserver
-        release.touch()
-        await wait_until(
-            lambda: any(m.get("scripted") == "prompt ended" for m in received(log)),
-            what="the agent finished its answer while Synapse was dead",
-        )
-        await hs.server.start()
-        owner = await login(hs, hs.owner_id, hs.owner_password)
+        owner = await away_while_the_answer_ends(hs, owner, log, release)  # the bridge's next edits meet it dead
         await sync_until(
             owner,
             lambda: any(a["body"] == "echo: lost on the way" for a in answers_in(events_in(owner, room_id), PUPPET)),

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from bridge_harness import agent, answers_in, start_bridge, wait_until
-from helpers import open_dm, prompts, say
-from matrix_helpers import events_in, login, private_homeserver, sync_until
+from helpers import lost_on_the_way, open_dm, prompts, say
+from matrix_helpers import events_in, login, sync_until
 
 ALICE = "@sk_alice:localhost"
 
@@ -85,12 +84,6 @@ async def test_a_command_read_back_while_its_transaction_is_handled_runs_once(ho
         await running.stop()
 
 
-@pytest.fixture
-async def private_hs(tmp_path):
-    async with private_homeserver(tmp_path / "hs") as hs:
-        yield hs
-
-
 async def test_a_homeserver_killed_while_the_bridge_is_idle_is_noticed_and_read_back(private_hs, tmp_path, monkeypatch):
     """Synapse killed (-9) and started again while the bridge sends it nothing: the bridge asks
     it now and then (reachability.py `watch`), so it sees it gone, and once it answers again the
@@ -107,29 +100,9 @@ async def test_a_homeserver_killed_while_the_bridge_is_idle_is_noticed_and_read_
     log = tmp_path / "alice.log"
     running = await start_bridge(hs, tmp_path / "bridge", {"alice": agent("--log", str(log))})
     owner = await login(hs, hs.owner_id, hs.owner_password)
-    server = running.bridge.server
-    handle = server._on_transaction
-
-    async def losing(transaction):
-        transaction.events[:] = [
-            e for e in transaction.events if (e.get("content") or {}).get("body") != "lost on the way"
-        ]
-        await handle(transaction)
-
     try:
         room_id = await open_dm(owner, ALICE)
-        invite = next(
-            e["event_id"]
-            for e in events_in(owner, room_id)
-            if e.get("type") == "m.room.member"
-            and e.get("state_key") == ALICE
-            and e.get("content", {}).get("membership") == "invite"
-        )
-        await running.deliveries.wait(invite)  # the puppet's catch-up on joining is over
-        server._on_transaction = losing
-        lost = await say(owner, room_id, "lost on the way")
-        await running.deliveries.wait(lost)  # the homeserver is done with it
-        server._on_transaction = handle
+        await lost_on_the_way(running, owner, room_id, ALICE, "lost on the way")
         await owner.close()
         await running.idle()
         assert running.bridge.reachability.away_since is None

@@ -22,22 +22,14 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
-import nio
-import pytest
 from bridge_harness import agent, answers_in, write_config
-from matrix_helpers import events_in, login, private_homeserver, record_figures, sync_until
+from matrix_helpers import login, open_dm, record_figures, sync_until
 
 from bridge.channels.recovery.recovery import UNSURE_TEXT as UNSURE
 from store.turns import LIVE
 
 KILLS = int(os.environ.get("SIDEKICKS_KILLS", "100"))
 STATUS = ("⏳", "💭", "✍️", "🔧")
-
-
-@pytest.fixture
-async def private_hs(tmp_path):
-    async with private_homeserver(tmp_path / "hs") as hs:
-        yield hs
 
 
 class BridgeProcess:
@@ -162,18 +154,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     try:
         bridge.start()
         await bridge.ready()
-        room_id = (
-            await owner.room_create(is_direct=True, invite=[puppet_id], preset=nio.RoomPreset.trusted_private_chat)
-        ).room_id
-        await sync_until(
-            owner,
-            lambda: any(
-                e.get("type") == "m.room.member"
-                and e.get("state_key") == puppet_id
-                and e["content"].get("membership") == "join"
-                for e in events_in(owner, room_id)
-            ),
-        )
+        room_id = await open_dm(owner, puppet_id)
         for _kill in range(KILLS):
             for _ in range(rng.choice((1, 1, 2))):
                 text = f"msg {len(sent)}"

@@ -13,7 +13,18 @@ import secrets
 
 import nio
 from bridge_harness import agent, answers_in
-from helpers import ALICE, answered, in_thread, originals, prompts, received, say, thread_of
+from helpers import (
+    ALICE,
+    answered,
+    in_thread,
+    keycapped_prompt,
+    originals,
+    permission_answers,
+    permission_prompts,
+    prompts,
+    say,
+    thread_of,
+)
 from matrix_helpers import events_in, login, sync_until
 
 
@@ -22,11 +33,6 @@ async def second_owner(homeserver) -> nio.AsyncClient:
     name, password = f"ben{secrets.token_hex(4)}", secrets.token_urlsafe(16)
     user_id = await homeserver.server.register_user(name, password)
     return await login(homeserver, user_id, password)
-
-
-def permission_answers(log) -> list[dict]:
-    """The bridge's answers to the agent's permission requests, as the agent received them."""
-    return [m for m in received(log) if "method" not in m and "outcome" in (m.get("result") or {})]
 
 
 async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt(
@@ -50,25 +56,7 @@ async def test_only_the_owner_who_started_the_turn_answers_its_permission_prompt
         # the owner asks in a thread; alice asks permission there
         await say(owner, room_id, "[[permission]] write notes", **in_thread(root, root))
 
-        def asking() -> list[dict]:
-            return [e for e in originals(owner, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
-
-        await sync_until(
-            owner,
-            lambda: (
-                asking()
-                and sum(
-                    1
-                    for e in events_in(owner, room_id)
-                    if e.get("type") == "m.reaction"
-                    and e.get("sender") == ALICE
-                    and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]
-                )
-                == 2
-            ),
-            timeout=60,
-        )
-        ask = asking()[0]
+        ask = await keycapped_prompt(owner, room_id)
         assert thread_of(ask) == root
 
         # the other owner's "1" in the thread, and their keycap 2️⃣ on the prompt: refused, each in one line
@@ -138,15 +126,12 @@ async def test_a_permission_prompt_mentions_who_answers_it_and_any_owner_may_ans
         await sync_until(ben, lambda: room_id in ben.invited_rooms)
         assert isinstance(await ben.join(room_id), nio.JoinResponse)
 
-        def asking() -> list[dict]:
-            return [e for e in originals(ben, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
-
         def allowed() -> int:
             return sum(1 for a in answers_in(events_in(owner, room_id), ALICE) if a["body"] == "allowed")
 
         await say(owner, room_id, "@alice [[permission]] write notes")
-        await sync_until(ben, lambda: len(asking()) == 1, timeout=60)
-        [ask] = asking()
+        await sync_until(ben, lambda: len(permission_prompts(ben, room_id)) == 1, timeout=60)
+        [ask] = permission_prompts(ben, room_id)
         assert ask["content"]["m.mentions"] == {"user_ids": [owner.user_id]}
         assert f'href="https://matrix.to/#/{owner.user_id}"' in ask["content"]["formatted_body"]
         await say(owner, room_id, "1")
@@ -169,8 +154,8 @@ async def test_a_permission_prompt_mentions_who_answers_it_and_any_owner_may_ans
             timeout=60,
         )
         await say(owner, room_id, "@alice [[permission]] write more notes")
-        await sync_until(ben, lambda: len(asking()) == 2, timeout=60)
-        second = asking()[1]
+        await sync_until(ben, lambda: len(permission_prompts(ben, room_id)) == 2, timeout=60)
+        second = permission_prompts(ben, room_id)[1]
         assert sorted(second["content"]["m.mentions"]["user_ids"]) == sorted([owner.user_id, ben.user_id])
         await say(ben, room_id, "1")
         await sync_until(owner, lambda: allowed() == 2, timeout=60)

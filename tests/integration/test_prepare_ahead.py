@@ -9,9 +9,8 @@ every JSON-RPC message they receive (`--log`).
 
 from __future__ import annotations
 
-import nio
 from bridge_harness import agent, answers_in, wait_until
-from helpers import is_final, joined, prompts, received, say
+from helpers import group, is_final, prompts, received, say
 from matrix_helpers import events_in, sync_until
 
 ALICE, BOB, CAROL = "@sk_alice:localhost", "@sk_bob:localhost", "@sk_carol:localhost"
@@ -24,13 +23,6 @@ KNOWN = (
     "The user now writes to you (answer directly, without your name in front):\n"
 )
 QUESTION = "@bob what do you think?"
-
-
-async def group(owner: nio.AsyncClient, *puppets: str) -> str:
-    response = await owner.room_create(name="general", invite=list(puppets), preset=nio.RoomPreset.private_chat)
-    assert isinstance(response, nio.RoomCreateResponse), response
-    await sync_until(owner, lambda: all(joined(owner, response.room_id, p) for p in puppets))
-    return response.room_id
 
 
 async def wait_answers(owner, room_id, puppet_id, count=1) -> None:

@@ -32,8 +32,8 @@ from collections import Counter
 from pathlib import Path
 
 from bridge_harness import agent, answers_in, write_config
-from matrix_helpers import caught_up, events_in, private_homeserver, record_figures, sync_until
-from test_e2ee import ENCRYPTED, e2e_login, joined, say
+from matrix_helpers import caught_up, events_in, private_homeserver, record_figures, sync_until, wait_joined
+from test_e2ee import ENCRYPTED, e2e_login, say
 from test_kill9 import BridgeProcess, pending_work, prompted_messages
 
 from bridge.channels.recovery.recovery import UNSURE_TEXT as UNSURE
@@ -121,10 +121,9 @@ async def run_scenario(tmp_path: Path, restarts: int, seed: int) -> dict:
             bridge.start()
             await bridge.ready()
             dm = (await owner.room_create(is_direct=True, invite=[ALICE])).room_id
-            await joined(owner, dm, ALICE)
+            await wait_joined(owner, dm, ALICE)
             channel = (await owner.room_create(name="restarts", invite=[ALICE, BOB], initial_state=ENCRYPTED)).room_id
-            await joined(owner, channel, ALICE)
-            await joined(owner, channel, BOB)
+            await wait_joined(owner, channel, ALICE, BOB)
 
             async def write() -> None:
                 n, conversation, extra = len(sent), "", {}

@@ -11,7 +11,7 @@ speaker of its conversation.
 from __future__ import annotations
 
 from bridge_harness import agent, answers_in
-from helpers import ALICE, BOB, answered, in_thread, originals, prompts, received, say, thread_of
+from helpers import ALICE, BOB, answered, in_thread, keycapped_prompt, originals, prompts, received, say, thread_of
 from matrix_helpers import events_in, sync_until
 from test_channels import CLOSING, group, header
 
@@ -135,24 +135,7 @@ async def test_everything_a_turn_shows_goes_into_its_thread_and_a_number_typed_t
 
     await say(owner, room_id, "[[plan]] [[tool]] [[permission]] write notes", **in_thread(root, root))
 
-    def asking():
-        return [e for e in originals(owner, room_id, ALICE) if "asks permission" in e["content"].get("body", "")]
-
-    await sync_until(
-        owner,
-        lambda: (
-            asking()
-            and sum(
-                1
-                for e in events_in(owner, room_id)
-                if e.get("type") == "m.reaction"
-                and e.get("sender") == ALICE
-                and e["content"]["m.relates_to"]["event_id"] == asking()[0]["event_id"]
-            )
-            == 2
-        ),
-        timeout=60,
-    )
+    await keycapped_prompt(owner, room_id)
     # Element's fallback points at the thread's latest event as the client knows it: here the
     # answer's first message, not the question (a real reply to the question would name it)
     latest = [e for e in originals(owner, room_id, ALICE) if e["event_id"] not in before][0]

@@ -19,6 +19,36 @@ from matrix_helpers import TestHomeserver, events_in, login, sync_until
 from bridge.local.homeserver import free_port
 
 
+def up_config(folder: Path, agents: str) -> tuple[Path, int, int]:
+    """`folder/config.yaml` as a person writes it for `up`: the owner @me:localhost, the embedded
+    Synapse and the bridge on free ports, and `agents` (the YAML under `agents:`). The file and
+    the two ports."""
+    hs_port, as_port = free_port(), free_port()
+    config = folder / "config.yaml"
+    config.write_text(f"""owner: "@me:localhost"
+homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
+appservice: {{listen: "127.0.0.1:{as_port}"}}
+agents:
+{agents}""")
+    return config, hs_port, as_port
+
+
+def up_homeserver(folder: Path, hs_port: int, as_port: int, password: str) -> TestHomeserver:
+    """The Synapse `up` embeds, as the test helpers see it: the owner @me:localhost, no stranger."""
+    return TestHomeserver(
+        url=f"http://127.0.0.1:{hs_port}",
+        domain="localhost",
+        as_port=as_port,
+        registration_path=folder / "registration.yaml",
+        owner_id="@me:localhost",
+        owner_password=password,
+        stranger_id="",
+        stranger_password="",
+        folder=folder,
+        server=None,  # up's own, not started by the tests
+    )
+
+
 async def start_up(config: Path, xdg: Path) -> tuple[subprocess.Popen, Path]:
     """Start `sidekicks up`; its output goes to a file (a pipe nobody reads would fill up).
     Polls without blocking the event loop (the test's clients live in it)."""
@@ -94,17 +124,14 @@ async def ask(client: nio.AsyncClient, room_id: str, text: str, count: int) -> d
 @pytest.mark.model
 async def test_up_runs_the_whole_stack_and_the_local_model_answers(tmp_path):
     xdg, sessions = tmp_path / "xdg", tmp_path / "agent-sessions"
-    hs_port, as_port = free_port(), free_port()
-    config = tmp_path / "config.yaml"
-    config.write_text(f"""owner: "@me:localhost"
-homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
-appservice: {{listen: "127.0.0.1:{as_port}"}}
-agents:
-  local:
+    config, hs_port, as_port = up_config(
+        tmp_path,
+        f"""  local:
     title: Local model
     command: [{sys.executable}, -m, acp.agents.local_model, --sessions, {sessions}, --max-tokens, "48"]
     sandbox: {{write: ["{sessions}"], network: off}}
-""")
+""",
+    )
     proc, out = await start_up(config, xdg)
     output = out.read_text()
     try:
@@ -115,18 +142,7 @@ agents:
         assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
         password = password_file.read_text().strip()
         assert f"password: {password}" in output
-        hs = TestHomeserver(
-            url=f"http://127.0.0.1:{hs_port}",
-            domain="localhost",
-            as_port=as_port,
-            registration_path=tmp_path / "registration.yaml",
-            owner_id="@me:localhost",
-            owner_password=password,
-            stranger_id="",
-            stranger_password="",
-            folder=tmp_path,
-            server=None,
-        )
+        hs = up_homeserver(tmp_path, hs_port, as_port, password)
         owner = await login(hs, "@me:localhost", password)
         try:
             created = await owner.room_create(
@@ -180,19 +196,16 @@ async def test_up_says_an_agent_that_cannot_start_in_the_terminal_and_the_bots_d
     from test_e2ee import e2e_login, unreadable
 
     xdg = tmp_path / "xdg"
-    hs_port, as_port = free_port(), free_port()
-    config = tmp_path / "config.yaml"
-    config.write_text(f"""owner: "@me:localhost"
-homeserver: {{embedded: true, port: {hs_port}, domain: localhost}}
-appservice: {{listen: "127.0.0.1:{as_port}"}}
-agents:
-  good:
+    config, hs_port, as_port = up_config(
+        tmp_path,
+        f"""  good:
     command: [{sys.executable}, {SCRIPTED}]
   missing:
     command: [no-such-agent-program]
   nomodule:
     command: [{sys.executable}, -m, no_such_agent_module]
-""")
+""",
+    )
     proc, out = await start_up(config, xdg)
     try:
         deadline = time.monotonic() + 120
@@ -213,18 +226,7 @@ agents:
 
         [data_dir] = list((xdg / "sidekicks" / "data").iterdir())
         password = (data_dir / "owner-password").read_text().strip()
-        hs = TestHomeserver(
-            url=f"http://127.0.0.1:{hs_port}",
-            domain="localhost",
-            as_port=as_port,
-            registration_path=tmp_path / "registration.yaml",
-            owner_id="@me:localhost",
-            owner_password=password,
-            stranger_id="",
-            stranger_password="",
-            folder=tmp_path,
-            server=None,
-        )
+        hs = up_homeserver(tmp_path, hs_port, as_port, password)
         owner, seen = await e2e_login(hs, "@me:localhost", password)
         try:
             await sync_until(owner, lambda: owner.invited_rooms or owner.rooms)

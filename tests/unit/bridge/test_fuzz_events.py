@@ -84,22 +84,10 @@ plausible = st.fixed_dictionaries(
 arbitrary = st.fixed_dictionaries(
     {},
     optional={
-        "type": st.sampled_from(
-            [
-                "m.room.message",
-                "m.room.member",
-                "m.room.name",
-                "m.reaction",
-                "m.room.redaction",
-                "m.room.encryption",
-                "m.room.encrypted",
-                "x.unknown",
-            ]
-        )
-        | json_values,
+        "type": kinds | json_values,
         "room_id": st.sampled_from(ROOMS) | json_values,
         "sender": users | json_values,
-        "event_id": st.text(min_size=1, max_size=12).map(lambda s: "$" + s) | json_values,
+        "event_id": event_ids | json_values,
         "state_key": users | json_values,
         "content": contents,
         "redacts": st.text(max_size=10) | json_values,

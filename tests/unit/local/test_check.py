@@ -41,14 +41,28 @@ def write_config(folder: Path, agents: dict) -> Path:
     return path
 
 
-def check(path: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def scripted(*options: str, **entry) -> dict:
+    """An agent entry running the scripted agent with `options` (`entry`: more of its keys)."""
+    return {"command": [sys.executable, SCRIPTED, *options], **entry}
+
+
+def check(path: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "bridge", "check", "-c", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
+
+
+def checked(path: Path, returncode: int, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`check` of `path`: it ended with `returncode` and no traceback."""
+    result = check(path, env=env)
+    no_traceback(result)
+    assert result.returncode == returncode, result.stdout + result.stderr
+    return result
 
 
 def agent_lines(output: str, name: str) -> list[str]:
@@ -86,24 +100,18 @@ def test_good_agent_is_reported_with_its_announcements(tmp_path):
     path = write_config(
         tmp_path,
         {
-            "scripted": {
-                "command": [
-                    sys.executable,
-                    SCRIPTED,
-                    "--name",
-                    "scripted",
-                    "--version",
-                    "1.2",
-                    "--load-session",
-                    "--commands",
-                    "review:Review code,plan:Make a plan",
-                ]
-            }
+            "scripted": scripted(
+                "--name",
+                "scripted",
+                "--version",
+                "1.2",
+                "--load-session",
+                "--commands",
+                "review:Review code,plan:Make a plan",
+            )
         },
     )
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = checked(path, 0)
     assert "configuration is valid (1 agent)" in result.stdout
     lines = agent_lines(result.stdout, "scripted")
     assert len(lines) == 1, result.stdout
@@ -115,10 +123,8 @@ def test_good_agent_is_reported_with_its_announcements(tmp_path):
 
 
 def test_agent_without_load_session_or_commands_says_so(tmp_path):
-    path = write_config(tmp_path, {"plain": {"command": [sys.executable, SCRIPTED, "--name", "plainagent"]}})
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 0, result.stdout + result.stderr
+    path = write_config(tmp_path, {"plain": scripted("--name", "plainagent")})
+    result = checked(path, 0)
     [line] = agent_lines(result.stdout, "plain")
     assert "plainagent 1.0" in line
     assert "loadSession: no" in line
@@ -153,31 +159,25 @@ def test_modes_config_options_models_and_capabilities_are_listed(tmp_path):
     path = write_config(
         tmp_path,
         {
-            "coder": {
-                "command": [
-                    sys.executable,
-                    SCRIPTED,
-                    "--name",
-                    "coder",
-                    "--version",
-                    "2.0",
-                    "--commands",
-                    "init:Set up",
-                    "--prompt-caps",
-                    "image,embeddedContext",
-                    "--modes",
-                    "ask:Ask first,code:Write code",
-                    "--config-options",
-                    json.dumps(CONFIG_OPTIONS),
-                    "--models",
-                    "m1:Model one,m2",
-                ]
-            }
+            "coder": scripted(
+                "--name",
+                "coder",
+                "--version",
+                "2.0",
+                "--commands",
+                "init:Set up",
+                "--prompt-caps",
+                "image,embeddedContext",
+                "--modes",
+                "ask:Ask first,code:Write code",
+                "--config-options",
+                json.dumps(CONFIG_OPTIONS),
+                "--models",
+                "m1:Model one,m2",
+            )
         },
     )
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = checked(path, 0)
     [line] = agent_lines(result.stdout, "coder")
     assert line == "✓ coder: coder 2.0; loadSession: no; commands: /init", line
     assert details(result.stdout, "coder") == [
@@ -195,9 +195,8 @@ def test_modes_config_options_models_and_capabilities_are_listed(tmp_path):
 
 
 def test_agent_without_modes_or_options_says_none(tmp_path):
-    path = write_config(tmp_path, {"plain": {"command": [sys.executable, SCRIPTED]}})
-    result = check(path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    path = write_config(tmp_path, {"plain": scripted()})
+    result = checked(path, 0)
     assert details(result.stdout, "plain") == [
         "protocol: ACP v1; prompts: text",
         "capabilities: none",
@@ -210,9 +209,8 @@ def test_agent_without_modes_or_options_says_none(tmp_path):
 
 
 def test_an_agent_without_tools_says_so(tmp_path):
-    path = write_config(tmp_path, {"plain": {"command": [sys.executable, SCRIPTED], "tools": "off"}})
-    result = check(path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    path = write_config(tmp_path, {"plain": scripted(tools="off")})
+    result = checked(path, 0)
     assert "tools: none (agents.plain.tools: off)" in details(result.stdout, "plain"), result.stdout
 
 
@@ -221,27 +219,21 @@ def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
     path = write_config(
         tmp_path,
         {
-            "gem": {
-                "command": [
-                    sys.executable,
-                    SCRIPTED,
-                    "--auth",
-                    "--name",
-                    "gemini-cli",
-                    "--version",
-                    "0.61.0",
-                    "--load-session",
-                    "--prompt-caps",
-                    "image,audio,embeddedContext",
-                    "--modes",
-                    "ask:Ask",
-                ]
-            }
+            "gem": scripted(
+                "--auth",
+                "--name",
+                "gemini-cli",
+                "--version",
+                "0.61.0",
+                "--load-session",
+                "--prompt-caps",
+                "image,audio,embeddedContext",
+                "--modes",
+                "ask:Ask",
+            )
         },
     )
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = checked(path, 1)
     [line] = agent_lines(result.stdout, "gem")
     assert line.startswith("✗ gem: gem requires authentication (Scripted login)"), line
     assert details(result.stdout, "gem") == [
@@ -259,22 +251,9 @@ def test_an_agent_error_shows_its_data_and_the_end_of_its_stderr(tmp_path):
     # and on its stderr (issue 31); check dropped both
     path = write_config(
         tmp_path,
-        {
-            "claude": {
-                "command": [
-                    sys.executable,
-                    SCRIPTED,
-                    "--name",
-                    "claude-code-acp",
-                    "--fail-session",
-                    "Query closed before response received",
-                ]
-            }
-        },
+        {"claude": scripted("--name", "claude-code-acp", "--fail-session", "Query closed before response received")},
     )
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = checked(path, 1)
     [line] = agent_lines(result.stdout, "claude")
     assert line == "✗ claude: Internal error (JSON-RPC error -32603)", line
     assert details(result.stdout, "claude")[:4] == [
@@ -301,10 +280,8 @@ def test_report_shows_structured_error_data_and_only_the_stderr_tail():
 
 
 def test_agent_crashing_at_start_gives_one_clear_line(tmp_path):
-    path = write_config(tmp_path, {"broken": {"command": [sys.executable, SCRIPTED, "--crash-at-start"]}})
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 1, result.stdout + result.stderr
+    path = write_config(tmp_path, {"broken": scripted("--crash-at-start")})
+    result = checked(path, 1)
     lines = agent_lines(result.stdout, "broken")
     assert len(lines) == 1, result.stdout
     line = lines[0]
@@ -324,12 +301,10 @@ def test_missing_executable_says_command_not_found(tmp_path):
         tmp_path,
         {
             "ghost": {"command": ["sidekicks-no-such-agent-5f3a", "acp"]},
-            "good": {"command": [sys.executable, SCRIPTED]},
+            "good": scripted(),
         },
     )
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = checked(path, 1)
     [line] = agent_lines(result.stdout, "ghost")
     assert line.startswith("✗ ghost:")
     assert "command not found" in line
@@ -345,12 +320,8 @@ def test_check_says_each_agent_s_sandbox(tmp_path):
     path = write_config(
         tmp_path,
         {
-            "boxed": {
-                "command": [sys.executable, SCRIPTED],
-                "cwd": "work",
-                "sandbox": {"write": ["state"], "network": "off"},
-            },
-            "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"},
+            "boxed": scripted(cwd="work", sandbox={"write": ["state"], "network": "off"}),
+            "open": scripted(sandbox="off"),
             "far": {
                 "command": [
                     "ssh",
@@ -378,22 +349,13 @@ def test_without_bubblewrap_the_agent_does_not_start_and_check_says_the_fix(tmp_
     path = write_config(
         tmp_path,
         {
-            "boxed": {"command": [sys.executable, SCRIPTED]},
-            "open": {"command": [sys.executable, SCRIPTED], "sandbox": "off"},
+            "boxed": scripted(),
+            "open": scripted(sandbox="off"),
         },
     )
     empty = tmp_path / "bin"
     empty.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "check", "-c", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": str(empty)},
-    )
-    no_traceback(result)
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = checked(path, 1, env={"PATH": str(empty)})
     [line] = agent_lines(result.stdout, "boxed")
     assert line == (
         "✗ boxed: sandbox cannot run: bubblewrap is not installed: no bwrap on PATH; "
@@ -424,9 +386,7 @@ def test_local_model_agent(tmp_path):
             }
         },
     )
-    result = check(path)
-    no_traceback(result)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = checked(path, 0)
     [line] = agent_lines(result.stdout, "local")
     assert line.startswith("✓ local: sidekicks-local ")
     assert "loadSession: yes" in line

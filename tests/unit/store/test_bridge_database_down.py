@@ -11,32 +11,15 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import nio
 import pytest
 from bridge_harness import agent, answers_in, start_bridge
-from matrix_helpers import events_in, login, record_figures, sync_until
+from matrix_helpers import events_in, login, open_dm, record_figures, sync_until
 
 from bridge.outage import BACK_TEXT, DOWN_TEXT
 
 PUPPET = "@sk_alice:localhost"
 STATUS = ("⏳", "💭", "✍️", "🔧")
 pg = pytest.mark.postgres
-
-
-async def open_dm(owner):
-    room_id = (
-        await owner.room_create(is_direct=True, invite=[PUPPET], preset=nio.RoomPreset.trusted_private_chat)
-    ).room_id
-    await sync_until(
-        owner,
-        lambda: any(
-            e.get("type") == "m.room.member"
-            and e.get("state_key") == PUPPET
-            and e["content"].get("membership") == "join"
-            for e in events_in(owner, room_id)
-        ),
-    )
-    return room_id
 
 
 def bodies(owner, room_id, sender=None) -> list[str]:
@@ -68,7 +51,7 @@ async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_o
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     sent = ["before", "while down 1", "while down 2", "after"]
     try:
-        room_id = await open_dm(owner)
+        room_id = await open_dm(owner, PUPPET)
         await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[0]})
         await sync_until(owner, answered(owner, room_id, sent[:1]))
         cluster.shut_down()
@@ -114,7 +97,7 @@ async def test_postgresql_restarted_in_the_middle_of_an_answer_loses_nothing(
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()}, database=restartable_postgres.url)
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     try:
-        room_id = await open_dm(owner)
+        room_id = await open_dm(owner, PUPPET)
         long_one = f"[[chunks:4]] [[hold:{release}]] long one"
         await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": long_one})
         await sync_until(owner, lambda: any(a["edits"] >= 1 for a in answers_in(events_in(owner, room_id), PUPPET)))
@@ -140,7 +123,7 @@ async def test_a_sqlite_file_that_cannot_be_written_makes_messages_wait_with_one
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     sent = ["before", "while read-only"]
     try:
-        room_id = await open_dm(owner)
+        room_id = await open_dm(owner, PUPPET)
         await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[0]})
         await sync_until(owner, answered(owner, room_id, sent[:1]))
         await running.idle()
@@ -191,7 +174,7 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
         return real_answered(*args, **kwargs)
 
     try:
-        room_id = await open_dm(owner)
+        room_id = await open_dm(owner, PUPPET)
         store.turns.answered = go_down_then_store
         try:
             await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "just before"})
@@ -250,18 +233,8 @@ async def test_an_answer_streaming_in_one_room_goes_on_while_the_database_hangs(
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     paused: list[int] = []
     try:
-        streaming = await open_dm(owner)
-        other = (
-            await owner.room_create(is_direct=True, invite=[bob], preset=nio.RoomPreset.trusted_private_chat)
-        ).room_id
-        await sync_until(
-            owner,
-            lambda: any(
-                e.get("state_key") == bob and e["content"].get("membership") == "join"
-                for e in events_in(owner, other)
-                if e.get("type") == "m.room.member"
-            ),
-        )
+        streaming = await open_dm(owner, PUPPET)
+        other = await open_dm(owner, bob)
 
         def shown() -> int:
             """How much of the answer's text the owner sees (its status line left out)."""

@@ -18,38 +18,22 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
 
-import nio
 import psycopg2
 import pytest
 import pytest_asyncio
 from bridge_harness import agent, answers_in, start_bridge, wait_until
-from matrix_helpers import TestHomeserver, caught_up, events_in, login, sync_until, write_base_config
+from matrix_helpers import caught_up, events_in, login, open_dm, private_homeserver, sync_until
 
 from bridge.channels.base import stream
-from bridge.local.homeserver import Homeserver, free_port
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
 STATUS = ("⏳", "💭", "✍️", "🔧")
 pytestmark = pytest.mark.postgres
-
-
-class _SynapseOnPostgres(Homeserver):
-    """The project's Synapse, its database on a PostgreSQL server (the test's own cluster)."""
-
-    def __init__(self, *args, dsn: dict, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.dsn = dsn
-
-    def _config(self, kept, log_config):
-        body = super()._config(kept, log_config)
-        body["database"] = {"name": "psycopg2", "args": {**self.dsn, "cp_min": 1, "cp_max": 5}}
-        return body
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -61,38 +45,9 @@ async def shared_homeserver(restartable_postgres, tmp_path_factory):
     with admin.cursor() as cursor:  # Synapse wants C collation
         cursor.execute("CREATE DATABASE synapse TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C' ENCODING 'UTF8'")
     admin.close()
-    folder = tmp_path_factory.mktemp("shared-homeserver")
-    hs_port, as_port = free_port(), free_port()
-    while as_port == hs_port:
-        as_port = free_port()
-    cfg = write_base_config(folder, hs_port, as_port)
-    server = _SynapseOnPostgres(
-        folder / "synapse",
-        port=hs_port,
-        appservice_files=[cfg.registration_path],
-        relaxed_limits=True,
-        encryption=False,
-        dsn={"user": "postgres", "host": "127.0.0.1", "port": port, "database": "synapse"},
-    )
-    await server.start()
-    try:
-        owner_password, stranger_password = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-        owner_id = await server.register_user("owner", owner_password)
-        stranger_id = await server.register_user("stranger", stranger_password)
-        yield TestHomeserver(
-            url=server.url,
-            domain="localhost",
-            as_port=as_port,
-            registration_path=cfg.registration_path,
-            owner_id=owner_id,
-            owner_password=owner_password,
-            stranger_id=stranger_id,
-            stranger_password=stranger_password,
-            folder=folder,
-            server=server,
-        )
-    finally:
-        await server.stop()
+    dsn = {"user": "postgres", "host": "127.0.0.1", "port": port, "database": "synapse"}
+    async with private_homeserver(tmp_path_factory.mktemp("shared-homeserver"), postgres=dsn) as hs:
+        yield hs
 
 
 class Fault:
@@ -196,8 +151,8 @@ async def test_an_answer_that_ends_while_postgresql_is_away_is_finished_once_it_
     owner = await login(hs, hs.owner_id, hs.owner_password)
     shared = where == "shared PostgreSQL"
     try:
-        streaming = await _dm(owner, ALICE)
-        other = await _dm(owner, BOB)
+        streaming = await open_dm(owner, ALICE)
+        other = await open_dm(owner, BOB)
 
         def finished(room_id: str, puppet: str) -> bool:
             answers = answers_in(events_in(owner, room_id), puppet)
@@ -262,22 +217,6 @@ async def test_an_answer_that_ends_while_postgresql_is_away_is_finished_once_it_
         await running.stop()
 
 
-async def _dm(owner: nio.AsyncClient, puppet: str) -> str:
-    room_id = (
-        await owner.room_create(is_direct=True, invite=[puppet], preset=nio.RoomPreset.trusted_private_chat)
-    ).room_id
-    await sync_until(
-        owner,
-        lambda: any(
-            e.get("type") == "m.room.member"
-            and e.get("state_key") == puppet
-            and e["content"].get("membership") == "join"
-            for e in events_in(owner, room_id)
-        ),
-    )
-    return room_id
-
-
 @pytest.mark.parametrize("fault", ["refused", "hang"])
 async def test_a_turn_whose_prompt_step_meets_the_database_away_waits_and_is_answered_once(
     fault, homeserver, restartable_postgres, drop_tables, tmp_path
@@ -302,7 +241,7 @@ async def test_a_turn_whose_prompt_step_meets_the_database_away_waits_and_is_ans
         return real_prompting(*args, **kwargs)
 
     try:
-        room_id = await _dm(owner, ALICE)
+        room_id = await open_dm(owner, ALICE)
         store.turns.prompting = away_then_prompting
         await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "just then"})
         try:

@@ -88,22 +88,32 @@ async def chosen(ask: Ask) -> tuple[str, str]:
     return option, f"chose {option}"
 
 
-def numbered(s, options=OPTIONS, **where) -> asyncio.Task:
-    """An ask of three numbered options, waiting in a task (`where`: conversation, asker)."""
+def asking(s, shown: Shown, read, timed_out: str = "", unsent: str = "", **where) -> asyncio.Task:
+    """An ask of `shown` whose answer `read` reads, waiting in a task (`where`: options,
+    conversation, asker)."""
     return asyncio.ensure_future(
         s.asks.ask(
             s.portal,
             s.puppet,
-            Shown("Which?", "<p>Which?</p>"),
+            shown,
             WAITING,
-            chosen,
-            timed_out=("timed out", TIMED_OUT),
+            read,
+            timed_out=(timed_out, TIMED_OUT),
             stopped=lambda: STOPPED,
-            unsent="unsent",
-            options=options,
+            unsent=unsent,
             **where,
         )
     )
+
+
+def numbered(s, options=OPTIONS, **where) -> asyncio.Task:
+    """An ask of three numbered options, waiting in a task (`where`: conversation, asker)."""
+    return asking(s, Shown("Which?", "<p>Which?</p>"), chosen, "timed out", "unsent", options=options, **where)
+
+
+def worded(s, read, **where) -> asyncio.Task:
+    """An ask answered in words (`read` reads its replies), waiting in a task."""
+    return asking(s, Shown("Name?", "<p>Name?</p>"), read, **where)
 
 
 async def test_a_numbered_answer_resolves_the_ask_and_its_message_shows_it():
@@ -285,18 +295,7 @@ async def test_an_answer_in_words_goes_to_the_ask_that_reads_it():
                 return reply, "answered"
             await s.asks.say(ask, "again")
 
-    task = asyncio.ensure_future(
-        s.asks.ask(
-            s.portal,
-            s.puppet,
-            Shown("Name?", "<p>Name?</p>"),
-            WAITING,
-            in_words,
-            timed_out=("", TIMED_OUT),
-            stopped=lambda: STOPPED,
-            unsent="",
-        )
-    )
+    task = worded(s, in_words)
     await until(lambda: len(s.asks.open) == 1)
     assert s.intent.reactions == []  # no options: no keycaps
     assert await s.asks.on_words(ROOM, "hello", None, loose=False) is False  # a reply is needed
@@ -365,20 +364,7 @@ async def test_another_owners_reply_in_words_is_refused_and_their_other_messages
         read.append(await ask.replies.get())
         return read[-1], "answered"
 
-    task = asyncio.ensure_future(
-        s.asks.ask(
-            s.portal,
-            s.puppet,
-            Shown("Name?", "<p>Name?</p>"),
-            WAITING,
-            in_words,
-            timed_out=("", TIMED_OUT),
-            stopped=lambda: STOPPED,
-            unsent="",
-            conversation=THREAD,
-            asker=ANA,
-        )
-    )
+    task = worded(s, in_words, conversation=THREAD, asker=ANA)
     await until(lambda: len(s.asks.open) == 1)
     assert await s.asks.on_words(ROOM, "Ben", "$ask1", sender=BEN, conversation=THREAD) is True
     assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")]

@@ -24,7 +24,21 @@ sys.path.insert(0, str(HERE))
 import aiohttp  # noqa: E402
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "prepare", "e2ee", "voice", "sandbox")
+ALL = (
+    "latency",
+    "store",
+    "start",
+    "throughput",
+    "faults",
+    "soak",
+    "model",
+    "prepare",
+    "e2ee",
+    "voice",
+    "sandbox",
+    "scale",
+    "sustained",
+)
 
 
 def machine() -> str:
@@ -142,6 +156,13 @@ async def main(args) -> int:
                             result = await bench_start.run(bench, http, folder / "start")
                             rows += bench_start.rows(result)
                             notes += bench_start.notes(result)
+                        if "scale" in only:
+                            import bench_scale
+
+                            print("• scale: start, RSS, idle CPU, TCP with N channels × 5 agents …", flush=True)
+                            result = await bench_scale.run(bench, folder / "scale")
+                            rows += bench_scale.rows(result)
+                            notes += bench_scale.notes(result)
                         if "faults" in only:
                             import bench_faults
 
@@ -156,6 +177,13 @@ async def main(args) -> int:
                             result = await bench_e2ee.run(bench, folder / "e2ee")
                             rows += bench_e2ee.rows(result)
                             notes += bench_e2ee.notes(result)
+                        if "sustained" in only:
+                            import bench_sustained
+
+                            print("• sustained: 100 messages/s over 50 rooms (ramp first) …", flush=True)
+                            result = await bench_sustained.run(bench, owner, folder / "sustained")
+                            rows += bench_sustained.rows(result)
+                            notes += bench_sustained.notes(result)
                         if "throughput" in only:
                             import bench_throughput
 

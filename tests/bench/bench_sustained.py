@@ -5,7 +5,7 @@ The bridge runs in a process of its own (bridge_proc.py) with five scripted agen
 once (`--echo-last-line`: "echo: <the message>"), each the direct agent of 10 of the 50 DMs.
 The owner is the bench's raw client (common.Owner): each message is sent when its time comes
 (not waiting for earlier sends), round robin over the rooms; its first answer is the first
-event of the room's agent whose body holds the message's marker, as the owner's /sync sees it.
+event of the room's agent whose body is "echo: <its marker>", as the owner's /sync sees it.
 
 Two phases:
     ramp       RAMP rates, STEP seconds each, one after the other (each drained before the
@@ -72,21 +72,28 @@ async def _offer(owner: Owner, rooms: list[str], rate: float, seconds: float, pr
     return [tuple(e) for e in sent]
 
 
-def _answers(owner: Owner, rooms: dict[str, str], prefix: str) -> dict[str, float]:
-    """marker → when the owner saw its first answer (the agent's events of the rooms)."""
-    seen: dict[str, float] = {}
-    for room, agent_id in rooms.items():
-        for at, event in owner.events.get(room, []):
-            if event.get("sender") != agent_id or event.get("type") != "m.room.message":
-                continue
-            body = body_of(event)
-            if body.startswith("echo: " + prefix):
-                marker = body[6:].strip()
-                seen.setdefault(marker, at)
-    return seen
+class Answers:
+    """marker → when the owner saw its first answer (the agents' events of the rooms), read
+    incrementally: each sync's new events once, so a long run does not rescan its history."""
+
+    def __init__(self, owner: Owner, rooms: dict[str, str]) -> None:
+        self.owner, self.rooms = owner, rooms
+        self.seen: dict[str, float] = {}
+        self._read: dict[str, int] = {}
+
+    def update(self) -> dict[str, float]:
+        for room, agent_id in self.rooms.items():
+            events = self.owner.events.get(room, [])
+            for at, event in events[self._read.get(room, 0) :]:
+                if event.get("sender") == agent_id and event.get("type") == "m.room.message":
+                    body = body_of(event)
+                    if body.startswith("echo: "):
+                        self.seen.setdefault(body[6:].strip(), at)
+            self._read[room] = len(events)
+        return self.seen
 
 
-async def _phase(owner, rooms, rate, seconds, prefix, pids, drain) -> dict:
+async def _phase(owner, rooms, answers: Answers, rate, seconds, prefix, pids, drain) -> dict:
     c0, t0 = _cpu(pids), now()
     sent = await _offer(owner, list(rooms), rate, seconds, prefix)
     offered_s = now() - t0
@@ -94,12 +101,13 @@ async def _phase(owner, rooms, rate, seconds, prefix, pids, drain) -> dict:
     deadline = now() + drain
 
     def answered():
-        found = _answers(owner, rooms, prefix + "-")
-        return found if len(found) >= len(ok) else None
+        seen = answers.update()
+        return all(m in seen for m, _, _ in ok)
 
     with contextlib.suppress(TimeoutError):
         await owner.wait_for(answered, max(deadline - now(), 1))
-    found = _answers(owner, rooms, prefix + "-")
+    seen = answers.update()
+    found = {m: seen[m] for m, _, _ in ok if m in seen}
     c1, t1 = _cpu(pids), now()
     latencies = [found[m] - at for m, _, at in ok if m in found]
     last = max(found.values(), default=t0)
@@ -146,11 +154,12 @@ async def run(bench: Bench, owner: Owner, folder: Path) -> dict:
             rooms[await owner.create_room(invite=[puppet], direct=True)] = puppet
         for room, puppet in rooms.items():
             await owner.wait_joined(room, puppet, 120)
-        warm = await _phase(owner, rooms, 10, len(rooms) / 10, "warm", pids, 120)  # every session open
+        answers = Answers(owner, rooms)
+        warm = await _phase(owner, rooms, answers, 10, len(rooms) / 10, "warm", pids, 120)  # every session open
         out["warm"] = warm
         best = None
         for rate in RAMP:
-            phase = await _phase(owner, rooms, rate, step, f"r{rate}", pids, 120)
+            phase = await _phase(owner, rooms, answers, rate, step, f"r{rate}", pids, 120)
             out["ramp"].append(phase)
             print(
                 f"  ramp {rate}/s: p50 {phase['p50'] * 1000:.0f} ms, p99 {phase['p99'] * 1000:.0f} ms, "
@@ -163,7 +172,7 @@ async def run(bench: Bench, owner: Owner, folder: Path) -> dict:
         # none kept up: 80 % of the best answer rate the ramp reached, what the machine takes now
         rate = best or max(1.0, round(0.8 * max(p["answer_rate"] for p in out["ramp"]), 1))
         out["sustained_rate"] = rate
-        out["sustained"] = await _phase(owner, rooms, rate, seconds, f"s{rate}", pids, 600)
+        out["sustained"] = await _phase(owner, rooms, answers, rate, seconds, f"s{rate}", pids, 600)
     finally:
         await bench_scale._end(proc)
     out["stored"] = _stored(data)

@@ -229,7 +229,7 @@ def build(db: pw.Database) -> SimpleNamespace:
 
         class Meta:
             table_name = "sk_turn"
-            # the last index: routing's last speaker (a conversation's newest live turn), read
+            # the second: routing's last speaker (a conversation's newest live turn), read
             # for every owner message, goes straight to the few live turns instead of walking
             # every turn the channel ever had (migration step 14; docs/performance.md)
             indexes = (

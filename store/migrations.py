@@ -31,6 +31,8 @@ Versions:
    repeating schedules wait for that approval (state `waiting`) instead of running
 13. what agents cost (store/spend.py): `sk_spend`, per agent and period, with what `!budget raise`
    added; `sk_session_cost`, the last cumulative cost each session reported
+14. an index of `sk_turn` on (channel, conversation, state): a conversation's live turns without
+   reading its finished ones
 """
 
 from __future__ import annotations
@@ -222,6 +224,10 @@ def _add_spend(db: pw.Database, m: SimpleNamespace) -> None:
     db.create_tables([m.Spend, m.SessionCost], safe=True)
 
 
+def _add_live_turn_index(db: pw.Database, m: SimpleNamespace) -> None:
+    m.Turn._schema.create_indexes(safe=True)
+
+
 # (version reached, step): in order
 STEPS = [
     (2, _add_pending),
@@ -236,6 +242,7 @@ STEPS = [
     (11, _add_places),
     (12, _add_schedule_approval),
     (13, _add_spend),
+    (14, _add_live_turn_index),
 ]
 LATEST = STEPS[-1][0]
 

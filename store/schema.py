@@ -229,7 +229,13 @@ def build(db: pw.Database) -> SimpleNamespace:
 
         class Meta:
             table_name = "sk_turn"
-            indexes = ((("prompt_event", "agent", "conversation"), True),)
+            # the second: routing's last speaker (a conversation's newest live turn), read
+            # for every owner message, goes straight to the few live turns instead of walking
+            # every turn the channel ever had (migration step 14; docs/performance.md)
+            indexes = (
+                (("prompt_event", "agent", "conversation"), True),
+                (("channel_id", "conversation", "state"), False),
+            )
 
     class Schedule(Base):
         # Work an agent scheduled for later (its `schedule` tool, bridge/mcp): each run is a turn

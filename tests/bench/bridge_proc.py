@@ -1,6 +1,7 @@
 """A bridge in a process of its own, for start time and RSS: `python bridge_proc.py CONFIG DATA_DIR`.
 
-Prints one JSON line once ready ({"start_s": open_store + Bridge() + start(), "import_s": …}),
+Prints one JSON line once ready ({"start_s": open_store + Bridge() + start(), "import_s": …,
+"cpu_s": the process's CPU time so far, imports included: what the machine's load does not move}),
 then answers each "rss" line on stdin with {"rss_kb": VmRSS of this process only (agents, its
 children, are not counted)}; stdin closing stops the bridge.
 """
@@ -59,7 +60,8 @@ async def main(config_path: str, data_dir: str) -> None:
     bridge = Bridge(cfg, registration, store, history_unavailable=unavailable)
     await bridge.start()
     start_s = time.perf_counter() - t0
-    print(json.dumps({"start_s": start_s, "import_s": import_s, "rss_kb": rss_kb()}), flush=True)
+    ready = {"start_s": start_s, "import_s": import_s, "rss_kb": rss_kb(), "cpu_s": time.process_time()}
+    print(json.dumps(ready), flush=True)
     try:
         async for line in stdin_lines():
             if line == "rss":

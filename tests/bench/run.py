@@ -25,7 +25,21 @@ sys.path.insert(0, str(HERE))
 import aiohttp  # noqa: E402
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "prepare", "e2ee", "voice", "sandbox")
+ALL = (
+    "latency",
+    "store",
+    "start",
+    "throughput",
+    "faults",
+    "soak",
+    "model",
+    "prepare",
+    "e2ee",
+    "voice",
+    "sandbox",
+    "scale",
+    "sustained",
+)
 
 
 def machine() -> str:
@@ -128,11 +142,21 @@ async def main(args) -> int:
                             notes += bench_latency.notes(result)
                         await measure("start", "bridge start and RSS", lambda m: m.run(bench, http, folder / "start"))
                         await measure(
+                            "scale",
+                            "scale: start, RSS, idle CPU, TCP with N channels × 5 agents",
+                            lambda m: m.run(bench, folder / "scale"),
+                        )
+                        await measure(
                             "faults",
                             "faults: crash notice, 🛑, framing, local model",
                             lambda m: m.run(bench, http, owner),
                         )
                         await measure("e2ee", "encrypted vs plain DM", lambda m: m.run(bench, folder / "e2ee"))
+                        await measure(
+                            "sustained",
+                            "sustained: 100 messages/s over 50 rooms (ramp first)",
+                            lambda m: m.run(bench, owner, folder / "sustained"),
+                        )
                         await measure("throughput", "throughput", lambda m: m.run(bench, http, owner))
                     finally:
                         await owner.stop_sync()

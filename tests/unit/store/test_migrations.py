@@ -41,6 +41,7 @@ WAITING = [
     for n in range(3)
 ]
 ENCRYPTED = ["!r:hs", "!dm:hs"]
+LIVE_TURN_INDEX = "sk_turn_channel_id_conversation_state"  # step 14
 
 
 def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None:
@@ -56,6 +57,8 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
                 db.execute_sql("ALTER TABLE sk_txn DROP COLUMN seen")
             if v < 6:
                 db.execute_sql("ALTER TABLE sk_member DROP COLUMN session_cwd")
+            if 5 <= v < 14:
+                db.execute_sql(f"DROP INDEX IF EXISTS {LIVE_TURN_INDEX}")
             m.Channel.insert(id="c1", room_id="!r:hs", name="general", created=1).execute()
             m.Member.insert(channel_id="c1", agent="alice", session_id="s1", joined="j1").execute()
             if v >= 10:  # the session's record, as that version wrote it
@@ -176,6 +179,19 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     assert store.places.work_dir("c1", "alice") == "/code"
     made = store.places.add_worktree("c1", "$e1", "/repo", "sidekicks/x-1", "/repo.worktrees/x-1")
     assert store.places.worktree("c1", "$e1", "/repo") == made and made.number == 1
+    # a conversation's live turns by their own index (step 14)
+    assert LIVE_TURN_INDEX in {index.name for index in store._db.get_indexes("sk_turn")}
+    assert store.turns.last_live_agent("c1") == "alice"
+
+
+def test_the_last_speaker_query_reads_only_the_live_turns_of_the_conversation(tmp_path):
+    store = Store.open("sqlite", tmp_path)
+    hot = store._hot.last_live_agent
+    values = {"channel_id": "c1", "conversation": ""}
+    params = [values[p] if is_name else p for is_name, p in hot._params]
+    plan = " ".join(row[-1] for row in store._db.execute_sql("EXPLAIN QUERY PLAN " + hot.sql, params).fetchall())
+    assert f"USING INDEX {LIVE_TURN_INDEX} (channel_id=? AND conversation=? AND state=?)" in plan, plan
+    store.close()
 
 
 @pytest.mark.parametrize("v", [1, 2, 4])

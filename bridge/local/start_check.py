@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from acp.process import sandbox_problem
-from acp.sandbox import FIX, is_remote
+from acp.remote import is_remote
+from acp.sandbox import FIX
 
 from ..agent_specs import sandbox_of, spec_of, unsandboxed
 from .check import announced

@@ -138,5 +138,7 @@ def test_off_and_ssh_have_no_sandbox_and_say_why(tmp_path):
     assert "agents.alice.sandbox: off" in unsandboxed(cfg, "alice")
     remote = config.load(write(tmp_path, {"command": ["ssh", "-o", "BatchMode=yes", "box", "agent"]}))
     assert sandbox_of(remote, remote.agents["alice"]) is None
-    assert sandbox_line(remote, "alice") == "remote over ssh (not sandboxed by the bridge)"
+    assert sandbox_line(remote, "alice") == (
+        "remote over ssh to box (not sandboxed by the bridge; files it names are not read here)"
+    )
     assert "ssh" in unsandboxed(remote, "alice")

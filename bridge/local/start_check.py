@@ -49,6 +49,10 @@ _FIXES: tuple[tuple[re.Pattern, str], ...] = (
         "{error} — is agents.{name}.command in {path} an ACP agent? `sidekicks check` shows more",
     ),
     (re.compile(r"^requires authentication"), "{error}"),
+    (  # an agent over ssh: ssh's own reason (acp/remote.py)
+        re.compile(r"^the ssh connection to "),
+        "{error} — check that host, or fix agents.{name}.command in {path}",
+    ),
     (
         re.compile(r"^sandbox cannot run: (?P<what>.+?); install bubblewrap"),
         "its sandbox cannot run ({what}) — install bubblewrap (apt-get install bubblewrap), "

@@ -6,8 +6,8 @@ other hosts"). Pure: what the bridge decides from the command line alone.
   unless told `-F FILE`, and such a file can make ssh run any program (`ProxyCommand`,
   `LocalCommand`, `KnownHostsCommand`, `Match exec`) as the bridge, outside every sandbox. An
   agent with a writable home folder could write one; so the bridge adds `-F /dev/null` unless the
-  command names its own `-F FILE` (checked by `sidekicks check` and at start: see
-  `config_file`). Everything else comes from the command the owner wrote.
+  command names its own `-F FILE`, which the config loader refuses inside a folder a sandboxed
+  agent can write (`config_within`). Everything else comes from the command the owner wrote.
 - `destination`: the host the command goes to, for the owner's lines.
 - `connection_line`: ssh's own reason when the connection failed or was lost, in one line.
 - `files_refused`: why the bridge never reads a file a remote agent names by path.
@@ -16,7 +16,7 @@ other hosts"). Pure: what the bridge decides from the command line alone.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # ssh(1)'s options: those that take an argument, and the flags (OpenSSH 9)
@@ -76,6 +76,21 @@ def config_file(command: Sequence[str]) -> str | None:
     """The `-F FILE` the command names (the last one, as ssh takes it), or None."""
     found = [value for letter, value in parse(command).options if letter == "F"]
     return found[-1] if found else None
+
+
+def config_within(file: str, writable: Mapping[str, Sequence[str]]) -> tuple[str, str] | None:
+    """(agent, folder) when the ssh config `file` lies in a folder an agent can write
+    (`writable`: each sandboxed agent's writable folders, absolute); else None. Paths are
+    compared as given (the caller resolves links)."""
+    if file == NO_CONFIG or not os.path.isabs(file):
+        return None
+    path = os.path.normpath(file)
+    for agent, folders in writable.items():
+        for folder in folders:
+            folder = os.path.normpath(folder)
+            if path == folder or path.startswith(folder.rstrip("/") + "/"):
+                return agent, folder
+    return None
 
 
 def command_line(command: Sequence[str]) -> list[str]:

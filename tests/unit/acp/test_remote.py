@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from acp.remote import command_line, config_file, connection_line, destination, files_refused, is_remote, parse
+from acp.remote import (
+    command_line,
+    config_file,
+    config_within,
+    connection_line,
+    destination,
+    files_refused,
+    is_remote,
+    parse,
+)
 
 
 def test_agents_over_ssh_are_remote():
@@ -69,3 +78,13 @@ def test_sshs_own_failure_is_one_line_with_its_reason():
 def test_files_of_a_remote_agent_are_refused_saying_how_to_send_them():
     line = files_refused("alice", "box")
     assert "alice runs on box over ssh" in line and "resource" in line and "\n" not in line
+
+
+def test_an_ssh_config_inside_an_agents_writable_folder_is_found():
+    writable = {"near": ["/home/me/work", "/home/me/.claude"], "other": ["/srv"]}
+    assert config_within("/home/me/work/sub/ssh_config", writable) == ("near", "/home/me/work")
+    assert config_within("/srv", writable) == ("other", "/srv")
+    assert config_within("/home/me/workshop/ssh_config", writable) is None  # a neighbour, not inside
+    assert config_within("/etc/sidekicks/ssh_config", writable) is None
+    assert config_within("/dev/null", {"root": ["/"]}) is None  # the bridge's own choice
+    assert config_within("relative/ssh_config", writable) is None

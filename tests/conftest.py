@@ -77,6 +77,7 @@ SLOW_FIRST = (
     "test_matrix_mcp.py",
     "test_opencode_tools.py",
     "test_homeserver_kill9.py",
+    "test_remote_agents.py",
 )
 
 

@@ -23,12 +23,12 @@ from ssh_host import SshHost, available
 MCP_AGENT = Path(__file__).resolve().parents[1] / "agents" / "mcp_agent.py"
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=f"no OpenSSH server here: {available()}")
-
 
 @pytest.fixture(scope="module")
 def other_host(tmp_path_factory):
     """sshd on 127.0.0.2 for the module's tests (a test that stops it starts it again)."""
+    missing = available()
+    assert missing is None, f"{missing} (./sidekicks test installs it)"
     host = SshHost(tmp_path_factory.mktemp("other-host") / "sshd")
     host.start()
     try:

@@ -137,7 +137,8 @@ async def test_an_agent_on_another_host_answers_streams_asks_and_stops(bridge_fa
     # a permission prompt, answered with a number
     await say(owner, room, "[[permission]] write notes")
     await sync_until(owner, lambda: any("asks permission" in m["history"][0] for m in messages(owner, room)))
-    assert await answer(owner, room, "1") == "allowed"  # the "1" answers the question
+    await say(owner, room, "1")  # the answer, not a prompt: the waiting turn's answer ends "allowed"
+    await sync_until(owner, lambda: [a["body"] for a in answers(owner, room)][3:] == ["allowed"])
     outcomes = [m["result"]["outcome"] for m in received(log) if "outcome" in (m.get("result") or {})]
     assert outcomes == [{"outcome": "selected", "optionId": "allow_once"}]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from . import framing
+from . import framing, remote
 from .elicitation import CANCEL, DECLINE, BadElicitation, ElicitationAnswer, ElicitationRequest, parse_request
 from .errors import (
     AcpError,
@@ -231,6 +231,11 @@ class Agent:
         return self.spec.name
 
     @property
+    def remote(self) -> bool:
+        """It runs on another host over ssh (acp/remote.py)."""
+        return remote.is_remote(self.spec.command)
+
+    @property
     def returncode(self) -> int | None:
         return self.process.returncode
 
@@ -270,7 +275,7 @@ class Agent:
             code = self.process.returncode
         tail = await self.process.stderr_settled()
         cls = AgentStopped if self._stopping else AgentCrashed
-        return cls(self.name, code, tail)
+        return cls(self.name, code, tail, remote.destination(self.spec.command) if self.remote else None)
 
     async def _call(
         self,
@@ -817,6 +822,8 @@ async def start_agent(
     try:
         await agent._initialize(client_capabilities)
     except AgentCrashed as exc:
+        if exc.connection:  # over ssh: ssh's own reason (acp/remote.py)
+            raise AgentStartError(f"{spec.name}: {exc.connection}", exc.exit_code, exc.stderr_tail) from None
         raise AgentStartError(
             f"{spec.name}: exited during initialize (exit code {exc.exit_code})"
             + (f": {last_line(exc.stderr_tail)}" if last_line(exc.stderr_tail) else ""),

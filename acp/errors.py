@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .remote import connection_line
+
 
 def last_line(text: str, limit: int = 300) -> str:
     """The last non-blank line of some stderr, shortened: for one-line messages."""
@@ -28,10 +30,15 @@ class AgentStartError(AcpError):
 
 
 class AgentCrashed(AcpError):
-    """The agent process exited while a call was running."""
+    """The agent process exited while a call was running. For an agent over ssh (`host`: where
+    it runs) whose ssh failed, `connection` is ssh's reason in one line (acp/remote.py)."""
 
-    def __init__(self, name: str, exit_code: int | None, stderr_tail: str = ""):
+    def __init__(self, name: str, exit_code: int | None, stderr_tail: str = "", host: str | None = None):
         self.name, self.exit_code, self.stderr_tail = name, exit_code, stderr_tail
+        self.connection = connection_line(host, exit_code, stderr_tail) if host else None
+        if self.connection:
+            super().__init__(f"{name}: {self.connection}")
+            return
         detail = last_line(stderr_tail)
         super().__init__(f"{name} stopped unexpectedly (exit code {exit_code})" + (f": {detail}" if detail else ""))
 
@@ -39,8 +46,8 @@ class AgentCrashed(AcpError):
 class AgentStopped(AgentCrashed):
     """The agent was stopped on purpose (pool eviction, shutdown) during a call."""
 
-    def __init__(self, name: str, exit_code: int | None, stderr_tail: str = ""):
-        super().__init__(name, exit_code, stderr_tail)
+    def __init__(self, name: str, exit_code: int | None, stderr_tail: str = "", host: str | None = None):
+        super().__init__(name, exit_code, stderr_tail, host)
         self.args = (f"{name} was stopped while answering",)
 
 

@@ -5,7 +5,8 @@ stops whatever it spawned (shells, node, language servers): nothing leaks.
 
 With a `Sandbox` (acp/sandbox.py, docs/sandbox.md) the child is bubblewrap running the agent:
 bwrap is probed once per process, and where it cannot run the agent does not start (one line
-with the fix), never unsandboxed.
+with the fix), never unsandboxed. An agent over ssh runs with `-F /dev/null` unless its command
+names a config file (acp/remote.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from . import remote
 from . import sandbox as sandboxes
 from .errors import AgentStartError
 from .sandbox import Sandbox
@@ -117,6 +119,8 @@ class AgentProcess:
         command = self.command
         if self.sandbox is not None:
             command = await self._sandboxed(env)
+        elif remote.is_remote(command):  # ssh reads no config file an agent could have written
+            command = remote.command_line(command)
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *command,

@@ -26,7 +26,6 @@ hidden. At one depth: hidden, then read-only, then writable, then `reach`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
@@ -72,11 +71,6 @@ def depth(path: str) -> int:
 def under(path: str, folder: str) -> bool:
     """`path` is `folder` or lies below it."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def is_remote(command: Sequence[str]) -> bool:
-    """An agent started over ssh runs on another machine: the bridge does not sandbox it."""
-    return bool(command) and os.path.basename(command[0]) == "ssh"
 
 
 def mounts(sandbox: Sandbox, cwd: str, kinds: Mapping[str, str]) -> list[Mount]:

@@ -16,7 +16,8 @@ import logging
 import os
 
 from acp import AgentSpec
-from acp.sandbox import Sandbox, is_remote
+from acp.remote import destination, is_remote
+from acp.sandbox import Sandbox
 from config import Config
 from config.loader import git_checkout
 from config.model import AgentConfig
@@ -91,7 +92,8 @@ def sandbox_line(cfg: Config, name: str) -> str:
     """What `sidekicks check` says of the agent's sandbox."""
     agent = cfg.agents[name]
     if is_remote(agent.command):
-        return "remote over ssh (not sandboxed by the bridge)"
+        host = destination(agent.command)
+        return f"remote over ssh to {host} (not sandboxed by the bridge; files it names are not read here)"
     if not agent.sandbox.on:
         return f"off (agents.{name}.sandbox: off): it reaches what the bridge reaches"
     box = sandbox_of(cfg, agent)

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from acp import remote
+
 from .model import AgentConfig, Budget, Config, SandboxConfig, VoiceConfig
 from .paths import data_dir
 
@@ -208,9 +210,30 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         "voice": _voice(c, data),
         "database": _database(c, data),
     }
+    _ssh_configs(c, fields["agents"])
     if c.problems:
         raise ConfigError(c.problems)
     return Config(path=path.resolve(), data_dir=data_dir(path), **fields)
+
+
+def _ssh_configs(c: _Checker, agents: dict[str, AgentConfig]) -> None:
+    """An agent over ssh whose command names `-F FILE`: the file must lie outside every folder a
+    sandboxed agent can write, or that agent could make ssh run a program as the bridge
+    (docs/sandbox.md "Agents on other hosts")."""
+    writable = {
+        name: [os.path.realpath(p) for p in (*([a.cwd] if a.cwd else []), *a.roots, *a.sandbox.write)]
+        for name, a in agents.items()
+        if a.sandbox.on and not remote.is_remote(a.command)
+    }
+    for name, agent in agents.items():
+        file = remote.config_file(agent.command) if remote.is_remote(agent.command) else None
+        found = remote.config_within(os.path.realpath(file), writable) if file and os.path.isabs(file) else None
+        if file and found:
+            c.problem(
+                f"agents.{name}.command",
+                f"its ssh config {file} lies in {found[1]}, which agent {found[0]} can write (and so make ssh "
+                "run any program as the bridge): move the file out of every agent's folders",
+            )
 
 
 def _owners(c: _Checker, data: dict, suggested: set[str]) -> tuple[str, ...]:

@@ -78,6 +78,7 @@ SLOW_FIRST = (
     "test_opencode_tools.py",
     "test_matrix_mcp.py",
     "test_homeserver_kill9.py",
+    "test_remote_agents.py",
 )
 
 

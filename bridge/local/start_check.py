@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 
 from acp.process import sandbox_problem
-from acp.sandbox import FIX, is_remote
+from acp.remote import is_remote
+from acp.sandbox import FIX
 
 from ..agent_specs import sandbox_of, spec_of, unsandboxed
 from .check import announced
@@ -48,6 +49,10 @@ _FIXES: tuple[tuple[re.Pattern, str], ...] = (
         "{error} — is agents.{name}.command in {path} an ACP agent? `sidekicks check` shows more",
     ),
     (re.compile(r"^requires authentication"), "{error}"),
+    (  # an agent over ssh: ssh's own reason (acp/remote.py)
+        re.compile(r"^the ssh connection to "),
+        "{error} — check that host, or fix agents.{name}.command in {path}",
+    ),
     (
         re.compile(r"^sandbox cannot run: (?P<what>.+?); install bubblewrap"),
         "its sandbox cannot run ({what}) — install bubblewrap (apt-get install bubblewrap), "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from acp.remote import files_refused
 from store.ids import now_ms
 from store.schedules import NotYours, TooManySchedules
 
@@ -112,6 +113,8 @@ async def send_file(means: Means, scope: Scope, path: str, caption: str | None) 
     )
     wanted = os.path.expanduser(wanted)
     roots = roots_for(config, scope.agent, session_dir)
+    if roots.remote is not None:
+        raise Refused(f"{path} was not posted: {files_refused(scope.agent, roots.remote)}")
     read = await asyncio.to_thread(read_agent_file, wanted, roots.allowed, roots.forbidden, config.attachment_bytes)
     name = Path(wanted).name or "file"
     if isinstance(read, FileRefused):

@@ -90,6 +90,9 @@ Directives inside the prompt text (apply to that prompt only)
                     session's cumulative cost (used 1000 of 200000 tokens) before answering
   [[commands:SPEC]] send available_commands_update during the prompt
   [[image:FILE]]    answer as --reply-image FILE
+  [[link:FILE]]     answer "Here is the file:", then a resource_link to file://FILE
+  [[embed:FILE]]    answer "Here is the file:", then FILE as an embedded resource (its text)
+  [[blob:FILE]]     the same with the bytes as a blob (base64)
 
 session/cancel stops the answer at once; the prompt returns stopReason "cancelled".
 """
@@ -434,6 +437,10 @@ class Scripted(AgentBase):
                 ],
             )
             return "end_turn"
+        for kind in ("link", "embed", "blob"):
+            if kind in d:
+                await self._reply_media(turn, [file_block(kind, Path(d[kind]))])
+                return "end_turn"
         if o.reply_resource:
             path = Path(o.reply_resource)
             await self._reply_media(
@@ -503,6 +510,18 @@ class Scripted(AgentBase):
         if self.opts.echo_last_line:
             return "echo: " + (text.splitlines() or [""])[-1]
         return "echo: " + text
+
+
+def file_block(kind: str, path: Path) -> dict:
+    """A file as an agent hands it over: a link to it (`link`), or its content embedded as text
+    (`embed`) or as a blob (`blob`)."""
+    uri, mime = path.resolve().as_uri(), _mime(str(path))
+    if kind == "link":
+        return {"type": "resource_link", "uri": uri, "name": path.name, "mimeType": mime}
+    if kind == "embed":
+        return {"type": "resource", "resource": {"uri": uri, "mimeType": mime, "text": path.read_text()}}
+    blob = base64.b64encode(path.read_bytes()).decode()
+    return {"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": blob}}
 
 
 async def hang() -> None:

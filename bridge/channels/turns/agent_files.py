@@ -13,6 +13,8 @@ one name only, `st_nlink == 1`: a hard link made in the working directory to a f
 and read up to a byte cap — never trusting the size the file reports (`/proc` files say 0).
 
 Anything else is refused with a reason written for the owner, one line, saying what and why.
+An agent over ssh (acp/remote.py) runs on another host: every path it names is refused, since the
+file it means is there; it can embed the content instead (an ACP resource with text or blob).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from acp.remote import destination, files_refused, is_remote
 
 from ...matrix.media import MediaError
 
@@ -46,10 +50,13 @@ class FileRoots:
     allowed: str | None
     forbidden: tuple[str, ...] = ()
     agent: str = ""
+    remote: str | None = None  # the host an agent over ssh runs on: none of its paths is read here
 
     async def read(self, path: str | os.PathLike, limit: int) -> bytes:
         """The bytes of `path` through the gate (off the event loop, at most `limit`);
         MediaError with the reason it is refused (matrix/media.py `post` asks this)."""
+        if self.remote is not None:
+            raise MediaError(files_refused(self.agent, self.remote))
         read = await asyncio.to_thread(read_agent_file, path, self.allowed, self.forbidden, limit)
         if isinstance(read, Refused):
             log.warning("%s asked to post %s: refused, %s", self.agent or "an agent", path, read.reason)
@@ -141,7 +148,9 @@ def roots_for(config, agent: str, session_cwd: str | None = None) -> FileRoots:
     homeserver_config = getattr(config, "homeserver_config", None)
     if homeserver_config is not None:
         forbidden.append(Path(homeserver_config).parent)
-    return FileRoots(allowed, tuple(str(Path(p).expanduser().absolute()) for p in forbidden), agent)
+    command = getattr(agent_config, "command", None) or []
+    host = destination(command) if is_remote(command) else None  # its files are on that host
+    return FileRoots(allowed, tuple(str(Path(p).expanduser().absolute()) for p in forbidden), agent, host)
 
 
 def _opened_path(fd: int) -> str | None:

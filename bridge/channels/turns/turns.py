@@ -406,7 +406,8 @@ async def run_turn(portal: Portal, record: TurnRecord, incoming: Incoming) -> No
     except _StoppedWaiting:
         await _end(answer, "⏹ stopped")
     except AgentCrashed as exc:
-        await _end(answer, f"⚠️ interrupted: {turn.agent} stopped unexpectedly (exit code {exc.exit_code})")
+        lost = exc.connection and f"{turn.agent}: {exc.connection}"  # over ssh: ssh's reason, one line
+        await _end(answer, f"⚠️ interrupted: {lost or f'{turn.agent} stopped unexpectedly (exit code {exc.exit_code})'}")
         await crash_notice(parts.notices, portal, puppet, turn.agent, exc)
     except AgentTimeout as exc:
         await _end(answer, f"⚠️ interrupted: {exc}")
@@ -512,7 +513,11 @@ def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:
 
 
 async def crash_notice(notices: Notices, portal: Portal, puppet, agent: str, exc: AgentCrashed) -> None:
-    """The agent's process died mid-answer: its exit code and the end of its stderr."""
+    """The agent's process died mid-answer: its exit code and the end of its stderr (an agent
+    over ssh whose connection failed: ssh's reason, in one line)."""
+    if exc.connection:
+        await notices.send(puppet, portal.room_id, f"⚠️ {agent}: {exc.connection}. The next message starts it again.")
+        return
     tail = "\n".join((exc.stderr_tail or "").strip().splitlines()[-STDERR_LINES:])
     text = f"⚠️ {agent} stopped unexpectedly (exit code {exc.exit_code})."
     html = f"<p>{text}</p>"

@@ -18,7 +18,6 @@ from acp.sandbox import (
     Sandbox,
     argv,
     environment,
-    is_remote,
     mounts,
     probe_argv,
 )
@@ -146,12 +145,6 @@ def test_the_environment_is_the_config_s_plus_four_of_the_bridge_s():
     }
     assert set(environment({}, {"PATH": "/bin"})) == {"PATH"}
     assert ENV_KEPT == ("PATH", "HOME", "LANG", "TERM")
-
-
-def test_agents_over_ssh_are_remote():
-    assert is_remote(["ssh", "-o", "BatchMode=yes", "box", "agent"])
-    assert is_remote(["/usr/bin/ssh", "box"])
-    assert not is_remote(["opencode", "acp"]) and not is_remote([])
 
 
 # ---- the same command lines, run by real bubblewrap ------------------------------------------

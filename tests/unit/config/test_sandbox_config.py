@@ -138,5 +138,31 @@ def test_off_and_ssh_have_no_sandbox_and_say_why(tmp_path):
     assert "agents.alice.sandbox: off" in unsandboxed(cfg, "alice")
     remote = config.load(write(tmp_path, {"command": ["ssh", "-o", "BatchMode=yes", "box", "agent"]}))
     assert sandbox_of(remote, remote.agents["alice"]) is None
-    assert sandbox_line(remote, "alice") == "remote over ssh (not sandboxed by the bridge)"
+    assert sandbox_line(remote, "alice") == (
+        "remote over ssh to box (not sandboxed by the bridge; files it names are not read here)"
+    )
     assert "ssh" in unsandboxed(remote, "alice")
+
+
+def test_an_ssh_config_file_an_agent_can_write_is_refused(tmp_path):
+    """docs/sandbox.md "Agents on other hosts": ssh would run what that file says, as the bridge."""
+    work, safe = tmp_path / "work", tmp_path / "safe"
+    work.mkdir()
+    safe.mkdir()
+    path = tmp_path / "config.yaml"
+
+    def agents(file: str) -> dict:
+        return {
+            "near": {"command": ["x"], "cwd": str(work)},
+            "far": {"command": ["ssh", "-F", file, "box", "agent"]},
+        }
+
+    path.write_text(yaml.safe_dump({**BASE, "agents": agents(str(work / "ssh_config"))}))
+    with pytest.raises(config.ConfigError) as caught:
+        config.load(path)
+    assert caught.value.problems == [
+        f"{path}: agents.far.command: its ssh config {work / 'ssh_config'} lies in {work}, which agent near "
+        "can write (and so make ssh run any program as the bridge): move the file out of every agent's folders"
+    ]
+    path.write_text(yaml.safe_dump({**BASE, "agents": agents(str(safe / "ssh_config"))}))
+    assert config.load(path).agents["far"].command[2] == str(safe / "ssh_config")

@@ -340,7 +340,9 @@ def test_check_says_each_agent_s_sandbox(tmp_path):
     assert sandbox_of(result.stdout, "boxed") == f"on; writes {tmp_path / 'work'}, {tmp_path / 'state'}; network off"
     assert agent_lines(result.stdout, "boxed")[0].startswith("✓ boxed:")  # it starts, sandboxed
     assert sandbox_of(result.stdout, "open") == "off (agents.open.sandbox: off): it reaches what the bridge reaches"
-    assert sandbox_of(result.stdout, "far") == "remote over ssh (not sandboxed by the bridge)"
+    assert sandbox_of(result.stdout, "far") == (
+        "remote over ssh to sidekicks-nowhere.invalid (not sandboxed by the bridge; files it names are not read here)"
+    )
 
 
 def test_without_bubblewrap_the_agent_does_not_start_and_check_says_the_fix(tmp_path):

@@ -49,6 +49,11 @@ CASES = [
         f"bubblewrap (apt-get install bubblewrap), or set agents.alice.sandbox: off in {PATH}",
     ),
     (
+        "the ssh connection to box failed: ssh: connect to host box port 22: Connection refused",
+        "agent alice: the ssh connection to box failed: ssh: connect to host box port 22: Connection refused"
+        f" — check that host, or fix agents.alice.command in {PATH}",
+    ),
+    (
         "session/new returned no session id",
         f"agent alice: session/new returned no session id — `sidekicks check -c {PATH}` shows more",
     ),

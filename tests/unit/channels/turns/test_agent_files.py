@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from bridge.channels.turns.agent_files import FileRoots, Refused, read_agent_file, roots_for
+from bridge.matrix.media import MediaError
 
 MIB = 1024 * 1024
 
@@ -162,3 +163,18 @@ def test_roots_for_a_session_follow_the_directory_it_works_in(tmp_path):
     assert roots_for(config, "alice", None).allowed == str(work)
     assert roots_for(config, "bob", str(tree)).allowed == str(tree)
     assert roots_for(config, "bob", None).allowed is None
+
+
+async def test_an_agent_over_ssh_gets_no_file_read_even_inside_its_cwd(cwd, tmp_path):
+    """Its paths name files on its host (acp/remote.py): the same path here is another file."""
+    agents = {"far": SimpleNamespace(cwd=str(cwd), command=["ssh", "-i", "/k", "me@box", "agent"])}
+    config = SimpleNamespace(
+        agents=agents,
+        path=tmp_path / "config" / "config.yaml",
+        data_dir=tmp_path / "data",
+        registration_path=tmp_path / "config" / "registration.yaml",
+    )
+    roots = roots_for(config, "far")
+    assert roots.remote == "box" and roots.allowed == str(cwd)
+    with pytest.raises(MediaError, match=r"far runs on box over ssh: .* \(an ACP resource with text or blob\)"):
+        await roots.read(cwd / "notes.txt", MIB)

@@ -2,7 +2,9 @@
 
 Prints one JSON line once ready ({"start_s": open_store + Bridge() + start(), "import_s": …}),
 then answers each "rss" line on stdin with {"rss_kb": VmRSS of this process only (agents, its
-children, are not counted)}; stdin closing stops the bridge.
+children, are not counted)}; stdin closing stops the bridge. With SIDEKICKS_BENCH_PROBES=1 in its
+environment, probes.py's stamps are installed, a "probes" line is answered with them and a
+"reset" line clears them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -35,6 +38,11 @@ def rss_kb() -> int:
 
 async def main(config_path: str, data_dir: str) -> None:
     logging.basicConfig(level=logging.ERROR)
+    probes = None
+    if os.environ.get("SIDEKICKS_BENCH_PROBES") == "1":
+        import probes
+
+        probes.install()
     import_s = time.perf_counter() - T_PROCESS
     cfg = dataclasses.replace(configuration.load(Path(config_path)), data_dir=Path(data_dir))
     registration = registrations.read(cfg.registration_path)
@@ -52,6 +60,11 @@ async def main(config_path: str, data_dir: str) -> None:
                 break
             if line.strip() == "rss":
                 print(json.dumps({"rss_kb": rss_kb(), "portals": len(bridge.portals)}), flush=True)
+            elif line.strip() == "probes" and probes is not None:
+                stamps = {"txn_entry": probes.txn_entry, "prompt_written": probes.prompt_written}
+                print(json.dumps({**stamps, "answers": probes.answers}), flush=True)
+            elif line.strip() == "reset" and probes is not None:
+                probes.reset()
     finally:
         await bridge.stop()
 

@@ -24,7 +24,20 @@ sys.path.insert(0, str(HERE))
 import aiohttp  # noqa: E402
 from common import ROOT, Owner, start_homeserver  # noqa: E402
 
-ALL = ("latency", "store", "start", "throughput", "faults", "soak", "model", "prepare", "e2ee", "voice", "sandbox")
+ALL = (
+    "latency",
+    "firsttoken",
+    "store",
+    "start",
+    "throughput",
+    "faults",
+    "soak",
+    "model",
+    "prepare",
+    "e2ee",
+    "voice",
+    "sandbox",
+)
 
 
 def machine() -> str:
@@ -135,6 +148,14 @@ async def main(args) -> int:
                             result = await bench_latency.run(bench, http, owner)
                             rows += bench_latency.rows(result)
                             notes += bench_latency.notes(result)
+                        if "firsttoken" in only:
+                            import bench_first_token
+
+                            print("• the local agent's first token, step by step …", flush=True)
+                            result = await bench_first_token.run(bench, owner)
+                            rows += bench_first_token.rows(result)
+                            notes += bench_first_token.notes(result)
+                            notes.append("first token, p50 per step (ms):\n\n" + bench_first_token.table(result))
                         if "start" in only:
                             import bench_start
 

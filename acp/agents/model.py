@@ -60,6 +60,8 @@ STATE_FORMAT = 1
 # tokens in use: at 7,300 tokens the agent's RSS peaks ~100 MB lower with 256 than with the
 # default 512, at the same prompt speed within this machine's noise (128 was slower).
 N_UBATCH = 256
+# Message texts whose token counts are kept for the cut (a turn counts the whole history).
+COUNTS_KEPT = 4096
 # Marks where the prepared text ends in the formatted chat prompt (a private-use character).
 PREPARE_MARK = "\ue000sidekicks-prepare\ue000"
 
@@ -316,6 +318,7 @@ class ChatModel:
         self._waiting: dict[str, int] = {}
         self._waiting_lock = threading.Lock()
         self._formatter: Any = None
+        self._counts: dict[str, int] = {}  # tokens per message text, for the cut (fit)
         self.prepare_chunks = 0  # chunks evaluated by preparations (tests read it)
         self._closing = False
 
@@ -472,7 +475,13 @@ class ChatModel:
         budget = self.n_ctx - self.answer_tokens() - TEMPLATE_RESERVE
 
         def count(text: str) -> int:
-            return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+            # every turn counts the whole history again: each message is tokenized once
+            n = self._counts.get(text)
+            if n is None:
+                if len(self._counts) >= COUNTS_KEPT:
+                    self._counts.clear()
+                n = self._counts[text] = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+            return n
 
         def keep_tail(text: str, n_tokens: int) -> str:
             tokens = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)

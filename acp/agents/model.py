@@ -459,14 +459,19 @@ class ChatModel:
             except OSError:
                 pass
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Let the last answer save its state, then finish writing states (bounded wait)."""
+    def close(self, timeout: float = 5.0) -> bool:
+        """Let the last answer save its state, then finish writing states (bounded wait).
+        False if llama.cpp was still computing when the wait ended (a chunk of a preparation on
+        a loaded machine): the process must then end without running its exit handlers, which
+        would tear llama.cpp down under that thread."""
         deadline = time.monotonic() + timeout
         self._closing = True  # a preparation stops at its next chunk
-        if self._busy.acquire(timeout=timeout):
+        idle = self._busy.acquire(timeout=timeout)
+        if idle:
             self._busy.release()
         if self.states is not None:
             self.states.close(max(deadline - time.monotonic(), 0.1))
+        return idle
 
     # -- generating -----------------------------------------------------------
     def fit(self, messages: list[Message], start: int | None = None) -> tuple[list[Message], int]:

@@ -29,6 +29,10 @@ any chat GGUF can be given with --model.
   would send if asked now; its known start is evaluated into the session's KV
   state in the background, and a real prompt preempts it between two chunks.
   It changes nothing the agent is told (docs/prepare.md).
+* After each answer the agent prepares the session's next prompt itself, in the same way: its
+  known start (the answer's end, the chat template's next user header) is evaluated while the
+  owner reads, so a follow-up evaluates only its own tokens (docs/performance.md "The local
+  agent's first token"). --log-turns says it as `next turn, prepare …`.
 * stdout is the protocol channel: agent_kit moves everything else, llama.cpp
   included, to stderr.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import threading
@@ -155,31 +160,53 @@ class LocalModelAgent(AgentBase):
             self.model.check()
         except ModelError:
             return {"outcome": "unsupported"}
+        self._start_prepare(session_id, self._messages(session, text))
+        return {"outcome": "started"}
+
+    def _messages(self, session: Session, text: str) -> list[dict[str, str]]:
+        """What the model is given for `text` in `session`: its history, then `text`."""
         messages = list(session.messages) + [{"role": "user", "content": text}]
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return messages
+
+    def _start_prepare(self, session_id: str, messages: list[dict[str, str]], ahead: bool = False) -> None:
+        """Evaluate the known start of `messages` into the session's state, in the background;
+        it replaces the session's running preparation. `ahead`: the agent's own, after an answer."""
         previous = self._preparing.get(session_id)
         if previous is not None:
             previous.set()
         stop = threading.Event()
         self._preparing[session_id] = stop
-        task = asyncio.create_task(self._run_prepare(session_id, messages, stop))
+        task = asyncio.create_task(self._run_prepare(session_id, messages, stop, ahead))
         self._prepare_tasks.add(task)
         task.add_done_callback(self._prepare_tasks.discard)
-        return {"outcome": "started"}
 
-    async def _run_prepare(self, session_id: str, messages: list[dict[str, str]], stop: threading.Event) -> None:
+    def _prepare_next(self, session: Session) -> None:
+        """After an answer: the session's next prompt starts with the answer's end and the chat
+        template's next user header, known now. They are evaluated at once, while the owner
+        reads, so that the next message evaluates only its own tokens and the template's end
+        (docs/performance.md "The local agent's first token"). What the agent is told does not
+        change: a prompt reuses a state only as far as its tokens are the same."""
+        if session.messages and session.id not in self._preparing:
+            self._start_prepare(session.id, self._messages(session, ""), ahead=True)
+
+    async def _run_prepare(
+        self, session_id: str, messages: list[dict[str, str]], stop: threading.Event, ahead: bool = False
+    ) -> None:
         """In the background: the request was answered at once, so that a long preparation is
-        never taken for a silent agent. With --log-turns, one line when it ends."""
+        never taken for a silent agent. With --log-turns, one line when it ends (for the
+        agent's own preparation ahead of the next turn, a line of its own kind)."""
         try:
             # a daemon thread, not the default executor: the agent never waits for a
             # preparation to exit
             loop = asyncio.get_running_loop()
             done: asyncio.Future[PrepareStats] = loop.create_future()
+            started = None if ahead else self._started
 
             def work() -> None:
                 try:
-                    result: Any = self.model.prepare(messages, session_id, stop.is_set, started=self._started)
+                    result: Any = self.model.prepare(messages, session_id, stop.is_set, started=started)
                     setter = done.set_result
                 except BaseException as exc:
                     result, setter = exc, done.set_exception
@@ -197,7 +224,8 @@ class LocalModelAgent(AgentBase):
             if self._preparing.get(session_id) is stop:
                 del self._preparing[session_id]
         if self.log_turns:
-            print(f"sidekicks-local: {session_id}: {stats.line()}", file=sys.stderr, flush=True)
+            kind = "next turn, " if ahead else ""
+            print(f"sidekicks-local: {session_id}: {kind}{stats.line()}", file=sys.stderr, flush=True)
 
     def received(self, message: dict[str, Any]) -> None:
         if message.get("method") == "session/prompt" and message.get("id") is not None:
@@ -303,9 +331,7 @@ class LocalModelAgent(AgentBase):
 
     async def _generate(self, turn: Turn, session: Session, text: str) -> str:
         user = {"role": "user", "content": text}
-        messages = list(session.messages) + [user]
-        if self.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        messages = self._messages(session, text)
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Piece | BaseException] = asyncio.Queue()
@@ -365,6 +391,7 @@ class LocalModelAgent(AgentBase):
         finally:
             stop.set()
         self._remember(session, user, "".join(parts))
+        self._prepare_next(session)
         if finish == "cancelled":
             return "cancelled"
         return "max_tokens" if finish == "length" else "end_turn"
@@ -460,7 +487,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run(LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system, log_turns=args.log_turns))
     finally:
-        model.close(timeout=5.0)  # the last answers' KV states, if still being written
+        # the last answers' KV states, if still being written
+        if not model.close(timeout=5.0):  # a thread is still in llama.cpp: no exit handlers
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
 
 if __name__ == "__main__":

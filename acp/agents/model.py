@@ -60,6 +60,8 @@ STATE_FORMAT = 1
 # tokens in use: at 7,300 tokens the agent's RSS peaks ~100 MB lower with 256 than with the
 # default 512, at the same prompt speed within this machine's noise (128 was slower).
 N_UBATCH = 256
+# Message texts whose token counts are kept for the cut (a turn counts the whole history).
+COUNTS_KEPT = 4096
 # Marks where the prepared text ends in the formatted chat prompt (a private-use character).
 PREPARE_MARK = "\ue000sidekicks-prepare\ue000"
 
@@ -316,6 +318,7 @@ class ChatModel:
         self._waiting: dict[str, int] = {}
         self._waiting_lock = threading.Lock()
         self._formatter: Any = None
+        self._counts: dict[str, int] = {}  # tokens per message text, for the cut (fit)
         self.prepare_chunks = 0  # chunks evaluated by preparations (tests read it)
         self._closing = False
 
@@ -456,14 +459,19 @@ class ChatModel:
             except OSError:
                 pass
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Let the last answer save its state, then finish writing states (bounded wait)."""
+    def close(self, timeout: float = 5.0) -> bool:
+        """Let the last answer save its state, then finish writing states (bounded wait).
+        False if llama.cpp was still computing when the wait ended (a chunk of a preparation on
+        a loaded machine): the process must then end without running its exit handlers, which
+        would tear llama.cpp down under that thread."""
         deadline = time.monotonic() + timeout
         self._closing = True  # a preparation stops at its next chunk
-        if self._busy.acquire(timeout=timeout):
+        idle = self._busy.acquire(timeout=timeout)
+        if idle:
             self._busy.release()
         if self.states is not None:
             self.states.close(max(deadline - time.monotonic(), 0.1))
+        return idle
 
     # -- generating -----------------------------------------------------------
     def fit(self, messages: list[Message], start: int | None = None) -> tuple[list[Message], int]:
@@ -472,7 +480,13 @@ class ChatModel:
         budget = self.n_ctx - self.answer_tokens() - TEMPLATE_RESERVE
 
         def count(text: str) -> int:
-            return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+            # every turn counts the whole history again: each message is tokenized once
+            n = self._counts.get(text)
+            if n is None:
+                if len(self._counts) >= COUNTS_KEPT:
+                    self._counts.clear()
+                n = self._counts[text] = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+            return n
 
         def keep_tail(text: str, n_tokens: int) -> str:
             tokens = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)

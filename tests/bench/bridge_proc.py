@@ -3,7 +3,9 @@
 Prints one JSON line once ready ({"start_s": open_store + Bridge() + start(), "import_s": …,
 "cpu_s": the process's CPU time so far, imports included: what the machine's load does not move}),
 then answers each "rss" line on stdin with {"rss_kb": VmRSS of this process only (agents, its
-children, are not counted)}; stdin closing stops the bridge.
+children, are not counted)}; stdin closing stops the bridge. With SIDEKICKS_BENCH_PROBES=1 in its
+environment, probes.py's stamps are installed, a "probes" line is answered with them and a
+"reset" line clears them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import AsyncIterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -53,6 +56,11 @@ async def stdin_lines() -> AsyncIterator[str]:
 
 async def main(config_path: str, data_dir: str) -> None:
     logging.basicConfig(level=logging.ERROR)
+    probes = None
+    if os.environ.get("SIDEKICKS_BENCH_PROBES") == "1":
+        import probes
+
+        probes.install()
     import_s = time.perf_counter() - T_PROCESS
     cfg, registration = load(config_path, data_dir)
     t0 = time.perf_counter()
@@ -66,6 +74,11 @@ async def main(config_path: str, data_dir: str) -> None:
         async for line in stdin_lines():
             if line == "rss":
                 print(json.dumps({"rss_kb": rss_kb(), "portals": len(bridge.portals)}), flush=True)
+            elif line.strip() == "probes" and probes is not None:
+                stamps = {"txn_entry": probes.txn_entry, "prompt_written": probes.prompt_written}
+                print(json.dumps({**stamps, "answers": probes.answers}), flush=True)
+            elif line.strip() == "reset" and probes is not None:
+                probes.reset()
     finally:
         await bridge.stop()
 

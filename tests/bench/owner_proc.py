@@ -5,8 +5,12 @@ Prints {"ready": true} once logged in and synced, then for each JSON line on std
 {"room": ROOM_ID, "text": TEXT, "from": USER_ID} sends TEXT into the room (room_send: the
 person's Enter) and answers one JSON line {"s": seconds} from just before room_send to the
 `/sync` response holding the first m.room.message of USER_ID that comes after the sent event in
-the room's timeline (edits of earlier messages do not count), or {"error": "..."}. stdin closing
-ends it. Used by bench_latency.py; the same client code times every side.
+the room's timeline (edits of earlier messages do not count), or {"error": "..."}. With
+"until": "text" in the request it waits instead for the first event of USER_ID (a message or an
+edit of one, after the sent event) whose body shows answer text, not only a status line, and
+adds "text_s" (that one), "t0" and "sent" (time.perf_counter() before room_send and when it
+returned: CLOCK_MONOTONIC, comparable with the other processes' stamps). stdin closing ends it.
+Used by bench_latency.py and bench_first_token.py; the same client code times every side.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ ANSWER_TIMEOUT = 30.0
 
 
 class Timelines:
-    """Every m.room.message seen, per room, in timeline order: (seen_at, sender, event_id, is_edit)."""
+    """Every m.room.message seen, per room, in timeline order: (seen_at, sender, event_id, is_edit, body);
+    the body of an edit is its new content's."""
 
     def __init__(self) -> None:
-        self.rooms: dict[str, list[tuple[float, str, str, bool]]] = {}
+        self.rooms: dict[str, list[tuple[float, str, str, bool, str]]] = {}
         self.changed = asyncio.Condition()
 
     def add(self, seen: float, response: SyncResponse) -> None:
@@ -45,20 +50,44 @@ class Timelines:
                 source = getattr(event, "source", None) or {}
                 if source.get("type") != "m.room.message":
                     continue
-                relates = (source.get("content") or {}).get("m.relates_to") or {}
+                content = source.get("content") or {}
+                relates = content.get("m.relates_to") or {}
+                body = (content.get("m.new_content") or content).get("body", "")
                 record.append(
-                    (seen, source.get("sender", ""), source.get("event_id", ""), relates.get("rel_type") == "m.replace")
+                    (
+                        seen,
+                        source.get("sender", ""),
+                        source.get("event_id", ""),
+                        relates.get("rel_type") == "m.replace",
+                        body if isinstance(body, str) else "",
+                    )
                 )
 
-    def answer_after(self, room_id: str, event_id: str, sender: str) -> float | None:
+    def answer_after(self, room_id: str, event_id: str, sender: str, text: bool = False) -> float | None:
+        """When the first message of `sender` after `event_id` was seen; with `text`, the first
+        message or edit of `sender` showing answer text."""
         record = self.rooms.get(room_id, [])
-        for i, (_, _, eid, _) in enumerate(record):
+        for i, (_, _, eid, _, _) in enumerate(record):
             if eid == event_id:
-                for seen, who, _, edit in record[i + 1 :]:
-                    if who == sender and not edit:
+                for seen, who, _, edit, body in record[i + 1 :]:
+                    if who != sender:
+                        continue
+                    if text and shows_text(body):
+                        return seen
+                    if not text and not edit:
                         return seen
                 return None
         return None
+
+
+STATUS_PREFIXES = ("⏳", "💭", "✍️", "🔧")  # the bridge's status lines (bridge/channels/showing.py)
+
+
+def shows_text(body: str) -> bool:
+    """A message of an answer shows text: the status line (if any) is followed by some."""
+    if body.startswith(STATUS_PREFIXES):
+        return bool(body.partition("\n\n")[2].strip())
+    return bool(body.strip()) and body != "…"
 
 
 async def sync_loop(client: AsyncClient, timelines: Timelines) -> None:
@@ -73,17 +102,23 @@ async def sync_loop(client: AsyncClient, timelines: Timelines) -> None:
             timelines.changed.notify_all()
 
 
-async def one_round(client: AsyncClient, timelines: Timelines, room: str, text: str, sender: str) -> dict:
+async def one_round(
+    client: AsyncClient, timelines: Timelines, room: str, text: str, sender: str, until_text: bool = False
+) -> dict:
     t0 = time.perf_counter()
     sent = await client.room_send(room, "m.room.message", {"msgtype": "m.text", "body": text})
     if not isinstance(sent, RoomSendResponse):
         return {"error": f"room_send: {sent}"}
+    answered = time.perf_counter()
     deadline = t0 + ANSWER_TIMEOUT
     async with timelines.changed:
         while True:
             seen = timelines.answer_after(room, sent.event_id, sender)
-            if seen is not None:
-                return {"s": seen - t0}
+            shown = timelines.answer_after(room, sent.event_id, sender, text=True) if until_text else seen
+            if seen is not None and shown is not None:
+                if not until_text:
+                    return {"s": seen - t0}
+                return {"s": seen - t0, "text_s": shown - t0, "t0": t0, "sent": answered}
             left = deadline - time.perf_counter()
             if left <= 0:
                 return {"error": f"no answer from {sender} in {ANSWER_TIMEOUT:.0f} s"}
@@ -117,7 +152,10 @@ async def main(hs_url: str, user: str, password: str) -> None:
                 while ask["room"] not in client.rooms:  # a room joined after the first sync
                     async with timelines.changed:
                         await timelines.changed.wait()
-                print(json.dumps(await one_round(client, timelines, ask["room"], ask["text"], ask["from"])), flush=True)
+                answer = await one_round(
+                    client, timelines, ask["room"], ask["text"], ask["from"], ask.get("until") == "text"
+                )
+                print(json.dumps(answer), flush=True)
         finally:
             syncing.cancel()
             await asyncio.gather(syncing, return_exceptions=True)

@@ -27,6 +27,7 @@ from common import ROOT, Owner, start_homeserver  # noqa: E402
 
 ALL = (
     "latency",
+    "firsttoken",
     "store",
     "start",
     "throughput",
@@ -140,6 +141,14 @@ async def main(args) -> int:
                             result = await bench_latency.run(bench, http, owner)
                             rows += bench_latency.rows(result)
                             notes += bench_latency.notes(result)
+                        if "firsttoken" in only:
+                            import bench_first_token
+
+                            print("• the local agent's first token, step by step …", flush=True)
+                            result = await bench_first_token.run(bench, owner)
+                            rows += bench_first_token.rows(result)
+                            notes += bench_first_token.notes(result)
+                            notes.append("first token, p50 per step (ms):\n\n" + bench_first_token.table(result))
                         await measure("start", "bridge start and RSS", lambda m: m.run(bench, http, folder / "start"))
                         await measure(
                             "scale",

@@ -126,3 +126,18 @@ def test_a_finished_preparation_is_saved_and_one_this_sessions_prompt_waits_for_
             llm.on_eval = lambda model=model, waiting=waiting: model._waiting.setdefault(waiting, 1)
         model.prepare(MESSAGES, "s", lambda: False, chunk=256)
         assert saved == expected, waiting
+
+
+def test_close_says_whether_llama_cpp_was_left_computing():
+    """The agent ends without exit handlers when a chunk outlasts close()'s wait (local_model.main):
+    they would tear llama.cpp down under the computing thread."""
+    llm = FakeLlm()
+    model = model_with(llm, list(range(600)))
+    assert model.close(timeout=0.1) is True  # idle
+    model = model_with(llm, list(range(600)))
+    model._busy.acquire()  # a chunk under way
+    try:
+        assert model.close(timeout=0.1) is False
+        assert model.prompt_waiting()  # and the preparation stops at its next chunk
+    finally:
+        model._busy.release()

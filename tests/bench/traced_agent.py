@@ -1,0 +1,245 @@
+"""The local agent with timestamps: `python traced_agent.py TRACE_FILE [--no-ahead] [local_model options…]`.
+
+`--no-ahead` turns off the agent's own preparation of the next turn after an answer (to measure
+what it saves, beside the agent as shipped).
+
+Runs `acp.agents.local_model` unchanged, with time.perf_counter() stamps (CLOCK_MONOTONIC: the
+same clock in every process of the machine) around each step of a prompt up to its first chunk
+on stdout. One JSON line per prompt is appended to TRACE_FILE when its first chunk is written:
+{"token": the prompt's last bench token, "stamps": {step: t}, "info": {…}}. Used by
+bench_first_token.py; nothing here changes what the agent does or is told.
+
+    initialize, session   (the first prompt of a process) initialize and session/new or
+                session/load received
+    read        the reader thread's os.read that brought the prompt's last bytes
+    parsed      the message dispatched on the event loop (LocalModelAgent.received)
+    handler     LocalModelAgent.prompt entered
+    thread      the generation thread's ChatModel.stream entered
+    fit_start / fit_end             ChatModel.fit: the cut (tokens counted message by message)
+    restored    ChatModel._restore returned (the session's KV state in the context)
+    completion  create_chat_completion called (the chat template follows)
+    tokenize_start / tokenize_end   the prompt's tokenization (the longest tokenize call)
+    eval_start / eval_end           the first llama.cpp eval (the prompt's new tokens)
+    sample_start / sample_end       the first token sampled
+    piece       the first Piece with text yielded by ChatModel.stream (in the thread)
+    say         the first turn.say on the event loop
+    written     the first agent_message_chunk written to stdout
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from acp import agent_kit  # noqa: E402
+from acp.agents import local_model, model  # noqa: E402
+
+now = time.perf_counter
+TOKEN = re.compile(r"bench-[a-z0-9-]+")
+TRACE = Path(sys.argv[1])
+_lock = threading.Lock()
+_current: dict = {}  # the prompt being traced: {"token", "stamps", "info"}
+_last_read = [0.0]
+
+
+def stamp(name: str, **info) -> None:
+    with _lock:
+        if not _current:
+            return
+        _current["stamps"].setdefault(name, now())
+        for key, value in info.items():
+            _current["info"].setdefault(key, value)
+
+
+class _Os:
+    """agent_kit's `os`, with each read stamped (its reader thread calls os.read)."""
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    @staticmethod
+    def read(fd: int, n: int) -> bytes:
+        data = os.read(fd, n)
+        _last_read[0] = now()
+        return data
+
+
+agent_kit.os = _Os()  # type: ignore[assignment]
+
+original_received = local_model.LocalModelAgent.received
+
+
+def received(self, message):
+    if message.get("method") == "session/prompt":
+        blocks = (message.get("params") or {}).get("prompt") or []
+        tokens = TOKEN.findall("".join(b.get("text", "") for b in blocks if isinstance(b, dict)))
+        with _lock:
+            _current.clear()
+            _current.update({"token": tokens[-1] if tokens else "", "stamps": {"read": _last_read[0]}, "info": {}})
+            if _opened[0]:  # the first prompt after the agent started (cold): when it began
+                _current["stamps"].update({"initialize": _opened[1], "session": _opened[0]})
+                _opened[0] = 0.0
+        stamp("parsed")
+    return original_received(self, message)
+
+
+local_model.LocalModelAgent.received = received
+
+_opened = [0.0, 0.0]  # when the last session/new or session/load, and initialize, arrived
+original_new, original_load = local_model.LocalModelAgent.new_session, local_model.LocalModelAgent.load
+original_initialize = local_model.LocalModelAgent.initialize
+
+
+async def initialize(self, params):
+    _opened[1] = now()
+    return await original_initialize(self, params)
+
+
+async def new_session(self, *args, **kwargs):
+    _opened[0] = now()
+    return await original_new(self, *args, **kwargs)
+
+
+async def load(self, *args, **kwargs):
+    _opened[0] = now()
+    return await original_load(self, *args, **kwargs)
+
+
+local_model.LocalModelAgent.initialize = initialize
+local_model.LocalModelAgent.new_session = new_session
+local_model.LocalModelAgent.load = load
+
+original_prompt = local_model.LocalModelAgent.prompt
+
+
+async def prompt(self, turn):
+    stamp("handler", model_loaded=self.model.loaded)
+    return await original_prompt(self, turn)
+
+
+local_model.LocalModelAgent.prompt = prompt
+
+original_stream = model.ChatModel.stream
+
+
+def stream(self, *args, **kwargs):
+    stamp("thread")
+    for piece in original_stream(self, *args, **kwargs):
+        if piece.text:
+            stamp("piece")
+        if piece.stats is not None:
+            stamp("end", prompt_tokens=piece.stats.prompt_tokens, evaluated=piece.stats.evaluated)
+        yield piece
+
+
+model.ChatModel.stream = stream
+
+original_fit = model.ChatModel.fit
+
+
+def fit(self, *args, **kwargs):
+    stamp("fit_start")
+    try:
+        return original_fit(self, *args, **kwargs)
+    finally:
+        stamp("fit_end")
+
+
+model.ChatModel.fit = fit
+
+original_restore = model.ChatModel._restore
+
+
+def restore(self, *args, **kwargs):
+    source = original_restore(self, *args, **kwargs)
+    stamp("restored", state=source)
+    return source
+
+
+model.ChatModel._restore = restore
+
+original_open = model.ChatModel._open
+
+
+def open_model(self):
+    started = now()
+    llm = original_open(self)
+    stamp("model_loaded", load_s=now() - started)
+    completion, tokenize, evaluate, sample = llm.create_chat_completion, llm.tokenize, llm.eval, llm.sample
+    longest = [0]
+
+    def create_chat_completion(*args, **kwargs):
+        longest[0] = 0
+        stamp("completion")
+        return completion(*args, **kwargs)
+
+    def tokenize_(text, *args, **kwargs):
+        t0 = now()
+        tokens = tokenize(text, *args, **kwargs)
+        t1 = now()
+        with _lock:
+            if _current and "completion" in _current["stamps"] and "eval_start" not in _current["stamps"]:
+                if len(text) > longest[0]:  # the prompt: the longest text tokenized before the eval
+                    longest[0] = len(text)
+                    _current["stamps"]["tokenize_start"], _current["stamps"]["tokenize_end"] = t0, t1
+        return tokens
+
+    def eval_(tokens):
+        cpu = time.thread_time()
+        stamp("eval_start", eval_tokens=len(tokens), n_past=llm.n_tokens)
+        evaluate(tokens)
+        stamp("eval_end", eval_cpu=time.thread_time() - cpu)
+
+    def sample_(*args, **kwargs):
+        stamp("sample_start")
+        token = sample(*args, **kwargs)
+        stamp("sample_end")
+        return token
+
+    llm.create_chat_completion, llm.tokenize, llm.eval, llm.sample = create_chat_completion, tokenize_, eval_, sample_
+    return llm
+
+
+model.ChatModel._open = open_model
+
+original_say = agent_kit.Turn.say
+
+
+async def say(self, text):
+    stamp("say")
+    return await original_say(self, text)
+
+
+agent_kit.Turn.say = say
+
+original_send = agent_kit.Connection.send
+
+
+def send(self, message):
+    original_send(self, message)
+    update = (message.get("params") or {}).get("update") or {}
+    if update.get("sessionUpdate") == "agent_message_chunk":
+        with _lock:
+            if not _current or "written" in _current["stamps"]:
+                return
+            _current["stamps"]["written"] = now()
+            line = json.dumps(_current)
+        with TRACE.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+agent_kit.Connection.send = send
+
+if __name__ == "__main__":
+    options = sys.argv[2:]
+    if options[:1] == ["--no-ahead"]:
+        options = options[1:]
+        local_model.LocalModelAgent._prepare_next = lambda self, session: None  # type: ignore[method-assign]
+    local_model.main(options)

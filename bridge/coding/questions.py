@@ -57,7 +57,7 @@ class Questions:
         mention: Sequence[str] = (),
     ) -> ElicitationAnswer | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
-        the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.TurnRun;
+        the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.RunningTurn;
         None: the portal's current one); `mention`: whom it notifies
         (channels/rules/approvals.py)."""
         run = run if run is not None else portal.current

@@ -82,7 +82,7 @@ class Permissions:
     ) -> str | None:
         """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
         the turn's `conversation`; the chosen optionId, or None for cancelled. `run`: the turn
-        asking (turns.TurnRun; None: the portal's current one)."""
+        asking (turns.RunningTurn; None: the portal's current one)."""
         run = run if run is not None else portal.current
         options = [o for o in request.options if isinstance(o, dict) and o.get("optionId")]
         if not options:

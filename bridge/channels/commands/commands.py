@@ -372,7 +372,7 @@ class BotCommands:
         elif command.name == "approve":
             await self._approve(portal, command.args, say)
         elif command.name == "queue":
-            await say(queue_listing((job.turn.agent, job.incoming.body) for job in portal.queued(here.conversation)))
+            await say(queue_listing((job.record.agent, job.incoming.body) for job in portal.queued(here.conversation)))
         elif command.name == "drop":
             await self._drop(portal, command.args, here, say)
         elif command.name == "steer":
@@ -434,11 +434,11 @@ class BotCommands:
         if not await self.db.turns.drop(job.turn_id):  # begun meanwhile elsewhere: not dropped
             await say(f"{number} has begun already: !stop stops it.")
             return
-        await say(f"Dropped {number}: {job.turn.agent} will not answer “{' '.join(job.incoming.body.split())[:80]}”.")
+        await say(f"Dropped {number}: {job.record.agent} will not answer “{' '.join(job.incoming.body.split())[:80]}”.")
 
     async def _steer(self, portal: Portal, text: str, here: Here, say) -> None:
         """`!steer TEXT`: the answer being written in this conversation is redirected
-        (turns.TurnRun.steer)."""
+        (turns.RunningTurn.steer)."""
         if not text:
             await say("Usage: !steer TEXT (or reply to the answer being written).")
             return

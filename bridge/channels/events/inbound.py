@@ -304,7 +304,7 @@ class Inbound:
 
     async def _steer(self, room_id: str, reply_to: str, body: str) -> bool:
         """A reply to an answer still being written: that turn is steered with it (turns.py
-        `TurnRun.steer`); False when the answer replied to is not running (an ordinary message)."""
+        `RunningTurn.steer`); False when the answer replied to is not running (an ordinary message)."""
         portal = self.channels.portals.get(room_id)
         for run in list(portal.runs.values()) if portal is not None else ():
             if reply_to in run.answer.event_ids:

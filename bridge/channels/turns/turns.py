@@ -58,7 +58,7 @@ class Portal(Protocol):
 
     parts: ChannelParts
     channel: Channel
-    runs: dict[str, TurnRun]  # conversation → its running turn
+    runs: dict[str, RunningTurn]  # conversation → its running turn
     room_id: str
 
     def member_names(self) -> list[str]: ...
@@ -72,7 +72,7 @@ class Portal(Protocol):
     ) -> tuple[str, bool, Any]: ...
 
 
-class TurnRun:
+class RunningTurn:
     """A turn in progress, so `!stop`, a redaction or 🛑 can cancel it."""
 
     def __init__(self, portal: Portal, agent_name: str, answer: Answer):
@@ -139,7 +139,7 @@ class TurnRun:
 
 
 @asynccontextmanager
-async def _agent_turn(pool, run: TurnRun):
+async def _agent_turn(pool, run: RunningTurn):
     """`pool.turn(agent)`, whose waiting `run.cancel()` can end."""
     turn = pool.turn(run.agent_name)
     run.entering = asyncio.ensure_future(turn.__aenter__())
@@ -223,7 +223,7 @@ def waiting_note(channels: Channels, pool, agent: str, ahead: int | None = None,
     return ""
 
 
-async def _leave_queue(channels: Channels, pool, run: TurnRun) -> None:
+async def _leave_queue(channels: Channels, pool, run: RunningTurn) -> None:
     """`run` got its turn (or ended): the turns still waiting for that agent move up."""
     queue = channels.waiting.get(run.agent_name, [])
     if run not in queue:
@@ -256,7 +256,7 @@ async def run_turn(portal: Portal, record: TurnRecord, incoming: Incoming) -> No
         await _leave(run)
 
 
-async def _prepare(portal: Portal, record: TurnRecord, incoming: Incoming) -> TurnRun | None:
+async def _prepare(portal: Portal, record: TurnRecord, incoming: Incoming) -> RunningTurn | None:
     """The turn's answer and what shows its work, its place in its agent's queue and in the
     portal's running turns; None when its agent is not configured (the record is dropped)."""
     parts = portal.parts
@@ -278,7 +278,7 @@ async def _prepare(portal: Portal, record: TurnRecord, incoming: Incoming) -> Tu
     answer.reused = record.attempt > 1
     answer.on_messages = journal.messages
     answer.on_final = journal.finishing
-    run = TurnRun(portal, record.agent, answer)
+    run = RunningTurn(portal, record.agent, answer)
     run.record, run.incoming, run.puppet, run.title = record, incoming, puppet, agent_config.title
     run.conversation = record.conversation
     run.work = work = parts.work(puppet.intent, portal.room_id, config.attachment_bytes)
@@ -308,7 +308,7 @@ async def _prepare(portal: Portal, record: TurnRecord, incoming: Incoming) -> Tu
     return run
 
 
-async def _prompt(run: TurnRun) -> str | None:
+async def _prompt(run: RunningTurn) -> str | None:
     """The placeholder posted, the agent's turn waited for, its session and what it has not seen
     read, the prompt built and sent (again when steered): the agent's stop reason, or None when
     the turn ended before the agent was asked (over budget, stopped, an attachment refused)."""
@@ -409,13 +409,13 @@ async def _prompt(run: TurnRun) -> str | None:
     return stop_reason
 
 
-async def _ended_early(run: TurnRun, footer: str) -> None:
+async def _ended_early(run: RunningTurn, footer: str) -> None:
     """The turn ends before its agent is asked: its answer says why, its record is ended."""
     await _end(run.answer, footer)
     run.journal.ended(ENDED, run.answer.event_ids, None)
 
 
-async def _close_answer(run: TurnRun, stop_reason: str) -> None:
+async def _close_answer(run: RunningTurn, stop_reason: str) -> None:
     """The agent is done: the final text sent, then the answer, what the agent has seen and its
     turn done, stored together; `!voice on` reads it aloud. A stop from here on lets the complete
     answer land and be stored (within FINISH_ON_STOP) rather than marking it interrupted."""
@@ -447,7 +447,7 @@ async def _close_answer(run: TurnRun, stop_reason: str) -> None:
         raise
 
 
-async def _show_ending(run: TurnRun, end: Ending, exc: BaseException) -> None:
+async def _show_ending(run: RunningTurn, end: Ending, exc: BaseException) -> None:
     """What an ending shows (endings.py): the answer's footer, its placeholder paused, or the
     answer marked interrupted; a crash's notice; a failure in the log."""
     portal, answer = run.portal, run.answer
@@ -465,7 +465,7 @@ async def _show_ending(run: TurnRun, end: Ending, exc: BaseException) -> None:
         await crash_notice(portal.parts.notices, portal, run.puppet, run.agent_name, exc)
 
 
-async def _leave(run: TurnRun) -> None:
+async def _leave(run: RunningTurn) -> None:
     """Whatever the end: the plan and tool calls keep their last state, the record is closed,
     the turn leaves its agent's queue and the portal's running turns; the other members prepare
     (prepare.py) — they have its answer to read."""
@@ -484,7 +484,7 @@ async def _leave(run: TurnRun) -> None:
     prepare.soon(portal, [m for m in portal.member_names() if m != run.agent_name], conversation)
 
 
-def _steered(run: TurnRun, request: str, prompt: str | list[dict], answer: Answer) -> tuple[str, str | list[dict]]:
+def _steered(run: RunningTurn, request: str, prompt: str | list[dict], answer: Answer) -> tuple[str, str | list[dict]]:
     """What the agent is asked once steered: (the request with the steering words, the prompt
     with them); the answer shows where it was steered."""
     words = "\n\n".join(run.steering)
@@ -495,7 +495,7 @@ def _steered(run: TurnRun, request: str, prompt: str | list[dict], answer: Answe
     return f"{request}\n\n{words}", f"{prompt}\n\n{words}"
 
 
-async def _ask(portal: Portal, puppet, conversation: str, requester: str | None, run: TurnRun, ask, request):
+async def _ask(portal: Portal, puppet, conversation: str, requester: str | None, run: RunningTurn, ask, request):
     """Ask the owner through `ask` (permissions.py, coding/questions.py): who answers and whom
     it mentions, as the channel's `!approve` says (approvals.py) when it is asked."""
     parts = portal.parts
@@ -510,13 +510,13 @@ async def _after(first: asyncio.Task, then) -> None:
     await then
 
 
-def _begin(run: TurnRun, posting: asyncio.Task) -> None:
+def _begin(run: RunningTurn, posting: asyncio.Task) -> None:
     """The placeholder is posted: the record knows its event (unless the prompt went first)."""
     if not posting.cancelled() and posting.exception() is None and not run.prompt_sent:
         run.journal.posted(run.answer.event_ids)
 
 
-async def _prompting(run: TurnRun) -> None:
+async def _prompting(run: RunningTurn) -> None:
     """`session/prompt` is about to be written to the agent: its record says so first. From
     then on the answer has begun, and a stop marks it interrupted instead of running it again —
     a prompt reaches its agent at most once, whenever the bridge is killed."""
@@ -524,14 +524,14 @@ async def _prompting(run: TurnRun) -> None:
     run.prompt_sent = True
 
 
-def _prompted(run: TurnRun, text: str) -> None:
+def _prompted(run: RunningTurn, text: str) -> None:
     """`session/prompt` was written: its record says so, and the session's last use is recorded
     (sessions.py) — after the prompt, so that this write never keeps the prompt waiting."""
     run.journal.prompted(run.answer.event_ids)
     record_use(run.portal, run.agent_name, run.agent, run.conversation, run.session_id, text)
 
 
-def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:
+def _close_record(run: RunningTurn, seen: tuple[str, str, str] | None) -> None:
     """The turn is over without a stored answer. Shown with its end (stopped, crashed…): ended.
     Quitting before the agent had the prompt: released, for the next start to run. Begun and
     not shown as ended (the homeserver refused it, a kill): left as it is, for the next start
@@ -564,7 +564,7 @@ async def _interrupted(answer: Answer, why: str, timeout: float = 5) -> None:
         log.warning("could not mark an answer as interrupted; the next start will")
 
 
-async def _store_answer(run: TurnRun, footer: str | None, seen_upto: str | None) -> None:
+async def _store_answer(run: RunningTurn, footer: str | None, seen_upto: str | None) -> None:
     """The final text of an answer the agent finished, then the answer, what the agent has seen
     and its turn done, stored together."""
     event_ids = await run.answer.finish(footer, complete=True)

@@ -19,21 +19,20 @@ permission requests; what is here is what a question asks and how its answer rea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from acp import ElicitationAnswer, ElicitationRequest
 from acp.elicitation import ACCEPT, CANCEL, DECLINE, parse_answer
 
-from ..channels.asks.asks import Ask, Asks
+from ..channels.asks.asks import Ask, Asking, Asks
+from ..channels.base.parts import AskedIn
 from . import render
 
 if TYPE_CHECKING:
     from config import Config
 
     from ..channels.base.notices import Notices
-    from ..channels.turns.portal import Portal
-    from ..matrix.puppet import Puppet
 
 DECLINE_WORDS = {"decline", "no", "n", "cancel", "refuse", "skip"}
 YES_WORDS = {"yes", "y", "ok", "okay", "open", "accept"}
@@ -45,23 +44,10 @@ class Questions:
     def __init__(self, config: Config, notices: Notices):
         self.asks = Asks(config, notices, "question")
 
-    async def ask(
-        self,
-        portal: Portal,
-        puppet: Puppet,
-        request: ElicitationRequest,
-        *,
-        conversation: str = "",
-        asker: str | None = None,
-        run: Any = None,
-        mention: Sequence[str] = (),
-    ) -> ElicitationAnswer | None:
-        """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
-        the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.RunningTurn;
-        None: the portal's current one); `mention`: whom it notifies
-        (channels/rules/approvals.py)."""
-        run = run if run is not None else portal.current
-        title = puppet.displayname
+    async def ask(self, where: AskedIn, request: ElicitationRequest) -> ElicitationAnswer | None:
+        """Ask the owner where `where` says (channels/base/parts.py); the answer, or None."""
+        run = where.run if where.run is not None else where.portal.current
+        title = where.puppet.displayname
         shown = render.url_consent(title, request) if request.mode == "url" else render.elicitation(title, request)
 
         async def answered(ask: Ask) -> tuple[ElicitationAnswer, str]:
@@ -77,20 +63,11 @@ class Questions:
             )
 
         # not posted: the owner cannot be asked
-        return await self.asks.ask(
-            portal,
-            puppet,
-            shown,
-            f"❓ waiting for your answer to {title}'s question",
-            answered,
-            timed_out=(ElicitationAnswer(DECLINE), TIMED_OUT),
-            stopped=stopped,
-            unsent=ElicitationAnswer(CANCEL),
-            conversation=conversation,
-            asker=asker,
-            run=run,
-            mention=mention,
+        waiting = f"❓ waiting for your answer to {title}'s question"
+        asking = Asking(
+            shown, waiting, answered, (ElicitationAnswer(DECLINE), TIMED_OUT), stopped, ElicitationAnswer(CANCEL)
         )
+        return await self.asks.ask(replace(where, run=run), asking)
 
     async def _answer(self, ask: Ask, request: ElicitationRequest) -> ElicitationAnswer:
         while True:

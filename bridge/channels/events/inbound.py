@@ -94,6 +94,7 @@ class Inbound:
         permissions: Permissions,
         questions: OpenQuestions,
         descriptions: CommandDescriptions,
+        redacted: Callable[[str, str], None] | None = None,
     ):
         self.config, self.db, self.channels, self.identities = config, db, channels, identities
         self.notices, self.commands, self.permissions = notices, commands, permissions
@@ -101,9 +102,9 @@ class Inbound:
         # the way in, handed once it is built (it is handed these handlers): the messages a
         # puppet catches up on and an invite's encryption go through it
         self.dispatcher: Dispatcher | None = None
-        # told of every message the owner redacts (room, event id), handed by the bridge: a
-        # deleted thread's worktrees (coding/workplaces.py)
-        self.redacted: Callable[[str, str], None] | None = None
+        # told of every message the owner redacts (room, event id): a deleted thread's worktrees
+        # (coding/workplaces.py)
+        self.redacted = redacted
         self._encryption_noted: set[str] = set()
 
     def is_owner(self, user_id: str) -> bool:

@@ -26,6 +26,7 @@ from ...matrix.markdown import escape_html
 from ...matrix.puppet import relating
 from ...voice.spoken import speak_answer
 from ..base.conversations import relation_for
+from ..base.parts import AskedIn
 from ..base.stream import Answer, AnswerNotFinished, TxnIds
 from ..rules.approvals import approve_mode, approvers
 from . import prepare
@@ -501,7 +502,7 @@ async def _ask(portal: Portal, puppet, conversation: str, requester: str | None,
     parts = portal.parts
     mode = approve_mode(await parts.db.get_value(keys.approve(portal.channel.id)))
     asker, mention = approvers(mode, requester, parts.config.owners)
-    return await ask(portal, puppet, request, conversation=conversation, asker=asker, run=run, mention=mention)
+    return await ask(AskedIn(portal, puppet, conversation, asker, run, mention), request)
 
 
 async def _after(first: asyncio.Task, then) -> None:

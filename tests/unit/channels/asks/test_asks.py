@@ -15,8 +15,9 @@ from scene_helpers import SentNotices
 
 from acp import ElicitationAnswer, PermissionRequest
 from acp.elicitation import ACCEPT, DECLINE, parse_request
-from bridge.channels.asks.asks import KEYCAPS, Ask, Asks
+from bridge.channels.asks.asks import KEYCAPS, Ask, Asking, Asks
 from bridge.channels.asks.permissions import Permissions
+from bridge.channels.base.parts import AskedIn
 from bridge.coding.questions import Questions
 from bridge.matrix.client import MatrixError
 
@@ -92,16 +93,16 @@ def numbered(s, options=OPTIONS, **where) -> asyncio.Task:
     """An ask of three numbered options, waiting in a task (`where`: conversation, asker)."""
     return asyncio.ensure_future(
         s.asks.ask(
-            s.portal,
-            s.puppet,
-            Shown("Which?", "<p>Which?</p>"),
-            WAITING,
-            chosen,
-            timed_out=("timed out", TIMED_OUT),
-            stopped=lambda: STOPPED,
-            unsent="unsent",
-            options=options,
-            **where,
+            AskedIn(s.portal, s.puppet, **where),
+            Asking(
+                Shown("Which?", "<p>Which?</p>"),
+                WAITING,
+                chosen,
+                ("timed out", TIMED_OUT),
+                lambda: STOPPED,
+                "unsent",
+                options=options,
+            ),
         )
     )
 
@@ -287,14 +288,8 @@ async def test_an_answer_in_words_goes_to_the_ask_that_reads_it():
 
     task = asyncio.ensure_future(
         s.asks.ask(
-            s.portal,
-            s.puppet,
-            Shown("Name?", "<p>Name?</p>"),
-            WAITING,
-            in_words,
-            timed_out=("", TIMED_OUT),
-            stopped=lambda: STOPPED,
-            unsent="",
+            AskedIn(s.portal, s.puppet),
+            Asking(Shown("Name?", "<p>Name?</p>"), WAITING, in_words, ("", TIMED_OUT), lambda: STOPPED, ""),
         )
     )
     await until(lambda: len(s.asks.open) == 1)
@@ -367,16 +362,8 @@ async def test_another_owners_reply_in_words_is_refused_and_their_other_messages
 
     task = asyncio.ensure_future(
         s.asks.ask(
-            s.portal,
-            s.puppet,
-            Shown("Name?", "<p>Name?</p>"),
-            WAITING,
-            in_words,
-            timed_out=("", TIMED_OUT),
-            stopped=lambda: STOPPED,
-            unsent="",
-            conversation=THREAD,
-            asker=ANA,
+            AskedIn(s.portal, s.puppet, conversation=THREAD, asker=ANA),
+            Asking(Shown("Name?", "<p>Name?</p>"), WAITING, in_words, ("", TIMED_OUT), lambda: STOPPED, ""),
         )
     )
     await until(lambda: len(s.asks.open) == 1)
@@ -414,7 +401,7 @@ async def test_a_permission_request_is_a_numbered_ask():
         {"toolCallId": "t1", "title": "rm -rf"},
         [{"optionId": "yes", "kind": "allow_once"}, {"optionId": "no", "kind": "reject_once"}, {"name": "no id"}],
     )
-    task = asyncio.ensure_future(permissions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
+    task = asyncio.ensure_future(permissions.ask(AskedIn(s.portal, s.puppet, conversation=THREAD, asker=ANA), request))
     await until(lambda: len(s.intent.reactions) == 2)  # the option without an id is dropped
     assert s.answer.status == "🔧 waiting for your permission: rm -rf"
     assert await permissions.on_reply(ROOM, "1", None, BEN, THREAD) is True  # another owner: refused
@@ -445,7 +432,7 @@ async def test_an_elicitation_is_an_ask_in_words():
             },
         }
     )
-    task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
+    task = asyncio.ensure_future(questions.ask(AskedIn(s.portal, s.puppet, conversation=THREAD, asker=ANA), request))
     await until(lambda: len(questions.asks.open) == 1)
     assert s.answer.status == "❓ waiting for your answer to Alice's question"
     assert await questions.on_reply(ROOM, "Al", None, sender=ANA) is False  # the main timeline: no answer
@@ -466,14 +453,14 @@ async def test_a_stopped_turn_declines_its_question_and_a_withdrawn_one_says_so(
     request = parse_request({"mode": "url", "message": "Log in", "url": "https://example.org/x", "elicitationId": "e1"})
     for cancelled, shown in ((True, "❌ Declined (the answer was stopped)"), (False, "⏹ Withdrawn by the agent")):
         s.portal.current.cancelled = cancelled
-        task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request))
+        task = asyncio.ensure_future(questions.ask(AskedIn(s.portal, s.puppet), request))
         await until(lambda: len(questions.asks.open) == 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert s.intent.edits[-1][1]["body"].endswith(f"\n\n{shown}")
     timed = Questions(SimpleNamespace(permission_timeout=0.05), s.notices)
-    assert await timed.ask(s.portal, s.puppet, request) == ElicitationAnswer(DECLINE)
+    assert await timed.ask(AskedIn(s.portal, s.puppet), request) == ElicitationAnswer(DECLINE)
     assert s.intent.edits[-1][1]["body"].endswith("\n\n⏱ No answer: declined")
 
 

@@ -12,8 +12,8 @@
   request (`$/cancel_request`) closes the question. The question's message is edited to say how
   it ended.
 
-`Questions.ask()` is the turn's elicitation callback; `Questions.on_reply()` sees owner messages
-before they become prompts (inbound.py). Asking and waiting is channels/asks/asks.py's, shared with
+`Questions.ask()` is the turn's elicitation callback; its `asks` see owner messages before they
+become prompts (inbound.py). Asking and waiting is channels/asks/asks.py's, shared with
 permission requests; what is here is what a question asks and how its answer reads.
 """
 
@@ -89,17 +89,3 @@ class Questions:
             await self.asks.say(
                 ask, "That answer does not fit: " + "; ".join(problems) + ". Reply again, or `decline`."
             )
-
-    async def on_reply(
-        self,
-        room_id: str,
-        body: str,
-        reply_to: str | None,
-        loose: bool = True,
-        sender: str | None = None,
-        conversation: str = "",
-    ) -> bool:
-        """An owner's message: True when it answers an open question — a reply to it, or (with
-        `loose`) the latest open question of its conversation when it replies to nothing — or
-        was another owner's reply to it, refused (channels/asks/asks.py)."""
-        return await self.asks.on_words(room_id, body, reply_to, loose, sender, conversation)

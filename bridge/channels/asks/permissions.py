@@ -100,23 +100,3 @@ class Permissions:
         # not posted: the owner cannot be asked, cancelled rather than allowed
         asking = Asking(shown, waiting_status(call_title), decided, (None, TIMED_OUT), lambda: STOPPED, None, options)
         return await self.asks.ask(replace(where, run=run), asking)
-
-    async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
-        """An owner's reaction; True when it answered a pending permission request (or was
-        refused: another owner's)."""
-        return await self.asks.on_reaction(room_id, relates_to, sender)
-
-    async def on_reply(
-        self,
-        room_id: str,
-        body: str,
-        reply_to: str | None = None,
-        sender: str | None = None,
-        conversation: str = "",
-        relates_to: dict | None = None,
-    ) -> bool:
-        """An owner's message (its reply fallback stripped); True when it was a number that
-        answers a question — the one it replies to, else the latest open one of its
-        conversation — or was refused (another owner's). A line about it goes where it was
-        typed (`relates_to`: its thread)."""
-        return await self.asks.on_number(room_id, body, reply_to, sender, conversation, relates_to)

@@ -404,17 +404,15 @@ async def test_a_permission_request_is_a_numbered_ask():
     task = asyncio.ensure_future(permissions.ask(AskedIn(s.portal, s.puppet, conversation=THREAD, asker=ANA), request))
     await until(lambda: len(s.intent.reactions) == 2)  # the option without an id is dropped
     assert s.answer.status == "🔧 waiting for your permission: rm -rf"
-    assert await permissions.on_reply(ROOM, "1", None, BEN, THREAD) is True  # another owner: refused
-    assert (
-        await permissions.on_reaction({}, ROOM, BEN, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"})
-        is True
-    )
+    assert await permissions.asks.on_number(ROOM, "1", None, BEN, THREAD) is True  # another owner: refused
+    keycap = {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"}
+    assert await permissions.asks.on_reaction(ROOM, keycap, BEN) is True
     assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")] * 2
     assert not task.done()
-    assert await permissions.on_reaction({}, ROOM, ANA, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "2️⃣"})
+    assert await permissions.asks.on_reaction(ROOM, {**keycap, "key": "2️⃣"}, ANA)
     assert await task == "no"
     assert s.intent.edits[-1][1]["body"] == "Alice: rm -rf\n\n❌ Rejected"
-    assert await permissions.on_reply(ROOM, "1", "$ask1") is True  # closed already, said so
+    assert await permissions.asks.on_number(ROOM, "1", "$ask1") is True  # closed already, said so
     assert s.answer.status == "💭 thinking…"
 
 
@@ -435,14 +433,14 @@ async def test_an_elicitation_is_an_ask_in_words():
     task = asyncio.ensure_future(questions.ask(AskedIn(s.portal, s.puppet, conversation=THREAD, asker=ANA), request))
     await until(lambda: len(questions.asks.open) == 1)
     assert s.answer.status == "❓ waiting for your answer to Alice's question"
-    assert await questions.on_reply(ROOM, "Al", None, sender=ANA) is False  # the main timeline: no answer
-    assert await questions.on_reply(ROOM, "Bob", "$ask1", sender=BEN, conversation=THREAD) is True
+    assert await questions.asks.on_words(ROOM, "Al", None, sender=ANA) is False  # the main timeline: no answer
+    assert await questions.asks.on_words(ROOM, "Bob", "$ask1", sender=BEN, conversation=THREAD) is True
     assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")]
     s.notices.said.clear()
-    assert await questions.on_reply(ROOM, "Al", None, sender=ANA, conversation=THREAD) is True
+    assert await questions.asks.on_words(ROOM, "Al", None, sender=ANA, conversation=THREAD) is True
     await until(lambda: len(s.notices.said) == 1)
     assert s.notices.said[0][1].startswith("That answer does not fit:") and not task.done()
-    assert await questions.on_reply(ROOM, "Alice", "$ask1", sender=ANA) is True
+    assert await questions.asks.on_words(ROOM, "Alice", "$ask1", sender=ANA) is True
     assert await task == ElicitationAnswer(ACCEPT, {"name": "Alice"})
     assert s.intent.edits[-1][1]["body"].endswith("\n\n✅ Answered")
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -404,20 +405,9 @@ class BotCommands:
     async def _threads(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!threads on|off`: whether the channel opens a thread under each top-level message
         agents answer (stored per channel, keys.threads; off by default); `!threads` tells."""
-        try:
-            switch = threads_switch(args)
-        except ValueError as exc:
-            await say(str(exc))
-            return
         key = keys.threads(portal.channel.id)
-        if switch is None:
-            await say(threads_state(opens_threads(await self.db.get_value(key))))
-            return
-        if switch:
-            await self.db.set_value(key, THREADS_ON)
-        else:
-            await self.db.delete_value(key)
-        await say(threads_state(switch))
+        kept = partial(_kept_if, THREADS_ON, True)  # off: nothing kept (the default)
+        await self._switch(key, args, say, threads_switch, opens_threads, kept, threads_state)
 
     async def _drop(self, portal: Portal, args: tuple[str, ...], here: Here, say) -> None:
         """`!drop N`: waiting turn N of `!queue` never runs — taken out of the queue at once,
@@ -449,20 +439,37 @@ class BotCommands:
     async def _approve(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!approve requester|any-owner`: who answers the channel's permission prompts and
         questions (stored per channel, keys.approve; approvals.py); `!approve` tells."""
+        key = keys.approve(portal.channel.id)
+        kept = partial(_kept_if, ANY_OWNER, ANY_OWNER)  # requester: nothing kept (the default)
+        await self._switch(key, args, say, approve_switch, approve_mode, kept, approve_state)
+
+    async def _switch(
+        self,
+        key: str,
+        args: tuple[str, ...],
+        say,
+        parse: Callable[[tuple[str, ...]], Any],
+        read: Callable[[str | None], Any],
+        kept: Callable[[Any], str | None],
+        state: Callable[[Any], str],
+    ) -> None:
+        """A channel's switch (`!threads`, `!approve`): `parse` reads its arguments (a ValueError
+        is the usage line, said); none: the stored setting, as `read` takes it, is told. Else
+        what `kept` gives is stored (None: the default, the key removed) and the new state told."""
         try:
-            mode = approve_switch(args)
+            choice = parse(args)
         except ValueError as exc:
             await say(str(exc))
             return
-        key = keys.approve(portal.channel.id)
-        if mode is None:
-            await say(approve_state(approve_mode(await self.db.get_value(key))))
+        if choice is None:
+            await say(state(read(await self.db.get_value(key))))
             return
-        if mode == ANY_OWNER:
-            await self.db.set_value(key, ANY_OWNER)
-        else:
+        value = kept(choice)
+        if value is None:
             await self.db.delete_value(key)
-        await say(approve_state(mode))
+        else:
+            await self.db.set_value(key, value)
+        await say(state(choice))
 
     async def _stop(self, portal: Portal, here: Here) -> None:
         """`!stop`: the answer being written in the conversation it was typed in — in a thread
@@ -563,3 +570,8 @@ class BotCommands:
             if agent in self.config.agents:
                 await (await self.identities.puppet(agent)).intent.leave(channel.room_id)
         await self.space.remove(channel.room_id)
+
+
+def _kept_if(value: str, when: Any, choice: Any) -> str | None:
+    """What a switch stores: `value` when the owner chose `when`, else nothing (the default)."""
+    return value if choice == when else None

@@ -213,6 +213,7 @@ class Bridge:
             self.permissions,
             self.questions,
             self.command_descriptions,
+            redacted=self.places.redacted,  # a deleted thread's worktrees
         )
         self.upgrades = RoomUpgrades(db, channels, identities, notices, self.command_descriptions)
         if self.e2ee is not None:
@@ -226,7 +227,6 @@ class Bridge:
             config, db, self._handlers(), self.outage, encryption, is_channel=channels.portals.__contains__
         )
         self.inbound.dispatcher = self.dispatcher  # catch-up and an invite's encryption go through it
-        self.inbound.redacted = self.places.redacted  # a deleted thread's worktrees
         self.server = AppserviceServer(
             registration.hs_token,
             self.dispatcher.transaction,

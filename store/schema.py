@@ -218,7 +218,7 @@ def build(db: pw.Database) -> SimpleNamespace:
         prompt_event = pw.TextField()  # the owner message's event id (or a scheduled run's key)
         agent = pw.TextField()
         message_id = pw.TextField(null=True)  # the stored owner message it answers
-        text = pw.TextField()  # what the agent is told after its context (routing.Turn.text)
+        text = pw.TextField()  # what the agent is told after its context (routing.Answerer.text)
         alone = pw.BooleanField(default=False)  # a slash command: no context
         state = pw.TextField(index=True)
         run = pw.TextField(null=True)  # the bridge run that took or claimed it last

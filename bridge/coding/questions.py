@@ -12,28 +12,27 @@
   request (`$/cancel_request`) closes the question. The question's message is edited to say how
   it ended.
 
-`Questions.ask()` is the turn's elicitation callback; `Questions.on_reply()` sees owner messages
-before they become prompts (inbound.py). Asking and waiting is channels/asks/asks.py's, shared with
+`Questions.ask()` is the turn's elicitation callback; its `asks` see owner messages before they
+become prompts (inbound.py). Asking and waiting is channels/asks/asks.py's, shared with
 permission requests; what is here is what a question asks and how its answer reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from acp import ElicitationAnswer, ElicitationRequest
 from acp.elicitation import ACCEPT, CANCEL, DECLINE, parse_answer
 
-from ..channels.asks.asks import Ask, Asks
+from ..channels.asks.asks import Ask, Asking, Asks
+from ..channels.base.parts import AskedIn
 from . import render
 
 if TYPE_CHECKING:
     from config import Config
 
     from ..channels.base.notices import Notices
-    from ..channels.turns.portal import Portal
-    from ..matrix.puppet import Puppet
 
 DECLINE_WORDS = {"decline", "no", "n", "cancel", "refuse", "skip"}
 YES_WORDS = {"yes", "y", "ok", "okay", "open", "accept"}
@@ -45,23 +44,10 @@ class Questions:
     def __init__(self, config: Config, notices: Notices):
         self.asks = Asks(config, notices, "question")
 
-    async def ask(
-        self,
-        portal: Portal,
-        puppet: Puppet,
-        request: ElicitationRequest,
-        *,
-        conversation: str = "",
-        asker: str | None = None,
-        run: Any = None,
-        mention: Sequence[str] = (),
-    ) -> ElicitationAnswer | None:
-        """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
-        the turn's `conversation`; the answer, or None. `run`: the turn asking (turns.TurnRun;
-        None: the portal's current one); `mention`: whom it notifies
-        (channels/rules/approvals.py)."""
-        run = run if run is not None else portal.current
-        title = puppet.displayname
+    async def ask(self, where: AskedIn, request: ElicitationRequest) -> ElicitationAnswer | None:
+        """Ask the owner where `where` says (channels/base/parts.py); the answer, or None."""
+        run = where.run if where.run is not None else where.portal.current
+        title = where.puppet.displayname
         shown = render.url_consent(title, request) if request.mode == "url" else render.elicitation(title, request)
 
         async def answered(ask: Ask) -> tuple[ElicitationAnswer, str]:
@@ -77,20 +63,11 @@ class Questions:
             )
 
         # not posted: the owner cannot be asked
-        return await self.asks.ask(
-            portal,
-            puppet,
-            shown,
-            f"❓ waiting for your answer to {title}'s question",
-            answered,
-            timed_out=(ElicitationAnswer(DECLINE), TIMED_OUT),
-            stopped=stopped,
-            unsent=ElicitationAnswer(CANCEL),
-            conversation=conversation,
-            asker=asker,
-            run=run,
-            mention=mention,
+        waiting = f"❓ waiting for your answer to {title}'s question"
+        asking = Asking(
+            shown, waiting, answered, (ElicitationAnswer(DECLINE), TIMED_OUT), stopped, ElicitationAnswer(CANCEL)
         )
+        return await self.asks.ask(replace(where, run=run), asking)
 
     async def _answer(self, ask: Ask, request: ElicitationRequest) -> ElicitationAnswer:
         while True:
@@ -112,17 +89,3 @@ class Questions:
             await self.asks.say(
                 ask, "That answer does not fit: " + "; ".join(problems) + ". Reply again, or `decline`."
             )
-
-    async def on_reply(
-        self,
-        room_id: str,
-        body: str,
-        reply_to: str | None,
-        loose: bool = True,
-        sender: str | None = None,
-        conversation: str = "",
-    ) -> bool:
-        """An owner's message: True when it answers an open question — a reply to it, or (with
-        `loose`) the latest open question of its conversation when it replies to nothing — or
-        was another owner's reply to it, refused (channels/asks/asks.py)."""
-        return await self.asks.on_words(room_id, body, reply_to, loose, sender, conversation)

@@ -486,10 +486,10 @@ async def test_a_crash_mid_answer_says_so_and_the_next_message_restarts_the_agen
 
 def test_permission_prompt_shows_input_locations_and_numbered_options():
     from acp import Update
-    from bridge.channels.turns.turns import TurnRun
+    from bridge.channels.turns.turns import RunningTurn
     from bridge.coding.render import INPUT_CHARS, permission
 
-    run = TurnRun(None, "alice", None)
+    run = RunningTurn(None, "alice", None)
     run.note_tool_call(
         Update(
             "tool_call",

@@ -37,13 +37,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import aiohttp
 
 from ...matrix.client import MatrixError
 from ...matrix.markdown import escape_html
 from ...matrix.puppet import relating
+from ..base.parts import AskedIn
 from ..rules.approvals import mentioning
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
     from ...matrix.puppet import Puppet
     from ..base.notices import Notices
     from ..base.registry import Channels
-    from ..turns.portal import Portal
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,29 @@ _KEY_INDEX = {normalise_key(key): index for index, key in enumerate(KEYCAPS)}
 class Shown(Protocol):
     """An ask as the owner reads it (coding/render.py's `Rendered`)."""
 
-    body: str
-    html: str
+    @property
+    def body(self) -> str: ...
+
+    @property
+    def html(self) -> str: ...
 
     def content(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Asking(Generic[R]):
+    """What one kind asks (a permission, a question, a schedule's approval) and how it reads the
+    answer. `wait(ask)` reads the owner's answer: (what the ask returns, the line shown under
+    it). Timed out: `timed_out`; cancelled: `stopped()` is shown and the cancellation goes on;
+    the message could not be posted: `unsent`, as the owner cannot be asked."""
+
+    shown: Shown  # the message
+    waiting: str  # the answer's status line while it waits
+    wait: Callable[[Ask], Awaitable[tuple[R, str]]]
+    timed_out: tuple[R, str]
+    stopped: Callable[[], str]
+    unsent: R
+    options: Sequence[Any] = ()  # numbered choices; none: answered in words
 
 
 @dataclass
@@ -143,35 +162,18 @@ class Asks:
         self.open: list[Ask] = []
         self.closed: dict[str, str] = {}  # the ask's event id → how it ended
 
-    async def ask(
-        self,
-        portal: Portal,
-        puppet: Puppet,
-        shown: Shown,
-        waiting: str,
-        wait: Callable[[Ask], Awaitable[tuple[R, str]]],
-        *,
-        timed_out: tuple[R, str],
-        stopped: Callable[[], str],
-        unsent: R,
-        options: Sequence[Any] = (),
-        conversation: str = "",
-        asker: str | None = None,
-        run: Any = None,
-        mention: Sequence[str] = (),
-    ) -> R:
-        """Post `shown`, wait for the owner, show how it ended. `wait(ask)` reads the owner's
-        answer: (what the ask returns, the line shown under it). Timed out: `timed_out`;
-        cancelled: `stopped()` is shown and the cancellation goes on; the message could not be
-        posted: `unsent`, as the owner cannot be asked. `conversation`: where the turn is (the
-        puppet's messages go there already); `asker`: the owner who answers (None: any); `run`:
-        the turn asking (its answer shows the wait; None: the portal's current one —
-        conversations run side by side); `mention`: the owners it notifies (approvals.py)."""
+    async def ask(self, where: AskedIn, asking: Asking[R]) -> R:
+        """Post what `asking` shows where `where` says (the puppet's messages go into the turn's
+        conversation already), wait for the owner, show how it ended. The turn asking shows the
+        wait in its answer (None: the portal's current one — conversations run side by side)."""
+        portal, puppet, run = where.portal, where.puppet, where.run
+        shown, waiting, wait, options = asking.shown, asking.waiting, asking.wait, asking.options
+        timed_out, stopped, unsent = asking.timed_out, asking.stopped, asking.unsent
         posting = asyncio.ensure_future(
             self._sent(
                 f"the {self.what}",
                 portal.room_id,
-                puppet.intent.send(portal.room_id, mentioning(shown.content(), mention)),
+                puppet.intent.send(portal.room_id, mentioning(shown.content(), where.mention)),
             )
         )
         try:
@@ -192,8 +194,8 @@ class Asks:
             shown.body,
             shown.html,
             puppet,
-            conversation=conversation,
-            asker=asker,
+            conversation=where.conversation,
+            asker=where.asker,
         )
         if withdrawn:
             ask.chosen.cancel()

@@ -17,20 +17,20 @@ to show the decision. While it waits, the answer's status line says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .asks import Ask, Asks
+from ..base.parts import AskedIn
+from .asks import Ask, Asking, Asks
 
 if TYPE_CHECKING:
     from acp import PermissionRequest
     from config import Config
 
     from ...matrix.identities import Identities
-    from ...matrix.puppet import Puppet
     from ..base.notices import Notices
     from ..base.registry import Channels
-    from ..turns.portal import Portal
 
 
 DECISIONS = {
@@ -69,21 +69,9 @@ class Permissions:
         self.render = render
         self.asks = Asks(config, notices, "permission prompt", channels, identities)
 
-    async def ask(
-        self,
-        portal: Portal,
-        puppet: Puppet,
-        request: PermissionRequest,
-        *,
-        conversation: str = "",
-        asker: str | None = None,
-        run: Any = None,
-        mention: Sequence[str] = (),
-    ) -> str | None:
-        """Ask the owner (`asker`: the one whose message started the turn; None: any owner) in
-        the turn's `conversation`; the chosen optionId, or None for cancelled. `run`: the turn
-        asking (turns.TurnRun; None: the portal's current one)."""
-        run = run if run is not None else portal.current
+    async def ask(self, where: AskedIn, request: PermissionRequest) -> str | None:
+        """Ask the owner where `where` says; the chosen optionId, or None for cancelled."""
+        run = where.run if where.run is not None else where.portal.current
         options = [o for o in request.options if isinstance(o, dict) and o.get("optionId")]
         if not options:
             return None
@@ -91,7 +79,7 @@ class Permissions:
         sent = request.tool_call if isinstance(request.tool_call, dict) else {}
         known = getattr(run, "tool_calls", {}).get(sent.get("toolCallId") or "", {})
         request.tool_call = {**known, **{k: v for k, v in sent.items() if v not in (None, "", [], {})}}
-        title = puppet.displayname
+        title = where.puppet.displayname
         # what it is about — the diff, the command — as the turn saw the call (coding/render.py)
         work = getattr(run, "work", None)
         shown, attachments = self.render(
@@ -110,38 +98,5 @@ class Permissions:
             return option["optionId"], decision_text(option)
 
         # not posted: the owner cannot be asked, cancelled rather than allowed
-        return await self.asks.ask(
-            portal,
-            puppet,
-            shown,
-            waiting_status(call_title),
-            decided,
-            timed_out=(None, TIMED_OUT),
-            stopped=lambda: STOPPED,
-            unsent=None,
-            options=options,
-            conversation=conversation,
-            asker=asker,
-            run=run,
-            mention=mention,
-        )
-
-    async def on_reaction(self, event: dict, room_id: str, sender: str, relates_to: dict) -> bool:
-        """An owner's reaction; True when it answered a pending permission request (or was
-        refused: another owner's)."""
-        return await self.asks.on_reaction(room_id, relates_to, sender)
-
-    async def on_reply(
-        self,
-        room_id: str,
-        body: str,
-        reply_to: str | None = None,
-        sender: str | None = None,
-        conversation: str = "",
-        relates_to: dict | None = None,
-    ) -> bool:
-        """An owner's message (its reply fallback stripped); True when it was a number that
-        answers a question — the one it replies to, else the latest open one of its
-        conversation — or was refused (another owner's). A line about it goes where it was
-        typed (`relates_to`: its thread)."""
-        return await self.asks.on_number(room_id, body, reply_to, sender, conversation, relates_to)
+        asking = Asking(shown, waiting_status(call_title), decided, (None, TIMED_OUT), lambda: STOPPED, None, options)
+        return await self.asks.ask(replace(where, run=run), asking)

@@ -12,7 +12,7 @@ named by what a portal asks of them (the protocols here), so that this package i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,22 +30,23 @@ if TYPE_CHECKING:
     from .registry import Channels
 
 
+@dataclass(frozen=True)
+class AskedIn:
+    """Where an ask goes and who answers it (channels/asks/asks.py): the turn asking."""
+
+    portal: Any  # the channel
+    puppet: Puppet  # who asks: the agent's puppet, sending into the turn's conversation
+    conversation: str = ""  # "" the main timeline, else a thread's root
+    asker: str | None = None  # the owner who answers (whose message started the turn); None: any owner
+    run: Any = None  # the turn asking (turns.RunningTurn), whose answer shows the wait; None: the portal's current one
+    mention: Sequence[str] = ()  # the owners it notifies (channels/rules/approvals.py)
+
+
 class Asking(Protocol):
     """Asks the owner for an agent (permissions.py: permissions; coding/questions.py:
-    elicitations; both through asks.py), in the turn's conversation, answered by `asker` (the
-    owner whose message started the turn; None: any owner): the answer, or None. `run`: the
-    turn asking."""
+    elicitations; both through asks.py), where `where` says: the answer, or None."""
 
-    async def ask(
-        self,
-        portal: Any,
-        puppet: Puppet,
-        request: Any,
-        *,
-        conversation: str = "",
-        asker: str | None = None,
-        run: Any = None,
-    ) -> Any: ...
+    async def ask(self, where: AskedIn, request: Any) -> Any: ...
 
 
 class SessionOpened(Protocol):

@@ -26,7 +26,7 @@ class Channels(Generic[Portal]):
         self.make_portal = make_portal  # a channel and its members → its portal (the bridge's)
         self.portals: dict[str, Portal] = {}  # room id → portal
         self.active_turns: dict[str, Portal] = {}  # agent → the portal it answers in now
-        self.waiting: dict[str, list[Any]] = {}  # agent → the turns waiting for it (turns.TurnRun)
+        self.waiting: dict[str, list[Any]] = {}  # agent → the turns waiting for it (turns.RunningTurn)
         self._courtesy: set[asyncio.Task] = set()
 
     async def portal_for(self, room_id: str) -> Portal | None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -372,7 +373,7 @@ class BotCommands:
         elif command.name == "approve":
             await self._approve(portal, command.args, say)
         elif command.name == "queue":
-            await say(queue_listing((job.turn.agent, job.incoming.body) for job in portal.queued(here.conversation)))
+            await say(queue_listing((job.record.agent, job.incoming.body) for job in portal.queued(here.conversation)))
         elif command.name == "drop":
             await self._drop(portal, command.args, here, say)
         elif command.name == "steer":
@@ -404,20 +405,9 @@ class BotCommands:
     async def _threads(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!threads on|off`: whether the channel opens a thread under each top-level message
         agents answer (stored per channel, keys.threads; off by default); `!threads` tells."""
-        try:
-            switch = threads_switch(args)
-        except ValueError as exc:
-            await say(str(exc))
-            return
         key = keys.threads(portal.channel.id)
-        if switch is None:
-            await say(threads_state(opens_threads(await self.db.get_value(key))))
-            return
-        if switch:
-            await self.db.set_value(key, THREADS_ON)
-        else:
-            await self.db.delete_value(key)
-        await say(threads_state(switch))
+        kept = partial(_kept_if, THREADS_ON, True)  # off: nothing kept (the default)
+        await self._switch(key, args, say, threads_switch, opens_threads, kept, threads_state)
 
     async def _drop(self, portal: Portal, args: tuple[str, ...], here: Here, say) -> None:
         """`!drop N`: waiting turn N of `!queue` never runs — taken out of the queue at once,
@@ -434,11 +424,11 @@ class BotCommands:
         if not await self.db.turns.drop(job.turn_id):  # begun meanwhile elsewhere: not dropped
             await say(f"{number} has begun already: !stop stops it.")
             return
-        await say(f"Dropped {number}: {job.turn.agent} will not answer “{' '.join(job.incoming.body.split())[:80]}”.")
+        await say(f"Dropped {number}: {job.record.agent} will not answer “{' '.join(job.incoming.body.split())[:80]}”.")
 
     async def _steer(self, portal: Portal, text: str, here: Here, say) -> None:
         """`!steer TEXT`: the answer being written in this conversation is redirected
-        (turns.TurnRun.steer)."""
+        (turns.RunningTurn.steer)."""
         if not text:
             await say("Usage: !steer TEXT (or reply to the answer being written).")
             return
@@ -449,20 +439,37 @@ class BotCommands:
     async def _approve(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!approve requester|any-owner`: who answers the channel's permission prompts and
         questions (stored per channel, keys.approve; approvals.py); `!approve` tells."""
+        key = keys.approve(portal.channel.id)
+        kept = partial(_kept_if, ANY_OWNER, ANY_OWNER)  # requester: nothing kept (the default)
+        await self._switch(key, args, say, approve_switch, approve_mode, kept, approve_state)
+
+    async def _switch(
+        self,
+        key: str,
+        args: tuple[str, ...],
+        say,
+        parse: Callable[[tuple[str, ...]], Any],
+        read: Callable[[str | None], Any],
+        kept: Callable[[Any], str | None],
+        state: Callable[[Any], str],
+    ) -> None:
+        """A channel's switch (`!threads`, `!approve`): `parse` reads its arguments (a ValueError
+        is the usage line, said); none: the stored setting, as `read` takes it, is told. Else
+        what `kept` gives is stored (None: the default, the key removed) and the new state told."""
         try:
-            mode = approve_switch(args)
+            choice = parse(args)
         except ValueError as exc:
             await say(str(exc))
             return
-        key = keys.approve(portal.channel.id)
-        if mode is None:
-            await say(approve_state(approve_mode(await self.db.get_value(key))))
+        if choice is None:
+            await say(state(read(await self.db.get_value(key))))
             return
-        if mode == ANY_OWNER:
-            await self.db.set_value(key, ANY_OWNER)
-        else:
+        value = kept(choice)
+        if value is None:
             await self.db.delete_value(key)
-        await say(approve_state(mode))
+        else:
+            await self.db.set_value(key, value)
+        await say(state(choice))
 
     async def _stop(self, portal: Portal, here: Here) -> None:
         """`!stop`: the answer being written in the conversation it was typed in — in a thread
@@ -563,3 +570,8 @@ class BotCommands:
             if agent in self.config.agents:
                 await (await self.identities.puppet(agent)).intent.leave(channel.room_id)
         await self.space.remove(channel.room_id)
+
+
+def _kept_if(value: str, when: Any, choice: Any) -> str | None:
+    """What a switch stores: `value` when the owner chose `when`, else nothing (the default)."""
+    return value if choice == when else None

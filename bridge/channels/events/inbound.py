@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ...matrix.identities import Identities
     from ...matrix.msc4391 import CommandDescriptions
     from ...matrix.puppet import Puppet
+    from ..asks.asks import Asks
     from ..asks.permissions import Permissions
     from ..base.notices import Notices
     from ..base.registry import Channels
@@ -69,17 +70,9 @@ def _room_name(event: dict) -> str | None:
 
 
 class OpenQuestions(Protocol):
-    """The agents' open questions (coding/questions.py), as a reply may answer them."""
+    """The agents' open questions (coding/questions.py): their asks, answered in words."""
 
-    async def on_reply(
-        self,
-        room_id: str,
-        body: str,
-        reply_to: str | None,
-        loose: bool = True,
-        sender: str | None = None,
-        conversation: str = "",
-    ) -> bool: ...
+    asks: Asks
 
 
 class Inbound:
@@ -94,6 +87,7 @@ class Inbound:
         permissions: Permissions,
         questions: OpenQuestions,
         descriptions: CommandDescriptions,
+        redacted: Callable[[str, str], None] | None = None,
     ):
         self.config, self.db, self.channels, self.identities = config, db, channels, identities
         self.notices, self.commands, self.permissions = notices, commands, permissions
@@ -101,9 +95,9 @@ class Inbound:
         # the way in, handed once it is built (it is handed these handlers): the messages a
         # puppet catches up on and an invite's encryption go through it
         self.dispatcher: Dispatcher | None = None
-        # told of every message the owner redacts (room, event id), handed by the bridge: a
-        # deleted thread's worktrees (coding/workplaces.py)
-        self.redacted: Callable[[str, str], None] | None = None
+        # told of every message the owner redacts (room, event id): a deleted thread's worktrees
+        # (coding/workplaces.py)
+        self.redacted = redacted
         self._encryption_noted: set[str] = set()
 
     def is_owner(self, user_id: str) -> bool:
@@ -236,11 +230,11 @@ class Inbound:
                 return
             reply_to = replied_to(content)
             # an ask of this conversation: answered by the owner whose message started its turn
-            if await self.questions.on_reply(
+            if await self.questions.asks.on_words(
                 room_id, body, reply_to, loose=False, sender=sender, conversation=conversation
             ):
                 return  # a reply to an agent's question (bridge/coding/questions.py)
-            if await self.permissions.on_reply(
+            if await self.permissions.asks.on_number(
                 room_id,
                 body,
                 reply_to,
@@ -249,7 +243,7 @@ class Inbound:
                 relates_to=relation_for(conversation, event.get("event_id")),
             ):
                 return
-            if await self.questions.on_reply(room_id, body, None, sender=sender, conversation=conversation):
+            if await self.questions.asks.on_words(room_id, body, None, sender=sender, conversation=conversation):
                 return  # the answer to the conversation's open question
             if reply_to is not None and await self._steer(room_id, reply_to, body):
                 return  # a reply to the answer being written steers it (docs/sessions.md)
@@ -304,7 +298,7 @@ class Inbound:
 
     async def _steer(self, room_id: str, reply_to: str, body: str) -> bool:
         """A reply to an answer still being written: that turn is steered with it (turns.py
-        `TurnRun.steer`); False when the answer replied to is not running (an ordinary message)."""
+        `RunningTurn.steer`); False when the answer replied to is not running (an ordinary message)."""
         portal = self.channels.portals.get(room_id)
         for run in list(portal.runs.values()) if portal is not None else ():
             if reply_to in run.answer.event_ids:
@@ -315,7 +309,7 @@ class Inbound:
         relates = content.get("m.relates_to")
         if not self.is_owner(sender) or not isinstance(relates, dict):
             return
-        if await self.permissions.on_reaction(event, room_id, sender, relates):
+        if await self.permissions.asks.on_reaction(room_id, relates, sender):
             return
         key = relates.get("key")
         if relates.get("rel_type") == "m.annotation" and isinstance(key, str) and key.replace("\ufe0f", "") == "🛑":

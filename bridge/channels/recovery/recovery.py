@@ -144,7 +144,7 @@ class Recovery:
             portal.channel.id,
             turn.prompt_event,
             incoming.message_id,
-            [(t.agent, t.text, t.alone) for t in decision.turns if t.agent not in skip],
+            [(t.agent, t.text, t.alone) for t in decision.answerers if t.agent not in skip],
             self.run_id,
             turn.conversation,
         )

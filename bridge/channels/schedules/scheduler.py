@@ -35,7 +35,9 @@ from store.schedules import SKIPPED, parse_run_key
 from store.turns import DROPPED
 
 from ...matrix.puppet import relating
+from ..asks.asks import Asking
 from ..base.conversations import relation_for
+from ..base.parts import AskedIn
 from ..turns.incoming import Incoming
 from . import schedule_frames as frames
 from .schedule_args import BadArguments
@@ -206,18 +208,16 @@ class Scheduler:
 
             # `run`: no turn of the portal shows this wait (the agent asked in an earlier turn)
             approved = await portal.parts.permissions.asks.ask(
-                portal,
-                puppet,
-                shown,
-                frames.WAITING_STATUS,
-                decided,
-                timed_out=(False, frames.TIMED_OUT),
-                stopped=lambda: frames.STOPPED if self._stopping else frames.WITHDRAWN,
-                unsent=None,
-                options=frames.OPTIONS,
-                conversation=schedule.conversation,
-                asker=None,
-                run=_NO_TURN,
+                AskedIn(portal, puppet, schedule.conversation, asker=None, run=_NO_TURN),
+                Asking(
+                    shown,
+                    frames.WAITING_STATUS,
+                    decided,
+                    (False, frames.TIMED_OUT),
+                    lambda: frames.STOPPED if self._stopping else frames.WITHDRAWN,
+                    None,
+                    frames.OPTIONS,
+                ),
             )
         except (BadArguments, StoreError) as exc:
             log.warning("schedule %d of %s could not be asked about: %s", schedule.number, schedule.agent, exc)

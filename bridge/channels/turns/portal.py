@@ -40,11 +40,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(order=True)
-class Job:
+class QueuedTurn:
     """A turn for the portal to claim and run, in the order turns were taken (their ids)."""
 
     turn_id: str
-    turn: TurnRecord = field(compare=False)
+    record: TurnRecord = field(compare=False)
     incoming: Incoming = field(compare=False)
 
 
@@ -52,11 +52,11 @@ class Job:
 class TurnQueue:
     """One conversation's queue of turns and the worker that runs them, oldest first."""
 
-    queue: list[Job] = field(default_factory=list)  # a heap: the oldest turn first, whichever path queued it
+    queue: list[QueuedTurn] = field(default_factory=list)  # a heap: the oldest turn first, whichever path queued it
     queued: set[str] = field(default_factory=set)  # turn ids in the queue
     worker: asyncio.Task | None = None
 
-    def push(self, job: Job) -> bool:
+    def push(self, job: QueuedTurn) -> bool:
         """Queue a job; False if its turn is queued already."""
         if job.turn_id in self.queued:
             return False
@@ -64,7 +64,7 @@ class TurnQueue:
         heapq.heappush(self.queue, job)
         return True
 
-    def pop(self) -> Job:
+    def pop(self) -> QueuedTurn:
         job = heapq.heappop(self.queue)
         self.queued.discard(job.turn_id)
         return job
@@ -82,7 +82,7 @@ class Portal:
         # every change goes through joined() / left(), which write the store first
         self.members: list[str] = list(members)
         self.lines: dict[str, TurnQueue] = {}  # conversation ("" the main timeline) → its queue and worker
-        self.runs: dict = {}  # conversation → its running turns.TurnRun, for !stop, 🛑, redactions
+        self.runs: dict = {}  # conversation → its running turns.RunningTurn, for !stop, 🛑, redactions
         self.waiting: set[str] = set()  # event ids of the messages queued or being answered
         self.withdrawn: set[str] = set()  # of those, the ones the owner redacted
         self._session_locks: dict[tuple[str, str], asyncio.Lock] = {}  # (agent, conversation)
@@ -278,7 +278,7 @@ class Portal:
 
         def work():
             decision = router(_last_speaker(store, channel_id, conversation))
-            turns = [(t.agent, t.text, t.alone) for t in decision.turns]
+            turns = [(t.agent, t.text, t.alone) for t in decision.answerers]
             turns_in = conversation
             if turns and conversation == MAIN and opens_threads(store.get_value(keys.threads(channel_id))):
                 turns_in = event_id
@@ -316,7 +316,7 @@ class Portal:
         conversation's worker runs its turns one at a time; conversations run side by side."""
         conversation = getattr(turn, "conversation", "") or ""
         line = self.lines.setdefault(conversation, TurnQueue())
-        if not line.push(Job(turn.id, turn, incoming)):
+        if not line.push(QueuedTurn(turn.id, turn, incoming)):
             return
         self.waiting.add(incoming.event_id)
         self.note_queue(conversation)  # the answer running there says it (docs/sessions.md)
@@ -326,7 +326,7 @@ class Portal:
             name = f"portal-{self.room_id}" + (f"-{conversation}" if conversation else "")
             line.worker = asyncio.create_task(self._work(line), name=name)
 
-    def queued(self, conversation: str) -> list[Job]:
+    def queued(self, conversation: str) -> list[QueuedTurn]:
         """The turns waiting in `conversation`, in the order they will run (`!queue`)."""
         line = self.lines.get(conversation)
         return sorted(line.queue) if line is not None else []
@@ -337,7 +337,7 @@ class Portal:
         if run is not None:
             run.answer.set_note("queued", f"queued ({count})" if count else None)
 
-    def unqueue(self, conversation: str, number: int) -> Job | None:
+    def unqueue(self, conversation: str, number: int) -> QueuedTurn | None:
         """Take the `number`th waiting turn (1: the next) out of `conversation`'s queue, before
         anything can start it (`!drop`; its record is ended by the caller). None: no such turn."""
         jobs = self.queued(conversation)
@@ -385,7 +385,7 @@ class Portal:
                 if incoming.event_id in self.withdrawn:
                     await self.parts.db.turns.end(job.turn_id, DROPPED)
                 else:
-                    await self.answer(job.turn, incoming)
+                    await self.answer(job.record, incoming)
             except asyncio.CancelledError:
                 raise  # quitting: the next start runs what did not begin (recovery)
             except Exception:

@@ -16,7 +16,9 @@ from .mentions import Parsed
 
 
 @dataclass(frozen=True)
-class Turn:
+class Answerer:
+    """An agent the message is for, and what it is told: each becomes a turn record."""
+
     agent: str
     text: str  # what the agent is told now (the user's text, or `/command args`)
     alone: bool = False  # a slash command goes without the channel context
@@ -24,13 +26,13 @@ class Turn:
 
 @dataclass(frozen=True)
 class Route:
-    turns: tuple[Turn, ...]
+    answerers: tuple[Answerer, ...]
     invite: tuple[str, ...] = ()  # mentioned agents that must become members first
     unknown_agent: str | None = None  # `/x:cmd` naming an agent that is not configured
 
     @property
     def nobody(self) -> bool:
-        return not self.turns
+        return not self.answerers
 
 
 def route(
@@ -38,17 +40,17 @@ def route(
 ) -> Route:
     if direct_agent is not None:
         if parsed.slash is not None and parsed.slash.agent == direct_agent:
-            return Route((Turn(direct_agent, parsed.slash.text, alone=True),))
-        return Route((Turn(direct_agent, text),))
+            return Route((Answerer(direct_agent, parsed.slash.text, alone=True),))
+        return Route((Answerer(direct_agent, text),))
     if parsed.slash is not None:
         agent = parsed.slash.agent
         invite: tuple[str, ...] = () if agent in members else (agent,)
-        return Route((Turn(agent, parsed.slash.text, alone=True),), invite=invite)
+        return Route((Answerer(agent, parsed.slash.text, alone=True),), invite=invite)
     if parsed.mentions:
         invite = tuple(agent for agent in parsed.mentions if agent not in members)
-        return Route(tuple(Turn(agent, text) for agent in parsed.mentions), invite=invite)
+        return Route(tuple(Answerer(agent, text) for agent in parsed.mentions), invite=invite)
     if last_speaker is not None and last_speaker in members:
-        return Route((Turn(last_speaker, text),))
+        return Route((Answerer(last_speaker, text),))
     if len(members) == 1:
-        return Route((Turn(members[0], text),))
+        return Route((Answerer(members[0], text),))
     return Route(())

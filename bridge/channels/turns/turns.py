@@ -18,25 +18,23 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-import aiohttp
-
-from acp import AcpError, AgentCrashed, AgentTimeout, Update
-from store import StoreError, TurnRecord, keys
+from acp import AcpError, AgentCrashed, Update
+from store import TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
-from ...matrix.client import MatrixError
 from ...matrix.markdown import escape_html
 from ...matrix.puppet import relating
 from ...voice.spoken import speak_answer
 from ..base.conversations import relation_for
+from ..base.parts import AskedIn
 from ..base.stream import Answer, AnswerNotFinished, TxnIds
 from ..rules.approvals import approve_mode, approvers
 from . import prepare
 from .agent_files import roots_for
 from .context import UnseenMessage, build_prompt
+from .endings import END, PAUSE, STOPPED, Ending, Stopped, StoppedWaiting, ending
 from .journal import Journal
 from .prompt import attachment_prompt, listening
-from .routing import Turn
 from .sessions import record_use
 from .showing import Showing
 
@@ -53,7 +51,6 @@ log = logging.getLogger(__name__)
 PAUSED = "⏸ the bridge stopped before this answer began: it is answered when the bridge is back"
 PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
 STDERR_LINES = 12  # lines of a crashed agent's stderr shown in its notice
-FAILED_FINISH_TIMEOUT = 20  # seconds to mark an answer interrupted after a failure of the bridge
 FINISH_ON_STOP = 5  # seconds a stopping bridge gives an answer the agent has finished
 
 
@@ -62,7 +59,7 @@ class Portal(Protocol):
 
     parts: ChannelParts
     channel: Channel
-    runs: dict[str, TurnRun]  # conversation → its running turn
+    runs: dict[str, RunningTurn]  # conversation → its running turn
     room_id: str
 
     def member_names(self) -> list[str]: ...
@@ -76,7 +73,7 @@ class Portal(Protocol):
     ) -> tuple[str, bool, Any]: ...
 
 
-class TurnRun:
+class RunningTurn:
     """A turn in progress, so `!stop`, a redaction or 🛑 can cancel it."""
 
     def __init__(self, portal: Portal, agent_name: str, answer: Answer):
@@ -97,6 +94,15 @@ class TurnRun:
         self.steering: list[str] = []  # what `!steer` (or a reply to the answer) adds, not yet asked
         self.steerable = True  # False once its agent is done: too late to steer it
         self.stop_line: str | None = None  # why it was cancelled, when not by the owner (budgets.py)
+        # set as the turn is prepared (run_turn)
+        self.record: TurnRecord | None = None  # its record: who answers what, where
+        self.incoming: Incoming | None = None  # the owner's message it answers
+        self.puppet: Any = None  # the answering agent's puppet, sending into the turn's conversation
+        self.title = agent_name  # the agent's title, as its answer shows it
+        self.showing: Showing | None = None  # what the owner sees while the agent works
+        self.note = ""  # why the answer waits, as its placeholder first says ("" it does not)
+        self.seen: tuple[str, str, str] | None = None  # (channel, agent, message) seen once answered
+        self.posting: asyncio.Task | None = None  # the placeholder being posted
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -133,12 +139,8 @@ class TurnRun:
                 log.warning("cancel of %s failed", self.agent_name)
 
 
-class _StoppedWaiting(Exception):
-    """The turn was cancelled while it waited for the agent to finish elsewhere."""
-
-
 @asynccontextmanager
-async def _agent_turn(pool, run: TurnRun):
+async def _agent_turn(pool, run: RunningTurn):
     """`pool.turn(agent)`, whose waiting `run.cancel()` can end."""
     turn = pool.turn(run.agent_name)
     run.entering = asyncio.ensure_future(turn.__aenter__())
@@ -147,7 +149,7 @@ async def _agent_turn(pool, run: TurnRun):
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if run.cancelled and run.entering.cancelled() and not (current and current.cancelling()):
-            raise _StoppedWaiting() from None
+            raise StoppedWaiting() from None
         raise
     finally:
         run.entering = None
@@ -222,7 +224,7 @@ def waiting_note(channels: Channels, pool, agent: str, ahead: int | None = None,
     return ""
 
 
-async def _leave_queue(channels: Channels, pool, run: TurnRun) -> None:
+async def _leave_queue(channels: Channels, pool, run: RunningTurn) -> None:
     """`run` got its turn (or ended): the turns still waiting for that agent move up."""
     queue = channels.waiting.get(run.agent_name, [])
     if run not in queue:
@@ -233,226 +235,257 @@ async def _leave_queue(channels: Channels, pool, run: TurnRun) -> None:
 
 
 async def run_turn(portal: Portal, record: TurnRecord, incoming: Incoming) -> None:
-    """Run a turn its portal claimed (store/turns.py): `record` says who answers what."""
+    """Run a turn its portal claimed (store/turns.py): `record` says who answers what. It is
+    prepared (its answer, its place in the agent's queue), prompted (the agent asked, its answer
+    streamed) and closed (the final text sent, the answer stored); whatever stops it before it
+    closes ends it as endings.py's table says."""
+    run = await _prepare(portal, record, incoming)
+    if run is None:
+        return
+    try:
+        stop_reason = await _prompt(run)
+        if stop_reason is not None:
+            await _close_answer(run, stop_reason)
+    except BaseException as exc:
+        end = ending(exc, Stopped(record.agent, portal.parts.stopping.is_set(), run.prompt_sent))
+        if end is None:
+            raise
+        await _show_ending(run, end, exc)
+        if end.reraise:
+            raise
+    finally:
+        await _leave(run)
+
+
+async def _prepare(portal: Portal, record: TurnRecord, incoming: Incoming) -> RunningTurn | None:
+    """The turn's answer and what shows its work, its place in its agent's queue and in the
+    portal's running turns; None when its agent is not configured (the record is dropped)."""
     parts = portal.parts
     config, channels = parts.config, parts.channels
-    turn = Turn(record.agent, record.text, record.alone)
     journal = Journal(parts.db, parts.later, record, portal.room_id)
     # everything the turn sends goes into its conversation: in a thread, each new message carries
     # the thread's relation (its reply fallback: the message answered) — the answer, its status
     # and edits, plan and tool calls, questions, attachments, notices (matrix/intent.py InRelation)
     relation = relation_for(record.conversation, record.prompt_event)
-    agent_config = config.agents.get(turn.agent)
+    agent_config = config.agents.get(record.agent)
     if agent_config is None:
-        await parts.notices.notice(portal, f"There is no agent called {turn.agent}.", relates_to=relation)
+        await parts.notices.notice(portal, f"There is no agent called {record.agent}.", relates_to=relation)
         journal.ended(DROPPED, [], None)
-        return
-    puppet = relating(await parts.identities.puppet(turn.agent), portal.room_id, relation)
+        return None
+    puppet = relating(await parts.identities.puppet(record.agent), portal.room_id, relation)
     answer = Answer(puppet.intent, portal.room_id, agent_config.title, TxnIds(f"sk-{record.id}", record.attempt))
     # an earlier attempt may have posted the placeholder: it is found again by its transaction
     # id and edited, never taken for the final message
     answer.reused = record.attempt > 1
     answer.on_messages = journal.messages
     answer.on_final = journal.finishing
-    run = TurnRun(portal, turn.agent, answer)
+    run = RunningTurn(portal, record.agent, answer)
+    run.record, run.incoming, run.puppet, run.title = record, incoming, puppet, agent_config.title
     run.conversation = record.conversation
     run.work = work = parts.work(puppet.intent, portal.room_id, config.attachment_bytes)
     run.prompt_event_id = incoming.event_id
     run.journal = journal
-    showing = Showing(
+    run.showing = Showing(
         answer,
         work,
         puppet,
         portal.room_id,
         notices=parts.notices,
         attachment_bytes=config.attachment_bytes,
-        media_roots=lambda: roots_for(config, turn.agent, run.session_dir),
+        media_roots=lambda: roots_for(config, record.agent, run.session_dir),
         courtesy=channels.courtesy,
         note_tool_call=run.note_tool_call,
     )
     # the note and the place in the queue are taken together (no await between)
-    note = waiting_note(channels, parts.pool, turn.agent, here=portal)
-    channels.queue(turn.agent).append(run)
+    run.note = waiting_note(channels, parts.pool, record.agent, here=portal)
+    channels.queue(record.agent).append(run)
     portal.runs[record.conversation] = run
     portal.note_queue(record.conversation)  # the turns still waiting behind it
     # seen: up to the message answered, not up to its answer: a message queued meanwhile has an
     # earlier id than the answer and is still to be read (its own answers the session remembers)
-    stored_upto = incoming.message_id
     # a command went without the context: it is still unseen (docs/architecture.md "What each agent reads")
-    seen = None if turn.alone or stored_upto is None else (portal.channel.id, turn.agent, stored_upto)
-    try:
-        # the prompt does not wait for the placeholder; a running agent (idle, or busy in
-        # another channel for a moment more) gets a moment to answer first, so a quick answer
-        # is one message with its text from the start. A start is slow: it shows at once.
-        running = parts.pool.state(turn.agent) in ("ready", "busy")
-        posting = answer.post(note, grace=PLACEHOLDER_GRACE if running else 0.0)
-        posting.add_done_callback(lambda done: _begin(run, done))
-        budgets = getattr(parts, "budgets", None)
-        refused = await budgets.refusal(turn.agent) if budgets is not None else None
-        if refused is not None:  # over its budget: one line, and the agent is not asked
-            await _end(answer, refused)
-            journal.ended(ENDED, answer.event_ids, None)
-            return
-        async with _agent_turn(parts.pool, run) as agent:
-            channels.active_turns[turn.agent] = portal
-            parts.presence.answering(turn.agent, portal.channel.name)
-            await _leave_queue(channels, parts.pool, run)
-            run.agent = agent
-            if note:  # it was waiting: the channel now shows its turn has come
-                answer.set_status(f"⏳ {agent_config.title} is getting ready…")
-            showing.typing_after(posting)  # typing while the agent works
-            # the member and what the agent has not seen: read together, in one database call
-            session_id, fresh, context = await portal.session_with(
-                turn.agent,
-                agent,
-                context_reader(
-                    portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
-                ),
-                conversation=record.conversation,
-            )
-            run.session_id = session_id
-            # its files are posted from where this session works (a thread's worktree, `!cwd`),
-            # read now: a later `!cwd` moves the next session, not this one
-            run.session_dir = portal.session_dir(turn.agent, record.conversation)
-            if run.cancelled:
-                await _end(answer, "⏹ stopped")
-                journal.ended(ENDED, answer.event_ids, None)
-                return
-            text = (
-                turn.text
-                if turn.alone
-                else build_prompt(
-                    portal.channel.name,
-                    unseen_lines(context, turn.agent, incoming.message_id, fresh, config.context_messages),
-                    turn.text,
-                    config.context_messages,
-                    config.context_chars,
-                )
-            )
-            prompt: str | list[dict] = text
-            if incoming.attachment is not None:  # as the content this agent takes (media.py)
-                prompt, refused = await attachment_prompt(
-                    puppet.intent,
-                    incoming.attachment,
-                    text,
-                    agent.prompt_capabilities,
-                    agent_config.title,
-                    config.attachment_bytes,
-                    listening(config, portal, answer),
-                )
-                if refused is not None:  # one line in the answer's place; nothing goes to the agent
-                    await _end(answer, f"⚠️ {refused}")
-                    journal.ended(ENDED, answer.event_ids, None)
-                    return
-            if incoming.message_id is not None:  # a scheduled run answers no message of the room
-                channels.courtesy(_after(posting, puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
-            # its asks go into its conversation, answered by the owner who sent the message
-            # (or any owner: `!approve any-owner`), whom they mention (approvals.py)
-            asked = partial(_ask, portal, puppet, record.conversation, incoming.sender, run)
-            on_permission, on_question = partial(asked, parts.permissions.ask), partial(asked, parts.questions.ask)
-            request = turn.text  # what it was asked: a steer asks it again with more
-            if run.steering:  # steered before its prompt was written: in that prompt
-                request, prompt = _steered(run, request, prompt, answer)
-            try:
-                showing.prompting(lambda: agent.asking)
-                # its record says "prompted" before the agent can have it (at most once), and the
-                # prompt is written the moment that is done
-                stop_reason = await agent.prompt(
-                    session_id,
-                    prompt,
-                    showing.on_update,
-                    on_permission,
-                    on_question,
-                    before_send=lambda: _prompting(run),
-                    on_sent=lambda: _prompted(run, turn.text),
-                )
-                # steered meanwhile: the same turn asks again (one record, one answer)
-                while run.steering:
-                    request, prompt = _steered(run, request, request, answer)
-                    run.cancelled = False
-                    stop_reason = await agent.prompt(session_id, prompt, showing.on_update, on_permission, on_question)
-                run.steerable = False
-            finally:
-                run.steerable = False
-                showing.prompted()
-        await showing.work_shown()
-        footer = (run.stop_line or "⏹ stopped") if stop_reason == "cancelled" else parts.stop_line(stop_reason)
-        # the agent is done: a stop from here on lets the complete answer land and be stored
-        # (within FINISH_ON_STOP) rather than marking it interrupted
-        closing = asyncio.ensure_future(
-            _close(portal, journal, turn.agent, answer, footer, None if seen is None else stored_upto)
-        )
-        try:
-            await asyncio.shield(closing)
-            if stop_reason != "cancelled":  # `!voice on`: the answer read aloud too (docs/voice.md)
-                channels.courtesy(
-                    speak_answer(
-                        parts.db,
-                        portal.channel.id,
-                        puppet.intent,
-                        portal.room_id,
-                        answer.full_text,
-                        config.voice.language,
-                    )
-                )
-        except asyncio.CancelledError:
-            if not closing.done():
-                await asyncio.wait({closing}, timeout=FINISH_ON_STOP)
-            if not closing.done():
-                closing.cancel()
-            elif not closing.cancelled() and closing.exception() is not None:
-                log.warning("answer in %s not finished while stopping: %s", portal.room_id, closing.exception())
-            raise
-    except _StoppedWaiting:
-        await _end(answer, "⏹ stopped")
-    except AgentCrashed as exc:
-        lost = exc.connection and f"{turn.agent}: {exc.connection}"  # over ssh: ssh's reason, one line
-        await _end(answer, f"⚠️ interrupted: {lost or f'{turn.agent} stopped unexpectedly (exit code {exc.exit_code})'}")
-        await crash_notice(parts.notices, portal, puppet, turn.agent, exc)
-    except AgentTimeout as exc:
-        await _end(answer, f"⚠️ interrupted: {exc}")
-    except AcpError as exc:
-        if parts.stopping.is_set() and not run.prompt_sent:
-            # the bridge stops (its agents with it) before the agent had the prompt: it waits
-            # for the next start, like a turn the stop cancelled (released below)
-            await asyncio.shield(_paused(answer))
-        else:
-            await _end(answer, f"⚠️ {exc}")
-    except asyncio.CancelledError:
-        # the bridge is quitting. An answer begun and not finished is marked so, and not stored
-        # (docs/architecture.md "The store"); one whose prompt never reached the agent waits for the
-        # next start, which runs it and takes its placeholder over
-        if not run.prompt_sent:
-            await asyncio.shield(_paused(answer))
-        elif not answer.finished:
-            await asyncio.shield(_interrupted(answer, "the bridge stopped"))
-        raise
-    except Exception as exc:
-        # the homeserver, the store or a bug: the answer ends marked interrupted, unstored; if
-        # even that cannot be shown, its record stays prompted and the next start marks it
-        why = _failure(exc)
-        if isinstance(exc, (MatrixError, AnswerNotFinished, StoreError, aiohttp.ClientError)):
-            log.warning("answer of %s in %s cut: %s", turn.agent, portal.room_id, exc)
-        else:
-            log.exception("answer of %s in %s cut", turn.agent, portal.room_id)
-        if not answer.finished:
-            await asyncio.shield(_interrupted(answer, why, timeout=FAILED_FINISH_TIMEOUT))
-    finally:
-        await asyncio.shield(showing.work_shown())  # the plan and tool calls keep their last state
-        if not journal.closed:
-            _close_record(run, seen)
+    if not record.alone and incoming.message_id is not None:
+        run.seen = (portal.channel.id, record.agent, incoming.message_id)
+    return run
+
+
+async def _prompt(run: RunningTurn) -> str | None:
+    """The placeholder posted, the agent's turn waited for, its session and what it has not seen
+    read, the prompt built and sent (again when steered): the agent's stop reason, or None when
+    the turn ended before the agent was asked (over budget, stopped, an attachment refused)."""
+    portal, record, incoming, answer, showing = run.portal, run.record, run.incoming, run.answer, run.showing
+    parts = portal.parts
+    config, channels = parts.config, parts.channels
+    # the prompt does not wait for the placeholder; a running agent (idle, or busy in another
+    # channel for a moment more) gets a moment to answer first, so a quick answer is one
+    # message with its text from the start. A start is slow: it shows at once.
+    running = parts.pool.state(record.agent) in ("ready", "busy")
+    run.posting = posting = answer.post(run.note, grace=PLACEHOLDER_GRACE if running else 0.0)
+    posting.add_done_callback(lambda done: _begin(run, done))
+    budgets = getattr(parts, "budgets", None)
+    refused = await budgets.refusal(record.agent) if budgets is not None else None
+    if refused is not None:  # over its budget: one line, and the agent is not asked
+        await _ended_early(run, refused)
+        return None
+    async with _agent_turn(parts.pool, run) as agent:
+        channels.active_turns[record.agent] = portal
+        parts.presence.answering(record.agent, portal.channel.name)
         await _leave_queue(channels, parts.pool, run)
-        if portal.runs.get(record.conversation) is run:
-            del portal.runs[record.conversation]
-        if channels.active_turns.get(turn.agent) is portal:
-            del channels.active_turns[turn.agent]
-            parts.presence.answering(turn.agent, None)
-        await showing.typing_ended()
-        # the others have its answer to read: they prepare it (prepare.py)
-        prepare.soon(portal, [m for m in portal.member_names() if m != turn.agent], record.conversation)
+        run.agent = agent
+        if run.note:  # it was waiting: the channel now shows its turn has come
+            answer.set_status(f"⏳ {run.title} is getting ready…")
+        showing.typing_after(posting)  # typing while the agent works
+        # the member and what the agent has not seen: read together, in one database call
+        session_id, fresh, context = await portal.session_with(
+            record.agent,
+            agent,
+            context_reader(
+                portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
+            ),
+            conversation=record.conversation,
+        )
+        run.session_id = session_id
+        # its files are posted from where this session works (a thread's worktree, `!cwd`),
+        # read now: a later `!cwd` moves the next session, not this one
+        run.session_dir = portal.session_dir(record.agent, record.conversation)
+        if run.cancelled:
+            await _ended_early(run, STOPPED)
+            return None
+        text = (
+            record.text
+            if record.alone
+            else build_prompt(
+                portal.channel.name,
+                unseen_lines(context, record.agent, incoming.message_id, fresh, config.context_messages),
+                record.text,
+                config.context_messages,
+                config.context_chars,
+            )
+        )
+        prompt: str | list[dict] = text
+        if incoming.attachment is not None:  # as the content this agent takes (media.py)
+            prompt, refused = await attachment_prompt(
+                run.puppet.intent,
+                incoming.attachment,
+                text,
+                agent.prompt_capabilities,
+                run.title,
+                config.attachment_bytes,
+                listening(config, portal, answer),
+            )
+            if refused is not None:  # one line in the answer's place; nothing goes to the agent
+                await _ended_early(run, f"⚠️ {refused}")
+                return None
+        if incoming.message_id is not None:  # a scheduled run answers no message of the room
+            channels.courtesy(_after(posting, run.puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
+        # its asks go into its conversation, answered by the owner who sent the message
+        # (or any owner: `!approve any-owner`), whom they mention (approvals.py)
+        asked = partial(_ask, portal, run.puppet, record.conversation, incoming.sender, run)
+        on_permission, on_question = partial(asked, parts.permissions.ask), partial(asked, parts.questions.ask)
+        request = record.text  # what it was asked: a steer asks it again with more
+        if run.steering:  # steered before its prompt was written: in that prompt
+            request, prompt = _steered(run, request, prompt, answer)
+        try:
+            showing.prompting(lambda: agent.asking)
+            # its record says "prompted" before the agent can have it (at most once), and the
+            # prompt is written the moment that is done
+            stop_reason: str = await agent.prompt(
+                session_id,
+                prompt,
+                showing.on_update,
+                on_permission,
+                on_question,
+                before_send=lambda: _prompting(run),
+                on_sent=lambda: _prompted(run, record.text),
+            )
+            # steered meanwhile: the same turn asks again (one record, one answer)
+            while run.steering:
+                request, prompt = _steered(run, request, request, answer)
+                run.cancelled = False
+                stop_reason = await agent.prompt(session_id, prompt, showing.on_update, on_permission, on_question)
+            run.steerable = False
+        finally:
+            run.steerable = False
+            showing.prompted()
+    return stop_reason
 
 
-def _steered(run: TurnRun, request: str, prompt: str | list[dict], answer: Answer) -> tuple[str, str | list[dict]]:
+async def _ended_early(run: RunningTurn, footer: str) -> None:
+    """The turn ends before its agent is asked: its answer says why, its record is ended."""
+    await _end(run.answer, footer)
+    run.journal.ended(ENDED, run.answer.event_ids, None)
+
+
+async def _close_answer(run: RunningTurn, stop_reason: str) -> None:
+    """The agent is done: the final text sent, then the answer, what the agent has seen and its
+    turn done, stored together; `!voice on` reads it aloud. A stop from here on lets the complete
+    answer land and be stored (within FINISH_ON_STOP) rather than marking it interrupted."""
+    portal, parts, answer = run.portal, run.portal.parts, run.answer
+    await run.showing.work_shown()
+    footer = (run.stop_line or STOPPED) if stop_reason == "cancelled" else parts.stop_line(stop_reason)
+    seen_upto = None if run.seen is None else run.seen[2]
+    closing = asyncio.ensure_future(_store_answer(run, footer, seen_upto))
+    try:
+        await asyncio.shield(closing)
+        if stop_reason != "cancelled":  # `!voice on`: the answer read aloud too (docs/voice.md)
+            parts.channels.courtesy(
+                speak_answer(
+                    parts.db,
+                    portal.channel.id,
+                    run.puppet.intent,
+                    portal.room_id,
+                    answer.full_text,
+                    parts.config.voice.language,
+                )
+            )
+    except asyncio.CancelledError:
+        if not closing.done():
+            await asyncio.wait({closing}, timeout=FINISH_ON_STOP)
+        if not closing.done():
+            closing.cancel()
+        elif not closing.cancelled() and closing.exception() is not None:
+            log.warning("answer in %s not finished while stopping: %s", portal.room_id, closing.exception())
+        raise
+
+
+async def _show_ending(run: RunningTurn, end: Ending, exc: BaseException) -> None:
+    """What an ending shows (endings.py): the answer's footer, its placeholder paused, or the
+    answer marked interrupted; a crash's notice; a failure in the log."""
+    portal, answer = run.portal, run.answer
+    if end.log == "warning":
+        log.warning("answer of %s in %s cut: %s", run.agent_name, portal.room_id, exc)
+    elif end.log == "exception":
+        log.error("answer of %s in %s cut", run.agent_name, portal.room_id, exc_info=exc)
+    if end.show == END:
+        await _end(answer, end.text)
+    elif end.show == PAUSE:
+        await asyncio.shield(_paused(answer))
+    elif not answer.finished:
+        await asyncio.shield(_interrupted(answer, end.text, timeout=end.timeout))
+    if end.crash_notice and isinstance(exc, AgentCrashed):
+        await crash_notice(portal.parts.notices, portal, run.puppet, run.agent_name, exc)
+
+
+async def _leave(run: RunningTurn) -> None:
+    """Whatever the end: the plan and tool calls keep their last state, the record is closed,
+    the turn leaves its agent's queue and the portal's running turns; the other members prepare
+    (prepare.py) — they have its answer to read."""
+    portal, parts = run.portal, run.portal.parts
+    channels, conversation = parts.channels, run.conversation
+    await asyncio.shield(run.showing.work_shown())
+    if not run.journal.closed:
+        _close_record(run, run.seen)
+    await _leave_queue(channels, parts.pool, run)
+    if portal.runs.get(conversation) is run:
+        del portal.runs[conversation]
+    if channels.active_turns.get(run.agent_name) is portal:
+        del channels.active_turns[run.agent_name]
+        parts.presence.answering(run.agent_name, None)
+    await run.showing.typing_ended()
+    prepare.soon(portal, [m for m in portal.member_names() if m != run.agent_name], conversation)
+
+
+def _steered(run: RunningTurn, request: str, prompt: str | list[dict], answer: Answer) -> tuple[str, str | list[dict]]:
     """What the agent is asked once steered: (the request with the steering words, the prompt
     with them); the answer shows where it was steered."""
     words = "\n\n".join(run.steering)
@@ -463,13 +496,13 @@ def _steered(run: TurnRun, request: str, prompt: str | list[dict], answer: Answe
     return f"{request}\n\n{words}", f"{prompt}\n\n{words}"
 
 
-async def _ask(portal: Portal, puppet, conversation: str, requester: str | None, run: TurnRun, ask, request):
+async def _ask(portal: Portal, puppet, conversation: str, requester: str | None, run: RunningTurn, ask, request):
     """Ask the owner through `ask` (permissions.py, coding/questions.py): who answers and whom
     it mentions, as the channel's `!approve` says (approvals.py) when it is asked."""
     parts = portal.parts
     mode = approve_mode(await parts.db.get_value(keys.approve(portal.channel.id)))
     asker, mention = approvers(mode, requester, parts.config.owners)
-    return await ask(portal, puppet, request, conversation=conversation, asker=asker, run=run, mention=mention)
+    return await ask(AskedIn(portal, puppet, conversation, asker, run, mention), request)
 
 
 async def _after(first: asyncio.Task, then) -> None:
@@ -478,13 +511,13 @@ async def _after(first: asyncio.Task, then) -> None:
     await then
 
 
-def _begin(run: TurnRun, posting: asyncio.Task) -> None:
+def _begin(run: RunningTurn, posting: asyncio.Task) -> None:
     """The placeholder is posted: the record knows its event (unless the prompt went first)."""
     if not posting.cancelled() and posting.exception() is None and not run.prompt_sent:
         run.journal.posted(run.answer.event_ids)
 
 
-async def _prompting(run: TurnRun) -> None:
+async def _prompting(run: RunningTurn) -> None:
     """`session/prompt` is about to be written to the agent: its record says so first. From
     then on the answer has begun, and a stop marks it interrupted instead of running it again —
     a prompt reaches its agent at most once, whenever the bridge is killed."""
@@ -492,14 +525,14 @@ async def _prompting(run: TurnRun) -> None:
     run.prompt_sent = True
 
 
-def _prompted(run: TurnRun, text: str) -> None:
+def _prompted(run: RunningTurn, text: str) -> None:
     """`session/prompt` was written: its record says so, and the session's last use is recorded
     (sessions.py) — after the prompt, so that this write never keeps the prompt waiting."""
     run.journal.prompted(run.answer.event_ids)
     record_use(run.portal, run.agent_name, run.agent, run.conversation, run.session_id, text)
 
 
-def _close_record(run: TurnRun, seen: tuple[str, str, str] | None) -> None:
+def _close_record(run: RunningTurn, seen: tuple[str, str, str] | None) -> None:
     """The turn is over without a stored answer. Shown with its end (stopped, crashed…): ended.
     Quitting before the agent had the prompt: released, for the next start to run. Begun and
     not shown as ended (the homeserver refused it, a kill): left as it is, for the next start
@@ -536,13 +569,11 @@ async def _interrupted(answer: Answer, why: str, timeout: float = 5) -> None:
         log.warning("could not mark an answer as interrupted; the next start will")
 
 
-async def _close(
-    portal: Portal, journal: Journal, agent: str, answer: Answer, footer: str | None, seen_upto: str | None
-) -> None:
+async def _store_answer(run: RunningTurn, footer: str | None, seen_upto: str | None) -> None:
     """The final text of an answer the agent finished, then the answer, what the agent has seen
     and its turn done, stored together."""
-    event_ids = await answer.finish(footer, complete=True)
-    journal.answered(portal.channel.id, agent, answer.full_text, event_ids, seen_upto)
+    event_ids = await run.answer.finish(footer, complete=True)
+    run.journal.answered(run.portal.channel.id, run.agent_name, run.answer.full_text, event_ids, seen_upto)
 
 
 async def _paused(answer: Answer) -> None:
@@ -562,12 +593,3 @@ async def _end(answer: Answer, footer: str) -> None:
         await answer.finish(footer)
     except AnswerNotFinished as exc:
         log.warning("%s", exc)
-
-
-def _failure(exc: BaseException) -> str:
-    """What the owner is told when a turn fails outside the agent."""
-    if isinstance(exc, (MatrixError, AnswerNotFinished, aiohttp.ClientError)):
-        return "the homeserver did not take a message of this answer"
-    if isinstance(exc, StoreError):
-        return "the database failed while this answer was written"
-    return "an error in the bridge (see its log)"

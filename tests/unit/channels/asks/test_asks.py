@@ -15,8 +15,9 @@ from scene_helpers import SentNotices
 
 from acp import ElicitationAnswer, PermissionRequest
 from acp.elicitation import ACCEPT, DECLINE, parse_request
-from bridge.channels.asks.asks import KEYCAPS, Ask, Asks
+from bridge.channels.asks.asks import KEYCAPS, Ask, Asking, Asks
 from bridge.channels.asks.permissions import Permissions
+from bridge.channels.base.parts import AskedIn
 from bridge.coding.questions import Questions
 from bridge.matrix.client import MatrixError
 
@@ -88,20 +89,13 @@ async def chosen(ask: Ask) -> tuple[str, str]:
     return option, f"chose {option}"
 
 
-def asking(s, shown: Shown, read, timed_out: str = "", unsent: str = "", **where) -> asyncio.Task:
-    """An ask of `shown` whose answer `read` reads, waiting in a task (`where`: options,
-    conversation, asker)."""
+def asking(s, shown: Shown, read, timed_out: str = "", unsent: str = "", options=(), **where) -> asyncio.Task:
+    """An ask of `shown` whose answer `read` reads, waiting in a task (`where`: conversation,
+    asker)."""
     return asyncio.ensure_future(
         s.asks.ask(
-            s.portal,
-            s.puppet,
-            shown,
-            WAITING,
-            read,
-            timed_out=(timed_out, TIMED_OUT),
-            stopped=lambda: STOPPED,
-            unsent=unsent,
-            **where,
+            AskedIn(s.portal, s.puppet, **where),
+            Asking(shown, WAITING, read, (timed_out, TIMED_OUT), lambda: STOPPED, unsent, options=options),
         )
     )
 
@@ -400,20 +394,18 @@ async def test_a_permission_request_is_a_numbered_ask():
         {"toolCallId": "t1", "title": "rm -rf"},
         [{"optionId": "yes", "kind": "allow_once"}, {"optionId": "no", "kind": "reject_once"}, {"name": "no id"}],
     )
-    task = asyncio.ensure_future(permissions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
+    task = asyncio.ensure_future(permissions.ask(AskedIn(s.portal, s.puppet, conversation=THREAD, asker=ANA), request))
     await until(lambda: len(s.intent.reactions) == 2)  # the option without an id is dropped
     assert s.answer.status == "🔧 waiting for your permission: rm -rf"
-    assert await permissions.on_reply(ROOM, "1", None, BEN, THREAD) is True  # another owner: refused
-    assert (
-        await permissions.on_reaction({}, ROOM, BEN, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"})
-        is True
-    )
+    assert await permissions.asks.on_number(ROOM, "1", None, BEN, THREAD) is True  # another owner: refused
+    keycap = {"rel_type": "m.annotation", "event_id": "$ask1", "key": "1️⃣"}
+    assert await permissions.asks.on_reaction(ROOM, keycap, BEN) is True
     assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")] * 2
     assert not task.done()
-    assert await permissions.on_reaction({}, ROOM, ANA, {"rel_type": "m.annotation", "event_id": "$ask1", "key": "2️⃣"})
+    assert await permissions.asks.on_reaction(ROOM, {**keycap, "key": "2️⃣"}, ANA)
     assert await task == "no"
     assert s.intent.edits[-1][1]["body"] == "Alice: rm -rf\n\n❌ Rejected"
-    assert await permissions.on_reply(ROOM, "1", "$ask1") is True  # closed already, said so
+    assert await permissions.asks.on_number(ROOM, "1", "$ask1") is True  # closed already, said so
     assert s.answer.status == "💭 thinking…"
 
 
@@ -431,17 +423,17 @@ async def test_an_elicitation_is_an_ask_in_words():
             },
         }
     )
-    task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request, conversation=THREAD, asker=ANA))
+    task = asyncio.ensure_future(questions.ask(AskedIn(s.portal, s.puppet, conversation=THREAD, asker=ANA), request))
     await until(lambda: len(questions.asks.open) == 1)
     assert s.answer.status == "❓ waiting for your answer to Alice's question"
-    assert await questions.on_reply(ROOM, "Al", None, sender=ANA) is False  # the main timeline: no answer
-    assert await questions.on_reply(ROOM, "Bob", "$ask1", sender=BEN, conversation=THREAD) is True
+    assert await questions.asks.on_words(ROOM, "Al", None, sender=ANA) is False  # the main timeline: no answer
+    assert await questions.asks.on_words(ROOM, "Bob", "$ask1", sender=BEN, conversation=THREAD) is True
     assert s.notices.said == [(ROOM, f"Only {ANA}, who started this turn, can answer this.")]
     s.notices.said.clear()
-    assert await questions.on_reply(ROOM, "Al", None, sender=ANA, conversation=THREAD) is True
+    assert await questions.asks.on_words(ROOM, "Al", None, sender=ANA, conversation=THREAD) is True
     await until(lambda: len(s.notices.said) == 1)
     assert s.notices.said[0][1].startswith("That answer does not fit:") and not task.done()
-    assert await questions.on_reply(ROOM, "Alice", "$ask1", sender=ANA) is True
+    assert await questions.asks.on_words(ROOM, "Alice", "$ask1", sender=ANA) is True
     assert await task == ElicitationAnswer(ACCEPT, {"name": "Alice"})
     assert s.intent.edits[-1][1]["body"].endswith("\n\n✅ Answered")
 
@@ -452,14 +444,14 @@ async def test_a_stopped_turn_declines_its_question_and_a_withdrawn_one_says_so(
     request = parse_request({"mode": "url", "message": "Log in", "url": "https://example.org/x", "elicitationId": "e1"})
     for cancelled, shown in ((True, "❌ Declined (the answer was stopped)"), (False, "⏹ Withdrawn by the agent")):
         s.portal.current.cancelled = cancelled
-        task = asyncio.ensure_future(questions.ask(s.portal, s.puppet, request))
+        task = asyncio.ensure_future(questions.ask(AskedIn(s.portal, s.puppet), request))
         await until(lambda: len(questions.asks.open) == 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert s.intent.edits[-1][1]["body"].endswith(f"\n\n{shown}")
     timed = Questions(SimpleNamespace(permission_timeout=0.05), s.notices)
-    assert await timed.ask(s.portal, s.puppet, request) == ElicitationAnswer(DECLINE)
+    assert await timed.ask(AskedIn(s.portal, s.puppet), request) == ElicitationAnswer(DECLINE)
     assert s.intent.edits[-1][1]["body"].endswith("\n\n⏱ No answer: declined")
 
 

@@ -57,7 +57,7 @@ def say(store, channel, sender, text, event_id, conversation=""):
 
 
 async def route(portal, body, conversation=""):
-    return [t.agent for t in (await portal.route(body, None, [], conversation)).turns]
+    return [t.agent for t in (await portal.route(body, None, [], conversation)).answerers]
 
 
 async def test_an_unaddressed_thread_message_goes_to_the_threads_last_speaker(scene):
@@ -78,7 +78,7 @@ async def test_a_thread_message_is_taken_with_its_turns_in_the_thread(scene):
     store, channel, portal = scene.store, scene.channel, scene.portal
     say(store, channel, "alice", "alice's answer", "$a1")
     decision, (message, turns) = await portal.take("@me:hs", "more please", "$t1", "more please", None, [], "$a1")
-    assert [t.agent for t in decision.turns] == ["alice"]
+    assert [t.agent for t in decision.answerers] == ["alice"]
     assert message.conversation == "$a1" and [(t.agent, t.conversation) for t in turns] == [("alice", "$a1")]
     # nothing was queued or running in the thread: its turn is claimed in the same write
     assert claimed_in(turns[0], "run-1")
@@ -196,7 +196,7 @@ async def test_a_channel_that_opens_threads_answers_a_top_level_message_in_a_thr
     store, channel, portal = scene.store, scene.channel, scene.portal
     store.set_value(keys.threads(channel.id), "on")
     decision, (message, turns) = await portal.take("@me:hs", "@bob hi", "$q1", "@bob hi", None, [], "")
-    assert [t.agent for t in decision.turns] == ["bob"]
+    assert [t.agent for t in decision.answerers] == ["bob"]
     assert message.conversation == "" and [(t.agent, t.conversation) for t in turns] == [("bob", "$q1")]
     assert await route(portal, "and then?", "$q1") == ["bob"]  # the new thread's last speaker
     assert store.turns.last_live_agent(channel.id) is None  # the main timeline has no live turn

@@ -1,5 +1,6 @@
-"""Synapse with workers, as Synapse's docs/workers.md sets it up, for the `scale` tests
-(tests/integration/scale) and the worker benchmark (deploy/README.md "Beyond one machine").
+"""Synapse with workers, set up as Synapse's worker documentation ("Scaling synapse via workers")
+says, for the `scale` tests (tests/integration/scale) and the worker benchmark (deploy/README.md
+"Beyond one machine").
 
     async with synapse_with_workers(folder, people) as hs:   # a matrix_helpers.TestHomeserver
         ...  hs.url is nginx; hs.server is the main process; hs.workers the rest
@@ -107,6 +108,8 @@ class Processes:
         self.ports = ports  # name → its HTTP listener (client for the generic worker, else replication)
         self.metrics = {name: worker_port() for name in WORKERS} | {"main": main.metrics_port}
         self.procs: dict[str, subprocess.Popen] = {}
+        args = main.shared["database"]["args"]
+        self.dsn = {"host": args["host"], "port": args["port"], "user": args["user"], "dbname": args["database"]}
         folder.mkdir(parents=True, exist_ok=True)
 
     # -- Redis ---------------------------------------------------------------------------
@@ -329,6 +332,18 @@ class Processes:
             if service:
                 sent[service.group(1)] = sent.get(service.group(1), 0) + value
         return sent
+
+    def taken_for_appservices(self, event_id: str) -> bool:
+        """Whether the appservice sender has taken `event_id` from the event stream (queued it in
+        memory for the appservices that want it): Synapse's `appservice_stream_position` is at or
+        past the event's place in the stream."""
+        with psycopg2.connect(**self.dsn) as db, db.cursor() as cursor:
+            cursor.execute("SELECT stream_ordering FROM events WHERE event_id = %s", (event_id,))
+            row = cursor.fetchone()
+            cursor.execute("SELECT stream_ordering FROM appservice_stream_position")
+            position = cursor.fetchone()
+        db.close()
+        return row is not None and position is not None and position[0] >= row[0]
 
     async def requests_served(self, name: str) -> dict[str, float]:
         """Client requests process `name` has served, per Synapse servlet (its metrics)."""

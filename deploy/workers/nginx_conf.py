@@ -5,7 +5,7 @@
     nginx -p DIR -c nginx.conf
 
 Every client request whose path (and method) matches a line of generic_worker.endpoints (the list
-of Synapse's docs/workers.md, copied as it is) goes to the generic worker; every other request
+of Synapse's worker documentation, copied as it is) goes to the generic worker; every other request
 goes to the main process. Nothing is chosen by hand here: the list is the router
 (deploy/README.md "Beyond one machine").
 """

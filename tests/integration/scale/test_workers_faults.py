@@ -1,8 +1,9 @@
 """A part of Synapse with workers goes away and comes back (docs/outages.md "Synapse with workers").
 
-Faults: Redis killed and started again, the generic worker (every client request goes through
-it) and the event persister (every event is written by it) killed -9 and started again, each
-while an answer streams in one DM and another streams in a second DM; and the appservice sender
+Faults: Redis killed and started again, Synapse's PostgreSQL stopped (`pg_ctl stop -m fast`) and
+started, the generic worker (every client request goes through it) and the event persister (every
+event is written by it) killed -9 and started again, each while an answer streams in one DM and
+another streams in a second DM; and the appservice sender
 killed -9 while the bridge handles a transaction it sent, with the owner's next message queued
 in it.
 
@@ -87,11 +88,25 @@ def exactly_once(owner, running, rooms: dict[str, tuple[str, str]], logs: dict[s
         assert [m.text for m in stored if m.role == "agent"] == [body]
 
 
-@pytest.mark.parametrize("part", ["redis", "generic_worker1", PERSISTER])
+def away(hs, part: str) -> None:
+    if part == "postgresql":  # the database every Synapse process shares: pg_ctl stop -m fast
+        hs.postgres.shut_down()
+    else:
+        hs.workers.kill(part)
+
+
+async def back(hs, part: str) -> None:
+    if part == "postgresql":
+        if not (hs.postgres.data / "postmaster.pid").exists():
+            hs.postgres.start_again()
+    else:
+        await hs.workers.start_process(part)
+
+
+@pytest.mark.parametrize("part", ["redis", "generic_worker1", PERSISTER, "postgresql"])
 async def test_a_part_killed_and_started_again_mid_answer_loses_and_repeats_nothing(
     part, homeserver, bridge_factory, owner, tmp_path
 ):
-    workers = homeserver.workers
     release = tmp_path / "release"
     logs = {ALICE: tmp_path / "alice.jsonl", BOB: tmp_path / "bob.jsonl"}
     running = await bridge_factory(
@@ -109,7 +124,7 @@ async def test_a_part_killed_and_started_again_mid_answer_loses_and_repeats_noth
     await say(owner, other, "meanwhile")
     await sync_until(owner, lambda: text_shown(streaming, ALICE) and text_shown(other, BOB))  # both stream
     offset = access_log_size(homeserver)
-    workers.kill(part)
+    away(homeserver, part)
     try:
         release.touch()  # the agents finish while the part is away
         await wait_until(lambda: prompts_ended(logs[ALICE]) == 1 and prompts_ended(logs[BOB]) == 1, 60, "answers ended")
@@ -118,7 +133,7 @@ async def test_a_part_killed_and_started_again_mid_answer_loses_and_repeats_noth
             lambda: proxied_since(homeserver, offset, "/send/m.room.message/"), 60, "the bridge sent while it was away"
         )
     finally:
-        await workers.start_process(part)
+        await back(homeserver, part)
     await sync_until(owner, lambda: finished(owner, streaming, ALICE) and finished(owner, other, BOB), timeout=180)
     await running.idle(timeout=180)
     for room_id in (streaming, other):

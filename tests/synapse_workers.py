@@ -89,10 +89,15 @@ class MainProcess(Homeserver):
     def _config(self, kept, log_config):
         body = super()._config(kept, log_config)
         body.update(self.shared)
+        replication = [
+            {"port": main["port"], "bind_addresses": ["127.0.0.1"], "type": "http"}
+            | {"resources": [{"names": ["replication"]}]}
+            for main in [self.shared.get("instance_map", {}).get("main")]
+            if main
+        ]
         body["listeners"] = [
             *body["listeners"],
-            {"port": self.shared["instance_map"]["main"]["port"], "bind_addresses": ["127.0.0.1"], "type": "http"}
-            | {"resources": [{"names": ["replication"]}]},
+            *replication,
             {"port": self.metrics_port, "bind_addresses": ["127.0.0.1"], "type": "metrics"},
         ]
         return body
@@ -422,9 +427,11 @@ async def sent_only_by_the_sender(hs: WorkersHomeserver, before: dict[str, float
 
 
 @asynccontextmanager
-async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = ()):
+async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = (), workers: bool = True):
     """Start PostgreSQL, Redis, the main process, the three workers and nginx in `folder`; yield
-    a WorkersHomeserver (users owner, stranger and each person's owner exist); stop them all."""
+    a WorkersHomeserver (users owner, stranger and each person's owner exist); stop them all.
+    `workers=False`: the same Synapse on the same PostgreSQL as one process, no Redis, no nginx
+    (what the worker benchmark compares with)."""
     folder.mkdir(parents=True, exist_ok=True)
     postgres = Cluster()
     processes: Processes | None = None
@@ -434,15 +441,16 @@ async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = ()):
         _create_database(postgres.port)
         proxy_port, main_port = worker_port(), worker_port()
         as_port = worker_port()
-        cfg = write_base_config(folder, proxy_port, as_port)
+        hs_port = proxy_port if workers else main_port  # where the bridges and clients go
+        cfg = write_base_config(folder, hs_port, as_port)
         registrations = [cfg.registration_path]
         for person in people:
-            _person_config(folder, person, proxy_port)
+            _person_config(folder, person, hs_port)
             assert person.registration_path is not None
             registrations.append(person.registration_path)
         replication, redis_port = worker_port(), worker_port()
         ports = {name: worker_port() for name in WORKERS}
-        shared = {
+        shared: dict[str, Any] = {
             "public_baseurl": f"http://127.0.0.1:{proxy_port}/",
             "database": {
                 "name": "psycopg2",
@@ -459,6 +467,11 @@ async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = ()):
             "stream_writers": {"events": PERSISTER},
             "notify_appservices_from_worker": SENDER,
         }
+        if not workers:
+            for key in ("redis", "worker_replication_secret", "instance_map", "stream_writers"):
+                shared.pop(key)
+            shared.pop("notify_appservices_from_worker")
+            shared["public_baseurl"] = f"http://127.0.0.1:{main_port}/"
         main = MainProcess(
             folder / "synapse",
             port=main_port,
@@ -469,14 +482,16 @@ async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = ()):
         )
         main.metrics_port = worker_port()
         processes = Processes(folder / "processes", main, redis_port, proxy_port, ports)
-        processes.start_redis()
-        await processes.redis_ready()
+        if workers:
+            processes.start_redis()
+            await processes.redis_ready()
         await main.start(timeout=180)
-        for name in WORKERS:
-            processes.start_worker(name)
-        for name in WORKERS:
-            await processes.worker_ready(name)
-        await processes.start_process("nginx")
+        if workers:
+            for name in WORKERS:
+                processes.start_worker(name)
+            for name in WORKERS:
+                await processes.worker_ready(name)
+            await processes.start_process("nginx")
 
         owner_password, stranger_password = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
         owner_id = await main.register_user("owner", owner_password)
@@ -484,7 +499,7 @@ async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = ()):
         for person in people:
             await main.register_user(person.name, person.password)
         yield WorkersHomeserver(
-            url=f"http://127.0.0.1:{proxy_port}",
+            url=f"http://127.0.0.1:{hs_port}",
             domain="localhost",
             as_port=as_port,
             registration_path=cfg.registration_path,

@@ -241,6 +241,7 @@ class Bridge:
                 ),
             ),
             on_gap=self._retry_soon,
+            on_sender_gone=self._sender_gone,
         )
 
     def _on_state(self, *args) -> None:
@@ -412,6 +413,21 @@ class Bridge:
         async def catch_up() -> None:
             read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
             log.info("read back %s channel(s) after the homeserver was away", read)
+
+        task = asyncio.ensure_future(catch_up())
+        self._catching_up.add(task)
+        task.add_done_callback(self._catching_up.discard)
+
+    def _sender_gone(self, since: float) -> None:
+        """The homeserver hung up before our answer to a transaction that came at `since`
+        (matrix/appservice.py): its sender was killed, and what it queued behind that transaction
+        is lost to the appservice API. It is in the rooms already: read back at once."""
+        if self.stopping.is_set():
+            return
+
+        async def catch_up() -> None:
+            read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
+            log.info("read back %s channel(s) after the homeserver hung up mid-transaction", read)
 
         task = asyncio.ensure_future(catch_up())
         self._catching_up.add(task)

@@ -28,6 +28,7 @@ import json
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -81,6 +82,7 @@ class Deliveries:
     def __init__(self) -> None:
         self.event_ids: set[str] = set()
         self.when: dict[str, float] = {}  # event id → time.monotonic() of its acknowledgement
+        self.times: Counter[str] = Counter()  # event id → transactions carrying it acknowledged
         self.transactions = 0
         self._news: asyncio.Event | None = None
 
@@ -100,6 +102,7 @@ class Deliveries:
                 if isinstance(event, dict) and isinstance(event.get("event_id"), str):
                     self.event_ids.add(event["event_id"])
                     self.when.setdefault(event["event_id"], time.monotonic())
+                    self.times[event["event_id"]] += 1
             self.transactions += 1
             if self._news is not None:
                 self._news.set()

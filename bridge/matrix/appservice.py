@@ -23,6 +23,8 @@ import hashlib
 import hmac
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -264,6 +266,28 @@ def device_traffic(body: dict) -> DeviceTraffic:
     )
 
 
+def _hung_up(transport: asyncio.BaseTransport | None) -> bool:
+    """Whether the other end of `transport` has closed it: asked of the socket itself (a peek),
+    since the event loop may not have read the close yet."""
+    if transport is None or transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        peek = socket.socket(fileno=os.dup(sock.fileno()))  # a copy: closing it leaves the original
+    except OSError:
+        return True
+    try:
+        return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False  # open, nothing to read
+    except OSError:
+        return True  # reset
+    finally:
+        peek.close()
+
+
 class AppserviceServer:
     def __init__(
         self,
@@ -275,8 +299,13 @@ class AppserviceServer:
         on_refused: Callable[[Transaction, BaseException], None] | None = None,
         order: TransactionOrder | None = None,
         on_gap: Callable[[], None] | None = None,
+        on_sender_gone: Callable[[float], None] | None = None,
     ):
         self._token = hs_token.encode("utf-8")
+        # told (with the time the transaction came) when its sender hung up before our answer:
+        # what it had queued behind that transaction may be lost (docs/outages.md "Synapse with
+        # workers")
+        self._on_sender_gone = on_sender_gone
         self._on_refused = on_refused  # told of each transaction refused, and why
         self._on_transaction = on_transaction
         self._on_user_query = on_user_query
@@ -319,6 +348,24 @@ class AppserviceServer:
             device_traffic(body),
         )
         key = transaction.key
+        came = time.time()
+        try:
+            return await self._answer(txn_id, transaction, key)
+        finally:
+            self._sender_still_there(request, came)
+
+    def _sender_still_there(self, request: web.Request, came: float) -> None:
+        """A sender that hung up while its transaction was handled (killed mid-transaction:
+        Synapse's appservice sender keeps what comes next in memory, and a new one does not send
+        it) is said to `on_sender_gone`, which reads back what it may have lost."""
+        if _hung_up(request.transport) and self._on_sender_gone is not None:
+            log.warning("the homeserver hung up before the answer to its transaction: reading back")
+            try:
+                self._on_sender_gone(came)
+            except Exception:
+                log.exception("on_sender_gone failed")
+
+    async def _answer(self, txn_id: str, transaction: Transaction, key: str) -> web.Response:
         async with self._txn_lock:
             try:
                 # answered without the two database round trips when its events each have their

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import aiohttp
+from aiohttp.test_utils import TestServer
 from appservice_kit import AUTH, TOKEN, serving
 
-from bridge.matrix.appservice import TransactionOrder, transaction_key
+from bridge.matrix.appservice import AppserviceServer, TransactionOrder, transaction_key
 
 
 def recording(calls: list):
@@ -220,3 +225,47 @@ async def test_a_transaction_whose_events_have_records_of_their_own_is_answered_
         )
         assert response.status == 200
         assert [kind for kind, _ in store_calls] == ["seen", "mark", "seen", "mark"] and order.last == 8
+
+
+async def test_a_sender_that_hangs_up_mid_transaction_is_told_once_with_the_time_it_came():
+    """Synapse's appservice sender killed while the bridge handles its transaction: what it had
+    queued behind it is lost, so the bridge is told (and reads back); an answer that reaches
+    its sender tells nothing."""
+    gone: list[float] = []
+    held, go = asyncio.Event(), asyncio.Event()
+
+    async def on_transaction(transaction):
+        if transaction.events[0]["event_id"] == "$held":
+            held.set()
+            await go.wait()
+
+    keys: set = set()
+
+    async def seen(key):
+        return key in keys
+
+    async def mark(key):
+        keys.add(key)
+
+    server = AppserviceServer(TOKEN, on_transaction, puppets, seen, mark, on_sender_gone=gone.append)
+    test_server = TestServer(server.app)
+    await test_server.start_server()
+    try:
+        url = f"http://127.0.0.1:{test_server.port}/_matrix/app/v1/transactions"
+        async with aiohttp.ClientSession(headers=AUTH) as http:
+            async with http.put(f"{url}/1", json=body("$plain")) as response:
+                assert response.status == 200
+            assert gone == []  # answered to a sender still there
+            before = time.time()
+            request = asyncio.ensure_future(http.put(f"{url}/2", json=body("$held")))
+            await asyncio.wait_for(held.wait(), 10)
+            request.cancel()  # the sender hangs up while the transaction is handled
+            await asyncio.gather(request, return_exceptions=True)
+        go.set()
+        deadline = time.monotonic() + 10
+        while not gone and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert len(gone) == 1 and before <= gone[0] <= time.time()
+    finally:
+        go.set()
+        await test_server.close()

@@ -42,6 +42,7 @@ import peewee as pw
 
 from . import keys
 from .ids import new_id, now_ms
+from .schema import TABLES, table_name
 
 # Before pending rows, work in progress was one JSON value per kind (version 1).
 LEGACY_PENDING = {"answer": "answers/in-progress", "prompt": "prompts/pending"}
@@ -247,7 +248,6 @@ def version(db: pw.Database, m: SimpleNamespace) -> int | None:
         row = m.Schema.select(m.Schema.version).tuples().first()
         if row is not None:
             return int(row[0])
-    from .schema import TABLES
 
     return 1 if tables & set(TABLES) else None
 
@@ -272,7 +272,7 @@ def migrate(db: pw.Database, m: SimpleNamespace) -> int:
             [
                 t
                 for t in (m.Channel, m.Member, m.Message, m.MessageEvent, m.Txn, m.AgentCommand, m.Value)
-                if t._meta.table_name not in tables
+                if table_name(t) not in tables
             ]
         )
     for reached, step in STEPS:

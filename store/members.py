@@ -33,7 +33,9 @@ class Members(Part):
             self.channels.require(channel_id)
             M = self.core.models.Member
             M.insert(channel_id=channel_id, agent=agent, fresh=False, joined=new_id()).on_conflict_ignore().execute()
-            return self.member(channel_id, agent)
+            member = self.member(channel_id, agent)
+            assert member is not None  # written just now (or there already), in this transaction
+            return member
 
     @operation
     def remove_member(self, channel_id: str, agent: str) -> None:

@@ -165,7 +165,7 @@ def _add_e2ee_tables(db: pw.Database, m: SimpleNamespace) -> None:
             isinstance(event, dict) and isinstance(event.get("event_id"), str) and isinstance(event.get("room_id"), str)
         ):
             continue  # the bridge could not have used it either
-        content = event.get("content") if isinstance(event.get("content"), dict) else {}
+        content = event["content"] if isinstance(event.get("content"), dict) else {}
         session_id = content.get("session_id") if isinstance(content.get("session_id"), str) else ""
         m.E2eePending.insert(
             id=new_id(),

@@ -84,7 +84,9 @@ class Places(Part):
                 path=path,
                 created=now_ms(),
             ).execute()
-            return self.worktree(channel_id, conversation, repo)
+            made = self.worktree(channel_id, conversation, repo)
+            assert made is not None  # written just now, in this transaction
+            return made
 
     @operation
     def worktrees(self, channel_id: str, conversation: str | None = None) -> list[WorktreeRecord]:

@@ -57,7 +57,7 @@ def _driver_error(exc: BaseException) -> BaseException:
 def _chain(exc: BaseException) -> list[BaseException]:
     """`exc`, the driver errors behind it and the errors it happened during, nearest first."""
     found: list[BaseException] = []
-    todo = [exc]
+    todo: list[BaseException | None] = [exc]
     while todo and len(found) < 20:
         current = todo.pop(0)
         if current is None or any(current is seen for seen in found):
@@ -70,7 +70,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _pg_connection_gone(db: pw.Database) -> bool:
-    conn = getattr(db._state, "conn", None)  # noqa: SLF001 (peewee has no public name for it)
+    conn = getattr(db._state, "conn", None)  # type: ignore[attr-defined]  # noqa: SLF001 (peewee: no public name)
     return conn is None or bool(getattr(conn, "closed", 0))
 
 
@@ -172,7 +172,7 @@ class Reconnector:
     def drop(self) -> None:
         """Forget the connection whatever state it is in (peewee would refuse to close a
         connection with a transaction open, and a dead one cannot roll back)."""
-        conn = self.db._state.conn  # noqa: SLF001 (peewee has no public name for it)
+        conn = self.db._state.conn  # type: ignore[attr-defined]  # noqa: SLF001 (peewee: no public name)
         self.db.dispose()
         if conn is not None:
             try:

@@ -139,7 +139,9 @@ class Schedules(Part):
                 state=WAITING if waiting else ACTIVE,
                 created=now_ms(),
             ).execute()
-            return self.get(schedule_id)
+            made = self.get(schedule_id)
+            assert made is not None  # written just now, in this transaction
+            return made
 
     @operation
     def listed(

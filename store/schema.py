@@ -7,6 +7,7 @@ rebinding shared classes. Nothing outside the store ever sees these models.
 
 from collections.abc import Sequence
 from types import SimpleNamespace
+from typing import Any
 
 import peewee as pw
 
@@ -35,7 +36,7 @@ TABLES = (
 )
 
 
-def _references(table: str) -> list[pw.SQL]:
+def _references(table: str) -> list[pw.Node]:
     # Declared for integrity only: deletes are explicit, in one transaction.
     return [pw.SQL(f"REFERENCES {table} (id)")]
 
@@ -44,12 +45,12 @@ def table_name(model: type[pw.Model]) -> str:
     return model._meta.table_name  # noqa: SLF001 (peewee's model metadata has no other name)
 
 
-def select(table: type[pw.Model], columns: Sequence[str]) -> pw.ModelSelect:
+def select(table: Any, columns: Sequence[str]) -> pw.ModelSelect:
     """SELECT `columns` (by name, in that order) of `table`: the rows a record is made of."""
     return table.select(*(getattr(table, name) for name in columns))
 
 
-def next_number(table: type[pw.Model], channel_id: str) -> int:
+def next_number(table: Any, channel_id: str) -> int:
     """The number the channel's next row of `table` takes (schedules, worktrees: 1, 2, …)."""
     row = (
         table.select(table.number)

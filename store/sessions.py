@@ -19,7 +19,10 @@ COLUMNS = ("channel_id", "agent", "conversation", "session_id", "title", "create
 
 
 def _records(query) -> list[SessionRecord]:
-    return [SessionRecord(*row[:5], int(row[5]), int(row[6])) for row in query.tuples()]
+    return [
+        SessionRecord(channel_id, agent, conversation, session_id, title, int(created), int(used))
+        for channel_id, agent, conversation, session_id, title, created, used in query.tuples()
+    ]
 
 
 class Sessions(Part):

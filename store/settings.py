@@ -52,7 +52,7 @@ def _choices(text: str | None) -> dict[str, Any]:
     except ValueError:
         value = {}
     value = value if isinstance(value, dict) else {}
-    config = value.get("config") if isinstance(value.get("config"), dict) else {}
+    config = value["config"] if isinstance(value.get("config"), dict) else {}
     return {
         "mode": value.get("mode") if isinstance(value.get("mode"), str) else None,
         "model": value.get("model") if isinstance(value.get("model"), str) else None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 from . import keys
 from .core import Core, Part, operation
@@ -157,14 +158,16 @@ class Turns(Part):
     ) -> list[TurnRecord]:
         """New turns of one prompt ((agent, text, alone), an agent once), taken for `run`; with
         `claim_first`, the first one claimed (`take`). Inside a transaction of the caller's."""
-        T, now, made, agents = self.core.models.Turn, now_ms(), [], set()
+        T, now = self.core.models.Turn, now_ms()
+        made: list[TurnRecord] = []
+        agents: set[str] = set()
         for agent, text, alone in turns:
             if agent in agents:
                 continue
             agents.add(agent)
             turn_id = new_id()
             claimed = claim_first and not made  # the first turn, when its worker is free to start it
-            row = dict(
+            row: dict[str, Any] = dict(
                 id=turn_id,
                 channel_id=channel_id,
                 conversation=conversation,
@@ -329,7 +332,8 @@ class Turns(Part):
     def _records(self, where) -> list[TurnRecord]:
         T = self.core.models.Turn
         query = select(T, TURN_COLUMNS).where(where).order_by(T.id)
-        return [_record(row) for row in query.tuples()]
+        rows = cast(Iterable[tuple], query.tuples())  # peewee's types say models: these are tuples
+        return [_record(row) for row in rows]
 
     @operation
     def last_live_agent(self, channel_id: str, conversation: str = "") -> str | None:

@@ -23,9 +23,12 @@ class Compiled:
         if used != set(names):
             raise TypeError(f"values {set(names) - used} were not bound as-is in {self.sql}")
 
+    def params(self, **values) -> list:
+        """The values for `sql`'s placeholders, in order."""
+        return [values[p] if is_name else p for is_name, p in self._params]
+
     def run(self, **values):
-        params = [values[p] if is_name else p for is_name, p in self._params]
-        return self._db.execute_sql(self.sql, params)
+        return self._db.execute_sql(self.sql, self.params(**values))
 
     def rows(self, **values) -> list[tuple]:
         return self.run(**values).fetchall()

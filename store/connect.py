@@ -3,6 +3,7 @@
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import peewee as pw
 
@@ -32,7 +33,7 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
     """Connect and lock; the caller owns both. Raises StoreLocked if held."""
     # One connection shared by all threads (callers serialise): a PostgreSQL
     # advisory lock belongs to the connection, and ':memory:' is per connection.
-    common = {"thread_safe": False, "autoconnect": False}
+    common: dict[str, Any] = {"thread_safe": False, "autoconnect": False}
     if database == ":memory:":
         db = pw.SqliteDatabase(":memory:", pragmas=SQLITE_PRAGMAS, check_same_thread=False, **common)
         db.connect()
@@ -59,19 +60,19 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
         url = "postgresql://" + database.split("://", 1)[1]
         # a name of its own (to tell this store's connections from another bridge's when the
         # lock is taken again after a lost connection), and a bounded wait to connect
-        db = pw.PostgresqlDatabase(url, application_name=application_name(), connect_timeout=5, **common)
+        pg = pw.PostgresqlDatabase(url, application_name=application_name(), connect_timeout=5, **common)
         try:
-            db.connect()
+            pg.connect()
         except pw.PeeweeException as exc:
             detail = " ".join(str(exc).split())
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {detail}".strip(), connection_lost=True) from exc
         try:
-            lock = PgAdvisoryLock(db)
-            lock.acquire()
+            advisory = PgAdvisoryLock(pg)
+            advisory.acquire()
         except BaseException:
-            db.close()
+            pg.close()
             raise
-        return db, lock
+        return pg, advisory
     raise ValueError(f"unknown database {database!r}: use 'sqlite', ':memory:' or a postgresql:// URL")
 
 

@@ -57,6 +57,10 @@ class PgAdvisoryLock:
             raise StoreLocked("the PostgreSQL database is held by another running bridge")
         self._held = True
 
+    def taken(self) -> None:
+        """The lock was taken again on a new connection (resilience.Reconnector)."""
+        self._held = True
+
     def release(self) -> None:
         # Closing the connection would release it too; unlocking first keeps a
         # pooled or lingering connection from holding it.

@@ -44,6 +44,7 @@ import peewee as pw
 
 from . import keys
 from .ids import new_id, now_ms
+from .schema import TABLES, table_name
 
 # Before pending rows, work in progress was one JSON value per kind (version 1).
 LEGACY_PENDING = {"answer": "answers/in-progress", "prompt": "prompts/pending"}
@@ -166,7 +167,7 @@ def _add_e2ee_tables(db: pw.Database, m: SimpleNamespace) -> None:
             isinstance(event, dict) and isinstance(event.get("event_id"), str) and isinstance(event.get("room_id"), str)
         ):
             continue  # the bridge could not have used it either
-        content = event.get("content") if isinstance(event.get("content"), dict) else {}
+        content = event["content"] if isinstance(event.get("content"), dict) else {}
         session_id = content.get("session_id") if isinstance(content.get("session_id"), str) else ""
         m.E2eePending.insert(
             id=new_id(),
@@ -225,7 +226,7 @@ def _add_spend(db: pw.Database, m: SimpleNamespace) -> None:
 
 
 def _add_live_turn_index(db: pw.Database, m: SimpleNamespace) -> None:
-    m.Turn._schema.create_indexes(safe=True)
+    m.Turn._schema.create_indexes(safe=True)  # noqa: SLF001 (peewee's own schema manager)
 
 
 # (version reached, step): in order
@@ -254,7 +255,6 @@ def version(db: pw.Database, m: SimpleNamespace) -> int | None:
         row = m.Schema.select(m.Schema.version).tuples().first()
         if row is not None:
             return int(row[0])
-    from .schema import TABLES
 
     return 1 if tables & set(TABLES) else None
 
@@ -279,7 +279,7 @@ def migrate(db: pw.Database, m: SimpleNamespace) -> int:
             [
                 t
                 for t in (m.Channel, m.Member, m.Message, m.MessageEvent, m.Txn, m.AgentCommand, m.Value)
-                if t._meta.table_name not in tables
+                if table_name(t) not in tables
             ]
         )
     for reached, step in STEPS:

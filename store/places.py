@@ -12,12 +12,10 @@ Added by migration step 11 (store/migrations.py). Both go with the channel.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from .core import Part, operation
 from .ids import new_id, now_ms
-
-if TYPE_CHECKING:
-    from .store import Store
+from .schema import next_number, select
 
 COLUMNS = ("id", "channel_id", "conversation", "repo", "number", "branch", "path", "created")
 
@@ -34,109 +32,78 @@ class WorktreeRecord:
     created: int  # ms
 
 
-class Places:
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def work_dir(self, channel_id: str, agent: str) -> str | None:
-        """The folder `!cwd` chose for `agent` in the channel, or None (its configured cwd)."""
-        return self._store._run(_work_dir, channel_id, agent)
-
-    def set_work_dir(self, channel_id: str, agent: str, path: str | None) -> None:
-        """Choose (None: forget) the member's folder in the channel."""
-        self._store._run(_set_work_dir, channel_id, agent, path)
-
-    def worktree(self, channel_id: str, conversation: str, repo: str) -> WorktreeRecord | None:
-        """The thread's worktree of `repo`, if one was made."""
-        return self._store._run(_worktree, channel_id, conversation, repo)
-
-    def add_worktree(self, channel_id: str, conversation: str, repo: str, branch: str, path: str) -> WorktreeRecord:
-        """Keep a worktree just made (its number the channel's next); the thread's one of that
-        repository if it has one already."""
-        return self._store._run(_add_worktree, channel_id, conversation, repo, branch, path)
-
-    def worktrees(self, channel_id: str, conversation: str | None = None) -> list[WorktreeRecord]:
-        """The channel's worktrees (of one thread, if given), by number."""
-        return self._store._run(_worktrees, channel_id, conversation)
-
-    def forget_worktree(self, channel_id: str, number: int) -> WorktreeRecord | None:
-        """Forget worktree `number` of the channel (once removed from disk): the record, or None."""
-        return self._store._run(_forget_worktree, channel_id, number)
-
-
-# --- the operations (run by Store._run, under its lock) ----------------------------------------
-
-
-def _work_dir(store: Store, channel_id: str, agent: str) -> str | None:
-    W = store._m.WorkDir
-    row = W.select(W.path).where((W.channel_id == channel_id) & (W.agent == agent)).tuples().first()
-    return row[0] if row else None
-
-
-def _set_work_dir(store: Store, channel_id: str, agent: str, path: str | None) -> None:
-    W = store._m.WorkDir
-    with store._db.atomic():
-        W.delete().where((W.channel_id == channel_id) & (W.agent == agent)).execute()
-        if path is not None:
-            W.insert(channel_id=channel_id, agent=agent, path=path, updated=now_ms()).execute()
-
-
 def _record(row: tuple) -> WorktreeRecord:
     values = dict(zip(COLUMNS, row))
     return WorktreeRecord(**{**values, "number": int(values["number"]), "created": int(values["created"] or 0)})
 
 
-def _select(store: Store):
-    T = store._m.Worktree
-    return T.select(*(getattr(T, c) for c in COLUMNS))
+class Places(Part):
+    @operation
+    def work_dir(self, channel_id: str, agent: str) -> str | None:
+        """The folder `!cwd` chose for `agent` in the channel, or None (its configured cwd)."""
+        W = self.core.models.WorkDir
+        row = W.select(W.path).where((W.channel_id == channel_id) & (W.agent == agent)).tuples().first()
+        return row[0] if row else None
 
+    @operation
+    def set_work_dir(self, channel_id: str, agent: str, path: str | None) -> None:
+        """Choose (None: forget) the member's folder in the channel."""
+        W = self.core.models.WorkDir
+        with self.core.db.atomic():
+            W.delete().where((W.channel_id == channel_id) & (W.agent == agent)).execute()
+            if path is not None:
+                W.insert(channel_id=channel_id, agent=agent, path=path, updated=now_ms()).execute()
 
-def _worktree(store: Store, channel_id: str, conversation: str, repo: str) -> WorktreeRecord | None:
-    T = store._m.Worktree
-    row = (
-        _select(store)
-        .where((T.channel_id == channel_id) & (T.conversation == conversation) & (T.repo == repo))
-        .tuples()
-        .first()
-    )
-    return _record(row) if row else None
+    def _select(self, where):
+        return select(self.core.models.Worktree, COLUMNS).where(where)
 
+    @operation
+    def worktree(self, channel_id: str, conversation: str, repo: str) -> WorktreeRecord | None:
+        """The thread's worktree of `repo`, if one was made."""
+        T = self.core.models.Worktree
+        where = (T.channel_id == channel_id) & (T.conversation == conversation) & (T.repo == repo)
+        row = self._select(where).tuples().first()
+        return _record(row) if row else None
 
-def _add_worktree(
-    store: Store, channel_id: str, conversation: str, repo: str, branch: str, path: str
-) -> WorktreeRecord:
-    T = store._m.Worktree
-    with store._db.atomic():
-        found = _worktree(store, channel_id, conversation, repo)
-        if found is not None:
-            return found
-        row = T.select(T.number).where(T.channel_id == channel_id).order_by(T.number.desc()).limit(1).tuples().first()
-        T.insert(
-            id=new_id(),
-            channel_id=channel_id,
-            conversation=conversation,
-            repo=repo,
-            number=(int(row[0]) if row else 0) + 1,
-            branch=branch,
-            path=path,
-            created=now_ms(),
-        ).execute()
-        return _worktree(store, channel_id, conversation, repo)
+    @operation
+    def add_worktree(self, channel_id: str, conversation: str, repo: str, branch: str, path: str) -> WorktreeRecord:
+        """Keep a worktree just made (its number the channel's next); the thread's one of that
+        repository if it has one already."""
+        T = self.core.models.Worktree
+        with self.core.db.atomic():
+            found = self.worktree(channel_id, conversation, repo)
+            if found is not None:
+                return found
+            T.insert(
+                id=new_id(),
+                channel_id=channel_id,
+                conversation=conversation,
+                repo=repo,
+                number=next_number(T, channel_id),
+                branch=branch,
+                path=path,
+                created=now_ms(),
+            ).execute()
+            made = self.worktree(channel_id, conversation, repo)
+            assert made is not None  # written just now, in this transaction
+            return made
 
+    @operation
+    def worktrees(self, channel_id: str, conversation: str | None = None) -> list[WorktreeRecord]:
+        """The channel's worktrees (of one thread, if given), by number."""
+        T = self.core.models.Worktree
+        where = T.channel_id == channel_id
+        if conversation is not None:
+            where &= T.conversation == conversation
+        return [_record(row) for row in self._select(where).order_by(T.number).tuples()]
 
-def _worktrees(store: Store, channel_id: str, conversation: str | None) -> list[WorktreeRecord]:
-    T = store._m.Worktree
-    where = T.channel_id == channel_id
-    if conversation is not None:
-        where &= T.conversation == conversation
-    return [_record(row) for row in _select(store).where(where).order_by(T.number).tuples()]
-
-
-def _forget_worktree(store: Store, channel_id: str, number: int) -> WorktreeRecord | None:
-    T = store._m.Worktree
-    with store._db.atomic():
-        row = _select(store).where((T.channel_id == channel_id) & (T.number == number)).tuples().first()
-        if row is None:
-            return None
-        T.delete().where(T.id == row[0]).execute()
-        return _record(row)
+    @operation
+    def forget_worktree(self, channel_id: str, number: int) -> WorktreeRecord | None:
+        """Forget worktree `number` of the channel (once removed from disk): the record, or None."""
+        T = self.core.models.Worktree
+        with self.core.db.atomic():
+            row = self._select((T.channel_id == channel_id) & (T.number == number)).tuples().first()
+            if row is None:
+                return None
+            T.delete().where(T.id == row[0]).execute()
+            return _record(row)

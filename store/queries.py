@@ -5,8 +5,9 @@ from types import SimpleNamespace
 import peewee as pw
 
 from .compiled import Compiled
-from .turns import COLUMNS as TURN_COLUMNS
-from .turns import LIVE as LIVE_TURN_STATES
+from .records import TURN_COLUMNS
+from .schema import select
+from .turn_states import LIVE as LIVE_TURN_STATES
 
 MESSAGE_FIELDS = ("id", "channel_id", "sender", "role", "text", "event_ids", "created", "conversation")
 MEMBER_FIELDS = ("channel_id", "agent", "session_id", "fresh", "last_seen", "session_cwd")
@@ -135,7 +136,7 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
         get_value=Compiled(db, lambda key: V.select(V.value).where(V.key == key), "key"),
         # a turn by its id, and the conversation's newest live turn's agent (routing's last
         # speaker): read for every owner message before its prompt
-        turn=Compiled(db, lambda id: U.select(*(getattr(U, c) for c in TURN_COLUMNS)).where(U.id == id), "id"),
+        turn=Compiled(db, lambda id: select(U, TURN_COLUMNS).where(U.id == id), "id"),
         last_live_agent=Compiled(
             db,
             lambda channel_id, conversation: (

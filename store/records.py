@@ -1,6 +1,6 @@
 """What the store returns: plain frozen values, never database rows."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class TurnRecord:
     attempt: int  # how many times it was claimed
     answer: tuple[str, ...]  # event ids of the answer's messages so far
     final: dict | None  # the final send in flight: {event, content, txn, text}
+
+
+TURN_COLUMNS = tuple(f.name for f in fields(TurnRecord))  # sk_turn's columns, in this order
 
 
 @dataclass(frozen=True)

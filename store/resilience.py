@@ -57,7 +57,7 @@ def _driver_error(exc: BaseException) -> BaseException:
 def _chain(exc: BaseException) -> list[BaseException]:
     """`exc`, the driver errors behind it and the errors it happened during, nearest first."""
     found: list[BaseException] = []
-    todo = [exc]
+    todo: list[BaseException | None] = [exc]
     while todo and len(found) < 20:
         current = todo.pop(0)
         if current is None or any(current is seen for seen in found):
@@ -70,7 +70,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _pg_connection_gone(db: pw.Database) -> bool:
-    conn = getattr(db._state, "conn", None)
+    conn = getattr(db._state, "conn", None)  # type: ignore[attr-defined]  # noqa: SLF001 (peewee: no public name)
     return conn is None or bool(getattr(conn, "closed", 0))
 
 
@@ -149,15 +149,15 @@ class Reconnector:
                 f"the PostgreSQL server cannot be reached; next attempt in {self.retry_in():.1f} s",
                 connection_lost=True,
             )
-        self._drop()
+        self.drop()
         try:
             self.db.connect()
             self._take_lock()
         except StoreLockLost:
-            self._drop()
+            self.drop()
             raise
         except pw.PeeweeException as exc:
-            self._drop()
+            self.drop()
             self.attempts += 1
             delay = min(MAX_DELAY, FIRST_DELAY * 2 ** (self.attempts - 1))
             self._retry_at = time.monotonic() + delay
@@ -169,10 +169,10 @@ class Reconnector:
         self.broken, self.attempts = False, 0
         self.reconnects += 1
 
-    def _drop(self) -> None:
+    def drop(self) -> None:
         """Forget the connection whatever state it is in (peewee would refuse to close a
         connection with a transaction open, and a dead one cannot roll back)."""
-        conn = self.db._state.conn
+        conn = self.db._state.conn  # type: ignore[attr-defined]  # noqa: SLF001 (peewee: no public name)
         self.db.dispose()
         if conn is not None:
             try:
@@ -207,7 +207,7 @@ class Reconnector:
 
     def _try_lock(self) -> bool:
         if self.db.execute_sql("SELECT pg_try_advisory_lock(%s)", (PG_LOCK_KEY,)).fetchone()[0]:
-            self.lock._held = True
+            self.lock.taken()
             return True
         return False
 

@@ -5,7 +5,9 @@ Models are made by a function rather than at import time so that several stores
 rebinding shared classes. Nothing outside the store ever sees these models.
 """
 
+from collections.abc import Sequence
 from types import SimpleNamespace
+from typing import Any
 
 import peewee as pw
 
@@ -34,9 +36,31 @@ TABLES = (
 )
 
 
-def _references(table: str) -> list[pw.SQL]:
+def _references(table: str) -> list[pw.Node]:
     # Declared for integrity only: deletes are explicit, in one transaction.
     return [pw.SQL(f"REFERENCES {table} (id)")]
+
+
+def table_name(model: type[pw.Model]) -> str:
+    return model._meta.table_name  # noqa: SLF001 (peewee's model metadata has no other name)
+
+
+def select(table: Any, columns: Sequence[str]) -> pw.ModelSelect:
+    """SELECT `columns` (by name, in that order) of `table`: the rows a record is made of."""
+    return table.select(*(getattr(table, name) for name in columns))
+
+
+def next_number(table: Any, channel_id: str) -> int:
+    """The number the channel's next row of `table` takes (schedules, worktrees: 1, 2, …)."""
+    row = (
+        table.select(table.number)
+        .where(table.channel_id == channel_id)
+        .order_by(table.number.desc())
+        .limit(1)
+        .tuples()
+        .first()
+    )
+    return (int(row[0]) if row else 0) + 1
 
 
 def build(db: pw.Database) -> SimpleNamespace:
@@ -341,30 +365,8 @@ def build(db: pw.Database) -> SimpleNamespace:
             table_name = "sk_schema"
             primary_key = False
 
-    models = SimpleNamespace(
-        Channel=Channel,
-        Member=Member,
-        MemberSetting=MemberSetting,
-        ThreadSession=ThreadSession,
-        Session=Session,
-        Message=Message,
-        MessageEvent=MessageEvent,
-        Txn=Txn,
-        AgentCommand=AgentCommand,
-        Value=Value,
-        Pending=Pending,
-        Turn=Turn,
-        Schedule=Schedule,
-        E2eePending=E2eePending,
-        E2eeRoom=E2eeRoom,
-        WorkDir=WorkDir,
-        Worktree=Worktree,
-        Spend=Spend,
-        SessionCost=SessionCost,
-        Schema=Schema,
-    )
     # Parents first, so that REFERENCES finds its table.
-    models.all = [
+    every = [
         Channel,
         Member,
         MemberSetting,
@@ -386,12 +388,6 @@ def build(db: pw.Database) -> SimpleNamespace:
         SessionCost,
         Schema,
     ]
-    assert {m._meta.table_name for m in models.all} == set(TABLES)
+    models = SimpleNamespace(**{model.__name__: model for model in every}, all=every)
+    assert {table_name(m) for m in every} == set(TABLES)
     return models
-
-
-def create_tables(db: pw.Database, models: SimpleNamespace) -> None:
-    """Bring the database to the current schema version (store/migrations.py)."""
-    from .migrations import migrate
-
-    migrate(db, models)

@@ -10,21 +10,26 @@ shortened it. Rows go with the channel, the membership, or a thread the owner de
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .core import Part, operation
 from .ids import now_ms
 from .records import SessionRecord
-
-if TYPE_CHECKING:
-    from .store import Store
+from .schema import select
 
 COLUMNS = ("channel_id", "agent", "conversation", "session_id", "title", "created", "used")
 
 
-class Sessions:
-    def __init__(self, store: Store) -> None:
-        self._store = store
+def _records(query) -> list[SessionRecord]:
+    return [
+        SessionRecord(channel_id, agent, conversation, session_id, title, int(created), int(used))
+        for channel_id, agent, conversation, session_id, title, created, used in query.tuples()
+    ]
 
+
+class Sessions(Part):
+    def _select(self, where):
+        return select(self.core.models.Session, COLUMNS).where(where)
+
+    @operation
     def used(
         self,
         channel_id: str,
@@ -36,104 +41,68 @@ class Sessions:
     ) -> None:
         """The session is used now in `conversation` (recorded if new). `title`: the agent's,
         kept over any other; `first_line`: the title of a session that has none yet."""
-        self._store._run(_used, channel_id, agent, conversation, session_id, title, first_line)
+        S, now = self.core.models.Session, now_ms()
+        with self.core.db.atomic():
+            where = (S.channel_id == channel_id) & (S.agent == agent) & (S.session_id == session_id)
+            row = S.select(S.title).where(where).tuples().first()
+            if row is None:
+                S.insert(
+                    channel_id=channel_id,
+                    agent=agent,
+                    conversation=conversation,
+                    session_id=session_id,
+                    title=title or first_line,
+                    created=now,
+                    used=now,
+                ).execute()
+                return
+            values = {S.used: now, S.conversation: conversation}
+            if title:
+                values[S.title] = title
+            elif row[0] is None and first_line:
+                values[S.title] = first_line
+            S.update(values).where(where).execute()
 
+    @operation
     def listed(self, channel_id: str, agent: str, conversation: str) -> list[SessionRecord]:
         """The member's sessions in `conversation`, the last used first."""
-        return self._store._run(_listed, channel_id, agent, conversation)
+        S = self.core.models.Session
+        where = (S.channel_id == channel_id) & (S.agent == agent) & (S.conversation == conversation)
+        return _records(self._select(where).order_by(S.used.desc(), S.created.desc()))
 
+    @operation
     def of_channel(self, channel_id: str, conversation: str | None = None) -> list[SessionRecord]:
         """Every member's sessions in the channel (in one conversation, if given)."""
-        return self._store._run(_of_channel, channel_id, conversation)
+        S = self.core.models.Session
+        where = S.channel_id == channel_id
+        if conversation is not None:
+            where &= S.conversation == conversation
+        return _records(self._select(where).order_by(S.agent, S.used.desc()))
 
+    @operation
     def of_agent(self, agent: str) -> list[SessionRecord]:
         """The agent's recorded sessions in every channel and conversation."""
-        return self._store._run(_of_agent, agent)
+        S = self.core.models.Session
+        return _records(self._select(S.agent == agent).order_by(S.used.desc()))
 
+    @operation
     def forget(self, channel_id: str, conversation: str) -> list[SessionRecord]:
         """A thread is gone: its sessions' records and the members' sessions there are forgotten;
         the records as they were."""
-        return self._store._run(_forget, channel_id, conversation)
-
-
-def _select(store: Store):
-    S = store._m.Session
-    return S.select(*(getattr(S, c) for c in COLUMNS))
-
-
-def _records(query) -> list[SessionRecord]:
-    return [SessionRecord(*row[:5], int(row[5]), int(row[6])) for row in query.tuples()]
-
-
-def _used(
-    store: Store,
-    channel_id: str,
-    agent: str,
-    conversation: str,
-    session_id: str,
-    title: str | None,
-    first_line: str | None,
-) -> None:
-    S, now = store._m.Session, now_ms()
-    with store._db.atomic():
-        where = (S.channel_id == channel_id) & (S.agent == agent) & (S.session_id == session_id)
-        row = S.select(S.title).where(where).tuples().first()
-        if row is None:
-            S.insert(
-                channel_id=channel_id,
-                agent=agent,
-                conversation=conversation,
-                session_id=session_id,
-                title=title or first_line,
-                created=now,
-                used=now,
-            ).execute()
-            return
-        values = {S.used: now, S.conversation: conversation}
-        if title:
-            values[S.title] = title
-        elif row[0] is None and first_line:
-            values[S.title] = first_line
-        S.update(values).where(where).execute()
-
-
-def _listed(store: Store, channel_id: str, agent: str, conversation: str) -> list[SessionRecord]:
-    S = store._m.Session
-    return _records(
-        _select(store)
-        .where((S.channel_id == channel_id) & (S.agent == agent) & (S.conversation == conversation))
-        .order_by(S.used.desc(), S.created.desc())
-    )
-
-
-def _of_channel(store: Store, channel_id: str, conversation: str | None) -> list[SessionRecord]:
-    S = store._m.Session
-    where = S.channel_id == channel_id
-    if conversation is not None:
-        where &= S.conversation == conversation
-    return _records(_select(store).where(where).order_by(S.agent, S.used.desc()))
-
-
-def _of_agent(store: Store, agent: str) -> list[SessionRecord]:
-    S = store._m.Session
-    return _records(_select(store).where(S.agent == agent).order_by(S.used.desc()))
-
-
-def _forget(store: Store, channel_id: str, conversation: str) -> list[SessionRecord]:
-    S, T = store._m.Session, store._m.ThreadSession
-    with store._db.atomic():
-        found = _of_channel(store, channel_id, conversation)
-        current = (
-            T.select(T.agent, T.session_id)
-            .where((T.channel_id == channel_id) & (T.conversation == conversation) & T.session_id.is_null(False))
-            .tuples()
-        )
-        recorded = {(r.agent, r.session_id) for r in found}
-        found += [
-            SessionRecord(channel_id, agent, conversation, session_id, None, 0, 0)
-            for agent, session_id in current
-            if (agent, session_id) not in recorded
-        ]
-        S.delete().where((S.channel_id == channel_id) & (S.conversation == conversation)).execute()
-        T.delete().where((T.channel_id == channel_id) & (T.conversation == conversation)).execute()
-        return found
+        S, T = self.core.models.Session, self.core.models.ThreadSession
+        with self.core.db.atomic():
+            found = self.of_channel(channel_id, conversation)
+            current = (
+                T.select(T.agent, T.session_id)
+                .where((T.channel_id == channel_id) & (T.conversation == conversation) & T.session_id.is_null(False))
+                .tuples()
+            )
+            recorded = {(r.agent, r.session_id) for r in found}
+            found += [
+                SessionRecord(channel_id, agent, conversation, session_id, None, 0, 0)
+                for agent, session_id in current
+                if (agent, session_id) not in recorded
+            ]
+            S.delete().where((S.channel_id == channel_id) & (S.conversation == conversation)).execute()
+            T.delete().where((T.channel_id == channel_id) & (T.conversation == conversation)).execute()
+            return found

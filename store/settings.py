@@ -10,19 +10,19 @@
 
 The store does not read choices or snapshots: they are plain JSON objects to it. A member
 removed (or its channel deleted) takes its settings with it (ON DELETE CASCADE); a write for
-someone who is not a member is ignored, like the member updates of store.py.
+someone who is not a member is ignored, like the member updates of members.py.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .core import Core, Part, operation
 from .ids import now_ms
-
-if TYPE_CHECKING:
-    from .store import Store
+from .members import Members
+from .schema import select
 
 KINDS = ("mode", "model", "config")
 
@@ -52,7 +52,7 @@ def _choices(text: str | None) -> dict[str, Any]:
     except ValueError:
         value = {}
     value = value if isinstance(value, dict) else {}
-    config = value.get("config") if isinstance(value.get("config"), dict) else {}
+    config = value["config"] if isinstance(value.get("config"), dict) else {}
     return {
         "mode": value.get("mode") if isinstance(value.get("mode"), str) else None,
         "model": value.get("model") if isinstance(value.get("model"), str) else None,
@@ -93,23 +93,34 @@ def _record(channel_id: str, agent: str, row: tuple | None) -> MemberSettings:
     )
 
 
-class Settings:
+class Settings(Part):
     """`store.settings`: every method runs as one store operation (serialised, StoreClosed
     after close, driver errors as StoreError)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, core: Core, members: Members) -> None:
+        super().__init__(core)
+        self.members = members
 
     # --- reading ---------------------------------------------------------------------------
+    @operation
     def get(self, channel_id: str, agent: str) -> MemberSettings | None:
         """The member's settings (defaults if none were written); None if not a member."""
-        return self._store._run(_get, channel_id, agent)
+        if not self._is_member(channel_id, agent):
+            return None
+        return _record(channel_id, agent, self._row(channel_id, agent))
 
+    @operation
     def of_channel(self, channel_id: str) -> list[MemberSettings]:
         """Every member's settings, in join order."""
-        return self._store._run(_of_channel, channel_id)
+        S = self.core.models.MemberSetting
+        query = S.select(S.agent, *(getattr(S, c) for c in COLUMNS)).where(S.channel_id == channel_id)
+        rows = {row[0]: row[1:] for row in query.tuples()}
+        return [
+            _record(channel_id, member.agent, rows.get(member.agent)) for member in self.members.members(channel_id)
+        ]
 
     # --- writing ---------------------------------------------------------------------------
+    @operation
     def choose(self, channel_id: str, agent: str, kind: str, value: str | None, key: str | None = None) -> None:
         """Remember a choice: kind "mode" / "model", or "config" with the option's `key`;
         value None forgets it."""
@@ -117,88 +128,55 @@ class Settings:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         if kind == "config" and not key:
             raise ValueError("a config choice needs the option's key")
-        self._store._run(_choose, channel_id, agent, kind, value, key)
+        with self.core.db.atomic():
+            row = self._row(channel_id, agent)
+            choices = _choices(row[0] if row else None)
+            if kind == "config":
+                if value is None:
+                    choices["config"].pop(key, None)
+                else:
+                    choices["config"][key] = value
+            else:
+                choices[kind] = value
+            self._write(channel_id, agent, {"choices": json.dumps(choices, sort_keys=True)})
 
     def set_choices(self, channel_id: str, agent: str, choices: dict[str, Any]) -> None:
         """Replace all the choices ({"mode", "model", "config"}; missing keys: none)."""
-        self._store._run(
-            _write, channel_id, agent, {"choices": json.dumps(_choices(json.dumps(choices)), sort_keys=True)}
-        )
+        self._write(channel_id, agent, {"choices": json.dumps(_choices(json.dumps(choices)), sort_keys=True)})
 
     def set_usage(
         self, channel_id: str, agent: str, used: int, size: int, cost: float | None = None, currency: str | None = None
     ) -> None:
-        self._store._run(
-            _write, channel_id, agent, {"used": int(used), "size": int(size), "cost": cost, "currency": currency}
-        )
+        self._write(channel_id, agent, {"used": int(used), "size": int(size), "cost": cost, "currency": currency})
 
     def set_title(self, channel_id: str, agent: str, title: str | None) -> None:
-        self._store._run(_write, channel_id, agent, {"title": title})
+        self._write(channel_id, agent, {"title": title})
 
     def set_snapshot(self, channel_id: str, agent: str, snapshot: dict[str, Any] | None) -> None:
-        self._store._run(
-            _write, channel_id, agent, {"snapshot": None if snapshot is None else json.dumps(snapshot, sort_keys=True)}
-        )
+        self._write(channel_id, agent, {"snapshot": None if snapshot is None else json.dumps(snapshot, sort_keys=True)})
 
     def new_session(self, channel_id: str, agent: str) -> None:
         """The member has a new session: usage, title and snapshot go, the choices stay."""
-        self._store._run(
-            _write,
+        self._write(
             channel_id,
             agent,
             {"used": None, "size": None, "cost": None, "currency": None, "title": None, "snapshot": None},
         )
 
+    def _is_member(self, channel_id: str, agent: str) -> bool:
+        return bool(self.core.queries.member.rows(channel_id=channel_id, agent=agent))
 
-# --- the operations (run by Store._run, under its lock, with the store as `store`) --------------
+    def _row(self, channel_id: str, agent: str) -> tuple | None:
+        S = self.core.models.MemberSetting
+        return select(S, COLUMNS).where((S.channel_id == channel_id) & (S.agent == agent)).tuples().first()
 
-
-def _row(store: Store, channel_id: str, agent: str) -> tuple | None:
-    S = store._m.MemberSetting
-    return (
-        S.select(*(getattr(S, c) for c in COLUMNS))
-        .where((S.channel_id == channel_id) & (S.agent == agent))
-        .tuples()
-        .first()
-    )
-
-
-def _get(store: Store, channel_id: str, agent: str) -> MemberSettings | None:
-    if not store._hot.member.rows(channel_id=channel_id, agent=agent):
-        return None
-    return _record(channel_id, agent, _row(store, channel_id, agent))
-
-
-def _of_channel(store: Store, channel_id: str) -> list[MemberSettings]:
-    S = store._m.MemberSetting
-    query = S.select(S.agent, *(getattr(S, c) for c in COLUMNS)).where(S.channel_id == channel_id)
-    rows = {row[0]: row[1:] for row in query.tuples()}
-    return [
-        _record(channel_id, member.agent, rows.get(member.agent))
-        for member in store._to_members(store._hot.members.rows(channel_id=channel_id))
-    ]
-
-
-def _write(store: Store, channel_id: str, agent: str, values: dict[str, Any]) -> None:
-    S = store._m.MemberSetting
-    with store._db.atomic():
-        if not store._hot.member.rows(channel_id=channel_id, agent=agent):
-            return  # not (or no longer) a member
-        values = {**values, "updated": now_ms()}
-        S.insert(channel_id=channel_id, agent=agent, **values).on_conflict(
-            conflict_target=[S.channel_id, S.agent], update={getattr(S, k): v for k, v in values.items()}
-        ).execute()
-
-
-def _choose(store: Store, channel_id: str, agent: str, kind: str, value: str | None, key: str | None) -> None:
-    with store._db.atomic():
-        row = _row(store, channel_id, agent)
-        choices = _choices(row[0] if row else None)
-        if kind == "config":
-            if value is None:
-                choices["config"].pop(key, None)
-            else:
-                choices["config"][key] = value
-        else:
-            choices[kind] = value
-        _write(store, channel_id, agent, {"choices": json.dumps(choices, sort_keys=True)})
+    @operation
+    def _write(self, channel_id: str, agent: str, values: dict[str, Any]) -> None:
+        S = self.core.models.MemberSetting
+        with self.core.db.atomic():
+            if not self._is_member(channel_id, agent):
+                return  # not (or no longer) a member
+            values = {**values, "updated": now_ms()}
+            S.insert(channel_id=channel_id, agent=agent, **values).on_conflict(
+                conflict_target=[S.channel_id, S.agent], update={getattr(S, k): v for k, v in values.items()}
+            ).execute()

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .store import Store
+from .core import Part, operation
 
 
 @dataclass(frozen=True)
@@ -24,60 +22,45 @@ class Spent:
     reported: bool = False  # the agent reported a cost in the period
 
 
-class Spending:
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
+class Spending(Part):
+    @operation
     def add(
         self, agent: str, session_id: str, cumulative: float, currency: str | None, periods: Sequence[str]
     ) -> dict[str, Spent]:
         """A session of `agent` reported `cumulative` cost: what is new is added to each period;
         what each period has now."""
-        return self._store._run(_add, agent, session_id, cumulative, currency, list(periods))
+        C, S, periods = self.core.models.SessionCost, self.core.models.Spend, list(periods)
+        with self.core.db.atomic():
+            row = C.select(C.amount).where((C.agent == agent) & (C.session_id == session_id)).tuples().first()
+            last = float(row[0]) if row is not None else 0.0
+            new = cumulative - last if cumulative >= last else cumulative
+            if row is None:
+                C.insert(agent=agent, session_id=session_id, amount=cumulative).execute()
+            else:
+                C.update(amount=cumulative).where((C.agent == agent) & (C.session_id == session_id)).execute()
+            for period in periods:
+                self._upsert(agent, period, amount=new)
+                S.update(currency=currency or "").where((S.agent == agent) & (S.period == period)).execute()
+            return {period: self.get(agent, period) for period in periods}
 
+    @operation
     def get(self, agent: str, period: str) -> Spent:
-        return self._store._run(_get, agent, period)
+        S = self.core.models.Spend
+        row = S.select(S.amount, S.raised, S.currency).where((S.agent == agent) & (S.period == period)).tuples().first()
+        if row is None:
+            return Spent()
+        return Spent(float(row[0] or 0), float(row[1] or 0), row[2], row[2] is not None or bool(row[0]))
 
+    @operation
     def raise_budget(self, agent: str, period: str, amount: float) -> Spent:
         """Add `amount` to `agent`'s budget for `period`."""
-        return self._store._run(_raise, agent, period, amount)
+        with self.core.db.atomic():
+            self._upsert(agent, period, raised=amount)
+            return self.get(agent, period)
 
-
-def _get(store: Store, agent: str, period: str) -> Spent:
-    S = store._m.Spend
-    row = S.select(S.amount, S.raised, S.currency).where((S.agent == agent) & (S.period == period)).tuples().first()
-    if row is None:
-        return Spent()
-    return Spent(float(row[0] or 0), float(row[1] or 0), row[2], row[2] is not None or bool(row[0]))
-
-
-def _upsert(store: Store, agent: str, period: str, **add: float) -> None:
-    S = store._m.Spend
-    S.insert(agent=agent, period=period).on_conflict_ignore().execute()
-    S.update(**{k: getattr(S, k) + v for k, v in add.items()}).where(
-        (S.agent == agent) & (S.period == period)
-    ).execute()
-
-
-def _add(
-    store: Store, agent: str, session_id: str, cumulative: float, currency: str | None, periods: list[str]
-) -> dict[str, Spent]:
-    C, S = store._m.SessionCost, store._m.Spend
-    with store._db.atomic():
-        row = C.select(C.amount).where((C.agent == agent) & (C.session_id == session_id)).tuples().first()
-        last = float(row[0]) if row is not None else 0.0
-        new = cumulative - last if cumulative >= last else cumulative
-        if row is None:
-            C.insert(agent=agent, session_id=session_id, amount=cumulative).execute()
-        else:
-            C.update(amount=cumulative).where((C.agent == agent) & (C.session_id == session_id)).execute()
-        for period in periods:
-            _upsert(store, agent, period, amount=new)
-            S.update(currency=currency or "").where((S.agent == agent) & (S.period == period)).execute()
-        return {period: _get(store, agent, period) for period in periods}
-
-
-def _raise(store: Store, agent: str, period: str, amount: float) -> Spent:
-    with store._db.atomic():
-        _upsert(store, agent, period, raised=amount)
-        return _get(store, agent, period)
+    def _upsert(self, agent: str, period: str, **add: float) -> None:
+        S = self.core.models.Spend
+        S.insert(agent=agent, period=period).on_conflict_ignore().execute()
+        S.update(**{k: getattr(S, k) + v for k, v in add.items()}).where(
+            (S.agent == agent) & (S.period == period)
+        ).execute()

@@ -15,48 +15,60 @@
   turn starts once per run; and once `prompted`, never again (it is interrupted, or finished).
 - `answered` stores the answer, what the agent has seen and `done` in one transaction.
 
-`store.turns` runs each call as one store operation (serialised, StoreClosed after close).
+`store.turns` runs each call as one store operation (core.py: serialised, StoreClosed after close).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, cast
 
 from . import keys
-from .compiled import Compiled
+from .core import Core, Part, operation
 from .ids import new_id, now_ms
-from .records import Message, TurnRecord
-
-if TYPE_CHECKING:
-    from .store import Store
-
-TAKEN, CLAIMED, POSTED, PROMPTED, FINISHING = "taken", "claimed", "posted", "prompted", "finishing"
-PROMPTING = "prompting"  # written before the prompt goes to the agent; `prompted` once it went
-DONE, ENDED, INTERRUPTED, DROPPED = "done", "ended", "interrupted", "dropped"
-TERMINAL = (DONE, ENDED, INTERRUPTED, DROPPED)
-LIVE = (TAKEN, CLAIMED, POSTED, PROMPTING, PROMPTED, FINISHING)
-NOT_BEGUN = (TAKEN, CLAIMED, POSTED)  # the agent has not been prompted: it can start (again)
-COLUMNS = (
-    "id",
-    "channel_id",
-    "conversation",
-    "prompt_event",
-    "agent",
-    "message_id",
-    "text",
-    "alone",
-    "state",
-    "run",
-    "attempt",
-    "answer",
-    "final",
+from .members import Members
+from .messages import Messages
+from .records import TURN_COLUMNS, Message, TurnRecord
+from .schema import select
+from .turn_states import (
+    CLAIMED,
+    DONE,
+    DROPPED,
+    ENDED,
+    FINISHING,
+    INTERRUPTED,
+    LIVE,
+    NOT_BEGUN,
+    POSTED,
+    PROMPTED,
+    PROMPTING,
+    TAKEN,
+    TERMINAL,
 )
+from .txns import Transactions
+
+__all__ = [
+    "CLAIMED",
+    "DONE",
+    "DROPPED",
+    "ENDED",
+    "FINISHING",
+    "INTERRUPTED",
+    "LIVE",
+    "NOT_BEGUN",
+    "POSTED",
+    "PROMPTED",
+    "PROMPTING",
+    "TAKEN",
+    "TERMINAL",
+    "Turns",
+    "claimed_in",
+]
 
 
 def _record(row: tuple) -> TurnRecord:
-    values = dict(zip(COLUMNS, row))
+    values = dict(zip(TURN_COLUMNS, row))
     try:
         answer = tuple(e for e in json.loads(values["answer"] or "[]") if isinstance(e, str))
     except (ValueError, TypeError):
@@ -76,10 +88,19 @@ def _record(row: tuple) -> TurnRecord:
     )
 
 
-class Turns:
-    def __init__(self, store: Store) -> None:
-        self._store = store
+def claimed_in(turn: TurnRecord, run: str) -> bool:
+    """The turn was claimed for `run` when it was taken (`Turns.take(claim_first=True)`)."""
+    return turn.state == CLAIMED and turn.run == run and turn.attempt == 1
 
+
+class Turns(Part):
+    def __init__(self, core: Core, txns: Transactions, messages: Messages, members: Members) -> None:
+        super().__init__(core)
+        self.txns = txns
+        self.messages = messages
+        self.members = members
+
+    @operation
     def take(
         self,
         channel_id: str,
@@ -99,19 +120,17 @@ class Turns:
         (keys.handled_event), in the same transaction. With `claim_first` (its conversation has
         nothing queued or running) the first turn is claimed for `run` in that transaction too:
         its worker starts it without a write of its own (`claimed_in`)."""
-        return self._store._run(
-            _take,
-            channel_id,
-            sender,
-            stored_text,
-            event_id,
-            turns,
-            run,
-            conversation,
-            conversation if turns_in is None else turns_in,
-            claim_first,
-        )
+        with self.core.db.atomic():
+            # the event counts as handled in the same transaction (the dispatcher's record of it,
+            # keys.handled_event): one write fewer before its turns start
+            self.txns.mark_txn(keys.handled_event(event_id))
+            if self.core.queries.by_event.rows(event_id=event_id):
+                return None
+            message = self.messages.add_message(channel_id, sender, "user", stored_text, [event_id], conversation)
+            where = conversation if turns_in is None else turns_in
+            return message, self.insert(channel_id, event_id, message.id, turns, run, where, claim_first)
 
+    @operation
     def add(
         self,
         channel_id: str,
@@ -123,193 +142,99 @@ class Turns:
     ) -> list[TurnRecord]:
         """Turns of an already stored prompt (a message routed again at start); the ones that
         exist already are left as they are."""
-        return self._store._run(_add, channel_id, prompt_event, message_id, turns, run, conversation)
+        with self.core.db.atomic():
+            return self.insert(channel_id, prompt_event, message_id, turns, run, conversation)
 
+    @operation
+    def insert(
+        self,
+        channel_id: str,
+        prompt_event: str,
+        message_id: str | None,
+        turns: Iterable[tuple[str, str, bool]],
+        run: str,
+        conversation: str,
+        claim_first: bool = False,
+    ) -> list[TurnRecord]:
+        """New turns of one prompt ((agent, text, alone), an agent once), taken for `run`; with
+        `claim_first`, the first one claimed (`take`). Inside a transaction of the caller's."""
+        T, now = self.core.models.Turn, now_ms()
+        made: list[TurnRecord] = []
+        agents: set[str] = set()
+        for agent, text, alone in turns:
+            if agent in agents:
+                continue
+            agents.add(agent)
+            turn_id = new_id()
+            claimed = claim_first and not made  # the first turn, when its worker is free to start it
+            row: dict[str, Any] = dict(
+                id=turn_id,
+                channel_id=channel_id,
+                conversation=conversation,
+                prompt_event=prompt_event,
+                agent=agent,
+                message_id=message_id,
+                text=text,
+                alone=bool(alone),
+                state=CLAIMED if claimed else TAKEN,
+                run=run,
+                attempt=1 if claimed else 0,
+            )
+            T.insert(**row, answer="[]", updated=now).execute()  # a new id: never there already
+            made.append(TurnRecord(**row, answer=(), final=None))  # as read back, without reading it
+        return made
+
+    @operation
     def claim(self, turn_id: str, run: str) -> TurnRecord | None:
         """Start the turn in `run`: the record, or None if it must not start (this run claimed
         it already, it has begun in an earlier run, it is over)."""
-        return self._store._run(_claim, turn_id, run)
+        T = self.core.models.Turn
+        with self.core.db.atomic():
+            claimable = (T.state == TAKEN) | (T.state.in_([CLAIMED, POSTED]) & (T.run != run))
+            changed = (
+                T.update(state=CLAIMED, run=run, attempt=T.attempt + 1, updated=now_ms())
+                .where((T.id == turn_id) & claimable)
+                .execute()
+            )
+            return self.get(turn_id) if changed else None
 
     def release(self, turn_id: str) -> None:
         """A claimed turn whose prompt never reached the agent (the bridge stops): the next
         run claims it again."""
-        self._store._run(_set, turn_id, {"state": TAKEN}, NOT_BEGUN)
+        self._step(turn_id, {"state": TAKEN}, NOT_BEGUN)
 
     def posted(self, turn_id: str, answer: Sequence[str]) -> None:
-        self._store._run(_set, turn_id, {"state": POSTED, "answer": json.dumps(list(answer))}, (CLAIMED,))
+        self._step(turn_id, {"state": POSTED, "answer": json.dumps(list(answer))}, (CLAIMED,))
 
     def set_answer(self, turn_id: str, answer: Sequence[str]) -> None:
         """The answer's messages so far (a new one after a split)."""
-        self._store._run(_set, turn_id, {"answer": json.dumps(list(answer))}, LIVE)
+        self._step(turn_id, {"answer": json.dumps(list(answer))}, LIVE)
 
     def prompting(self, turn_id: str, answer: Sequence[str]) -> None:
         """The prompt is about to be written to the agent (so it is never written twice: a start
         after a stop here marks the answer interrupted, saying the message may not have reached
         the agent)."""
-        self._store._run(_set, turn_id, {"state": PROMPTING, "answer": json.dumps(list(answer))}, NOT_BEGUN)
+        self._step(turn_id, {"state": PROMPTING, "answer": json.dumps(list(answer))}, NOT_BEGUN)
 
     def prompted(self, turn_id: str, answer: Sequence[str]) -> None:
         """The prompt was written to the agent."""
-        self._store._run(
-            _set, turn_id, {"state": PROMPTED, "answer": json.dumps(list(answer))}, (*NOT_BEGUN, PROMPTING)
-        )
+        self._step(turn_id, {"state": PROMPTED, "answer": json.dumps(list(answer))}, (*NOT_BEGUN, PROMPTING))
 
     def finishing(self, turn_id: str, final: dict, answer: Sequence[str]) -> None:
         """The final text is about to be sent (`final`: how, so that it can be sent again)."""
-        self._store._run(
-            _set,
+        self._step(
             turn_id,
             {"state": FINISHING, "final": json.dumps(final, sort_keys=True), "answer": json.dumps(list(answer))},
             (PROMPTING, PROMPTED, FINISHING),
         )
 
-    def answered(
-        self, turn_id: str, channel_id: str, agent: str, text: str, event_ids: Sequence[str], seen_upto: str | None
-    ) -> Message | None:
-        """Store the answer, what `agent` has seen (up to `seen_upto`) and the turn done, in one
-        transaction; None if the turn was done already (nothing written twice)."""
-        return self._store._run(_answered, turn_id, channel_id, agent, text, event_ids, seen_upto)
-
-    def end(
-        self, turn_id: str, state: str, answer: Sequence[str] = (), seen: tuple[str, str, str] | None = None
-    ) -> None:
-        """The turn is over without a stored answer (`ended`, `interrupted` or `dropped`);
-        `seen` (channel, agent, message id) is written with it."""
-        if state not in (ENDED, INTERRUPTED, DROPPED):
-            raise ValueError(f"not an end state: {state!r}")
-        self._store._run(_end, turn_id, state, list(answer), seen)
-
-    def drop_prompt(self, prompt_event: str) -> int:
-        """The owner withdrew the message: its turns that have not begun never start."""
-        return self._store._run(_drop_prompt, prompt_event)
-
-    def drop(self, turn_id: str) -> bool:
-        """The owner dropped a waiting turn (`!drop`): it never starts, now or after a restart.
-        When no other turn of its message is left, the message is forgotten too, so that no
-        agent is told it later as context. False: it had begun (or was over) — nothing changed."""
-        return self._store._run(_drop, turn_id)
-
-    def get(self, turn_id: str) -> TurnRecord | None:
-        return self._store._run(_get, turn_id)
-
-    def unfinished(self) -> list[TurnRecord]:
-        """Every turn not over, oldest first."""
-        return self._store._run(_unfinished)
-
-    def in_channel(self, channel_id: str) -> list[TurnRecord]:
-        """Every turn of the channel, oldest first (over or not)."""
-        return self._store._run(_in_channel, channel_id)
-
-    def last_live_agent(self, channel_id: str, conversation: str = "") -> str | None:
-        """The agent of the newest turn of the conversation that is not over: the one who will
-        have spoken last once the queue is answered (routing's last speaker)."""
-        return self._store._run(_last_live_agent, channel_id, conversation)
-
-
-# --- the operations (run by Store._run, under its lock, with the store as `store`) --------------
-
-
-def _select(store: Store):
-    T = store._m.Turn
-    return T.select(*(getattr(T, c) for c in COLUMNS))
-
-
-def _get(store: Store, turn_id: str) -> TurnRecord | None:
-    rows = store._hot.turn.rows(id=turn_id)
-    return _record(rows[0]) if rows else None
-
-
-def claimed_in(turn: TurnRecord, run: str) -> bool:
-    """The turn was claimed for `run` when it was taken (`Turns.take(claim_first=True)`)."""
-    return turn.state == CLAIMED and turn.run == run and turn.attempt == 1
-
-
-def _insert_turns(
-    store: Store,
-    channel_id: str,
-    prompt_event: str,
-    message_id: str | None,
-    turns: Iterable[tuple[str, str, bool]],
-    run: str,
-    conversation: str,
-    claim_first: bool = False,
-) -> list[TurnRecord]:
-    T, now, made, agents = store._m.Turn, now_ms(), [], set()
-    for agent, text, alone in turns:
-        if agent in agents:
-            continue
-        agents.add(agent)
-        turn_id = new_id()
-        claimed = claim_first and not made  # the first turn, when its worker is free to start it
-        row = dict(
-            id=turn_id,
-            channel_id=channel_id,
-            conversation=conversation,
-            prompt_event=prompt_event,
-            agent=agent,
-            message_id=message_id,
-            text=text,
-            alone=bool(alone),
-            state=CLAIMED if claimed else TAKEN,
-            run=run,
-            attempt=1 if claimed else 0,
-        )
-        T.insert(**row, answer="[]", updated=now).execute()  # a new id: never there already
-        made.append(TurnRecord(**row, answer=(), final=None))  # as read back, without reading it
-    return made
-
-
-def _take(
-    store: Store,
-    channel_id: str,
-    sender: str,
-    stored_text: str,
-    event_id: str,
-    turns,
-    run: str,
-    conversation: str,
-    turns_in: str,
-    claim_first: bool = False,
-):
-    with store._db.atomic():
-        # the event counts as handled in the same transaction (the dispatcher's record of it,
-        # keys.handled_event): one write fewer before its turns start
-        store._mark_txn(keys.handled_event(event_id))
-        if store._hot.by_event.rows(event_id=event_id):
-            return None
-        message = store._add_message(channel_id, sender, "user", stored_text, [event_id], conversation)
-        return message, _insert_turns(store, channel_id, event_id, message.id, turns, run, turns_in, claim_first)
-
-
-def _add(
-    store: Store, channel_id: str, prompt_event: str, message_id: str | None, turns, run: str, conversation: str
-) -> list[TurnRecord]:
-    with store._db.atomic():
-        return _insert_turns(store, channel_id, prompt_event, message_id, turns, run, conversation)
-
-
-def _claim(store: Store, turn_id: str, run: str) -> TurnRecord | None:
-    T = store._m.Turn
-    with store._db.atomic():
-        claimable = (T.state == TAKEN) | (T.state.in_([CLAIMED, POSTED]) & (T.run != run))
-        changed = (
-            T.update(state=CLAIMED, run=run, attempt=T.attempt + 1, updated=now_ms())
-            .where((T.id == turn_id) & claimable)
-            .execute()
-        )
-        return _get(store, turn_id) if changed else None
-
-
-def _set(store: Store, turn_id: str, values: dict, states: Sequence[str]) -> None:
-    """A turn's step (prompting, prompted…): its SQL is written once per kind of step
-    (compiled.py) — the steps before a prompt are on every owner message's way."""
-    key = (tuple(values), tuple(states))
-    steps = store.__dict__.setdefault("_turn_steps", {})
-    step = steps.get(key)
-    if step is None:
-        T = store._m.Turn
-        step = steps[key] = Compiled(
-            store._db,
+    @operation
+    def _step(self, turn_id: str, values: dict, states: Sequence[str]) -> None:
+        """A turn's step (prompting, prompted…) from one of `states`: its SQL is written once per
+        kind of step (compiled.py) — the steps before a prompt are on every owner message's way."""
+        T = self.core.models.Turn
+        step = self.core.compiled(
+            ("turn step", tuple(values), tuple(states)),
             lambda id, updated, **set_: T.update(**set_, updated=updated).where(
                 (T.id == id) & T.state.in_(list(states))
             ),
@@ -317,72 +242,102 @@ def _set(store: Store, turn_id: str, values: dict, states: Sequence[str]) -> Non
             "updated",
             *values,
         )
-    step.run(id=turn_id, updated=now_ms(), **values)
+        step.run(id=turn_id, updated=now_ms(), **values)
 
+    @operation
+    def answered(
+        self, turn_id: str, channel_id: str, agent: str, text: str, event_ids: Sequence[str], seen_upto: str | None
+    ) -> Message | None:
+        """Store the answer, what `agent` has seen (up to `seen_upto`) and the turn done, in one
+        transaction; None if the turn was done already (nothing written twice)."""
+        T = self.core.models.Turn
+        with self.core.db.atomic():
+            row = T.select(T.state, T.conversation).where(T.id == turn_id).tuples().first()
+            if row is not None and row[0] in TERMINAL:
+                return None
+            conversation = (row[1] or "") if row is not None else ""  # the answer goes where its turn is
+            message = self.messages.add_message(channel_id, agent, "agent", text, list(event_ids), conversation)
+            if seen_upto is not None:
+                self.members.mark_seen(channel_id, agent, seen_upto, conversation)
+            T.update(state=DONE, answer=json.dumps(list(event_ids)), final=None, updated=now_ms()).where(
+                T.id == turn_id
+            ).execute()
+            return message
 
-def _answered(store: Store, turn_id: str, channel_id: str, agent: str, text: str, event_ids, seen_upto):
-    T = store._m.Turn
-    with store._db.atomic():
-        row = T.select(T.state, T.conversation).where(T.id == turn_id).tuples().first()
-        if row is not None and row[0] in TERMINAL:
-            return None
-        conversation = (row[1] or "") if row is not None else ""  # the answer goes where its turn is
-        message = store._add_message(channel_id, agent, "agent", text, list(event_ids), conversation)
-        if seen_upto is not None:
-            store._mark_seen(channel_id, agent, seen_upto, conversation)
-        T.update(state=DONE, answer=json.dumps(list(event_ids)), final=None, updated=now_ms()).where(
-            T.id == turn_id
-        ).execute()
-        return message
+    @operation
+    def end(
+        self, turn_id: str, state: str, answer: Sequence[str] = (), seen: tuple[str, str, str] | None = None
+    ) -> None:
+        """The turn is over without a stored answer (`ended`, `interrupted` or `dropped`);
+        `seen` (channel, agent, message id) is written with it."""
+        if state not in (ENDED, INTERRUPTED, DROPPED):
+            raise ValueError(f"not an end state: {state!r}")
+        T = self.core.models.Turn
+        with self.core.db.atomic():
+            values = {"state": state, "updated": now_ms(), "final": None}
+            if answer:
+                values["answer"] = json.dumps(list(answer))
+            T.update(**values).where((T.id == turn_id) & T.state.in_(list(LIVE))).execute()
+            if seen is not None:  # in the turn's conversation
+                channel_id, agent, message_id = seen
+                row = T.select(T.conversation).where(T.id == turn_id).tuples().first()
+                self.members.mark_seen(channel_id, agent, message_id, (row[0] or "") if row is not None else "")
 
-
-def _end(store: Store, turn_id: str, state: str, answer: list, seen) -> None:
-    T = store._m.Turn
-    with store._db.atomic():
-        values = {"state": state, "updated": now_ms(), "final": None}
-        if answer:
-            values["answer"] = json.dumps(answer)
-        T.update(**values).where((T.id == turn_id) & T.state.in_(list(LIVE))).execute()
-        if seen is not None:  # in the turn's conversation
-            channel_id, agent, message_id = seen
-            row = T.select(T.conversation).where(T.id == turn_id).tuples().first()
-            store._mark_seen(channel_id, agent, message_id, (row[0] or "") if row is not None else "")
-
-
-def _drop_prompt(store: Store, prompt_event: str) -> int:
-    T = store._m.Turn
-    return (
-        T.update(state=DROPPED, updated=now_ms())
-        .where((T.prompt_event == prompt_event) & T.state.in_(list(NOT_BEGUN)))
-        .execute()
-    )
-
-
-def _drop(store: Store, turn_id: str) -> bool:
-    T = store._m.Turn
-    with store._db.atomic():
-        row = T.select(T.prompt_event).where(T.id == turn_id).tuples().first()
-        changed = (
-            T.update(state=DROPPED, updated=now_ms()).where((T.id == turn_id) & T.state.in_(list(NOT_BEGUN))).execute()
+    @operation
+    def drop_prompt(self, prompt_event: str) -> int:
+        """The owner withdrew the message: its turns that have not begun never start."""
+        T = self.core.models.Turn
+        return (
+            T.update(state=DROPPED, updated=now_ms())
+            .where((T.prompt_event == prompt_event) & T.state.in_(list(NOT_BEGUN)))
+            .execute()
         )
-        if not changed or row is None:
-            return False
-        others = T.select(T.id).where((T.prompt_event == row[0]) & (T.state != DROPPED)).count()
-        if not others:
-            store.delete_message_by_event(row[0])
-        return True
 
+    @operation
+    def drop(self, turn_id: str) -> bool:
+        """The owner dropped a waiting turn (`!drop`): it never starts, now or after a restart.
+        When no other turn of its message is left, the message is forgotten too, so that no
+        agent is told it later as context. False: it had begun (or was over) — nothing changed."""
+        T = self.core.models.Turn
+        with self.core.db.atomic():
+            row = T.select(T.prompt_event).where(T.id == turn_id).tuples().first()
+            changed = (
+                T.update(state=DROPPED, updated=now_ms())
+                .where((T.id == turn_id) & T.state.in_(list(NOT_BEGUN)))
+                .execute()
+            )
+            if not changed or row is None:
+                return False
+            others = T.select(T.id).where((T.prompt_event == row[0]) & (T.state != DROPPED)).count()
+            if not others:
+                self.messages.delete_message_by_event(row[0])
+            return True
 
-def _unfinished(store: Store) -> list[TurnRecord]:
-    T = store._m.Turn
-    return [_record(row) for row in _select(store).where(T.state.in_(list(LIVE))).order_by(T.id).tuples()]
+    @operation
+    def get(self, turn_id: str) -> TurnRecord | None:
+        rows = self.core.queries.turn.rows(id=turn_id)
+        return _record(rows[0]) if rows else None
 
+    @operation
+    def unfinished(self) -> list[TurnRecord]:
+        """Every turn not over, oldest first."""
+        T = self.core.models.Turn
+        return self._records(T.state.in_(list(LIVE)))
 
-def _in_channel(store: Store, channel_id: str) -> list[TurnRecord]:
-    T = store._m.Turn
-    return [_record(row) for row in _select(store).where(T.channel_id == channel_id).order_by(T.id).tuples()]
+    @operation
+    def in_channel(self, channel_id: str) -> list[TurnRecord]:
+        """Every turn of the channel, oldest first (over or not)."""
+        return self._records(self.core.models.Turn.channel_id == channel_id)
 
+    def _records(self, where) -> list[TurnRecord]:
+        T = self.core.models.Turn
+        query = select(T, TURN_COLUMNS).where(where).order_by(T.id)
+        rows = cast(Iterable[tuple], query.tuples())  # peewee's types say models: these are tuples
+        return [_record(row) for row in rows]
 
-def _last_live_agent(store: Store, channel_id: str, conversation: str) -> str | None:
-    rows = store._hot.last_live_agent.rows(channel_id=channel_id, conversation=conversation)
-    return rows[0][0] if rows else None
+    @operation
+    def last_live_agent(self, channel_id: str, conversation: str = "") -> str | None:
+        """The agent of the newest turn of the conversation that is not over: the one who will
+        have spoken last once the queue is answered (routing's last speaker)."""
+        rows = self.core.queries.last_live_agent.rows(channel_id=channel_id, conversation=conversation)
+        return rows[0][0] if rows else None

@@ -39,6 +39,7 @@ from aiohttp import web
 
 import config as configuration
 from config import registration as registrations
+from store import StoreUnavailable
 
 SCRIPTED = Path(__file__).parent / "agents" / "scripted_agent.py"
 
@@ -162,7 +163,10 @@ class RunningBridge:
         await self.deliveries.wait(event_id, timeout)
 
     def is_idle(self) -> bool:
-        return not self.store.turns.unfinished()
+        try:
+            return not self.store.turns.unfinished()
+        except StoreUnavailable:  # the database is not back yet (reconnecting): not known idle
+            return False
 
     async def idle(self, timeout: float = 60) -> None:
         """Until every turn is over: no owner message waits for an answer, none is being written."""

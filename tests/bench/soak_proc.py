@@ -30,14 +30,15 @@ async def main(config_path: str, data_dir: str, keep_ms: int, every_ms: int) -> 
     assert not unavailable
     store.txn_keep_ms, store.txn_prune_every_ms = keep_ms, every_ms
     pruned = [0]
-    prune = store._prune_txns
+    txns = store.parts.txns
+    prune = txns.prune_before
 
     def counting_prune(now):  # how many keys the bridge's own mark_txn pruned, for the notes
         gone = prune(now)
         pruned[0] += max(gone, 0)
         return gone
 
-    store._prune_txns = counting_prune
+    txns.prune_before = counting_prune
     bridge = Bridge(cfg, registration, store, history_unavailable=False)
     await bridge.start()
     print(json.dumps({"ready": True, "rss_kb": rss_kb()}), flush=True)

@@ -127,7 +127,7 @@ async def test_a_sqlite_file_that_cannot_be_written_makes_messages_wait_with_one
         await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[0]})
         await sync_until(owner, answered(owner, room_id, sent[:1]))
         await running.idle()
-        db = running.store._db
+        db = running.store.core.db
         db.execute_sql("PRAGMA query_only = 1")  # SQLite refuses every write (as a read-only file)
         try:
             await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": sent[1]})
@@ -166,7 +166,7 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
     # would have to finish an answer the owner already has.
     running = await start_bridge(homeserver, tmp_path / "bridge", {"alice": agent()})
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
-    store, db = running.store, running.store._db
+    store, db = running.store, running.store.core.db
     real_answered = store.turns.answered
 
     def go_down_then_store(*args, **kwargs):

@@ -138,7 +138,7 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
 def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_durable, durable_backend, v):
     make_store_of_version(durable_backend, v)
     store = open_durable()
-    assert version(store._db, store._m) == LATEST
+    assert version(store.core.db, store.core.models) == LATEST
     assert [c.room_id for c in store.channels()] == ["!r:hs"]
     assert store.member("c1", "alice").session_id == "s1"
     assert store.member("c1", "alice").session_cwd is None  # opened before cwds were kept: used as before
@@ -204,7 +204,7 @@ def test_work_in_progress_of_an_older_store_becomes_turn_records(open_durable, d
     if v >= 2:  # alice's answer had begun: it is interrupted at the next start, not begun again
         assert [(t.agent, t.state, t.answer) for t in turns if t.agent != ROUTE] == [("alice", "prompted", ("$a1",))]
         assert json.loads(route[0].text) == ["alice"]
-    assert store._db.execute_sql("SELECT count(*) FROM sk_pending").fetchone()[0] == 0  # carried over
+    assert store.core.db.execute_sql("SELECT count(*) FROM sk_pending").fetchone()[0] == 0  # carried over
     assert store.get_value("prompts/pending") is None
 
 
@@ -255,7 +255,7 @@ def test_an_older_stores_repeating_schedules_wait_for_the_owners_approval(open_d
 
 def test_a_new_store_starts_at_the_current_version(open_durable):
     store = open_durable()
-    assert version(store._db, store._m) == LATEST
+    assert version(store.core.db, store.core.models) == LATEST
 
 
 def test_a_store_of_a_newer_version_is_refused_with_a_clear_message(open_durable, durable_backend):

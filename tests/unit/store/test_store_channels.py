@@ -130,8 +130,8 @@ def test_an_older_store_gains_the_session_directory(open_durable):
     channel = store.create_channel("!room:hs", "general")
     store.add_member(channel.id, "alice")
     store.set_session(channel.id, "alice", "old-session", False)
-    store._db.execute_sql("ALTER TABLE sk_member DROP COLUMN session_cwd")
-    store._db.execute_sql("UPDATE sk_schema SET version = 5")  # the version before the column
+    store.core.db.execute_sql("ALTER TABLE sk_member DROP COLUMN session_cwd")
+    store.core.db.execute_sql("UPDATE sk_schema SET version = 5")  # the version before the column
     store.close()
     again = open_durable()
     member = again.member(channel.id, "alice")

@@ -101,4 +101,4 @@ def test_deleting_a_channel_deletes_its_thread_sessions(store, channel):
     store.delete_channel(channel.id)
     again = store.create_channel("!room2:hs", "general")
     store.add_member(again.id, "alice")
-    assert store._m.ThreadSession.select().count() == 0
+    assert store.core.models.ThreadSession.select().count() == 0

@@ -45,7 +45,7 @@ def _admin(url: str):
 
 
 def _backend_of(store: Store, url: str) -> int:
-    name = store._db.connect_params["application_name"]
+    name = store.core.db.connect_params["application_name"]
     with _admin(url) as conn, conn.cursor() as cursor:
         cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,))
         [(pid,)] = cursor.fetchall()
@@ -118,11 +118,11 @@ def test_while_the_server_is_down_calls_fail_at_once_then_it_comes_back(restarta
             store.add_message(channel.id, "@me:hs", "user", "while down", ["$down"])
         assert "PostgreSQL server cannot be reached" in str(caught.value) and "\n" not in str(caught.value)
         assert not store.available()
-        attempts = store._reconnector.attempts
+        attempts = store.core.reconnector.attempts
         assert store.retry_in() > 0
         with pytest.raises(StoreUnavailable, match="next attempt in"):
             store.txn_seen("t")  # before the next attempt is due: it refuses without trying
-        assert store._reconnector.attempts == attempts  # no connection was tried (no blocking)
+        assert store.core.reconnector.attempts == attempts  # no connection was tried (no blocking)
     finally:
         restartable_postgres.cluster.start_again()
     while not store.available():
@@ -160,7 +160,7 @@ def test_another_bridge_taking_the_database_meanwhile_stops_this_store(restartab
 def test_its_own_dead_backend_holding_the_lock_is_not_another_bridge(restartable_postgres, pg_store):
     store = pg_store()
     url = restartable_postgres.url
-    name = store._db.connect_params["application_name"]
+    name = store.core.db.connect_params["application_name"]
     with _admin(url) as admin, admin.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", (_backend_of(store, url),))
     # what a lost network leaves: a backend of this store that still holds the lock (played by
@@ -201,8 +201,8 @@ def test_a_full_sqlite_database_refuses_writes_and_records_nothing(tmp_path):
         channel = store.create_channel("!room:hs", "general")
         store.add_message(channel.id, "@me:hs", "user", "fits", ["$fits"])
         # the database may not grow by a page: what a full disk does to SQLite (SQLITE_FULL)
-        pages = store._db.execute_sql("PRAGMA page_count").fetchone()[0]
-        store._db.execute_sql(f"PRAGMA max_page_count = {pages}")
+        pages = store.core.db.execute_sql("PRAGMA page_count").fetchone()[0]
+        store.core.db.execute_sql(f"PRAGMA max_page_count = {pages}")
         with pytest.raises(StoreUnwritable) as caught:
             store.add_message(channel.id, "@me:hs", "user", "x" * 200_000, ["$big"])
         message = str(caught.value)
@@ -213,7 +213,7 @@ def test_a_full_sqlite_database_refuses_writes_and_records_nothing(tmp_path):
         # nothing of the failed calls is recorded; reads still work
         assert [m.text for m in store.last_messages(channel.id, 10)] == ["fits"]
         assert store.message_by_event("$big") is None and store.turns.unfinished() == []
-        store._db.execute_sql("PRAGMA max_page_count = 1073741823")  # space again
+        store.core.db.execute_sql("PRAGMA max_page_count = 1073741823")  # space again
         store.add_message(channel.id, "@me:hs", "user", "x" * 200_000, ["$big"])
         assert store.message_by_event("$big") is not None
     finally:
@@ -225,7 +225,7 @@ def test_a_read_only_sqlite_database_refuses_writes_and_records_nothing(tmp_path
     try:
         channel = store.create_channel("!room:hs", "general")
         store.mark_txn("before")
-        store._db.execute_sql("PRAGMA query_only = 1")  # SQLite refuses every write: SQLITE_READONLY
+        store.core.db.execute_sql("PRAGMA query_only = 1")  # SQLite refuses every write: SQLITE_READONLY
         for write in (
             lambda: store.mark_txn("during"),
             lambda: store.add_message(channel.id, "@me:hs", "user", "lost?", ["$x"]),
@@ -235,7 +235,7 @@ def test_a_read_only_sqlite_database_refuses_writes_and_records_nothing(tmp_path
                 write()
         assert store.txn_seen("before") and not store.txn_seen("during")
         assert store.last_messages(channel.id, 10) == [] and store.turns.unfinished() == []
-        store._db.execute_sql("PRAGMA query_only = 0")
+        store.core.db.execute_sql("PRAGMA query_only = 0")
         store.mark_txn("during")
         assert store.txn_seen("during")
     finally:

@@ -11,15 +11,15 @@ VALUES = {"channel_id": "c", "id": "c", "after": "0", "limit": 20, "event_id": "
 
 
 def plan(store, name: str) -> str:
-    compiled = store._hot.__dict__[name]
-    params = [VALUES[p] if is_name else p for is_name, p in compiled._params]
+    compiled = vars(store.core.queries)[name]
+    params = compiled.params(**VALUES)
     prefix = "EXPLAIN QUERY PLAN " if is_sqlite(store) else "EXPLAIN "
-    rows = store._db.execute_sql(prefix + compiled.sql, params).fetchall()
+    rows = store.core.db.execute_sql(prefix + compiled.sql, params).fetchall()
     return "\n".join(str(row[-1]) for row in rows)
 
 
 def is_sqlite(store) -> bool:
-    return type(store._db).__name__ == "SqliteDatabase"
+    return type(store.core.db).__name__ == "SqliteDatabase"
 
 
 @pytest.fixture
@@ -31,10 +31,10 @@ def planned(store):
         # Tiny tables make sequential scans cheapest; forbid them, and sorts,
         # so that a plan shows whether an index path exists at all.
         for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
-            store._db.execute_sql(f"SET {setting} = off")
+            store.core.db.execute_sql(f"SET {setting} = off")
     yield store
     if not is_sqlite(store):
-        store._db.execute_sql("RESET ALL")
+        store.core.db.execute_sql("RESET ALL")
 
 
 @pytest.mark.parametrize("name", HOT)
@@ -56,12 +56,12 @@ def test_messages_have_no_index_on_id_alone(store):
     # Given one, PostgreSQL may walk the whole table backwards to find the
     # last messages of a quiet channel (see schema.py).
     if is_sqlite(store):
-        rows = store._db.execute_sql("PRAGMA index_list('sk_message')").fetchall()
+        rows = store.core.db.execute_sql("PRAGMA index_list('sk_message')").fetchall()
         columns = [
-            tuple(r[2] for r in store._db.execute_sql(f"PRAGMA index_info('{row[1]}')").fetchall()) for row in rows
+            tuple(r[2] for r in store.core.db.execute_sql(f"PRAGMA index_info('{row[1]}')").fetchall()) for row in rows
         ]
     else:
-        rows = store._db.execute_sql(
+        rows = store.core.db.execute_sql(
             "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
             "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] "
             "WHERE c.relname = 'sk_message'"

@@ -15,7 +15,7 @@ def test_defaults_and_non_members(store, channel):
     store.settings.choose(channel.id, "carol", "mode", "plan")  # not a member: ignored
     store.settings.set_usage(channel.id, "carol", 1, 2)
     assert store.settings.get(channel.id, "carol") is None
-    assert store._m.MemberSetting.select().count() == 0
+    assert store.core.models.MemberSetting.select().count() == 0
 
 
 def test_choices(store, channel):
@@ -71,12 +71,12 @@ def test_settings_go_with_the_membership(store, channel):
     assert store.settings.get(channel.id, "alice").mode is None  # a new membership starts afresh
     assert store.settings.get(channel.id, "bob").mode == "code"
     store.delete_channel(channel.id)
-    assert store._m.MemberSetting.select().count() == 0
+    assert store.core.models.MemberSetting.select().count() == 0
 
 
 def test_damaged_values_read_as_defaults(store, channel):
     store.settings.set_title(channel.id, "alice", "T")
-    S = store._m.MemberSetting
+    S = store.core.models.MemberSetting
     S.update(choices="{not json", snapshot="[1, 2]").execute()
     got = store.settings.get(channel.id, "alice")
     assert (got.mode, got.config, got.snapshot, got.title) == (None, {}, None, "T")
@@ -103,7 +103,7 @@ def test_an_older_store_gains_the_table(open_durable):
     store.set_session(channel.id, "alice", "sess_1", fresh=False)
     store.add_message(channel.id, "me", "user", "hello", ["$e1"])
     for table in ("sk_member_setting", "sk_turn", "sk_schema"):
-        store._db.execute_sql(f"DROP TABLE {table}")
+        store.core.db.execute_sql(f"DROP TABLE {table}")
     store.close()
     again = open_durable()
     member = again.member(channel.id, "alice")
@@ -112,7 +112,7 @@ def test_an_older_store_gains_the_table(open_durable):
     again.settings.choose(channel.id, "alice", "mode", "plan")
     assert again.settings.get(channel.id, "alice").mode == "plan"
     again.remove_member(channel.id, "alice")  # and the cascade holds in the migrated store
-    assert again._m.MemberSetting.select().count() == 0
+    assert again.core.models.MemberSetting.select().count() == 0
 
 
 def test_every_settings_method_raises_store_closed_after_close(store, channel):

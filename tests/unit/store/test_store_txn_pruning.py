@@ -6,13 +6,12 @@ import sqlite3
 import peewee as pw
 import pytest
 
-from store import Store
-from store import store as store_module
+from store import Store, txns
 
 
 def _age(store: Store, txn_id: str, ms: int) -> None:
     """Make a key look `ms` older (a test cannot wait days)."""
-    T = store._m.Txn
+    T = store.core.models.Txn
     T.update(seen=T.seen - ms).where(T.id == txn_id).execute()
 
 
@@ -26,12 +25,18 @@ def test_keys_older_than_the_horizon_are_pruned_younger_ones_kept(store):
     assert not store.txn_seen("old") and store.txn_seen("young")
 
 
-def test_mark_txn_prunes_now_and_then_not_every_time(store):
+def _later(monkeypatch, store: Store) -> None:
+    """The pruning interval has passed (a test cannot wait an hour)."""
+    now = txns.now_ms
+    monkeypatch.setattr(txns, "now_ms", lambda: now() + store.txn_prune_every_ms + 1)
+
+
+def test_mark_txn_prunes_now_and_then_not_every_time(store, monkeypatch):
     store.mark_txn("first")  # the first mark of a run prunes (keys left by the last run)
     _age(store, "first", store.txn_keep_ms + 1000)
     store.mark_txn("second")  # within the interval: no prune yet
     assert store.txn_seen("first")
-    store._next_prune = 0  # the interval has passed
+    _later(monkeypatch, store)
     store.mark_txn("third")
     assert not store.txn_seen("first") and store.txn_seen("second") and store.txn_seen("third")
 
@@ -78,11 +83,11 @@ def test_a_postgresql_store_made_before_pruning_is_migrated(postgres_url, drop_t
 
 
 def test_the_horizon_is_days(store):
-    assert store_module.TXN_KEEP_MS >= 24 * 3600 * 1000
-    assert store_module.TXN_PRUNE_EVERY_MS <= store_module.TXN_KEEP_MS
+    assert txns.TXN_KEEP_MS >= 24 * 3600 * 1000
+    assert txns.TXN_PRUNE_EVERY_MS <= txns.TXN_KEEP_MS
 
 
-def test_a_take_that_records_its_event_prunes_now_and_then_too(store):
+def test_a_take_that_records_its_event_prunes_now_and_then_too(store, monkeypatch):
     """An owner message taken with its turns records its event's key in that write, without the
     dispatcher's mark_txn: those writes prune as well, or a bridge that only ever gets owner
     messages keeps every key (the soak bench found it: 10,000 keys after 10,000 messages with a
@@ -92,6 +97,6 @@ def test_a_take_that_records_its_event_prunes_now_and_then_too(store):
     channel = store.create_channel("!r:hs", "c")
     store.mark_txn("old")
     _age(store, "old", store.txn_keep_ms + 1000)
-    store._next_prune = 0  # the interval has passed
+    _later(monkeypatch, store)
     store.turns.take(channel.id, "@me:hs", "hi", "$m1", [("alice", "hi", False)], "run")
     assert not store.txn_seen("old") and store.txn_seen(keys.handled_event("$m1"))

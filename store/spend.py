@@ -4,6 +4,10 @@ An agent's `usage_update` carries its session's cumulative cost; `add` keeps the
 session and adds only what is new to each period given (a day and a month, UTC: `sk_spend`), in
 one transaction. A session whose cumulative cost went down (the agent counts again) adds its new
 amount. `!budget raise` adds to the budget of one period (`raise_budget`).
+
+A channel's spend is kept beside the agents' under `channel_key(channel_id)` ("#" and the id: no
+agent name starts with "#"): what is new in a session's report counts for its agent and, when the
+session works in a channel, for that channel too (`add(..., channel=...)`), in one transaction.
 """
 
 from __future__ import annotations
@@ -24,16 +28,28 @@ class Spent:
     reported: bool = False  # the agent reported a cost in the period
 
 
+def channel_key(channel_id: str) -> str:
+    """Where a channel's spend is kept (the `agent` column of `sk_spend`)."""
+    return f"#{channel_id}"
+
+
 class Spending:
     def __init__(self, store: Store) -> None:
         self._store = store
 
     def add(
-        self, agent: str, session_id: str, cumulative: float, currency: str | None, periods: Sequence[str]
+        self,
+        agent: str,
+        session_id: str,
+        cumulative: float,
+        currency: str | None,
+        periods: Sequence[str],
+        channel: str | None = None,
     ) -> dict[str, Spent]:
-        """A session of `agent` reported `cumulative` cost: what is new is added to each period;
-        what each period has now."""
-        return self._store._run(_add, agent, session_id, cumulative, currency, list(periods))
+        """A session of `agent` reported `cumulative` cost: what is new is added to each period
+        (of the agent, and of `channel`'s key when given); what each period has now, the
+        agent's keyed by period, the channel's by `channel_key(channel) + " " + period`."""
+        return self._store._run(_add, agent, session_id, cumulative, currency, list(periods), channel)
 
     def get(self, agent: str, period: str) -> Spent:
         return self._store._run(_get, agent, period)
@@ -60,7 +76,13 @@ def _upsert(store: Store, agent: str, period: str, **add: float) -> None:
 
 
 def _add(
-    store: Store, agent: str, session_id: str, cumulative: float, currency: str | None, periods: list[str]
+    store: Store,
+    agent: str,
+    session_id: str,
+    cumulative: float,
+    currency: str | None,
+    periods: list[str],
+    channel: str | None,
 ) -> dict[str, Spent]:
     C, S = store._m.SessionCost, store._m.Spend
     with store._db.atomic():
@@ -71,10 +93,15 @@ def _add(
             C.insert(agent=agent, session_id=session_id, amount=cumulative).execute()
         else:
             C.update(amount=cumulative).where((C.agent == agent) & (C.session_id == session_id)).execute()
-        for period in periods:
-            _upsert(store, agent, period, amount=new)
-            S.update(currency=currency or "").where((S.agent == agent) & (S.period == period)).execute()
-        return {period: _get(store, agent, period) for period in periods}
+        keys = [agent] if channel is None else [agent, channel_key(channel)]
+        for key in keys:
+            for period in periods:
+                _upsert(store, key, period, amount=new)
+                S.update(currency=currency or "").where((S.agent == key) & (S.period == period)).execute()
+        spent = {period: _get(store, agent, period) for period in periods}
+        if channel is not None:
+            spent.update({f"{channel_key(channel)} {p}": _get(store, channel_key(channel), p) for p in periods})
+        return spent
 
 
 def _raise(store: Store, agent: str, period: str, amount: float) -> Spent:

@@ -288,7 +288,7 @@ async def run_turn(portal: Portal, record: TurnRecord, incoming: Incoming) -> No
         posting = answer.post(note, grace=PLACEHOLDER_GRACE if running else 0.0)
         posting.add_done_callback(lambda done: _begin(run, done))
         budgets = getattr(parts, "budgets", None)
-        refused = await budgets.refusal(turn.agent) if budgets is not None else None
+        refused = await budgets.refusal(turn.agent, portal) if budgets is not None else None
         if refused is not None:  # over its budget: one line, and the agent is not asked
             await _end(answer, refused)
             journal.ended(ENDED, answer.event_ids, None)

@@ -28,12 +28,12 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import Any
 
 from . import framing, remote
-from .elicitation import CANCEL, DECLINE, BadElicitation, ElicitationAnswer, ElicitationRequest, parse_request
+from .elicitation import ACCEPT, CANCEL, DECLINE, BadElicitation, ElicitationAnswer, ElicitationRequest, parse_request
 from .errors import (
     AcpError,
     AgentCrashed,
@@ -71,6 +71,7 @@ CODING_CLIENT_CAPABILITIES = {
 }
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
 MAX_QUESTIONS = 16  # permission + elicitation requests open at once in one session
+URL_ELICITATIONS_KEPT = 64  # URL elicitations waiting for elicitation/complete, per agent
 MAX_LISTED = 200  # sessions list_sessions() reads at most (pages of session/list)
 MAX_LIST_PAGES = 10
 MAX_EARLY_STATES = 8  # states kept for session ids not (yet) ours: updates before session/new returns
@@ -216,6 +217,8 @@ class Agent:
         self._permissions: dict[str, dict[asyncio.Future, asyncio.Task]] = {}
         self._asking = 0  # questions waiting for a person: not silence
         self.refused_questions = 0  # questions refused past MAX_QUESTIONS
+        # URL elicitations that may still be completed (elicitation/complete), oldest first
+        self._url_elicitations: dict[str, asyncio.Event] = {}
         self._stopping = False
         self.peer = Peer(
             process.stdout,
@@ -692,10 +695,15 @@ class Agent:
             await _call(running.on_update, update)
 
     async def _elicitation_complete(self, params: dict[str, Any]) -> None:
-        """elicitation/complete {elicitationId}: told to the running prompts as an update."""
+        """elicitation/complete {elicitationId}: the URL elicitation's `completed` event is set
+        (an id unknown or completed already is ignored), and it is told to the running prompts
+        as an update."""
         ident = params.get("elicitationId")
         if not isinstance(ident, str):
             return
+        completed = self._url_elicitations.pop(ident, None)
+        if completed is not None:
+            completed.set()
         update = Update(kind="elicitation_complete", text=ident, raw=params)
         for running in list(self._prompts.values()):
             if running.sent:
@@ -738,7 +746,19 @@ class Agent:
             raise RpcError(framing.INVALID_PARAMS, f"cannot ask this: {exc}") from None
         if not await self._room_for_question(session_id, running, "question"):
             return {"action": DECLINE}
-        answer = await self._wait_for_person(session_id, _call(running.on_elicitation, request))
+        ident = request.elicitation_id if request.mode == "url" else ""
+        if ident:  # elicitation/complete may come for it, during the question or after
+            request = replace(request, completed=asyncio.Event())
+            self._url_elicitations.pop(ident, None)
+            self._url_elicitations[ident] = request.completed
+            while len(self._url_elicitations) > URL_ELICITATIONS_KEPT:
+                del self._url_elicitations[next(iter(self._url_elicitations))]
+        answer = None
+        try:
+            answer = await self._wait_for_person(session_id, _call(running.on_elicitation, request))
+        finally:
+            if ident and (answer is None or answer.action != ACCEPT):  # no interaction to complete
+                self._url_elicitations.pop(ident, None)
         if answer is None:  # cancel() answered for the person, or the callback had no answer
             return {"action": ELICITATION_ON_CANCEL if running.cancelled else CANCEL}
         return answer.to_result()

@@ -11,7 +11,9 @@ marked unstable, modelled on MCP's elicitation):
   maxItems}}, required: [names]} — flat, primitive fields only;
 * the answer: {action: "accept", content: {name: value}} | {action: "decline"} |
   {action: "cancel"}; for URL mode "accept" means the person consented to open the URL; the
-  agent may later send the `elicitation/complete` notification {elicitationId};
+  agent may later send the `elicitation/complete` notification {elicitationId} once the person
+  finished there (ids unknown or completed already are ignored): the client sets the request's
+  `completed` event (acp/client.py), which the one asking may wait for;
 * the client announces `clientCapabilities.elicitation` {form: {}, url: {}}.
 
 `parse_request()` turns params into an `ElicitationRequest`; `parse_answer()` reads a person's
@@ -20,6 +22,7 @@ reply to the numbered questions (see its docstring) into the content to send.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import re
@@ -74,6 +77,8 @@ class ElicitationRequest:
     url: str = ""  # url
     elicitation_id: str = ""  # url
     raw: dict[str, Any] = field(default_factory=dict)
+    # url: set when the agent sends elicitation/complete for it (acp/client.py); None: never
+    completed: asyncio.Event | None = field(default=None, compare=False, repr=False)
 
     @property
     def host(self) -> str | None:

@@ -323,6 +323,7 @@ class Bridge:
             await self.command_descriptions.close()
             await self.settings.close()
             await self.budgets.tasks.close()
+            await self.questions.close()  # URL questions waiting to be completed
             await self.places.close()
             await self.presence.stop()
             later = [

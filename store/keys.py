@@ -42,6 +42,12 @@ def approve(channel_id: str) -> str:
     return f"approve:{channel_id}"
 
 
+def budget(channel_id: str) -> str:
+    """Channel `channel_id`'s budget, `{"cost": 5.0, "per": "day"}` (`!budget channel`,
+    channels/budgets.py); absent (the default): none."""
+    return f"budget:{channel_id}"
+
+
 def command_digest(room_id: str, agent: str) -> str:
     """The digest of the MSC4391 command descriptions `agent`'s puppet last published in
     `room_id` (bridge/matrix/msc4391.py)."""

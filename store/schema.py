@@ -333,9 +333,9 @@ def build(db: pw.Database) -> SimpleNamespace:
             indexes = ((("channel_id", "number"), True), (("channel_id", "conversation", "repo"), True))
 
     class Spend(Base):
-        # What an agent cost in a period ("day:2026-12-06", "month:2026-12", UTC), as its
-        # `usage_update`s reported, and what `!budget raise` added to its budget for that period
-        # (store/spend.py). Added by migration step 12 (store/migrations.py).
+        # What an agent (or a channel: "#" and its id) cost in a period ("day:2026-12-06",
+        # "month:2026-12", UTC), as its `usage_update`s reported, and what `!budget raise` added
+        # to its budget for that period (store/spend.py). Added by migration step 12 (store/migrations.py).
         agent = pw.TextField()
         period = pw.TextField()
         amount = pw.DoubleField(default=0.0)

@@ -6,7 +6,10 @@
   that does not fit (a missing required field, a number out of range) gets one line saying
   what, and the question stays open.
 * URL mode: the puppet first names only the host and asks for consent; `yes` posts the link
-  and accepts, `no` declines.
+  and accepts, `no` declines. The question then says the owner is to finish on that host; when
+  the agent sends `elicitation/complete` it is edited to say it is done. If that comes while the
+  question still waits (the owner finished it elsewhere: another client, the agent's CLI), the
+  question is closed as done there and the agent gets `accept` (the interaction took place).
 * After `config.permission_timeout` seconds the question is declined; `!stop` (ACP's
   cancellation: acp/client.py answers for the owner) declines too; an agent withdrawing its
   request (`$/cancel_request`) closes the question. The question's message is edited to say how
@@ -19,6 +22,8 @@ permission requests; what is here is what a question asks and how its answer rea
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
 
     from ..channels.base.notices import Notices
 
+log = logging.getLogger(__name__)
+
 DECLINE_WORDS = {"decline", "no", "n", "cancel", "refuse", "skip"}
 YES_WORDS = {"yes", "y", "ok", "okay", "open", "accept"}
 WITHDRAWN = "⏹ Withdrawn by the agent"
@@ -42,7 +49,9 @@ TIMED_OUT = "⏱ No answer: declined"
 
 class Questions:
     def __init__(self, config: Config, notices: Notices):
+        self.config = config
         self.asks = Asks(config, notices, "question")
+        self._watching: set[asyncio.Task] = set()  # URL questions waiting for elicitation/complete
 
     async def ask(self, where: AskedIn, request: ElicitationRequest) -> ElicitationAnswer | None:
         """Ask the owner where `where` says (channels/base/parts.py); the answer, or None."""
@@ -51,8 +60,11 @@ class Questions:
         shown = render.url_consent(title, request) if request.mode == "url" else render.elicitation(title, request)
 
         async def answered(ask: Ask) -> tuple[ElicitationAnswer, str]:
-            result = await self._answer(ask, request)
-            return result, render.elicitation_outcome(result.action)
+            result, outcome = await self._answer(ask, request)
+            if outcome is None and result.action == ACCEPT and request.completed is not None:
+                outcome = render.url_waiting(request)
+                self._watch(ask, request, title)
+            return result, outcome or render.elicitation_outcome(result.action)
 
         def stopped() -> str:
             # the agent withdrew it, or the turn was stopped (acp answers "decline" for us)
@@ -69,23 +81,72 @@ class Questions:
         )
         return await self.asks.ask(replace(where, run=run), asking)
 
-    async def _answer(self, ask: Ask, request: ElicitationRequest) -> ElicitationAnswer:
+    async def _answer(self, ask: Ask, request: ElicitationRequest) -> tuple[ElicitationAnswer, str | None]:
+        """The owner's answer, and the line the question ends with when it is not the action's."""
         while True:
-            reply = (await ask.replies.get()).strip()
+            said = await _next_words(ask, request)
+            if said is None:  # URL mode: the agent says it is complete, finished elsewhere
+                return ElicitationAnswer(ACCEPT), render.url_done(request, elsewhere=True)
+            reply = said.strip()
             word = reply.lower().rstrip(".!")
             if request.mode == "url":
                 if word in YES_WORDS:
                     await self.asks.send(ask, render.url_link(request).content())
-                    return ElicitationAnswer(ACCEPT)
+                    return ElicitationAnswer(ACCEPT), None
                 if word in DECLINE_WORDS:
-                    return ElicitationAnswer(DECLINE)
+                    return ElicitationAnswer(DECLINE), None
                 await self.asks.say(ask, "Reply `yes` to get the link, or `no` to decline.")
                 continue
             if word in DECLINE_WORDS and not (len(request.fields) == 1 and request.fields[0].type == "boolean"):
-                return ElicitationAnswer(DECLINE)
+                return ElicitationAnswer(DECLINE), None
             content, problems = parse_answer(request.fields, reply)
             if not problems:
-                return ElicitationAnswer(ACCEPT, content)
+                return ElicitationAnswer(ACCEPT, content), None
             await self.asks.say(
                 ask, "That answer does not fit: " + "; ".join(problems) + ". Reply again, or `decline`."
             )
+
+    def _watch(self, ask: Ask, request: ElicitationRequest, title: str) -> None:
+        """After a `yes`: once the agent sends elicitation/complete, the question says it is
+        done (it waits as long as a question does, `permission_timeout`)."""
+
+        async def watch() -> None:
+            assert request.completed is not None
+            try:
+                await asyncio.wait_for(request.completed.wait(), self.config.permission_timeout)
+            except TimeoutError:
+                return
+            await self.asks.show_end(ask, render.url_done(request, elsewhere=False))
+
+        task = asyncio.get_running_loop().create_task(watch())
+        self._watching.add(task)
+        task.add_done_callback(self._watched)
+
+    def _watched(self, task: asyncio.Task) -> None:
+        self._watching.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a URL question could not be shown done: %s", task.exception())
+
+    async def close(self) -> None:
+        """The bridge stops: no URL question is watched any more."""
+        for task in list(self._watching):
+            task.cancel()
+        await asyncio.gather(*self._watching, return_exceptions=True)
+
+
+async def _next_words(ask: Ask, request: ElicitationRequest) -> str | None:
+    """The owner's next words for the question; None when, first, the agent sent
+    elicitation/complete for it (URL mode)."""
+    if request.completed is None:
+        return await ask.replies.get()
+    if request.completed.is_set():
+        return None
+    words = asyncio.ensure_future(ask.replies.get())
+    completed = asyncio.ensure_future(request.completed.wait())
+    try:
+        await asyncio.wait({words, completed}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (words, completed):
+            if not waiting.done():
+                waiting.cancel()
+    return words.result() if words.done() and not words.cancelled() else None

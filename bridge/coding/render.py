@@ -505,6 +505,18 @@ def url_link(request: ElicitationRequest) -> Rendered:
     )
 
 
+def url_waiting(request: ElicitationRequest) -> str:
+    """A URL question accepted: the link is posted, the owner finishes there."""
+    return f"🔗 Link sent: waiting for you to finish on {request.host or 'that page'}"
+
+
+def url_done(request: ElicitationRequest, elsewhere: bool) -> str:
+    """A URL question the agent says is complete (elicitation/complete); `elsewhere`: before
+    the owner answered here."""
+    host = request.host or "that page"
+    return f"✅ Done elsewhere: the agent says {host} is complete" if elsewhere else f"✅ Done on {host}"
+
+
 def elicitation_outcome(action: str) -> str:
     return {"accept": "✅ Answered", "decline": "❌ Declined", "cancel": "⏹ Cancelled"}.get(action, action)
 

@@ -39,6 +39,9 @@ Directives in the prompt text (that prompt only)
   [[ask]]             elicitation/create (form: name, count, colour, confirm); the answer echoes
                       the reply
   [[ask-url]]         elicitation/create (URL mode); after an accept, elicitation/complete
+  [[ask-url-done:FILE]] elicitation/create (URL mode, id login-2); once FILE exists (the question
+                      is shown), elicitation/complete for it before any answer: the owner
+                      finished elsewhere; the answer gives the reply
   [[ask-withdraw]]    an elicitation withdrawn with $/cancel_request after 0.3 s; the answer
                       gives the error the client replied with
   [[usage]]           usage_update (used/size/cost), [[title:TEXT]] session_info_update
@@ -297,6 +300,21 @@ class Coding(AgentBase):
             if reply.get("action") == "accept":
                 self.conn.notify("elicitation/complete", {"elicitationId": "login-1"})
             await say(f"url consent: {reply.get('action')}. ")
+        if "ask-url-done" in d:
+            _, future = self.conn.start_request(
+                "elicitation/create",
+                {
+                    "sessionId": turn.session_id,
+                    "mode": "url",
+                    "message": "Log in to the example service",
+                    "url": "https://login.example.com/authorize?state=abc",
+                    "elicitationId": "login-2",
+                },
+            )
+            while not Path(d["ask-url-done"]).exists():
+                await asyncio.sleep(0.05)
+            self.conn.notify("elicitation/complete", {"elicitationId": "login-2"})
+            await say(f"url elsewhere: {(await future).get('action')}. ")
         if "ask-withdraw" in d:
             request_id, future = self.conn.start_request(
                 "elicitation/create",

@@ -4,7 +4,7 @@
 
 This is llama-cpp-python's own server (`python -m llama_cpp.server`, the `server` extra) serving
 the shipped SmolLM2 GGUF, unchanged, plus one ASGI wrapper that appends a JSON line per request
-to FILE: path, message roles and sizes, the number of tools, and the last user message. The
+to FILE: path, message roles and sizes, the number of tools, the user messages and the last one. The
 tests read it to know that the agent's prompt reached the model and what the agent sent. Nothing
 here listens anywhere but 127.0.0.1.
 """
@@ -43,6 +43,7 @@ def summary(path: str, body: bytes) -> dict:
         tools=len(data.get("tools") or []),
         roles=[m.get("role") for m in messages if isinstance(m, dict)],
         chars=[len(text(m)) for m in messages if isinstance(m, dict)],
+        users=[text(m) for m in messages if isinstance(m, dict) and m.get("role") == "user"],
         last_user=next((text(m) for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None),
     )
     return entry

@@ -88,3 +88,40 @@ async def test_an_agent_over_its_budget_is_stopped_refused_and_goes_on_once_rais
     finally:
         release.touch()
         (tmp_path / "held").touch()
+
+
+async def test_a_channel_over_its_budget_stops_its_turn_and_refuses_until_raised(bridge_factory, tmp_path, owner):
+    log, release = tmp_path / "alice.log", tmp_path / "release"
+    running = await bridge_factory({"alice": agent("--log", str(log), title="Alice")})  # no budget of its own
+    try:
+        room_id = await open_dm(owner)
+        await say(owner, room_id, "!budget channel 1 per day")
+        await sync_until(owner, lambda: said(owner, room_id, "today (UTC); its agents have reported no cost"))
+        channel = next(
+            b for e in originals(owner, room_id, ALICE) if (b := e["content"].get("body", "")).startswith("#")
+        ).split(":")[0]
+        await say(owner, room_id, "[[cost:0.6]] first")
+        await sync_until(owner, lambda: any(b.endswith("first") for b in finals(owner, room_id)), timeout=60)
+
+        # the next turn's cost passes the channel's cap: cancelled, one line
+        await say(owner, room_id, f"[[chunks:2]] [[cost:0.6]] [[hold:{release}]] second")
+        stopped = f"⛔ stopped: {channel} reached its budget, $1.20 of $1.00 today (UTC)"
+        await sync_until(owner, lambda: any(stopped in b for b in finals(owner, room_id)), timeout=60)
+        await running.idle()
+
+        # refused in the channel without reaching the agent, until the owner raises it
+        await say(owner, room_id, "third")
+        refused = f"⛔ {channel} has spent its budget today (UTC) ($1.20 of $1.00): agents answer here again"
+        await sync_until(owner, lambda: any(b.startswith(refused) for b in finals(owner, room_id)), timeout=60)
+        await running.idle()
+        assert len(prompts(log)) == 2
+        await say(owner, room_id, "!budget channel raise 1")
+        await sync_until(
+            owner, lambda: said(owner, room_id, f"{channel}: $1.20 of $2.00 today (UTC) (raised by $1.00)")
+        )
+        await say(owner, room_id, "fourth")
+        await sync_until(owner, lambda: any(b.endswith("fourth") for b in finals(owner, room_id)), timeout=60)
+        assert len(prompts(log)) == 3
+        assert running.store.spending.get("alice", f"day:{datetime.now(UTC):%Y-%m-%d}").raised == 0.0  # the channel's
+    finally:
+        release.touch()

@@ -401,6 +401,29 @@ async def test_a_url_elicitation_names_the_host_first_and_asks_consent(bridge_fa
     assert found["body"].startswith("url consent: accept.")
     link = [m["body"] for m in messages(owner, room_id) if m["body"].startswith("Open: ")]
     assert link == ["Open: https://login.example.com/authorize?state=xyz"]
+    # the agent sent elicitation/complete after the accept: the question says it is done
+    await sync_until(owner, lambda: first(owner, room_id, "🔗")["body"].endswith("✅ Done on login.example.com"))
+    shown = first(owner, room_id, "🔗")["history"]
+    assert any(h.endswith("🔗 Link sent: waiting for you to finish on login.example.com") for h in shown)
+
+
+async def test_a_url_elicitation_finished_elsewhere_is_closed_as_done(bridge_factory, tmp_path, owner):
+    log, finished = tmp_path / "alice.log", tmp_path / "finished"
+    await bridge_factory({"alice": coding(log)})
+    room_id = await room_with(owner)
+    await say(owner, room_id, f"log in [[ask-url-done:{finished}]]")
+
+    def consent():
+        return next((m for m in messages(owner, room_id) if m["history"][0].startswith("🔗")), None)
+
+    await sync_until(owner, consent)
+    finished.touch()  # the owner finished it in another client: the agent sends elicitation/complete
+    found = await final_answer(owner, room_id, "url elsewhere:")
+    assert found["body"].startswith("url elsewhere: accept.")
+    await sync_until(
+        owner, lambda: consent()["body"].endswith("✅ Done elsewhere: the agent says login.example.com is complete")
+    )
+    assert not [m for m in messages(owner, room_id) if m["body"].startswith("Open: ")]  # no link was needed
 
 
 async def test_stop_declines_an_open_question(bridge_factory, tmp_path, owner):

@@ -105,8 +105,14 @@ def opencode_binary() -> Path:
 
 
 class LlmServer:
-    def __init__(self, url: str, log: Path):
-        self.url, self.log = url, log
+    def __init__(self, url: str, log: Path, pid: int | None = None):
+        self.url, self.log, self.pid = url, log, pid
+
+    def cpu_seconds(self) -> float:
+        """The CPU time the server has used (all its threads, /proc): it grows while the model
+        evaluates a prompt or writes an answer, and stands still while the server waits."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
     def requests(self) -> list[dict]:
         if not self.log.exists():
@@ -140,7 +146,7 @@ def llm_server(tmp_path_factory):
             time.sleep(0.5)
         else:
             pytest.fail("llm_server did not answer /v1/models in 5 minutes")
-        yield LlmServer(url, log)
+        yield LlmServer(url, log, process.pid)
     finally:
         process.terminate()
         try:

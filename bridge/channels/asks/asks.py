@@ -338,6 +338,12 @@ class Asks:
         while len(self.closed) > CLOSED_KEPT:
             del self.closed[next(iter(self.closed))]
 
+    async def show_end(self, ask: Ask, outcome: str) -> None:
+        """Edit a closed ask again to show how it ended after all (coding/questions.py: a URL
+        question the agent says is complete)."""
+        self._close(ask, outcome)
+        await self._show_end(ask, outcome)
+
     @staticmethod
     async def _sent(what: str, room_id: str, sending) -> str | None:
         """The event id of `sending` (an Intent call), or None, logged, if it failed."""

@@ -564,6 +564,7 @@ class BotCommands:
         await self.db.delete_channel(channel.id)  # its schedules too
         await self.db.delete_value(keys.threads(channel.id))
         await self.db.delete_value(keys.approve(channel.id))
+        await self.db.delete_value(keys.budget(channel.id))  # budgets.py
         self.forget_channel(channel.id)
         await close_sessions(self.pool, sessions)
         for agent in members:

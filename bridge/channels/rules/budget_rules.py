@@ -1,24 +1,32 @@
 """Budgets and usage in words and numbers (docs/sessions.md, "Usage and budgets"). Pure: no
 Matrix, no store (tests/unit/channels/rules/test_budget_rules.py).
 
-A budget is per agent: a cost per day or per month (UTC), in the currency the agent reports.
-The spend of a period is what the agent's `usage_update`s reported in it (each carries its
-session's cumulative cost; store/spend.py adds what is new). At the cap the running turn is
-stopped and new prompts are refused until the period ends or `!budget raise AMOUNT`. An agent
-that reports no cost is said to report none: nothing is guessed.
+A budget is per agent (`budget:` in the config) or per channel (`!budget channel COST per
+day|month`, stored): a cost per day or per month (UTC), in the currency the agents report. The
+spend of a period is what the `usage_update`s reported in it (each carries its session's
+cumulative cost; store/spend.py adds what is new, to the agent and to the channel the session
+works in). At the cap the running turn is stopped (a channel's: every turn running there) and
+new prompts are refused until the period ends or `!budget raise AMOUNT`. An agent that reports
+no cost is said to report none: nothing is guessed.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from config.model import Budget
+
 if TYPE_CHECKING:
-    from config.model import Budget
     from store.spend import Spent
 
 BUDGET_USAGE = "Usage: !budget [AGENT] to see it, !budget [AGENT] raise AMOUNT to raise it for this period."
+CHANNEL_USAGE = (
+    "Usage: !budget channel to see the channel's budget, !budget channel COST per day|month to set it, "
+    "!budget channel raise AMOUNT to raise it for this period, !budget channel off to remove it."
+)
 
 
 def period_of(per: str, now: datetime) -> str:
@@ -125,3 +133,91 @@ def budget_args(args: Sequence[str]) -> tuple[str | None, float | None]:
     if len(words) > 1 or (words and words[0].lower() == "raise"):
         raise ValueError(BUDGET_USAGE)
     return (words[0] if words else None), amount
+
+
+# ---- a channel's budget ---------------------------------------------------------------------
+
+
+def _amount(word: str) -> float | None:
+    """A positive finite amount ("5", "$5.00", "€2"), or None."""
+    try:
+        value = float(word.lstrip("$€£"))
+    except ValueError:
+        return None
+    return value if value > 0 and value != float("inf") else None
+
+
+def channel_budget_args(args: Sequence[str]) -> tuple[str, Budget | None, float | None]:
+    """The words after `!budget channel` → (what, budget, amount): ("show", None, None),
+    ("set", Budget, None), ("off", None, None) or ("raise", None, amount). Anything else raises
+    ValueError with the usage line."""
+    words = [w.lower() for w in args]
+    if not words:
+        return "show", None, None
+    if words == ["off"]:
+        return "off", None, None
+    if len(words) == 2 and words[0] == "raise" and (amount := _amount(words[1])) is not None:
+        return "raise", None, amount
+    if len(words) == 1 and "/" in words[0]:  # 5/day
+        words = words[0].split("/", 1)
+    elif len(words) == 3 and words[1] in ("per", "a", "/"):
+        words = [words[0], words[2]]
+    if len(words) == 2 and words[1] in ("day", "month") and (cost := _amount(words[0])) is not None:
+        return "set", Budget(cost, words[1]), None
+    raise ValueError(CHANNEL_USAGE)
+
+
+def stored_budget(budget: Budget) -> str:
+    """A channel's budget as the store keeps it (store/keys.py `budget`)."""
+    return json.dumps({"cost": budget.cost, "per": budget.per})
+
+
+def budget_from(stored: str | None) -> Budget | None:
+    """A channel's stored budget, or None (none, or not one: never a cap made up)."""
+    try:
+        data = json.loads(stored) if stored else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("per") not in ("day", "month"):
+        return None
+    cost = data.get("cost")
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
+        return None
+    return Budget(float(cost), data["per"])
+
+
+def channel_stop_line(channel: str, budget: Budget, spent: Spent) -> str:
+    """The line each turn stopped at the channel's cap ends with (`channel`: its name)."""
+    return (
+        f"⛔ stopped: #{channel} reached its budget, {money(spent.amount, spent.currency)} of "
+        f"{money(cap(budget, spent), spent.currency)} {_when(budget.per)}. "
+        "!budget channel raise AMOUNT lets it go on."
+    )
+
+
+def channel_refusal(channel: str, budget: Budget, spent: Spent, now: datetime) -> str:
+    """The line a prompt in the channel gets while the channel is over its budget."""
+    ends = period_end(budget.per, now)
+    return (
+        f"⛔ #{channel} has spent its budget {_when(budget.per)} "
+        f"({money(spent.amount, spent.currency)} of {money(cap(budget, spent), spent.currency)}): "
+        f"agents answer here again after {ends:%Y-%m-%d %H:%M} UTC, or after !budget channel raise AMOUNT."
+    )
+
+
+def channel_budget_words(channel: str, budget: Budget | None, spent: Spent) -> str:
+    """`!budget channel`: the channel's budget and what its agents spent, or that they
+    reported no cost."""
+    if budget is None:
+        if not spent.reported:
+            return f"#{channel} has no budget, and its agents have reported no cost today."
+        return f"#{channel} has no budget; its agents reported {money(spent.amount, spent.currency)} today (UTC)."
+    limit = money(cap(budget, spent), spent.currency)
+    raised = f" (raised by {money(spent.raised, spent.currency)})" if spent.raised else ""
+    if not spent.reported:
+        return (
+            f"#{channel}: budget {limit} {_when(budget.per)}{raised}; its agents have reported no cost, "
+            "so it cannot be held to it (nothing is guessed)."
+        )
+    state = "spent: new prompts here are refused" if over(budget, spent) else "within it"
+    return f"#{channel}: {money(spent.amount, spent.currency)} of {limit} {_when(budget.per)}{raised} — {state}."

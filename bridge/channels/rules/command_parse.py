@@ -53,6 +53,7 @@ In a channel:
   !queue                 the messages waiting for an answer here; !drop N removes one
   !steer TEXT            redirect the answer being written (or reply to it): asked again with TEXT
   !budget [AGENT] [raise AMOUNT]  an agent's budget and what it spent (raise: for this period)
+  !budget channel [COST per day|month | raise AMOUNT | off]  this channel's budget, for all its agents
   !delete                delete the channel's history (asks you to confirm)
   (with one agent in the channel, AGENT may be left out; choices stay across restarts)
 

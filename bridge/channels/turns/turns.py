@@ -323,7 +323,7 @@ async def _prompt(run: RunningTurn) -> str | None:
     run.posting = posting = answer.post(run.note, grace=PLACEHOLDER_GRACE if running else 0.0)
     posting.add_done_callback(lambda done: _begin(run, done))
     budgets = getattr(parts, "budgets", None)
-    refused = await budgets.refusal(record.agent) if budgets is not None else None
+    refused = await budgets.refusal(record.agent, portal) if budgets is not None else None
     if refused is not None:  # over its budget: one line, and the agent is not asked
         await _ended_early(run, refused)
         return None

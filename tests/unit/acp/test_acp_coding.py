@@ -274,6 +274,22 @@ async def test_a_url_elicitation_asks_consent_and_hears_completion(coder):
     assert (asked[0].mode, asked[0].host, asked[0].elicitation_id) == ("url", "login.example.com", "login-1")
     assert [u.text for u in updates if u.kind == "elicitation_complete"] == ["login-1"]
     assert "url consent: accept." in said(updates)
+    assert asked[0].completed.is_set()  # what the one who asked waits for (coding/questions.py)
+
+
+async def test_a_url_elicitation_completed_before_any_answer_sets_its_event(coder, tmp_path):
+    agent = await coder()
+    session_id = await agent.new_session()
+    finished = tmp_path / "finished"
+
+    async def on_elicitation(request):
+        assert not request.completed.is_set()
+        finished.touch()  # shown: the agent now says the owner finished elsewhere
+        await request.completed.wait()
+        return ElicitationAnswer("accept")
+
+    _, updates = await prompt(agent, session_id, f"[[ask-url-done:{finished}]] log in", on_elicitation=on_elicitation)
+    assert "url elsewhere: accept." in said(updates)
 
 
 async def test_an_elicitation_nobody_can_answer_is_cancelled(coder):

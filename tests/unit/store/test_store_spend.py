@@ -26,3 +26,19 @@ def test_a_raise_adds_to_one_period(store):
     assert store.spending.raise_budget("alice", DAY, 1.0).raised == 3.5
     assert store.spending.get("alice", "day:2026-12-07").raised == 0.0
     assert store.spending.get("alice", DAY).reported
+
+
+def test_a_channel_counts_what_is_new_in_its_sessions(store):
+    from store.spend import channel_key
+
+    spent = store.spending.add("alice", "s1", 0.5, "USD", [DAY], channel="c1")
+    assert spent[DAY].amount == 0.5 and spent[f"{channel_key('c1')} {DAY}"].amount == 0.5
+    store.spending.add("bob", "s2", 0.25, "USD", [DAY], channel="c1")  # another agent, same channel
+    store.spending.add("alice", "s1", 0.75, "USD", [DAY], channel="c1")  # +0.25
+    store.spending.add("alice", "s3", 1.0, "USD", [DAY], channel="c2")  # another channel
+    store.spending.add("alice", "s4", 2.0, "USD", [DAY])  # no channel known: the agent's only
+    assert round(store.spending.get(channel_key("c1"), DAY).amount, 6) == 1.0
+    assert round(store.spending.get(channel_key("c2"), DAY).amount, 6) == 1.0
+    assert round(store.spending.get("alice", DAY).amount, 6) == 3.75
+    assert store.spending.raise_budget(channel_key("c1"), DAY, 1.0).raised == 1.0
+    assert store.spending.get("alice", DAY).raised == 0.0

@@ -8,13 +8,19 @@ import pytest
 
 from bridge.channels.rules.budget_rules import (
     budget_args,
+    budget_from,
     budget_words,
+    channel_budget_args,
+    channel_budget_words,
+    channel_refusal,
+    channel_stop_line,
     over,
     period_end,
     period_of,
     periods,
     refusal,
     stop_line,
+    stored_budget,
     usage_note,
 )
 from config.model import Budget
@@ -63,3 +69,43 @@ def test_budget_arguments():
     for bad in (["raise"], ["raise", "lots"], ["raise", "-1"], ["a", "b"], ["raise", "nan"]):
         with pytest.raises(ValueError, match="Usage"):
             budget_args(bad)
+
+
+def test_channel_budget_arguments():
+    assert channel_budget_args([]) == ("show", None, None)
+    assert channel_budget_args(["off"]) == ("off", None, None)
+    assert channel_budget_args(["raise", "$2"]) == ("raise", None, 2.0)
+    assert channel_budget_args(["5", "per", "day"]) == ("set", Budget(5.0, "day"), None)
+    assert channel_budget_args(["€20", "per", "Month"]) == ("set", Budget(20.0, "month"), None)
+    assert channel_budget_args(["3.5/day"]) == ("set", Budget(3.5, "day"), None)
+    for bad in (["5"], ["5", "per", "week"], ["lots", "per", "day"], ["-1/day"], ["raise"], ["raise", "0"], ["on"]):
+        with pytest.raises(ValueError, match="Usage: !budget channel"):
+            channel_budget_args(bad)
+
+
+def test_a_stored_channel_budget_reads_back_and_nothing_else_is_a_cap():
+    assert budget_from(stored_budget(Budget(2.5, "month"))) == Budget(2.5, "month")
+    for bad in (None, "", "{", "[]", '{"cost": 1}', '{"cost": "1", "per": "day"}', '{"cost": -1, "per": "day"}'):
+        assert budget_from(bad) is None
+
+
+def test_the_channel_words():
+    spent = Spent(1.2, 0, "USD", True)
+    assert channel_stop_line("general", Budget(1.0, "day"), spent) == (
+        "⛔ stopped: #general reached its budget, $1.20 of $1.00 today (UTC). "
+        "!budget channel raise AMOUNT lets it go on."
+    )
+    assert channel_refusal("general", Budget(1.0, "day"), spent, NOW) == (
+        "⛔ #general has spent its budget today (UTC) ($1.20 of $1.00): agents answer here again "
+        "after 2027-01-01 00:00 UTC, or after !budget channel raise AMOUNT."
+    )
+    assert channel_budget_words("general", Budget(1.0, "day"), spent) == (
+        "#general: $1.20 of $1.00 today (UTC) — spent: new prompts here are refused."
+    )
+    assert channel_budget_words("general", Budget(2.0, "day"), Spent(1.2, 1.0, "USD", True)) == (
+        "#general: $1.20 of $3.00 today (UTC) (raised by $1.00) — within it."
+    )
+    assert "nothing is guessed" in channel_budget_words("general", Budget(1.0, "day"), Spent())
+    assert channel_budget_words("general", None, Spent()) == (
+        "#general has no budget, and its agents have reported no cost today."
+    )

@@ -24,7 +24,7 @@ from helpers import ALICE, BOB, STATUS, open_dm, prompts, say
 from matrix_helpers import caught_up, events_in, sync_until
 from synapse_workers import PERSISTER, SENDER
 
-from bridge.channels import stream
+from bridge.channels.base import stream
 
 pytestmark = pytest.mark.scale
 

@@ -69,6 +69,7 @@ def pytest_configure(config):
 # (by their --durations in a run of three workers)
 SLOW_FIRST = (
     "test_kill9.py",
+    "test_opencode_handoff.py",
     "test_kv_states.py",
     "test_restarts.py",
     "test_e2ee.py",

@@ -56,7 +56,7 @@ FIGURES: list[tuple[str, dict]] = []
 
 # seconds a wait for a condition allows by default: long enough for a loaded 2-core machine
 # (several suites at once), and no cost when the condition comes quickly
-PATIENCE = 60
+PATIENCE = 120
 MARKER = "org.sidekicks.test.marker"
 
 

@@ -317,6 +317,9 @@ class ChatModel:
         # two chunks (docs/prepare.md).
         self._waiting: dict[str, int] = {}
         self._waiting_lock = threading.Lock()
+        # a preparation's state kept, and a session forgotten (/clear): one at a time, so that a
+        # preparation /clear stopped never keeps its state after the session was forgotten
+        self._keep_lock = threading.Lock()
         self._formatter: Any = None
         self._counts: dict[str, int] = {}  # tokens per message text, for the cut (fit)
         self.prepare_chunks = 0  # chunks evaluated by preparations (tests read it)
@@ -449,15 +452,16 @@ class ChatModel:
 
     def forget(self, session: str) -> None:
         """The session's history is gone (/clear): so is its saved state."""
-        if self._owner == session:
-            self._owner = None
-        if self.states is not None:
-            self.states.forget(session)
-        elif self.states_dir is not None:  # not loaded: a state file of an earlier run
-            try:
-                (self.states_dir / f"{session}.kv").unlink()
-            except OSError:
-                pass
+        with self._keep_lock:
+            if self._owner == session:
+                self._owner = None
+            if self.states is not None:
+                self.states.forget(session)
+            elif self.states_dir is not None:  # not loaded: a state file of an earlier run
+                try:
+                    (self.states_dir / f"{session}.kv").unlink()
+                except OSError:
+                    pass
 
     def close(self, timeout: float = 5.0) -> bool:
         """Let the last answer save its state, then finish writing states (bounded wait).
@@ -662,12 +666,16 @@ class ChatModel:
             llm._requires_eval = True  # the next prompt evaluates at least its last token
             stats.seconds = time.perf_counter() - began
             if stats.evaluated:
-                with self._waiting_lock:
-                    same = set(self._waiting) == {session}
-                if same:  # the waiting prompt is this session's: its state stays in the context
-                    self._owner = session
-                else:
-                    self._save(llm, session, start)
+                with self._keep_lock:
+                    if should_stop():  # stopped by /clear or a newer preparation: nothing kept
+                        stats.outcome = "preempted"
+                        return stats
+                    with self._waiting_lock:
+                        same = set(self._waiting) == {session}
+                    if same:  # the waiting prompt is this session's: its state stays in the context
+                        self._owner = session
+                    else:
+                        self._save(llm, session, start)
             return stats
         finally:
             self._busy.release()

@@ -180,16 +180,15 @@ def test_every_earlier_version_opens_at_the_current_one_with_its_history(open_du
     made = store.places.add_worktree("c1", "$e1", "/repo", "sidekicks/x-1", "/repo.worktrees/x-1")
     assert store.places.worktree("c1", "$e1", "/repo") == made and made.number == 1
     # a conversation's live turns by their own index (step 14)
-    assert LIVE_TURN_INDEX in {index.name for index in store._db.get_indexes("sk_turn")}
+    assert LIVE_TURN_INDEX in {index.name for index in store.core.db.get_indexes("sk_turn")}
     assert store.turns.last_live_agent("c1") == "alice"
 
 
 def test_the_last_speaker_query_reads_only_the_live_turns_of_the_conversation(tmp_path):
     store = Store.open("sqlite", tmp_path)
-    hot = store._hot.last_live_agent
-    values = {"channel_id": "c1", "conversation": ""}
-    params = [values[p] if is_name else p for is_name, p in hot._params]
-    plan = " ".join(row[-1] for row in store._db.execute_sql("EXPLAIN QUERY PLAN " + hot.sql, params).fetchall())
+    hot = store.core.queries.last_live_agent
+    params = hot.params(channel_id="c1", conversation="")
+    plan = " ".join(row[-1] for row in store.core.db.execute_sql("EXPLAIN QUERY PLAN " + hot.sql, params).fetchall())
     assert f"USING INDEX {LIVE_TURN_INDEX} (channel_id=? AND conversation=? AND state=?)" in plan, plan
     store.close()
 

@@ -145,7 +145,14 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     hs, rng = private_hs, random.Random(20261202)
     folder = tmp_path / "bridge"
     agent_log = tmp_path / "alice.log"  # every JSON-RPC message the agent read
-    config = write_config(hs, folder, {"alice": agent("--chunks", "4", "--delay", "0.05", "--log", str(agent_log))})
+    # the agent echoes the owner's message only (the prompt's last line), so that every answer is
+    # one Matrix message. Echoing the whole prompt, an answer also echoes the messages the agent
+    # has not seen (after a kill, a fresh session's recent past), earlier answers among them —
+    # echoes of their own prompts —, and under load past 15,000 characters it goes on in a new
+    # message (docs/architecture.md "Streaming sizes"): the count below, one message per answer,
+    # would take that for an answer too many
+    alice = agent("--chunks", "4", "--delay", "0.05", "--log", str(agent_log), "--echo-last-line")
+    config = write_config(hs, folder, {"alice": alice})
     bridge = BridgeProcess(config, tmp_path / "xdg", tmp_path / "bridge.log")
     owner = await login(hs, hs.owner_id, hs.owner_password)
     puppet_id = "@sk_alice:localhost"

@@ -149,7 +149,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     # one Matrix message. Echoing the whole prompt, an answer also echoes the messages the agent
     # has not seen (after a kill, a fresh session's recent past), earlier answers among them —
     # echoes of their own prompts —, and under load past 15,000 characters it goes on in a new
-    # message (docs/architecture.md "Streaming sizes"): the count below, one message per answer,
+    # message (docs/architecture.md "Design notes", streaming sizes): the count below, one message per answer,
     # would take that for an answer too many
     alice = agent("--chunks", "4", "--delay", "0.05", "--log", str(agent_log), "--echo-last-line")
     config = write_config(hs, folder, {"alice": alice})

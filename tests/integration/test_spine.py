@@ -82,7 +82,7 @@ async def test_dm_answer_streams_as_edits_and_is_stored(bridge_factory, tmp_path
 
 async def test_a_quick_answer_is_one_message_never_edited(bridge_factory, tmp_path, monkeypatch, owner):
     # an answer that ends within the grace a running agent gets is posted once, final. The grace
-    # is 0.15 s (and SETTLE after the first part): that an echo answer fits in it is a question
+    # is 0.4 s (and SETTLE after the first part): that an echo answer fits in it is a question
     # of speed, measured by tests/bench (bench_latency: "echo answers sent as one message");
     # here the grace is made long enough for any machine, and the behaviour is what is tested
     import bridge.channels.base.stream

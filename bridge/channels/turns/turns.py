@@ -49,7 +49,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PAUSED = "⏸ the bridge stopped before this answer began: it is answered when the bridge is back"
-PLACEHOLDER_GRACE = 0.15  # seconds a running agent has to answer before "getting ready" shows
+# seconds a running agent has to answer before "getting ready" shows: the local agent's warm
+# first token comes 0.2-0.3 s after its prompt on 2 cores; a first part within the grace is the
+# first message itself (one send), one after it waits for the placeholder's send and then edits
+# it (a second round trip; docs/performance.md "The local agent's first token")
+PLACEHOLDER_GRACE = 0.4
 STDERR_LINES = 12  # lines of a crashed agent's stderr shown in its notice
 FINISH_ON_STOP = 5  # seconds a stopping bridge gives an answer the agent has finished
 

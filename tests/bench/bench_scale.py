@@ -51,7 +51,7 @@ def seed(folder: Path, channels: int, encrypted: bool) -> None:
         if channels:
             bench_store.fill_store(store, channels * PER_CHANNEL, channels, AGENTS, live=False)
         if encrypted and channels:
-            with store._db.atomic():
+            with store.core.db.atomic():
                 bench_store._insert(
                     store,
                     "sk_e2ee_room",

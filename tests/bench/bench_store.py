@@ -50,9 +50,9 @@ def fill(folder: Path, messages: int, channels: int = CHANNELS, agents: tuple[st
 def _insert(store: Store, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
     if not rows:
         return
-    conn = store._db.connection()
+    conn = store.core.db.connection()
     names = ", ".join(columns)
-    if store._reconnector is not None:  # PostgreSQL
+    if store.core.reconnector is not None:  # PostgreSQL
         from psycopg2.extras import execute_values
 
         with conn.cursor() as cursor:
@@ -73,7 +73,7 @@ def fill_store(
     """Fill an open, empty store: owner and agent messages alternating round the channels, a
     finished turn for each agent message; every agent a member of every channel, having seen all
     but the last UNSEEN of each; QUERIED ends the same way at every size (40 owner messages)."""
-    db = store._db
+    db = store.core.db
     start_ms = time.time_ns() // 1_000_000 - messages - 10_000
     chan = [(f"c{i:05d}", f"!bench{i}:localhost", f"channel {i}", None, start_ms, agents[0]) for i in range(channels)]
     with db.atomic():
@@ -131,7 +131,7 @@ def fill_store(
     ]
     with db.atomic():
         _insert(store, "sk_member", ("channel_id", "agent", "session_id", "fresh", "last_seen", "joined"), members)
-    if store._reconnector is not None:
+    if store.core.reconnector is not None:
         db.execute_sql("ANALYZE")
     else:
         db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -171,8 +171,8 @@ def measure(store: Store, reps: int) -> dict:
 
 
 def _size(store: Store, folder: Path) -> int:
-    if store._reconnector is not None:
-        return int(store._db.execute_sql("SELECT pg_database_size(current_database())").fetchone()[0])
+    if store.core.reconnector is not None:
+        return int(store.core.db.execute_sql("SELECT pg_database_size(current_database())").fetchone()[0])
     return (folder / DB_FILE).stat().st_size
 
 
@@ -191,7 +191,7 @@ def _drop_all(url: str) -> None:
     store = Store.open(url)
     try:
         for table in TABLES:
-            store._db.execute_sql(f"DROP TABLE IF EXISTS {table} CASCADE")
+            store.core.db.execute_sql(f"DROP TABLE IF EXISTS {table} CASCADE")
     finally:
         store.close()
 

@@ -44,7 +44,7 @@ def approve(channel_id: str) -> str:
 
 def budget(channel_id: str) -> str:
     """Channel `channel_id`'s budget, `{"cost": 5.0, "per": "day"}` (`!budget channel`,
-    channels/budgets.py); absent (the default): none."""
+    channels/commands/budgets.py); absent (the default): none."""
     return f"budget:{channel_id}"
 
 

@@ -1,7 +1,7 @@
 """The store, awaited: every call runs on one database thread, never on the event loop.
 
 Why one thread and not an async driver: the store is peewee on SQLite and PostgreSQL, one
-connection shared under a lock (store.py). A thread keeps that code as it is — the same SQL, the
+connection shared under a lock (core.py). A thread keeps that code as it is — the same SQL, the
 same reconnection and lock handling — and asyncio waits for it; one thread (not a pool) keeps
 the calls in the order they were made, which the turn records rely on (a turn's steps are
 written in order), and keeps SQLite's single writer. A database that stalls (PostgreSQL

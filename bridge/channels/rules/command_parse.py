@@ -49,6 +49,7 @@ In a channel:
   !reset [AGENT]         start a new session here
   !fork [AGENT]          go on with a copy of the session in a new thread
   !threads [on|off]      on: each message agents answer gets its answers in a thread under it
+  !voice [on|off]        on: the agents' answers here come also as voice notes
   !approve [requester|any-owner]  who answers the agents' permission prompts and questions
   !queue                 the messages waiting for an answer here; !drop N removes one
   !steer TEXT            redirect the answer being written (or reply to it): asked again with TEXT
@@ -212,7 +213,7 @@ def find_channels(channels: Iterable[Channel], query: str) -> list[Channel]:
 
 
 def describe_state(state: str, answering_in: str | None = None) -> str:
-    """Pool.state() in words (docs/architecture.md "The Matrix side": stopped / ready / answering
+    """Pool.state() in words (docs/commands.md: `!agents` says stopped / ready / answering
     where / waiting); `answering_in` is a place (room_names.py: `#general`, `your direct chat`)."""
     if state == "busy" or (answering_in and state != "waiting"):
         return f"answering in {answering_in}" if answering_in else "answering"

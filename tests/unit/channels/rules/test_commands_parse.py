@@ -163,3 +163,18 @@ def test_help_names_threads():
     from bridge.channels.rules.command_parse import CHANNEL_HELP, HELP
 
     assert "!threads on|off" in CHANNEL_HELP and "!threads [on|off]" in HELP
+
+
+def test_help_names_every_channel_command_of_every_part():
+    # the commands other parts register (bridge/bridge.py hands them to BotCommands): each is
+    # in the DM's !help and in the short help a channel gets
+    from bridge.channels.commands.budgets import COMMANDS as BUDGETS
+    from bridge.channels.rules.command_parse import CHANNEL_HELP, HELP, SESSION_COMMANDS
+    from bridge.coding.settings import COMMANDS as SETTINGS
+    from bridge.coding.workplaces import COMMANDS as PLACES
+    from bridge.voice.spoken import COMMANDS as VOICE
+
+    names = {*BUDGETS, *SESSION_COMMANDS, *SETTINGS, *PLACES, *VOICE}
+    assert len(names) >= 10
+    missing = sorted(name for name in names if f"!{name}" not in HELP or f"!{name}" not in CHANNEL_HELP)
+    assert missing == []

@@ -1,4 +1,4 @@
-"""End-to-end encryption for the bridge's identities (issue 13).
+"""End-to-end encryption for the bridge's identities.
 
 Every puppet and the bridge bot has a device of its own (bridge/e2ee/device.py), kept in the
 config's data folder and reused on every start. Encryption plugs into the two seams that exist

@@ -1,4 +1,4 @@
-"""`sidekicks up` checks each agent once it is running (issue 27): an agent that cannot start is
+"""`sidekicks up` checks each agent once it is running: an agent that cannot start is
 said at once, in the terminal and in the owner's DM with the bridge bot, in one line with the fix
 — not on the owner's first message.
 

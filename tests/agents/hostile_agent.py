@@ -1,4 +1,4 @@
-"""A hostile ACP agent for tests (issue 26): `python tests/agents/hostile_agent.py [--log FILE]`.
+"""A hostile ACP agent for tests: `python tests/agents/hostile_agent.py [--log FILE]`.
 
 A real ACP agent over stdio (acp.agent_kit) that does what a steered agent might: asks the
 bridge to post any file, writes answers too big for an event, HTML that grows on escaping, a

@@ -1,4 +1,4 @@
-"""Encrypted vs plain DM, same run (issue 13): the first answer event the owner sees, and the
+"""Encrypted vs plain DM, same run: the first answer event the owner sees, and the
 bridge's CPU time per encrypted message.
 
 One bridge (in process, `encryption: on`) with an echo agent; an owner who encrypts (matrix-nio

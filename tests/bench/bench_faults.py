@@ -1,4 +1,4 @@
-"""How fast faults are handled: the speed parts the suite no longer asserts (issue 17 §1).
+"""How fast faults are handled: the speed parts the suite no longer asserts.
 
 The tests prove the behaviour (a crash is told, 🛑 cancels, a huge line is read, the local model
 cancels and starts without loading its model); how soon is measured here, each figure beside a

@@ -82,7 +82,7 @@ WORDS = [
     "harvest",
 ]
 # Chat messages are denser than plain prose (names, numbers, code, links): about 4 characters a
-# token, which makes the replay's 20 × 1500 characters the ~7,500 tokens of issue 16.
+# token, which makes the replay's 20 × 1500 characters ~7,500 tokens (docs/prepare.md "Figures").
 DENSE = WORDS * 4 + [
     "rhododendron's",
     "14:30",

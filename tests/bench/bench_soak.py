@@ -1,5 +1,5 @@
 """Soak: 100,000 owner messages over 1,000 channels (10,000 with --quick), answered by the bridge;
-does anything grow that should not? (issue 17 §6)
+does anything grow that should not?
 
 History grows by design: every message is kept. Everything else must stop growing once the
 transaction-key horizon is reached: the processed transaction keys (pruned by age; the horizon

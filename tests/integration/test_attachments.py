@@ -1,5 +1,5 @@
-"""Attachments both ways, end to end (docs/architecture.md "Streaming, permissions and cancel",
-issue 15): the owner's images and files reach the agent as the ACP content it announced, an agent's
+"""Attachments both ways, end to end (docs/architecture.md "Streaming, permissions and cancel"):
+the owner's images and files reach the agent as the ACP content it announced, an agent's
 image comes back as an m.image, size limits, and the other message kinds.
 
 Real Synapse, the owner's matrix-nio client, the real bridge in-process, scripted agents that log

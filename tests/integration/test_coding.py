@@ -1,4 +1,4 @@
-"""Coding agents end to end (issue 14): plans, tool calls with diffs and terminal output,
+"""Coding agents end to end: plans, tool calls with diffs and terminal output,
 permissions about a diff, modes / models / config options kept across a restart, usage and
 `!status`, elicitation answered by reply, stop reasons.
 

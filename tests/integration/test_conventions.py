@@ -1,5 +1,5 @@
 """Matrix conventions for bots, end to end (docs/architecture.md "The Matrix side",
-"Streaming, permissions and cancel"; issue 15): MSC4391 command descriptions and invocations,
+"Streaming, permissions and cancel"): MSC4391 command descriptions and invocations,
 MSC4357's live marker on streamed answers, puppets' presence.
 
 Real Synapse (presence on), the owner's matrix-nio client, the real bridge in-process, scripted
@@ -257,7 +257,7 @@ async def test_puppets_are_online_while_the_bridge_runs_say_they_answer_and_go_o
         async def busy():
             return (await presence_of(ALICE)).get("status_msg") == "answering"
 
-        await wait_until(busy, what="alice says she answers, not where (issue 26: presence names no room)")
+        await wait_until(busy, what="alice says she answers, not where (presence names no room)")
         release.touch()
         await running.idle()
 

@@ -1,4 +1,4 @@
-"""Encrypted rooms end to end (issue 13): the real Synapse, the real bridge with `encryption: on`,
+"""Encrypted rooms end to end: the real Synapse, the real bridge with `encryption: on`,
 and an owner who encrypts — matrix-nio with `e2e`, its own device and crypto store, as Element's
 users do by default.
 

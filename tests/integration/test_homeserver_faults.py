@@ -1,4 +1,4 @@
-"""The homeserver goes away and comes back (docs/reliability.md "The homeserver away", issue 8).
+"""The homeserver goes away and comes back (docs/reliability.md "The homeserver away").
 
 These tests stop and start Synapse, so they use a private one, not the session's.
 """

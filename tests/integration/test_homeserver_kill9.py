@@ -1,4 +1,4 @@
-"""The homeserver killed (`kill -9`), not stopped, then started again (issue 17 §4).
+"""The homeserver killed (`kill -9`), not stopped, then started again.
 
 During a streaming answer and during a burst of owner messages: each answer completes once
 (every send carries a transaction id kept until the homeserver answers, so a send that landed

@@ -1,4 +1,4 @@
-"""The bridge's MCP server `matrix` (docs/architecture.md "MCP tools and schedules", issue 30), end
+"""The bridge's MCP server `matrix` (docs/architecture.md "MCP tools and schedules"), end
 to end: a real Synapse, the real bridge, the owner's matrix-nio client, and a scripted agent
 (tests/agents/mcp_agent.py) that starts the stdio server from the `mcpServers` entry it got in
 session/new with the official MCP client and calls a tool on a directive in the prompt, answering

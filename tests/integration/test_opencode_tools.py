@@ -1,4 +1,4 @@
-"""The real OpenCode, as it really behaves, through the bridge on the real Synapse (issue 31).
+"""The real OpenCode, as it really behaves, through the bridge on the real Synapse.
 
 OpenCode (npm `opencode-ai`, pinned: test_opencode.OPENCODE_VERSION, installed once into the
 user's cache by the `opencode_binary` fixture) works against a scripted OpenAI-compatible model
@@ -15,7 +15,7 @@ session per test); the last test restarts the bridge in the middle of a turn.
 - a rejected edit: the file is not written, the call shows failed, no edit sent twice;
 - `!stop` while a command runs: the command is stopped, the answer says so, no edit sent twice;
 - the bridge's own `matrix` MCP server: the model calls `matrix_history`, OpenCode runs it
-  through `sidekicks mcp`, and the result is this room's history (issue 30);
+  through `sidekicks mcp`, and the result is this room's history;
 - a restart while OpenCode waits for its model (its status saying for how long nothing came):
   the answer is marked interrupted; after the restart the session is loaded (the model sees the
   earlier turn) and nothing is posted twice.
@@ -305,7 +305,7 @@ async def test_stop_while_a_command_runs(stack, owner):
 async def test_opencode_calls_the_bridges_matrix_history_tool(stack, owner):
     """OpenCode starts the bridge's `matrix` MCP server from the mcpServers of its session (stdio,
     `sidekicks mcp`) and its model calls `history` (OpenCode names it matrix_history): the result
-    is this room's stored messages, and no other room's (issue 30)."""
+    is this room's stored messages, and no other room's."""
     stack.model.script["pelican-recall"] = [Text("Noted: the secret word is marmalade.")]
     stack.model.script["pelican-history"] = [Tools(("matrix_history", {"limit": 10})), Text("I read the history.")]
     room_id = await open_dm(owner, PUPPET)

@@ -1,4 +1,4 @@
-"""The spine: a Matrix message reaches an ACP agent and its answer streams back (issue 2)."""
+"""The spine: a Matrix message reaches an ACP agent and its answer streams back."""
 
 from __future__ import annotations
 

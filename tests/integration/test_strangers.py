@@ -1,5 +1,5 @@
-"""Strangers get nowhere; transactions out of order; read receipts (issue 8,
-docs/architecture.md "The Matrix side", "What each agent reads").
+"""Strangers get nowhere; transactions out of order; read receipts
+(docs/architecture.md "The Matrix side", "What each agent reads").
 
 A stranger — anyone but the configured owner — tries everything a person in the room can do.
 None of it may reach an agent or change the bridge's state; the figures are printed.

@@ -1,4 +1,4 @@
-"""Trust boundaries, end to end (issue 26, docs/SECURITY.md): a hostile agent (tests/agents/hostile_agent.py)
+"""Trust boundaries, end to end (docs/SECURITY.md): a hostile agent (tests/agents/hostile_agent.py)
 cannot make the bridge post files it should not, freeze it or flood it; a stranger changes
 nothing; every answer arrives, also a long one in an encrypted room.
 

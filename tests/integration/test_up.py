@@ -190,7 +190,7 @@ SCRIPTED = Path(__file__).resolve().parents[1] / "agents" / "scripted_agent.py"
 async def test_up_says_an_agent_that_cannot_start_in_the_terminal_and_the_bots_dm(tmp_path):
     """A wrong command path or module name is said once `up` runs — after the banner, which it
     does not delay — in one line with the fix, in the terminal and in the owner's DM with the bot
-    (issue 27: the owner used to learn it from a notice on the first message). The DM is
+    (the owner used to learn it from a notice on the first message). The DM is
     encrypted (the default) and the owner logs in only after the terminal said it, as a person
     does: the bot waits for the owner's device, so the client reads the lines."""
     from test_e2ee import e2e_login, unreadable

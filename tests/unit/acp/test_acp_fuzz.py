@@ -1,4 +1,4 @@
-"""Random ACP frames from an agent never break the client (docs/reliability.md "Agents failing", issue 8).
+"""Random ACP frames from an agent never break the client (docs/reliability.md "Agents failing").
 
 The agent side is a socket the test writes to: any JSON-RPC shape, wrong types, unknown
 methods, stray responses, garbage lines. The client must log nothing above a warning, hand

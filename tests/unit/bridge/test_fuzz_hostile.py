@@ -1,4 +1,4 @@
-"""Hostile agents and strangers, fuzzed (issue 26, docs/SECURITY.md): real hostile agent processes
+"""Hostile agents and strangers, fuzzed (docs/SECURITY.md): real hostile agent processes
 (tests/agents/hostile_agent.py) send random ACP updates — kinds, sizes, nesting, unicode, floods —
 while strangers send random Matrix events into the same rooms. Seeded, a few seconds.
 

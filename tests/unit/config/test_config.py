@@ -95,7 +95,7 @@ def test_bad_config_names_file_key_and_problem(tmp_path, data, expected):
     )
 
 
-# -- typos, non-finite numbers, bytes that are not text (issue 27 point 3, issue 26 point 9) --------
+# -- typos, non-finite numbers, bytes that are not text --------
 
 TYPOS = [
     (

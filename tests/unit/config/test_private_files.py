@@ -1,4 +1,4 @@
-"""Secrets and history are the owner's alone (issue 17 §5): written 0600 atomically without
+"""Secrets and history are the owner's alone: written 0600 atomically without
 following symlinks; the data folder 0700; the SQLite files 0600 whatever the umask."""
 
 from __future__ import annotations

@@ -248,7 +248,7 @@ def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
 
 def test_an_agent_error_shows_its_data_and_the_end_of_its_stderr(tmp_path):
     # Claude Code's ACP adapter as root: "Internal error" alone, the cause in the error's data
-    # and on its stderr (issue 31); check dropped both
+    # and on its stderr; check dropped both
     path = write_config(
         tmp_path,
         {"claude": scripted("--name", "claude-code-acp", "--fail-session", "Query closed before response received")},

@@ -1,5 +1,5 @@
-"""bridge/matrix/presence.py against fake identities: a puppet's presence names no room (issue 26,
-docs/SECURITY.md "What a stranger cannot do") — anyone who shares any room with it sees its status message."""
+"""bridge/matrix/presence.py against fake identities: a puppet's presence names no room
+(docs/SECURITY.md "What a stranger cannot do") — anyone who shares any room with it sees its status message."""
 
 from __future__ import annotations
 

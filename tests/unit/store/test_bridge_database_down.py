@@ -1,4 +1,4 @@
-"""The bridge while its PostgreSQL goes away (issue 17 §3): the real bridge, the session's
+"""The bridge while its PostgreSQL goes away: the real bridge, the session's
 Synapse, a PostgreSQL cluster of this module's own that the tests stop and restart.
 
 While the database is down every transaction is refused, so the homeserver keeps the owner's

@@ -1,4 +1,4 @@
-"""The store when its database goes away (issue 17 §3): PostgreSQL restarted or stopped under a
+"""The store when its database goes away: PostgreSQL restarted or stopped under a
 running store, another bridge taking the database meanwhile, a SQLite file that cannot be
 written. A real PostgreSQL cluster of this module's own (restarted by the tests) and real
 SQLite files.

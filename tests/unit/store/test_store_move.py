@@ -1,5 +1,5 @@
 """store.move_channel: a channel whose room was upgraded moves to the new room with its members,
-sessions, settings and history (issue 26; bridge/channels/events/upgrade.py)."""
+sessions, settings and history (bridge/channels/events/upgrade.py)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Processed transaction keys are pruned by age (issue 17 §6), on every backend, and a store
+"""Processed transaction keys are pruned by age, on every backend, and a store
 made before they were gets its column (a migration), its old keys counted as seen at that moment."""
 
 import sqlite3

@@ -1,5 +1,5 @@
 """stream.Answer against a fake Intent: a send that fails while an answer splits into a new
-message, and a homeserver that takes no final text (issue 17 §5)."""
+message, and a homeserver that takes no final text."""
 
 from __future__ import annotations
 

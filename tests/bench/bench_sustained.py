@@ -29,7 +29,7 @@ from pathlib import Path
 
 import bench_scale
 from bridge_harness import agent, write_config
-from common import Bench, Owner, body_of, now, p50, p99
+from common import Bench, Owner, body_of, end_bridge_proc, now, p50, p99, start_bridge_proc
 
 from store.connect import DB_FILE
 
@@ -144,7 +144,7 @@ async def run(bench: Bench, owner: Owner, folder: Path) -> dict:
         bench, folder / "cfg", {n: agent("--echo-last-line", title=n.upper()) for n in names}, encryption="off"
     )
     data = folder / "data"
-    proc, _ = await bench_scale._start(config_path, data)
+    proc, _ = await start_bridge_proc(config_path, data, timeout=300)
     out: dict = {"ramp": [], "seconds": seconds}
     try:
         pids = {"synapse": bench.server._proc.pid, "bridge": proc.pid}
@@ -174,7 +174,7 @@ async def run(bench: Bench, owner: Owner, folder: Path) -> dict:
         out["sustained_rate"] = rate
         out["sustained"] = await _phase(owner, rooms, answers, rate, seconds, f"s{rate}", pids, 600)
     finally:
-        await bench_scale._end(proc)
+        await end_bridge_proc(proc, timeout=60)
     out["stored"] = _stored(data)
     out["sent_total"] = (
         out["warm"]["sent"] + sum(p["sent"] for p in out["ramp"]) + out.get("sustained", {}).get("sent", 0)

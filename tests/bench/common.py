@@ -143,6 +143,44 @@ async def start_homeserver(folder: Path, quick: bool) -> Bench:
     )
 
 
+# ---- a bridge in a process of its own ---------------------------------------------------------
+
+
+async def start_bridge_proc(
+    config_path: Path, data_dir: Path, timeout: float = 120
+) -> tuple[asyncio.subprocess.Process, dict]:
+    """bridge_proc.py on `config_path` with its store in `data_dir`, and its ready line (with
+    "process_s": from spawning the process to ready). Raises if it ends before it is ready."""
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).resolve().parent / "bridge_proc.py"),
+        str(config_path),
+        str(data_dir),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+    if not line:
+        await proc.wait()
+        raise RuntimeError(f"the bridge ended before it was ready (exit {proc.returncode})")
+    ready = json.loads(line)
+    ready["process_s"] = time.perf_counter() - t0
+    return proc, ready
+
+
+async def end_bridge_proc(proc: asyncio.subprocess.Process, timeout: float = 30) -> None:
+    """Close its stdin (bridge_proc.py stops its bridge then) and wait for it; killed after `timeout`."""
+    if proc.stdin and not proc.stdin.is_closing():
+        proc.stdin.close()
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
 # ---- the owner's client -----------------------------------------------------------------------
 
 SYNC_FILTER = json.dumps(

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import bench_scale
 from bridge_harness import agent, write_config
-from common import Bench, Owner, body_of, end_bridge_proc, now, p50, p99, start_bridge_proc
+from common import Bench, Owner, body_of, end_bridge_proc, now, on_time, p50, p99, start_bridge_proc
 
 from store.connect import DB_FILE
 
@@ -60,11 +60,7 @@ async def _offer(owner: Owner, rooms: list[str], rate: float, seconds: float, pr
 
     tasks = []
     total = round(rate * seconds)
-    t0 = now()
-    for i in range(total):
-        delay = t0 + i / rate - now()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    async for i in on_time(now(), total, rate):
         entry = [f"{prefix}-{i}", rooms[i % len(rooms)], None]
         sent.append(entry)
         tasks.append(asyncio.create_task(one(entry)))

@@ -13,6 +13,7 @@ import secrets
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,18 @@ async def start_homeserver(folder: Path, quick: bool) -> Bench:
         owner_password=password,
         quick=quick,
     )
+
+
+# ---- offering load on time ---------------------------------------------------------------------
+
+
+async def on_time(t0: float, total: int, rate: float) -> AsyncIterator[int]:
+    """0 … total - 1, each when its turn comes at `rate` a second from `t0` (a late one at once)."""
+    for i in range(total):
+        delay = t0 + i / rate - now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield i
 
 
 # ---- a bridge in a process of its own ---------------------------------------------------------

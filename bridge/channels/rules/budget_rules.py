@@ -90,38 +90,28 @@ class Whose:
     and answers: the agent itself, or the channel's agents."""
 
     name: str  # as users see it: "Alice", "#general"
-    is_channel: bool = False
+    they: str  # who reports the cost: "it", "its agents"
+    they_have: str  # "it has", "its agents have"
+    and_have: str  # after "NAME has no budget, and": "has", "its agents have"
+    answer: str  # who answers again once it may: "it answers", "agents answer here"
+    here: str  # where new prompts are refused: "", " here"
+    raise_with: str  # the command that raises it for the period
 
     @classmethod
     def agent(cls, title: str) -> Whose:
-        return cls(title)
+        return cls(title, "it", "it has", "has", "it answers", "", "!budget raise AMOUNT")
 
     @classmethod
     def channel(cls, name: str) -> Whose:
-        return cls(f"#{name}", is_channel=True)
-
-    @property
-    def raise_with(self) -> str:
-        return "!budget channel raise AMOUNT" if self.is_channel else "!budget raise AMOUNT"
-
-    @property
-    def they(self) -> str:
-        """Who reports the cost."""
-        return "its agents" if self.is_channel else "it"
-
-    @property
-    def they_have(self) -> str:
-        return "its agents have" if self.is_channel else "it has"
-
-    @property
-    def answer(self) -> str:
-        """Who answers again once the budget allows."""
-        return "agents answer here" if self.is_channel else "it answers"
-
-    @property
-    def here(self) -> str:
-        """Where new prompts are refused: "" (to the agent) or " here" (in the channel)."""
-        return " here" if self.is_channel else ""
+        return cls(
+            f"#{name}",
+            "its agents",
+            "its agents have",
+            "its agents have",
+            "agents answer here",
+            " here",
+            "!budget channel raise AMOUNT",
+        )
 
 
 def stop_line(whose: Whose, budget: Budget, spent: Spent) -> str:
@@ -147,8 +137,7 @@ def budget_words(whose: Whose, budget: Budget | None, spent: Spent) -> str:
     name = whose.name
     if budget is None:
         if not spent.reported:
-            reporters = whose.they_have if whose.is_channel else "has"  # "Alice …, and has reported"
-            return f"{name} has no budget, and {reporters} reported no cost today."
+            return f"{name} has no budget, and {whose.and_have} reported no cost today."
         return f"{name} has no budget; {whose.they} reported {money(spent.amount, spent.currency)} today (UTC)."
     limit = money(cap(budget, spent), spent.currency)
     raised = f" (raised by {money(spent.raised, spent.currency)})" if spent.raised else ""

@@ -33,7 +33,7 @@ import aiohttp
 import bench_start
 import bench_store
 from bridge_harness import agent, write_config
-from common import Bench, end_bridge_proc, median, start_bridge_proc
+from common import Bench, median, start_bridge_proc, stop_by_stdin
 
 from store import Store
 
@@ -139,7 +139,7 @@ async def measure(bench: Bench, folder: Path, channels: int, encrypted: bool, re
     # the first start (encrypted: the devices made)
     proc, ready = await start_bridge_proc(config_path, data, timeout=300)
     out["first_s"] = ready["start_s"]
-    await end_bridge_proc(proc, timeout=60)
+    await stop_by_stdin(proc, timeout=60)
     for rep in range(reps):
         proc, ready = await start_bridge_proc(config_path, data, timeout=300)
         try:
@@ -169,7 +169,7 @@ async def measure(bench: Bench, folder: Path, channels: int, encrypted: bool, re
                     "load": os.getloadavg()[0],
                 }
         finally:
-            await end_bridge_proc(proc, timeout=60)
+            await stop_by_stdin(proc, timeout=60)
     return out
 
 

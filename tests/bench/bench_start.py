@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import bench_store
 from bridge_harness import agent, write_config
-from common import Bench, end_bridge_proc, median, start_bridge_proc
+from common import Bench, median, start_bridge_proc, stop_by_stdin
 
 from config import registration as registrations
 
@@ -73,7 +73,7 @@ async def run(bench: Bench, http: aiohttp.ClientSession, folder: Path) -> dict:
                         loaded = after_start
                     out["rss"][kind] = (after_start["rss_kb"], loaded["rss_kb"], loaded["portals"])
             finally:
-                await end_bridge_proc(proc)
+                await stop_by_stdin(proc)
     return out
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import bench_scale
 from bridge_harness import agent, write_config
-from common import Bench, Owner, body_of, end_bridge_proc, now, on_time, p50, p99, start_bridge_proc
+from common import Bench, Owner, body_of, now, on_time, p50, p99, start_bridge_proc, stop_by_stdin
 
 from store.connect import DB_FILE
 
@@ -170,7 +170,7 @@ async def run(bench: Bench, owner: Owner, folder: Path) -> dict:
         out["sustained_rate"] = rate
         out["sustained"] = await _phase(owner, rooms, answers, rate, seconds, f"s{rate}", pids, 600)
     finally:
-        await end_bridge_proc(proc, timeout=60)
+        await stop_by_stdin(proc, timeout=60)
     out["stored"] = _stored(data)
     out["sent_total"] = (
         out["warm"]["sent"] + sum(p["sent"] for p in out["ramp"]) + out.get("sustained", {}).get("sent", 0)

@@ -183,8 +183,9 @@ async def start_bridge_proc(
     return proc, ready
 
 
-async def end_bridge_proc(proc: asyncio.subprocess.Process, timeout: float = 30) -> None:
-    """Close its stdin (bridge_proc.py stops its bridge then) and wait for it; killed after `timeout`."""
+async def stop_by_stdin(proc: asyncio.subprocess.Process, timeout: float = 30) -> None:
+    """Close its stdin (bridge_proc.py and soak_proc.py stop then) and wait for it; killed after
+    `timeout` s."""
     if proc.stdin and not proc.stdin.is_closing():
         proc.stdin.close()
     try:

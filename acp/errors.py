@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .remote import connection_line
-
-
-def last_line(text: str, limit: int = 300) -> str:
-    """The last non-blank line of some stderr, shortened: for one-line messages."""
-    for line in reversed(text.splitlines()):
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= limit else "…" + line[-limit:]
-    return ""
+from .remote import connection_line, last_line
 
 
 class AcpError(Exception):

@@ -9,7 +9,8 @@ other hosts"). Pure: what the bridge decides from the command line alone.
   command names its own `-F FILE`, which the config loader refuses inside a folder a sandboxed
   agent can write (`config_within`). Everything else comes from the command the owner wrote.
 - `destination`: the host the command goes to, for the owner's lines.
-- `connection_line`: ssh's own reason when the connection failed or was lost, in one line.
+- `connection_line`: ssh's own reason when the connection failed or was lost, in one line
+  (`last_line`: the last line of some stderr, which errors.py uses too).
 - `files_refused`: why the bridge never reads a file a remote agent names by path.
 """
 
@@ -113,7 +114,8 @@ def destination(command: Sequence[str]) -> str:
     return target.rsplit("@", 1)[-1] or "another host"
 
 
-def _last_line(text: str, limit: int = 300) -> str:
+def last_line(text: str, limit: int = 300) -> str:
+    """The last non-blank line of some stderr, shortened: for one-line messages."""
     for line in reversed(text.splitlines()):
         if line.strip():
             line = line.strip()
@@ -127,7 +129,7 @@ def connection_line(host: str, exit_code: int | None, stderr: str) -> str | None
     (its exit code is passed on by ssh: the agent crashed there, said as any crash)."""
     if exit_code != SSH_FAILED:
         return None
-    reason = _last_line(stderr)
+    reason = last_line(stderr)
     if not reason:  # what ssh prints nothing for: the agent was killed by a signal over there
         return f"the ssh connection to {host} ended (exit code 255, no reason given: the agent was killed there?)"
     return f"the ssh connection to {host} failed: {reason.rstrip('.')}"

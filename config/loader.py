@@ -273,12 +273,7 @@ def _homeserver(c: _Checker, data: dict, base: Path) -> dict[str, Any]:
     hs_config = c.string(hs, "config", "homeserver.config")
     # does the homeserver send the bot's crypto traffic in transactions (MSC2409/MSC3202)? The
     # embedded one does (bridge/local/homeserver.py turns it on); another one only if its admin says so
-    device_traffic = hs.get("device_traffic", embedded)
-    if isinstance(device_traffic, str) and device_traffic.strip().lower() in ("on", "off"):
-        device_traffic = device_traffic.strip().lower() == "on"
-    if not isinstance(device_traffic, bool):
-        c.problem("homeserver.device_traffic", f"must be on or off, got {device_traffic!r}")
-        device_traffic = False
+    device_traffic = _on_off(c, hs.get("device_traffic", embedded), "homeserver.device_traffic", False)
     domain = (
         c.string(hs, "domain", "homeserver.domain", "localhost", DOMAIN, "a server name like localhost") or "localhost"
     )
@@ -362,13 +357,7 @@ def _limits(c: _Checker, data: dict) -> dict[str, Any]:
 
 def _encryption(c: _Checker, data: dict) -> bool:
     """`encryption: on | off` (YAML reads on/off as true/false): end-to-end encrypted rooms."""
-    encryption = data.get("encryption", True)
-    if isinstance(encryption, str) and encryption.strip().lower() in ("on", "off"):
-        encryption = encryption.strip().lower() == "on"
-    if not isinstance(encryption, bool):
-        c.problem("encryption", f"must be on or off, got {encryption!r}")
-        encryption = True
-    return encryption
+    return _on_off(c, data.get("encryption", True), "encryption", True)
 
 
 def _database(c: _Checker, data: dict) -> str:
@@ -470,13 +459,7 @@ def _agent_env(c: _Checker, spec: dict, key: str) -> dict[str, str]:
 
 def _agent_tools(c: _Checker, spec: dict, key: str) -> bool:
     """`tools: on | off` (YAML reads on/off as true/false)."""
-    tools = spec.get("tools", True)
-    if isinstance(tools, str) and tools.strip().lower() in ("on", "off"):
-        tools = tools.strip().lower() == "on"
-    if not isinstance(tools, bool):
-        c.problem(f"{key}.tools", f"must be on or off, got {shown(tools)}")
-        tools = True
-    return tools
+    return _on_off(c, spec.get("tools", True), f"{key}.tools", True)
 
 
 def _agent_worktrees(c: _Checker, spec: dict, key: str, cwd: str | None) -> bool:

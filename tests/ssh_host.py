@@ -41,8 +41,8 @@ def _free_port(address: str) -> int:
         return sock.getsockname()[1]
 
 
-def _children(pid: int) -> list[int]:
-    """Every process below `pid`, children first (from /proc)."""
+def _below() -> dict[int, list[int]]:
+    """Each process's children (from /proc)."""
     below: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -51,6 +51,12 @@ def _children(pid: int) -> list[int]:
             except OSError:
                 continue
             below.setdefault(int(fields[1]), []).append(int(entry))
+    return below
+
+
+def _children(pid: int) -> list[int]:
+    """Every process below `pid`, children first (from /proc)."""
+    below = _below()
     found, todo = [], list(below.get(pid, []))
     while todo:
         child = todo.pop(0)
@@ -192,13 +198,4 @@ class SshHost:
 
 
 def _direct(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
+    return _below().get(pid, [])

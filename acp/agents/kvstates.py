@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 import sys
-import tempfile
 import threading
 import zlib
 from collections import OrderedDict
@@ -32,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .atomic_file import replacing
 
 MAGIC = b"SKKV\x01\n"
 SUFFIX = ".kv"
@@ -71,21 +71,12 @@ def write_state(path: Path, key: dict[str, Any], state: SavedState) -> None:
         },
         sort_keys=True,
     ).encode()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC)
-            f.write(_LEN.pack(len(header)))
-            f.write(header)
-            f.write(struct.pack(f"<{len(state.tokens)}i", *state.tokens))
-            f.write(state.blob)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with replacing(path, binary=True) as f:
+        f.write(MAGIC)
+        f.write(_LEN.pack(len(header)))
+        f.write(header)
+        f.write(struct.pack(f"<{len(state.tokens)}i", *state.tokens))
+        f.write(state.blob)
 
 
 def read_header(f, key: dict[str, Any]) -> dict[str, Any] | None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .atomic_file import replacing
 
 # Ids we create are "sess_" + 32 hex digits; loading accepts any id that is a
 # safe file name, so a hand-copied session file still works.
@@ -78,17 +79,8 @@ class SessionStore:
         session.updated = time.time()
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         data = json.dumps(session.to_json(), ensure_ascii=False, indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-            os.replace(tmp, self._path(session.id))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with replacing(self._path(session.id)) as f:
+            f.write(data)
 
     def _path(self, session_id: str) -> Path:
         return self.directory / f"{session_id}.json"

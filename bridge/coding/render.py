@@ -36,6 +36,7 @@ from acp.elicitation import LETTERS, ElicitationRequest, Field
 from acp.toolcalls import Location, PlanEntry, Terminal, ToolCall, ToolContent
 from acp.updates import normalise_update
 
+from ..channels.rules.budget_rules import money, tokens
 from ..matrix.markdown import escape_html, sanitise
 
 DIFF_INLINE_LINES = 12  # diff lines shown as they are; more go into <details>
@@ -375,21 +376,6 @@ class StatusLine:
     currency: str | None = None
     title: str | None = None
     session: str | None = None  # its ACP session id: another ACP client resumes it by this
-
-
-def tokens(n: int) -> str:
-    if n >= 1_000_000:
-        return f"{n / 1_000_000:.1f}M".replace(".0M", "M")
-    if n >= 1_000:
-        return f"{n / 1_000:.1f}k".replace(".0k", "k")
-    return str(n)
-
-
-def money(amount: float, currency: str | None) -> str:
-    symbols = {"USD": "$", "EUR": "€", "GBP": "£"}
-    if currency in symbols:
-        return f"{symbols[currency]}{amount:.2f}"
-    return f"{amount:.2f} {currency}" if currency else f"{amount:.2f}"
 
 
 def status_text(line: StatusLine) -> str:

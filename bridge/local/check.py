@@ -242,30 +242,27 @@ def _choice(value: str, label: Any, current: bool) -> str:
     return text + (" (current)" if current else "")
 
 
-def _modes(modes: Any) -> str:
-    if not isinstance(modes, dict):
+def _offered(offers: Any, listed: str, key: str, current: str) -> str:
+    """The modes or models a session offers (`listed`: their list, `key`: each one's id,
+    `current`: the chosen one's id)."""
+    if not isinstance(offers, dict):
         return "none"
-    current = modes.get("currentModeId")
+    chosen = offers.get(current)
     return _listed(
         [
-            _choice(_text(m.get("id")), m.get("name"), m.get("id") == current)
-            for m in modes.get("availableModes") or []
+            _choice(_text(m.get(key)), m.get("name"), m.get(key) == chosen)
+            for m in offers.get(listed) or []
             if isinstance(m, dict)
         ]
     )
+
+
+def _modes(modes: Any) -> str:
+    return _offered(modes, "availableModes", "id", "currentModeId")
 
 
 def _models(models: Any) -> str:
-    if not isinstance(models, dict):
-        return "none"
-    current = models.get("currentModelId")
-    return _listed(
-        [
-            _choice(_text(m.get("modelId")), m.get("name"), m.get("modelId") == current)
-            for m in models.get("availableModels") or []
-            if isinstance(m, dict)
-        ]
-    )
+    return _offered(models, "availableModels", "modelId", "currentModelId")
 
 
 def _select_values(option: dict[str, Any]) -> list[str]:

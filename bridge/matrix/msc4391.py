@@ -200,6 +200,17 @@ def _forbidden(exc: MatrixError) -> bool:
     return getattr(exc, "status", None) == 403 or "M_FORBIDDEN" in str(exc)
 
 
+async def _send(puppet, room_id: str, key: str, content: dict) -> bool:
+    """Send one description as `puppet`; False if the room forbids it (other errors raise)."""
+    try:
+        await puppet.intent.send_state(room_id, DESCRIPTION, key, content)
+    except MatrixError as exc:
+        if not _forbidden(exc):
+            raise
+        return False
+    return True
+
+
 # ---- publishing ---------------------------------------------------------------------------------
 
 
@@ -312,19 +323,10 @@ class CommandDescriptions:
             log.info("%s: %d command description(s) in %s updated", agent, len(changes), room_id)
 
     async def _put(self, puppet, room_id: str, agent: str, key: str, content: dict) -> bool:
-        try:
-            await puppet.intent.send_state(room_id, DESCRIPTION, key, content)
+        if await _send(puppet, room_id, key, content):
             return True
-        except MatrixError as exc:
-            if not _forbidden(exc):
-                raise
-        if await self._grant(room_id, puppet.user_id):
-            try:
-                await puppet.intent.send_state(room_id, DESCRIPTION, key, content)
-                return True
-            except MatrixError as exc:
-                if not _forbidden(exc):
-                    raise
+        if await self._grant(room_id, puppet.user_id) and await _send(puppet, room_id, key, content):
+            return True
         if (room_id, agent) not in self._refused:
             self._refused.add((room_id, agent))
             log.info(

@@ -45,23 +45,35 @@ async def decode(
     data: bytes, max_seconds: float, name: str = "the voice note", command: list[str] | None = None
 ) -> Decoded:
     """`data` decoded in a child process (`command`: the decoder's; tests name another)."""
+    code, out, err = await run_child(
+        command or decoder_command(max_seconds),
+        data,
+        DECODE_TIMEOUT,
+        f"{name} could not be decoded in {DECODE_TIMEOUT:.0f} s, so it was not transcribed.",
+    )
+    return decoded_output(code, out, err, name)
+
+
+async def run_child(command: list[str], data: bytes, timeout: float, too_slow: str) -> tuple[int | None, bytes, bytes]:
+    """Run `command` with `data` on its stdin: (exit code, stdout, stderr). Killed, and
+    AudioError(`too_slow`), after `timeout` s; killed if the caller is cancelled."""
     process = await asyncio.create_subprocess_exec(
-        *(command or decoder_command(max_seconds)),
+        *command,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(process.communicate(data), DECODE_TIMEOUT)
+        out, err = await asyncio.wait_for(process.communicate(data), timeout)
     except TimeoutError:
         process.kill()
         await process.wait()
-        raise AudioError(f"{name} could not be decoded in {DECODE_TIMEOUT:.0f} s, so it was not transcribed.") from None
+        raise AudioError(too_slow) from None
     except asyncio.CancelledError:
         if process.returncode is None:
             process.kill()
         raise
-    return decoded_output(process.returncode, out, err, name)
+    return process.returncode, out, err
 
 
 def decoded_output(code: int | None, out: bytes, err: bytes, name: str) -> Decoded:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 
-from .audio import AudioError, encode_opus
+from .audio import AudioError, encode_opus, run_child
 
 SPEAK_TIMEOUT = 120.0
 
@@ -24,26 +24,13 @@ def tts_missing() -> str | None:
 
 async def speak(text: str, language: str = "en") -> tuple[bytes, int]:
     """`text` spoken: an Ogg/Opus file and its length in milliseconds. AudioError when not."""
-    process = await asyncio.create_subprocess_exec(
-        "espeak-ng",
-        "--stdout",
-        "-v",
-        language or "en",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    code, wav, err = await run_child(
+        ["espeak-ng", "--stdout", "-v", language or "en"],
+        text.encode("utf-8"),
+        SPEAK_TIMEOUT,
+        f"espeak-ng took more than {SPEAK_TIMEOUT:.0f} s",
     )
-    try:
-        wav, err = await asyncio.wait_for(process.communicate(text.encode("utf-8")), SPEAK_TIMEOUT)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise AudioError(f"espeak-ng took more than {SPEAK_TIMEOUT:.0f} s") from None
-    except asyncio.CancelledError:
-        if process.returncode is None:
-            process.kill()
-        raise
-    if process.returncode != 0 or not wav:
+    if code != 0 or not wav:
         why = err.decode("utf-8", "replace").strip().splitlines()
-        raise AudioError(f"espeak-ng failed ({why[-1] if why else f'exit code {process.returncode}'})")
+        raise AudioError(f"espeak-ng failed ({why[-1] if why else f'exit code {code}'})")
     return await asyncio.to_thread(encode_opus, wav)

@@ -25,9 +25,7 @@ Idle CPU is counted in clock ticks (10 ms): 0.00 % over 30 s means under 0.03 %.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -35,11 +33,10 @@ import aiohttp
 import bench_start
 import bench_store
 from bridge_harness import agent, write_config
-from common import Bench, median
+from common import Bench, median, start_bridge_proc, stop_by_stdin
 
 from store import Store
 
-HERE = Path(__file__).resolve().parent
 AGENTS = tuple(f"a{i}" for i in range(5))
 PER_CHANNEL = 20
 TICK = os.sysconf("SC_CLK_TCK")
@@ -75,6 +72,14 @@ def rss_kb(pid: int) -> int:
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15)
+
+
+async def idle_cpu(pid: int, seconds: float) -> float:
+    """The process's CPU time over the next `seconds`, as a share of one core."""
+    c0, t0 = cpu_s(pid), time.monotonic()
+    await asyncio.sleep(seconds)
+    c1, t1 = cpu_s(pid), time.monotonic()
+    return (c1 - c0) / (t1 - t0)
 
 
 def tcp_connections(pid: int) -> dict:
@@ -120,35 +125,6 @@ def descendants(pid: int) -> int:
 # ---- the bridge ------------------------------------------------------------------------------------
 
 
-async def _start(config_path: Path, data_dir: Path):
-    t0 = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(HERE / "bridge_proc.py"),
-        str(config_path),
-        str(data_dir),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    line = await asyncio.wait_for(proc.stdout.readline(), 300)
-    if not line:
-        await proc.wait()
-        raise RuntimeError(f"the bridge ended before it was ready (exit {proc.returncode})")
-    ready = json.loads(line)
-    ready["process_s"] = time.perf_counter() - t0
-    return proc, ready
-
-
-async def _end(proc) -> None:
-    if proc.stdin and not proc.stdin.is_closing():
-        proc.stdin.close()
-    try:
-        await asyncio.wait_for(proc.wait(), 60)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-
-
 async def measure(bench: Bench, folder: Path, channels: int, encrypted: bool, reps: int, idle_s: float) -> dict:
     kind = "encrypted" if encrypted else "plain"
     data = folder / f"{kind}-{channels}"
@@ -160,11 +136,12 @@ async def measure(bench: Bench, folder: Path, channels: int, encrypted: bool, re
         encryption="on" if encrypted else "off",
     )
     out: dict = {"channels": channels, "kind": kind, "starts": [], "process": [], "imports": [], "cpu": []}
-    proc, ready = await _start(config_path, data)  # the first start (encrypted: the devices made)
+    # the first start (encrypted: the devices made)
+    proc, ready = await start_bridge_proc(config_path, data, timeout=300)
     out["first_s"] = ready["start_s"]
-    await _end(proc)
+    await stop_by_stdin(proc, timeout=60)
     for rep in range(reps):
-        proc, ready = await _start(config_path, data)
+        proc, ready = await start_bridge_proc(config_path, data, timeout=300)
         try:
             out["starts"].append(ready["start_s"])
             out["process"].append(ready["process_s"])
@@ -175,10 +152,7 @@ async def measure(bench: Bench, folder: Path, channels: int, encrypted: bool, re
             pid = proc.pid
             out["rss_ready_kb"] = rss_kb(pid)
             await asyncio.sleep(2)  # what start left running settles (the first ping's answer…)
-            c0, t0 = cpu_s(pid), time.monotonic()
-            await asyncio.sleep(idle_s)
-            c1, t1 = cpu_s(pid), time.monotonic()
-            out["idle_cpu"] = (c1 - c0) / (t1 - t0)
+            out["idle_cpu"] = await idle_cpu(pid, idle_s)
             out["rss_idle_kb"] = rss_kb(pid)
             out["tcp"] = tcp_connections(pid)
             out["agents_running"] = descendants(pid)
@@ -187,18 +161,15 @@ async def measure(bench: Bench, folder: Path, channels: int, encrypted: bool, re
                 async with aiohttp.ClientSession() as http:
                     await bench_start._touch_all(bench, http, channels)
                 await asyncio.sleep(2)
-                c0, t0 = cpu_s(pid), time.monotonic()
-                await asyncio.sleep(idle_s)
-                c1, t1 = cpu_s(pid), time.monotonic()
                 out["loaded"] = {
-                    "idle_cpu": (c1 - c0) / (t1 - t0),
+                    "idle_cpu": await idle_cpu(pid, idle_s),
                     "rss_kb": rss_kb(pid),
                     "tcp": tcp_connections(pid),
                     "agents_running": descendants(pid),
                     "load": os.getloadavg()[0],
                 }
         finally:
-            await _end(proc)
+            await stop_by_stdin(proc, timeout=60)
     return out
 
 

@@ -34,6 +34,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 from bridge_harness import agent
+from common import stop_by_stdin
 
 from bridge.local.homeserver import free_port
 from store import Store
@@ -236,11 +237,7 @@ async def run(folder: Path, quick: bool, session: aiohttp.ClientSession) -> dict
         out["sends"] = stub.sends
         out["kinds"] = dict(stub.kinds)
     finally:
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 60)
-        except TimeoutError:
-            proc.kill()
+        await stop_by_stdin(proc, timeout=60)
         await stub.stop()
     return out
 

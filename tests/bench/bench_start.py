@@ -11,46 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
 from pathlib import Path
 
 import aiohttp
 import bench_store
 from bridge_harness import agent, write_config
-from common import Bench, median
+from common import Bench, median, start_bridge_proc, stop_by_stdin
 
 from config import registration as registrations
-
-HERE = Path(__file__).resolve().parent
-
-
-async def _start(config_path: Path, data_dir: Path):
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(HERE / "bridge_proc.py"),
-        str(config_path),
-        str(data_dir),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    line = await asyncio.wait_for(proc.stdout.readline(), 120)
-    return proc, json.loads(line)
 
 
 async def _ask_rss(proc) -> dict:
     proc.stdin.write(b"rss\n")
     await proc.stdin.drain()
     return json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
-
-
-async def _end(proc) -> None:
-    proc.stdin.close()
-    try:
-        await asyncio.wait_for(proc.wait(), 30)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
 
 
 async def _touch_all(bench: Bench, http: aiohttp.ClientSession, channels: int) -> None:
@@ -85,7 +60,7 @@ async def run(bench: Bench, http: aiohttp.ClientSession, folder: Path) -> dict:
     reps = 3
     for rep in range(reps):
         for kind, data_dir in (("empty", empty), ("full", full)):
-            proc, ready = await _start(config_path, data_dir)
+            proc, ready = await start_bridge_proc(config_path, data_dir)
             try:
                 out[kind].append(ready["start_s"])
                 out["import"].append(ready["import_s"])
@@ -98,7 +73,7 @@ async def run(bench: Bench, http: aiohttp.ClientSession, folder: Path) -> dict:
                         loaded = after_start
                     out["rss"][kind] = (after_start["rss_kb"], loaded["rss_kb"], loaded["portals"])
             finally:
-                await _end(proc)
+                await stop_by_stdin(proc)
     return out
 
 

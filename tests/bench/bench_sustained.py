@@ -29,7 +29,7 @@ from pathlib import Path
 
 import bench_scale
 from bridge_harness import agent, write_config
-from common import Bench, Owner, body_of, now, p50, p99
+from common import Bench, Owner, body_of, now, on_time, p50, p99, start_bridge_proc, stop_by_stdin
 
 from store.connect import DB_FILE
 
@@ -60,11 +60,7 @@ async def _offer(owner: Owner, rooms: list[str], rate: float, seconds: float, pr
 
     tasks = []
     total = round(rate * seconds)
-    t0 = now()
-    for i in range(total):
-        delay = t0 + i / rate - now()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    async for i in on_time(now(), total, rate):
         entry = [f"{prefix}-{i}", rooms[i % len(rooms)], None]
         sent.append(entry)
         tasks.append(asyncio.create_task(one(entry)))
@@ -144,7 +140,7 @@ async def run(bench: Bench, owner: Owner, folder: Path) -> dict:
         bench, folder / "cfg", {n: agent("--echo-last-line", title=n.upper()) for n in names}, encryption="off"
     )
     data = folder / "data"
-    proc, _ = await bench_scale._start(config_path, data)
+    proc, _ = await start_bridge_proc(config_path, data, timeout=300)
     out: dict = {"ramp": [], "seconds": seconds}
     try:
         pids = {"synapse": bench.server._proc.pid, "bridge": proc.pid}
@@ -174,7 +170,7 @@ async def run(bench: Bench, owner: Owner, folder: Path) -> dict:
         out["sustained_rate"] = rate
         out["sustained"] = await _phase(owner, rooms, answers, rate, seconds, f"s{rate}", pids, 600)
     finally:
-        await bench_scale._end(proc)
+        await stop_by_stdin(proc, timeout=60)
     out["stored"] = _stored(data)
     out["sent_total"] = (
         out["warm"]["sent"] + sum(p["sent"] for p in out["ramp"]) + out.get("sustained", {}).get("sent", 0)

@@ -15,7 +15,7 @@ import re
 
 import aiohttp
 from bridge_harness import agent, start_bridge
-from common import Bench, Owner, now
+from common import Bench, Owner, now, on_time
 from floor import EchoFloor
 
 CHANNELS, AGENTS, RATE = 50, 10, 200
@@ -73,10 +73,7 @@ async def _offer(owner: Owner, rooms: list[str], seconds: float, prefix: str) ->
 
     total = int(RATE * seconds)
     t0 = now()
-    for i in range(total):
-        delay = t0 + i / RATE - now()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    async for i in on_time(t0, total, RATE):
         tasks.append(asyncio.create_task(one(rooms[i % len(rooms)], f"{prefix}-{i}")))
     offered_s = now() - t0
     await asyncio.gather(*tasks)

@@ -13,6 +13,7 @@ import secrets
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,57 @@ async def start_homeserver(folder: Path, quick: bool) -> Bench:
         owner_password=password,
         quick=quick,
     )
+
+
+# ---- offering load on time ---------------------------------------------------------------------
+
+
+async def on_time(t0: float, total: int, rate: float) -> AsyncIterator[int]:
+    """0 … total - 1, each when its turn comes at `rate` a second from `t0` (a late one at once)."""
+    for i in range(total):
+        delay = t0 + i / rate - now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield i
+
+
+# ---- a bridge in a process of its own ---------------------------------------------------------
+
+
+async def start_bridge_proc(
+    config_path: Path, data_dir: Path, timeout: float = 120
+) -> tuple[asyncio.subprocess.Process, dict]:
+    """bridge_proc.py on `config_path` with its store in `data_dir`, and its ready line (with
+    "process_s": from spawning the process to ready). Raises if it ends before it is ready."""
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).resolve().parent / "bridge_proc.py"),
+        str(config_path),
+        str(data_dir),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+    if not line:
+        await proc.wait()
+        raise RuntimeError(f"the bridge ended before it was ready (exit {proc.returncode})")
+    ready = json.loads(line)
+    ready["process_s"] = time.perf_counter() - t0
+    return proc, ready
+
+
+async def stop_by_stdin(proc: asyncio.subprocess.Process, timeout: float = 30) -> None:
+    """Close its stdin (bridge_proc.py and soak_proc.py stop then) and wait for it; killed after
+    `timeout` s."""
+    if proc.stdin and not proc.stdin.is_closing():
+        proc.stdin.close()
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
 
 
 # ---- the owner's client -----------------------------------------------------------------------

@@ -19,11 +19,11 @@ agent), real git.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import nio
 from bridge_harness import agent, wait_until
+from git_traps import plant
 from helpers import ALICE, answered, in_thread, received, say
 from matrix_helpers import events_in, sync_until
 from test_channels import group
@@ -93,27 +93,6 @@ async def test_send_file_refuses_a_hard_link_to_a_file_outside(bridge_factory, t
         if e.get("type") == "m.room.message" and e["content"].get("msgtype") == "m.file"
     ]
     assert files == ["plain.txt"]
-
-
-def plant(repo: Path, marker: Path) -> None:
-    """A post-checkout hook, an fsmonitor and a smudge and clean filter (named by a committed
-    .gitattributes) in the checkout, each touching `marker`-NAME when run."""
-
-    def script(name: str) -> str:
-        path = repo.parent / f"evil-{name}"
-        path.write_text(f"#!/bin/sh\ntouch {marker}-{name}\ncat\n")
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-        return str(path)
-
-    hook = repo / ".git" / "hooks" / "post-checkout"
-    hook.write_text(f"#!/bin/sh\ntouch {marker}-hook\n")
-    hook.chmod(0o755)
-    (repo / ".gitattributes").write_text("* filter=evil\n")
-    git(repo, "add", ".gitattributes")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.hooksPath=/dev/null", "commit", "-qm", "attrs")
-    git(repo, "config", "core.fsmonitor", script("fsmonitor"))
-    git(repo, "config", "filter.evil.smudge", script("smudge"))
-    git(repo, "config", "filter.evil.clean", script("clean"))
 
 
 async def test_a_threads_worktree_and_worktrees_run_nothing_the_checkout_names(bridge_factory, tmp_path, owner):

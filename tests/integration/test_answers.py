@@ -68,6 +68,15 @@ async def wait_final(owner, room_id, count=1, timeout=60) -> list[dict]:
     return answers(owner, room_id)
 
 
+async def decided(owner, room_id, log, answer: str, mark: str, outcome: dict) -> None:
+    """The permission question was decided: the answer ends as `answer`, the question shows
+    `mark`, and the agent got `outcome`, once."""
+    found = await wait_final(owner, room_id)
+    assert found[0]["body"] == answer
+    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith(mark))
+    assert [r["result"]["outcome"] for r in permission_answers(log)] == [outcome]
+
+
 def prompts_ended(log_path) -> list[str]:
     """The stop reasons of the agent's finished prompts, in order (the scripted agent logs them)."""
     return [m["stopReason"] for m in received(log_path) if m.get("scripted") == "prompt ended"]
@@ -123,12 +132,7 @@ async def test_permission_allowed_by_the_owners_reaction(bridge_factory, tmp_pat
     assert not is_final(answers(owner, room_id)[0])
 
     await react(owner, room_id, prompt["event_id"], "1\ufe0f\u20e3")
-    found = await wait_final(owner, room_id)
-    assert found[0]["body"] == "allowed"
-    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("✅ Allowed once"))
-    assert [r["result"]["outcome"] for r in permission_answers(log)] == [
-        {"outcome": "selected", "optionId": "allow_once"}
-    ]
+    await decided(owner, room_id, log, "allowed", "✅ Allowed once", {"outcome": "selected", "optionId": "allow_once"})
 
 
 async def test_permission_rejected_by_a_numbered_reply(bridge_factory, tmp_path, owner):
@@ -172,12 +176,7 @@ async def test_a_strangers_reaction_and_reply_are_ignored_the_owners_counts(
     assert not permission_answers(log)
 
     await react(owner, room_id, prompt["event_id"], "2\ufe0f\u20e3")
-    found = await wait_final(owner, room_id)
-    assert found[0]["body"] == "rejected"
-    await sync_until(owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("❌ Rejected"))
-    assert [r["result"]["outcome"] for r in permission_answers(log)] == [
-        {"outcome": "selected", "optionId": "reject_once"}
-    ]
+    await decided(owner, room_id, log, "rejected", "❌ Rejected", {"outcome": "selected", "optionId": "reject_once"})
 
 
 async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_factory, tmp_path, owner):
@@ -188,12 +187,7 @@ async def test_unanswered_permission_times_out_as_cancelled(homeserver, bridge_f
     room_id = await room_with(owner)
     await say(owner, room_id, "[[permission]] write notes")
     # no wait for the question first: with 1 s to answer, it may be over before it is seen
-    found = await wait_final(owner, room_id)
-    assert found[0]["body"] == "⏹ stopped"
-    await sync_until(
-        owner, lambda: prompts_for_permission(owner, room_id)[0]["body"].endswith("⏱ No answer: cancelled")
-    )
-    assert [r["result"]["outcome"] for r in permission_answers(log)] == [{"outcome": "cancelled"}]
+    await decided(owner, room_id, log, "⏹ stopped", "⏱ No answer: cancelled", {"outcome": "cancelled"})
 
 
 # ---- cancel ------------------------------------------------------------------------------------

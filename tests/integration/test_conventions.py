@@ -86,6 +86,12 @@ async def new_channel(owner, name: str, *agents: str) -> str:
 # ---- MSC4391 ------------------------------------------------------------------------------------
 
 
+async def descriptions_are(running, homeserver, owner, room_id: str, user_id: str, wanted: dict) -> bool:
+    """Once the bridge has no description work left: `user_id`'s descriptions in the room are `wanted`."""
+    await running.bridge.command_descriptions.idle()
+    return await descriptions_in(homeserver, owner, room_id, user_id) == wanted
+
+
 async def test_command_descriptions_are_published_updated_and_come_from_the_store_after_a_restart(
     homeserver, bridge_factory, tmp_path, owner
 ):
@@ -100,9 +106,8 @@ async def test_command_descriptions_are_published_updated_and_come_from_the_stor
     await say(owner, room, "!commands")  # starts both: they announce their commands
     await wait_until(lambda: running.store.agent_commands("bob") is not None, what="bob announced")
 
-    async def published(user_id, wanted):
-        await running.bridge.command_descriptions.idle()
-        return await descriptions_in(homeserver, owner, room, user_id) == wanted
+    def published(user_id, wanted):
+        return descriptions_are(running, homeserver, owner, room, user_id, wanted)
 
     # alice first announced review and clear, then (0.3 s later) review alone: clear is withdrawn
     await wait_until(lambda: published(ALICE, expected(ALICE, REVIEW)), what="alice's descriptions")
@@ -146,11 +151,10 @@ async def test_command_descriptions_are_published_updated_and_come_from_the_stor
     assert isinstance(made, nio.RoomCreateResponse), made
     await sync_until(owner, lambda: joined(owner, made.room_id, ALICE))
 
-    async def later():
-        await running.bridge.command_descriptions.idle()
-        return await descriptions_in(homeserver, owner, made.room_id, ALICE) == expected(ALICE, REVIEW)
-
-    await wait_until(later, what="alice's descriptions in the new room")
+    await wait_until(
+        lambda: descriptions_are(running, homeserver, owner, made.room_id, ALICE, expected(ALICE, REVIEW)),
+        what="alice's descriptions in the new room",
+    )
     assert started(alice_log) == starts and running.bridge.pool.state("alice") == "stopped"
 
 
@@ -176,11 +180,10 @@ async def test_a_room_that_refuses_descriptions_is_logged_once_text_commands_wor
     assert isinstance(dm, nio.RoomCreateResponse), dm
     await sync_until(owner, lambda: joined(owner, dm.room_id, ALICE))
 
-    async def published():
-        await running.bridge.command_descriptions.idle()
-        return await descriptions_in(homeserver, owner, dm.room_id, ALICE) == expected(ALICE, REVIEW)
-
-    await wait_until(published, what="alice's descriptions in the direct room")
+    await wait_until(
+        lambda: descriptions_are(running, homeserver, owner, dm.room_id, ALICE, expected(ALICE, REVIEW)),
+        what="alice's descriptions in the direct room",
+    )
 
 
 # ---- MSC4357 ------------------------------------------------------------------------------------

@@ -26,13 +26,11 @@ from store.spend import Spent, channel_key
 
 from ..base.background import Background
 from ..rules.budget_rules import (
+    Whose,
     budget_args,
     budget_from,
     budget_words,
     channel_budget_args,
-    channel_budget_words,
-    channel_refusal,
-    channel_stop_line,
     over,
     period_of,
     periods,
@@ -106,14 +104,14 @@ class Budgets:
         if budget is not None:
             current = spent[period_of(budget.per, now)]
             if over(budget, current):
-                await self._stop(agent, stop_line(self._title(agent), budget, current))
+                await self._stop(agent, stop_line(self._whose(agent), budget, current))
         if portal is None:
             return
         budget = await self._channel_budget(portal.channel.id)
         if budget is not None:
             current = spent[f"{channel_key(portal.channel.id)} {period_of(budget.per, now)}"]
             if over(budget, current):
-                await self._stop_channel(portal, channel_stop_line(portal.channel.name, budget, current))
+                await self._stop_channel(portal, stop_line(Whose.channel(portal.channel.name), budget, current))
 
     def _portal_of(self, agent: str, session_id: str):
         """The channel's portal whose turn or member works in `session_id`; None if none."""
@@ -152,12 +150,12 @@ class Budgets:
         if budget is not None:
             spent = await self._spent(agent, period_of(budget.per, now))
             if over(budget, spent):
-                return refusal(self._title(agent), budget, spent, now)
+                return refusal(self._whose(agent), budget, spent, now)
         budget = await self._channel_budget(portal.channel.id) if portal is not None else None
         if budget is not None:
             spent = await self._spent(channel_key(portal.channel.id), period_of(budget.per, now))
             if over(budget, spent):
-                return channel_refusal(portal.channel.name, budget, spent, now)
+                return refusal(Whose.channel(portal.channel.name), budget, spent, now)
         return None
 
     async def _channel_budget(self, channel_id: str):
@@ -210,7 +208,7 @@ class Budgets:
                     await say(f"{self._title(agent)} has no budget to raise (`budget:` in the config).")
                     return
                 self.known[(agent, period)] = await self.db.spending.raise_budget(agent, period, amount)
-            lines.append(budget_words(self._title(agent), budget, await self._spent(agent, period)))
+            lines.append(budget_words(self._whose(agent), budget, await self._spent(agent, period)))
         if named is None and await self._channel_budget(portal.channel.id) is not None:
             lines.append(await self._channel_words(portal))
         await say("\n".join(lines))
@@ -245,7 +243,7 @@ class Budgets:
         budget = await self._channel_budget(portal.channel.id)
         period = period_of(budget.per if budget is not None else "day", self.clock())
         spent = await self._spent(channel_key(portal.channel.id), period)
-        return channel_budget_words(portal.channel.name, budget, spent)
+        return budget_words(Whose.channel(portal.channel.name), budget, spent)
 
     def _budget(self, agent: str):
         spec = self.config.agents.get(agent)
@@ -254,3 +252,6 @@ class Budgets:
     def _title(self, agent: str) -> str:
         spec = self.config.agents.get(agent)
         return spec.title if spec is not None else agent
+
+    def _whose(self, agent: str) -> Whose:
+        return Whose.agent(self._title(agent))

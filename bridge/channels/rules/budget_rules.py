@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -82,60 +83,71 @@ def _when(per: str) -> str:
     return "today (UTC)" if per == "day" else "this month (UTC)"
 
 
-def stop_line(title: str, budget: Budget, spent: Spent) -> str:
-    """The line a turn stopped at the cap ends with."""
+@dataclass(frozen=True)
+class Whose:
+    """Whose budget a line speaks of: an agent's (`Whose.agent(title)`) or a channel's
+    (`Whose.channel(name)`). The words differ only in the subject and in who reports the cost
+    and answers: the agent itself, or the channel's agents."""
+
+    name: str  # as users see it: "Alice", "#general"
+    they: str  # who reports the cost: "it", "its agents"
+    they_have: str  # "it has", "its agents have"
+    and_have: str  # after "NAME has no budget, and": "has", "its agents have"
+    answer: str  # who answers again once it may: "it answers", "agents answer here"
+    here: str  # where new prompts are refused: "", " here"
+    raise_with: str  # the command that raises it for the period
+
+    @classmethod
+    def agent(cls, title: str) -> Whose:
+        return cls(title, "it", "it has", "has", "it answers", "", "!budget raise AMOUNT")
+
+    @classmethod
+    def channel(cls, name: str) -> Whose:
+        return cls(
+            f"#{name}",
+            "its agents",
+            "its agents have",
+            "its agents have",
+            "agents answer here",
+            " here",
+            "!budget channel raise AMOUNT",
+        )
+
+
+def stop_line(whose: Whose, budget: Budget, spent: Spent) -> str:
+    """The line a turn stopped at the cap ends with (a channel's: each turn running there)."""
     return (
-        f"⛔ stopped: {title} reached its budget, {money(spent.amount, spent.currency)} of "
-        f"{money(cap(budget, spent), spent.currency)} {_when(budget.per)}. !budget raise AMOUNT lets it go on."
+        f"⛔ stopped: {whose.name} reached its budget, {money(spent.amount, spent.currency)} of "
+        f"{money(cap(budget, spent), spent.currency)} {_when(budget.per)}. {whose.raise_with} lets it go on."
     )
 
 
-def refusal(title: str, budget: Budget, spent: Spent, now: datetime) -> str:
-    """The line a prompt gets while the agent is over its budget."""
+def refusal(whose: Whose, budget: Budget, spent: Spent, now: datetime) -> str:
+    """The line a prompt gets while the agent (or the channel it is typed in) is over its budget."""
     ends = period_end(budget.per, now)
     return (
-        f"⛔ {title} has spent its budget {_when(budget.per)} "
+        f"⛔ {whose.name} has spent its budget {_when(budget.per)} "
         f"({money(spent.amount, spent.currency)} of {money(cap(budget, spent), spent.currency)}): "
-        f"it answers again after {ends:%Y-%m-%d %H:%M} UTC, or after !budget raise AMOUNT."
+        f"{whose.answer} again after {ends:%Y-%m-%d %H:%M} UTC, or after {whose.raise_with}."
     )
 
 
-def budget_words(title: str, budget: Budget | None, spent: Spent) -> str:
-    """`!budget`: the budget, what was spent, or that the agent reports no cost."""
+def budget_words(whose: Whose, budget: Budget | None, spent: Spent) -> str:
+    """`!budget` (`!budget channel`): the budget and what was spent, or that no cost was reported."""
+    name = whose.name
     if budget is None:
         if not spent.reported:
-            return f"{title} has no budget, and has reported no cost today."
-        return f"{title} has no budget; it reported {money(spent.amount, spent.currency)} today (UTC)."
+            return f"{name} has no budget, and {whose.and_have} reported no cost today."
+        return f"{name} has no budget; {whose.they} reported {money(spent.amount, spent.currency)} today (UTC)."
     limit = money(cap(budget, spent), spent.currency)
     raised = f" (raised by {money(spent.raised, spent.currency)})" if spent.raised else ""
     if not spent.reported:
         return (
-            f"{title}: budget {limit} {_when(budget.per)}{raised}; it has reported no cost, so "
+            f"{name}: budget {limit} {_when(budget.per)}{raised}; {whose.they_have} reported no cost, so "
             "it cannot be held to it (nothing is guessed)."
         )
-    state = "spent: new prompts are refused" if over(budget, spent) else "within it"
-    return f"{title}: {money(spent.amount, spent.currency)} of {limit} {_when(budget.per)}{raised} — {state}."
-
-
-def budget_args(args: Sequence[str]) -> tuple[str | None, float | None]:
-    """`!budget [AGENT] [raise AMOUNT]` → (the agent named or None, the raise or None).
-    Anything else raises ValueError with the usage line."""
-    words = list(args)
-    amount = None
-    if len(words) >= 2 and words[-2].lower() == "raise":
-        try:
-            amount = float(words[-1].lstrip("$€£"))
-        except ValueError:
-            raise ValueError(BUDGET_USAGE) from None
-        if not amount > 0 or amount != amount or amount == float("inf"):
-            raise ValueError(BUDGET_USAGE)
-        words = words[:-2]
-    if len(words) > 1 or (words and words[0].lower() == "raise"):
-        raise ValueError(BUDGET_USAGE)
-    return (words[0] if words else None), amount
-
-
-# ---- a channel's budget ---------------------------------------------------------------------
+    state = f"spent: new prompts{whose.here} are refused" if over(budget, spent) else "within it"
+    return f"{name}: {money(spent.amount, spent.currency)} of {limit} {_when(budget.per)}{raised} — {state}."
 
 
 def _amount(word: str) -> float | None:
@@ -145,6 +157,23 @@ def _amount(word: str) -> float | None:
     except ValueError:
         return None
     return value if value > 0 and value != float("inf") else None
+
+
+def budget_args(args: Sequence[str]) -> tuple[str | None, float | None]:
+    """`!budget [AGENT] [raise AMOUNT]` → (the agent named or None, the raise or None).
+    Anything else raises ValueError with the usage line."""
+    words = list(args)
+    amount = None
+    if len(words) >= 2 and words[-2].lower() == "raise":
+        if (amount := _amount(words[-1])) is None:
+            raise ValueError(BUDGET_USAGE)
+        words = words[:-2]
+    if len(words) > 1 or (words and words[0].lower() == "raise"):
+        raise ValueError(BUDGET_USAGE)
+    return (words[0] if words else None), amount
+
+
+# ---- a channel's budget ---------------------------------------------------------------------
 
 
 def channel_budget_args(args: Sequence[str]) -> tuple[str, Budget | None, float | None]:
@@ -184,40 +213,3 @@ def budget_from(stored: str | None) -> Budget | None:
     if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
         return None
     return Budget(float(cost), data["per"])
-
-
-def channel_stop_line(channel: str, budget: Budget, spent: Spent) -> str:
-    """The line each turn stopped at the channel's cap ends with (`channel`: its name)."""
-    return (
-        f"⛔ stopped: #{channel} reached its budget, {money(spent.amount, spent.currency)} of "
-        f"{money(cap(budget, spent), spent.currency)} {_when(budget.per)}. "
-        "!budget channel raise AMOUNT lets it go on."
-    )
-
-
-def channel_refusal(channel: str, budget: Budget, spent: Spent, now: datetime) -> str:
-    """The line a prompt in the channel gets while the channel is over its budget."""
-    ends = period_end(budget.per, now)
-    return (
-        f"⛔ #{channel} has spent its budget {_when(budget.per)} "
-        f"({money(spent.amount, spent.currency)} of {money(cap(budget, spent), spent.currency)}): "
-        f"agents answer here again after {ends:%Y-%m-%d %H:%M} UTC, or after !budget channel raise AMOUNT."
-    )
-
-
-def channel_budget_words(channel: str, budget: Budget | None, spent: Spent) -> str:
-    """`!budget channel`: the channel's budget and what its agents spent, or that they
-    reported no cost."""
-    if budget is None:
-        if not spent.reported:
-            return f"#{channel} has no budget, and its agents have reported no cost today."
-        return f"#{channel} has no budget; its agents reported {money(spent.amount, spent.currency)} today (UTC)."
-    limit = money(cap(budget, spent), spent.currency)
-    raised = f" (raised by {money(spent.raised, spent.currency)})" if spent.raised else ""
-    if not spent.reported:
-        return (
-            f"#{channel}: budget {limit} {_when(budget.per)}{raised}; its agents have reported no cost, "
-            "so it cannot be held to it (nothing is guessed)."
-        )
-    state = "spent: new prompts here are refused" if over(budget, spent) else "within it"
-    return f"#{channel}: {money(spent.amount, spent.currency)} of {limit} {_when(budget.per)}{raised} — {state}."

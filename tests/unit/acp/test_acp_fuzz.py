@@ -16,27 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from acp.client import Agent, AgentSpec
+from acp.updates import KINDS
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
     max_leaves=10,
 )
-update_kinds = st.sampled_from(
-    [
-        "agent_message_chunk",
-        "agent_thought_chunk",
-        "tool_call",
-        "tool_call_update",
-        "plan",
-        "available_commands_update",
-        "current_mode_update",
-        "session_info_update",
-        "usage_update",
-        "user_message_chunk",
-        "no_such_kind",
-    ]
-)
+update_kinds = st.sampled_from([*KINDS, "no_such_kind"])  # every kind the client knows, and one it does not
 updates = st.fixed_dictionaries(
     {"sessionUpdate": update_kinds | json_values},
     optional={

@@ -4,6 +4,7 @@ on a new branch from HEAD (or the branch again), clean or dirty, removed only wh
 import os
 
 import pytest
+from git_traps import plant
 
 from bridge.coding import worktrees as git
 
@@ -36,41 +37,6 @@ async def test_a_failing_git_call_says_gits_own_words(repo, tmp_path):
     await git.add(str(repo), str(tmp_path / "one"), "sidekicks/same")
     with pytest.raises(git.GitError, match="sidekicks/same"):  # checked out in "one" already
         await git.add(str(repo), str(tmp_path / "two"), "sidekicks/same")
-
-
-def plant(repo, marker):
-    """What an agent could write in its checkout so that git runs it: a hook, an fsmonitor, a
-    smudge and a clean filter named by .gitattributes (committed, as a project would), each
-    writing `marker`-NAME when run."""
-    import stat
-    import subprocess
-
-    def script(name):
-        path = repo.parent / f"evil-{name}"
-        path.write_text(f"#!/bin/sh\ntouch {marker}-{name}\ncat\n")
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-        return str(path)
-
-    hook = repo / ".git" / "hooks" / "post-checkout"
-    hook.write_text(f"#!/bin/sh\ntouch {marker}-hook\n")
-    hook.chmod(0o755)
-    (repo / ".git" / "hooks" / "reference-transaction").write_text(f"#!/bin/sh\ntouch {marker}-ref\n")
-    (repo / ".git" / "hooks" / "reference-transaction").chmod(0o755)
-    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
-
-    def run(*args):
-        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-
-    run("add", ".gitattributes")
-    run("-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.hooksPath=/dev/null", "commit", "-qm", "attributes")
-    run("config", "core.fsmonitor", script("fsmonitor"))
-    run("config", "filter.evil.smudge", script("smudge"))
-    run("config", "filter.evil.clean", script("clean"))
-    run("config", "filter.evil.required", "true")
-    run("config", "diff.evil.textconv", script("textconv"))
-    (repo.parent / "included").write_text(f'[filter "other"]\n\tprocess = {script("process")}\n')
-    run("config", "include.path", str(repo.parent / "included"))
-    (repo / "README").write_text("changed\n")  # a modified file: status hashes it (the clean filter)
 
 
 async def test_git_runs_nothing_the_checkout_names(repo, tmp_path):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+from config_files import refused
 
 import config
 from config import registration
@@ -140,11 +141,7 @@ def test_an_unknown_key_is_one_line_naming_the_closest_known_key(tmp_path, data,
 
 def test_a_typo_exits_2_from_the_command_line_in_one_line(tmp_path):
     path = write(tmp_path, "owner: '@me:localhost'\nagents:\n  alice:\n    titel: Alice\n    comand: [x]\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2, result
-    assert result.stderr.strip().splitlines() == [
+    assert refused("check", path) == [
         f"{path}: agents.alice.titel: unknown key — did you mean title?",
         f"{path}: agents.alice.comand: unknown key — did you mean command?",
     ]
@@ -193,21 +190,13 @@ NON_FINITE = [
 @pytest.mark.parametrize("text,expected", NON_FINITE, ids=[e.split(":")[0] for _, e in NON_FINITE])
 def test_a_non_finite_number_is_one_line_and_exit_2(tmp_path, text, expected):
     path = write(tmp_path, "owner: '@me:localhost'\n" + text)
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2, result
-    assert result.stderr.strip().splitlines() == [f"{path}: {expected}"]
+    assert refused("check", path) == [f"{path}: {expected}"]
 
 
 def test_a_file_that_is_not_utf8_is_one_line_and_exit_2(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_bytes(b"owner: '@me:localhost'\nagents:\n  alice:\n    title: Ren\xe9\n    command: [x]\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "run", "-c", str(path)], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2, result
-    assert result.stderr.strip().splitlines() == [f"{path}: line 4: not UTF-8 text (byte 0xe9): save the file as UTF-8"]
+    assert refused("run", path) == [f"{path}: line 4: not UTF-8 text (byte 0xe9): save the file as UTF-8"]
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
@@ -227,24 +216,13 @@ def test_every_problem_is_reported_at_once(tmp_path):
 @pytest.mark.parametrize("data,expected", BAD[:3] + BAD[-2:], ids=lambda v: str(v)[:30])
 def test_cli_exits_2_with_one_line_per_problem(tmp_path, command, data, expected):
     path = write(tmp_path, data)
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", command, "-c", path], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2, result
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"{path}: ") and expected in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
+    lines = refused(command, path)
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: ") and expected in lines[0], lines
+    assert not any("Traceback" in line for line in lines)
 
 
 def test_missing_config_file_is_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "run", "-c", str(tmp_path / "nope.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"{tmp_path / 'nope.yaml'}: file not found"
+    assert refused("run", tmp_path / "nope.yaml") == [f"{tmp_path / 'nope.yaml'}: file not found"]
 
 
 def test_registration_is_0600_with_random_tokens_and_exclusive_namespace(tmp_path):
@@ -336,20 +314,22 @@ def test_distinct_registrations_do_not_clash_and_overlapping_ones_do(tmp_path):
     assert any("would claim the bot @sidekicks_ben:localhost" in p for p in caught.value.problems)
 
 
-def test_registration_command_refuses_a_clash_listed_in_homeserver_config(tmp_path):
+def ana_listed_and_cy_after(tmp_path):
+    """Ana's registration listed in a homeserver.yaml, and Cy's config (a wider puppet prefix,
+    clashing) naming that file: (the file, Cy's config)."""
     ana = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks")
     registration.ensure(ana, others=[])
     hs_yaml = tmp_path / "homeserver.yaml"
     hs_yaml.write_text(
         yaml.safe_dump({"server_name": "localhost", "app_service_config_files": [str(ana.registration_path)]})
     )
-    cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy", config=str(hs_yaml))
+    return hs_yaml, person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy", config=str(hs_yaml))
+
+
+def test_registration_command_refuses_a_clash_listed_in_homeserver_config(tmp_path):
+    hs_yaml, cy = ana_listed_and_cy_after(tmp_path)
     assert cy.homeserver_config == hs_yaml
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "registration", "-c", str(cy.path)], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2, result
-    [line] = result.stderr.strip().splitlines()
+    [line] = refused("registration", cy.path)
     assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line
     # its own registration listed there is no clash: writing it again is fine
     ana_again = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks", config=str(hs_yaml))
@@ -357,19 +337,9 @@ def test_registration_command_refuses_a_clash_listed_in_homeserver_config(tmp_pa
 
 
 def test_run_refuses_to_start_on_a_clash(tmp_path):
-    ana = person(tmp_path, "ana", "sk_", "sidekicks", "sidekicks")
-    registration.ensure(ana, others=[])
-    hs_yaml = tmp_path / "homeserver.yaml"
-    hs_yaml.write_text(
-        yaml.safe_dump({"server_name": "localhost", "app_service_config_files": [str(ana.registration_path)]})
-    )
-    cy = person(tmp_path, "cy", "sk_cy_", "sidekicks_cy", "sidekicks_cy", config=str(hs_yaml))
+    _, cy = ana_listed_and_cy_after(tmp_path)
     registration.ensure(cy, others=[])  # written before the other bridge appeared
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "run", "-c", str(cy.path)], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2, result
-    [line] = result.stderr.strip().splitlines()
+    [line] = refused("run", cy.path)
     assert "appservice.puppet_prefix: 'sk_cy_' claims users that" in line
 
 

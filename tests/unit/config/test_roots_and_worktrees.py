@@ -4,34 +4,18 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
-import yaml
+from config_files import agent_problems, refused, write_agent
 
 import config
-
-BASE = {"owner": "@me:localhost", "homeserver": {"url": "http://127.0.0.1:8008"}}
-
-
-def write(tmp_path, agent: dict) -> str:
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump({**BASE, "agents": {"alice": {"command": ["x"], **agent}}}))
-    return str(path)
-
-
-def problems(tmp_path, agent: dict) -> list[str]:
-    path = write(tmp_path, agent)
-    with pytest.raises(config.ConfigError) as caught:
-        config.load(path)
-    return [line[len(path) + 2 :] for line in caught.value.problems]
 
 
 def test_roots_default_to_the_cwd_and_worktrees_to_off(tmp_path):
     (tmp_path / "code").mkdir()
-    alice = config.load(write(tmp_path, {"cwd": "code"})).agents["alice"]
+    alice = config.load(write_agent(tmp_path, {"cwd": "code"})).agents["alice"]
     assert alice.roots == (str(tmp_path / "code"),) and alice.worktrees is False
-    nowhere = config.load(write(tmp_path, {})).agents["alice"]
+    nowhere = config.load(write_agent(tmp_path, {})).agents["alice"]
     assert nowhere.roots == () and nowhere.cwd is None
 
 
@@ -40,9 +24,11 @@ def test_roots_are_folders_relative_to_the_config_file_links_resolved(tmp_path, 
     for folder in ("code", "notes", "home/docs"):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "notes")
-    alice = config.load(write(tmp_path, {"cwd": "code", "roots": ["code", "link", "~/docs", "code"]})).agents["alice"]
+    alice = config.load(write_agent(tmp_path, {"cwd": "code", "roots": ["code", "link", "~/docs", "code"]})).agents[
+        "alice"
+    ]
     assert alice.roots == (str(tmp_path / "code"), str(tmp_path / "notes"), str(tmp_path / "home" / "docs"))
-    one = config.load(write(tmp_path, {"roots": "notes"})).agents["alice"]
+    one = config.load(write_agent(tmp_path, {"roots": "notes"})).agents["alice"]
     assert one.roots == (str(tmp_path / "notes"),)
 
 
@@ -62,29 +48,25 @@ def test_roots_are_folders_relative_to_the_config_file_links_resolved(tmp_path, 
     ],
 )
 def test_a_bad_roots_or_worktrees_value_is_one_line(tmp_path, agent, expected):
-    assert problems(tmp_path, agent) == [expected]
+    assert agent_problems(tmp_path, agent) == [expected]
 
 
 def test_worktrees_on_needs_a_cwd_in_a_git_checkout(tmp_path):
     (tmp_path / "plain").mkdir()
-    assert problems(tmp_path, {"cwd": "plain", "worktrees": "on"}) == [
+    assert agent_problems(tmp_path, {"cwd": "plain", "worktrees": "on"}) == [
         f"agents.alice.worktrees: on needs a cwd inside a git checkout; {tmp_path / 'plain'} is not in one"
     ]
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    alice = config.load(write(tmp_path, {"cwd": "repo/src", "worktrees": True})).agents["alice"]
+    alice = config.load(write_agent(tmp_path, {"cwd": "repo/src", "worktrees": True})).agents["alice"]
     assert alice.worktrees is True and alice.cwd == str(repo / "src")
     assert config.loader.git_checkout(str(repo / "src")) == str(repo)
 
 
 def test_a_bad_root_exits_2_from_the_command_line_in_one_line(tmp_path):
-    path = write(tmp_path, {"roots": ["missing"], "worktrees": "sometimes"})
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2, result
-    assert result.stderr.strip().splitlines() == [
+    path = write_agent(tmp_path, {"roots": ["missing"], "worktrees": "sometimes"})
+    assert refused("check", path) == [
         f"{path}: agents.alice.roots: folder does not exist: {tmp_path / 'missing'}",
         f"{path}: agents.alice.worktrees: must be on or off, got 'sometimes'",
     ]

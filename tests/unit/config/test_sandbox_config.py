@@ -4,36 +4,19 @@ makes of it (bridge/agent_specs.py): what is writable, what is hidden."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import yaml
+from config_files import BASE, agent_problems, refused, write_agent
 
 import config
 from bridge.agent_specs import sandbox_line, sandbox_of, spec_of, unsandboxed
 from config.model import SandboxConfig
 
-BASE = {"owner": "@me:localhost", "homeserver": {"url": "http://127.0.0.1:8008"}}
-
-
-def write(tmp_path, agent: dict, name: str = "alice") -> str:
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump({**BASE, "agents": {name: {"command": ["x"], **agent}}}))
-    return str(path)
-
-
-def problems(tmp_path, agent: dict) -> list[str]:
-    path = write(tmp_path, agent)
-    with pytest.raises(config.ConfigError) as caught:
-        config.load(path)
-    return [line[len(path) + 2 :] for line in caught.value.problems]
-
 
 def test_on_by_default_and_on_off_as_yaml_writes_them(tmp_path):
-    assert config.load(write(tmp_path, {})).agents["alice"].sandbox == SandboxConfig()
+    assert config.load(write_agent(tmp_path, {})).agents["alice"].sandbox == SandboxConfig()
     for value, on in ((True, True), (False, False), ("on", True), ("off", False), ("OFF", False)):
-        assert config.load(write(tmp_path, {"sandbox": value})).agents["alice"].sandbox.on is on
+        assert config.load(write_agent(tmp_path, {"sandbox": value})).agents["alice"].sandbox.on is on
     # YAML's own on/off, unquoted
     path = tmp_path / "config.yaml"
     path.write_text("owner: '@me:localhost'\nagents:\n  alice: {command: [x], sandbox: off}\n")
@@ -44,7 +27,7 @@ def test_a_mapping_names_paths_and_the_network(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     box = (
         config.load(
-            write(tmp_path, {"sandbox": {"write": ["~/.claude", "state"], "read": "~/models", "network": "off"}})
+            write_agent(tmp_path, {"sandbox": {"write": ["~/.claude", "state"], "read": "~/models", "network": "off"}})
         )
         .agents["alice"]
         .sandbox
@@ -55,40 +38,35 @@ def test_a_mapping_names_paths_and_the_network(tmp_path, monkeypatch):
         read=(str(tmp_path / "home" / "models"),),
         network=False,
     )
-    assert config.load(write(tmp_path, {"sandbox": {}})).agents["alice"].sandbox == SandboxConfig()
+    assert config.load(write_agent(tmp_path, {"sandbox": {}})).agents["alice"].sandbox == SandboxConfig()
 
 
 def test_bad_values_one_line_each(tmp_path):
-    assert problems(tmp_path, {"sandbox": "maybe"}) == [
+    assert agent_problems(tmp_path, {"sandbox": "maybe"}) == [
         "agents.alice.sandbox: must be on, off or a mapping like {write: [~/.claude], network: on}, got 'maybe'"
     ]
-    assert problems(tmp_path, {"sandbox": {"write": [1], "read": {"a": 1}, "network": "sometimes"}}) == [
+    assert agent_problems(tmp_path, {"sandbox": {"write": [1], "read": {"a": 1}, "network": "sometimes"}}) == [
         "agents.alice.sandbox.write: must be a list of paths, like [~/.claude, ~/models]",
         "agents.alice.sandbox.read: must be a list of paths, like [~/.claude, ~/models]",
         "agents.alice.sandbox.network: must be on or off, got 'sometimes'",
     ]
-    assert problems(tmp_path, {"sandbox": {"write": ["/"]}}) == [
+    assert agent_problems(tmp_path, {"sandbox": {"write": ["/"]}}) == [
         "agents.alice.sandbox.write: must not be / (that is the whole system: use sandbox: off)"
     ]
 
 
 def test_unknown_keys_are_refused_naming_the_closest(tmp_path):
-    assert problems(tmp_path, {"sandbox": {"writes": ["a"], "netwrk": "off"}}) == [
+    assert agent_problems(tmp_path, {"sandbox": {"writes": ["a"], "netwrk": "off"}}) == [
         "agents.alice.sandbox.netwrk: unknown key — did you mean network?",
         "agents.alice.sandbox.writes: unknown key — did you mean write?",
     ]
-    assert problems(tmp_path, {"sandbx": "off"}) == ["agents.alice.sandbx: unknown key — did you mean sandbox?"]
+    assert agent_problems(tmp_path, {"sandbx": "off"}) == ["agents.alice.sandbx: unknown key — did you mean sandbox?"]
 
 
 def test_a_bad_sandbox_stops_the_command_line_with_exit_2(tmp_path):
-    path = write(tmp_path, {"sandbox": {"network": "maybe"}})
-    done = subprocess.run(
-        [sys.executable, "-m", "bridge", "check", "-c", path], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 2
-    assert (
-        done.stderr.strip().splitlines()[-1].endswith("agents.alice.sandbox.network: must be on or off, got 'maybe'")
-    ), done.stderr
+    path = write_agent(tmp_path, {"sandbox": {"network": "maybe"}})
+    lines = refused("check", path)
+    assert lines[-1].endswith("agents.alice.sandbox.network: must be on or off, got 'maybe'"), lines
 
 
 # ---- what the bridge makes of it (bridge/agent_specs.py) ---------------------------------------
@@ -100,7 +78,7 @@ def test_the_sandbox_writes_cwd_roots_worktrees_and_config_paths_and_hides_the_b
     (repo / "sub").mkdir()
     (tmp_path / "notes").mkdir()
     cfg = config.load(
-        write(
+        write_agent(
             tmp_path,
             {
                 "cwd": "repo/sub",
@@ -132,11 +110,11 @@ def test_the_sandbox_writes_cwd_roots_worktrees_and_config_paths_and_hides_the_b
 
 
 def test_off_and_ssh_have_no_sandbox_and_say_why(tmp_path):
-    cfg = config.load(write(tmp_path, {"sandbox": "off"}))
+    cfg = config.load(write_agent(tmp_path, {"sandbox": "off"}))
     assert sandbox_of(cfg, cfg.agents["alice"]) is None and spec_of(cfg, "alice").sandbox is None
     assert sandbox_line(cfg, "alice") == "off (agents.alice.sandbox: off): it reaches what the bridge reaches"
     assert "agents.alice.sandbox: off" in unsandboxed(cfg, "alice")
-    remote = config.load(write(tmp_path, {"command": ["ssh", "-o", "BatchMode=yes", "box", "agent"]}))
+    remote = config.load(write_agent(tmp_path, {"command": ["ssh", "-o", "BatchMode=yes", "box", "agent"]}))
     assert sandbox_of(remote, remote.agents["alice"]) is None
     assert sandbox_line(remote, "alice") == (
         "remote over ssh to box (not sandboxed by the bridge; files it names are not read here)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from appservice_kit import AUTH, serving
 
 from bridge.matrix.appservice import DeviceTraffic, Transaction, device_traffic, transaction_key
-from bridge.matrix.dispatch import Dispatcher, Encryption
+from bridge.matrix.dispatch import OWNER_KINDS, Dispatcher, Encryption
 from store import keys
 
 TO_DEVICE = {
@@ -211,17 +211,7 @@ def owned_dispatcher() -> Dispatcher:
     async def nothing(event, room_id, sender, content):
         pass
 
-    kinds = (
-        "m.room.member",
-        "m.room.message",
-        "m.sticker",
-        "m.poll.start",
-        "org.matrix.msc3381.poll.start",
-        "m.reaction",
-        "m.room.redaction",
-        "m.room.name",
-        "m.room.tombstone",
-    )
+    kinds = ("m.room.member", *OWNER_KINDS)
     is_owner = Config.owners.__contains__
     return Dispatcher(
         Config,

@@ -7,6 +7,7 @@ the tests fail, not skip: CI must install them.
 """
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,7 +103,8 @@ def durable_backend(request, tmp_path) -> Backend:
     return _backend(request.param, request, tmp_path)
 
 
-def _opener(backend: Backend):
+def _opening(backend: Backend) -> Iterator[Callable[[], Store]]:
+    """Yields what opens a Store on `backend`; every one opened is closed afterwards."""
     opened: list[Store] = []
 
     def open_store() -> Store:
@@ -110,24 +112,20 @@ def _opener(backend: Backend):
         opened.append(store)
         return store
 
-    return open_store, opened
+    yield open_store
+    for store in opened:
+        store.close()
 
 
 @pytest.fixture
 def open_store(backend):
     """Opens a Store on the test's database; all are closed after the test."""
-    opener, opened = _opener(backend)
-    yield opener
-    for store in opened:
-        store.close()
+    yield from _opening(backend)
 
 
 @pytest.fixture
 def open_durable(durable_backend):
-    opener, opened = _opener(durable_backend)
-    yield opener
-    for store in opened:
-        store.close()
+    yield from _opening(durable_backend)
 
 
 @pytest.fixture

@@ -100,30 +100,19 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
             if v >= 5:
                 m.Schema.insert(version=v).execute()
             if 7 <= v < 12:  # what an agent scheduled, before the owner approved repeating ones
-                m.Schedule.insert(
-                    id="s1",
-                    channel_id="c1",
-                    conversation="",
-                    number=1,
-                    agent="alice",
-                    prompt="every minute",
-                    cron="* * * * *",
-                    due=5,
-                    state="active",
-                    created=1,
-                ).execute()
-                m.Schedule.insert(
-                    id="s2",
-                    channel_id="c1",
-                    conversation="",
-                    number=2,
-                    agent="alice",
-                    prompt="once",
-                    cron=None,
-                    due=5,
-                    state="active",
-                    created=1,
-                ).execute()
+                for number, prompt, cron in ((1, "every minute", "* * * * *"), (2, "once", None)):
+                    m.Schedule.insert(
+                        id=f"s{number}",
+                        channel_id="c1",
+                        conversation="",
+                        number=number,
+                        agent="alice",
+                        prompt=prompt,
+                        cron=cron,
+                        due=5,
+                        state="active",
+                        created=1,
+                    ).execute()
                 db.execute_sql("ALTER TABLE sk_schedule DROP COLUMN approved")
             if v < 9:  # after the history is in: the model writes the column
                 db.execute_sql("DROP INDEX IF EXISTS sk_message_channel_id_conversation_id")

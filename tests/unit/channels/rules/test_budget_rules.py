@@ -7,13 +7,11 @@ from datetime import UTC, datetime
 import pytest
 
 from bridge.channels.rules.budget_rules import (
+    Whose,
     budget_args,
     budget_from,
     budget_words,
     channel_budget_args,
-    channel_budget_words,
-    channel_refusal,
-    channel_stop_line,
     over,
     period_end,
     period_of,
@@ -45,20 +43,54 @@ def test_the_cap_is_the_budget_and_what_was_raised():
     assert not over(Budget(0.0, "day"), Spent())  # nothing reported: never over, never guessed
 
 
-def test_the_words():
-    spent = Spent(5.2, 0, "USD", True)
-    assert stop_line("Alice", DAY, spent) == (
-        "⛔ stopped: Alice reached its budget, $5.20 of $5.00 today (UTC). !budget raise AMOUNT lets it go on."
-    )
-    assert "answers again after 2027-01-01 00:00 UTC" in refusal("Alice", DAY, spent, NOW)
-    assert budget_words("Alice", DAY, spent) == "Alice: $5.20 of $5.00 today (UTC) — spent: new prompts are refused."
-    assert "reported no cost" in budget_words("Alice", DAY, Spent())
-    assert "nothing is guessed" in budget_words("Alice", DAY, Spent())
-    assert (
-        budget_words("Alice", None, Spent(1, 0, "EUR", True)) == "Alice has no budget; it reported €1.00 today (UTC)."
-    )
+def test_the_usage_note():
     assert usage_note(12_300, 200_000, 0.031, "USD") == "context 12.3k/200k · $0.03"
     assert usage_note(900, 0, None, None) == "context 900"
+
+
+AGENT, CHANNEL = Whose.agent("Alice"), Whose.channel("general")
+ONE = Budget(1.0, "day")
+SPENT = Spent(1.2, 0, "USD", True)
+
+# the same cases for an agent's budget and a channel's: the words differ only in whose it is
+WORDS = {
+    AGENT: {
+        "stopped": "⛔ stopped: Alice reached its budget, $1.20 of $1.00 today (UTC). "
+        "!budget raise AMOUNT lets it go on.",
+        "refused": "⛔ Alice has spent its budget today (UTC) ($1.20 of $1.00): it answers again after "
+        "2027-01-01 00:00 UTC, or after !budget raise AMOUNT.",
+        "over": "Alice: $1.20 of $1.00 today (UTC) — spent: new prompts are refused.",
+        "raised": "Alice: $1.20 of $3.00 this month (UTC) (raised by $1.00) — within it.",
+        "unreported": "Alice: budget 1.00 today (UTC); it has reported no cost, so it cannot be held to it "
+        "(nothing is guessed).",
+        "no budget": "Alice has no budget, and has reported no cost today.",
+        "no budget, reported": "Alice has no budget; it reported €1.00 today (UTC).",
+    },
+    CHANNEL: {
+        "stopped": "⛔ stopped: #general reached its budget, $1.20 of $1.00 today (UTC). "
+        "!budget channel raise AMOUNT lets it go on.",
+        "refused": "⛔ #general has spent its budget today (UTC) ($1.20 of $1.00): agents answer here again after "
+        "2027-01-01 00:00 UTC, or after !budget channel raise AMOUNT.",
+        "over": "#general: $1.20 of $1.00 today (UTC) — spent: new prompts here are refused.",
+        "raised": "#general: $1.20 of $3.00 this month (UTC) (raised by $1.00) — within it.",
+        "unreported": "#general: budget 1.00 today (UTC); its agents have reported no cost, so it cannot be "
+        "held to it (nothing is guessed).",
+        "no budget": "#general has no budget, and its agents have reported no cost today.",
+        "no budget, reported": "#general has no budget; its agents reported €1.00 today (UTC).",
+    },
+}
+
+
+@pytest.mark.parametrize("whose", [AGENT, CHANNEL], ids=["agent", "channel"])
+def test_the_words_of_an_agents_and_a_channels_budget(whose):
+    words = WORDS[whose]
+    assert stop_line(whose, ONE, SPENT) == words["stopped"]
+    assert refusal(whose, ONE, SPENT, NOW) == words["refused"]
+    assert budget_words(whose, ONE, SPENT) == words["over"]
+    assert budget_words(whose, Budget(2.0, "month"), Spent(1.2, 1.0, "USD", True)) == words["raised"]
+    assert budget_words(whose, ONE, Spent()) == words["unreported"]
+    assert budget_words(whose, None, Spent()) == words["no budget"]
+    assert budget_words(whose, None, Spent(1, 0, "EUR", True)) == words["no budget, reported"]
 
 
 def test_budget_arguments():
@@ -87,25 +119,3 @@ def test_a_stored_channel_budget_reads_back_and_nothing_else_is_a_cap():
     assert budget_from(stored_budget(Budget(2.5, "month"))) == Budget(2.5, "month")
     for bad in (None, "", "{", "[]", '{"cost": 1}', '{"cost": "1", "per": "day"}', '{"cost": -1, "per": "day"}'):
         assert budget_from(bad) is None
-
-
-def test_the_channel_words():
-    spent = Spent(1.2, 0, "USD", True)
-    assert channel_stop_line("general", Budget(1.0, "day"), spent) == (
-        "⛔ stopped: #general reached its budget, $1.20 of $1.00 today (UTC). "
-        "!budget channel raise AMOUNT lets it go on."
-    )
-    assert channel_refusal("general", Budget(1.0, "day"), spent, NOW) == (
-        "⛔ #general has spent its budget today (UTC) ($1.20 of $1.00): agents answer here again "
-        "after 2027-01-01 00:00 UTC, or after !budget channel raise AMOUNT."
-    )
-    assert channel_budget_words("general", Budget(1.0, "day"), spent) == (
-        "#general: $1.20 of $1.00 today (UTC) — spent: new prompts here are refused."
-    )
-    assert channel_budget_words("general", Budget(2.0, "day"), Spent(1.2, 1.0, "USD", True)) == (
-        "#general: $1.20 of $3.00 today (UTC) (raised by $1.00) — within it."
-    )
-    assert "nothing is guessed" in channel_budget_words("general", Budget(1.0, "day"), Spent())
-    assert channel_budget_words("general", None, Spent()) == (
-        "#general has no budget, and its agents have reported no cost today."
-    )

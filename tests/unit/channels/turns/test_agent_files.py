@@ -117,15 +117,20 @@ def test_a_file_over_the_cap_and_a_folder_and_a_missing_file_are_refused(cwd):
     assert "absolute" in refused(read_agent_file("notes.txt", cwd, [], MIB))
 
 
-def test_roots_for_an_agent_forbid_the_config_data_and_registration_folders(tmp_path):
-    agents = {"alice": SimpleNamespace(cwd=str(tmp_path / "work")), "bob": SimpleNamespace(cwd=None)}
-    config = SimpleNamespace(
-        agents=agents,
+def two_agents(tmp_path, work, data_dir) -> SimpleNamespace:
+    """A config of alice (working in `work`) and bob (no cwd), its own folders under `tmp_path`
+    but the data folder `data_dir`."""
+    return SimpleNamespace(
+        agents={"alice": SimpleNamespace(cwd=str(work)), "bob": SimpleNamespace(cwd=None)},
         path=tmp_path / "cfg" / "config.yaml",
-        data_dir=tmp_path / "data",
+        data_dir=data_dir,
         registration_path=tmp_path / "reg" / "registration.yaml",
         homeserver_config=None,
     )
+
+
+def test_roots_for_an_agent_forbid_the_config_data_and_registration_folders(tmp_path):
+    config = two_agents(tmp_path, tmp_path / "work", tmp_path / "data")
     roots = roots_for(config, "alice")
     assert roots.allowed == str(tmp_path / "work")
     assert set(roots.forbidden) == {str(tmp_path / "cfg"), str(tmp_path / "data"), str(tmp_path / "reg")}
@@ -141,14 +146,7 @@ def test_roots_for_a_session_follow_the_directory_it_works_in(tmp_path):
     (work / "main.txt").write_text("main")
     (tree / "mine.txt").write_text("mine")
     (work / "data" / "keys").write_text("secret")
-    agents = {"alice": SimpleNamespace(cwd=str(work)), "bob": SimpleNamespace(cwd=None)}
-    config = SimpleNamespace(
-        agents=agents,
-        path=tmp_path / "cfg" / "config.yaml",
-        data_dir=work / "data",
-        registration_path=tmp_path / "reg" / "registration.yaml",
-        homeserver_config=None,
-    )
+    config = two_agents(tmp_path, work, work / "data")
     in_tree = roots_for(config, "alice", str(tree))
     assert in_tree.allowed == str(tree)
     assert in_tree.forbidden == roots_for(config, "alice").forbidden

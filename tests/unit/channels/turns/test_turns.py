@@ -31,13 +31,18 @@ def _read(store, channel, agent="alice", limit=20, queued=0):
     return context_reader(channel.id, limit, queued)(store, store.member(channel.id, agent))
 
 
+def _seen_up_to(store, channel, message_id):
+    """alice saw up to `message_id` in a session that is not new: what she reads next."""
+    store.mark_seen(channel.id, "alice", message_id)
+    store.set_fresh(channel.id, "alice", False)
+    return _read(store, channel)
+
+
 def test_a_member_that_saw_part_reads_only_what_came_after(store):
     channel, ids = _channel(
         store, ("me", "one"), ("alice", "first answer"), ("me", "two"), ("bob", "bob says"), ("me", "three")
     )
-    store.mark_seen(channel.id, "alice", ids[1])
-    store.set_fresh(channel.id, "alice", False)
-    read = _read(store, channel)
+    read = _seen_up_to(store, channel, ids[1])
     assert unseen_lines(read, "alice", ids[4], False, 20) == [
         UnseenMessage("user", "two"),
         UnseenMessage("bob", "bob says"),
@@ -48,9 +53,7 @@ def test_a_fresh_session_reads_the_newest_whatever_was_seen(store):
     """The member saw everything, but its session turned out new (fresh): it is told the channel
     again, its own answers included (the new session never saw them)."""
     channel, ids = _channel(store, ("me", "one"), ("alice", "first answer"), ("me", "two"))
-    store.mark_seen(channel.id, "alice", ids[1])
-    store.set_fresh(channel.id, "alice", False)
-    read = _read(store, channel)
+    read = _seen_up_to(store, channel, ids[1])
     assert unseen_lines(read, "alice", ids[2], True, 20) == [
         UnseenMessage("user", "one"),
         UnseenMessage("alice", "first answer"),

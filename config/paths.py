@@ -43,7 +43,7 @@ def write_private(path: Path, text: str) -> None:
     leaves the old file or the new one, never half of it. Folders it creates are 0700.
     """
     path = Path(path)
-    make_folders(path.parent)
+    _make_folders(path.parent)
     for _ in range(100):
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         try:
@@ -76,10 +76,10 @@ def write_private(path: Path, text: str) -> None:
         pass
 
 
-def make_folders(folder: Path) -> None:
+def _make_folders(folder: Path) -> None:
     """mkdir -p, each missing level 0700 (Path.mkdir gives missing parents the umask's mode)."""
     missing = []
-    while not folder.exists() and folder != folder.parent:
+    while not folder.exists():
         missing.append(folder)
         folder = folder.parent
     for level in reversed(missing):

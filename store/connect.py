@@ -7,8 +7,6 @@ from typing import Any
 
 import peewee as pw
 
-from config.paths import make_folders
-
 from .errors import StoreError, StoreUnavailable
 from .locks import FileLock, PgAdvisoryLock
 from .resilience import application_name
@@ -80,7 +78,16 @@ def connect(database: str, folder: str | Path | None) -> tuple[pw.Database, Lock
 
 def _private(folder: Path) -> None:
     """The data folder is the owner's alone (0700): it holds the history and secrets."""
-    make_folders(folder)  # each missing level 0700
+    missing = []
+    while not folder.exists() and folder != folder.parent:  # each missing level 0700
+        missing.append(folder)
+        folder = folder.parent
+    for level in reversed(missing):
+        try:
+            level.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    folder = missing[0] if missing else folder
     info = folder.stat()
     if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
         os.chmod(folder, stat.S_IMODE(info.st_mode) & 0o700)

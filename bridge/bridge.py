@@ -26,7 +26,7 @@ from store.offloop import OffLoop
 from . import agent_specs
 from .channels.asks.permissions import Permissions
 from .channels.base.notices import Notices
-from .channels.base.parts import ChannelParts
+from .channels.base.parts import ChannelParts, RoomParts
 from .channels.base.registry import Channels
 from .channels.commands.budgets import COMMANDS as BUDGET_COMMANDS
 from .channels.commands.budgets import Budgets
@@ -134,6 +134,7 @@ class Bridge:
         # the parts below (channels/base/parts.py)
         self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
         channels = self.channels
+        rooms = RoomParts(config, db, channels, identities, notices)  # what a part in rooms works with
         if self.e2ee is not None:
             self.e2ee.plug(channels, identities, notices)
         self.presence = Presence(identities)  # online while running (matrix/presence.py)
@@ -142,11 +143,11 @@ class Bridge:
         self.permissions = Permissions(config, channels, identities, notices, coding_render.permission)
         self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
         # modes, models, options, usage (coding/settings.py)
-        self.settings = SessionSettings(config, db, self.pool, channels, identities, notices, self.aliases)
+        self.settings = SessionSettings(rooms, self.pool, self.aliases)
         # what agents cost, their budgets, !budget (channels/commands/budgets.py)
         self.budgets = Budgets(config, db, channels, notices, self.aliases)
         # where each conversation's agent works: !cwd, the threads' worktrees (coding/workplaces.py)
-        self.places = WorkPlaces(config, db, channels, identities, notices, self.aliases)
+        self.places = WorkPlaces(rooms, self.aliases)
         self.recovery = Recovery(db, config, channels, identities, self.run_id)
         self.scheduler = Scheduler(
             db, channels, identities, self.run_id
@@ -157,12 +158,8 @@ class Bridge:
         # the bot's commands; other parts register channel commands: coding/ (!mode, !model,
         # !config, !status; !cwd, !worktrees), channels/turns/sessions.py (!sessions, !resume, !reset, !fork)
         self.commands = BotCommands(
-            config,
-            db,
+            rooms,
             self.pool,
-            channels,
-            identities,
-            notices,
             self.command_descriptions,
             self.scheduler,
             {

@@ -135,8 +135,6 @@ class Bridge:
         self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
         channels = self.channels
         rooms = RoomParts(config, db, channels, identities, notices)  # what a part in rooms works with
-        if self.e2ee is not None:
-            self.e2ee.plug(channels, identities, notices)
         self.presence = Presence(identities)  # online while running (matrix/presence.py)
         self.command_descriptions = CommandDescriptions(db, config, identities)  # MSC4391 (matrix/msc4391.py)
         # asks the owner; a request shown as coding/render.py draws it
@@ -216,7 +214,7 @@ class Bridge:
         if self.e2ee is not None:
             from .e2ee.crypto import Decrypting
 
-            encryption: Encryption = Decrypting(self.e2ee)
+            encryption: Encryption = Decrypting(self.e2ee, channels, identities, notices)
         else:
             encryption = Encryption(self.inbound.say_encrypted, self.inbound.is_owner)
         # every incoming event passes it (matrix/dispatch.py), to its kind's handler

@@ -32,7 +32,6 @@ from .channels.commands.budgets import COMMANDS as BUDGET_COMMANDS
 from .channels.commands.budgets import Budgets
 from .channels.commands.commands import BotCommands
 from .channels.events.inbound import Inbound
-from .channels.events.upgrade import RoomUpgrades
 from .channels.recovery.recovery import Recovery
 from .channels.rules.command_parse import SESSION_COMMANDS
 from .channels.schedules.scheduler import Scheduler
@@ -47,7 +46,6 @@ from .coding.work import Work
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS
 from .coding.workplaces import WorkPlaces
 from .matrix.appservice import AppserviceServer, TransactionOrder
-from .matrix.dispatch import Dispatcher, Encryption
 from .matrix.identities import Identities
 from .matrix.intent import Outgoing
 from .matrix.msc4391 import CommandDescriptions
@@ -197,31 +195,24 @@ class Bridge:
             places=self.places,
             budgets=self.budgets,
         )
-        # what each incoming event does (channels/events/inbound.py, channels/events/upgrade.py)
+        encryption = None  # rooms that cannot be read, said once (matrix/dispatch.py `Encryption`)
+        if self.e2ee is not None:
+            from .e2ee.crypto import Decrypting
+
+            encryption = Decrypting(self.e2ee, channels, identities, notices)
+        # what each incoming event does (channels/events/inbound.py), and the dispatcher every
+        # incoming event passes to its kind's handler (matrix/dispatch.py), which Inbound makes
         self.inbound = Inbound(
-            config,
-            db,
-            channels,
-            identities,
-            notices,
+            rooms,
             self.commands,
             self.permissions,
             self.questions,
             self.command_descriptions,
+            self.outage,
+            encryption,
             redacted=self.places.redacted,  # a deleted thread's worktrees
         )
-        self.upgrades = RoomUpgrades(db, channels, identities, notices, self.command_descriptions)
-        if self.e2ee is not None:
-            from .e2ee.crypto import Decrypting
-
-            encryption: Encryption = Decrypting(self.e2ee, channels, identities, notices)
-        else:
-            encryption = Encryption(self.inbound.say_encrypted, self.inbound.is_owner)
-        # every incoming event passes it (matrix/dispatch.py), to its kind's handler
-        self.dispatcher = Dispatcher(
-            config, db, self._handlers(), self.outage, encryption, is_channel=channels.portals.__contains__
-        )
-        self.inbound.dispatcher = self.dispatcher  # catch-up and an invite's encryption go through it
+        self.dispatcher = self.inbound.dispatcher
         self.server = AppserviceServer(
             registration.hs_token,
             self.dispatcher.transaction,
@@ -448,23 +439,6 @@ class Bridge:
             log.info("homeserver ping failed (%s %s); trying again", status, body.get("error", body))
             await asyncio.sleep(0.5 * (attempt + 1))
         log.warning("homeserver ping failed: a backlog of messages may arrive late")
-
-    # ---- wiring -------------------------------------------------------------------------------
-
-    def _handlers(self) -> dict:
-        """The dispatcher's handler of each event kind (what it does: channels/events/inbound.py)."""
-        inbound = self.inbound
-        return {
-            "m.room.member": inbound.member,
-            "m.room.message": inbound.message,
-            "m.sticker": inbound.message,  # as an image (bridge/matrix/media.py)
-            "m.poll.start": inbound.message,  # as its question and answers
-            "org.matrix.msc3381.poll.start": inbound.message,
-            "m.reaction": inbound.reaction,
-            "m.room.redaction": inbound.redaction,
-            "m.room.name": inbound.room_name,
-            "m.room.tombstone": self.upgrades.room_upgraded,  # the channel moves (channels/events/upgrade.py)
-        }
 
     # for the command line and tests: the parts' state, read through the bridge that owns them
 

@@ -20,7 +20,7 @@ import aiohttp
 from acp import CODING_CLIENT_CAPABILITIES, Pool
 from config import Config
 from config.registration import Registration
-from store import Store, keys, new_id
+from store import Channel, Store, keys, new_id
 from store.offloop import OffLoop
 
 from . import agent_specs
@@ -81,13 +81,36 @@ def freeze_startup_objects() -> None:
 
 class Bridge:
     def __init__(self, config: Config, registration: Registration, store: Store, history_unavailable: bool = False):
-        self.config = config
-        self.registration = registration
-        self.store = store
+        self.config, self.registration, self.store = config, registration, store
+        self.history_unavailable = history_unavailable
         # the store's calls from the event loop, awaited on one database thread (store/offloop.py)
         self.db = OffLoop(store)
-        self.history_unavailable = history_unavailable
-        # how each agent starts, in its sandbox (agent_specs.py; the MCP socket added at start)
+        # this run's id: every turn it takes or claims is marked with it (store/turns.py)
+        self.run_id = new_id()
+        self._life_cycle()
+        # the parts, in the order of the pipeline, each handed what it needs (nothing imports
+        # this module back; docs/architecture.md "Design notes")
+        self._build_agents()
+        self._build_way_out()
+        self._build_channels()
+        self._build_way_in()
+
+    def _life_cycle(self) -> None:
+        """What start, stop and halt share."""
+        self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
+        self.halt_reason = ""
+        # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
+        # appservice still answers while answers finish) is run by the next start (recovery)
+        self.stopping = asyncio.Event()
+        self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
+        self._gap_pings: set[asyncio.Task] = set()
+        self._catching_up: set[asyncio.Task] = set()
+        self._watching: asyncio.Future | None = None  # the homeserver asked when idle (reachability.py)
+
+    def _build_agents(self) -> None:
+        """The agents: how each starts, in its sandbox (agent_specs.py; the MCP socket added at
+        start), their processes (acp), the names each is called by."""
+        config = self.config
         self.specs = agent_specs.specs(config)
         self.pool = Pool(
             self.specs,
@@ -97,65 +120,48 @@ class Bridge:
             client_capabilities=CODING_CLIENT_CAPABILITIES,
             on_state=self._on_state,
         )
-        self.aliases = {}
-        for name in config.agents:
-            self.aliases[name] = name
-            self.aliases[f"{config.puppet_prefix}{name}"] = name
-        self._gap_pings: set[asyncio.Task] = set()
-        # the homeserver answers again after failing: what it may have lost is read back
-        self.reachability = Reachability(self._back)
-        self._catching_up: set[asyncio.Task] = set()
-        self._watching: asyncio.Future | None = None  # the homeserver asked when idle (reachability.py)
-        self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
-        # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
-        # appservice still answers while answers finish) is run by the next start (recovery)
-        self.stopping = asyncio.Event()
-        self.halt_reason = ""
-        # this run's id: every turn it takes or claims is marked with it (store/turns.py)
-        self.run_id = new_id()
-        self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
+        self.aliases = {alias: name for name in config.agents for alias in (name, f"{config.puppet_prefix}{name}")}
 
-        # ---- the parts, each handed what it needs (nothing imports this module back) ----
-        # how room events leave, per room (bridge/matrix/intent.py): as they are, until encryption
-        self.outgoing: Outgoing = Outgoing()
-        self.e2ee = None  # with `encryption: on`, a device per identity (bridge/e2ee)
+    def _build_way_out(self) -> None:
+        """Who the bridge sends as and how events leave (bridge/matrix/intent.py): as they are,
+        or, with `encryption: on`, encrypted by a device per identity (bridge/e2ee)."""
+        config, token = self.config, self.registration.as_token
+        self.e2ee = None
+        self.outgoing = Outgoing()
         if config.encryption:
             from .e2ee.crypto import E2EE
 
-            self.e2ee = E2EE(config, self.db, registration.as_token)
+            self.e2ee = E2EE(config, self.db, token)
             self.outgoing = self.e2ee.outgoing
-        db = self.db
-        # the bot and the puppets: who the bridge sends as (matrix/identities.py)
-        self.identities = identities = Identities(config, registration.as_token, self.outgoing)
-        self.notices = notices = Notices(identities)  # what the bridge says in rooms (channels/base/notices.py)
-        # the open channels, the turns between them (channels/base/registry.py); a portal is handed
-        # the parts below (channels/base/parts.py)
-        self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
+        self.identities = Identities(config, token, self.outgoing)  # the bot and the puppets
+        self.notices = Notices(self.identities)  # what the bridge says in rooms
+        self.presence = Presence(self.identities)  # online while running
+        self.command_descriptions = CommandDescriptions(self.db, config, self.identities)  # MSC4391
+
+    def _build_channels(self) -> None:
+        """The open channels and the parts their portals and commands work with."""
+        config, db, pool, aliases = self.config, self.db, self.pool, self.aliases
+        identities, notices = self.identities, self.notices
+        # the open channels, the turns between them (channels/base/registry.py). The one part
+        # wired late: a portal is made with `self.parts`, which hold parts that look portals up
+        # in these channels (docs/architecture.md "Design notes")
+        self.channels: Channels[Portal] = Channels(db, self._open_portal)
         channels = self.channels
-        rooms = RoomParts(config, db, channels, identities, notices)  # what a part in rooms works with
-        self.presence = Presence(identities)  # online while running (matrix/presence.py)
-        self.command_descriptions = CommandDescriptions(db, config, identities)  # MSC4391 (matrix/msc4391.py)
+        self.rooms = rooms = RoomParts(config, db, channels, identities, notices)  # what a part in rooms works with
         # asks the owner; a request shown as coding/render.py draws it
         self.permissions = Permissions(config, channels, identities, notices, coding_render.permission)
         self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
-        # modes, models, options, usage (coding/settings.py)
-        self.settings = SessionSettings(rooms, self.pool, self.aliases)
-        # what agents cost, their budgets, !budget (channels/commands/budgets.py)
-        self.budgets = Budgets(config, db, channels, notices, self.aliases)
-        # where each conversation's agent works: !cwd, the threads' worktrees (coding/workplaces.py)
-        self.places = WorkPlaces(rooms, self.aliases)
+        self.settings = SessionSettings(rooms, pool, aliases)  # modes, models, options, usage
+        self.budgets = Budgets(config, db, channels, notices, aliases)  # what agents cost, !budget
+        self.places = WorkPlaces(rooms, aliases)  # where each conversation's agent works: !cwd, worktrees
         self.recovery = Recovery(db, config, channels, identities, self.run_id)
-        self.scheduler = Scheduler(
-            db, channels, identities, self.run_id
-        )  # scheduled work (channels/schedules/scheduler.py)
+        self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work
         # the agents' `matrix` MCP server (bridge/mcp)
         self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
         self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/turns/sessions.py)
-        # the bot's commands; other parts register channel commands: coding/ (!mode, !model,
-        # !config, !status; !cwd, !worktrees), channels/turns/sessions.py (!sessions, !resume, !reset, !fork)
-        self.commands = BotCommands(
+        self.commands = BotCommands(  # the bot's commands, and the channel commands of the parts above
             rooms,
-            self.pool,
+            pool,
             self.command_descriptions,
             self.scheduler,
             {
@@ -165,15 +171,14 @@ class Bridge:
                 **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS},
                 **{name: self.budgets.command for name in BUDGET_COMMANDS},
             },
-            self.aliases,
+            aliases,
             self.mcp.forget_channel,
         )
-        # while the store is away (bridge/outage.py)
-        self.outage = StoreOutage(db, self.halt, self.ping, identities)
-        self.parts = ChannelParts(
+        self.outage = StoreOutage(db, self.halt, self.ping, identities)  # while the store is away
+        self.parts = ChannelParts(  # what a portal and its turns work with (channels/base/parts.py)
             config=config,
             db=db,
-            pool=self.pool,
+            pool=pool,
             channels=channels,
             identities=identities,
             notices=notices,
@@ -191,19 +196,23 @@ class Bridge:
             run_id=self.run_id,
             recovered=self.recovered,
             stopping=self.stopping,
-            aliases=self.aliases,
+            aliases=aliases,
             places=self.places,
             budgets=self.budgets,
         )
+
+    def _build_way_in(self) -> None:
+        """Every incoming event: the appservice (matrix/appservice.py) hands each transaction to
+        the dispatcher Inbound makes (channels/events/inbound.py), which reads encrypted rooms
+        through the e2ee seam; the homeserver away and back is watched (matrix/reachability.py)."""
+        db, store, channels = self.db, self.store, self.channels
         encryption = None  # rooms that cannot be read, said once (matrix/dispatch.py `Encryption`)
         if self.e2ee is not None:
             from .e2ee.crypto import Decrypting
 
-            encryption = Decrypting(self.e2ee, channels, identities, notices)
-        # what each incoming event does (channels/events/inbound.py), and the dispatcher every
-        # incoming event passes to its kind's handler (matrix/dispatch.py), which Inbound makes
+            encryption = Decrypting(self.e2ee, channels, self.identities, self.notices)
         self.inbound = Inbound(
-            rooms,
+            self.rooms,
             self.commands,
             self.permissions,
             self.questions,
@@ -214,7 +223,7 @@ class Bridge:
         )
         self.dispatcher = self.inbound.dispatcher
         self.server = AppserviceServer(
-            registration.hs_token,
+            self.registration.hs_token,
             self.dispatcher.transaction,
             self.handle_user_query,
             db.txn_seen,
@@ -229,6 +238,8 @@ class Bridge:
             on_gap=self._retry_soon,
             on_sender_gone=self._sender_gone,
         )
+        # the homeserver answers again after failing: what it may have lost is read back
+        self.reachability = Reachability(self._back)
 
     def _on_state(self, *args) -> None:
         """A session's state changed (the Pool's callback): its settings, usage and title
@@ -439,6 +450,12 @@ class Bridge:
             log.info("homeserver ping failed (%s %s); trying again", status, body.get("error", body))
             await asyncio.sleep(0.5 * (attempt + 1))
         log.warning("homeserver ping failed: a backlog of messages may arrive late")
+
+    # ---- wiring -------------------------------------------------------------------------------
+
+    def _open_portal(self, channel: Channel, members: list[str]) -> Portal:
+        """A channel's portal, made the first time the channel is asked for (registry.py)."""
+        return Portal(self.parts, channel, members)
 
     # for the command line and tests: the parts' state, read through the bridge that owns them
 

@@ -407,14 +407,7 @@ class Bridge:
         log.info(
             "the homeserver answers again (away for %.1f s): reading back what it may have lost", time.time() - since
         )
-
-        async def catch_up() -> None:
-            read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
-            log.info("read back %s channel(s) after the homeserver was away", read)
-
-        task = asyncio.ensure_future(catch_up())
-        self._catching_up.add(task)
-        task.add_done_callback(self._catching_up.discard)
+        self._read_back(since, "after the homeserver was away")
 
     def _sender_gone(self, since: float) -> None:
         """The homeserver hung up before our answer to a transaction that came at `since`
@@ -422,10 +415,14 @@ class Bridge:
         is lost to the appservice API. It is in the rooms already: read back at once."""
         if self.stopping.is_set():
             return
+        self._read_back(since, "after the homeserver hung up mid-transaction")
+
+    def _read_back(self, since: float, why: str) -> None:
+        """The channels' messages from CATCH_UP_BEFORE before `since` pass the dispatcher again."""
 
         async def catch_up() -> None:
             read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
-            log.info("read back %s channel(s) after the homeserver hung up mid-transaction", read)
+            log.info("read back %s channel(s) %s", read, why)
 
         task = asyncio.ensure_future(catch_up())
         self._catching_up.add(task)

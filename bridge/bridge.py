@@ -20,19 +20,18 @@ import aiohttp
 from acp import CODING_CLIENT_CAPABILITIES, Pool
 from config import Config
 from config.registration import Registration
-from store import Store, keys, new_id
+from store import Channel, Store, keys, new_id
 from store.offloop import OffLoop
 
 from . import agent_specs
 from .channels.asks.permissions import Permissions
 from .channels.base.notices import Notices
-from .channels.base.parts import ChannelParts
+from .channels.base.parts import ChannelParts, RoomParts
 from .channels.base.registry import Channels
 from .channels.commands.budgets import COMMANDS as BUDGET_COMMANDS
 from .channels.commands.budgets import Budgets
 from .channels.commands.commands import BotCommands
 from .channels.events.inbound import Inbound
-from .channels.events.upgrade import RoomUpgrades
 from .channels.recovery.recovery import Recovery
 from .channels.rules.command_parse import SESSION_COMMANDS
 from .channels.schedules.scheduler import Scheduler
@@ -47,7 +46,6 @@ from .coding.work import Work
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS
 from .coding.workplaces import WorkPlaces
 from .matrix.appservice import AppserviceServer, TransactionOrder
-from .matrix.dispatch import Dispatcher, Encryption
 from .matrix.identities import Identities
 from .matrix.intent import Outgoing
 from .matrix.msc4391 import CommandDescriptions
@@ -83,13 +81,36 @@ def freeze_startup_objects() -> None:
 
 class Bridge:
     def __init__(self, config: Config, registration: Registration, store: Store, history_unavailable: bool = False):
-        self.config = config
-        self.registration = registration
-        self.store = store
+        self.config, self.registration, self.store = config, registration, store
+        self.history_unavailable = history_unavailable
         # the store's calls from the event loop, awaited on one database thread (store/offloop.py)
         self.db = OffLoop(store)
-        self.history_unavailable = history_unavailable
-        # how each agent starts, in its sandbox (agent_specs.py; the MCP socket added at start)
+        # this run's id: every turn it takes or claims is marked with it (store/turns.py)
+        self.run_id = new_id()
+        self._life_cycle()
+        # the parts, in the order of the pipeline, each handed what it needs (nothing imports
+        # this module back; docs/architecture.md "Design notes")
+        self._build_agents()
+        self._build_way_out()
+        self._build_channels()
+        self._build_way_in()
+
+    def _life_cycle(self) -> None:
+        """What start, stop and halt share."""
+        self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
+        self.halt_reason = ""
+        # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
+        # appservice still answers while answers finish) is run by the next start (recovery)
+        self.stopping = asyncio.Event()
+        self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
+        self._gap_pings: set[asyncio.Task] = set()
+        self._catching_up: set[asyncio.Task] = set()
+        self._watching: asyncio.Future | None = None  # the homeserver asked when idle (reachability.py)
+
+    def _build_agents(self) -> None:
+        """The agents: how each starts, in its sandbox (agent_specs.py; the MCP socket added at
+        start), their processes (acp), the names each is called by."""
+        config = self.config
         self.specs = agent_specs.specs(config)
         self.pool = Pool(
             self.specs,
@@ -99,70 +120,48 @@ class Bridge:
             client_capabilities=CODING_CLIENT_CAPABILITIES,
             on_state=self._on_state,
         )
-        self.aliases = {}
-        for name in config.agents:
-            self.aliases[name] = name
-            self.aliases[f"{config.puppet_prefix}{name}"] = name
-        self._gap_pings: set[asyncio.Task] = set()
-        # the homeserver answers again after failing: what it may have lost is read back
-        self.reachability = Reachability(self._back)
-        self._catching_up: set[asyncio.Task] = set()
-        self._watching: asyncio.Future | None = None  # the homeserver asked when idle (reachability.py)
-        self.halted = asyncio.Event()  # set (with halt_reason) when this bridge must stop
-        # set as stop() begins: no turn starts from then on — a message taken meanwhile (the
-        # appservice still answers while answers finish) is run by the next start (recovery)
-        self.stopping = asyncio.Event()
-        self.halt_reason = ""
-        # this run's id: every turn it takes or claims is marked with it (store/turns.py)
-        self.run_id = new_id()
-        self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
+        self.aliases = {alias: name for name in config.agents for alias in (name, f"{config.puppet_prefix}{name}")}
 
-        # ---- the parts, each handed what it needs (nothing imports this module back) ----
-        # how room events leave, per room (bridge/matrix/intent.py): as they are, until encryption
-        self.outgoing: Outgoing = Outgoing()
-        self.e2ee = None  # with `encryption: on`, a device per identity (bridge/e2ee)
+    def _build_way_out(self) -> None:
+        """Who the bridge sends as and how events leave (bridge/matrix/intent.py): as they are,
+        or, with `encryption: on`, encrypted by a device per identity (bridge/e2ee)."""
+        config, token = self.config, self.registration.as_token
+        self.e2ee = None
+        self.outgoing = Outgoing()
         if config.encryption:
             from .e2ee.crypto import E2EE
 
-            self.e2ee = E2EE(config, self.db, registration.as_token)
+            self.e2ee = E2EE(config, self.db, token)
             self.outgoing = self.e2ee.outgoing
-        db = self.db
-        # the bot and the puppets: who the bridge sends as (matrix/identities.py)
-        self.identities = identities = Identities(config, registration.as_token, self.outgoing)
-        self.notices = notices = Notices(identities)  # what the bridge says in rooms (channels/base/notices.py)
-        # the open channels, the turns between them (channels/base/registry.py); a portal is handed
-        # the parts below (channels/base/parts.py)
-        self.channels: Channels[Portal] = Channels(db, lambda channel, members: Portal(self.parts, channel, members))
+        self.identities = Identities(config, token, self.outgoing)  # the bot and the puppets
+        self.notices = Notices(self.identities)  # what the bridge says in rooms
+        self.presence = Presence(self.identities)  # online while running
+        self.command_descriptions = CommandDescriptions(self.db, config, self.identities)  # MSC4391
+
+    def _build_channels(self) -> None:
+        """The open channels and the parts their portals and commands work with."""
+        config, db, pool, aliases = self.config, self.db, self.pool, self.aliases
+        identities, notices = self.identities, self.notices
+        # the open channels, the turns between them (channels/base/registry.py). The one part
+        # wired late: a portal is made with `self.parts`, which hold parts that look portals up
+        # in these channels (docs/architecture.md "Design notes")
+        self.channels: Channels[Portal] = Channels(db, self._open_portal)
         channels = self.channels
-        if self.e2ee is not None:
-            self.e2ee.plug(channels, identities, notices)
-        self.presence = Presence(identities)  # online while running (matrix/presence.py)
-        self.command_descriptions = CommandDescriptions(db, config, identities)  # MSC4391 (matrix/msc4391.py)
+        self.rooms = rooms = RoomParts(config, db, channels, identities, notices)  # what a part in rooms works with
         # asks the owner; a request shown as coding/render.py draws it
         self.permissions = Permissions(config, channels, identities, notices, coding_render.permission)
         self.questions = Questions(config, notices)  # agents' elicitations (coding/questions.py)
-        # modes, models, options, usage (coding/settings.py)
-        self.settings = SessionSettings(config, db, self.pool, channels, identities, notices, self.aliases)
-        # what agents cost, their budgets, !budget (channels/commands/budgets.py)
-        self.budgets = Budgets(config, db, channels, notices, self.aliases)
-        # where each conversation's agent works: !cwd, the threads' worktrees (coding/workplaces.py)
-        self.places = WorkPlaces(config, db, channels, identities, notices, self.aliases)
+        self.settings = SessionSettings(rooms, pool, aliases)  # modes, models, options, usage
+        self.budgets = Budgets(config, db, channels, notices, aliases)  # what agents cost, !budget
+        self.places = WorkPlaces(rooms, aliases)  # where each conversation's agent works: !cwd, worktrees
         self.recovery = Recovery(db, config, channels, identities, self.run_id)
-        self.scheduler = Scheduler(
-            db, channels, identities, self.run_id
-        )  # scheduled work (channels/schedules/scheduler.py)
+        self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work
         # the agents' `matrix` MCP server (bridge/mcp)
         self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
         self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/turns/sessions.py)
-        # the bot's commands; other parts register channel commands: coding/ (!mode, !model,
-        # !config, !status; !cwd, !worktrees), channels/turns/sessions.py (!sessions, !resume, !reset, !fork)
-        self.commands = BotCommands(
-            config,
-            db,
-            self.pool,
-            channels,
-            identities,
-            notices,
+        self.commands = BotCommands(  # the bot's commands, and the channel commands of the parts above
+            rooms,
+            pool,
             self.command_descriptions,
             self.scheduler,
             {
@@ -172,15 +171,14 @@ class Bridge:
                 **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS},
                 **{name: self.budgets.command for name in BUDGET_COMMANDS},
             },
-            self.aliases,
+            aliases,
             self.mcp.forget_channel,
         )
-        # while the store is away (bridge/outage.py)
-        self.outage = StoreOutage(db, self.halt, self.ping, identities)
-        self.parts = ChannelParts(
+        self.outage = StoreOutage(db, self.halt, self.ping, identities)  # while the store is away
+        self.parts = ChannelParts(  # what a portal and its turns work with (channels/base/parts.py)
             config=config,
             db=db,
-            pool=self.pool,
+            pool=pool,
             channels=channels,
             identities=identities,
             notices=notices,
@@ -198,37 +196,34 @@ class Bridge:
             run_id=self.run_id,
             recovered=self.recovered,
             stopping=self.stopping,
-            aliases=self.aliases,
+            aliases=aliases,
             places=self.places,
             budgets=self.budgets,
         )
-        # what each incoming event does (channels/events/inbound.py, channels/events/upgrade.py)
+
+    def _build_way_in(self) -> None:
+        """Every incoming event: the appservice (matrix/appservice.py) hands each transaction to
+        the dispatcher Inbound makes (channels/events/inbound.py), which reads encrypted rooms
+        through the e2ee seam; the homeserver away and back is watched (matrix/reachability.py)."""
+        db, store, channels = self.db, self.store, self.channels
+        encryption = None  # rooms that cannot be read, said once (matrix/dispatch.py `Encryption`)
+        if self.e2ee is not None:
+            from .e2ee.crypto import Decrypting
+
+            encryption = Decrypting(self.e2ee, channels, self.identities, self.notices)
         self.inbound = Inbound(
-            config,
-            db,
-            channels,
-            identities,
-            notices,
+            self.rooms,
             self.commands,
             self.permissions,
             self.questions,
             self.command_descriptions,
+            self.outage,
+            encryption,
             redacted=self.places.redacted,  # a deleted thread's worktrees
         )
-        self.upgrades = RoomUpgrades(db, channels, identities, notices, self.command_descriptions)
-        if self.e2ee is not None:
-            from .e2ee.crypto import Decrypting
-
-            encryption: Encryption = Decrypting(self.e2ee)
-        else:
-            encryption = Encryption(self.inbound.say_encrypted, self.inbound.is_owner)
-        # every incoming event passes it (matrix/dispatch.py), to its kind's handler
-        self.dispatcher = Dispatcher(
-            config, db, self._handlers(), self.outage, encryption, is_channel=channels.portals.__contains__
-        )
-        self.inbound.dispatcher = self.dispatcher  # catch-up and an invite's encryption go through it
+        self.dispatcher = self.inbound.dispatcher
         self.server = AppserviceServer(
-            registration.hs_token,
+            self.registration.hs_token,
             self.dispatcher.transaction,
             self.handle_user_query,
             db.txn_seen,
@@ -243,6 +238,8 @@ class Bridge:
             on_gap=self._retry_soon,
             on_sender_gone=self._sender_gone,
         )
+        # the homeserver answers again after failing: what it may have lost is read back
+        self.reachability = Reachability(self._back)
 
     def _on_state(self, *args) -> None:
         """A session's state changed (the Pool's callback): its settings, usage and title
@@ -410,14 +407,7 @@ class Bridge:
         log.info(
             "the homeserver answers again (away for %.1f s): reading back what it may have lost", time.time() - since
         )
-
-        async def catch_up() -> None:
-            read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
-            log.info("read back %s channel(s) after the homeserver was away", read)
-
-        task = asyncio.ensure_future(catch_up())
-        self._catching_up.add(task)
-        task.add_done_callback(self._catching_up.discard)
+        self._read_back(since, "after the homeserver was away")
 
     def _sender_gone(self, since: float) -> None:
         """The homeserver hung up before our answer to a transaction that came at `since`
@@ -425,10 +415,14 @@ class Bridge:
         is lost to the appservice API. It is in the rooms already: read back at once."""
         if self.stopping.is_set():
             return
+        self._read_back(since, "after the homeserver hung up mid-transaction")
+
+    def _read_back(self, since: float, why: str) -> None:
+        """The channels' messages from CATCH_UP_BEFORE before `since` pass the dispatcher again."""
 
         async def catch_up() -> None:
             read = await self.inbound.catch_up_since(int((since - CATCH_UP_BEFORE) * 1000))
-            log.info("read back %s channel(s) after the homeserver hung up mid-transaction", read)
+            log.info("read back %s channel(s) %s", read, why)
 
         task = asyncio.ensure_future(catch_up())
         self._catching_up.add(task)
@@ -456,20 +450,9 @@ class Bridge:
 
     # ---- wiring -------------------------------------------------------------------------------
 
-    def _handlers(self) -> dict:
-        """The dispatcher's handler of each event kind (what it does: channels/events/inbound.py)."""
-        inbound = self.inbound
-        return {
-            "m.room.member": inbound.member,
-            "m.room.message": inbound.message,
-            "m.sticker": inbound.message,  # as an image (bridge/matrix/media.py)
-            "m.poll.start": inbound.message,  # as its question and answers
-            "org.matrix.msc3381.poll.start": inbound.message,
-            "m.reaction": inbound.reaction,
-            "m.room.redaction": inbound.redaction,
-            "m.room.name": inbound.room_name,
-            "m.room.tombstone": self.upgrades.room_upgraded,  # the channel moves (channels/events/upgrade.py)
-        }
+    def _open_portal(self, channel: Channel, members: list[str]) -> Portal:
+        """A channel's portal, made the first time the channel is asked for (registry.py)."""
+        return Portal(self.parts, channel, members)
 
     # for the command line and tests: the parts' state, read through the bridge that owns them
 

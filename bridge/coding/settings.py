@@ -43,13 +43,9 @@ from . import render
 
 if TYPE_CHECKING:
     from acp import Pool
-    from config import Config
-    from store.offloop import OffLoop
 
-    from ..channels.base.notices import Notices
-    from ..channels.base.registry import Channels
+    from ..channels.base.parts import RoomParts
     from ..channels.turns.portal import Portal
-    from ..matrix.identities import Identities
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +88,9 @@ def stored_choice(choices: dict[str, Any], kind: str, key: str) -> str | None:
 
 
 class SessionSettings:
-    def __init__(
-        self,
-        config: Config,
-        db: OffLoop,
-        pool: Pool,
-        channels: Channels,
-        identities: Identities,
-        notices: Notices,
-        aliases: dict[str, str],
-    ):
-        self.config, self.db, self.pool, self.channels = config, db, pool, channels
-        self.identities, self.notices, self.aliases = identities, notices, aliases
+    def __init__(self, rooms: RoomParts, pool: Pool, aliases: dict[str, str]):
+        self.config, self.db, self.channels = rooms.config, rooms.db, rooms.channels
+        self.identities, self.notices, self.pool, self.aliases = rooms.identities, rooms.notices, pool, aliases
         # (agent, session) → (channel id, room, conversation)
         self.where: dict[tuple[str, str], tuple[str, str, str]] = {}
         self.known: dict[tuple[str, str], dict[tuple[str, str], str]] = {}  # what was last seen

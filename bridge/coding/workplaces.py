@@ -34,13 +34,8 @@ from .places import Place, additional, base_dir, in_worktree, moved_out, recheck
 from .worktree_names import Shown, branch_name, changes, listing, thread_words, worktree_path
 
 if TYPE_CHECKING:
-    from config import Config
-    from store.offloop import OffLoop
-
-    from ..channels.base.notices import Notices
-    from ..channels.base.registry import Channels
+    from ..channels.base.parts import RoomParts
     from ..channels.turns.portal import Portal
-    from ..matrix.identities import Identities
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +49,9 @@ class NoWorktree(AcpError):
 
 
 class WorkPlaces:
-    def __init__(
-        self,
-        config: Config,
-        db: OffLoop,
-        channels: Channels,
-        identities: Identities,
-        notices: Notices,
-        aliases: dict[str, str],
-    ):
-        self.config, self.db, self.channels = config, db, channels
-        self.identities, self.notices, self.aliases = identities, notices, aliases
+    def __init__(self, rooms: RoomParts, aliases: dict[str, str]):
+        self.config, self.db, self.channels = rooms.config, rooms.db, rooms.channels
+        self.identities, self.notices, self.aliases = rooms.identities, rooms.notices, aliases
         self._making: dict[tuple[str, str, str], asyncio.Lock] = {}  # (channel, thread, checkout)
         self.tasks = Background(log)  # what a redaction starts: git runs after the transaction
         self._tops: dict[str, str] = {}  # a folder → the top of the checkout it lies in

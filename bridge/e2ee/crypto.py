@@ -56,13 +56,12 @@ RENEWED = (
 
 
 class E2EE:
+    """The devices, their keys, the rooms known to be encrypted and the events waiting for a
+    key: made before the identities, which send through its `outgoing`. What is told in a room
+    is `Decrypting`'s, made once the channels and the identities are."""
+
     def __init__(self, config: Config, db: OffLoop, as_token: str):
-        """Made before the identities (they send through its `outgoing`); `plug` hands it the
-        parts it tells rooms through, once they are made."""
         self.config, self.db, self.as_token = config, db, as_token
-        self.channels: Channels | None = None
-        self.identities: Identities | None = None
-        self.notices: Notices | None = None
         self.devices: dict[str, Device] = {}
         self.rooms: set[str] = set(self._load(lambda store: store.e2ee.encrypted_rooms()))
         self.outgoing = EncryptingOutgoing(self)
@@ -72,17 +71,11 @@ class E2EE:
             for e in self._load(lambda store: store.e2ee.waiting())
             if isinstance(e.get("event_id"), str) and isinstance(e.get("room_id"), str)
         }
-        self._told: set[str] = set()
         self._unsaved: dict[tuple, Any] = {}  # store writes not yet done: tried again with the next
         self._tasks: set[asyncio.Task] = set()
         self._dispatcher: Dispatcher | None = None
         # the homeserver sends the bot's crypto traffic in transactions: the bot's device reads
         self.bot_reads = bool(getattr(config, "device_traffic", False))
-
-    def plug(self, channels: Channels, identities: Identities, notices: Notices) -> None:
-        """The open channels, the bot and the puppets, and the notices: where an undecryptable
-        message is told."""
-        self.channels, self.identities, self.notices = channels, identities, notices
 
     def is_owner(self, user_id: str) -> bool:
         return user_id in self.config.owners
@@ -107,6 +100,22 @@ class E2EE:
 
     def _drop_pending(self, event_id: str) -> None:
         self._write(("event", event_id), "an undecryptable event handled", lambda store: store.e2ee.done(event_id))
+
+    def wait_for_key(self, event: dict) -> bool:
+        """`event` waits for its key (here and in the store); False if it waits already."""
+        if event.get("event_id") in self._pending:
+            return False
+        self._pending[event["event_id"]] = event
+        self._keep_pending(event)
+        return True
+
+    def waits(self, event_id: str) -> bool:
+        return event_id in self._pending
+
+    def handled(self, event_id: str) -> None:
+        """`event_id` was decrypted and handled: it waits no more."""
+        if self._pending.pop(event_id, None) is not None:
+            self._drop_pending(event_id)
 
     def _write(self, key: tuple, what: str, write) -> None:
         """`write(store)` on the database thread, not waited for. One that fails (the store is
@@ -161,7 +170,7 @@ class E2EE:
         for device in self.devices.values():
             device.renewed = None
         if self._pending:
-            self._spawn(self._retry_pending(), "e2ee pending")
+            self.spawn(self._retry_pending(), "e2ee pending")
         return renewed
 
     async def add(self, user_id: str) -> None:
@@ -176,7 +185,7 @@ class E2EE:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(device.stop() for device in self.devices.values()), return_exceptions=True)
 
-    def _spawn(self, coro, name: str) -> None:
+    def spawn(self, coro, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -192,7 +201,7 @@ class E2EE:
             self._write(("room", room_id), "an encrypted room", lambda store: store.e2ee.mark_encrypted(room_id))
             log.info("%s is encrypted: events sent there are encrypted from now on", room_id)
 
-    async def _confirm_encrypted(self, room_id: str) -> None:
+    async def confirm_encrypted(self, room_id: str) -> None:
         """Mark `room_id` encrypted if its state says so (an encrypted event came where the
         bridge had not seen the state: a room older than its invite, a mark lost)."""
         devices = sorted(
@@ -229,9 +238,9 @@ class E2EE:
         if any(
             e["room_id"] == room_id and e["content"].get("session_id") == session_id for e in self._pending.values()
         ):
-            self._spawn(self._retry_pending(), "e2ee key arrived")
+            self.spawn(self._retry_pending(), "e2ee key arrived")
 
-    def _try(self, event: dict) -> dict | None:
+    def decrypt(self, event: dict) -> dict | None:
         """The plain event, decrypted by the first device that has its key; None if none has."""
         for device in self.devices.values():
             if device.nio is None:
@@ -245,7 +254,7 @@ class E2EE:
                 return plain
         return None
 
-    async def _wait_key(self, event: dict, timeout: float) -> bool:
+    async def wait_key(self, event: dict, timeout: float) -> bool:
         key = (event["room_id"], event["content"].get("session_id", ""))
         news = self._key_news.setdefault(key, asyncio.Event())
         try:
@@ -257,7 +266,7 @@ class E2EE:
             if self._key_news.get(key) is news and not news.is_set():
                 pass
 
-    def _has_key(self, event: dict) -> bool:
+    def has_key(self, event: dict) -> bool:
         content = event["content"]
         return any(
             d.nio is not None
@@ -265,44 +274,8 @@ class E2EE:
             for d in self.devices.values()
         )
 
-    async def encrypted_event(self, event: dict, dispatcher: Dispatcher) -> None:
-        content = event.get("content") or {}
-        if content.get("algorithm") != MEGOLM or not isinstance(content.get("session_id"), str):
-            log.info("%s: not a Megolm event (%s): skipped", event.get("event_id"), content.get("algorithm"))
-            return
-        if event["room_id"] not in self.rooms:
-            # only the room's m.room.encryption state says it is encrypted: anyone can send an
-            # m.room.encrypted event into a plain room (docs/SECURITY.md "What a stranger cannot do")
-            await self._confirm_encrypted(event["room_id"])
-        plain = self._try(event)
-        # the key travels by the devices' /sync, the event by the appservice: a moment apart —
-        # but in a room of the bot's alone, the key comes in the transactions, before the event
-        # or in a later one (which waits behind this one): no use waiting then
-        by_sync = not (self.bot_reads and await self.channels.portal_for(event["room_id"]) is None)
-        if plain is None and by_sync and self.is_owner(str(event.get("sender"))) and not self._has_key(event):
-            if await self._wait_key(event, KEY_WAIT) or self._has_key(event):
-                plain = self._try(event)
-        if plain is not None:
-            await dispatcher.decrypted(plain)
-            if self._pending.pop(event.get("event_id"), None) is not None:
-                self._drop_pending(event["event_id"])
-            return
-        if not self.is_owner(str(event.get("sender"))):
-            return  # a stranger's message would be ignored anyway
-        if event.get("event_id") in self._pending:
-            return
-        log.warning(
-            "%s in %s: no room key yet (session %s): asking for it",
-            event.get("event_id"),
-            event["room_id"],
-            content.get("session_id"),
-        )
-        self._pending[event["event_id"]] = event
-        self._keep_pending(event)
-        self._spawn(self._chase(event), f"e2ee key of {event.get('event_id')}")
-
-    async def _chase(self, event: dict) -> None:
-        """Ask for the key; tell the room if it has not come after KEY_NOTICE_AFTER."""
+    async def request_key(self, event: dict) -> None:
+        """Ask the sender's devices for `event`'s key, as a device in its room."""
         for device in self.devices.values():
             if device.nio is not None and event["room_id"] in device.nio.rooms:
                 try:
@@ -310,23 +283,11 @@ class E2EE:
                 except Exception as exc:
                     log.info("key request as %s failed: %s", device.user_id, exc)
                 break
-        if await self._wait_key(event, KEY_NOTICE_AFTER) or self._has_key(event):
-            return  # _retry_pending handles it
-        if event.get("event_id") not in self._pending or event["event_id"] in self._told:
-            return
-        self._told.add(event["event_id"])
-        portal = await self.channels.portal_for(event["room_id"])
-        if portal is not None:
-            await self.notices.in_channel(portal.room_id, portal.member_names(), UNREADABLE)
-        elif self.identities.bot is not None:  # a room of the bot's alone
-            await self.notices.send(
-                self.identities.bot, event["room_id"], UNREADABLE if self.bot_reads else UNREADABLE_BOT
-            )
 
     async def _retry_pending(self) -> None:
         dispatcher = self._dispatcher
         for event_id, event in list(self._pending.items()):
-            plain = self._try(event)
+            plain = self.decrypt(event)
             if plain is None or dispatcher is None:
                 continue
             try:
@@ -335,8 +296,7 @@ class E2EE:
                 log.warning("%s: decrypted late but not handled yet: %s", event_id, exc)
                 continue
             log.info("%s: its room key came late: handled now", event_id)
-            if self._pending.pop(event_id, None) is not None:
-                self._drop_pending(event_id)
+            self.handled(event_id)
 
     # ---- crypto traffic of transactions ---------------------------------------------------------
 
@@ -411,10 +371,13 @@ class EncryptingOutgoing(Outgoing):
 class Decrypting(Encryption):
     """The dispatcher's crypto seam with encryption on: the puppets' crypto traffic comes by
     each device's own /sync (any homeserver); the bot's, which has no /sync, by the transactions
-    where the homeserver sends it (`E2EE.device_traffic`). Encrypted rooms are read."""
+    where the homeserver sends it (`E2EE.device_traffic`). Encrypted rooms are read; a message
+    whose key does not come is told in its room, through the open channels, the bot and the
+    notices it is handed."""
 
-    def __init__(self, e2ee: E2EE):
-        self.e2ee = e2ee
+    def __init__(self, e2ee: E2EE, channels: Channels, identities: Identities, notices: Notices):
+        self.e2ee, self.channels, self.identities, self.notices = e2ee, channels, identities, notices
+        self._told: set[str] = set()  # the events whose room was told they cannot be read
 
     async def device_traffic(self, traffic) -> None:
         await self.e2ee.device_traffic(traffic)
@@ -423,4 +386,51 @@ class Decrypting(Encryption):
         self.e2ee.mark_encrypted(room_id, settings_changed=True)
 
     async def encrypted_event(self, event: dict, dispatcher: Dispatcher) -> None:
-        await self.e2ee.encrypted_event(event, dispatcher)
+        e2ee, content = self.e2ee, event.get("content") or {}
+        if content.get("algorithm") != MEGOLM or not isinstance(content.get("session_id"), str):
+            log.info("%s: not a Megolm event (%s): skipped", event.get("event_id"), content.get("algorithm"))
+            return
+        if event["room_id"] not in e2ee.rooms:
+            # only the room's m.room.encryption state says it is encrypted: anyone can send an
+            # m.room.encrypted event into a plain room (docs/SECURITY.md "What a stranger cannot do")
+            await e2ee.confirm_encrypted(event["room_id"])
+        plain = e2ee.decrypt(event)
+        # the key travels by the devices' /sync, the event by the appservice: a moment apart —
+        # but in a room of the bot's alone, the key comes in the transactions, before the event
+        # or in a later one (which waits behind this one): no use waiting then
+        by_sync = not (e2ee.bot_reads and await self.channels.portal_for(event["room_id"]) is None)
+        if plain is None and by_sync and e2ee.is_owner(str(event.get("sender"))) and not e2ee.has_key(event):
+            if await e2ee.wait_key(event, KEY_WAIT) or e2ee.has_key(event):
+                plain = e2ee.decrypt(event)
+        if plain is not None:
+            await dispatcher.decrypted(plain)
+            e2ee.handled(event["event_id"])
+            return
+        if not e2ee.is_owner(str(event.get("sender"))):
+            return  # a stranger's message would be ignored anyway
+        if not e2ee.wait_for_key(event):
+            return  # it waits already
+        log.warning(
+            "%s in %s: no room key yet (session %s): asking for it",
+            event.get("event_id"),
+            event["room_id"],
+            content.get("session_id"),
+        )
+        e2ee.spawn(self._chase(event), f"e2ee key of {event.get('event_id')}")
+
+    async def _chase(self, event: dict) -> None:
+        """Ask for the key; tell the room if it has not come after KEY_NOTICE_AFTER."""
+        e2ee = self.e2ee
+        await e2ee.request_key(event)
+        if await e2ee.wait_key(event, KEY_NOTICE_AFTER) or e2ee.has_key(event):
+            return  # E2EE._retry_pending handles it
+        if not e2ee.waits(event["event_id"]) or event["event_id"] in self._told:
+            return
+        self._told.add(event["event_id"])
+        portal = await self.channels.portal_for(event["room_id"])
+        if portal is not None:
+            await self.notices.in_channel(portal.room_id, portal.member_names(), UNREADABLE)
+        elif self.identities.bot is not None:  # a room of the bot's alone
+            await self.notices.send(
+                self.identities.bot, event["room_id"], UNREADABLE if e2ee.bot_reads else UNREADABLE_BOT
+            )

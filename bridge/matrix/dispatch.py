@@ -4,7 +4,7 @@ messages a puppet catches up on when it joins, and (with encryption) decrypted e
 A transaction's crypto traffic (to-device messages, device lists, key counts) goes to the
 `Encryption` seam first, so that a room key arrives before the message it opens; then its events,
 in order. Each event is checked (type, room, sender, content) and handed to the handler of its
-kind, given by whoever builds the dispatcher (the bridge: bridge/channels/events/inbound.py).
+kind, given by whoever builds the dispatcher (`Inbound`: bridge/channels/events/inbound.py).
 Events the bridge's own identities sent are not handled: their answers
 and notices come back to the appservice and are stored by the turns that made them.
 
@@ -118,8 +118,8 @@ class Dispatcher:
         encryption: Encryption,
         is_channel: Callable[[str], bool] = lambda room_id: False,
     ):
-        """`handlers`: the handler of each event kind, from whoever builds the dispatcher (the
-        bridge: channels/events/inbound.py); `is_channel`: whether a room is a channel the bridge has
+        """`handlers`: the handler of each event kind, from whoever builds the dispatcher
+        (`Inbound`: channels/events/inbound.py); `is_channel`: whether a room is a channel the bridge has
         open (a refused transaction's rooms to tell)."""
         self.config = config
         self.db = db

@@ -31,6 +31,20 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class RoomParts:
+    """What a part that acts in the channels' rooms works with (the bot's commands, the
+    channels' settings and working folders, what each incoming event does): the config, the
+    store's calls, the open channels, who sends and what is said. Each such part takes these
+    five together, and the others it needs one by one."""
+
+    config: Config
+    db: OffLoop  # the store's calls, on its thread (store/offloop.py)
+    channels: Channels  # the open channels, the turns between them (registry.py)
+    identities: Identities  # the bot and the puppets (matrix/identities.py)
+    notices: Notices  # what the bridge says in rooms (notices.py)
+
+
+@dataclass(frozen=True)
 class AskedIn:
     """Where an ask goes and who answers it (channels/asks/asks.py): the turn asking."""
 

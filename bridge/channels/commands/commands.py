@@ -50,14 +50,10 @@ from ..turns.sessions import close_sessions
 
 if TYPE_CHECKING:
     from acp import Pool
-    from config import Config
     from store import Channel
-    from store.offloop import OffLoop
 
-    from ...matrix.identities import Identities
     from ...matrix.msc4391 import CommandDescriptions
-    from ..base.notices import Notices
-    from ..base.registry import Channels
+    from ..base.parts import RoomParts
     from ..schedules.scheduler import Scheduler
     from ..turns.portal import Portal
 
@@ -72,12 +68,8 @@ COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce it
 class BotCommands:
     def __init__(
         self,
-        config: Config,
-        db: OffLoop,
+        rooms: RoomParts,
         pool: Pool,
-        channels: Channels,
-        identities: Identities,
-        notices: Notices,
         descriptions: CommandDescriptions,
         scheduler: Scheduler,
         registered: dict[str, ChannelCommand],
@@ -88,11 +80,12 @@ class BotCommands:
         `!model`, `!config`, `!status`; coding/workplaces.py: `!cwd`, `!worktrees`; sessions.py:
         `!sessions`, `!resume`, `!reset`, `!fork`), by name; `forget_channel`: a deleted channel's id, for
         the MCP server to drop its sessions."""
-        self.config, self.db, self.pool, self.channels = config, db, pool, channels
-        self.identities, self.notices, self.descriptions = identities, notices, descriptions
-        self.scheduler, self.registered, self.aliases = scheduler, dict(registered), aliases
+        self.config, self.db, self.channels = rooms.config, rooms.db, rooms.channels
+        self.identities, self.notices, self.pool = rooms.identities, rooms.notices, pool
+        self.descriptions, self.scheduler, self.registered = descriptions, scheduler, dict(registered)
+        self.aliases = aliases
         self.forget_channel = forget_channel
-        self.space = Space(db, config, identities)
+        self.space = Space(rooms.db, rooms.config, rooms.identities)
         self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
 
     # -- entry points wired in bridge.py --

@@ -1,7 +1,7 @@
 """What each kind of incoming room event does (docs/architecture.md "The Matrix side",
-"Who answers", "Streaming, permissions and cancel"). The dispatcher (bridge/matrix/dispatch.py)
-calls these, one event at a time, with its type, room, sender and content already checked; nothing
-else calls them.
+"Who answers", "Streaming, permissions and cancel"). `Inbound` makes the dispatcher
+(bridge/matrix/dispatch.py) with these handlers; it calls them one event at a time, with its type,
+room, sender and content already checked; nothing else calls them.
 
 - `m.room.member`: an owner's invite of a puppet makes the room a channel (or adds a member) and
   the puppet joins; others' invites are declined; a kick removes the member. The bot's own
@@ -24,25 +24,22 @@ from urllib.parse import quote
 
 from store import StoreClosed
 
+from ...matrix.dispatch import Dispatcher, Encryption
 from ...matrix.media import read_message
 from ...matrix.replies import replied_to, without_fallback
 from ..base.conversations import conversation_of, relation_for
 from ..turns import prepare
 from ..turns.incoming import Incoming
 from ..turns.mentions import named
+from .upgrade import RoomUpgrades
 
 if TYPE_CHECKING:
-    from config import Config
-    from store.offloop import OffLoop
-
-    from ...matrix.dispatch import Dispatcher
-    from ...matrix.identities import Identities
+    from ...matrix.dispatch import Handler, Outage
     from ...matrix.msc4391 import CommandDescriptions
     from ...matrix.puppet import Puppet
     from ..asks.asks import Asks
     from ..asks.permissions import Permissions
-    from ..base.notices import Notices
-    from ..base.registry import Channels
+    from ..base.parts import RoomParts
     from ..commands.commands import BotCommands
     from ..turns.portal import Portal
 
@@ -76,29 +73,56 @@ class OpenQuestions(Protocol):
 
 
 class Inbound:
+    """The way in and what it leads to: it makes the `Dispatcher` (bridge/matrix/dispatch.py)
+    with its handlers, so that the messages a puppet catches up on pass the same dispatcher
+    as a transaction's events."""
+
     def __init__(
         self,
-        config: Config,
-        db: OffLoop,
-        channels: Channels,
-        identities: Identities,
-        notices: Notices,
+        rooms: RoomParts,
         commands: BotCommands,
         permissions: Permissions,
         questions: OpenQuestions,
         descriptions: CommandDescriptions,
+        outage: Outage,
+        encryption: Encryption | None = None,
         redacted: Callable[[str, str], None] | None = None,
     ):
-        self.config, self.db, self.channels, self.identities = config, db, channels, identities
-        self.notices, self.commands, self.permissions = notices, commands, permissions
-        self.questions, self.descriptions = questions, descriptions
-        # the way in, handed once it is built (it is handed these handlers): the messages a
-        # puppet catches up on and an invite's encryption go through it
-        self.dispatcher: Dispatcher | None = None
-        # told of every message the owner redacts (room, event id): a deleted thread's worktrees
-        # (coding/workplaces.py)
+        """`outage`: the watch over a store gone away (bridge/outage.py); `encryption`: the
+        dispatcher's crypto seam (bridge/e2ee `Decrypting`), None for rooms it cannot read (said
+        once per room); `redacted`: told of every message the owner redacts (room, event id): a
+        deleted thread's worktrees (coding/workplaces.py)."""
+        self.config, self.db, self.channels = rooms.config, rooms.db, rooms.channels
+        self.identities, self.notices, self.commands = rooms.identities, rooms.notices, commands
+        self.permissions, self.questions, self.descriptions = permissions, questions, descriptions
         self.redacted = redacted
         self._encryption_noted: set[str] = set()
+        self.encryption = encryption if encryption is not None else Encryption(self.say_encrypted, self.is_owner)
+        # a room upgraded: the channel moves (upgrade.py)
+        self.upgrades = RoomUpgrades(rooms.db, rooms.channels, rooms.identities, rooms.notices, descriptions)
+        # every incoming event passes it, to its kind's handler below
+        self.dispatcher = Dispatcher(
+            rooms.config,
+            rooms.db,
+            self._handlers(),
+            outage,
+            self.encryption,
+            is_channel=rooms.channels.portals.__contains__,
+        )
+
+    def _handlers(self) -> dict[str, Handler]:
+        """The dispatcher's handler of each event kind."""
+        return {
+            "m.room.member": self.member,
+            "m.room.message": self.message,
+            "m.sticker": self.message,  # as an image (bridge/matrix/media.py)
+            "m.poll.start": self.message,  # as its question and answers
+            "org.matrix.msc3381.poll.start": self.message,
+            "m.reaction": self.reaction,
+            "m.room.redaction": self.redaction,
+            "m.room.name": self.room_name,
+            "m.room.tombstone": self.upgrades.room_upgraded,
+        }
 
     def is_owner(self, user_id: str) -> bool:
         return user_id in self.config.owners
@@ -139,7 +163,7 @@ class Inbound:
             await portal.joined(agent)
             self.descriptions.member_joined(room_id, agent)  # MSC4391, from the store
             if invite_state(event, "m.room.encryption") is not None:
-                await self.dispatcher.encryption.room_encrypted(room_id)
+                await self.encryption.room_encrypted(room_id)
             await self.catch_up(puppet, room_id, event.get("event_id"))
             if made:  # channels sit in the "Sidekicks" space (docs/architecture.md "The Matrix side")
                 await self.commands.channel_created(room_id)

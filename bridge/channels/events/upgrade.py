@@ -46,7 +46,7 @@ def moved_line(replacement: str) -> str:
 
 
 class RoomUpgrades:
-    """The handler of `m.room.tombstone` (the dispatcher's, given it by the bridge)."""
+    """The handler of `m.room.tombstone` (the dispatcher's, given it by inbound.py)."""
 
     def __init__(
         self,

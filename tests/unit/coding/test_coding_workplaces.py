@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from scene_helpers import PortalNotices, store_with_channel
 
+from bridge.channels.base.parts import RoomParts
 from bridge.coding.workplaces import WorkPlaces
 from store.offloop import OffLoop
 
@@ -34,16 +35,23 @@ async def scene(tmp_path, repo):
     async def portal_for(room_id):
         return portal if room_id == channel.room_id else None
 
-    places = WorkPlaces(
+    rooms = RoomParts(
         SimpleNamespace(agents=agents),
         OffLoop(store),
         SimpleNamespace(portal_for=portal_for),
         SimpleNamespace(puppet=puppet),
         notices,
-        {"alice": "alice", "bob": "bob"},
     )
+    places = WorkPlaces(rooms, {"alice": "alice", "bob": "bob"})
     yield SimpleNamespace(
-        store=store, channel=channel, portal=portal, places=places, notices=notices, repo=repo, tmp=tmp_path
+        store=store,
+        channel=channel,
+        portal=portal,
+        places=places,
+        notices=notices,
+        repo=repo,
+        tmp=tmp_path,
+        rooms=rooms,
     )
     await places.close()
     store.close()
@@ -116,9 +124,7 @@ async def test_each_thread_gets_its_own_worktree_once_found_again_after_a_restar
     again = await scene.places.where(scene.portal, "alice", "$t1")
     assert again == one and len(scene.notices.said) == 2  # made once
     # a new bridge finds it in the store
-    restarted = WorkPlaces(
-        scene.places.config, scene.places.db, scene.places.channels, scene.places.identities, scene.places.notices, {}
-    )
+    restarted = WorkPlaces(scene.rooms, {})
     assert await restarted.where(scene.portal, "alice", "$t1") == one
     # the main timeline stays in the checkout
     assert (await scene.places.where(scene.portal, "alice")).cwd == str(scene.repo / "src")

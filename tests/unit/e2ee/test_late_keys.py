@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from bridge.e2ee import crypto
-from bridge.e2ee.crypto import E2EE
+from bridge.e2ee.crypto import E2EE, Decrypting
 from store import Store
 from store.offloop import OffLoop
 
@@ -19,7 +19,8 @@ def parts():
 
 
 class Parts:
-    """What E2EE is handed: the config, the store, the channels, the identities, the notices."""
+    """What E2EE is handed (the config, the store) and its dispatcher's seam (the channels, the
+    identities, the notices)."""
 
     def __init__(self):
         self.store = Store.open(":memory:")
@@ -40,9 +41,11 @@ class Parts:
         self.notices.append((room_id, text))
 
     def e2ee(self) -> E2EE:
-        e2ee = E2EE(self.config, self.db, "as-token")
-        e2ee.plug(channels=self, identities=self, notices=self)
-        return e2ee
+        return E2EE(self.config, self.db, "as-token")
+
+    def seam(self, e2ee: E2EE) -> Decrypting:
+        """The dispatcher's crypto seam over `e2ee`, which tells rooms through these parts."""
+        return Decrypting(e2ee, channels=self, identities=self, notices=self)
 
 
 class FakeDevice:
@@ -97,7 +100,8 @@ async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(m
     e2ee = parts.e2ee()
     e2ee.devices[device.user_id] = device
     e2ee._dispatcher = dispatcher
-    await e2ee.encrypted_event(EVENT, dispatcher)
+    seam = parts.seam(e2ee)
+    await seam.encrypted_event(EVENT, dispatcher)
     assert dispatcher.handled == []
     await parts.db.run(lambda: None)  # the writes made so far are done (the thread keeps order)
     assert [e["event_id"] for e in parts.store.e2ee.waiting("!r", "S")] == ["$e"]  # kept
@@ -105,7 +109,7 @@ async def test_a_late_key_is_asked_for_told_once_and_the_message_answered_once(m
     assert device.requests == 1
     assert len(parts.notices) == 1 and "could not be decrypted" in parts.notices[0][1]
     # delivered again (a retried transaction): not told twice
-    await e2ee.encrypted_event(EVENT, dispatcher)
+    await seam.encrypted_event(EVENT, dispatcher)
     await asyncio.gather(*e2ee._tasks)
     assert len(parts.notices) == 1
     # the key comes: handled now, once, and no longer pending
@@ -138,7 +142,7 @@ async def test_a_strangers_undecryptable_message_is_not_waited_for_nor_told(part
     device, dispatcher = FakeDevice(), Dispatcher()
     e2ee = parts.e2ee()
     e2ee.devices[device.user_id] = device
-    await e2ee.encrypted_event({**EVENT, "sender": "@stranger:localhost"}, dispatcher)
+    await parts.seam(e2ee).encrypted_event({**EVENT, "sender": "@stranger:localhost"}, dispatcher)
     await parts.db.run(lambda: None)
     assert not e2ee._tasks and not parts.notices and parts.store.e2ee.waiting() == []
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from bridge.channels.base.parts import RoomParts
 from bridge.channels.events.inbound import Inbound
 from bridge.matrix.client import MatrixError
 from store import Store
@@ -43,17 +44,14 @@ def inbound_whose_join(result) -> tuple[Inbound, Store]:
     config = SimpleNamespace(
         bot_user_id="@bot:hs", owners=(OWNER,), agent_for_user_id=lambda u: "alice" if u == PUPPET else None
     )
-    inbound = Inbound(
+    rooms = RoomParts(
         config,
         OffLoop(store),
-        SimpleNamespace(portal_for=portal_for),
+        SimpleNamespace(portal_for=portal_for, portals={}),
         SimpleNamespace(puppet=get_puppet),
         notices=None,
-        commands=None,
-        permissions=None,
-        questions=None,
-        descriptions=None,
     )
+    inbound = Inbound(rooms, commands=None, permissions=None, questions=None, descriptions=None, outage=None)
     return inbound, store
 
 

@@ -299,7 +299,7 @@ if __name__ == "__main__":
 
         for name in acp.__all__:  # the client's modules, as the package imported them then
             getattr(acp, name)
-        model.ChatModel.start_loading = lambda self, allowed=None: None  # type: ignore[method-assign]
+        model.ChatModel.start_loading = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
         model.read_keyed = lambda path, key=None: None  # type: ignore[assignment]
     boot("agent_ready")
     local_model.main(options)

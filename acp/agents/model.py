@@ -396,9 +396,10 @@ class ChatModel:
                 self.states = StateCache(
                     self.states_dir, self._state_key(llm), ram_bytes=self.kv_ram, disk_bytes=self.kv_disk
                 )
-                for session, (key, state) in self._early.items():
-                    self.states.adopt(session, key, state)
-                self._early.clear()
+                with self._keep_lock:  # forget() (a /clear) may drop one meanwhile
+                    for session, (key, state) in self._early.items():
+                        self.states.adopt(session, key, state)
+                    self._early.clear()
                 self.load_seconds = time.perf_counter() - started
                 self._llm = llm
         return self._llm

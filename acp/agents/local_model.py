@@ -69,12 +69,20 @@ from acp.agents.sessions import Session, SessionError, SessionStore, default_ses
 
 
 def _version() -> str:
-    try:
-        from importlib import metadata
-
-        return metadata.version("sidekicks-matrix")
-    except Exception:
-        return "0.1.0"
+    """This project's installed version, from the name of its metadata folder
+    (`sidekicks_matrix-0.1.0.dist-info` on sys.path): importlib.metadata would add ~20 ms of
+    imports (email, zipfile, csv) to the agent's start, on the path of a cold first token
+    (docs/performance.md "The local agent's first token")."""
+    prefix = "sidekicks_matrix-"
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".dist-info"):
+                return name[len(prefix) : -len(".dist-info")]
+    return "0.1.0"
 
 
 COMMANDS: list[dict[str, Any]] = [

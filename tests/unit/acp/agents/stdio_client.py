@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -21,10 +22,12 @@ REPO = Path(__file__).resolve().parents[4]
 
 
 class AgentProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    """`program` (default: the shipped local agent) run with `args`."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, program: list[str] | None = None) -> None:
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "acp.agents.local_model", *args],
+            [*(program or [sys.executable, "-m", "acp.agents.local_model"]), *args],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -99,6 +102,17 @@ class AgentProcess:
         reply = self.wait_reply(self.start_request(method, params), timeout, updates)
         assert "error" not in reply, reply
         return reply["result"]
+
+    def stderr_matches(self, pattern: re.Pattern, count: int = 1, timeout: float = 120.0) -> list[re.Match]:
+        """The first `count` stderr lines matching `pattern`, waiting for them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [m for m in map(pattern.search, list(self.stderr_lines)) if m]
+            if len(found) >= count:
+                return found[:count]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no line like {pattern.pattern!r}: {self.stderr_lines[-5:]}")
+            time.sleep(0.05)
 
     def drain(self, seconds: float) -> list[dict[str, Any]]:
         """Whatever arrives within `seconds`."""

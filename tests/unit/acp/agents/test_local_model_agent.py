@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,13 @@ from stdio_client import chunks
 pytestmark = pytest.mark.model
 
 COMMAND_NAMES = {"clear", "model", "help"}
+LOAD_AGENT = Path(__file__).resolve().parents[3] / "agents" / "local_load_agent.py"
 
 
-def test_initialize_loads_no_model_and_advertises_load_session(start_agent):
-    # initialize is quick because it loads nothing: the model waits for the first prompt
-    # (how quick, against a bare Python start, is measured by tests/bench: bench_faults)
+def test_initialize_advertises_load_session(start_agent):
+    # initialize is answered before the model's file is opened: that begins once it is answered,
+    # in the background (test_load_early_agent.py; how quick initialize is, against a bare
+    # Python start, is measured by tests/bench: bench_faults)
     agent = start_agent()
     result = agent.initialize()
     assert result["protocolVersion"] == 1
@@ -25,8 +28,6 @@ def test_initialize_loads_no_model_and_advertises_load_session(start_agent):
     assert result["agentInfo"]["version"]
     assert result["agentCapabilities"]["loadSession"] is True
     assert result["agentCapabilities"]["promptCapabilities"] == {}
-    reply, updates = agent.prompt(agent.new_session(), "/model")
-    assert "not yet" in "".join(chunks(updates))  # not loaded by initialize nor session/new
 
 
 def test_new_session_announces_commands_after_the_reply(start_agent):
@@ -59,8 +60,9 @@ def test_prompt_streams_several_chunks_and_ends_the_turn(start_agent):
     assert "".join(parts).strip()
 
 
-def test_slash_commands_work_without_loading_the_model(start_agent):
-    agent = start_agent()
+def test_slash_commands_work_without_waiting_for_the_model(start_agent, tmp_path: Path):
+    # the model's load is held at its open for the whole test (tests/agents/local_load_agent.py)
+    agent = start_agent(program=[sys.executable, str(LOAD_AGENT), "gate", str(tmp_path / "never")])
     agent.initialize()
     session_id = agent.new_session()
 
@@ -69,7 +71,7 @@ def test_slash_commands_work_without_loading_the_model(start_agent):
     text = "".join(chunks(updates))
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in text
     assert "MiB" in text  # its size
-    assert "not yet" in text  # /model did not load it
+    assert "not yet (loading now)" in text
 
     reply, updates = agent.prompt(session_id, "/clear")
     assert reply["result"] == {"stopReason": "end_turn"}
@@ -83,7 +85,7 @@ def test_slash_commands_work_without_loading_the_model(start_agent):
     assert "Unknown command /frobnicate" in "".join(chunks(updates))
 
     reply, updates = agent.prompt(session_id, "/model")
-    assert "not yet" in "".join(chunks(updates)), "no command loaded the model"
+    assert "not yet" in "".join(chunks(updates)), "no command waited for the model"
 
 
 def test_clear_forgets_the_history(start_agent, sessions_dir: Path):

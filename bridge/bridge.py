@@ -254,7 +254,9 @@ class Bridge:
         session = aiohttp.ClientSession(trace_configs=[self.reachability.trace_config()])
         bot = self.identities.open(session)
         # an idle bridge asks the homeserver now and then: one gone meanwhile is noticed
-        self._watching = asyncio.ensure_future(self.reachability.watch(session, self.config.homeserver_url))
+        self._watching = asyncio.ensure_future(
+            self.reachability.watch(session, self.config.homeserver_url, self.registration.as_token)
+        )
         await self.server.start(self.config.listen_host, self.config.listen_port)
         progress(f"appservice listening on {self.config.appservice_url}")
         await self._wait_for_homeserver(progress)

@@ -14,8 +14,9 @@ The processes, each started as the docs say (`python -m synapse.app.homeserver -
 - `event_persister1`: `stream_writers: {events: event_persister1}`, writes every event;
 - `appservice1`: `notify_appservices_from_worker: appservice1`, sends the bridges their
   transactions (the main process sends none: `appservice_transactions` says who sent what);
-- nginx (deploy/workers/nginx_conf.py from deploy/workers/generic_worker.endpoints), the
-  homeserver's one address.
+  its client listener serves the appservice ping (`retries_scheduled` reads its backoff);
+- nginx (deploy/workers/nginx_conf.py from deploy/workers/generic_worker.endpoints, the
+  appservice ping to `appservice1`), the homeserver's one address.
 
 Every process has a metrics listener: `hs.workers.appservice_transactions()` reads Synapse's own
 counter of /transactions requests from each. Any process can be killed (SIGKILL) and started
@@ -160,7 +161,8 @@ class Processes:
     # -- the workers ---------------------------------------------------------------------
 
     def worker_config(self, name: str) -> Path:
-        listener_names = ["client"] if name == "generic_worker1" else ["replication"]
+        # the sender serves the appservice ping too (deploy/workers/appservice1.yaml)
+        listener_names = {"generic_worker1": ["client"], SENDER: ["client", "replication"]}.get(name, ["replication"])
         listeners = [
             {"type": "http", "port": self.ports[name], "bind_addresses": ["127.0.0.1"], "x_forwarded": True}
             | {"resources": [{"names": listener_names}]},
@@ -169,6 +171,8 @@ class Processes:
         log_config = self.folder / f"{name}.log.yaml"
         log = yaml.safe_load((self.main.folder / "homeserver.log.yaml").read_text())
         log["handlers"]["file"]["filename"] = str(self.folder / f"{name}.log")
+        # the appservice scheduler's retries and backoff ("Scheduling retries on ID in Ns")
+        log.setdefault("loggers", {})["synapse.appservice.scheduler"] = {"level": "INFO"}
         log_config.write_text(yaml.safe_dump(log))
         path = self.folder / f"{name}.yaml"
         path.write_text(
@@ -210,6 +214,8 @@ class Processes:
                 f"127.0.0.1:{self.main.port}",
                 "--worker",
                 f"127.0.0.1:{self.ports['generic_worker1']}",
+                "--appservice-sender",
+                f"127.0.0.1:{self.ports[SENDER]}",
                 "--prefix",
                 str(prefix),
             ],
@@ -277,7 +283,7 @@ class Processes:
     async def start_process(self, name: str) -> None:
         """Start `name` again (after `kill`) and wait until it serves."""
         if name == "main":
-            await self.main.start()
+            await self.main.start(timeout=180)  # as at first: a loaded machine starts it slowly
         elif name == "redis":
             self.start_redis()
             await self.redis_ready()
@@ -337,6 +343,16 @@ class Processes:
             if service:
                 sent[service.group(1)] = sent.get(service.group(1), 0) + value
         return sent
+
+    def retries_scheduled(self, service: str) -> list[float]:
+        """The delays (s) of the sender's retries of appservice `service`, in the order it
+        scheduled them (its log, since the homeserver started): each one a failed attempt,
+        doubling up to 512 s until a transaction goes through."""
+        log = self.folder / f"{SENDER}.log"
+        if not log.exists():
+            return []
+        pattern = rf"Scheduling retries on {re.escape(service)} in ([0-9.]+)s"
+        return [float(delay) for delay in re.findall(pattern, log.read_text(errors="replace"))]
 
     def taken_for_appservices(self, event_id: str) -> bool:
         """Whether the appservice sender has taken `event_id` from the event stream (queued it in

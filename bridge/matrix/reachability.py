@@ -11,9 +11,12 @@ dispatcher like any event, once (events already handled are recognised by their 
 
 One `aiohttp.TraceConfig` on the bridge's HTTP session watches every request to the homeserver.
 A bridge that sends nothing (no answer streams, nobody writes) would not see the homeserver go:
-`watch` asks it something (its client API versions) when no request was made for IDLE_PING
-seconds, and every AWAY_PING seconds while it is away, so a homeserver killed while the bridge
-is idle is noticed, and read back once it answers again.
+`watch` asks it something when no request was made for IDLE_PING seconds, and every AWAY_PING
+seconds while it is away, so a homeserver killed while the bridge is idle is noticed, and read
+back once it answers again. What it asks is the bot's pushers (ASK): every homeserver has them,
+they cost nothing, and Synapse serves them only in its main process, so on Synapse with workers
+the ask reaches the main process — a cheap read such as the client API versions would be answered
+by a worker and miss the main process gone (docs/outages.md "Synapse with workers").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import aiohttp
 IDLE_PING = 15.0  # seconds without a request to the homeserver before the bridge asks it
 AWAY_PING = 2.0  # seconds between asks while it is away
 PING_TIMEOUT = 10.0
+ASK = "/_matrix/client/v3/pushers"  # what an idle bridge asks (the bot's pushers: none)
 
 
 class Reachability:
@@ -67,10 +71,12 @@ class Reachability:
         config.on_request_exception.append(on_exception)
         return config
 
-    async def watch(self, session: aiohttp.ClientSession, homeserver_url: str) -> None:
-        """Until cancelled: ask the homeserver when the bridge has not for IDLE_PING seconds (every
-        AWAY_PING while it is away), through `session` (whose trace config is this one's)."""
-        url = f"{homeserver_url.rstrip('/')}/_matrix/client/versions"
+    async def watch(self, session: aiohttp.ClientSession, homeserver_url: str, token: str = "") -> None:
+        """Until cancelled: ask the homeserver (ASK, as the bot: `token`) when the bridge has not
+        for IDLE_PING seconds (every AWAY_PING while it is away), through `session` (whose trace
+        config is this one's). Any answer but a proxy's 502/503/504 is the homeserver there."""
+        url = f"{homeserver_url.rstrip('/')}{ASK}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         while True:
             every = AWAY_PING if self.away_since is not None else IDLE_PING
             wait = self._last + every - time.monotonic()
@@ -78,7 +84,8 @@ class Reachability:
                 await asyncio.sleep(wait)
                 continue
             try:
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=PING_TIMEOUT)) as response:
+                timeout = aiohttp.ClientTimeout(total=PING_TIMEOUT)
+                async with session.get(url, headers=headers, timeout=timeout) as response:
                     await response.read()
             except (TimeoutError, aiohttp.ClientError):
                 pass  # the trace config saw it

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import nio
 from bridge_harness import answers_in, wait_until
+from invariants import STATUS as STATUS  # an answer's status line while it is being written
 from matrix_helpers import events_in, login, sync_until, wait_joined
 from matrix_helpers import joined as joined  # re-exported: the owner's helpers in one place
 from matrix_helpers import open_dm as open_dm
 
 ALICE, BOB, BOT = "@sk_alice:localhost", "@sk_bob:localhost", "@sidekicks:localhost"
-# an answer's status line while it is being written: waiting, thinking, writing, a tool at work
-STATUS = ("⏳", "💭", "✍️", "🔧")
 
 
 # ---- a scripted agent's log (`--log FILE`: every JSON-RPC message it received, a line each) ----

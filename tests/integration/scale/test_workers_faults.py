@@ -15,43 +15,16 @@ finished answer is edited afterwards, and the store keeps each message and each 
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 from bridge_harness import agent, answers_in, wait_until
 from helpers import ALICE, BOB, STATUS, open_dm, prompts, say
+from invariants import edits_after_final, prompts_ended
 from matrix_helpers import caught_up, events_in, sync_until
 from synapse_workers import PERSISTER, SENDER
 
-from bridge.channels.base import stream
-
 pytestmark = pytest.mark.scale
-
-
-def prompts_ended(log: Path) -> int:
-    if not log.exists():
-        return 0
-    return sum(1 for line in log.read_text().splitlines() if json.loads(line).get("scripted") == "prompt ended")
-
-
-def edits_after_final(events: list[dict], sender: str) -> list[str]:
-    """Edits of `sender`'s messages that came after the edit (or message) that finished them."""
-    finished: set[str] = set()
-    late = []
-    for event in events:
-        if event.get("type") != "m.room.message" or event.get("sender") != sender:
-            continue
-        content = event.get("content") or {}
-        relates = content.get("m.relates_to") or {}
-        target, shown = event["event_id"], content
-        if relates.get("rel_type") == "m.replace":
-            target, shown = relates.get("event_id"), content.get("m.new_content") or {}
-            if target in finished:
-                late.append(shown.get("body", ""))
-        if stream.LIVE not in shown and not shown.get("body", "").startswith(STATUS):
-            finished.add(target)
-    return late
 
 
 def finished(owner, room_id: str, puppet: str) -> bool:

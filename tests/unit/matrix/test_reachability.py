@@ -99,12 +99,12 @@ async def test_an_idle_bridge_asks_the_homeserver_and_notices_it_gone_and_back(m
     asked, backs = [], []
     reach = Reachability(backs.append)
 
-    async def versions(request):
-        asked.append(request.path)
-        return web.json_response({"versions": []})
+    async def pushers(request):
+        asked.append(request.headers.get("Authorization"))
+        return web.json_response({"pushers": []})
 
     app = web.Application()
-    app.router.add_get("/_matrix/client/versions", versions)
+    app.router.add_get(reachability.ASK, pushers)
     port = free_port()
 
     async def serve() -> web.AppRunner:
@@ -122,9 +122,10 @@ async def test_an_idle_bridge_asks_the_homeserver_and_notices_it_gone_and_back(m
 
     runner = await serve()
     async with aiohttp.ClientSession(trace_configs=[reach.trace_config()]) as session:
-        watching = asyncio.ensure_future(reach.watch(session, f"http://127.0.0.1:{port}/"))
+        watching = asyncio.ensure_future(reach.watch(session, f"http://127.0.0.1:{port}/", "bot-token"))
         try:
             await until(lambda: len(asked) >= 2)  # asked again and again while nothing else is sent
+            assert set(asked) == {"Bearer bot-token"}  # as the bot
             assert reach.away_since is None and backs == []
             await runner.cleanup()  # the homeserver goes away
             await until(lambda: reach.away_since is not None)

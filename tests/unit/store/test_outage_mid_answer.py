@@ -27,12 +27,12 @@ import psycopg2
 import pytest
 import pytest_asyncio
 from bridge_harness import agent, answers_in, start_bridge, wait_until
+from invariants import STATUS, edits_after_final, prompts_ended
 from matrix_helpers import caught_up, events_in, login, open_dm, private_homeserver, sync_until
 
 from bridge.channels.base import stream
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
-STATUS = ("⏳", "💭", "✍️", "🔧")
 pytestmark = pytest.mark.postgres
 
 
@@ -86,31 +86,6 @@ def prompts(log: Path) -> list[str]:
         if message.get("method") == "session/prompt":
             found.append(" ".join(block.get("text", "") for block in message["params"]["prompt"]))
     return found
-
-
-def prompts_ended(log: Path) -> int:
-    if not log.exists():
-        return 0
-    return sum(1 for line in log.read_text().splitlines() if json.loads(line).get("scripted") == "prompt ended")
-
-
-def edits_after_final(events: list[dict], sender: str) -> list[str]:
-    """Edits of `sender`'s messages that came after the edit (or message) that finished them."""
-    finished: set[str] = set()
-    late = []
-    for event in events:
-        if event.get("type") != "m.room.message" or event.get("sender") != sender:
-            continue
-        content = event.get("content") or {}
-        relates = content.get("m.relates_to") or {}
-        target, shown = event["event_id"], content
-        if relates.get("rel_type") == "m.replace":
-            target, shown = relates.get("event_id"), content.get("m.new_content") or {}
-            if target in finished:
-                late.append(shown.get("body", ""))
-        if stream.LIVE not in shown and not shown.get("body", "").startswith(STATUS):
-            finished.add(target)
-    return late
 
 
 @pytest.fixture(params=["own database", "shared PostgreSQL"])

@@ -287,9 +287,10 @@ class Agent:
         session_id: str | None = None,
         on_sent: Callable[[], None] | None = None,
         before_send: Callable[[], Awaitable[None]] | None = None,
+        on_written: Callable[[], None] | None = None,
     ) -> Any:
         """A request bounded by the silence limit; crash/timeout mapped to our errors."""
-        call = asyncio.ensure_future(self.peer.request(method, params, on_sent, before_send))
+        call = asyncio.ensure_future(self.peer.request(method, params, on_sent, before_send, on_written))
         try:
             await self._wait_alive(call, session_id)
             return call.result()
@@ -502,23 +503,21 @@ class Agent:
         on_update: OnUpdate,
         on_permission: OnPermission | None = None,
         on_elicitation: OnElicitation | None = None,
-        on_sent: Callable[[], None] | None = None,
         before_send: Callable[[], Awaitable[None]] | None = None,
+        on_written: Callable[[], None] | None = None,
     ) -> str:
         """Send one prompt: a text, or a list of ACP content blocks (text, image, audio,
         resource, resource_link: what the agent's promptCapabilities allow; the caller
-        checks). Returns the stopReason once the agent is done. `on_sent` runs (synchronously)
-        as the request is written to the agent (right before, no await between), before anything
-        it answers is read. `before_send` is awaited just before (rpc.Peer.request): the prompt is
-        written the moment it returns."""
+        checks). Returns the stopReason once the agent is done. `before_send` is awaited just
+        before (rpc.Peer.request): the prompt is written the moment it returns. `on_written` runs
+        (synchronously) once the whole prompt is in the agent's stdin: a kill of the bridge from
+        then on leaves it for the agent to read."""
         if session_id in self._prompts:
             raise AcpError(f"{self.name}: a prompt is already running in session {session_id}")
         running = self._prompts[session_id] = _Prompt(on_update, on_permission, on_elicitation)
 
-        def sent() -> None:
+        def sent() -> None:  # what the agent sends after reading it is this prompt's
             running.sent = True
-            if on_sent is not None:
-                on_sent()
 
         try:
             result = await self._call(
@@ -527,6 +526,7 @@ class Agent:
                 session_id,
                 on_sent=sent,
                 before_send=before_send,
+                on_written=on_written,
             )
         finally:
             self._prompts.pop(session_id, None)

@@ -72,21 +72,44 @@ class Peer:
         self._task = asyncio.create_task(self._read_loop(), name=f"acp-read-{self.label}")
 
     # -- outgoing --------------------------------------------------------------
-    async def _send(self, message: dict[str, Any], on_sent: Callable[[], None] | None = None) -> None:
+    async def _send(
+        self,
+        message: dict[str, Any],
+        on_sent: Callable[[], None] | None = None,
+        on_written: Callable[[], None] | None = None,
+    ) -> None:
         if self.closed.is_set():
             raise ConnectionLost(f"{self.label}: connection closed ({self.close_reason})")
         try:
             data = framing.encode(message)
             if on_sent is not None:
-                # right before the write, no await between: the reader cannot run in between, and
-                # a caller that records "sent" (bridge/channels/turns/journal.py) has it written before
-                # the peer can have it — a kill in between loses the request rather than lets a
-                # later start send it twice
+                # right before the write, no await between: the reader cannot run in between, so
+                # whatever the peer sends after reading it is read after this
                 on_sent()
             self._writer.write(data)
+            if on_written is not None:
+                # only once every byte is out of this process (in the pipe or socket to the peer):
+                # a caller that records "written" (bridge/channels/turns/journal.py) then never
+                # has it recorded while a kill of this process could still lose it
+                await self._flushed()
+                on_written()
             await self._writer.drain()
         except (ConnectionError, RuntimeError) as exc:  # broken pipe, closed transport
             raise ConnectionLost(f"{self.label}: cannot write ({exc})") from exc
+
+    async def _flushed(self) -> None:
+        """Until nothing written is left in the transport's buffer. A write goes straight to the
+        pipe when it has room; what did not fit waits in our memory, which a kill loses."""
+        transport = self._writer.transport
+        if not transport.get_write_buffer_size():
+            return
+        low, high = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)  # drain() now waits for an empty buffer
+        try:
+            await self._writer.drain()
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
 
     async def request(
         self,
@@ -94,12 +117,14 @@ class Peer:
         params: Any = None,
         on_sent: Callable[[], None] | None = None,
         before_send: Callable[[], Awaitable[None]] | None = None,
+        on_written: Callable[[], None] | None = None,
     ) -> Any:
         """Send a request and wait for its result. `on_sent` runs as the request is written (right
         before it, no await between), before anything the peer sends after it can be read.
         `before_send` is awaited first, and the request is written as soon as it returns (no other
-        await between): a caller that records "sent" there leaves the smallest window in which a
-        kill finds it recorded and not written."""
+        await between): a caller that records "about to send" there leaves the smallest window in
+        which a kill finds it recorded and not written. `on_written` runs once the whole request
+        is out of this process (in the pipe to the peer): a kill from then on cannot lose it."""
         if before_send is not None:
             await before_send()
         request_id = next(self._ids)
@@ -114,7 +139,7 @@ class Peer:
                 on_sent()
 
         try:
-            await self._send(framing.request(request_id, method, params), sent)
+            await self._send(framing.request(request_id, method, params), sent, on_written)
             return await future
         except asyncio.CancelledError:
             # (cancelling us cancelled the future too: only a reply makes it "answered")

@@ -45,7 +45,8 @@ from .coding.settings import SessionSettings
 from .coding.work import Work
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS
 from .coding.workplaces import WorkPlaces
-from .matrix.appservice import AppserviceServer, TransactionOrder
+from .matrix import left_behind
+from .matrix.appservice import AppserviceServer, Transaction, TransactionOrder
 from .matrix.identities import Identities
 from .matrix.intent import Outgoing
 from .matrix.msc4391 import CommandDescriptions
@@ -104,6 +105,7 @@ class Bridge:
         self.stopping = asyncio.Event()
         self.recovered = asyncio.Event()  # set once the turns earlier runs left are queued
         self._gap_pings: set[asyncio.Task] = set()
+        self._read_back_at: dict[str, float] = {}  # room → when it was last read back for a gap
         self._catching_up: set[asyncio.Task] = set()
         self._watching: asyncio.Future | None = None  # the homeserver asked when idle (reachability.py)
 
@@ -237,6 +239,7 @@ class Bridge:
             ),
             on_gap=self._retry_soon,
             on_sender_gone=self._sender_gone,
+            on_gap_passed=self._read_back_before,
         )
         # the homeserver answers again after failing: what it may have lost is read back
         self.reachability = Reachability(self._back)
@@ -400,6 +403,21 @@ class Bridge:
         task = asyncio.ensure_future(later())
         self._gap_pings.add(task)
         task.add_done_callback(self._gap_pings.discard)
+
+    async def _read_back_before(self, transaction: Transaction, gap_at: float) -> None:
+        """A transaction was let through after a gap in the homeserver's numbering (at `gap_at`,
+        appservice.TransactionOrder): one Synapse left behind at the end of a recovery may hold
+        earlier messages, and would come only at its next failure. The rooms of the owners'
+        events in `transaction` not read back since are read back first (matrix/left_behind.py):
+        such a message is taken before the ones after it — answered in its place — and skipped
+        when its own transaction comes (docs/reliability.md "Restarts")."""
+        now = time.time()
+        rooms = left_behind.rooms_to_read(transaction.events, self.config.owners, gap_at, self._read_back_at, now)
+        if not rooms:
+            return
+        read = await self.inbound.catch_up_rooms(rooms)
+        self._read_back_at.update(dict.fromkeys(rooms, now))
+        log.info("transaction %s: read back %s channel(s) after a gap in the transactions", transaction.txn_id, read)
 
     def _back(self, since: float) -> None:
         """The homeserver answers again; it failed from `since` (matrix/reachability.py). Its

@@ -91,9 +91,17 @@ class TransactionOrder:
     (`on_gap` is told, to ask the homeserver to retry at once); what comes next is in order —
     the one left behind first if there was one, else the refused one again, which is let through
     — and the check is disarmed. A gap still open PATIENCE seconds after it was first seen is let
-    through. The last number handled (and since when a gap waits) is kept (`save`), so a gap
-    across a restart of the bridge is seen too; a transaction acknowledged as seen counts as
-    handled (a kill may have come between recording it and keeping its number). The number is
+    through. Disarmed is not safe, only cheap: the refusal made Synapse recover again, and the
+    end of that recovery can leave one behind in its turn (so can a recovery Synapse runs twice at
+    once when pinged mid-way). So once a transaction was let through after a gap (`gap_at`), each
+    one is first handed to `on_gap_passed`, which reads back the rooms of the owners' messages in
+    it that it has not read since that gap (bridge.py `_read_back_before`): an earlier message of
+    the same room left behind is handled first, and skipped when its own transaction comes
+    (matrix/left_behind.py).
+
+    The last number handled (and since when a gap waits) is kept (`save`), so a gap across a
+    restart of the bridge is seen too; a transaction acknowledged as seen counts as handled (a
+    kill may have come between recording it and keeping its number). The number is
     written without holding the homeserver's answer back: a kill -9 can lose the last one, and
     the next start then refuses the homeserver's next transaction for a gap that is not there —
     once, and the bridge pings until it comes again (bridge.py `_retry_soon`). Holding every
@@ -114,6 +122,7 @@ class TransactionOrder:
         self.armed = True  # a start: Synapse may be recovering this appservice
         self._refused: str | None = None  # the transaction refused for a gap, once
         self._gap_since: float | None = None
+        self.gap_at: float | None = None  # when a transaction was last let through after a gap
         try:
             kept = json.loads(load() or "null")
             if isinstance(kept, dict) and isinstance(kept.get("last"), int):
@@ -135,16 +144,18 @@ class TransactionOrder:
     def admit(self, txn_id: str) -> bool:
         """Whether `txn_id` may be handled now; False (once) while an earlier one may be missing."""
         n = self._number(txn_id)
-        if n is None or self.last is None or n <= self.last + 1 or not self.armed:
-            return True
-        if txn_id == self._refused:  # sent again after the refusal: nothing older was left unsent
+        if n is None or self.last is None or n <= self.last + 1:
             return True
         now = self._clock()
+        if not self.armed or txn_id == self._refused:  # (sent again: nothing older was left unsent)
+            self.gap_at = now
+            return True
         if self._gap_since is None:
             self._gap_since = now
             self._keep()
         if now - self._gap_since >= self.PATIENCE:
             log.warning("transaction %s: %s never came; going on without it", txn_id, self.last + 1)
+            self.gap_at = now
             return True
         log.info(
             "transaction %s came after a gap (%s expected): refused once, so that a recovering "
@@ -300,8 +311,12 @@ class AppserviceServer:
         order: TransactionOrder | None = None,
         on_gap: Callable[[], None] | None = None,
         on_sender_gone: Callable[[float], None] | None = None,
+        on_gap_passed: Callable[[Transaction, float], Awaitable[None]] | None = None,
     ):
         self._token = hs_token.encode("utf-8")
+        # awaited before each transaction handled once one was let through after a gap (with
+        # when): one the homeserver left behind may hold earlier messages (TransactionOrder)
+        self._on_gap_passed = on_gap_passed
         # told (with the time the transaction came) when its sender hung up before our answer:
         # what it had queued behind that transaction may be lost (docs/outages.md "Synapse with
         # workers")
@@ -381,6 +396,8 @@ class AppserviceServer:
                     if self._on_gap is not None:
                         self._on_gap()
                     return _refused(f"transaction {txn_id} came after a gap: send any earlier one first")
+                if self._order.gap_at is not None and self._on_gap_passed is not None:
+                    await self._on_gap_passed(transaction, self._order.gap_at)
                 await self._on_transaction(transaction)
                 if record:
                     await self._mark_txn(key)  # only a transaction handled in full is recorded

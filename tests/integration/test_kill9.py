@@ -157,6 +157,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     owner = await login(hs, hs.owner_id, hs.owner_password)
     puppet_id = "@sk_alice:localhost"
     sent: list[str] = []
+    text_of: dict[str, str] = {}  # the event id of each owner message → its text
     started = time.monotonic()
     try:
         bridge.start()
@@ -165,13 +166,15 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
         for _kill in range(KILLS):
             for _ in range(rng.choice((1, 1, 2))):
                 text = f"msg {len(sent)}"
-                await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+                response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+                text_of[response.event_id] = text
                 sent.append(text)
             await asyncio.sleep(rng.uniform(0, 0.8))  # a random moment, not a wait: then the kill
             bridge.kill()
             if rng.random() < 0.3:  # sometimes the owner writes while the bridge is down
                 text = f"msg {len(sent)}"
-                await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+                response = await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": text})
+                text_of[response.event_id] = text
                 sent.append(text)
             bridge.start()
             await bridge.ready()
@@ -208,10 +211,6 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     finished = [a for a in real if "interrupted" not in a["body"]]
     interrupted = [a for a in real if "interrupted" in a["body"]]
 
-    # answers come in the order of the messages (one portal, one turn at a time), so the n-th
-    # answer belongs to the n-th message; a finished one must echo exactly that message. Once an
-    # answer too many shifts them, every later one would seem out of place: answers beyond one
-    # per message are counted apart, and finished answers by the message they echo
     def echoed(answer: dict) -> str:
         return answer["body"].splitlines()[-1].removeprefix("echo: ")
 
@@ -219,9 +218,6 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     echoes = Counter(echoed(a) for a in finished)
     finished_twice = sum(n - 1 for n in echoes.values() if n > 1)
     unknown = sum(n for text, n in echoes.items() if text not in set(sent))
-    out_of_order = (
-        0 if extra else sum(1 for text, answer in zip(sent, real) if answer in finished and echoed(answer) != text)
-    )
     from store import Store
 
     data = next((tmp_path / "xdg" / "sidekicks" / "data").iterdir())
@@ -229,8 +225,34 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     try:
         channel = store.channel_by_room(room_id)
         stored = store.last_messages(channel.id, 100_000)
+        turns = store.turns.in_channel(channel.id)
     finally:
         store.close()
+    # the message each answer belongs to: a finished one echoes it; one marked interrupted has no
+    # text of its own to tell, and is its turn's (the record names the prompt's event and the
+    # answer's messages, store/turns.py). Not by its place: one out of place would then be taken
+    # for another message's, and its fault counted under the wrong name
+    finished_ids = {a["event_id"] for a in finished}
+    turn_of = {event_id: turn for turn in turns for event_id in turn.answer}
+
+    def message_of(answer: dict) -> str | None:
+        if answer["event_id"] in finished_ids:
+            return echoed(answer)
+        turn = turn_of.get(answer["event_id"])
+        return text_of.get(turn.prompt_event) if turn is not None else None
+
+    # one portal, one turn at a time: the answers come in the order of their messages. An answer
+    # out of place is one whose message was sent before that of an answer above it
+    place = {text: i for i, text in enumerate(sent)}
+    out_of_order, newest, misplaced = 0, -1, None
+    for answer in real:
+        i = place.get(message_of(answer) or "", -1)
+        if i < 0:
+            continue  # an answer to nothing sent: counted as answered twice
+        if i < newest:
+            out_of_order += 1
+            misplaced = misplaced or message_of(answer)
+        newest = max(newest, i)
     # which messages reached the agent in a session/prompt (the owner's text is the prompt's
     # last line, after any context): an answer marked interrupted must be one that had begun
     prompted = Counter(prompted_messages(agent_log))
@@ -238,14 +260,11 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     # stopped in that instant, it cannot know whether the agent got it, and says so —
     # "may not have reached it" — instead of claiming an answer had begun)
     unsure = [a for a in interrupted if UNSURE in a["body"]]
-    interrupted_unbegun = (
-        0
-        if extra
-        else sum(
-            1
-            for text, answer in zip(sent, real)
-            if answer in interrupted and answer not in unsure and not prompted[text]
-        )
+    unsure_ids = {a["event_id"] for a in unsure}
+    interrupted_unbegun = sum(
+        1
+        for a in interrupted
+        if a["event_id"] not in unsure_ids and message_of(a) is not None and not prompted[message_of(a)]
     )
     rerun = sum(
         int(n) for n in re.findall(r"(\d+) answer\(s\) the last stop left before they began", bridge.log.read_text())
@@ -258,6 +277,7 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
         "finished answers": len(finished),
         "interrupted (marked)": len(interrupted),
         "interrupted before it began": interrupted_unbegun,
+        "interrupted answers no turn claims": sum(1 for a in interrupted if message_of(a) is None),
         "stopped as the prompt was handed over (said so)": len(unsure),
         "never begun, run again": rerun,
         "prompts read twice by the agent": sum(n - 1 for n in prompted.values() if n > 1),
@@ -273,12 +293,10 @@ async def test_a_hundred_kills_lose_nothing_and_answer_nothing_twice(private_hs,
     }
     record_figures("kill -9", figures)
     if figures["lost"] or figures["answered twice"] or out_of_order:
-        misplaced = next(
-            (text for text, answer in zip(sent, real) if answer in finished and echoed(answer) != text), None
-        )
         raise AssertionError(f"{figures}\n{timeline(history, puppet_id, echoes, misplaced)}")
     assert figures["user messages stored twice"] == 0 and len(stored_users) == len(sent), figures
     assert figures["finished answers not stored"] == 0 and figures["answers stored twice"] == 0, figures
     assert figures["stored answers shown as interrupted"] == 0, figures
     assert figures["placeholders left"] == 0, figures  # every cut answer says so
+    assert figures["interrupted answers no turn claims"] == 0, figures
     assert figures["interrupted before it began"] == 0, figures  # those are run again instead

@@ -206,16 +206,32 @@ class Inbound:
         channel's messages since `since_ms` go through the dispatcher — a homeserver killed can
         lose events before they reach the appservice. How many channels were read."""
         read = 0
-        for room_id, portal in list(self.channels.portals.items()):
-            members = portal.member_names()
-            if not members:
-                continue
-            try:
-                await self.catch_up(await self.identities.puppet(members[0]), room_id, None, since_ms)
-                read += 1
-            except Exception as exc:  # the next room still gets its turn
-                log.warning("catching up %s after the homeserver was away: %s", room_id, exc)
+        for portal in list(self.channels.portals.values()):
+            read += await self._read_back(portal, since_ms, "after the homeserver was away")
         return read
+
+    async def catch_up_rooms(self, since_ms: dict[str, int]) -> int:
+        """The messages of these rooms (those that are channels) since their time (origin, ms),
+        through the dispatcher: a transaction came after a gap in the homeserver's numbering, and
+        one left behind may hold earlier messages of its rooms (matrix/appservice.py
+        `TransactionOrder`). How many channels were read."""
+        read = 0
+        for room_id, since in since_ms.items():
+            portal = await self.channels.portal_for(room_id)
+            if portal is not None:
+                read += await self._read_back(portal, since, "after a gap in the transactions")
+        return read
+
+    async def _read_back(self, portal: Portal, since_ms: int, why: str) -> int:
+        members = portal.member_names()
+        if not members:
+            return 0
+        try:
+            await self.catch_up(await self.identities.puppet(members[0]), portal.room_id, None, since_ms)
+            return 1
+        except Exception as exc:  # the next room still gets its turn
+            log.warning("catching up %s %s: %s", portal.room_id, why, exc)
+            return 0
 
     async def say_encrypted(self, room_id: str) -> None:
         """Once per room and run: the bridge cannot read end-to-end encrypted rooms."""

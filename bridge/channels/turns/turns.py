@@ -391,8 +391,9 @@ async def _prompt(run: RunningTurn) -> str | None:
             request, prompt = _steered(run, request, prompt, answer)
         try:
             showing.prompting(lambda: agent.asking)
-            # its record says "prompted" before the agent can have it (at most once), and the
-            # prompt is written the moment that is done
+            # its record says "prompting" before the agent can have it (at most once), and the
+            # prompt is written the moment that is done; "prompted" once all of it is in the
+            # agent's stdin (a kill before that: not known whether it arrived, and said so)
             stop_reason: str = await agent.prompt(
                 session_id,
                 prompt,
@@ -400,7 +401,7 @@ async def _prompt(run: RunningTurn) -> str | None:
                 on_permission,
                 on_question,
                 before_send=lambda: _prompting(run),
-                on_sent=lambda: _prompted(run, record.text),
+                on_written=lambda: _prompted(run, record.text),
             )
             # steered meanwhile: the same turn asks again (one record, one answer)
             while run.steering:
@@ -530,7 +531,7 @@ async def _prompting(run: RunningTurn) -> None:
 
 
 def _prompted(run: RunningTurn, text: str) -> None:
-    """`session/prompt` was written: its record says so, and the session's last use is recorded
+    """`session/prompt` is in the agent's stdin: its record says so, and the session's last use is recorded
     (sessions.py) — after the prompt, so that this write never keeps the prompt waiting."""
     run.journal.prompted(run.answer.event_ids)
     record_use(run.portal, run.agent_name, run.agent, run.conversation, run.session_id, text)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
+from asyncio.streams import FlowControlMixin
 
 import pytest
 
@@ -112,3 +115,81 @@ async def test_pending_requests_fail_when_the_other_side_goes_away():
     with pytest.raises(ConnectionLost):
         await a.request("again", {})
     await a.close()
+
+
+async def into_a_pipe() -> tuple[Peer, int, asyncio.WriteTransport]:
+    """A peer that writes into a real pipe, as the bridge into an agent's stdin; the pipe's read
+    end (non-blocking), read by the test alone."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.connect_write_pipe(FlowControlMixin, os.fdopen(write_fd, "wb", buffering=0))
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return Peer(asyncio.StreamReader(), writer, label="bridge"), read_fd, transport
+
+
+def drained(read_fd: int) -> bytes:
+    """Everything in the pipe now."""
+    out = b""
+    while True:
+        try:
+            chunk = os.read(read_fd, 1 << 16)
+        except BlockingIOError:
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
+async def test_on_written_runs_once_the_whole_request_is_in_the_pipe():
+    # a turn records "prompted" here (docs/reliability.md "Exactly once"): from then on a kill -9
+    # of the bridge must leave the prompt in the agent's stdin, else the answer would be shown
+    # as interrupted although the agent never had its message
+    peer, read_fd, transport = await into_a_pipe()
+    in_pipe: list[bytes] = []
+    call = asyncio.create_task(
+        peer.request("session/prompt", {"prompt": "msg 32"}, on_written=lambda: in_pipe.append(drained(read_fd)))
+    )
+    try:
+        await wait_for_condition(lambda: in_pipe)
+        line = in_pipe[0]
+        assert line.endswith(b"\n") and json.loads(line)["params"] == {"prompt": "msg 32"}
+    finally:
+        call.cancel()
+        transport.close()
+        os.close(read_fd)
+
+
+async def test_on_written_waits_while_the_request_is_still_in_our_buffer():
+    # the agent has not read its stdin for a while: the pipe is full, the request waits in the
+    # bridge's memory — "written" only once it has left it
+    peer, read_fd, transport = await into_a_pipe()
+    written = asyncio.Event()
+    filler = b"x" * (1 << 16)
+    while True:  # fill the pipe
+        try:
+            os.write(transport.get_extra_info("pipe").fileno(), filler)
+        except BlockingIOError:
+            break
+    prompt = {"prompt": "y" * 100_000}
+    call = asyncio.create_task(peer.request("session/prompt", prompt, on_written=written.set))
+    try:
+        await wait_for_condition(lambda: transport.get_write_buffer_size() > 0)  # written, not all of it in the pipe
+        assert not written.is_set()
+        got = b""
+        while not written.is_set():  # the agent reads again
+            got += drained(read_fd)
+            await asyncio.sleep(0.01)
+        got += drained(read_fd)
+        assert json.loads(got.lstrip(b"x"))["params"] == prompt
+    finally:
+        call.cancel()
+        transport.close()
+        os.close(read_fd)
+
+
+async def wait_for_condition(predicate, timeout: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met"
+        await asyncio.sleep(0.01)

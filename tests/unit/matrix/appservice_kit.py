@@ -29,10 +29,11 @@ async def nobody(user_id: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def serving(
-    on_transaction, keys: set | None = None, on_user=nobody, seen=None, mark=None, order=None
+    on_transaction, keys: set | None = None, on_user=nobody, seen=None, mark=None, order=None, **extra
 ) -> AsyncIterator[TestClient]:
     """A client of an AppserviceServer handing transactions to `on_transaction`; the transaction
-    keys it records are kept in `keys` (or `seen`/`mark` are the store's calls)."""
+    keys it records are kept in `keys` (or `seen`/`mark` are the store's calls); `extra`: more of
+    its arguments (on_gap_passed…)."""
     keys = set() if keys is None else keys
     server = AppserviceServer(
         TOKEN,
@@ -41,6 +42,7 @@ async def serving(
         seen or stored(keys.__contains__),
         mark or stored(keys.add),
         **({"order": order} if order is not None else {}),
+        **extra,
     )
     client = TestClient(TestServer(server.app))
     await client.start_server()

@@ -1,4 +1,4 @@
-"""`kill -9` of the bridge, again and again, under traffic (issue 8, docs/reliability.md "Restarts").
+"""`kill -9` of the bridge, again and again, under traffic (docs/reliability.md "Restarts").
 
 The bridge runs as `sidekicks run` in a subprocess against a private Synapse; the owner keeps
 writing; the bridge is killed with SIGKILL at random moments and started again. At the end:

@@ -93,7 +93,9 @@ class TransactionOrder:
     — and the check is disarmed. A gap still open PATIENCE seconds after it was first seen is let
     through. Disarmed is not safe, only cheap: the refusal made Synapse recover again, and the
     end of that recovery can leave one behind in its turn (so can a recovery Synapse runs twice at
-    once when pinged mid-way). So once a transaction was let through after a gap (`gap_at`), each
+    once when pinged mid-way). So once a transaction was let through after a gap (`gap_at`: a gap
+    after a transaction that came within RECOVERY of a start or a refusal, while Synapse may have
+    been recovering), each
     one is first handed to `on_gap_passed`, which reads back the rooms of the owners' messages in
     it that it has not read since that gap (bridge.py `_read_back_before`): an earlier message of
     the same room left behind is handled first, and skipped when its own transaction comes
@@ -110,6 +112,11 @@ class TransactionOrder:
     """
 
     PATIENCE = 10.0  # seconds a gap may hold the next transactions back (Synapse retries in 2)
+    # seconds after a start or a refusal in which Synapse may still be recovering this appservice:
+    # a gap after a transaction that came then may hide one left behind (made as the recovery
+    # ended). Other gaps are other appservices' numbers (other bridges on the homeserver): reading
+    # rooms back for them would cost a request before every message on a shared homeserver
+    RECOVERY = 60.0
 
     def __init__(
         self,
@@ -123,6 +130,8 @@ class TransactionOrder:
         self._refused: str | None = None  # the transaction refused for a gap, once
         self._gap_since: float | None = None
         self.gap_at: float | None = None  # when a transaction was last let through after a gap
+        self._armed_at = clock()  # the last start or refusal: Synapse recovers after it
+        self._last_at: float | None = None  # when `last` was handled (by this run)
         try:
             kept = json.loads(load() or "null")
             if isinstance(kept, dict) and isinstance(kept.get("last"), int):
@@ -140,6 +149,7 @@ class TransactionOrder:
         """The appservice refused a transaction (for whatever reason): Synapse recovers now,
         and may leave one behind at its end."""
         self.armed = True
+        self._armed_at = self._clock()
 
     def admit(self, txn_id: str) -> bool:
         """Whether `txn_id` may be handled now; False (once) while an earlier one may be missing."""
@@ -148,7 +158,10 @@ class TransactionOrder:
             return True
         now = self._clock()
         if not self.armed or txn_id == self._refused:  # (sent again: nothing older was left unsent)
-            self.gap_at = now
+            if txn_id == self._refused or (
+                self._last_at is not None and self._last_at - self._armed_at <= self.RECOVERY
+            ):
+                self.gap_at = now
             return True
         if self._gap_since is None:
             self._gap_since = now
@@ -177,7 +190,7 @@ class TransactionOrder:
             self.armed, self._refused = False, None
         if self.last is not None and n < self.last and n != 1:
             return  # a late one let through a gap: the count goes on from the newest
-        self.last, self._gap_since = n, None
+        self.last, self._gap_since, self._last_at = n, None, self._clock()
         self._keep()
 
     def _keep(self) -> None:

@@ -15,6 +15,9 @@ next one (`kvstates.StateCache`: bounded in memory, written next to the session
 files for `session/load`), so a turn evaluates only the tokens that are new:
 the prompt is the session's whole conversation, and llama-cpp-python keeps the
 longest prefix of it that is already in the context.
+A prompt with no state of its own (a new session) starts from the shared
+prefix's state instead: the chat template's system part and first user header,
+evaluated once per model, context size, system prompt and template (`_seed`).
 """
 
 from __future__ import annotations

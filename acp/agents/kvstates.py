@@ -357,7 +357,7 @@ class StateCache:
         for _, size, path in files:
             if total <= self.disk_bytes:
                 break
-            if path == keep:
+            if path == keep or path.name == PREFIX + SUFFIX:  # the shared prefix (~1 MiB) stays
                 continue
             try:
                 path.unlink()

@@ -166,6 +166,12 @@ def test_disk_holds_at_most_its_bound_oldest_files_deleted_first(tmp_path: Path)
     cache.put("d", state(10))
     assert cache.flush(10)
     assert sorted(p.name for p in tmp_path.glob("*.kv")) == ["c.kv", "d.kv"]
+    cache.put_prefix({"system": "s"}, state(2))  # the shared prefix, oldest of all, is kept
+    assert cache.flush(10)
+    os.utime(tmp_path / f"{PREFIX}.kv", (1, 1))
+    cache.put("e", state(10))
+    assert cache.flush(10)
+    assert sorted(p.name for p in tmp_path.glob("*.kv")) == ["d.kv", "e.kv", f"{PREFIX}.kv"]
 
 
 def test_forget_deletes_the_state_and_stale_temporaries_go_at_start(tmp_path: Path):

@@ -10,6 +10,10 @@ the next turn of any session restores its own state and evaluates only what is n
   (`<session id>.kv`, mode 0600 in the 0700 sessions folder, written to a temporary file and
   renamed), so a `session/load` after a restart restores it instead of evaluating the history.
   At most `disk_bytes` of state files are kept; the least recently written are deleted first.
+* One more state is shared by every session: the prompt's known start before the owner's
+  first text (the system part and the first user header), `prefix.kv` in the same folder,
+  made for the same key plus what the prefix depends on (`put_prefix`, `take_prefix`;
+  docs/performance.md "The local agent's first token").
 * A state file counts only if it was made for the same model file, context size and state
   format (`StateKey`) and its bytes are intact (CRC32); anything else is ignored, and the
   session's history is evaluated again, silently.
@@ -35,6 +39,7 @@ from .atomic_file import replacing
 
 MAGIC = b"SKKV\x01\n"
 SUFFIX = ".kv"
+PREFIX = "prefix"  # the shared prefix's state file is prefix.kv (session ids start with "sess_")
 _LEN = struct.Struct("<I")
 
 
@@ -154,6 +159,8 @@ class StateCache:
         self._ram: OrderedDict[str, SavedState] = OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict[str, SavedState] = {}  # to be written, newest per session
+        self._keys: dict[str, dict[str, Any]] = {}  # a pending state's key, if not self.key
+        self._prefix: tuple[dict[str, Any], SavedState] | None = None  # (its extra key, state)
         self._wake = threading.Condition(self._lock)
         self._writing: str | None = None
         self._writer: threading.Thread | None = None
@@ -245,6 +252,40 @@ class StateCache:
                 self._keep(session_id, state)
         return True
 
+    # -- the shared prefix -------------------------------------------------------
+    def prefix_key(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """The prefix state's key: this cache's (model, context, template) and `extra` (what
+        the prefix's tokens depend on besides: the system prompt, the tokens themselves)."""
+        return {**self.key, "prefix": extra}
+
+    def keeps_prefix(self) -> bool:
+        return bool(self.ram_bytes or self.disk_bytes)
+
+    def put_prefix(self, extra: dict[str, Any], state: SavedState) -> None:
+        """The shared prefix's state: kept in memory (outside the sessions' LRU), written soon."""
+        with self._lock:
+            self._prefix = (extra, state) if state.size <= self.ram_bytes else None
+            if self.disk_bytes and state.size <= self.disk_bytes:
+                self._pending[PREFIX] = state
+                self._keys[PREFIX] = self.prefix_key(extra)
+                self._start_writer()
+                self._wake.notify_all()
+
+    def take_prefix(self, extra: dict[str, Any]) -> tuple[SavedState | None, str]:
+        """(the prefix state made for `extra`, "memory" | "disk" | "none"); a state made for
+        another model, context, template or system prompt is never returned."""
+        with self._lock:
+            if self._prefix is not None and self._prefix[0] == extra:
+                return self._prefix[1], "memory"
+        path = self._path(PREFIX)
+        state = read_state(path, self.prefix_key(extra)) if path is not None else None
+        if state is None:
+            return None, "none"
+        with self._lock:
+            if state.size <= self.ram_bytes:
+                self._prefix = (extra, state)
+        return state, "disk"
+
     def forget(self, session_id: str) -> None:
         """Drop the session's state everywhere (its history was cleared)."""
         with self._lock:
@@ -283,12 +324,13 @@ class StateCache:
                     return
                 session_id = next(iter(self._pending))
                 state = self._pending.pop(session_id)
+                key = self._keys.pop(session_id, self.key)
                 self._writing = session_id
             try:
                 path = self._path(session_id)
                 assert path is not None
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                write_state(path, self.key, state)
+                write_state(path, key, state)
                 self.written += 1
                 self._bound_disk(keep=path)
             except OSError as exc:
@@ -315,7 +357,7 @@ class StateCache:
         for _, size, path in files:
             if total <= self.disk_bytes:
                 break
-            if path == keep:
+            if path == keep or path.name == PREFIX + SUFFIX:  # the shared prefix (~1 MiB) stays
                 continue
             try:
                 path.unlink()

@@ -18,7 +18,10 @@ any chat GGUF can be given with --model.
 * Each session also keeps its KV state (the evaluated conversation), in memory
   (--kv-ram, least recently used evicted first) and next to its JSON file
   (--kv-disk), so a turn evaluates only its new tokens, after a switch from
-  another session or a restart alike (model.py, kvstates.py).
+  another session or a restart alike (model.py, kvstates.py). A new session starts
+  from one shared KV state of the chat template's system part and first user header
+  (prefix.kv beside them, per model, context size, system prompt and template), so its
+  first prompt evaluates only the owner's text and the template's end.
 * Answers stream token by token as agent_message_chunk updates; generation
   runs in a thread and `session/cancel` stops it within one token.
 * Slash commands, answered without the model: /clear, /model, /help.

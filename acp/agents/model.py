@@ -15,6 +15,9 @@ next one (`kvstates.StateCache`: bounded in memory, written next to the session
 files for `session/load`), so a turn evaluates only the tokens that are new:
 the prompt is the session's whole conversation, and llama-cpp-python keeps the
 longest prefix of it that is already in the context.
+A prompt with no state of its own (a new session) starts from the shared
+prefix's state instead: the chat template's system part and first user header,
+evaluated once per model, context size, system prompt and template (`_seed`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.util
+import json
 import os
 import threading
 import time
@@ -234,7 +238,7 @@ class TurnStats:
     prompt_tokens: int = 0
     reused: int = 0  # tokens already in the context (the session's KV state)
     evaluated: int = 0  # prompt tokens evaluated for this turn
-    state: str = "none"  # where the session's state came from: context | memory | disk | none
+    state: str = "none"  # where the session's state came from: context | memory | disk | prefix | none
     start: int = 0  # first history message kept (the cut)
     seconds: float = 0.0  # prompt evaluation time
 
@@ -329,6 +333,8 @@ class ChatModel:
         self._formatter: Any = None
         self._counts: dict[str, int] = {}  # tokens per message text, for the cut (fit)
         self.prepare_chunks = 0  # chunks evaluated by preparations (tests read it)
+        # the shared prefix evaluated by the current turn or preparation: (tokens, seconds)
+        self._prefix_made: tuple[int, float] = (0, 0.0)
         self._closing = False
 
     # -- without loading ------------------------------------------------------
@@ -611,7 +617,8 @@ class ChatModel:
             if session is not None and self.states is not None:
                 saved_start = self.states.first(session)
             kept, stats.start = self.fit(messages, saved_start)
-            stats.state = self._restore(llm, session, saved_start == stats.start)
+            stats.state = self._restore(llm, session, saved_start == stats.start, kept)
+            made, made_seconds = self._prefix_made
             self._evals = []
             chunks = llm.create_chat_completion(
                 messages=kept,
@@ -638,6 +645,10 @@ class ChatModel:
                 if self._evals:
                     stats.reused, stats.evaluated, stats.seconds = self._evals[0]
                     stats.prompt_tokens = stats.reused + stats.evaluated
+                    # the shared prefix, if this turn evaluated it first, is this turn's work
+                    stats.reused -= made
+                    stats.evaluated += made
+                    stats.seconds += made_seconds
                 yield Piece(finish_reason=finish, stats=stats)
             finally:  # after the end went out (or the consumer stopped early)
                 if session is not None:
@@ -709,7 +720,8 @@ class ChatModel:
             began = time.perf_counter()
             saved_start = self.states.first(session) if self.states is not None else None
             kept, start = self.fit(messages, saved_start)
-            stats.state = self._restore(llm, session, saved_start == start)
+            stats.state = self._restore(llm, session, saved_start == start, kept)
+            made = self._prefix_made[0]
             tokens = self.prefix_tokens(llm, kept)
             if tokens is None:
                 stats.outcome = "unsupported"
@@ -722,7 +734,8 @@ class ChatModel:
                 if a != b:
                     break
                 reused += 1
-            stats.reused = reused
+            stats.reused = reused - made  # the shared prefix, if evaluated now, counts as evaluated
+            stats.evaluated = made
             if reused == len(tokens):
                 stats.outcome = "done"
                 return stats
@@ -740,7 +753,7 @@ class ChatModel:
                 llm.eval(tokens[position : position + chunk])
                 position = llm.n_tokens
                 self.prepare_chunks += 1
-            stats.evaluated = position - reused
+            stats.evaluated = position - reused + made
             llm._requires_eval = True  # the next prompt evaluates at least its last token
             stats.seconds = time.perf_counter() - began
             if stats.evaluated:
@@ -758,17 +771,96 @@ class ChatModel:
         finally:
             self._busy.release()
 
-    def _restore(self, llm: Any, session: str | None, same_start: bool) -> str:
-        """Put the session's saved state into the context; where it came from."""
+    def _restore(self, llm: Any, session: str | None, same_start: bool, messages: list[Message]) -> str:
+        """Put the session's saved state into the context, or else the shared prefix's
+        (`_seed`); where it came from."""
+        self._prefix_made = (0, 0.0)
         if session is None or self.states is None:
             return "none"
         if self._owner == session:
             return "context"
-        if not same_start:  # the cut moved: the saved tokens are not this prompt's start
+        if same_start:  # else the cut moved: the saved tokens are not this prompt's start
+            state, source = self.states.take(session)
+            if state is not None and state.tokens and self._set_state(llm, state):
+                self._owner = session
+                return source
+        return self._seed(llm, messages)
+
+    def shared_prefix(self, llm: Any, messages: list[Message]) -> tuple[list[int], dict[str, Any]] | None:
+        """(the tokens every prompt with the same system part as `messages` begins with, up to
+        the owner's first text: the chat template's system part and first user header; what
+        they depend on besides the state cache's key), or None (not the GGUF's own template)."""
+        system = []
+        for message in messages:
+            if message.get("role") != "system":
+                break
+            system.append(message)
+        tokens = self.prefix_tokens(llm, system + [{"role": "user", "content": ""}])
+        if not tokens:
+            return None
+        digest = hashlib.sha256(json.dumps(system, sort_keys=True).encode()).hexdigest()[:16]
+        ids = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
+        return tokens, {"system": digest, "tokens": ids, "n_tokens": len(tokens)}
+
+    def _seed(self, llm: Any, messages: list[Message]) -> str:
+        """A prompt with no saved state of its own: put the shared prefix's state into the
+        context (evaluated once, then kept in memory and on disk), so that the prompt evaluates
+        only what follows it. What the model is told does not change: llama-cpp-python
+        reuses the context only as far as its token ids are the prompt's.
+        "prefix" when the context then begins with it; "none" if not."""
+        assert self.states is not None
+        if not self.states.keeps_prefix():
             return "none"
-        state, source = self.states.take(session)
-        if state is None or not state.tokens:
+        found = self.shared_prefix(llm, messages)
+        if found is None:
             return "none"
+        tokens, extra = found
+        n = len(tokens)
+        if llm.n_tokens >= n and [int(t) for t in llm.input_ids[:n]] == tokens:
+            return "none"  # the context begins with it already (another session's tokens)
+        state, _ = self.states.take_prefix(extra)
+        if state is not None and state.tokens == tokens and self._set_state(llm, state):
+            self._owner = None
+            return "prefix"
+        # evaluated now, once: what the context shares with it is kept
+        have = [int(t) for t in llm.input_ids[: llm.n_tokens]]
+        common = 0
+        for a, b in zip(have, tokens):
+            if a != b:
+                break
+            common += 1
+        began = time.perf_counter()
+        llm._ctx.kv_cache_seq_rm(-1, common, -1)
+        llm.n_tokens = common
+        self._owner = None
+        llm.eval(tokens[common:])
+        llm._requires_eval = True  # the prompt evaluates at least its last token
+        self._prefix_made = (n - common, time.perf_counter() - began)
+        blob = self._state_blob(llm)
+        if blob is not None:
+            self.states.put_prefix(extra, SavedState(tokens=list(tokens), blob=blob))
+        return "prefix"
+
+    @staticmethod
+    def _state_blob(llm: Any) -> bytearray | None:
+        """llama.cpp's bytes of the context's sequence 0 (its tokens' keys and values)."""
+        import llama_cpp.llama_cpp as low_level
+
+        ctx = llm._ctx.ctx
+        size = low_level.llama_state_seq_get_size(ctx, 0)
+        blob = bytearray(size)
+        buffer = (ctypes.c_uint8 * size).from_buffer(blob)
+        got = low_level.llama_state_seq_get_data(ctx, buffer, size, 0)
+        del buffer
+        if got == 0:
+            return None
+        if got < size:
+            del blob[got:]
+        return blob
+
+    def _set_state(self, llm: Any, state: SavedState) -> bool:
+        """Replace the context's tokens with a saved state's; False (the context emptied) if
+        llama.cpp refused it."""
         import llama_cpp.llama_cpp as low_level
 
         ctx = llm._ctx
@@ -785,31 +877,21 @@ class ChatModel:
             ctx.kv_cache_seq_rm(0, 0, -1)
             llm.n_tokens = 0
             self._owner = None
-            return "none"
+            return False
         llm.input_ids[:n] = state.tokens
         llm.n_tokens = n
         llm._requires_eval = True  # logits are not part of the state: re-evaluate the last token
-        self._owner = session
-        return source
+        return True
 
     def _save(self, llm: Any, session: str, start: int) -> None:
         """Copy the session's state out of the context into the state cache."""
-        import llama_cpp.llama_cpp as low_level
-
         self._owner = session
         n = llm.n_tokens
         if self.states is None or n == 0:
             return
-        ctx = llm._ctx.ctx
-        size = low_level.llama_state_seq_get_size(ctx, 0)
-        blob = bytearray(size)
-        buffer = (ctypes.c_uint8 * size).from_buffer(blob)
-        got = low_level.llama_state_seq_get_data(ctx, buffer, size, 0)
-        del buffer
-        if got == 0:
+        blob = self._state_blob(llm)
+        if blob is None:
             return
-        if got < size:
-            del blob[got:]
         self.states.put(session, SavedState(tokens=[int(t) for t in llm.input_ids[:n]], blob=blob, first=start))
 
 

@@ -10,7 +10,9 @@ time.perf_counter() (CLOCK_MONOTONIC, one clock for the machine), so each round 
 steps of STEPS.
 
     cold, new:  the first message in a new DM, the bridge just started: the agent starts, opens a
-                session, loads the model;
+                session, loads the model; its sessions folder has the shared prefix's KV state
+                (another DM's agent made it before the restart);
+    cold, new, first ever:  the same in a fresh sessions folder: the turn makes the prefix;
     cold:       the first message after a restart of the bridge, in that DM (session/load);
     cold, as before:  the same, the agent started as before its model loaded in the background
                 (traced_agent.py --as-before), the two kinds taking turns restart by restart;
@@ -95,7 +97,7 @@ COLD_MOMENTS = (
     ("first chunk written to stdout", "written"),
     ("first token in the owner's client", "text"),
 )
-KINDS = ("warm", "cold", "cold, as before", "cold, new")
+KINDS = ("warm", "cold", "cold, as before", "cold, new", "cold, new, first ever")
 COLD_CPU = (
     ("CPU: llama_cpp's import (its thread)", "import_cpu"),
     ("CPU: the model's file and context (its thread)", "open_cpu"),
@@ -144,18 +146,20 @@ async def run(bench: Bench, owner: Owner, ahead: bool = True) -> dict:
         bridge, _ = await procs.start_bridge(config, folder / "data", env=env)
         room = await owner.create_room(invite=[LOCAL], direct=True)
         await owner.wait_joined(room, LOCAL)
+        second = await owner.create_room(invite=[LOCAL], direct=True)  # a new DM after a restart
+        await owner.wait_joined(second, LOCAL)
         client, _ = await procs.start_owner(bench)
         await owner.stop_sync()  # the bench's own client sits still while the owner's times
         try:
             n = 0
 
-            async def once(kind: str) -> None:
+            async def once(kind: str, where: str = room) -> None:
                 nonlocal n
                 token = f"bench-t{n}"
                 text = f"{token} {QUESTIONS[n % len(QUESTIONS)]}"
                 n += 1
                 bridge.stdin.write(b"reset\n")  # answered by nothing
-                ask = {"room": room, "text": text, "from": LOCAL, "until": "text"}
+                ask = {"room": where, "text": text, "from": LOCAL, "until": "text"}
                 seen = await procs.ask(client, json.dumps(ask))
                 if "error" in seen:
                     raise RuntimeError(f"first token, {kind}: {seen['error']}")
@@ -168,11 +172,11 @@ async def run(bench: Bench, owner: Owner, ahead: bool = True) -> dict:
                 out["rounds"].append({"kind": kind, "token": token, "owner": seen, "bridge": probed})
                 await asyncio.sleep(PAUSE)
 
-            await once("cold, new")
+            await once("cold, new, first ever")
             for _ in range(warm_rounds // 2):
                 await once("warm")
-            # the two kinds take turns, ending with the agent as shipped, which the warm rounds
-            # after go on with
+            # the two kinds take turns; then the agent as shipped, in a new DM, which the warm
+            # rounds after go on with
             for i in range(restarts):
                 await procs.end(bridge)
                 bridge = None
@@ -180,8 +184,12 @@ async def run(bench: Bench, owner: Owner, ahead: bool = True) -> dict:
                 bridge, _ = await procs.start_bridge(configure(as_before), folder / "data", env=env)
                 await once("cold, as before" if as_before else "cold")
                 out["load"].append(load_average())
+            await procs.end(bridge)
+            bridge = None
+            bridge, _ = await procs.start_bridge(configure(), folder / "data", env=env)
+            await once("cold, new", second)
             for _ in range(warm_rounds - warm_rounds // 2):
-                await once("warm")
+                await once("warm", second)
             out["load"].append(load_average())
         finally:
             owner.start_sync()
@@ -252,7 +260,7 @@ def _kinds(r: dict) -> dict[str, list[dict]]:
 
 def rows(r: dict) -> list[tuple]:
     kinds = _kinds(r)
-    goals = {"warm": 0.30, "cold": 1.0, "cold, new": 1.0, "cold, as before": 1.0}
+    goals = {"warm": 0.30, "cold": 1.0, "cold, new": 1.0, "cold, new, first ever": 1.0, "cold, as before": 1.0}
     out = []
     for kind in KINDS:
         rounds = kinds.get(kind) or []

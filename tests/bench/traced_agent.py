@@ -22,7 +22,8 @@ bench_first_token.py; nothing here changes what the agent does or is told.
     restored    ChatModel._restore returned (the session's KV state in the context)
     completion  create_chat_completion called (the chat template follows)
     tokenize_start / tokenize_end   the prompt's tokenization (the longest tokenize call)
-    eval_start / eval_end           the first llama.cpp eval (the prompt's new tokens)
+    eval_start / eval_end           the prompt's llama.cpp evals (its new tokens; before them, the
+                                    shared prefix's when the turn makes it), up to the first sample
     sample_start / sample_end       the first token sampled
     piece       the first Piece with text yielded by ChatModel.stream (in the thread)
     say         the first turn.say on the event loop
@@ -240,10 +241,18 @@ def open_model(self):
         return tokens
 
     def eval_(tokens):
+        # every evaluation before the first token is sampled is the prompt's: the shared
+        # prefix's, when the turn makes it, and the prompt's new tokens
         cpu = time.thread_time()
-        stamp("eval_start", eval_tokens=len(tokens), n_past=llm.n_tokens)
+        stamp("eval_start", n_past=llm.n_tokens)
         evaluate(tokens)
-        stamp("eval_end", eval_cpu=time.thread_time() - cpu)
+        spent = time.thread_time() - cpu
+        with _lock:
+            if _current and "sample_start" not in _current["stamps"]:
+                _current["stamps"]["eval_end"] = now()
+                info = _current["info"]
+                info["eval_tokens"] = info.get("eval_tokens", 0) + len(tokens)
+                info["eval_cpu"] = info.get("eval_cpu", 0.0) + spent
 
     def sample_(*args, **kwargs):
         stamp("sample_start")

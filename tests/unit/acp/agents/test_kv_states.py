@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from stdio_client import chunks
 
-from acp.agents.kvstates import SavedState, StateCache, read_state, write_state
+from acp.agents.kvstates import PREFIX, SavedState, StateCache, read_state, write_state
 from acp.agents.model import PER_MESSAGE_TOKENS, fit_window
 
 pytestmark = pytest.mark.model
@@ -129,6 +129,31 @@ def test_state_files_round_trip_0600_and_are_ignored_when_foreign_or_damaged(tmp
     assert read_state(path, KEY) is not None
 
 
+def test_the_shared_prefix_is_kept_0600_and_never_reused_for_another_system_prompt_or_model(tmp_path: Path):
+    folder = tmp_path / "sessions"
+    extra = {"system": "aaaa", "tokens": "bbbb", "n_tokens": 40}
+    cache = StateCache(folder, KEY, ram_bytes=1 << 20, disk_bytes=1 << 20)
+    assert cache.take_prefix(extra) == (None, "none")
+    cache.put_prefix(extra, state(40))
+    assert cache.take_prefix(extra)[1] == "memory"
+    assert cache.take_prefix({**extra, "system": "cccc"}) == (None, "none")  # another system prompt
+    assert cache.flush(10)
+    path = folder / f"{PREFIX}.kv"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and cache.resident() == []  # not a session's
+
+    again = StateCache(folder, KEY, ram_bytes=1 << 20, disk_bytes=1 << 20)  # after a restart
+    got, source = again.take_prefix(extra)
+    assert source == "disk" and got is not None and got.tokens == list(range(40))
+    assert again.take_prefix({**extra, "system": "cccc"}) == (None, "none")
+    for other in ({**KEY, "model": {"name": "m.gguf", "size": 2}}, {**KEY, "n_ctx": 4096}):
+        # another model file or context size: the file is not reused, and a new prefix replaces it
+        foreign = StateCache(folder, other, ram_bytes=1 << 20, disk_bytes=1 << 20)
+        assert foreign.take_prefix(extra) == (None, "none")
+    foreign.put_prefix(extra, state(41))
+    assert foreign.flush(10)
+    assert StateCache(folder, KEY, ram_bytes=0, disk_bytes=1 << 20).take_prefix(extra) == (None, "none")
+
+
 def test_disk_holds_at_most_its_bound_oldest_files_deleted_first(tmp_path: Path):
     write_state(tmp_path / "probe.kv", KEY, state(10))
     one = (tmp_path / "probe.kv").stat().st_size  # a file: the state and its header
@@ -141,6 +166,12 @@ def test_disk_holds_at_most_its_bound_oldest_files_deleted_first(tmp_path: Path)
     cache.put("d", state(10))
     assert cache.flush(10)
     assert sorted(p.name for p in tmp_path.glob("*.kv")) == ["c.kv", "d.kv"]
+    cache.put_prefix({"system": "s"}, state(2))  # the shared prefix, oldest of all, is kept
+    assert cache.flush(10)
+    os.utime(tmp_path / f"{PREFIX}.kv", (1, 1))
+    cache.put("e", state(10))
+    assert cache.flush(10)
+    assert sorted(p.name for p in tmp_path.glob("*.kv")) == ["d.kv", "e.kv", f"{PREFIX}.kv"]
 
 
 def test_forget_deletes_the_state_and_stale_temporaries_go_at_start(tmp_path: Path):
@@ -222,7 +253,8 @@ def test_switching_sessions_evaluates_only_the_new_tokens(start_agent):
     agent, turns = start(start_agent)
     one, two = agent.new_session(), agent.new_session()
     first_one = ask(agent, turns, one, PRIMER + "Which flowers need sun?")
-    assert first_one["evaluated"] > 400 and first_one["state"] == "none"
+    # no state of its own: the shared prefix (evaluated now, the agent's first session)
+    assert first_one["evaluated"] > 400 and first_one["state"] == "prefix"
     first_two = ask(agent, turns, two, "Something else entirely: " + PRIMER + "When is pruning?")
     assert first_two["evaluated"] > 400
     previous = {one: first_one, two: first_two}
@@ -279,7 +311,8 @@ def test_a_state_made_for_another_context_size_is_ignored_silently(start_agent, 
     second, turns = start(start_agent, "--ctx", "4096")
     second.call("session/load", {"sessionId": session, "cwd": "/", "mcpServers": []})
     line = ask(second, turns, session, "And the tulips?")
-    assert line["state"] == "none" and line["evaluated"] > 400, line
+    # not the session's state: only the shared prefix, made again for this context
+    assert line["state"] == "prefix" and line["evaluated"] > 400, line
     assert second.close() == 0
     assert [
         x for x in second.stderr_lines if not TURN.search(x) and not LOADED.search(x)
@@ -299,7 +332,8 @@ def test_a_damaged_state_file_is_ignored_silently(start_agent, sessions_dir: Pat
     second, turns = start(start_agent)
     second.call("session/load", {"sessionId": session, "cwd": "/", "mcpServers": []})
     line = ask(second, turns, session, "And the tulips?")
-    assert line["state"] == "none" and line["evaluated"] > 400, line
+    # not the session's state: only the shared prefix, made again for this context
+    assert line["state"] == "prefix" and line["evaluated"] > 400, line
     assert second.close() == 0
     # nothing but the turns' lines and the background load's (no warning, no error)
     assert [x for x in second.stderr_lines if not TURN.search(x) and not LOADED.search(x)] == []

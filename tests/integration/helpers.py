@@ -56,6 +56,13 @@ async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") ->
     return response.room_id
 
 
+async def stored_channel(store, room_id: str):
+    """The bridge's channel of `room_id` once it is stored: a puppet joins first and the channel
+    is written after (channels/events/inbound.py), so the owner can see the join before it."""
+    await wait_until(lambda: store.channel_by_room(room_id) is not None, what=f"the channel of {room_id} is stored")
+    return store.channel_by_room(room_id)
+
+
 async def say(
     client: nio.AsyncClient,
     room_id: str,

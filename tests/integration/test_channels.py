@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import nio
 from bridge_harness import agent, answers_in, wait_until
-from helpers import group, is_final, prompts, say
+from helpers import group, is_final, prompts, say, stored_channel
 from matrix_helpers import events_in, notices, sync_until
 
 ALICE, BOB = "@sk_alice:localhost", "@sk_bob:localhost"
@@ -48,8 +48,8 @@ async def two_agents(bridge_factory, tmp_path, alice=(), bob=()):
 async def test_group_room_becomes_a_channel_with_two_members(bridge_factory, tmp_path, owner):
     running, _ = await two_agents(bridge_factory, tmp_path)
     room_id = await group(owner, ALICE, BOB)
-    channel = running.store.channel_by_room(room_id)
-    assert channel is not None and channel.name == "general" and channel.direct_agent is None
+    channel = await stored_channel(running.store, room_id)
+    assert channel.name == "general" and channel.direct_agent is None
     # the owner may see bob's join before the bridge has stored him as a member
     await wait_until(
         lambda: sorted(m.agent for m in running.store.members(channel.id)) == ["alice", "bob"],

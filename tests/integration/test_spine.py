@@ -7,7 +7,7 @@ import uuid
 import aiohttp
 import nio
 from bridge_harness import agent, answers_in
-from helpers import open_dm, prompts, say
+from helpers import open_dm, prompts, say, stored_channel
 from matrix_helpers import caught_up, events_in, sync_until
 
 ANSWER = "Hello **there**, owner. Here is a longer answer in parts."
@@ -156,7 +156,7 @@ async def test_same_transaction_is_processed_once_also_after_restart(homeserver,
     folder = tmp_path / "bridge"
     running = await bridge_factory({"alice": agent()}, folder=folder)
     room_id = await open_dm(owner, "@sk_alice:localhost")
-    channel = running.store.channel_by_room(room_id)
+    channel = await stored_channel(running.store, room_id)
     txn_id = f"replayed-{uuid.uuid4().hex}"
 
     def transaction(event_id: str, body: str) -> dict:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import nio
-from bridge_harness import answers_in, wait_until
+from bridge_harness import agent, answers_in, wait_until
 from invariants import STATUS as STATUS  # an answer's status line while it is being written
 from matrix_helpers import events_in, login, sync_until, wait_joined
 from matrix_helpers import joined as joined  # re-exported: the owner's helpers in one place
@@ -54,6 +54,19 @@ async def group(owner: nio.AsyncClient, *puppets: str, name: str = "general") ->
     assert isinstance(response, nio.RoomCreateResponse), response
     await wait_joined(owner, response.room_id, *puppets)
     return response.room_id
+
+
+async def two_echo_agents(bridge_factory, tmp_path: Path):
+    """A bridge with alice and bob, each echoing the owner's last line and logging its prompts:
+    the running bridge and the logs by puppet id."""
+    logs = {ALICE: tmp_path / "alice.jsonl", BOB: tmp_path / "bob.jsonl"}
+    running = await bridge_factory(
+        {
+            "alice": agent("--log", str(logs[ALICE]), "--echo-last-line"),
+            "bob": agent("--log", str(logs[BOB]), "--echo-last-line"),
+        }
+    )
+    return running, logs
 
 
 async def stored_channel(store, room_id: str):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from bridge_harness import agent, answers_in, wait_until
-from helpers import ALICE, BOB, STATUS, open_dm, prompts, say
+from helpers import ALICE, BOB, STATUS, open_dm, prompts, say, two_echo_agents
 from invariants import edits_after_final, prompts_ended
 from matrix_helpers import caught_up, events_in, sync_until
 from synapse_workers import PERSISTER, SENDER
@@ -122,13 +122,7 @@ async def test_the_appservice_sender_killed_mid_transaction_loses_and_repeats_no
     before or after the kill; its answer never reaches the dead sender), with the owner's next
     message queued in the sender's memory behind it."""
     workers = homeserver.workers
-    logs = {ALICE: tmp_path / "alice.jsonl", BOB: tmp_path / "bob.jsonl"}
-    running = await bridge_factory(
-        {
-            "alice": agent("--log", str(logs[ALICE]), "--echo-last-line"),
-            "bob": agent("--log", str(logs[BOB]), "--echo-last-line"),
-        }
-    )
+    running, logs = await two_echo_agents(bridge_factory, tmp_path)
     first_room, second_room = await open_dm(owner, ALICE), await open_dm(owner, BOB)
     server = running.bridge.server
     handle = server._on_transaction

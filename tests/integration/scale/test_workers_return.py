@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from bridge_harness import agent, answers_in, wait_until
-from helpers import ALICE, BOB, lost_on_the_way, open_dm, prompts, say
+from helpers import ALICE, BOB, lost_on_the_way, open_dm, prompts, say, two_echo_agents
 from invariants import edits_after_final
 from matrix_helpers import PATIENCE, caught_up, events_in, sync_until
 from synapse_workers import SENDER
@@ -127,13 +127,7 @@ async def test_the_main_process_killed_while_the_bridge_is_idle_is_noticed_and_r
     monkeypatch.setattr(reachability, "IDLE_PING", 1.0)  # asked after 1 s of quiet, not 15
     monkeypatch.setattr(presence, "REFRESH", 3600.0)  # nothing else asks it while idle
     workers = homeserver.workers
-    logs = {ALICE: tmp_path / "alice.jsonl", BOB: tmp_path / "bob.jsonl"}
-    running = await bridge_factory(
-        {
-            "alice": agent("--log", str(logs[ALICE]), "--echo-last-line"),
-            "bob": agent("--log", str(logs[BOB]), "--echo-last-line"),
-        }
-    )
+    running, logs = await two_echo_agents(bridge_factory, tmp_path)
     lost_room, after_room = await open_dm(owner, ALICE), await open_dm(owner, BOB)
     # a message the homeserver never hands on (as a killed process can lose what it queued)
     await lost_on_the_way(running, owner, lost_room, ALICE, "lost on the way")

@@ -112,5 +112,6 @@ def test_a_restart_during_a_preparation_loses_nothing(start_agent, sessions_dir)
     again, _ = start(start_agent)
     again.call("session/load", {"sessionId": session, "cwd": "/", "mcpServers": []})
     assert answer(again, session, ASKED)  # the conversation goes on, answered once
+    lines(again, TURN)  # its stderr is read by a thread of its own: the line may follow the answer
     turns = [m for m in map(TURN.search, again.stderr_lines) if m]
     assert len(turns) == 1

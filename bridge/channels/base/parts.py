@@ -56,7 +56,7 @@ class AskedIn:
     mention: Sequence[str] = ()  # the owners it notifies (channels/rules/approvals.py)
 
 
-class Asking(Protocol):
+class AsksTheOwner(Protocol):
     """Asks the owner for an agent (permissions.py: permissions; coding/questions.py:
     elicitations; both through asks.py), where `where` says: the answer, or None."""
 
@@ -108,8 +108,8 @@ class ChannelParts:
     notices: Notices  # what the bridge says in rooms (notices.py)
     presence: Presence  # a puppet's status while it answers (matrix/presence.py)
     descriptions: CommandDescriptions  # MSC4391: a member's commands in its rooms
-    permissions: Asking
-    questions: Asking
+    permissions: AsksTheOwner
+    questions: AsksTheOwner
     settings: SessionOpened
     scheduler: ScheduledRuns
     # a turn's last writes, through the store-outage queue (bridge/outage.py)

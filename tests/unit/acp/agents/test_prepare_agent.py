@@ -6,7 +6,6 @@ nothing. Counters come from `--log-turns` lines, never from timings."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from stdio_client import chunks
@@ -28,17 +27,6 @@ HISTORY = [
 KNOWN = build_prompt("garden", HISTORY, "")  # what the bridge sends to prepare
 QUESTION = "Which flowers want sun?"
 ASKED = build_prompt("garden", HISTORY, QUESTION)  # what it sends when the owner asks
-
-
-def lines(agent, pattern: re.Pattern, count: int = 1, timeout: float = 120.0) -> list[re.Match]:
-    """The first `count` stderr lines matching `pattern`, waiting for them."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [m for m in map(pattern.search, agent.stderr_lines) if m]
-        if len(found) >= count:
-            return found[:count]
-        time.sleep(0.05)
-    raise AssertionError(f"no line like {pattern.pattern!r}: {agent.stderr_lines[-5:]}")
 
 
 def start(start_agent, *extra: str, sessions=None):
@@ -66,12 +54,12 @@ def test_it_is_announced_and_a_prepared_prompt_is_answered_as_without_it(start_a
     assert init["agentCapabilities"]["_meta"]["sidekicks"]["prepare"] == PREPARE_METHOD
     session = agent.new_session()
     assert prepare(agent, session, KNOWN) == {"outcome": "started"}
-    done = lines(agent, PREPARED)[0]
+    done = agent.stderr_matches(PREPARED)[0]
     assert done[1] == session and done[2] == "done"
     known = int(done[3])
     assert int(done[5]) == known > 300  # all of it evaluated now, none before
     prepared = answer(agent, session, ASKED)
-    turn = lines(agent, TURN)[0]
+    turn = agent.stderr_matches(TURN)[0]
     # the prompt found the prepared tokens: only the question and the template's end are new
     assert int(turn[3]) >= known - 1 and int(turn[4]) <= 40, turn.group(0)
 
@@ -79,7 +67,7 @@ def test_it_is_announced_and_a_prepared_prompt_is_answered_as_without_it(start_a
     other, _ = start(start_agent, sessions=tmp_path / "other")
     plain_session = other.new_session()
     plain = answer(other, plain_session, ASKED)
-    plain_turn = lines(other, TURN)[0]
+    plain_turn = other.stderr_matches(TURN)[0]
     assert int(plain_turn[3]) == 0 and int(plain_turn[2]) == int(turn[2])  # same prompt tokens
     assert prepared == plain  # and the same answer: nothing it is told changed
 
@@ -90,15 +78,15 @@ def test_a_prompt_preempts_a_preparation_under_way(start_agent):
     answer(agent, agent.new_session(), "Hello")  # the model is loaded: the prepare starts at once
     long_known = build_prompt("garden", HISTORY * 3, "")
     prepare(agent, session, long_known)
-    lines(agent, PREPARING)  # it is evaluating
+    agent.stderr_matches(PREPARING)  # it is evaluating
     asked = long_known + QUESTION
     reply, updates = agent.prompt(session, asked)
     assert reply["result"]["stopReason"] in {"end_turn", "max_tokens"} and chunks(updates)
-    done = lines(agent, PREPARED)[0]
+    done = agent.stderr_matches(PREPARED)[0]
     assert done[2] == "preempted", done.group(0)
     known, reused, evaluated = int(done[3]), int(done[4]), int(done[5])
     assert reused + evaluated < known  # it did not run to its end
-    turn = lines(agent, TURN, count=2)[1]
+    turn = agent.stderr_matches(TURN, count=2)[1]
     assert int(turn[3]) >= reused + evaluated - 1  # what it did evaluate, the prompt reused
 
 
@@ -107,11 +95,11 @@ def test_a_restart_during_a_preparation_loses_nothing(start_agent, sessions_dir)
     session = agent.new_session()
     answer(agent, session, "Hello")
     prepare(agent, session, build_prompt("garden", HISTORY * 3, ""))
-    lines(agent, PREPARING)
+    agent.stderr_matches(PREPARING)
     assert agent.close() == 0  # stdin closed mid-preparation: it exits without waiting for it
     again, _ = start(start_agent)
     again.call("session/load", {"sessionId": session, "cwd": "/", "mcpServers": []})
     assert answer(again, session, ASKED)  # the conversation goes on, answered once
-    lines(again, TURN)  # its stderr is read by a thread of its own: the line may follow the answer
+    again.stderr_matches(TURN)  # its stderr is read by a thread of its own: the line may follow the answer
     turns = [m for m in map(TURN.search, again.stderr_lines) if m]
     assert len(turns) == 1

@@ -6,7 +6,6 @@ counters from `--log-turns` lines, never from timings."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from stdio_client import chunks
@@ -16,17 +15,6 @@ pytestmark = pytest.mark.model
 TURN = re.compile(r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated")
 AHEAD = re.compile(r"(\S+): next turn, prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated")
 FIRST, SECOND = "Name a flower that likes shade.", "And one that likes sun?"
-
-
-def lines(agent, pattern: re.Pattern, count: int = 1, timeout: float = 120.0) -> list[re.Match]:
-    """The first `count` stderr lines matching `pattern`, waiting for them."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [m for m in map(pattern.search, agent.stderr_lines) if m]
-        if len(found) >= count:
-            return found[:count]
-        time.sleep(0.05)
-    raise AssertionError(f"no line like {pattern.pattern!r}: {agent.stderr_lines[-5:]}")
 
 
 def answer(agent, session: str, text: str) -> str:
@@ -45,12 +33,12 @@ def test_the_next_turns_start_is_evaluated_after_an_answer_and_reused(start_agen
     agent = start(start_agent)
     session = agent.new_session()
     answer(agent, session, FIRST)
-    ahead = lines(agent, AHEAD)[0]
+    ahead = agent.stderr_matches(AHEAD)[0]
     assert ahead[1] == session and ahead[2] == "done", ahead.group(0)
     known, evaluated = int(ahead[3]), int(ahead[5])
     assert evaluated >= 3  # at least the answer's end and the next user header
     answer(agent, session, SECOND)
-    second = lines(agent, TURN, count=2)[1]
+    second = agent.stderr_matches(TURN, count=2)[1]
     # the next prompt found every prepared token: only the question and the template's end are new
     assert int(second[3]) >= known, (ahead.group(0), second.group(0))
     assert int(second[4]) <= 25, second.group(0)
@@ -60,9 +48,9 @@ def test_the_next_turn_is_told_and_answers_the_same_as_without_it(start_agent, t
     agent = start(start_agent)
     session = agent.new_session()
     first = answer(agent, session, FIRST)
-    lines(agent, AHEAD)
+    agent.stderr_matches(AHEAD)
     prepared = answer(agent, session, SECOND)
-    prepared_turn = lines(agent, TURN, count=2)[1]
+    prepared_turn = agent.stderr_matches(TURN, count=2)[1]
 
     # the same conversation, the second question asked of a new process with no saved state:
     # it evaluates its whole prompt, nothing prepared
@@ -74,7 +62,7 @@ def test_the_next_turn_is_told_and_answers_the_same_as_without_it(start_agent, t
     again = start(start_agent, "--kv-disk", "0", sessions=plain_dir)
     again.call("session/load", {"sessionId": plain_session, "cwd": "/", "mcpServers": []})
     plain = answer(again, plain_session, SECOND)
-    plain_turn = lines(again, TURN)[0]
+    plain_turn = again.stderr_matches(TURN)[0]
     assert int(plain_turn[3]) == 0, plain_turn.group(0)  # nothing reused
     assert int(plain_turn[2]) == int(prepared_turn[2])  # the same prompt tokens
     assert plain == prepared  # and the same answer: what it is told did not change

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import shutil
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -25,13 +24,7 @@ QUESTION = "Name a flower that likes shade."
 
 
 def turns(agent, count: int, timeout: float = 120.0) -> list[re.Match]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [m for m in map(TURN.search, agent.stderr_lines) if m]
-        if len(found) >= count:
-            return found[:count]
-        time.sleep(0.05)
-    raise AssertionError(f"no turn line: {agent.stderr_lines[-5:]}")
+    return agent.stderr_matches(TURN, count, timeout)
 
 
 def ask(agent, count: int) -> tuple[str, re.Match]:

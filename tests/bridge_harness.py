@@ -216,7 +216,7 @@ async def probe_delivery(hs_url: str, as_token: str, running: RunningBridge, tim
     """The bot sends an event only the appservice cares about; wait until the bridge has it.
 
     Synapse can store a transaction unsent as the recovery that a start sets off ends, and send
-    it only at its next failure (docs/reliability.md "Transaction order"; a probe is no owner's
+    it only at its next failure (docs/reliability.md "Restarts", transaction order; a probe is no owner's
     message, which the bridge would read back): another probe goes out every REPROBE s, and any
     one delivered shows that the homeserver delivers to the new bridge."""
     headers = {"Authorization": f"Bearer {as_token}"}

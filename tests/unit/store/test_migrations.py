@@ -8,6 +8,7 @@ import pytest
 from store import Store, StoreError, keys, schema
 from store.connect import connect
 from store.ids import new_id
+from store.locks import PgAdvisoryLock
 from store.migrations import LATEST, ROUTE, version
 
 BASE = ["Channel", "Member", "Message", "MessageEvent", "Txn", "AgentCommand", "Value"]
@@ -42,6 +43,17 @@ WAITING = [
 ]
 ENCRYPTED = ["!r:hs", "!dm:hs"]
 LIVE_TURN_INDEX = "sk_turn_channel_id_conversation_state"  # step 14
+
+
+def closed(db, lock) -> None:
+    """As the store closes (store/core.py): PostgreSQL's advisory lock released while still
+    connected — a closed connection's lock goes only once the server's backend has ended, which
+    on a loaded machine can be after the next Store.open — and a file lock once closed."""
+    if isinstance(lock, PgAdvisoryLock):
+        lock.release()
+    db.close()
+    if lock is not None and not isinstance(lock, PgAdvisoryLock):
+        lock.release()
 
 
 def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None:
@@ -118,9 +130,7 @@ def make_store_of_version(backend, v: int, legacy_pending: bool = False) -> None
                 db.execute_sql("DROP INDEX IF EXISTS sk_message_channel_id_conversation_id")
                 db.execute_sql("ALTER TABLE sk_message DROP COLUMN conversation")
     finally:
-        db.close()
-        if lock is not None:
-            lock.release()
+        closed(db, lock)
 
 
 @pytest.mark.parametrize("v", range(1, LATEST + 1))
@@ -216,9 +226,7 @@ def test_what_an_older_store_kept_for_encryption_is_carried_over_as_far_as_it_re
         m.Value.update(value=pending).where(m.Value.key == keys.E2EE_PENDING).execute()
         m.Value.update(value=rooms).where(m.Value.key == keys.E2EE_ROOMS).execute()
     finally:
-        db.close()
-        if lock is not None:
-            lock.release()
+        closed(db, lock)
     store = open_durable()
     waiting = store.e2ee.waiting()
     assert waiting == ([{"event_id": "$y", "room_id": "!r:hs"}] if pending.startswith("[") else [])
@@ -250,8 +258,6 @@ def test_a_store_of_a_newer_version_is_refused_with_a_clear_message(open_durable
     make_store_of_version(durable_backend, LATEST)
     db, lock = connect(durable_backend.database, durable_backend.folder)
     db.execute_sql(f"UPDATE sk_schema SET version = {LATEST + 1}")
-    db.close()
-    if lock is not None:
-        lock.release()
+    closed(db, lock)
     with pytest.raises(StoreError, match="newer than this bridge"):
         Store.open(durable_backend.database, durable_backend.folder)

@@ -6,8 +6,11 @@ The agent runs as the bridge runs it (acp.agents.local_model over stdio, `--log-
 prompt is the bridge's own (bridge.channels.turns.context.build_prompt); the prepared text is that
 prompt without its question, as bridge/channels/turns/prepare.py hands it.
     (a) without: a fresh session is asked at once (every token evaluated then);
-    (b) with: a fresh session is prepared, the question comes once the preparation ended
-        (the question coming at least the preparation time after the history);
+    (b) with: a session that had a short exchange first ("say hello", as a channel's first
+        question to its local agent) is prepared, the question comes once the preparation ended
+        (the question coming at least the preparation time after the history): the history is
+        longer than the window's room, so this is the cut the preparation and the question must
+        share (docs/prepare.md "The cut");
     (c) warm: a follow-up question in that session (the floor (b) is compared with);
     the CPU a preparation costs (utime + stime of the agent process while it runs, idle
     otherwise), and its wall time.
@@ -87,6 +90,7 @@ def run(folder: Path, quick: bool) -> dict:
         agent.ask(agent.new(), "Hello")  # the model is loaded: neither side pays for it
         out["a"] = agent.ask(agent.new(), unprepared + QUESTION)
         session = agent.new()
+        agent.ask(session, "say hello")
         out["prep"] = prepare(agent, session, known)
         out["b"] = agent.ask(session, known + QUESTION)
         out["c"] = agent.ask(session, "And the bench by the wall?")

@@ -72,7 +72,9 @@ def prepare(agent: Agent, session: str, known: str) -> dict:
     }
 
 
-def run(folder: Path, quick: bool) -> dict:
+def run(folder: Path, quick: bool, ctx: int | None = None) -> dict:
+    """`ctx`: the agent's window (`--ctx`); a window smaller than the history makes the cut
+    that the preparation and the question must share (docs/prepare.md "The cut")."""
     replay = 5 if quick else 20
 
     def history(seed: int) -> str:
@@ -84,8 +86,8 @@ def run(folder: Path, quick: bool) -> dict:
     # two histories of the same size: llama.cpp reuses any matching prefix in its context,
     # so the prepared side must not find the unprepared side's tokens there
     unprepared, known = history(100), history(300)
-    out: dict = {"replay": replay, "chars": len(known) + len(QUESTION)}
-    agent = Agent(folder / "prepare")
+    out: dict = {"replay": replay, "chars": len(known) + len(QUESTION), "ctx": ctx}
+    agent = Agent(folder / "prepare", *(("--ctx", str(ctx)) if ctx else ()))
     try:
         agent.ask(agent.new(), "Hello")  # the model is loaded: neither side pays for it
         out["a"] = agent.ask(agent.new(), unprepared + QUESTION)
@@ -106,7 +108,7 @@ def run(folder: Path, quick: bool) -> dict:
 
 def rows(r: dict) -> list[tuple]:
     a, b, c, prep = r["a"], r["b"], r["c"], r["prep"]
-    what = f"{r['replay']} × 1,500 characters"
+    what = f"{r['replay']} × 1,500 characters" + (f", --ctx {r['ctx']}" if r.get("ctx") else "")
     full = r["replay"] == 20
     return [
         (
@@ -153,9 +155,10 @@ if __name__ == "__main__":
     import tempfile
 
     quick = "--quick" in sys.argv
+    ctx = int(sys.argv[sys.argv.index("--ctx") + 1]) if "--ctx" in sys.argv else None
     with tempfile.TemporaryDirectory(prefix="sidekicks-bench-prepare-") as tmp:
-        result = run(Path(tmp), quick)
+        result = run(Path(tmp), quick, ctx)
     for row in rows(result):
-        print(" | ".join(row))
+        print(" | ".join(str(cell) for cell in row))
     for note in notes(result):
         print(note)

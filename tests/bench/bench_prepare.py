@@ -6,8 +6,11 @@ The agent runs as the bridge runs it (acp.agents.local_model over stdio, `--log-
 prompt is the bridge's own (bridge.channels.turns.context.build_prompt); the prepared text is that
 prompt without its question, as bridge/channels/turns/prepare.py hands it.
     (a) without: a fresh session is asked at once (every token evaluated then);
-    (b) with: a fresh session is prepared, the question comes once the preparation ended
-        (the question coming at least the preparation time after the history);
+    (b) with: a session that had a short exchange first ("say hello", as a channel's first
+        question to its local agent) is prepared, the question comes once the preparation ended
+        (the question coming at least the preparation time after the history): the history is
+        longer than the window's room, so this is the cut the preparation and the question must
+        share (docs/prepare.md "The cut");
     (c) warm: a follow-up question in that session (the floor (b) is compared with);
     the CPU a preparation costs (utime + stime of the agent process while it runs, idle
     otherwise), and its wall time.
@@ -69,7 +72,9 @@ def prepare(agent: Agent, session: str, known: str) -> dict:
     }
 
 
-def run(folder: Path, quick: bool) -> dict:
+def run(folder: Path, quick: bool, ctx: int | None = None) -> dict:
+    """`ctx`: the agent's window (`--ctx`); a window smaller than the history makes the cut
+    that the preparation and the question must share (docs/prepare.md "The cut")."""
     replay = 5 if quick else 20
 
     def history(seed: int) -> str:
@@ -81,12 +86,13 @@ def run(folder: Path, quick: bool) -> dict:
     # two histories of the same size: llama.cpp reuses any matching prefix in its context,
     # so the prepared side must not find the unprepared side's tokens there
     unprepared, known = history(100), history(300)
-    out: dict = {"replay": replay, "chars": len(known) + len(QUESTION)}
-    agent = Agent(folder / "prepare")
+    out: dict = {"replay": replay, "chars": len(known) + len(QUESTION), "ctx": ctx}
+    agent = Agent(folder / "prepare", *(("--ctx", str(ctx)) if ctx else ()))
     try:
         agent.ask(agent.new(), "Hello")  # the model is loaded: neither side pays for it
         out["a"] = agent.ask(agent.new(), unprepared + QUESTION)
         session = agent.new()
+        agent.ask(session, "say hello")
         out["prep"] = prepare(agent, session, known)
         out["b"] = agent.ask(session, known + QUESTION)
         out["c"] = agent.ask(session, "And the bench by the wall?")
@@ -102,7 +108,7 @@ def run(folder: Path, quick: bool) -> dict:
 
 def rows(r: dict) -> list[tuple]:
     a, b, c, prep = r["a"], r["b"], r["c"], r["prep"]
-    what = f"{r['replay']} × 1,500 characters"
+    what = f"{r['replay']} × 1,500 characters" + (f", --ctx {r['ctx']}" if r.get("ctx") else "")
     full = r["replay"] == 20
     return [
         (
@@ -149,9 +155,10 @@ if __name__ == "__main__":
     import tempfile
 
     quick = "--quick" in sys.argv
+    ctx = int(sys.argv[sys.argv.index("--ctx") + 1]) if "--ctx" in sys.argv else None
     with tempfile.TemporaryDirectory(prefix="sidekicks-bench-prepare-") as tmp:
-        result = run(Path(tmp), quick)
+        result = run(Path(tmp), quick, ctx)
     for row in rows(result):
-        print(" | ".join(row))
+        print(" | ".join(str(cell) for cell in row))
     for note in notes(result):
         print(note)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from stdio_client import chunks
 
-from acp.agents.kvstates import PREFIX, SavedState, StateCache, read_state, write_state
+from acp.agents.kvstates import PREFIX, Cut, SavedState, StateCache, read_state, write_state
 from acp.agents.model import PER_MESSAGE_TOKENS, fit_window
 
 pytestmark = pytest.mark.model
@@ -46,11 +46,11 @@ def conversation(turns: int, n_words: int = 10) -> list[dict[str, str]]:
 def test_the_cut_keeps_everything_that_fits_and_then_stays_where_it_was():
     cost = 10 + PER_MESSAGE_TOKENS
     history = conversation(3)  # 6 messages
-    assert fit_window(history, 100 * cost, words, last_words) == (history, 0)
+    assert fit_window(history, 100 * cost, words, last_words) == (history, Cut(0))
     # A cut at message 2 made earlier stays while the messages from there fit, even though
     # older ones would fit too: the prompt starts with the same tokens as before.
     kept, start = fit_window(history, 100 * cost, words, last_words, start=2)
-    assert (kept, start) == (history[2:], 2)
+    assert (kept, start) == (history[2:], Cut(2))
 
 
 def test_the_cut_drops_whole_oldest_messages_leaving_slack_and_never_starts_with_an_answer():
@@ -59,15 +59,15 @@ def test_the_cut_drops_whole_oldest_messages_leaving_slack_and_never_starts_with
     budget = 12 * cost
     kept, start = fit_window(history, budget, words, last_words, slack=0.25)
     # 25 % of the budget is left free: 9 messages fit in 0.75 * 12; the first would be an answer.
-    assert start == 12 and kept == history[12:]
+    assert start == Cut(12) and kept == history[12:]
     assert kept[0]["role"] == "user"
     # The next turns add messages: the cut stays until they no longer fit...
     longer = history + [msg("user", 10, "x"), msg("assistant", 10, "y"), msg("user", 10, "z")]
-    assert fit_window(longer, budget, words, last_words, start=12)[1] == 12
+    assert fit_window(longer, budget, words, last_words, start=12)[1] == Cut(12)
     # ...then moves on, again to a user message, whole messages only.
     more = longer + [msg("assistant", 10, "p"), msg("user", 10, "q")]
     kept, start = fit_window(more, budget, words, last_words, start=12)
-    assert start > 12 and kept[0]["role"] == "user"
+    assert start.first > 12 and start.head == 0 and kept[0]["role"] == "user"
     assert all(m in more for m in kept)
     assert sum(words(m["content"]) + PER_MESSAGE_TOKENS for m in kept) <= budget
 
@@ -76,7 +76,7 @@ def test_the_cut_keeps_the_system_prompt_and_the_end_of_an_overlong_last_message
     system = {"role": "system", "content": "be brief"}
     history = [system, msg("user", 50), msg("assistant", 50), msg("user", 500)]
     kept, start = fit_window(history, 100, words, last_words, start=0)
-    assert kept[0] == system and len(kept) == 2 and start == 2
+    assert kept[0] == system and len(kept) == 2 and start.first == 2
     assert kept[1]["content"].endswith("w499") and words(kept[1]["content"]) <= 100
 
 
@@ -108,7 +108,7 @@ def test_state_files_round_trip_0600_and_are_ignored_when_foreign_or_damaged(tmp
     path = folder / "sess_a.kv"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     again = StateCache(folder, KEY, ram_bytes=1 << 20, disk_bytes=1 << 20)
-    assert again.first("sess_a") == 4
+    assert again.cut("sess_a") == Cut(4)
     got, source = again.take("sess_a")
     assert source == "disk" and got.tokens == list(range(50)) and bytes(got.blob) == bytes([7]) * 5000
     assert again.take("sess_a")[1] == "memory"

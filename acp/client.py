@@ -200,6 +200,7 @@ class Agent:
         self.on_exit: Callable[[Agent], Any] | None = None  # set by the Pool
         self.info: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}  # agentCapabilities._meta
+        self.steers = False  # `_session/steering` offered (initialize's `_meta.steering.supported`)
         self.protocol_version = 0
         self.supports_load_session = False
         self.load_session = _LoadSession(self)
@@ -355,6 +356,12 @@ class Agent:
         # custom capabilities an agent announces (ACP's `_meta`), e.g. `_sidekicks/prepare`
         meta = caps.get("_meta")
         self.meta = dict(meta) if isinstance(meta, dict) else {}
+        # steering inside a running turn (`_session/steering`, the Claude Code and Codex
+        # adapters' extension): announced as `_meta.steering.supported` in the answer
+        self.steers = any(
+            isinstance(m, dict) and isinstance(m.get("steering"), dict) and m["steering"].get("supported") is True
+            for m in (result.get("_meta"), meta)
+        )
 
     def working_dir(self, cwd: str | None = None) -> str:
         """The absolute working directory a session opened with `cwd` gets (the configured
@@ -536,6 +543,23 @@ class Agent:
         """An ACP extension request (its name starts with `_`), answered at once by an agent
         that announced it (docs/prepare.md)."""
         return await self._call(method, params)
+
+    async def steer(self, session_id: str, text: str) -> str:
+        """`_session/steering`: `text` goes into the session's running turn (docs/sessions.md
+        "Steering inside the turn"). The outcome: "injected" (the running turn goes on with it), "promptRequired"
+        (no turn was running: it is the caller's to send as a prompt), or "startedNewTurn" (the
+        agent took it as a turn of its own: never sent again). An error is "promptRequired"."""
+        params = {
+            "sessionId": session_id,
+            "prompt": [{"type": "text", "text": text}],
+            "_meta": {"steering": {"idleBehavior": "promptRequired"}},
+        }
+        try:
+            result = await self._call("_session/steering", params)
+        except RpcError:
+            return "promptRequired"
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        return outcome if outcome in ("injected", "promptRequired") else "startedNewTurn"
 
     async def cancel(self, session_id: str) -> None:
         """session/cancel, then its pending questions are answered: permissions 'cancelled',

@@ -49,6 +49,12 @@ Options
                         adapter does when it cannot run)
   --prepare             announce `_sidekicks/prepare` (agentCapabilities._meta) and answer it
                         with {"outcome": "started"} (--log records what it was handed)
+  --steering            announce `_meta.steering.supported` in initialize's answer and answer
+                        `_session/steering` as the Claude Code and Codex adapters do: with a
+                        prompt running in that session {"outcome": "injected"} (the running
+                        answer then ends with "steered in: TEXT" for each text), else
+                        {"outcome": "promptRequired", "reason": "noRunningTurn"}
+  --steering-idle       with --steering: answer every `_session/steering` with promptRequired
   --prompt-caps LIST    promptCapabilities to announce, e.g. "image,audio,embeddedContext"
   --modes SPEC          "id:Name,id2:Name2": session/new returns these modes (the first
                         is current)
@@ -162,6 +168,7 @@ class Scripted(AgentBase):
         self.history: dict[str, list[list[str]]] = {}
         self.cwds: dict[str, str] = {}  # the working directory each session was opened (or loaded) in
         self.active: set[str] = set()  # sessions opened, loaded, resumed or forked, not closed
+        self.steered: dict[str, list[str]] = {}  # session with a prompt running → texts steered in
 
     async def initialize(self, params: dict) -> dict:
         result = await super().initialize(params)
@@ -182,6 +189,8 @@ class Scripted(AgentBase):
             result["agentCapabilities"]["sessionCapabilities"] = announced
         if o.prepare:
             result["agentCapabilities"]["_meta"] = {"sidekicks": {"prepare": "_sidekicks/prepare"}}
+        if o.steering:
+            result["_meta"] = {"steering": {"supported": True}}
         return result
 
     # -- what session/list tells of each session: cwd, title, last use -------
@@ -239,6 +248,11 @@ class Scripted(AgentBase):
         o, session_id = self.opts, params.get("sessionId", "")
         if method == "_sidekicks/prepare" and o.prepare:
             return {"outcome": "started"}
+        if method == "_session/steering" and o.steering:
+            if session_id not in self.steered or o.steering_idle:
+                return {"outcome": "promptRequired", "reason": "noRunningTurn"}
+            self.steered[session_id] += [b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict)]
+            return {"outcome": "injected"}
         if method == "session/list" and o.session_list:
             return self._list(params.get("cwd"), params.get("cursor"))
         if method == "session/resume" and o.session_resume:
@@ -350,10 +364,14 @@ class Scripted(AgentBase):
 
     async def prompt(self, turn: Turn) -> str:
         stop_reason = "cancelled"  # what the kit answers when the task is cancelled
+        self.steered[turn.session_id] = []
         try:
             stop_reason = await self._prompt(turn)
+            for text in self.steered.get(turn.session_id, []):  # --steering: what came in meanwhile
+                await turn.say(f"\n\nsteered in: {text}")
             return stop_reason
         finally:
+            self.steered.pop(turn.session_id, None)
             self.log({"scripted": "prompt ended", "sessionId": turn.session_id, "stopReason": stop_reason})
 
     def log(self, record: dict) -> None:
@@ -579,6 +597,8 @@ def main() -> None:
     p.add_argument("--fail-session")
     p.add_argument("--prompt-caps")
     p.add_argument("--prepare", action="store_true")
+    p.add_argument("--steering", action="store_true")
+    p.add_argument("--steering-idle", action="store_true")
     p.add_argument("--modes")
     p.add_argument("--config-options")
     p.add_argument("--models")

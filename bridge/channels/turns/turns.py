@@ -12,6 +12,7 @@ plan and tool calls, the parts of the answer) is showing.py's.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from contextlib import asynccontextmanager
@@ -34,7 +35,7 @@ from .agent_files import roots_for
 from .context import UnseenMessage, build_prompt
 from .endings import END, PAUSE, STOPPED, Ending, Stopped, StoppedWaiting, ending
 from .journal import Journal
-from .prompt import attachment_prompt, listening
+from .prompt import attachment_prompt, heard_first, listening
 from .sessions import record_use
 from .showing import Showing
 
@@ -123,9 +124,25 @@ class RunningTurn:
         agent has finished."""
         if not self.steerable:
             return False
+        if await self._steered_natively(text):
+            return True
+        if not self.steerable:  # it ended while the agent was asked: too late
+            return False
         self.steering.append(text)
         if self.prompt_sent:
             await self.cancel()
+        return True
+
+    async def _steered_natively(self, text: str) -> bool:
+        """An agent that steers inside its running turn (`_session/steering`: docs/sessions.md
+        "Steering inside the turn") is handed `text` there: the turn goes on, one answer. False when it does not,
+        or had no running turn (`promptRequired`): then the prompt is asked again."""
+        agent, session_id = self.agent, self.session_id
+        if not (self.prompt_sent and session_id and getattr(agent, "steers", False)):
+            return False
+        if await agent.steer(session_id, text) == "promptRequired":
+            return False
+        self.answer.append(("\n\n" if self.answer.full_text else "") + f"↪ steered: {text}\n\n")
         return True
 
     async def cancel(self) -> None:
@@ -324,6 +341,7 @@ async def _prompt(run: RunningTurn) -> str | None:
     # channel for a moment more) gets a moment to answer first, so a quick answer is one
     # message with its text from the start. A start is slow: it shows at once.
     running = parts.pool.state(record.agent) in ("ready", "busy")
+    heard = await _heard_first(run)  # a voice note: its 🎙 line comes before the answer in the room
     run.posting = posting = answer.post(run.note, grace=PLACEHOLDER_GRACE if running else 0.0)
     posting.add_done_callback(lambda done: _begin(run, done))
     budgets = getattr(parts, "budgets", None)
@@ -376,6 +394,7 @@ async def _prompt(run: RunningTurn) -> str | None:
                 run.title,
                 config.attachment_bytes,
                 listening(config, portal, answer),
+                heard,
             )
             if refused is not None:  # one line in the answer's place; nothing goes to the agent
                 await _ended_early(run, f"⚠️ {refused}")
@@ -413,6 +432,14 @@ async def _prompt(run: RunningTurn) -> str | None:
             run.steerable = False
             showing.prompted()
     return stop_reason
+
+
+async def _heard_first(run: RunningTurn) -> bytes | None:
+    """A voice note is heard before the answer is posted (docs/voice.md "Voice notes in"): its
+    bytes, for the prompt; None for any other message. No status line yet: nothing to show it in."""
+    config, portal = run.portal.parts.config, run.portal
+    hearing = dataclasses.replace(listening(config, portal, run.answer), status=lambda status: None)
+    return await heard_first(run.puppet.intent, run.incoming.attachment, config.attachment_bytes, hearing)
 
 
 async def _ended_early(run: RunningTurn, footer: str) -> None:

@@ -68,6 +68,8 @@ CODING_CLIENT_CAPABILITIES = {
     "elicitation": {"form": {}, "url": {}},
     "session": {"configOptions": {"boolean": {}}},  # `!config NAME on|off` (coding/settings.py)
     "_meta": {"terminal_output": True},
+    # terminal logins are offered (the bridge tells the owner the command: docs/sessions.md "Logins")
+    "auth": {"terminal": True},
 }
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
 MAX_QUESTIONS = 16  # permission + elicitation requests open at once in one session
@@ -543,6 +545,10 @@ class Agent:
         """An ACP extension request (its name starts with `_`), answered at once by an agent
         that announced it (docs/prepare.md)."""
         return await self._call(method, params)
+
+    async def authenticate(self, method_id: str) -> None:
+        """`authenticate` with an `agent` method: the agent logs in itself (docs/sessions.md "Logins")."""
+        await self._call("authenticate", {"methodId": method_id})
 
     async def steer(self, session_id: str, text: str) -> str:
         """`_session/steering`: `text` goes into the session's running turn (docs/sessions.md

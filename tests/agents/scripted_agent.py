@@ -44,6 +44,11 @@ Options
                         before answering; answer "allowed" or "rejected", or stop
                         with stopReason "cancelled" if the outcome is cancelled
   --auth                announce an auth method and refuse session/new with -32000
+  --login-file FILE     with --auth: refuse session/new only until FILE exists (logged in)
+  --auth-type KIND      with --auth: the method's type, `terminal` (its `args`: ["--login"]) or
+                        `agent` (`authenticate` with it writes the --login-file)
+  --auth-hold FILE      with --auth-type agent: `authenticate` waits until FILE exists (the
+                        owner's part of the login), then logs in
   --fail-session DATA   write two lines to stderr, then refuse session/new with -32603
                         "Internal error" and DATA as the error's data (as Claude Code's
                         adapter does when it cannot run)
@@ -160,9 +165,12 @@ class Scripted(AgentBase):
         self.name, self.version, self.title = opts.name, opts.version, opts.title
         self.load_session = opts.load_session
         if opts.auth:
-            self.auth_methods = [
-                {"id": "scripted-login", "name": "Scripted login", "description": "Run `scripted login` first"}
-            ]
+            method = {"id": "scripted-login", "name": "Scripted login", "description": "Run `scripted login` first"}
+            if opts.auth_type == "terminal":
+                method.update(type="terminal", args=["--login"])
+            elif opts.auth_type == "agent":
+                method.update(type="agent")
+            self.auth_methods = [method]
         if opts.prompt_caps:
             self.prompt_capabilities = {cap: True for cap in opts.prompt_caps.split(",") if cap}
         self.history: dict[str, list[list[str]]] = {}
@@ -323,8 +331,15 @@ class Scripted(AgentBase):
             extra["models"] = {"currentModelId": models[0]["modelId"], "availableModels": models}
         return extra
 
+    async def authenticate(self, method_id: str) -> None:
+        if not (self.opts.auth_type == "agent" and self.opts.login_file and method_id == "scripted-login"):
+            await super().authenticate(method_id)
+        if self.opts.auth_hold:
+            await hold(Path(self.opts.auth_hold))
+        Path(self.opts.login_file).write_text("logged in by authenticate\n")
+
     async def new_session(self, cwd: str, params: dict) -> str:
-        if self.opts.auth:
+        if self.opts.auth and not (self.opts.login_file and Path(self.opts.login_file).exists()):
             raise RpcFailure(AUTH_REQUIRED, "Authentication required")
         if self.opts.fail_session is not None:
             os.write(
@@ -594,6 +609,9 @@ def main() -> None:
     p.add_argument("--session-delete", action="store_true")
     p.add_argument("--permission", action="store_true")
     p.add_argument("--auth", action="store_true")
+    p.add_argument("--login-file")
+    p.add_argument("--auth-type")
+    p.add_argument("--auth-hold")
     p.add_argument("--fail-session")
     p.add_argument("--prompt-caps")
     p.add_argument("--prepare", action="store_true")

@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from acp import AcpError, AgentCrashed, Update
+from acp import AcpError, AgentCrashed, AuthRequired, Update
 from store import TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
@@ -30,6 +30,7 @@ from ..base.conversations import relation_for
 from ..base.parts import AskedIn
 from ..base.stream import Answer, AnswerNotFinished, TxnIds
 from ..rules.approvals import approve_mode, approvers
+from ..rules.logins import agent_method, login_line
 from . import prepare
 from .agent_files import roots_for
 from .context import UnseenMessage, build_prompt
@@ -57,6 +58,8 @@ PAUSED = "⏸ the bridge stopped before this answer began: it is answered when t
 PLACEHOLDER_GRACE = 0.4
 STDERR_LINES = 12  # lines of a crashed agent's stderr shown in its notice
 FINISH_ON_STOP = 5  # seconds a stopping bridge gives an answer the agent has finished
+LOGIN_EVERY = 2.0  # seconds between tries to open a session while the owner logs the agent in
+LOGIN_WAIT = 1800.0  # seconds a message waits for its agent's login
 
 
 class Portal(Protocol):
@@ -358,13 +361,17 @@ async def _prompt(run: RunningTurn) -> str | None:
             answer.set_status(f"⏳ {run.title} is getting ready…")
         showing.typing_after(posting)  # typing while the agent works
         # the member and what the agent has not seen: read together, in one database call
-        session_id, fresh, context = await portal.session_with(
-            record.agent,
+        session_id, fresh, context = await _logged_in(
+            run,
             agent,
-            context_reader(
-                portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
+            lambda: portal.session_with(
+                record.agent,
+                agent,
+                context_reader(
+                    portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
+                ),
+                conversation=record.conversation,
             ),
-            conversation=record.conversation,
         )
         run.session_id = session_id
         # its files are posted from where this session works (a thread's worktree, `!cwd`),
@@ -432,6 +439,37 @@ async def _prompt(run: RunningTurn) -> str | None:
             run.steerable = False
             showing.prompted()
     return stop_reason
+
+
+async def _logged_in(run: RunningTurn, agent, open_session):
+    """The session opened, once the agent is logged in (docs/sessions.md "Logins"): an agent that
+    answers `auth_required` gets the owner one line in the answer (the command to run, or the
+    agent logging in itself through `authenticate`), and the session is tried again every
+    LOGIN_EVERY seconds, so the message is answered once logged in. Stopped, or still not logged
+    in after LOGIN_WAIT: the agent's refusal ends the turn."""
+    try:
+        return await open_session()
+    except AuthRequired as exc:
+        refused = exc
+    command = run.portal.parts.config.agents[run.agent_name].command
+    run.answer.set_status(login_line(run.title, command, refused.methods))
+    method = agent_method(refused.methods)
+    if method is not None:
+        try:
+            await agent.authenticate(method["id"])
+        except AcpError as exc:
+            log.info("%s: authenticate %s: %s", run.agent_name, method["id"], exc)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LOGIN_WAIT
+    while not run.cancelled and loop.time() < deadline:
+        try:
+            opened = await open_session()
+        except AuthRequired:
+            await asyncio.sleep(LOGIN_EVERY)
+            continue
+        run.answer.set_status(f"⏳ {run.title} is getting ready…")
+        return opened
+    raise refused
 
 
 async def _heard_first(run: RunningTurn) -> bytes | None:

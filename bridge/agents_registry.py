@@ -57,7 +57,15 @@ def this_platform() -> str | None:
 
 
 async def fetch(url: str, limit: int, into: Path | None = None) -> bytes:
-    """GET `url`: its body, or b"" once written into `into`; refused past `limit` bytes."""
+    """GET `url`: its body, or b"" once written into `into`; refused past `limit` bytes; a
+    failure is one RegistryError naming the URL."""
+    try:
+        return await _fetch(url, limit, into)
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise RegistryError(f"cannot fetch {url}: {str(exc) or type(exc).__name__}") from None
+
+
+async def _fetch(url: str, limit: int, into: Path | None) -> bytes:
     too_large = RegistryError(f"{url}: larger than {limit // (1024 * 1024)} MiB")
     timeout = aiohttp.ClientTimeout(total=FETCH_SECONDS)
     async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url) as response:
@@ -95,13 +103,11 @@ async def read_registry(source: str | None, data_dir: Path) -> tuple[list[Entry]
         return _entries(cache.read_bytes(), source), f"registry: {source} (cached {reg.age_text(age)})"
     try:
         raw = await fetch(source, REGISTRY_BYTES)
-    except (RegistryError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+    except RegistryError as exc:
         if age is None:
-            raise RegistryError(f"cannot fetch the registry: {exc or type(exc).__name__}") from None
-        why = str(exc) or type(exc).__name__
-        return _entries(
-            cache.read_bytes(), source
-        ), f"registry: {source} (cannot fetch: {why}; cached {reg.age_text(age)})"
+            raise
+        where = f"registry: {source} ({exc}; the copy cached {reg.age_text(age)})"
+        return _entries(cache.read_bytes(), source), where
     entries = _entries(raw, source)
     configuration.write_private(cache, raw.decode("utf-8"))
     return entries, f"registry: {source} (fetched just now)"

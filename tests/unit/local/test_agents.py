@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -91,6 +92,8 @@ async def served():
 
     async def registry_json(_request):
         fetched["registry"] += 1
+        if fetched.get("down"):
+            return web.Response(status=503)
         return web.json_response(registry(base[0]))
 
     archives = {
@@ -162,6 +165,23 @@ async def test_search_lists_what_matches_and_caches_the_registry(served, place):
     assert out.splitlines()[0] == f"registry: {base}/registry.json (cached just now)"
     assert out.splitlines()[-1] == "2 of 5 agents match 'escapes'"
     assert fetched["registry"] == 1
+
+
+async def test_a_registry_that_cannot_be_fetched_is_read_from_the_cache_with_its_age(served, place):
+    base, fetched = served
+    path, env, tmp_path = place
+    source = f"{base}/registry.json"
+    assert (await agents(env, "search", "-c", str(path), "--registry", source))[0] == 0
+    [cached] = (tmp_path / "xdg-config").rglob("registry/*.json")
+    hour_ago = time.time() - 3700
+    os.utime(cached, (hour_ago, hour_ago))
+    fetched["down"] = 1
+    code, out, _ = await agents(env, "search", "-c", str(path), "--registry", source)
+    assert code == 0 and fetched["registry"] == 2
+    assert out.splitlines()[0] == f"registry: {source} ({source}: HTTP 503; the copy cached 1 hour ago)"
+    cached.unlink()
+    code, _, err = await agents(env, "search", "-c", str(path), "--registry", source)
+    assert code == 1 and err.strip() == f"sidekicks: {source}: HTTP 503"
 
 
 async def test_the_configs_registry_key_is_read(served, place):

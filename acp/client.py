@@ -68,6 +68,8 @@ CODING_CLIENT_CAPABILITIES = {
     "elicitation": {"form": {}, "url": {}},
     "session": {"configOptions": {"boolean": {}}},  # `!config NAME on|off` (coding/settings.py)
     "_meta": {"terminal_output": True},
+    # terminal logins are offered (the bridge tells the owner the command: docs/sessions.md "Logins")
+    "auth": {"terminal": True},
 }
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
 MAX_QUESTIONS = 16  # permission + elicitation requests open at once in one session
@@ -200,6 +202,7 @@ class Agent:
         self.on_exit: Callable[[Agent], Any] | None = None  # set by the Pool
         self.info: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}  # agentCapabilities._meta
+        self.steers = False  # `_session/steering` offered (initialize's `_meta.steering.supported`)
         self.protocol_version = 0
         self.supports_load_session = False
         self.load_session = _LoadSession(self)
@@ -355,6 +358,12 @@ class Agent:
         # custom capabilities an agent announces (ACP's `_meta`), e.g. `_sidekicks/prepare`
         meta = caps.get("_meta")
         self.meta = dict(meta) if isinstance(meta, dict) else {}
+        # steering inside a running turn (`_session/steering`, the Claude Code and Codex
+        # adapters' extension): announced as `_meta.steering.supported` in the answer
+        self.steers = any(
+            isinstance(m, dict) and isinstance(m.get("steering"), dict) and m["steering"].get("supported") is True
+            for m in (result.get("_meta"), meta)
+        )
 
     def working_dir(self, cwd: str | None = None) -> str:
         """The absolute working directory a session opened with `cwd` gets (the configured
@@ -536,6 +545,27 @@ class Agent:
         """An ACP extension request (its name starts with `_`), answered at once by an agent
         that announced it (docs/prepare.md)."""
         return await self._call(method, params)
+
+    async def authenticate(self, method_id: str) -> None:
+        """`authenticate` with an `agent` method: the agent logs in itself (docs/sessions.md "Logins")."""
+        await self._call("authenticate", {"methodId": method_id})
+
+    async def steer(self, session_id: str, text: str) -> str:
+        """`_session/steering`: `text` goes into the session's running turn (docs/sessions.md
+        "Steering inside the turn"). The outcome: "injected" (the running turn goes on with it), "promptRequired"
+        (no turn was running: it is the caller's to send as a prompt), or "startedNewTurn" (the
+        agent took it as a turn of its own: never sent again). An error is "promptRequired"."""
+        params = {
+            "sessionId": session_id,
+            "prompt": [{"type": "text", "text": text}],
+            "_meta": {"steering": {"idleBehavior": "promptRequired"}},
+        }
+        try:
+            result = await self._call("_session/steering", params)
+        except RpcError:
+            return "promptRequired"
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        return outcome if outcome in ("injected", "promptRequired") else "startedNewTurn"
 
     async def cancel(self, session_id: str) -> None:
         """session/cancel, then its pending questions are answered: permissions 'cancelled',

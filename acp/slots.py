@@ -143,6 +143,18 @@ class Pool:
         if e.agent is not None:
             await self._stop_entry(e)
 
+    def add(self, name: str, spec: AgentSpec) -> None:
+        """An agent configured while the pool runs (the bot's `!agents add`)."""
+        if name not in self._entries:
+            self._entries[name] = _Entry(spec)
+
+    async def remove(self, name: str) -> None:
+        """An agent taken out of the config: its process stopped, its entry gone."""
+        e = self._entries.get(name)
+        if e is not None:
+            await self._stop_entry(e)
+            del self._entries[name]
+
     async def close(self) -> None:
         self._closed = True
         await asyncio.gather(*(self._stop_entry(e) for e in self._entries.values() if e.agent), return_exceptions=True)

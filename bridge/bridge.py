@@ -56,6 +56,7 @@ from .matrix.reachability import Reachability
 from .mcp.actions import Means
 from .mcp.service import McpService
 from .outage import StoreOutage
+from .roster import Roster
 from .voice.spoken import COMMANDS as VOICE_COMMANDS
 from .voice.spoken import VoiceCommand
 
@@ -161,6 +162,16 @@ class Bridge:
         # the agents' `matrix` MCP server (bridge/mcp)
         self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
         self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/turns/sessions.py)
+        self.roster = Roster(  # agents added and removed while running: !agents add | remove
+            config,
+            self.specs,
+            pool,
+            aliases,
+            identities,
+            (db, channels, notices),
+            lambda: self.mcp.path,
+            self.e2ee.add if self.e2ee is not None else None,
+        )
         self.commands = BotCommands(  # the bot's commands, and the channel commands of the parts above
             rooms,
             pool,
@@ -175,6 +186,7 @@ class Bridge:
             },
             aliases,
             self.mcp.forget_channel,
+            self.roster,
         )
         self.outage = StoreOutage(db, self.halt, self.ping, identities)  # while the store is away
         self.parts = ChannelParts(  # what a portal and its turns work with (channels/base/parts.py)

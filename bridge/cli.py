@@ -1,5 +1,5 @@
-"""`sidekicks` command line (docs/commands.md "The command line"): up, run, registration, check; and
-`mcp`, which agents start.
+"""`sidekicks` command line (docs/commands.md "The command line"): up, run, registration, check,
+agents (search, add, remove: bridge/agents_registry.py); and `mcp`, which agents start.
 
 User errors end in one clear line (exit 2 for a bad configuration), never a traceback.
 """
@@ -75,6 +75,67 @@ async def _cmd_check(args) -> int:
     return await check_agents(cfg, say)
 
 
+def _registry_source(args) -> tuple[str | None, Path]:
+    """The registry `agents` reads (`--registry`, else the config's `registry:`, else the
+    published one) and the data folder its cache goes in."""
+    path = config_path(args)
+    source = args.registry
+    if source and not source.startswith(("http://", "https://")):
+        source = str(Path(source).resolve())
+    if source is None and path.exists():
+        source = load_config(args).registry
+    return source, configuration.data_dir(path)
+
+
+async def _cmd_agents(args) -> int:
+    from config.agent_registry import RegistryError
+
+    from . import agents_registry as agents
+
+    try:
+        if args.action == "remove":
+            from config import config_edit
+
+            config_edit.remove_agent(config_path(args), args.name)
+            say(f"removed {args.name} from {config_path(args)}")
+            return 0
+        source, data = _registry_source(args)
+        if args.action == "search":
+            return await _agents_search(source, data, " ".join(args.text))
+        added = await agents.add_from_registry(config_path(args), args.id, agents.written_cwd(args.cwd), source, data)
+    except RegistryError as exc:
+        raise UserError(str(exc)) from None
+    for line in added.lines:
+        say(line)
+    return await _check_one(args, added.name)
+
+
+async def _agents_search(source: str | None, data: Path, text: str) -> int:
+    from config import agent_registry as reg
+
+    from . import agents_registry as agents
+
+    entries, where = await agents.read_registry(source, data)
+    say(where)
+    found = reg.search(entries, text)
+    for line in reg.search_lines(found, agents.this_platform()):
+        say(line)
+    say(f"{len(found)} of {len(entries)} agents" + (f" match {text!r}" if text else ""))
+    return 0
+
+
+async def _check_one(args, name: str) -> int:
+    """The new agent started once, as `sidekicks check` does."""
+    from .agent_specs import sandbox_line, spec_of
+    from .local.check import announced, report
+
+    cfg = load_config(args)
+    found = await announced(spec_of(cfg, name))
+    for line in report(name, found, tools=cfg.agents[name].tools, sandbox=sandbox_line(cfg, name)):
+        say(line)
+    return 0
+
+
 async def _cmd_up(args) -> int:
     from .local.up import up
 
@@ -92,6 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
     reg = sub.add_parser("registration", parents=[common], help="write the appservice registration YAML")
     reg.add_argument("-o", "--output", help="where to write it (default: appservice.registration)")
     sub.add_parser("check", parents=[common], help="validate the config and start each agent once")
+    agents = sub.add_parser("agents", help="agents from the ACP agent registry: search, add, remove")
+    actions = agents.add_subparsers(dest="action", required=True)
+    registry = argparse.ArgumentParser(add_help=False)
+    registry.add_argument(
+        "--registry", help="the registry's URL or file (default: the config's registry:, else the published one)"
+    )
+    search = actions.add_parser("search", parents=[common, registry], help="list the registry's agents")
+    search.add_argument("text", nargs="*", help="words each listed agent has in its id, name or description")
+    add = actions.add_parser(
+        "add", parents=[common, registry], help="write a registry agent into the config, then start it once"
+    )
+    add.add_argument("id", help="the agent's id in the registry (`sidekicks agents search`)")
+    add.add_argument("--cwd", help="the folder it works in (default: your home folder)")
+    remove = actions.add_parser("remove", parents=[common], help="take an agent out of the config")
+    remove.add_argument("name", help="the agent's name in the config")
     sub.add_parser("mcp", help="the bridge's MCP server over stdio (agents start it from their session's mcpServers)")
     return parser
 
@@ -106,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             from .mcp.stdio import main as mcp_main
 
             return mcp_main()
-        command = {"run": _cmd_run, "check": _cmd_check, "up": _cmd_up}[args.command]
+        command = {"run": _cmd_run, "check": _cmd_check, "up": _cmd_up, "agents": _cmd_agents}[args.command]
         return asyncio.run(command(args))
     except ConfigError as exc:
         for line in exc.problems:

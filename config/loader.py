@@ -50,6 +50,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     ),
 }
 KNOWN_KEYS[""] += ("voice", "voice_language", "voice_max_seconds")  # _voice below
+KNOWN_KEYS[""] += ("registry",)  # _registry below
 
 
 def unknown_keys(data: dict, known: tuple[str, ...]) -> list[tuple[str, str | None]]:
@@ -209,6 +210,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         "encryption": _encryption(c, data),
         "voice": _voice(c, data),
         "database": _database(c, data),
+        "registry": _registry(c, data, base),
     }
     _ssh_configs(c, fields["agents"])
     if c.problems:
@@ -511,6 +513,21 @@ def _voice(c: _Checker, data: dict) -> VoiceConfig:
     )
     max_seconds = c.integer(data, "voice_max_seconds", "voice_max_seconds", 300, 1, 4 * 3600)
     return VoiceConfig(enabled=enabled, language=language.lower(), max_seconds=max_seconds)
+
+
+def _registry(c: _Checker, data: dict, base: Path) -> str | None:
+    """`registry:` — the ACP agent registry `agents add` reads: an http(s) URL or a file
+    (relative to the config file); None: the published one (config/agent_registry.py)."""
+    value = data.get("registry")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        c.problem("registry", "must be the registry's URL or a file path")
+        return None
+    value = value.strip()
+    if value.startswith(("http://", "https://")):
+        return value
+    return str((base / os.path.expanduser(value)).resolve())
 
 
 def _sandbox(c: _Checker, value: Any, key: str, path: Path) -> SandboxConfig:

@@ -89,6 +89,9 @@ class Config:
     device_traffic: bool = False
     # voice notes (`voice`, `voice_language`, `voice_max_seconds`: docs/voice.md)
     voice: VoiceConfig = field(default_factory=lambda: VoiceConfig())
+    # the ACP agent registry `agents add` and `!agents add` read (`registry:`, a URL or a file;
+    # None: the published one): config/agent_registry.py
+    registry: str | None = None
 
     @property
     def bot_user_id(self) -> str:

@@ -121,4 +121,4 @@ def up_hint(voice) -> str | None:
     """What `sidekicks up` says when voice notes cannot be transcribed here (None: they can)."""
     if voice.enabled is False or missing() is None:
         return None
-    return f"Voice notes are not transcribed here: add the voice extra ({INSTALL_HINT}; ./sidekicks test installs it)."
+    return f"Voice notes are not transcribed here: add the voice extra ({INSTALL_HINT}; ./sidekicks up installs it)."

@@ -44,11 +44,22 @@ Options
                         before answering; answer "allowed" or "rejected", or stop
                         with stopReason "cancelled" if the outcome is cancelled
   --auth                announce an auth method and refuse session/new with -32000
+  --login-file FILE     with --auth: refuse session/new only until FILE exists (logged in)
+  --auth-type KIND      with --auth: the method's type, `terminal` (its `args`: ["--login"]) or
+                        `agent` (`authenticate` with it writes the --login-file)
+  --auth-hold FILE      with --auth-type agent: `authenticate` waits until FILE exists (the
+                        owner's part of the login), then logs in
   --fail-session DATA   write two lines to stderr, then refuse session/new with -32603
                         "Internal error" and DATA as the error's data (as Claude Code's
                         adapter does when it cannot run)
   --prepare             announce `_sidekicks/prepare` (agentCapabilities._meta) and answer it
                         with {"outcome": "started"} (--log records what it was handed)
+  --steering            announce `_meta.steering.supported` in initialize's answer and answer
+                        `_session/steering` as the Claude Code and Codex adapters do: with a
+                        prompt running in that session {"outcome": "injected"} (the running
+                        answer then ends with "steered in: TEXT" for each text), else
+                        {"outcome": "promptRequired", "reason": "noRunningTurn"}
+  --steering-idle       with --steering: answer every `_session/steering` with promptRequired
   --prompt-caps LIST    promptCapabilities to announce, e.g. "image,audio,embeddedContext"
   --modes SPEC          "id:Name,id2:Name2": session/new returns these modes (the first
                         is current)
@@ -154,14 +165,18 @@ class Scripted(AgentBase):
         self.name, self.version, self.title = opts.name, opts.version, opts.title
         self.load_session = opts.load_session
         if opts.auth:
-            self.auth_methods = [
-                {"id": "scripted-login", "name": "Scripted login", "description": "Run `scripted login` first"}
-            ]
+            method = {"id": "scripted-login", "name": "Scripted login", "description": "Run `scripted login` first"}
+            if opts.auth_type == "terminal":
+                method.update(type="terminal", args=["--login"])
+            elif opts.auth_type == "agent":
+                method.update(type="agent")
+            self.auth_methods = [method]
         if opts.prompt_caps:
             self.prompt_capabilities = {cap: True for cap in opts.prompt_caps.split(",") if cap}
         self.history: dict[str, list[list[str]]] = {}
         self.cwds: dict[str, str] = {}  # the working directory each session was opened (or loaded) in
         self.active: set[str] = set()  # sessions opened, loaded, resumed or forked, not closed
+        self.steered: dict[str, list[str]] = {}  # session with a prompt running → texts steered in
 
     async def initialize(self, params: dict) -> dict:
         result = await super().initialize(params)
@@ -182,6 +197,8 @@ class Scripted(AgentBase):
             result["agentCapabilities"]["sessionCapabilities"] = announced
         if o.prepare:
             result["agentCapabilities"]["_meta"] = {"sidekicks": {"prepare": "_sidekicks/prepare"}}
+        if o.steering:
+            result["_meta"] = {"steering": {"supported": True}}
         return result
 
     # -- what session/list tells of each session: cwd, title, last use -------
@@ -239,6 +256,11 @@ class Scripted(AgentBase):
         o, session_id = self.opts, params.get("sessionId", "")
         if method == "_sidekicks/prepare" and o.prepare:
             return {"outcome": "started"}
+        if method == "_session/steering" and o.steering:
+            if session_id not in self.steered or o.steering_idle:
+                return {"outcome": "promptRequired", "reason": "noRunningTurn"}
+            self.steered[session_id] += [b.get("text", "") for b in params.get("prompt") or [] if isinstance(b, dict)]
+            return {"outcome": "injected"}
         if method == "session/list" and o.session_list:
             return self._list(params.get("cwd"), params.get("cursor"))
         if method == "session/resume" and o.session_resume:
@@ -309,8 +331,15 @@ class Scripted(AgentBase):
             extra["models"] = {"currentModelId": models[0]["modelId"], "availableModels": models}
         return extra
 
+    async def authenticate(self, method_id: str) -> None:
+        if not (self.opts.auth_type == "agent" and self.opts.login_file and method_id == "scripted-login"):
+            await super().authenticate(method_id)
+        if self.opts.auth_hold:
+            await hold(Path(self.opts.auth_hold))
+        Path(self.opts.login_file).write_text("logged in by authenticate\n")
+
     async def new_session(self, cwd: str, params: dict) -> str:
-        if self.opts.auth:
+        if self.opts.auth and not (self.opts.login_file and Path(self.opts.login_file).exists()):
             raise RpcFailure(AUTH_REQUIRED, "Authentication required")
         if self.opts.fail_session is not None:
             os.write(
@@ -350,10 +379,14 @@ class Scripted(AgentBase):
 
     async def prompt(self, turn: Turn) -> str:
         stop_reason = "cancelled"  # what the kit answers when the task is cancelled
+        self.steered[turn.session_id] = []
         try:
             stop_reason = await self._prompt(turn)
+            for text in self.steered.get(turn.session_id, []):  # --steering: what came in meanwhile
+                await turn.say(f"\n\nsteered in: {text}")
             return stop_reason
         finally:
+            self.steered.pop(turn.session_id, None)
             self.log({"scripted": "prompt ended", "sessionId": turn.session_id, "stopReason": stop_reason})
 
     def log(self, record: dict) -> None:
@@ -576,9 +609,14 @@ def main() -> None:
     p.add_argument("--session-delete", action="store_true")
     p.add_argument("--permission", action="store_true")
     p.add_argument("--auth", action="store_true")
+    p.add_argument("--login-file")
+    p.add_argument("--auth-type")
+    p.add_argument("--auth-hold")
     p.add_argument("--fail-session")
     p.add_argument("--prompt-caps")
     p.add_argument("--prepare", action="store_true")
+    p.add_argument("--steering", action="store_true")
+    p.add_argument("--steering-idle", action="store_true")
     p.add_argument("--modes")
     p.add_argument("--config-options")
     p.add_argument("--models")

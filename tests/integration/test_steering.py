@@ -76,3 +76,68 @@ async def test_a_waiting_message_is_queued_listed_dropped_and_the_running_answer
         assert answered.endswith(f"echo: {first}\n\ngo left")
     finally:
         release.touch()
+
+
+async def test_an_agent_that_steers_in_its_turn_gets_the_text_there_in_one_turn_and_one_answer(
+    bridge_factory, tmp_path, owner
+):
+    """An agent announcing `_meta.steering.supported` (as the Claude Code and Codex adapters do)
+    gets `!steer TEXT` as a `_session/steering` request: the running prompt is neither cancelled
+    nor asked again; the agent goes on and ends its one answer with what it was steered with."""
+    log, release = tmp_path / "alice.log", tmp_path / "release"
+    running = await bridge_factory({"alice": agent("--log", str(log), "--steering")})
+    try:
+        room_id = await open_dm(owner)
+        first = f"[[chunks:2]] [[hold:{release}]] first"
+        await say(owner, room_id, first)
+        await wait_until(lambda: len(prompts(log)) == 1)
+        await say(owner, room_id, "!steer go left")
+
+        def steered() -> list[dict]:
+            return [m for m in received(log) if m.get("method") == "_session/steering"]
+
+        await wait_until(lambda: steered())
+        [request] = steered()
+        assert request["params"]["prompt"] == [{"type": "text", "text": "go left"}]
+        assert request["params"]["_meta"] == {"steering": {"idleBehavior": "promptRequired"}}
+        release.touch()
+
+        def final() -> list[dict]:
+            return [
+                a
+                for a in answers_in(events_in(owner, room_id), ALICE)
+                if a["msgtype"] != "m.notice" and a["body"].endswith("steered in: go left")
+            ]
+
+        await sync_until(owner, lambda: len(final()) == 1, timeout=60)
+        await running.idle()
+        assert "↪ steered: go left" in final()[0]["body"]
+        methods = [m.get("method") for m in received(log) if m.get("method") in ("session/cancel", "session/prompt")]
+        assert methods == ["session/prompt"]  # one prompt, never cancelled
+        channel = running.store.channel_by_room(room_id)
+        assert [(t.text, t.state) for t in running.store.turns.in_channel(channel.id)] == [(first, DONE)]
+    finally:
+        release.touch()
+
+
+async def test_a_steer_the_agent_answers_prompt_required_to_is_asked_as_a_prompt(bridge_factory, tmp_path, owner):
+    """`promptRequired` (the agent had no running turn for it): the text is asked as a prompt,
+    in the same turn and answer, as for an agent that does not steer."""
+    log, release = tmp_path / "alice.log", tmp_path / "release"
+    running = await bridge_factory({"alice": agent("--log", str(log), "--steering", "--steering-idle")})
+    try:
+        room_id = await open_dm(owner)
+        first = f"[[chunks:2]] [[hold:{release}]] first"
+        await say(owner, room_id, first)
+        await wait_until(lambda: len(prompts(log)) == 1)
+        await say(owner, room_id, "!steer go left")
+        await wait_until(lambda: len(prompts(log)) == 2)
+        assert prompts(log)[1] == f"{first}\n\ngo left"
+        methods = [m.get("method") for m in received(log) if m.get("method", "").startswith(("session/", "_session/"))]
+        assert methods[-4:] == ["session/prompt", "_session/steering", "session/cancel", "session/prompt"], methods
+        release.touch()
+        await running.idle()
+        channel = running.store.channel_by_room(room_id)
+        assert [(t.text, t.state) for t in running.store.turns.in_channel(channel.id)] == [(first, DONE)]
+    finally:
+        release.touch()

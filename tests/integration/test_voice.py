@@ -94,10 +94,14 @@ async def heard_then_answered(owner, room_id: str, sender: str, answer: str) -> 
 
 
 def assert_heard_first(events: list[dict], heard: dict, sender: str, answer: str) -> None:
-    """The 🎙 line came before the answer's text did."""
+    """The 🎙 line came before the answer: before its text, and before the answer's own event
+    (what its edits replace), where a client shows the answer in the room."""
     index = {e["event_id"]: i for i, e in enumerate(events)}
     final = next(e for e in events if e.get("sender") == sender and body_of(e) == answer)
     assert index[heard["event_id"]] < index[final["event_id"]]
+    relation = final["content"].get("m.relates_to") or {}
+    original = relation["event_id"] if relation.get("rel_type") == "m.replace" else final["event_id"]
+    assert index[heard["event_id"]] < index[original]
 
 
 def spoken_words_in(text: str) -> None:

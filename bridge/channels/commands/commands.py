@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
@@ -34,6 +34,7 @@ from ..rules.command_parse import (
     HELP,
     THREADS_ON,
     Command,
+    agents_change,
     describe_state,
     find_channels,
     format_commands,
@@ -65,6 +66,14 @@ ChannelCommand = Callable[["Portal", str, tuple[str, ...], Here], Awaitable[None
 COMMANDS_WAIT = 2.0  # seconds an agent started by !commands gets to announce its commands
 
 
+class Roster(Protocol):
+    """Agents added and removed while the bridge runs (bridge/roster.py): the lines to say."""
+
+    async def add(self, agent_id: str, cwd: str | None) -> list[str]: ...
+
+    async def remove(self, name: str) -> list[str]: ...
+
+
 class BotCommands:
     def __init__(
         self,
@@ -75,16 +84,18 @@ class BotCommands:
         registered: dict[str, ChannelCommand],
         aliases: dict[str, str],
         forget_channel: Callable[[str], None],
+        roster: Roster | None = None,
     ):
         """`registered`: the channel commands other parts add (coding/settings.py: `!mode`,
         `!model`, `!config`, `!status`; coding/workplaces.py: `!cwd`, `!worktrees`; sessions.py:
         `!sessions`, `!resume`, `!reset`, `!fork`), by name; `forget_channel`: a deleted channel's id, for
-        the MCP server to drop its sessions."""
+        the MCP server to drop its sessions; `roster`: `!agents add | remove`."""
         self.config, self.db, self.channels = rooms.config, rooms.db, rooms.channels
         self.identities, self.notices, self.pool = rooms.identities, rooms.notices, pool
         self.descriptions, self.scheduler, self.registered = descriptions, scheduler, dict(registered)
         self.aliases = aliases
         self.forget_channel = forget_channel
+        self.roster = roster
         self.space = Space(rooms.db, rooms.config, rooms.identities)
         self.tasks = Background(log)  # commands answered after their transaction (`!commands`)
 
@@ -205,6 +216,9 @@ class BotCommands:
         await self._say(room_id, HELP)
 
     async def _agents(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
+        if args:
+            await self._change_agents(room_id, args)
+            return
         if not self.config.agents:
             await self._say(room_id, "No agents are configured.")
             return
@@ -214,6 +228,22 @@ class BotCommands:
             state = describe_state(self.pool.state(name), place_of(portal.channel) if portal else None)
             lines.append(f"  {name} — {agent.title} — {state}")
         await self._say(room_id, "\n".join(lines))
+
+    async def _change_agents(self, room_id: str, args: tuple[str, ...]) -> None:
+        """`!agents add ID [--cwd DIR]`, `!agents remove NAME` (docs/commands.md "In the bridge bot's DM"):
+        answered once done, after this transaction (a binary is fetched, the agent started)."""
+        change = agents_change(args)
+        if isinstance(change, str) or self.roster is None:
+            await self._say(room_id, change if isinstance(change, str) else "Agents cannot be changed here.")
+            return
+        roster, (action, target, cwd) = self.roster, change
+        await self._say(room_id, f"Adding {target} from the registry…" if action == "add" else f"Removing {target}…")
+
+        async def change_and_say() -> None:
+            lines = await (roster.add(target, cwd) if action == "add" else roster.remove(target))
+            await self._say(room_id, "\n".join(lines))
+
+        self.tasks.start(change_and_say(), f"!agents {action} {target}")
 
     async def _channels(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
         store = self.db.target

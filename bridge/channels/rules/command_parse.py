@@ -27,6 +27,8 @@ HELP = """Sidekicks bridge commands (they start with "!"; "/" belongs to the age
 
 Here, in my DM:
   !agents                the agents and what each is doing
+  !agents add ID [--cwd DIR]  add an agent from the ACP agent registry (no restart)
+  !agents remove NAME    take an agent out of the config; it leaves its rooms
   !channels              the channels and their members
   !new NAME AGENT...     a new channel with these agents (quote a name with spaces: !new "code review" alice bob)
   !dm AGENT              a direct channel with one agent
@@ -155,6 +157,19 @@ def resolve_agent(token: str, aliases: dict[str, str]) -> str | None:
     """`alice`, `@alice`, `Alice`, `@sk_alice:localhost` → "alice" (None if no such agent)."""
     name = token.strip().lstrip("@").split(":", 1)[0].lower()
     return aliases.get(name)
+
+
+AGENTS_USAGE = "Usage: !agents add ID [--cwd DIR] (an id of `sidekicks agents search`), or !agents remove NAME."
+
+
+def agents_change(args: tuple[str, ...]) -> tuple[str, str, str | None] | str:
+    """`!agents add ID [--cwd DIR]` → ("add", ID, DIR or None); `!agents remove NAME` →
+    ("remove", NAME, None); anything else: the usage line to say."""
+    if len(args) == 2 and args[0] in ("add", "remove"):
+        return args[0], args[1], None
+    if len(args) == 4 and args[0] == "add" and args[2] == "--cwd":
+        return "add", args[1], args[3]
+    return AGENTS_USAGE
 
 
 def split_delete(args: Iterable[str]) -> tuple[str, bool]:

@@ -180,13 +180,14 @@ async def attachment_prompt(
     title: str,
     limit: int,
     listening: Listening | None = None,
+    data: bytes | None = None,
 ) -> tuple[list[dict], str | None]:
     """The prompt for a message with an attachment, for an agent with these capabilities: its
     blocks, or ([], the one line saying why it cannot be passed on). Audio, with `listening`
     (transcription on and installed), is transcribed: the transcript is the prompt's text, and
-    an agent taking audio gets the audio too (docs/voice.md)."""
+    an agent taking audio gets the audio too (docs/voice.md). `data`: the file, if fetched."""
     try:
-        data = await fetch(intent, attachment, limit)
+        data = data if data is not None else await fetch(intent, attachment, limit)
     except MediaError as exc:
         return [], str(exc)
     if attachment.kind == "audio" and listening is not None and listening.can():
@@ -199,6 +200,21 @@ async def attachment_prompt(
     if refused is not None:
         return [], refused
     return prompt_blocks(text, content), None
+
+
+async def heard_first(intent: Intent, attachment: Attachment | None, limit: int, hearing: Listening) -> bytes | None:
+    """A voice note is heard before its answer is posted, so the 🎙 line comes first in the
+    room (docs/voice.md "Voice notes in"): the note's bytes, for `attachment_prompt`, once heard
+    (its transcript kept by bridge/voice/listen.py); None for any other message (or a file that
+    cannot be fetched: `attachment_prompt` says why)."""
+    if attachment is None or attachment.kind != "audio" or not hearing.can():
+        return None
+    try:
+        data = await fetch(intent, attachment, limit)
+    except MediaError:
+        return None
+    await hear(intent, attachment, data, hearing)
+    return data
 
 
 def listening(config: Any, portal: Any, answer: Any) -> Listening:

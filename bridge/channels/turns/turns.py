@@ -12,13 +12,14 @@ plan and tool calls, the parts of the answer) is showing.py's.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from acp import AcpError, AgentCrashed, Update
+from acp import AcpError, AgentCrashed, AuthRequired, Update
 from store import TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
@@ -29,12 +30,13 @@ from ..base.conversations import relation_for
 from ..base.parts import AskedIn
 from ..base.stream import Answer, AnswerNotFinished, TxnIds
 from ..rules.approvals import approve_mode, approvers
+from ..rules.logins import agent_method, login_line
 from . import prepare
 from .agent_files import roots_for
 from .context import UnseenMessage, build_prompt
 from .endings import END, PAUSE, STOPPED, Ending, Stopped, StoppedWaiting, ending
 from .journal import Journal
-from .prompt import attachment_prompt, listening
+from .prompt import attachment_prompt, heard_first, listening
 from .sessions import record_use
 from .showing import Showing
 
@@ -56,6 +58,8 @@ PAUSED = "⏸ the bridge stopped before this answer began: it is answered when t
 PLACEHOLDER_GRACE = 0.4
 STDERR_LINES = 12  # lines of a crashed agent's stderr shown in its notice
 FINISH_ON_STOP = 5  # seconds a stopping bridge gives an answer the agent has finished
+LOGIN_EVERY = 2.0  # seconds between tries to open a session while the owner logs the agent in
+LOGIN_WAIT = 1800.0  # seconds a message waits for its agent's login
 
 
 class Portal(Protocol):
@@ -123,9 +127,25 @@ class RunningTurn:
         agent has finished."""
         if not self.steerable:
             return False
+        if await self._steered_natively(text):
+            return True
+        if not self.steerable:  # it ended while the agent was asked: too late
+            return False
         self.steering.append(text)
         if self.prompt_sent:
             await self.cancel()
+        return True
+
+    async def _steered_natively(self, text: str) -> bool:
+        """An agent that steers inside its running turn (`_session/steering`: docs/sessions.md
+        "Steering inside the turn") is handed `text` there: the turn goes on, one answer. False when it does not,
+        or had no running turn (`promptRequired`): then the prompt is asked again."""
+        agent, session_id = self.agent, self.session_id
+        if not (self.prompt_sent and session_id and getattr(agent, "steers", False)):
+            return False
+        if await agent.steer(session_id, text) == "promptRequired":
+            return False
+        self.answer.append(("\n\n" if self.answer.full_text else "") + f"↪ steered: {text}\n\n")
         return True
 
     async def cancel(self) -> None:
@@ -324,6 +344,7 @@ async def _prompt(run: RunningTurn) -> str | None:
     # channel for a moment more) gets a moment to answer first, so a quick answer is one
     # message with its text from the start. A start is slow: it shows at once.
     running = parts.pool.state(record.agent) in ("ready", "busy")
+    heard = await _heard_first(run)  # a voice note: its 🎙 line comes before the answer in the room
     run.posting = posting = answer.post(run.note, grace=PLACEHOLDER_GRACE if running else 0.0)
     posting.add_done_callback(lambda done: _begin(run, done))
     budgets = getattr(parts, "budgets", None)
@@ -340,13 +361,17 @@ async def _prompt(run: RunningTurn) -> str | None:
             answer.set_status(f"⏳ {run.title} is getting ready…")
         showing.typing_after(posting)  # typing while the agent works
         # the member and what the agent has not seen: read together, in one database call
-        session_id, fresh, context = await portal.session_with(
-            record.agent,
+        session_id, fresh, context = await _logged_in(
+            run,
             agent,
-            context_reader(
-                portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
+            lambda: portal.session_with(
+                record.agent,
+                agent,
+                context_reader(
+                    portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
+                ),
+                conversation=record.conversation,
             ),
-            conversation=record.conversation,
         )
         run.session_id = session_id
         # its files are posted from where this session works (a thread's worktree, `!cwd`),
@@ -376,6 +401,7 @@ async def _prompt(run: RunningTurn) -> str | None:
                 run.title,
                 config.attachment_bytes,
                 listening(config, portal, answer),
+                heard,
             )
             if refused is not None:  # one line in the answer's place; nothing goes to the agent
                 await _ended_early(run, f"⚠️ {refused}")
@@ -413,6 +439,45 @@ async def _prompt(run: RunningTurn) -> str | None:
             run.steerable = False
             showing.prompted()
     return stop_reason
+
+
+async def _logged_in(run: RunningTurn, agent, open_session):
+    """The session opened, once the agent is logged in (docs/sessions.md "Logins"): an agent that
+    answers `auth_required` gets the owner one line in the answer (the command to run, or the
+    agent logging in itself through `authenticate`), and the session is tried again every
+    LOGIN_EVERY seconds, so the message is answered once logged in. Stopped, or still not logged
+    in after LOGIN_WAIT: the agent's refusal ends the turn."""
+    try:
+        return await open_session()
+    except AuthRequired as exc:
+        refused = exc
+    command = run.portal.parts.config.agents[run.agent_name].command
+    run.answer.set_status(login_line(run.title, command, refused.methods))
+    method = agent_method(refused.methods)
+    if method is not None:
+        try:
+            await agent.authenticate(method["id"])
+        except AcpError as exc:
+            log.info("%s: authenticate %s: %s", run.agent_name, method["id"], exc)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LOGIN_WAIT
+    while not run.cancelled and loop.time() < deadline:
+        try:
+            opened = await open_session()
+        except AuthRequired:
+            await asyncio.sleep(LOGIN_EVERY)
+            continue
+        run.answer.set_status(f"⏳ {run.title} is getting ready…")
+        return opened
+    raise refused
+
+
+async def _heard_first(run: RunningTurn) -> bytes | None:
+    """A voice note is heard before the answer is posted (docs/voice.md "Voice notes in"): its
+    bytes, for the prompt; None for any other message. No status line yet: nothing to show it in."""
+    config, portal = run.portal.parts.config, run.portal
+    hearing = dataclasses.replace(listening(config, portal, run.answer), status=lambda status: None)
+    return await heard_first(run.puppet.intent, run.incoming.attachment, config.attachment_bytes, hearing)
 
 
 async def _ended_early(run: RunningTurn, footer: str) -> None:

@@ -64,6 +64,7 @@ async def test_initialize_announces_elicitation_and_terminal_output(coder, log_p
     await coder()
     init = read_log(log_path)[0]["params"]["clientCapabilities"]
     assert init["elicitation"] == {"form": {}, "url": {}} and init["_meta"] == {"terminal_output": True}
+    assert init["auth"] == {"terminal": True}  # terminal logins are told to the owner (docs/sessions.md "Logins")
 
 
 async def test_session_new_settings_are_kept(coder):

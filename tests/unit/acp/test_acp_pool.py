@@ -138,6 +138,22 @@ async def test_unknown_agent():
         pool.state("zed")
 
 
+async def test_an_agent_added_and_removed_while_the_pool_runs():
+    """The bot's `!agents add | remove` (bridge/roster.py): no new pool, no restart."""
+    stopped: list[str] = []
+    pool = Pool({}, on_stopped=stopped.append)
+    try:
+        pool.add("alice", scripted_spec("alice"))
+        assert await _one_turn(pool, "alice", "new") == "echo: new"
+        process = pool.agent("alice").process
+        await pool.remove("alice")
+        assert stopped == ["alice"] and process.returncode is not None
+        with pytest.raises(KeyError, match="unknown agent: alice"):
+            pool.state("alice")
+    finally:
+        await pool.close()
+
+
 async def test_a_closed_pool_refuses_turns():
     from acp import AcpError
 

@@ -31,5 +31,5 @@ def test_the_lines_for_off_another_language_and_a_missing_engine(monkeypatch):
     )
     assert engine.up_hint(VoiceConfig()) == (
         "Voice notes are not transcribed here: add the voice extra "
-        "(pip install -e '.[voice]'; ./sidekicks test installs it)."
+        "(pip install -e '.[voice]'; ./sidekicks up installs it)."
     )

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bridge.channels.rules.command_parse import (
+    AGENTS_USAGE,
     HELP,
     Command,
+    agents_change,
     describe_state,
     find_channels,
     format_commands,
@@ -178,3 +180,11 @@ def test_help_names_every_channel_command_of_every_part():
     assert len(names) >= 10
     missing = sorted(name for name in names if f"!{name}" not in HELP or f"!{name}" not in CHANNEL_HELP)
     assert missing == []
+
+
+def test_agents_add_and_remove_are_read_and_anything_else_gets_the_usage():
+    assert agents_change(("add", "claude-code-acp")) == ("add", "claude-code-acp", None)
+    assert agents_change(("add", "opencode", "--cwd", "~/code")) == ("add", "opencode", "~/code")
+    assert agents_change(("remove", "claude")) == ("remove", "claude", None)
+    for args in [("add",), ("remove", "a", "b"), ("drop", "x"), ("add", "x", "--cwd")]:
+        assert agents_change(args) == AGENTS_USAGE

@@ -1,0 +1,73 @@
+"""An agent that wants a login (docs/sessions.md "Logins"): the one line the owner reads, and the
+method the bridge runs itself. Pure.
+
+An agent answers `session/new` with JSON-RPC error -32000 (`auth_required`) and lists its
+`authMethods` in its `initialize` answer. A method's type (the ACP registry's AUTHENTICATION.md)
+is its `type`, else `terminal` when its `_meta` has `terminal-auth`, else `agent`:
+- `terminal`: a command the owner runs once on the machine — the agent's own command with the
+  method's `args` (and `env`), or the command its `_meta["terminal-auth"]` names;
+- `agent`: the agent logs in itself when the client calls `authenticate` with the method's id.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+LOGIN = "🔑"
+
+
+def method_type(method: dict[str, Any]) -> str:
+    kind = method.get("type")
+    if isinstance(kind, str) and kind:
+        return kind
+    meta = method.get("_meta")
+    if isinstance(meta, dict) and "terminal-auth" in meta:
+        return "terminal"
+    return "agent"
+
+
+def agent_method(methods: Sequence[Any]) -> dict[str, Any] | None:
+    """The first method the bridge runs itself (`authenticate`), or None."""
+    for method in methods:
+        if isinstance(method, dict) and isinstance(method.get("id"), str) and method_type(method) == "agent":
+            return method
+    return None
+
+
+def terminal_command(method: dict[str, Any], command: Sequence[str]) -> str:
+    """The command line to run once for a `terminal` method, shell-quoted."""
+    meta = method.get("_meta")
+    named = meta.get("terminal-auth") if isinstance(meta, dict) else None
+    if isinstance(named, dict) and isinstance(named.get("command"), str):
+        words = [named["command"], *_strings(named.get("args"))]
+    else:
+        words = [*command, *_strings(method.get("args"))]
+    env = method.get("env")
+    pairs = (
+        [f"{k}={shlex.quote(str(v))}" for k, v in env.items() if isinstance(k, str)] if isinstance(env, dict) else []
+    )
+    return " ".join([*pairs, *(shlex.quote(word) for word in words)])
+
+
+def login_line(title: str, command: Sequence[str], methods: Sequence[Any]) -> str:
+    """What the owner reads: how to log in, and that the message waits."""
+    waits = "your message waits and is answered once it is logged in."
+    terminal = [m for m in methods if isinstance(m, dict) and method_type(m) == "terminal"]
+    if terminal:
+        run = terminal_command(terminal[0], command)
+        return f"{LOGIN} {title} needs a login: run once on this machine `{run}`{_name(terminal[0])}; {waits}"
+    agent = agent_method(methods)
+    if agent is not None:
+        return f"{LOGIN} {title} needs a login: it is logging in{_name(agent)}, follow what it asks; {waits}"
+    return f"{LOGIN} {title} needs a login and names no way to do it: log in with it on this machine; {waits}"
+
+
+def _name(method: dict[str, Any]) -> str:
+    name = method.get("name") or method.get("id")
+    return f" ({name})" if isinstance(name, str) and name else ""
+
+
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []

@@ -1,0 +1,178 @@
+"""Who is attached where, and what a turn tells them (docs/sessions.md "Attach an editor").
+
+Each ACP client attached to a conversation (session/load, session/resume, session/new) is told,
+while a turn runs there, what the agent sends (`session/update`, forwarded as the agent wrote it)
+and, for a turn it did not start, the owner's words as `user_message_chunk`. A permission request
+is asked in the room and of every attached client at once: the first answer wins, the others are
+withdrawn (`$/cancel_request` to the clients; the room's prompt is edited to say where it was
+answered). A client's prompt waits here for the end of the turns of its message: their stop
+reason is its answer.
+
+The turns reach it through `ChannelParts.attached` (turns.py calls `began`, `update`, `ended`,
+`asker`); nothing in bridge/channels imports this package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..channels.asks.permissions import decision_text
+from . import wire
+
+log = logging.getLogger(__name__)
+
+Where = tuple[str, str]  # (channel id, conversation)
+
+
+OUTBOX = 10_000  # notifications a client may leave unread before it is let go
+
+
+@dataclass(eq=False)
+class Client:
+    """One `sidekicks acp` connection: its ACP peer, the conversations it is attached to, and
+    what is still to be sent to it, in order (a client slow to read never holds up an agent)."""
+
+    peer: Any  # its acp.rpc.Peer, once it is made
+    agent: str | None  # the agent it was started for (`--agent`), None: any
+    name: str = "an ACP client"  # from initialize's clientInfo
+    sessions: set[Where] = field(default_factory=set)
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+    def send(self, params: dict[str, Any]) -> None:
+        """A session/update for this client, sent by `deliver` in order."""
+        if self.outbox.qsize() >= OUTBOX:
+            log.warning("an attached ACP client reads too slowly: it is let go")
+            asyncio.ensure_future(self.peer.close())
+            return
+        self.outbox.put_nowait(params)
+
+    async def deliver(self) -> None:
+        """Sends what `send` queued, until the connection ends."""
+        while True:
+            params = await self.outbox.get()
+            try:
+                await self.peer.notify("session/update", params)
+            except Exception:
+                return
+
+
+@dataclass(eq=False)
+class PromptWait:
+    """A client's prompt, once it is a message in the room: the turns it started, their stop reason."""
+
+    client: Client
+    turns: set[str] = field(default_factory=set)
+    stop_reason: str = "end_turn"
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Hub:
+    def __init__(self) -> None:
+        self.clients: set[Client] = set()
+        self.prompts: dict[str, PromptWait] = {}  # the prompt's event id → its wait
+        self._told: dict[Where, str] = {}  # the last owner message told to a conversation's clients
+
+    def attached(self, where: Where) -> list[Client]:
+        return [c for c in self.clients if where in c.sessions]
+
+    def gone(self, client: Client) -> None:
+        self.clients.discard(client)
+        client.sessions.clear()
+
+    def _notify(self, clients: list[Client], params: dict[str, Any]) -> None:
+        for client in clients:
+            client.send(params)
+
+    # ---- what turns tell (bridge/channels/turns/turns.py) -----------------------------------------
+
+    def began(self, channel_id: str, conversation: str, event_id: str, text: str) -> None:
+        """A turn begins in a conversation: the owner's words go to the clients attached there
+        (not to the client that wrote them, nor twice for the turns of one message)."""
+        where = (channel_id, conversation)
+        if self._told.get(where) == event_id:
+            return
+        self._told[where] = event_id
+        origin = self.prompts.get(event_id)
+        clients = [c for c in self.attached(where) if origin is None or c is not origin.client]
+        if clients and text:
+            self._notify(clients, wire.user_chunk(wire.session_id(*where), text))
+
+    def update(self, channel_id: str, conversation: str, raw: dict[str, Any]) -> None:
+        """One of the agent's session/update notifications, forwarded as it came."""
+        if not isinstance(raw, dict) or "sessionUpdate" not in raw:
+            return  # the bridge's own (a notice, an elicitation completed)
+        where = (channel_id, conversation)
+        clients = self.attached(where)
+        if clients:
+            self._notify(clients, {"sessionId": wire.session_id(*where), "update": raw})
+
+    def ended(self, event_id: str, turn_id: str, stop_reason: str) -> None:
+        """A turn is over: a client's prompt waiting for it gets its stop reason once all are."""
+        wait = self.prompts.get(event_id)
+        if wait is None:
+            return
+        wait.stop_reason = stop_reason
+        wait.turns.discard(turn_id)
+        if not wait.turns:
+            wait.done.set()
+            self.prompts.pop(event_id, None)
+
+    def asker(
+        self, channel_id: str, conversation: str, in_room: Callable[[Any], Awaitable[str | None]]
+    ) -> Callable[[Any], Awaitable[str | None]]:
+        """The turn's permission asker: in the room (`in_room`) and of every client attached."""
+
+        async def ask(request: Any) -> str | None:
+            clients = self.attached((channel_id, conversation))
+            if not clients:
+                return await in_room(request)
+            return await self._race(wire.session_id(channel_id, conversation), clients, request, in_room)
+
+        return ask
+
+    async def _race(self, session: str, clients: list[Client], request: Any, in_room) -> str | None:
+        """The first answer wins: from the room, or from a client (a client's `cancelled` is no
+        answer); the others are withdrawn."""
+        params = {"sessionId": session, "toolCall": request.tool_call, "options": request.options}
+        room = asyncio.ensure_future(in_room(request))
+        asked = {asyncio.ensure_future(c.peer.request("session/request_permission", params)): c for c in clients}
+        waiting: set[asyncio.Future] = {room, *asked}
+        try:
+            while waiting:
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if room in done:
+                    return room.result()
+                for task in done:
+                    chosen = _chosen(task, request.options)
+                    if chosen is not None:
+                        option = next(o for o in request.options if o.get("optionId") == chosen)
+                        # the room's prompt is edited to say it (asks/permissions.py)
+                        request.answered_elsewhere = f"{_decision(option)} in {asked[task].name}"
+                        return chosen
+                if waiting == {room}:  # every client said nothing: the room alone decides
+                    return await room
+            return None
+        finally:
+            for task in [room, *asked]:
+                if not task.done():
+                    task.cancel()  # a client's: $/cancel_request (acp/rpc.py)
+            await asyncio.gather(room, *asked, return_exceptions=True)
+
+
+def _chosen(task: asyncio.Future, options: list[dict]) -> str | None:
+    """The optionId a client chose, or None (cancelled, an error, gone)."""
+    if task.cancelled() or task.exception() is not None:
+        return None
+    outcome = (task.result() or {}).get("outcome") if isinstance(task.result(), dict) else None
+    if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
+        return None
+    option_id = outcome.get("optionId")
+    return option_id if any(o.get("optionId") == option_id for o in options) else None
+
+
+def _decision(option: dict) -> str:
+    return decision_text(option)

@@ -107,16 +107,16 @@ class Messages(Part):
         bridge/attach)."""
         M = self.core.models.Message
         rows = (
-            M.select(M.conversation, pw.fn.MAX(M.created), pw.fn.MIN(M.id))
+            M.select(M.conversation, pw.fn.MAX(M.created), pw.fn.MIN(M.id), pw.fn.MAX(M.id))
             .where(M.channel_id == channel_id)
             .group_by(M.conversation)
             .tuples()
         )
         found = []
-        for conversation, last, first_id in rows:
-            first = M.get_or_none((M.channel_id == channel_id) & (M.id == first_id))
+        for conversation, last, first_id, last_id in sorted(rows, key=lambda row: row[3], reverse=True):
+            first = M.get_or_none((M.channel_id == channel_id) & (M.id == first_id))  # ids sort by time
             found.append((conversation or "", int(last or 0), first.text if first is not None else ""))
-        return sorted(found, key=lambda row: -row[1])
+        return found
 
     def _thread_root(self, channel_id: str, conversation: str) -> Message | None:
         """The stored message a thread hangs on (None: not stored, or of another channel)."""

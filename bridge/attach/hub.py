@@ -113,8 +113,8 @@ class Hub:
     def ended(self, event_id: str, turn_id: str, stop_reason: str) -> None:
         """A turn is over: a client's prompt waiting for it gets its stop reason once all are."""
         wait = self.prompts.get(event_id)
-        if wait is None:
-            return
+        if wait is None or turn_id not in wait.turns:
+            return  # told already (a turn ends once; portal.py tells the ones that never ran)
         wait.stop_reason = stop_reason
         wait.turns.discard(turn_id)
         if not wait.turns:

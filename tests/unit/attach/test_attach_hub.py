@@ -108,3 +108,16 @@ async def test_with_nobody_attached_the_room_alone_is_asked():
         return "yes"
 
     assert await hub.asker("c1", "", in_room)(SimpleNamespace(tool_call={}, options=OPTIONS)) == "yes"
+
+
+async def test_a_turn_told_twice_keeps_its_first_stop_reason():
+    hub = Hub()
+    from bridge.attach.hub import PromptWait
+
+    wait = hub.prompts["$p"] = PromptWait(client(hub), {"t1", "t2"})
+    hub.ended("$p", "t1", "max_tokens")
+    hub.ended("$p", "t1", "cancelled")  # the portal's word for a turn that ended already
+    hub.ended("$p", "t2", "end_turn")
+    assert wait.done.is_set() and wait.stop_reason == "end_turn"
+    hub.ended("$p", "t2", "cancelled")
+    assert wait.stop_reason == "end_turn"

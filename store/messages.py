@@ -113,7 +113,7 @@ class Messages(Part):
             .tuples()
         )
         found = []
-        for conversation, last, first_id, last_id in sorted(rows, key=lambda row: row[3], reverse=True):
+        for conversation, last, first_id, _last in sorted(rows, key=lambda row: row[3], reverse=True):
             first = M.get_or_none((M.channel_id == channel_id) & (M.id == first_id))  # ids sort by time
             found.append((conversation or "", int(last or 0), first.text if first is not None else ""))
         return found

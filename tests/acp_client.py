@@ -29,7 +29,8 @@ class AcpClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         self.permission_policy: str | None = None  # an optionId kind to choose: allow_once…; None: hold
-        self.held: dict[Any, dict] = {}  # permission requests held, by request id
+        self.held: dict[Any, dict] = {}  # permission requests and questions held, by request id
+        self.question_answer: dict | None = None  # the result it gives elicitation/create; None: holds
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -50,7 +51,7 @@ class AcpClient:
             "initialize",
             {
                 "protocolVersion": 1,
-                "clientCapabilities": {},
+                "clientCapabilities": {"elicitation": {"form": {}}},
                 "clientInfo": {"name": self.name.lower(), "title": self.name},
             },
         )
@@ -94,6 +95,11 @@ class AcpClient:
                     future.set_result(message)
             elif message["method"] == "session/request_permission" and "id" in message:
                 await self._permission(message)
+            elif message["method"] == "elicitation/create" and "id" in message:
+                if self.question_answer is None:
+                    self.held[message["id"]] = message
+                else:
+                    await self._write({"jsonrpc": "2.0", "id": message["id"], "result": self.question_answer})
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ConnectionError("sidekicks acp ended"))

@@ -20,7 +20,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from acp.elicitation import ACCEPT, DECLINE, ElicitationAnswer
+
 from ..channels.asks.permissions import decision_text
+from ..coding.render import elicitation_outcome
 from . import wire
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ class Client:
     agent: str | None  # the agent it was started for (`--agent`), None: any
     name: str = "an ACP client"  # from initialize's clientInfo
     sessions: set[Where] = field(default_factory=set)
+    elicitation: bool = False  # it announced form elicitation (clientCapabilities.elicitation.form)
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
 
     def send(self, params: dict[str, Any]) -> None:
@@ -125,54 +129,101 @@ class Hub:
         self, channel_id: str, conversation: str, in_room: Callable[[Any], Awaitable[str | None]]
     ) -> Callable[[Any], Awaitable[str | None]]:
         """The turn's permission asker: in the room (`in_room`) and of every client attached."""
+        session = wire.session_id(channel_id, conversation)
 
         async def ask(request: Any) -> str | None:
             clients = self.attached((channel_id, conversation))
             if not clients:
                 return await in_room(request)
-            return await self._race(wire.session_id(channel_id, conversation), clients, request, in_room)
+            params = {"sessionId": session, "toolCall": request.tool_call, "options": request.options}
+
+            def read(result: Any, client: Client) -> str | None:
+                chosen = _chosen(result, request.options)
+                if chosen is not None:  # the room's prompt is edited to say it (asks/permissions.py)
+                    option = next(o for o in request.options if o.get("optionId") == chosen)
+                    _elsewhere(request, f"{decision_text(option)} in {client.name}")
+                return chosen
+
+            return await _race(clients, "session/request_permission", params, read, in_room, request)
 
         return ask
 
-    async def _race(self, session: str, clients: list[Client], request: Any, in_room) -> str | None:
-        """The first answer wins: from the room, or from a client (a client's `cancelled` is no
-        answer); the others are withdrawn."""
-        params = {"sessionId": session, "toolCall": request.tool_call, "options": request.options}
-        room = asyncio.ensure_future(in_room(request))
-        asked = {asyncio.ensure_future(c.peer.request("session/request_permission", params)): c for c in clients}
+    def questioner(self, channel_id: str, conversation: str, in_room: Callable[[Any], Awaitable[Any]]):
+        """The turn's question asker (`elicitation/create`, form mode): in the room and of every
+        client attached that announced form elicitation; URL questions in the room only."""
+        session = wire.session_id(channel_id, conversation)
+
+        async def ask(request: Any) -> Any:
+            clients = [c for c in self.attached((channel_id, conversation)) if c.elicitation]
+            if not clients or request.mode != "form":
+                return await in_room(request)
+            params = {**request.raw, "sessionId": session}
+
+            def read(result: Any, client: Client) -> Any:
+                answer = _answer(result)
+                if answer is not None:  # the room's question is edited to say it (coding/questions.py)
+                    _elsewhere(request, f"{elicitation_outcome(answer.action)} in {client.name}")
+                return answer
+
+            return await _race(clients, "elicitation/create", params, read, in_room, request)
+
+        return ask
+
+
+async def _race(clients: list[Client], method: str, params: dict, read, in_room, request: Any) -> Any:
+    """Asked in the room, then — once it is posted there, so that the room always shows it and
+    where it was answered — of each client: the first answer wins (`read(result, client)`: the
+    answer, or None for a client's that is none — cancelled, an error, gone); the others are
+    withdrawn (a client's with `$/cancel_request`, acp/rpc.py)."""
+    posted = asyncio.Event()
+    object.__setattr__(request, "on_posted", posted.set)  # asks/asks.py `Asking.on_posted`
+    room = asyncio.ensure_future(in_room(request))
+    asked: dict[asyncio.Future, Client] = {}
+    posting = asyncio.ensure_future(posted.wait())
+    try:
+        await asyncio.wait({room, posting}, return_when=asyncio.FIRST_COMPLETED)
+        if room.done():  # answered, or not posted at all: the room decides
+            return room.result()
+        asked = {asyncio.ensure_future(c.peer.request(method, params)): c for c in clients}
         waiting: set[asyncio.Future] = {room, *asked}
-        try:
-            while waiting:
-                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                if room in done:
-                    return room.result()
-                for task in done:
-                    chosen = _chosen(task, request.options)
-                    if chosen is not None:
-                        option = next(o for o in request.options if o.get("optionId") == chosen)
-                        # the room's prompt is edited to say it (asks/permissions.py)
-                        request.answered_elsewhere = f"{_decision(option)} in {asked[task].name}"
-                        return chosen
-                if waiting == {room}:  # every client said nothing: the room alone decides
-                    return await room
-            return None
-        finally:
-            for task in [room, *asked]:
-                if not task.done():
-                    task.cancel()  # a client's: $/cancel_request (acp/rpc.py)
-            await asyncio.gather(room, *asked, return_exceptions=True)
-
-
-def _chosen(task: asyncio.Future, options: list[dict]) -> str | None:
-    """The optionId a client chose, or None (cancelled, an error, gone)."""
-    if task.cancelled() or task.exception() is not None:
+        while waiting:
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if room in done:
+                return room.result()
+            for task in done:
+                if task.cancelled() or task.exception() is not None:
+                    continue
+                answer = read(task.result(), asked[task])
+                if answer is not None:
+                    return answer
+            if waiting == {room}:  # every client said nothing: the room alone decides
+                return await room
         return None
-    outcome = (task.result() or {}).get("outcome") if isinstance(task.result(), dict) else None
+    finally:
+        for task in [room, posting, *asked]:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(room, posting, *asked, return_exceptions=True)
+
+
+def _elsewhere(request: Any, text: str) -> None:
+    """What the room's ask says once a client answered it first (a frozen request included)."""
+    object.__setattr__(request, "answered_elsewhere", text)
+
+
+def _answer(result: Any) -> ElicitationAnswer | None:
+    """A client's answer to a question: accepted (with its content) or declined; else None."""
+    action = result.get("action") if isinstance(result, dict) else None
+    if action not in (ACCEPT, DECLINE):
+        return None
+    content = result.get("content")
+    return ElicitationAnswer(action, content if isinstance(content, dict) and action == ACCEPT else None)
+
+
+def _chosen(result: Any, options: list[dict]) -> str | None:
+    """The optionId a client chose, or None (cancelled)."""
+    outcome = result.get("outcome") if isinstance(result, dict) else None
     if not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
         return None
     option_id = outcome.get("optionId")
     return option_id if any(o.get("optionId") == option_id for o in options) else None
-
-
-def _decision(option: dict) -> str:
-    return decision_text(option)

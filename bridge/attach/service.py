@@ -86,6 +86,7 @@ class AttachService:
 
     async def _initialize(self, client: Client, params: dict) -> dict:
         client.name = wire.client_name(params)
+        client.elicitation = wire.asks_forms(params)
         return {
             "protocolVersion": 1,
             "agentCapabilities": {

@@ -105,6 +105,13 @@ def client_name(params: Any) -> str:
     return "an ACP client"
 
 
+def asks_forms(params: Any) -> bool:
+    """Whether initialize's `clientCapabilities` take form questions (`elicitation.form`)."""
+    caps = params.get("clientCapabilities") if isinstance(params, dict) else None
+    elicitation = caps.get("elicitation") if isinstance(caps, dict) else None
+    return isinstance(elicitation, dict) and isinstance(elicitation.get("form"), dict)
+
+
 def quoted(client: str, text: str) -> str:
     """How a client's prompt shows in the room: the appservice cannot write as the owner."""
     return f"💻 from {client}: {text}"

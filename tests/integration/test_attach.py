@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from acp_client import AcpClient
 from bridge_harness import agent, answers_in
-from helpers import ALICE, is_final, open_dm, prompts, say
+from helpers import ALICE, is_final, open_dm, prompts, say, stored_channel
 from matrix_helpers import events_in, sync_until
 
 import config as configuration
@@ -31,6 +31,7 @@ from bridge.attach import wire
 from bridge.attach.service import PENDING
 
 PRYING = Path(__file__).resolve().parents[1] / "agents" / "prying_agent.py"
+CODING = Path(__file__).resolve().parents[1] / "agents" / "coding_agent.py"
 
 
 async def attached_bridge(bridge_factory, tmp_path: Path, *options: str, **top):
@@ -166,6 +167,27 @@ async def test_a_permission_is_answered_where_it_is_answered_first(bridge_factor
         await running.idle()
         outcomes = [m["result"]["outcome"] for m in _permission_answers(log)]
         assert [o.get("optionId") for o in outcomes] == ["allow_once", "allow_once", "allow_once"]
+    finally:
+        await client.close()
+
+
+async def test_a_question_answered_in_the_client_is_shown_answered_in_the_room(bridge_factory, tmp_path, owner):
+    xdg, folder, log = tmp_path / "xdg", tmp_path / "bridge0", tmp_path / "coding.jsonl"
+    data = xdg / "sidekicks" / "data" / configuration.config_hash(folder / "config.yaml")
+    command = [sys.executable, str(CODING), "--log", str(log)]
+    running = await bridge_factory({"alice": {"command": command, "title": "Alice"}}, folder=folder, data_dir=data)
+    room = await open_dm(owner)
+    session = wire.session_id((await stored_channel(running.store, room)).id, "")
+    client = await attach(running, xdg)
+    try:
+        await client.call("session/resume", {"sessionId": session, "cwd": "/", "mcpServers": []})
+        client.question_answer = {"action": "accept", "content": {"name": "kumquat", "count": 2}}
+        answer = await client.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "[[ask]] details"}]}
+        )
+        assert answer == {"stopReason": "end_turn"}
+        assert 'elicited: {"action": "accept", "content": {"count": 2, "name": "kumquat"}}' in client.text(session)
+        await sync_until(owner, lambda: any("✅ Answered in Zed" in b for b in _final_bodies(owner, room)))
     finally:
         await client.close()
 

@@ -102,5 +102,14 @@ class Permissions:
         def stopped() -> str:
             return getattr(request, "answered_elsewhere", None) or STOPPED
 
-        asking = Asking(shown, waiting_status(call_title), decided, (None, TIMED_OUT), stopped, None, options)
+        asking = Asking(
+            shown,
+            waiting_status(call_title),
+            decided,
+            (None, TIMED_OUT),
+            stopped,
+            None,
+            options,
+            getattr(request, "on_posted", None),
+        )
         return await self.asks.ask(replace(where, run=run), asking)

@@ -387,7 +387,8 @@ async def _prompt(run: RunningTurn) -> str | None:
         # (or any owner: `!approve any-owner`), whom they mention (approvals.py)
         asked = partial(_ask, portal, run.puppet, record.conversation, incoming.sender, run)
         on_permission, on_question = partial(asked, parts.permissions.ask), partial(asked, parts.questions.ask)
-        on_update, on_permission = _attached(run, on_permission)  # and to the ACP clients attached there
+        # and to the ACP clients attached there
+        on_update, on_permission, on_question = _attached(run, on_permission, on_question)
         request = record.text  # what it was asked: a steer asks it again with more
         if run.steering:  # steered before its prompt was written: in that prompt
             request, prompt = _steered(run, request, prompt, answer)
@@ -417,14 +418,14 @@ async def _prompt(run: RunningTurn) -> str | None:
     return stop_reason
 
 
-def _attached(run: RunningTurn, on_permission):
+def _attached(run: RunningTurn, on_permission, on_question):
     """What the turn tells the ACP clients attached to its conversation (bridge/attach/hub.py):
     the owner's words, then each of the agent's updates as it came, beside the room's; its
-    permission requests asked there too. Without any: the room's alone."""
+    permission requests and questions asked there too. Without any: the room's alone."""
     portal, record, showing = run.portal, run.record, run.showing
     hub = getattr(portal.parts, "attached", None)
     if hub is None:
-        return showing.on_update, on_permission
+        return showing.on_update, on_permission, on_question
     channel_id, conversation = portal.channel.id, record.conversation
     if run.incoming.message_id is not None:
         hub.began(channel_id, conversation, run.incoming.event_id, run.incoming.body)
@@ -433,7 +434,8 @@ def _attached(run: RunningTurn, on_permission):
         showing.on_update(update)
         hub.update(channel_id, conversation, update.raw)
 
-    return on_update, hub.asker(channel_id, conversation, on_permission)
+    asker, questioner = hub.asker(channel_id, conversation, on_permission), hub.questioner
+    return on_update, asker, questioner(channel_id, conversation, on_question)
 
 
 async def _ended_early(run: RunningTurn, footer: str) -> None:

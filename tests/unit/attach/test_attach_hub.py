@@ -76,6 +76,7 @@ async def test_a_client_answering_first_wins_and_the_room_is_told_where():
     room_cancelled = asyncio.Event()
 
     async def in_room(request):
+        request.on_posted()  # posted in the room: the clients are asked now
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -92,13 +93,26 @@ async def test_the_room_answering_first_withdraws_the_clients_requests():
     waiting, refusing = client(hub), client(hub, answer={"outcome": {"outcome": "cancelled"}})
 
     async def in_room(request):
-        await asyncio.sleep(0)
+        request.on_posted()
+        while not waiting.peer.sent:  # asked, and waiting for its person
+            await asyncio.sleep(0)
         return "no"
 
     request = SimpleNamespace(tool_call={}, options=OPTIONS)
     assert await hub.asker("c1", "", in_room)(request) == "no"
     assert waiting.peer.cancelled == 1 and not hasattr(request, "answered_elsewhere")
     assert refusing.peer.sent[0][0] == "session/request_permission"
+
+
+async def test_the_clients_are_asked_only_once_the_room_has_posted_it():
+    hub = Hub()
+    attached = client(hub, answer={"outcome": {"outcome": "selected", "optionId": "yes"}})
+
+    async def in_room(request):
+        return None  # it could not be posted: the owner cannot be asked, nor the clients
+
+    assert await hub.asker("c1", "", in_room)(SimpleNamespace(tool_call={}, options=OPTIONS)) is None
+    assert attached.peer.sent == []
 
 
 async def test_with_nobody_attached_the_room_alone_is_asked():
@@ -121,3 +135,42 @@ async def test_a_turn_told_twice_keeps_its_first_stop_reason():
     assert wait.done.is_set() and wait.stop_reason == "end_turn"
     hub.ended("$p", "t2", "cancelled")
     assert wait.stop_reason == "end_turn"
+
+
+def question(mode: str = "form") -> object:
+    from acp.elicitation import ElicitationRequest
+
+    return ElicitationRequest(mode, "Name?", raw={"sessionId": "agent-session", "mode": mode, "message": "Name?"})
+
+
+async def test_a_question_answered_first_in_a_client_that_takes_forms_wins():
+    hub = Hub()
+    asking = client(hub, answer={"action": "accept", "content": {"name": "kumquat"}})
+    asking.elicitation = True
+    silent = client(hub, answer={"action": "accept", "content": {"name": "never asked"}})  # no forms announced
+
+    async def in_room(request):
+        request.on_posted()
+        await asyncio.Event().wait()
+
+    request = question()
+    answer = await hub.questioner("c1", "", in_room)(request)
+    assert (answer.action, answer.content) == ("accept", {"name": "kumquat"})
+    assert request.answered_elsewhere == "✅ Answered in Zed"
+    assert asking.peer.sent[0] == (
+        "elicitation/create",
+        {"sessionId": "sk-c1", "mode": "form", "message": "Name?"},
+    )
+    assert silent.peer.sent == []
+
+
+async def test_a_url_question_is_asked_in_the_room_only():
+    hub = Hub()
+    asking = client(hub, answer={"action": "accept"})
+    asking.elicitation = True
+
+    async def in_room(request):
+        return "the room's"
+
+    assert await hub.questioner("c1", "", in_room)(question("url")) == "the room's"
+    assert asking.peer.sent == []

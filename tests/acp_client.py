@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ class AcpClient:
     def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
         self.process, self.name = process, name
         self.received: list[dict] = []  # every message from `sidekicks acp`, in order
+        self.arrived: list[float] = []  # when each came (time.perf_counter(): for benchmarks)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         self.permission_policy: str | None = None  # an optionId kind to choose: allow_once…; None: hold
@@ -36,12 +38,16 @@ class AcpClient:
     @classmethod
     async def start(cls, config_path: Path, xdg: Path, agent: str | None = None, name: str = "Zed") -> AcpClient:
         args = ["-m", "bridge", "acp", "-c", str(config_path), *(["--agent", agent] if agent else [])]
+        return await cls.spawn([sys.executable, *args], {"XDG_CONFIG_HOME": str(xdg)}, name)
+
+    @classmethod
+    async def spawn(cls, command: list[str], env: dict[str, str], name: str = "Zed") -> AcpClient:
+        """The client of any ACP agent `command` (a benchmark drives an agent directly too)."""
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *args,
+            *command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "XDG_CONFIG_HOME": str(xdg)},
+            env={**os.environ, **env},
             limit=1 << 24,
         )
         return cls(process, name)
@@ -88,6 +94,7 @@ class AcpClient:
         assert self.process.stdout is not None
         while line := await self.process.stdout.readline():
             message = json.loads(line)
+            self.arrived.append(time.perf_counter())
             self.received.append(message)
             if "method" not in message:
                 future = self._pending.pop(message.get("id"), None)

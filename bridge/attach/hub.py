@@ -62,6 +62,12 @@ class Client:
                 await self.peer.notify("session/update", params)
             except Exception:
                 return
+            finally:
+                self.outbox.task_done()
+
+    async def flushed(self) -> None:
+        """Until everything queued so far is sent (a prompt's answer comes after its updates)."""
+        await self.outbox.join()
 
 
 @dataclass(eq=False)

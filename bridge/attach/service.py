@@ -198,6 +198,7 @@ class AttachService:
         await self._pending(txn, pending)  # written down before it can be posted (exactly once)
         wait = PromptWait(client)
         stop_reason = await self._post_and_take(portal, txn, pending, wait)
+        await client.flushed()  # ACP: a prompt's updates come before its answer
         return {"stopReason": stop_reason}
 
     async def _post_and_take(self, portal, txn: str, pending: dict, wait: PromptWait | None) -> str:

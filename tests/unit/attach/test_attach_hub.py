@@ -174,3 +174,13 @@ async def test_a_url_question_is_asked_in_the_room_only():
 
     assert await hub.questioner("c1", "", in_room)(question("url")) == "the room's"
     assert asking.peer.sent == []
+
+
+async def test_a_client_is_flushed_once_what_was_queued_is_sent():
+    hub = Hub()
+    found = client(hub)
+    hub.update("c1", "", {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "a"}})
+    delivering = asyncio.ensure_future(found.deliver())
+    await found.flushed()
+    assert [m for m, _ in found.peer.sent] == ["session/update"]
+    delivering.cancel()

@@ -181,6 +181,7 @@ class Bridge:
         self.outage = StoreOutage(db, self.halt, self.ping, identities)  # while the store is away
         # ACP clients attached to conversations through `sidekicks acp` (bridge/attach)
         self.attach = AttachService(config, db, channels, identities)
+        self.attach.direct_channel = self.commands.direct_channel  # a new session's DM, as `!dm` makes it
         self.attach_server = AttachServer(config.data_dir, self.attach)
         self.parts = ChannelParts(  # what a portal and its turns work with (channels/base/parts.py)
             config=config,

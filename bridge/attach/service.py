@@ -5,8 +5,9 @@
   prompts, no authentication.
 - `session/list`: each conversation with the agent (`--agent`, else every agent) that holds a
   message: DMs, channels' main timelines, threads; `cwd` filter and cursor (wire.py).
-- `session/new`: a new thread in the agent's direct chat, its root a notice of the agent's
-  saying which client opened it: visible in Matrix at once, one room per agent as before.
+- `session/new`: a new thread in the agent's direct chat (found, or made as `!dm` makes it),
+  its root a notice of the agent's saying which client opened it: visible in Matrix at once, one
+  room per agent as before.
 - `session/load`: the conversation's stored messages as `user_message_chunk` /
   `agent_message_chunk`, then live; `session/resume`: nothing replayed, then live.
 - `session/prompt`: a message in the room, quoted by a notice ("💻 from Zed: …"), routed, stored
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from acp import framing
@@ -56,6 +58,8 @@ class AttachService:
     def __init__(self, config: Config, db: OffLoop, channels: Channels, identities: Identities) -> None:
         self.config, self.db, self.channels, self.identities = config, db, channels, identities
         self.hub = Hub()
+        # the owner's direct channel with an agent, found or made (commands.py `direct_channel`)
+        self.direct_channel: Callable[[str, str], Awaitable[tuple[str, bool]]] = _no_direct_channel
 
     # ---- one client's requests ------------------------------------------------------------------
 
@@ -154,10 +158,10 @@ class AttachService:
 
     async def _new(self, client: Client, params: dict) -> dict:
         agent = self._agent_for(client, params.get("cwd"))
-        direct = [c for c in await self.db.channels() if c.direct_agent == agent]
-        portal = await self.channels.portal_for(direct[0].room_id) if direct else None
+        room_id, _ = await self.direct_channel(agent, self.config.owners[0])  # as `!dm` finds or makes it
+        portal = await self.channels.portal_for(room_id)
         if portal is None:
-            raise _bad(f"there is no direct chat with {agent}: open one in Matrix first (!dm {agent})")
+            raise _bad(f"the direct chat with {agent} could not be opened")
         puppet = await self.identities.puppet(agent)
         text = f"💻 {client.name} opened this conversation: it goes on in this thread."
         root = await puppet.intent.send(portal.room_id, {"msgtype": "m.notice", "body": text})
@@ -272,6 +276,10 @@ class AttachService:
             except Exception:
                 log.exception("a prompt from an ACP client could not be taken again")
         return len(found)
+
+
+async def _no_direct_channel(agent: str, owner: str) -> tuple[str, bool]:
+    raise _bad(f"there is no direct chat with {agent}: open one in Matrix first (!dm {agent})")
 
 
 async def _empty() -> dict:

@@ -121,13 +121,16 @@ async def test_a_client_lists_loads_and_prompts_one_conversation_with_the_room(b
 
 async def test_a_new_session_is_a_thread_in_the_agents_direct_chat(bridge_factory, tmp_path, owner):
     running, xdg, _ = await attached_bridge(bridge_factory, tmp_path, "--echo-last-line")
-    room = await open_dm(owner)
     client = await attach(running, xdg)
     try:
+        # no direct chat yet: alice makes one, as `!dm alice` would, and invites the owner
         session = (await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["sessionId"]
         channel_id, root = wire.conversation_of(session)
-        assert channel_id == running.store.channel_by_room(room).id and root.startswith("$")
-        await sync_until(owner, lambda: any(e.get("event_id") == root for e in events_in(owner, room)))
+        channel = running.store.channel(channel_id)
+        assert channel.direct_agent == "alice" and root.startswith("$")
+        await sync_until(owner, lambda: channel.room_id in owner.invited_rooms)
+        await owner.join(channel.room_id)
+        await sync_until(owner, lambda: any(e.get("event_id") == root for e in events_in(owner, channel.room_id)))
         answer = await client.call(
             "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "in a thread"}]}
         )
@@ -138,6 +141,10 @@ async def test_a_new_session_is_a_thread_in_the_agents_direct_chat(bridge_factor
         ]
         listed = [s["sessionId"] for s in (await client.call("session/list", {}))["sessions"]]
         assert session in listed
+        # the next new session: another thread in the same direct chat
+        again = (await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []}))["sessionId"]
+        assert wire.conversation_of(again)[0] == channel_id and again != session
+        assert [c.id for c in running.store.channels()] == [channel_id]
     finally:
         await client.close()
 

@@ -227,19 +227,19 @@ class AttachService:
             self.hub.prompts[event_id] = wait
         owner = self.config.owners[0]
         decision, taken = await portal.take(owner, text, event_id, text, None, [], conversation)
-        await self._pending(txn, None)
-        if taken is None:  # taken already: an earlier run's (its turns are run by recovery)
-            self.hub.prompts.pop(event_id, None)
-            return "end_turn"
-        message, turns = taken
-        if decision.nobody or not turns:
-            self.hub.prompts.pop(event_id, None)
-            return "end_turn"
+        turns = taken[1] if taken is not None and not decision.nobody else []
         if wait is not None:
             wait.turns = {turn.id for turn in turns}
-        incoming = Incoming(message.id, event_id, text, None, [], sender=owner)
-        for turn in turns:
-            portal.submit(turn, incoming)
+        if taken is not None and turns:
+            incoming = Incoming(taken[0].id, event_id, text, None, [], sender=owner)
+            for turn in turns:
+                portal.submit(turn, incoming)
+        # taken (or taken already: an earlier run's, whose turns recovery runs): forgotten, once
+        # the turns are queued — this write keeps no prompt waiting
+        await self._pending(txn, None)
+        if not turns:
+            self.hub.prompts.pop(event_id, None)
+            return "end_turn"
         answering = {turn.agent for turn in turns}
         prepare.soon(portal, [m for m in portal.member_names() if m not in answering], conversation)
         if wait is None:

@@ -24,6 +24,8 @@ from store import Channel, Store, keys, new_id
 from store.offloop import OffLoop
 
 from . import agent_specs
+from .attach.server import AttachServer
+from .attach.service import AttachService
 from .channels.asks.permissions import Permissions
 from .channels.base.notices import Notices
 from .channels.base.parts import ChannelParts, RoomParts
@@ -189,6 +191,10 @@ class Bridge:
             self.roster,
         )
         self.outage = StoreOutage(db, self.halt, self.ping, identities)  # while the store is away
+        # ACP clients attached to conversations through `sidekicks acp` (bridge/attach)
+        self.attach = AttachService(config, db, channels, identities)
+        self.attach.direct_channel = self.commands.direct_channel  # a new session's DM, as `!dm` makes it
+        self.attach_server = AttachServer(config.data_dir, self.attach)
         self.parts = ChannelParts(  # what a portal and its turns work with (channels/base/parts.py)
             config=config,
             db=db,
@@ -213,6 +219,7 @@ class Bridge:
             aliases=aliases,
             places=self.places,
             budgets=self.budgets,
+            attached=self.attach.hub,
         )
 
     def _build_way_in(self) -> None:
@@ -299,6 +306,9 @@ class Bridge:
         recovered = await self.recovery.start()
         self.recovered.set()
         self.scheduler.start()  # after recovery: a run an earlier run took goes first, once
+        # ACP clients (after recovery: a client's prompt an earlier run wrote down is taken once)
+        await self.attach_server.start()
+        await self.attach.take_pending()
         if recovered.interrupted:
             progress(f"{recovered.interrupted} answer(s) cut by the last stop marked as interrupted")
         if recovered.refinished:
@@ -326,6 +336,7 @@ class Bridge:
 
     async def stop(self) -> None:
         self.stopping.set()
+        await self.attach_server.stop()  # the attached clients see their agent end
         workers = [w for p in self.channels.portals.values() for w in p.workers()]
         for worker in workers:
             worker.cancel()

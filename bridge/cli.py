@@ -1,5 +1,6 @@
 """`sidekicks` command line (docs/commands.md "The command line"): up, run, registration, check,
-agents (search, add, remove: bridge/agents_registry.py); and `mcp`, which agents start.
+agents (search, add, remove: bridge/agents_registry.py); `mcp`, which agents start; `acp`, which
+ACP clients start (bridge/attach).
 
 User errors end in one clear line (exit 2 for a bad configuration), never a traceback.
 """
@@ -142,6 +143,16 @@ async def _cmd_up(args) -> int:
     return await up(config_path(args), args, _stop_event(), say)
 
 
+def _cmd_acp(args) -> int:
+    from .attach.pipe import run
+
+    cfg = load_config(args)
+    if args.agent is not None and args.agent not in cfg.agents:
+        print(f"sidekicks acp: no agent called {args.agent} (agents: {', '.join(cfg.agents)})", file=sys.stderr)
+        return 2
+    return run(str(cfg.data_dir), args.agent)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sidekicks", description="Local ACP agents as Matrix users.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -169,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     remove = actions.add_parser("remove", parents=[common], help="take an agent out of the config")
     remove.add_argument("name", help="the agent's name in the config")
     sub.add_parser("mcp", help="the bridge's MCP server over stdio (agents start it from their session's mcpServers)")
+    acp = sub.add_parser(
+        "acp",
+        parents=[common],
+        help="an ACP agent over stdio for Zed, JetBrains, acpx: the running bridge's conversations",
+    )
+    acp.add_argument("--agent", help="only the conversations with this agent; new ones with it")
     return parser
 
 
@@ -182,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             from .mcp.stdio import main as mcp_main
 
             return mcp_main()
+        if args.command == "acp":  # stdout is the ACP stream: nothing else may write there
+            return _cmd_acp(args)
         command = {"run": _cmd_run, "check": _cmd_check, "up": _cmd_up, "agents": _cmd_agents}[args.command]
         return asyncio.run(command(args))
     except ConfigError as exc:

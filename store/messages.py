@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import peewee as pw
+
 from .channels import Channels
 from .core import Core, Part, operation
 from .ids import new_id, now_ms
@@ -95,6 +97,25 @@ class Messages(Part):
             root = self._thread_root(channel_id, conversation)
             if root is not None and (after_id is None or root.id > after_id):
                 found = [root, *found][-limit:]
+        return found
+
+    @operation
+    def conversations(self, channel_id: str) -> list[tuple[str, int, str]]:
+        """The channel's conversations that hold a message: (conversation — "" the main
+        timeline, else a thread's root —, when its last message was written (ms), the text of
+        its first message), the one written to last first (an ACP client's session/list:
+        bridge/attach)."""
+        M = self.core.models.Message
+        rows = (
+            M.select(M.conversation, pw.fn.MAX(M.created), pw.fn.MIN(M.id), pw.fn.MAX(M.id))
+            .where(M.channel_id == channel_id)
+            .group_by(M.conversation)
+            .tuples()
+        )
+        found = []
+        for conversation, last, first_id, _last in sorted(rows, key=lambda row: row[3], reverse=True):
+            first = M.get_or_none((M.channel_id == channel_id) & (M.id == first_id))  # ids sort by time
+            found.append((conversation or "", int(last or 0), first.text if first is not None else ""))
         return found
 
     def _thread_root(self, channel_id: str, conversation: str) -> Message | None:

@@ -183,6 +183,7 @@ class Store:
     delete_message_by_event = _Call("messages")
     last_agent_sender = _Call("messages")
     count_messages = _Call("messages")
+    conversations = _Call("messages")
 
     # --- agent commands and values (values.py) -------------------------------------------------
     set_agent_commands = _Call("values")

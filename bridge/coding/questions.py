@@ -67,6 +67,9 @@ class Questions:
             return result, outcome or render.elicitation_outcome(result.action)
 
         def stopped() -> str:
+            elsewhere = getattr(request, "answered_elsewhere", None)  # by an attached ACP client first
+            if elsewhere:  # (bridge/attach/hub.py)
+                return elsewhere
             # the agent withdrew it, or the turn was stopped (acp answers "decline" for us)
             return (
                 render.elicitation_outcome(DECLINE) + " (the answer was stopped)"
@@ -77,7 +80,13 @@ class Questions:
         # not posted: the owner cannot be asked
         waiting = f"❓ waiting for your answer to {title}'s question"
         asking = Asking(
-            shown, waiting, answered, (ElicitationAnswer(DECLINE), TIMED_OUT), stopped, ElicitationAnswer(CANCEL)
+            shown,
+            waiting,
+            answered,
+            (ElicitationAnswer(DECLINE), TIMED_OUT),
+            stopped,
+            ElicitationAnswer(CANCEL),
+            on_posted=getattr(request, "on_posted", None),
         )
         return await self.asks.ask(replace(where, run=run), asking)
 

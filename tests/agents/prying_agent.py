@@ -2,11 +2,12 @@
 
 A real ACP agent over stdio (acp.agent_kit: the official Python SDK imports as `acp`, the name of
 this project's own package, so it cannot be installed beside it). Each prompt carries a plan
-between `PRY` markers, `PRY{"read": [...], "list": [...], "write": [...], "pid": N}PRY`, and the
+between `PRY` markers, `PRY{"read": [...], "list": [...], "write": [...], "connect": [...], "pid": N}PRY`, and the
 agent tries, with nothing but its own process, everything it names, and more:
 
 - reads each `read` file and lists each `list` folder;
 - writes a file at each `write` path;
+- connects to each `connect` Unix socket;
 - reads /proc/<pid>/environ and /proc/<pid>/cmdline of every process it can see, and of `pid`
   (the bridge's, as the test knows it);
 - tells its own environment.
@@ -59,6 +60,20 @@ def write(path: str) -> dict:
     return {"reached": True}
 
 
+def connect(path: str) -> dict:
+    """A Unix socket at `path`, connected to (the bridge's ACP socket must be out of reach)."""
+    import socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError as exc:
+        return {"reached": False, "why": f"{type(exc).__name__}: {exc.strerror}"}
+    finally:
+        conn.close()
+    return {"reached": True}
+
+
 def processes(pid: int | None) -> dict:
     pids = sorted({int(p) for p in os.listdir("/proc") if p.isdigit()} | ({pid} if pid else set()))
     found = {}
@@ -81,11 +96,12 @@ class Prying(AgentBase):
             "read": {path: read(path) for path in plan.get("read", [])},
             "list": {path: listing(path) for path in plan.get("list", [])},
             "write": {path: write(path) for path in plan.get("write", [])},
+            "connect": {path: connect(path) for path in plan.get("connect", [])},
             "proc": processes(plan.get("pid")),
             "env": dict(os.environ),
             "cwd": os.getcwd(),
         }
-        reached = sum(1 for part in ("read", "list", "write") for v in report[part].values() if v["reached"])
+        reached = sum(1 for part in ("read", "list", "write", "connect") for v in report[part].values() if v["reached"])
         Path("pried.json").write_text(json.dumps(report, indent=1))
         await turn.say(f"pried: {reached} paths reached")
         return "end_turn"

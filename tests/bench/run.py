@@ -40,6 +40,7 @@ ALL = (
     "sandbox",
     "scale",
     "sustained",
+    "attach",
 )
 
 
@@ -168,6 +169,11 @@ async def main(args) -> int:
                             lambda m: m.run(bench, owner, folder / "sustained"),
                         )
                         await measure("throughput", "throughput", lambda m: m.run(bench, http, owner))
+                        await measure(
+                            "attach",
+                            "an ACP client attached vs driving the agent directly",
+                            lambda m: m.run(bench, owner, folder / "attach"),
+                        )
                     finally:
                         await owner.stop_sync()
             finally:

@@ -98,6 +98,7 @@ class Asking(Generic[R]):
     stopped: Callable[[], str]
     unsent: R
     options: Sequence[Any] = ()  # numbered choices; none: answered in words
+    on_posted: Callable[[], Any] | None = None  # told once it is posted and open (bridge/attach/hub.py)
 
 
 @dataclass
@@ -204,6 +205,8 @@ class Asks:
             await asyncio.shield(self._show_end(ask, outcome))
             raise asyncio.CancelledError
         self.open.append(ask)
+        if asking.on_posted is not None:  # others may ask it too from now on
+            asking.on_posted()
         answer = getattr(run if run is not None else portal.current, "answer", None)
         previous = answer.status if answer is not None else None
         if answer is not None:

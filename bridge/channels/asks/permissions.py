@@ -98,5 +98,18 @@ class Permissions:
             return option["optionId"], decision_text(option)
 
         # not posted: the owner cannot be asked, cancelled rather than allowed
-        asking = Asking(shown, waiting_status(call_title), decided, (None, TIMED_OUT), lambda: STOPPED, None, options)
+        # answered by an attached ACP client first (bridge/attach/hub.py): the prompt says so
+        def stopped() -> str:
+            return getattr(request, "answered_elsewhere", None) or STOPPED
+
+        asking = Asking(
+            shown,
+            waiting_status(call_title),
+            decided,
+            (None, TIMED_OUT),
+            stopped,
+            None,
+            options,
+            getattr(request, "on_posted", None),
+        )
         return await self.asks.ask(replace(where, run=run), asking)

@@ -128,3 +128,4 @@ class ChannelParts:
     aliases: dict[str, str]  # names an agent is called by → the agent
     places: WorkPlaces  # where each conversation's agent works (coding/workplaces.py)
     budgets: Any = None  # the agents' budgets (budgets.py; None: none kept)
+    attached: Any = None  # ACP clients attached to conversations (bridge/attach/hub.py; None: none)

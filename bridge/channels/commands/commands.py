@@ -321,22 +321,31 @@ class BotCommands:
         if agent is None:
             await self._say(room_id, f"Usage: !dm AGENT (agents: {self._agent_list()})")
             return
+        found, made = await self.direct_channel(agent, sender)
+        if not made:
+            await self._say(room_id, f"Your direct channel with {agent}: {self._link(found)}")
+            return
+        await self._say(
+            room_id, f"{self.config.agents[agent].title} invited you to a direct channel: {self._link(found)}"
+        )
+
+    async def direct_channel(self, agent: str, owner: str) -> tuple[str, bool]:
+        """The room of `owner`'s direct channel with `agent` that is still open, else a new one
+        the agent's puppet makes and invites them to: (its room, whether it is new). `!dm`, and
+        a new session of an attached ACP client (bridge/attach/service.py)."""
         puppet = await self.identities.puppet(agent)
         for channel in await self.db.channels():  # one that is still open is enough
-            if channel.direct_agent == agent and await membership(puppet, channel.room_id, sender) in (
+            if channel.direct_agent == agent and await membership(puppet, channel.room_id, owner) in (
                 "join",
                 "invite",
             ):
-                await self._say(room_id, f"Your direct channel with {agent}: {self._link(channel.room_id)}")
-                return
-        new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat", "invite": [sender]})
+                return channel.room_id, False
+        new_room = await create_room(puppet, {"is_direct": True, "preset": "trusted_private_chat", "invite": [owner]})
         await self.db.create_channel(new_room, agent, agent)
         await (await self.channels.portal_for(new_room)).joined(agent)
         self.descriptions.member_joined(new_room, agent)  # the puppet made it: it may
         await self.space.add(new_room, puppet)
-        await self._say(
-            room_id, f"{self.config.agents[agent].title} invited you to a direct channel: {self._link(new_room)}"
-        )
+        return new_room, True
 
     async def _delete_named(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
         name, confirmed = split_delete(args)

@@ -390,6 +390,9 @@ class Portal:
                 raise  # quitting: the next start runs what did not begin (recovery)
             except Exception:
                 log.exception("answering %s in %s failed", incoming.event_id, self.room_id)
+            attached = getattr(self.parts, "attached", None)
+            if attached is not None:  # a client's prompt waiting for a turn dropped before it ran
+                attached.ended(incoming.event_id, job.turn_id, "cancelled")
             if not any(j.incoming.event_id == incoming.event_id for j in line.queue):
                 self.waiting.discard(incoming.event_id)
                 self.withdrawn.discard(incoming.event_id)

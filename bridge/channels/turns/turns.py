@@ -111,6 +111,7 @@ class RunningTurn:
         self.note = ""  # why the answer waits, as its placeholder first says ("" it does not)
         self.seen: tuple[str, str, str] | None = None  # (channel, agent, message) seen once answered
         self.posting: asyncio.Task | None = None  # the placeholder being posted
+        self.stop_reason: str | None = None  # the agent's, once it is done
 
     def note_tool_call(self, update: Update) -> dict:
         """Remember a tool call's title, kind, input and locations (updates carry only changes)."""
@@ -267,7 +268,7 @@ async def run_turn(portal: Portal, record: TurnRecord, incoming: Incoming) -> No
     if run is None:
         return
     try:
-        stop_reason = await _prompt(run)
+        stop_reason = run.stop_reason = await _prompt(run)
         if stop_reason is not None:
             await _close_answer(run, stop_reason)
     except BaseException as exc:
@@ -412,6 +413,8 @@ async def _prompt(run: RunningTurn) -> str | None:
         # (or any owner: `!approve any-owner`), whom they mention (approvals.py)
         asked = partial(_ask, portal, run.puppet, record.conversation, incoming.sender, run)
         on_permission, on_question = partial(asked, parts.permissions.ask), partial(asked, parts.questions.ask)
+        # and to the ACP clients attached there
+        on_update, on_permission, on_question = _attached(run, on_permission, on_question)
         request = record.text  # what it was asked: a steer asks it again with more
         if run.steering:  # steered before its prompt was written: in that prompt
             request, prompt = _steered(run, request, prompt, answer)
@@ -423,7 +426,7 @@ async def _prompt(run: RunningTurn) -> str | None:
             stop_reason: str = await agent.prompt(
                 session_id,
                 prompt,
-                showing.on_update,
+                on_update,
                 on_permission,
                 on_question,
                 before_send=lambda: _prompting(run),
@@ -433,7 +436,7 @@ async def _prompt(run: RunningTurn) -> str | None:
             while run.steering:
                 request, prompt = _steered(run, request, request, answer)
                 run.cancelled = False
-                stop_reason = await agent.prompt(session_id, prompt, showing.on_update, on_permission, on_question)
+                stop_reason = await agent.prompt(session_id, prompt, on_update, on_permission, on_question)
             run.steerable = False
         finally:
             run.steerable = False
@@ -478,6 +481,26 @@ async def _heard_first(run: RunningTurn) -> bytes | None:
     config, portal = run.portal.parts.config, run.portal
     hearing = dataclasses.replace(listening(config, portal, run.answer), status=lambda status: None)
     return await heard_first(run.puppet.intent, run.incoming.attachment, config.attachment_bytes, hearing)
+
+
+def _attached(run: RunningTurn, on_permission, on_question):
+    """What the turn tells the ACP clients attached to its conversation (bridge/attach/hub.py):
+    the owner's words, then each of the agent's updates as it came, beside the room's; its
+    permission requests and questions asked there too. Without any: the room's alone."""
+    portal, record, showing = run.portal, run.record, run.showing
+    hub = getattr(portal.parts, "attached", None)
+    if hub is None:
+        return showing.on_update, on_permission, on_question
+    channel_id, conversation = portal.channel.id, record.conversation
+    if run.incoming.message_id is not None:
+        hub.began(channel_id, conversation, run.incoming.event_id, run.incoming.body)
+
+    def on_update(update: Update) -> None:
+        showing.on_update(update)
+        hub.update(channel_id, conversation, update.raw)
+
+    asker, questioner = hub.asker(channel_id, conversation, on_permission), hub.questioner
+    return on_update, asker, questioner(channel_id, conversation, on_question)
 
 
 async def _ended_early(run: RunningTurn, footer: str) -> None:
@@ -552,6 +575,10 @@ async def _leave(run: RunningTurn) -> None:
         del channels.active_turns[run.agent_name]
         parts.presence.answering(run.agent_name, None)
     await run.showing.typing_ended()
+    attached = getattr(parts, "attached", None)
+    if attached is not None and run.record is not None:  # a client's prompt waiting for it
+        reason = "cancelled" if run.cancelled and run.stop_reason is None else (run.stop_reason or "end_turn")
+        attached.ended(run.prompt_event_id, run.record.id, reason)
     prepare.soon(portal, [m for m in portal.member_names() if m != run.agent_name], conversation)
 
 

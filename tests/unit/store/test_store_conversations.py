@@ -102,3 +102,15 @@ def test_deleting_a_channel_deletes_its_thread_sessions(store, channel):
     again = store.create_channel("!room2:hs", "general")
     store.add_member(again.id, "alice")
     assert store.core.models.ThreadSession.select().count() == 0
+
+
+def test_a_channels_conversations_are_listed_last_written_first_with_their_first_words(store, channel):
+    assert store.conversations(channel.id) == []
+    store.add_message(channel.id, "@me:hs", "user", "root question", ["$root"])
+    store.add_message(channel.id, "@me:hs", "user", "in the thread", ["$t1"], conversation="$root")
+    store.add_message(channel.id, "alice", "agent", "thread answer", ["$t2"], conversation="$root")
+    found = store.conversations(channel.id)
+    assert [(c, first) for c, _, first in found] == [("$root", "in the thread"), ("", "root question")]
+    assert found[0][1] >= found[1][1] > 0
+    store.add_message(channel.id, "@me:hs", "user", "later in main", ["$m2"])
+    assert store.conversations(channel.id)[0][0] == ""

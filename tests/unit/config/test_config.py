@@ -124,7 +124,7 @@ TYPOS = [
     (
         {**GOOD, "zzz": 1},
         "zzz: unknown key (known here: owner, homeserver, appservice, agents, limits, encryption, database, "
-        "voice, voice_language, voice_max_seconds)",
+        "voice, voice_language, voice_max_seconds, registry)",
     ),
 ]
 

@@ -39,7 +39,7 @@ def exchange(n_words: int) -> list[dict[str, str]]:
 
 
 def full_history(n_messages: int = 20, n_words: int = 250) -> str:
-    """The ADR's full history in the bridge's own frame, without its question."""
+    """A channel's full history (20 × 1,500 characters) in the bridge's own frame, no question."""
     unseen = [
         UnseenMessage("user" if i % 2 else "bob", " ".join(f"m{i}w{j}" for j in range(n_words)))
         for i in range(n_messages)
@@ -107,7 +107,7 @@ def test_the_next_turn_keeps_the_cut_inside_the_long_message():
 
 TURN = re.compile(r"turn (\S+): prompt (\d+) tokens: (\d+) reused, (\d+) evaluated")
 PREPARED = re.compile(r"(\S+): prepare (\w+): (\d+) tokens known, (\d+) reused, (\d+) evaluated")
-ADR_HISTORY = build_prompt(
+FULL_HISTORY = build_prompt(
     "general",
     [
         UnseenMessage(
@@ -130,10 +130,10 @@ def test_a_prepared_question_evaluates_only_its_own_tokens(start_agent, max_toke
     session = agent.new_session()
     reply, updates = agent.prompt(session, "say hello")
     assert reply["result"]["stopReason"] in {"end_turn", "max_tokens"} and chunks(updates)
-    agent.call(PREPARE_METHOD, {"sessionId": session, "prompt": [{"type": "text", "text": ADR_HISTORY}]})
+    agent.call(PREPARE_METHOD, {"sessionId": session, "prompt": [{"type": "text", "text": FULL_HISTORY}]})
     done = agent.stderr_matches(PREPARED)[0]  # the bridge's request (not the agent's own, "next turn")
     assert done[2] == "done" and int(done[3]) > 200, done.string
-    reply, updates = agent.prompt(session, ADR_HISTORY + QUESTION)
+    reply, updates = agent.prompt(session, FULL_HISTORY + QUESTION)
     assert reply["result"]["stopReason"] in {"end_turn", "max_tokens"} and chunks(updates)
     turn = agent.stderr_matches(TURN, count=2)[1]
     # the question (~12 tokens) and the template around it; before, the whole window again

@@ -155,7 +155,7 @@ def test_an_ssh_config_file_an_agent_can_write_is_refused(tmp_path):
     assert config.load(path).agents["far"].command[2] == str(safe / "ssh_config")
 
 
-# ---- cwd (docs/configuration.md "Agents") ---------------------------------------------------
+# ---- cwd (docs/sandbox.md "A working directory on purpose") ------------------------------
 
 
 @pytest.fixture

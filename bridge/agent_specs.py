@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 from acp import AgentSpec
 from acp.remote import destination, is_remote
@@ -86,9 +87,19 @@ def make_room(cfg: Config, name: str) -> None:
                 wanted.append(folder)
     for folder in wanted:
         try:
-            os.makedirs(folder, mode=0o700, exist_ok=True)
+            _make_private(Path(folder))
         except OSError as exc:
             log.warning("agent %s: cannot make the folder %s: %s", name, folder, exc.strerror or exc)
+
+
+def _make_private(folder: Path) -> None:
+    """mkdir -p with each missing level 0700 (the data folder among them: it holds secrets)."""
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    for level in reversed(missing):
+        level.mkdir(mode=0o700, exist_ok=True)
 
 
 def spec_of(cfg: Config, name: str) -> AgentSpec:

@@ -190,6 +190,8 @@ def test_without_cwd_an_agent_works_in_a_folder_of_its_own(tmp_path, home):
     own = cfg.data_dir / "agents" / "alice"
     spec = spec_of(cfg, "alice")
     assert spec.cwd == str(own) != os.getcwd() and own.is_dir()
+    for level in (own, own.parent, cfg.data_dir):  # made private: the data folder holds secrets
+        assert level.stat().st_mode & 0o777 == 0o700, level
     assert spec.sandbox.write == (str(own),)
     assert sandbox_line(cfg, "alice") == f"on; writes {own}; network on"
 

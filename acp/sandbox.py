@@ -22,6 +22,13 @@ What the command line gives the agent:
 Mounts are applied by depth, shallow first, so the deeper one wins: a working directory inside a
 hidden folder stays visible and writable, a hidden folder inside the working directory stays
 hidden. At one depth: hidden, then read-only, then writable, then `reach`.
+
+A hidden or read-only path inside a writable folder cannot be renamed, removed or replaced (it
+is a mount point: EBUSY), but a folder above it could be, taking it along: `mv ~/.config
+~/.config.moved` moves the hidden `~/.config/sidekicks` away and leaves a writable path where the
+bridge reads its config. So every writable folder between a writable path and a hidden or
+read-only one is pinned: bound onto itself, still writable, now a mount point that cannot be
+renamed either (docs/sandbox.md "Nothing writable holds the bridge").
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ FIX = "install bubblewrap (apt-get install bubblewrap) or set sandbox: off for t
 
 # at one depth, in this order (the later mount covers the earlier one)
 HIDE_DIR, HIDE_FILE, READ, WRITE, REACH = "hide-dir", "hide-file", "read", "write", "reach"
-_ORDER = {HIDE_DIR: 0, HIDE_FILE: 0, READ: 1, WRITE: 2, REACH: 3}
+PIN = "pin"  # a writable folder bound onto itself: a mount point, so it cannot be renamed
+_ORDER = {HIDE_DIR: 0, HIDE_FILE: 0, READ: 1, WRITE: 2, PIN: 2, REACH: 3}
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,27 @@ def mounts(sandbox: Sandbox, cwd: str, kinds: Mapping[str, str]) -> list[Mount]:
     found += [Mount(REACH, p) for p in dict.fromkeys(sandbox.reach) if p in kinds]
     found.sort(key=lambda m: (depth(m.path), _ORDER[m.kind]))
     # a hidden file already in a hidden folder (nothing shown between them) needs no mount
-    return [m for i, m in enumerate(found) if m.kind != HIDE_FILE or _covering(found[:i], m.path) != HIDE_DIR]
+    found = [m for i, m in enumerate(found) if m.kind != HIDE_FILE or _covering(found[:i], m.path) != HIDE_DIR]
+    found += pins(found)
+    found.sort(key=lambda m: (depth(m.path), _ORDER[m.kind]))
+    return found
+
+
+def pins(found: list[Mount]) -> list[Mount]:
+    """The folders to pin: every folder above a hidden or read-only mount that would otherwise be
+    writable (the deepest mount it lies in is writable) and is no mount point yet."""
+    points = {m.path for m in found}
+    wanted: dict[str, None] = {}
+    for mount in found:
+        if mount.kind not in (HIDE_DIR, HIDE_FILE, READ) or mount.path == "/tmp":
+            continue
+        for folder in PurePosixPath(mount.path).parents:
+            path = str(folder)
+            if path == "/" or path in points:
+                continue
+            if _covering([m for m in found if depth(m.path) < depth(path)], path) == WRITE:
+                wanted[path] = None
+    return [Mount(PIN, path) for path in wanted]
 
 
 def _covering(before: list[Mount], path: str) -> str | None:
@@ -118,7 +146,7 @@ def argv(
             line += ["--ro-bind", "/dev/null", mount.path]
         elif mount.kind == READ:
             line += ["--ro-bind", mount.path, mount.path]
-        else:  # WRITE, REACH
+        else:  # WRITE, PIN, REACH
             line += ["--bind", mount.path, mount.path]
     return [*line, "--chdir", cwd, "--", *command]
 

@@ -5,51 +5,111 @@
 The sandbox of an agent: writable its `cwd`, its `roots`, with `worktrees: on` its checkout and
 the folder beside it where the threads' worktrees are made (`<checkout>.worktrees`: they are made
 while the agent runs, so the folder is bound, made first if need be), and its `write:` paths;
-read-only its `read:` paths; hidden the config folder and file, the data folder, the
-registration and the homeserver's own config. The MCP socket is added once it listens
-(`reach_socket`).
+read-only its `read:` paths; hidden the bridge's own paths and the owner's credential stores;
+read-only where it writes around them the bridge's installation, programs, systemd units and
+shell start-up files (config/walls.py, docs/sandbox.md "Nothing writable holds the bridge"). The
+MCP socket is added once it listens (`reach_socket`).
+
+An agent without `cwd` works in a folder of its own, `<data folder>/agents/<name>` (made at its
+start), never in the folder the bridge was started in.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 from acp import AgentSpec
 from acp.remote import destination, is_remote
 from acp.sandbox import Sandbox
-from config import Config
-from config.loader import git_checkout
+from config import Config, user_config_root, walls
+from config.loader import writable_paths
 from config.model import AgentConfig
 
 log = logging.getLogger(__name__)
+
+
+def own_folder(cfg: Config, name: str) -> str:
+    """The working directory of an agent without `cwd`: a folder of its own in the data folder."""
+    return str(cfg.data_dir / "agents" / name)
+
+
+def working_dir(cfg: Config, name: str) -> str:
+    """Where the agent works: its `cwd`, else its own folder."""
+    return cfg.agents[name].cwd or own_folder(cfg, name)
 
 
 def sandbox_of(cfg: Config, agent: AgentConfig) -> Sandbox | None:
     """The sandbox `agent` runs in; None with `sandbox: off` or over ssh."""
     if not agent.sandbox.on or is_remote(agent.command):
         return None
-    write = [*([agent.cwd] if agent.cwd else []), *agent.roots]
-    if agent.worktrees and agent.cwd:
-        top = git_checkout(agent.cwd)
-        if top is not None:
-            write += [top, top + ".worktrees"]  # bridge/coding/worktree_names.py: worktree_path
-    write += agent.sandbox.write
-    hide = [str(cfg.path.parent), str(cfg.path), str(cfg.data_dir), str(cfg.registration_path)]
-    if cfg.homeserver_config is not None:
-        hide.append(str(cfg.homeserver_config))
+    write = [*([] if agent.cwd else [own_folder(cfg, agent.name)])]
+    write += [p for paths in writable_paths(agent).values() for p in paths]
+    hide, read = [str(cfg.path.parent)], list(agent.sandbox.read)
+    for path, (how, _) in _bridge_paths(cfg).items():
+        if how == walls.HIDDEN:
+            hide.append(path)
+        elif _around(path, write):  # read-only (and pinned) only where it writes around them
+            read.append(path)
+    named = [*write, *agent.sandbox.read]
+    hide += walls.credentials(os.path.expanduser("~"), named)
     return Sandbox(
-        write=tuple(dict.fromkeys(write)), read=agent.sandbox.read, hide=tuple(hide), network=agent.sandbox.network
+        write=tuple(dict.fromkeys(write)),
+        read=tuple(dict.fromkeys(read)),
+        hide=tuple(dict.fromkeys(hide)),
+        network=agent.sandbox.network,
     )
 
 
-def spec_of(cfg: Config, name: str) -> AgentSpec:
-    """How to start the configured agent `name`."""
+def _bridge_paths(cfg: Config) -> dict[str, tuple[str, str]]:
+    return walls.of_config(cfg.path, cfg.data_dir, cfg.registration_path, cfg.homeserver_config)
+
+
+def _around(path: str, folders: list[str]) -> bool:
+    """`path` lies below one of `folders` (links resolved)."""
+    real = os.path.realpath(path)
+    return any(real != f and walls.under(real, os.path.realpath(f)) for f in folders)
+
+
+def make_room(cfg: Config, name: str) -> None:
+    """Before the agent starts: its own folder when it has no `cwd`, and each guarded folder
+    (config/walls.py `guarded`) missing inside a folder it writes, so that it is hidden or
+    read-only there rather than the agent's to make. Best effort: a folder that cannot be
+    made is said by the agent's start."""
     agent = cfg.agents[name]
+    wanted = [] if agent.cwd else [own_folder(cfg, name)]
+    box = sandbox_of(cfg, agent)
+    if box is not None:
+        home = os.path.expanduser("~")
+        for folder in walls.guarded(home, str(user_config_root()), walls.program_folders()):
+            if not os.path.lexists(folder) and _around(folder, list(box.write)):
+                wanted.append(folder)
+    for folder in wanted:
+        try:
+            _make_private(Path(folder))
+        except OSError as exc:
+            log.warning("agent %s: cannot make the folder %s: %s", name, folder, exc.strerror or exc)
+
+
+def _make_private(folder: Path) -> None:
+    """mkdir -p with each missing level 0700 (the data folder among them: it holds secrets)."""
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    for level in reversed(missing):
+        level.mkdir(mode=0o700, exist_ok=True)
+
+
+def spec_of(cfg: Config, name: str) -> AgentSpec:
+    """How to start the configured agent `name` (its folders made: `make_room`)."""
+    agent = cfg.agents[name]
+    make_room(cfg, name)
     return AgentSpec(
         name=name,
         command=list(agent.command),
-        cwd=agent.cwd,
+        cwd=working_dir(cfg, name),
         env=dict(agent.env),
         title=agent.title,
         timeout=agent.timeout,
@@ -98,8 +158,24 @@ def sandbox_line(cfg: Config, name: str) -> str:
         return f"off (agents.{name}.sandbox: off): it reaches what the bridge reaches"
     box = sandbox_of(cfg, agent)
     assert box is not None
-    parts = ["on", "writes " + ", ".join(box.write) if box.write else "writes its working directory"]
-    if box.read:
-        parts.append("reads " + ", ".join(box.read))
+    parts = ["on", "writes " + ", ".join(box.write)]
+    if agent.sandbox.read:
+        parts.append("reads " + ", ".join(agent.sandbox.read))
     parts.append("network " + ("on" if box.network else "off"))
     return "; ".join(parts)
+
+
+def home_warning(cfg: Config, name: str) -> str | None:
+    """What `sidekicks check` says of a sandboxed agent that writes the home folder (or a
+    folder above it), or None."""
+    box = sandbox_of(cfg, cfg.agents[name])
+    home = os.path.realpath(os.path.expanduser("~"))
+    found = [p for p in box.write if walls.under(home, os.path.realpath(p))] if box else []
+    if not found:
+        return None
+    return (
+        f"agent {name} writes your home folder ({found[0]}): the bridge's files and your credential stores "
+        "are kept from it, but it can change what your other programs read there (~/.local/bin, "
+        "~/.gitconfig, start-up files you do not have yet …); give it a folder of its own "
+        f"(agents.{name}.cwd) unless you trust it with your account (docs/sandbox.md)"
+    )

@@ -20,6 +20,7 @@ import yaml
 
 from acp import remote
 
+from . import walls
 from .model import AgentConfig, Budget, Config, SandboxConfig, VoiceConfig
 from .paths import data_dir
 
@@ -213,6 +214,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
         "registry": _registry(c, data, base),
     }
     _ssh_configs(c, fields["agents"])
+    _walls(c, fields, path)
     if c.problems:
         raise ConfigError(c.problems)
     return Config(path=path.resolve(), data_dir=data_dir(path), **fields)
@@ -236,6 +238,36 @@ def _ssh_configs(c: _Checker, agents: dict[str, AgentConfig]) -> None:
                 f"its ssh config {file} lies in {found[1]}, which agent {found[0]} can write (and so make ssh "
                 "run any program as the bridge): move the file out of every agent's folders",
             )
+
+
+def writable_paths(agent: AgentConfig) -> dict[str, list[str]]:
+    """The folders a sandboxed agent writes, by the key that names them (links resolved)."""
+    top = git_checkout(agent.cwd) if agent.worktrees and agent.cwd else None
+    found = {
+        f"agents.{agent.name}.cwd": [agent.cwd] if agent.cwd else [],
+        f"agents.{agent.name}.roots": list(agent.roots),
+        # bridge/coding/worktree_names.py: worktree_path
+        f"agents.{agent.name}.worktrees": [top, top + ".worktrees"] if top else [],
+        f"agents.{agent.name}.sandbox.write": list(agent.sandbox.write),
+    }
+    seen: set[str] = set()
+    for key, paths in found.items():  # each path once, under the first key naming it (roots: cwd)
+        found[key] = [p for p in dict.fromkeys(os.path.realpath(p) for p in paths) if p not in seen]
+        seen.update(found[key])
+    return found
+
+
+def _walls(c: _Checker, fields: dict[str, Any], path: Path) -> None:
+    """No path a sandboxed agent writes is or lies in one of the bridge's, or holds a link on the
+    way to one (docs/sandbox.md "Nothing writable holds the bridge")."""
+    agents = [a for a in fields["agents"].values() if a.sandbox.on and not remote.is_remote(a.command)]
+    if not agents:
+        return
+    config_path = path.resolve()
+    paths = walls.of_config(config_path, data_dir(path), fields["registration_path"], fields["homeserver_config"])
+    for agent in agents:
+        for key, why in walls.refusals(writable_paths(agent), paths, str(config_path.parent)):
+            c.problem(key, why)
 
 
 def _owners(c: _Checker, data: dict, suggested: set[str]) -> tuple[str, ...]:
@@ -437,10 +469,18 @@ def _agent_command(c: _Checker, spec: dict, key: str, suggested: set[str]) -> li
 
 
 def _agent_cwd(c: _Checker, spec: dict, key: str, path: Path) -> str | None:
-    """`cwd:` — an existing folder, relative to the config file."""
+    """`cwd:` — an existing folder, relative to the config file; written but empty (YAML reads a
+    bare `~` as empty: null) is refused, not taken for "no cwd"."""
+    if "cwd" in spec and spec["cwd"] is None or spec.get("cwd") == "":
+        c.problem(
+            f"{key}.cwd",
+            'is empty (a bare ~ is empty in YAML: write cwd: "~" for the home folder, or leave cwd out '
+            "for a folder of the agent's own)",
+        )
+        return None
     cwd = spec.get("cwd")
     if cwd is not None:
-        if not isinstance(cwd, str) or not cwd:
+        if not isinstance(cwd, str) or not cwd.strip():
             c.problem(f"{key}.cwd", "must be a folder path")
             cwd = None
         else:

@@ -26,7 +26,7 @@ from typing import Any
 
 from acp import AcpError, AgentSpec, AuthRequired, start_agent
 
-from ..agent_specs import sandbox_line, spec_of
+from ..agent_specs import home_warning, sandbox_line, spec_of
 from ..voice.engine import check_line
 
 START_LIMIT = 60.0  # seconds for the process to start and answer initialize
@@ -66,6 +66,9 @@ async def check_agents(cfg, say) -> int:
         failures += found.error is not None
         for line in report(name, found, tools=agent.tools, sandbox=sandbox_line(cfg, name)):
             say(line)
+        warning = home_warning(cfg, name)
+        if warning:
+            say(f"    ⚠ {warning}")
     return 1 if failures else 0
 
 

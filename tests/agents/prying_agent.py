@@ -2,11 +2,14 @@
 
 A real ACP agent over stdio (acp.agent_kit: the official Python SDK imports as `acp`, the name of
 this project's own package, so it cannot be installed beside it). Each prompt carries a plan
-between `PRY` markers, `PRY{"read": [...], "list": [...], "write": [...], "connect": [...], "pid": N}PRY`, and the
-agent tries, with nothing but its own process, everything it names, and more:
+between `PRY` markers, `PRY{"read": [...], "list": [...], "write": [...], "rename": [[from, to],
+...], "connect": [...], "pid": N}PRY`, and the agent tries, with nothing but its own process,
+everything it names, and more:
 
 - reads each `read` file and lists each `list` folder;
-- writes a file at each `write` path;
+- renames each `rename` path away (and leaves it there);
+- writes a file at each `write` path, making its folders first (after the renames: a folder
+  renamed away is then made anew, as an attacker would, with the file in it);
 - connects to each `connect` Unix socket;
 - reads /proc/<pid>/environ and /proc/<pid>/cmdline of every process it can see, and of `pid`
   (the bridge's, as the test knows it);
@@ -53,6 +56,7 @@ def listing(path: str) -> dict:
 
 def write(path: str) -> dict:
     try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as handle:
             handle.write("pried")
     except OSError as exc:
@@ -72,6 +76,14 @@ def connect(path: str) -> dict:
     finally:
         conn.close()
     return {"reached": True}
+
+
+def rename(source: str, target: str) -> dict:
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        return {"reached": False, "why": f"{type(exc).__name__}: {exc.strerror}"}
+    return {"reached": True, "to": target}
 
 
 def processes(pid: int | None) -> dict:
@@ -95,13 +107,15 @@ class Prying(AgentBase):
         report = {
             "read": {path: read(path) for path in plan.get("read", [])},
             "list": {path: listing(path) for path in plan.get("list", [])},
+            "rename": {source: rename(source, target) for source, target in plan.get("rename", [])},
             "write": {path: write(path) for path in plan.get("write", [])},
             "connect": {path: connect(path) for path in plan.get("connect", [])},
             "proc": processes(plan.get("pid")),
             "env": dict(os.environ),
             "cwd": os.getcwd(),
         }
-        reached = sum(1 for part in ("read", "list", "write", "connect") for v in report[part].values() if v["reached"])
+        parts = ("read", "list", "rename", "write", "connect")
+        reached = sum(1 for part in parts for v in report[part].values() if v["reached"])
         Path("pried.json").write_text(json.dumps(report, indent=1))
         await turn.say(f"pried: {reached} paths reached")
         return "end_turn"

@@ -11,6 +11,7 @@ from acp.sandbox import (
     ENV_KEPT,
     HIDE_DIR,
     HIDE_FILE,
+    PIN,
     REACH,
     READ,
     WRITE,
@@ -120,6 +121,43 @@ def test_kept_paths_are_bound_only_where_something_hides_them():
     box = Sandbox(hide=("/h",), keep=("/tmp/ci/.venv", "/usr", "/h/me/venv"))
     kept = [m.path for m in mounts(box, "/w", kinds) if m.kind == READ]
     assert sorted(kept) == ["/h/me/venv", "/tmp/ci/.venv"]
+
+
+def test_every_writable_folder_above_a_hidden_or_read_only_path_is_pinned():
+    """docs/sandbox.md "Nothing writable holds the bridge": `mv ~/.config ~/.config.moved` would
+    take the hidden ~/.config/sidekicks along; a mount point cannot be renamed, so ~/.config is
+    bound onto itself (shallow first, before what lies in it)."""
+    kinds = {
+        "/h": "dir",
+        "/h/.config": "dir",
+        "/h/.config/sidekicks": "dir",
+        "/h/.bashrc": "file",
+        "/h/sk": "dir",
+        "/h/sk/.venv": "dir",
+        "/h/a": "dir",
+        "/h/a/b": "dir",
+        "/h/a/b/id": "file",
+    }
+    box = Sandbox(read=("/h/.bashrc", "/h/sk", "/h/sk/.venv"), hide=("/h/.config/sidekicks", "/h/a/b/id"))
+    order = [m for m in mounts(box, "/h", kinds) if m.path != "/tmp"]
+    assert order == [
+        Mount(WRITE, "/h"),
+        Mount(READ, "/h/.bashrc"),
+        Mount(READ, "/h/sk"),
+        Mount(PIN, "/h/.config"),
+        Mount(PIN, "/h/a"),
+        Mount(HIDE_DIR, "/h/.config/sidekicks"),
+        Mount(READ, "/h/sk/.venv"),  # in a read-only folder: nothing to pin
+        Mount(PIN, "/h/a/b"),
+        Mount(HIDE_FILE, "/h/a/b/id"),
+    ]
+    assert ("--bind", "/h/.config", "/h/.config") in pairs(argv(box, ["a"], "/h", kinds))
+
+
+def test_nothing_is_pinned_where_nothing_is_writable_or_hidden_already():
+    kinds = {"/r": "dir", "/r/x": "dir", "/r/x/y": "file", "/d": "dir", "/d/e": "dir", "/d/e/f": "dir", "/w": "dir"}
+    box = Sandbox(read=("/r",), hide=("/r/x/y", "/d", "/d/e/f"))
+    assert [m for m in mounts(box, "/w", kinds) if m.kind == PIN] == []
 
 
 def test_root_is_never_made_writable_and_missing_paths_are_left_out():

@@ -10,6 +10,7 @@ function (`bridge.local.check.report`), tested at the end without processes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -486,3 +487,15 @@ def test_every_announced_capability_is_named_session_ones_included():
         "futureThing",
     ]
     assert announced_capabilities({"promptCapabilities": {}, "mcpCapabilities": {}}) == []
+
+
+def test_check_warns_of_an_agent_that_writes_the_home_folder(tmp_path):
+    """docs/sandbox.md "Nothing writable holds the bridge": said under that agent, not the other."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    path = write_config(tmp_path, {"homely": scripted(cwd="~"), "apart": scripted(cwd=str(work))})
+    env = {**{k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"}, "HOME": str(home)}
+    result = checked(path, 0, env=env)
+    assert f"⚠ agent homely writes your home folder ({home}): " in "\n".join(details(result.stdout, "homely"))
+    assert not any("⚠" in line for line in details(result.stdout, "apart")), result.stdout

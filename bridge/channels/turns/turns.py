@@ -31,7 +31,7 @@ from ..base.stream import Answer, AnswerNotFinished, TxnIds
 from ..rules.approvals import approve_mode, approvers
 from . import prepare
 from .agent_files import roots_for
-from .context import UnseenMessage, build_prompt
+from .context import UnseenMessage, build_prompt, unframe
 from .endings import END, PAUSE, STOPPED, Ending, Stopped, StoppedWaiting, ending
 from .journal import Journal
 from .prompt import attachment_prompt, listening
@@ -496,9 +496,10 @@ def _steered(run: RunningTurn, request: str, prompt: str | list[dict], answer: A
     words = "\n\n".join(run.steering)
     run.steering.clear()
     answer.append(("\n\n" if answer.full_text else "") + f"↪ steered: {words}\n\n")
+    told = unframe(words)  # in the prompt none of its lines reads as a frame (context.py)
     if isinstance(prompt, list):
-        return f"{request}\n\n{words}", [*prompt, {"type": "text", "text": words}]
-    return f"{request}\n\n{words}", f"{prompt}\n\n{words}"
+        return f"{request}\n\n{words}", [*prompt, {"type": "text", "text": told}]
+    return f"{request}\n\n{words}", f"{prompt}\n\n{told}"
 
 
 async def _ask(portal: Portal, puppet, conversation: str, requester: str | None, run: RunningTurn, ask, request):

@@ -299,8 +299,14 @@ async def test_a_queued_message_is_not_shown_early_nor_lost(bridge_factory, tmp_
     ]
     await say(owner, room_id, "@alice three")
     await wait_answers(owner, room_id, ALICE, count=2)
+    # bob's answer echoes his prompt: its lines that read as frames or context lines are escaped
+    assert bob_answer == f"echo: {prompts(logs['bob'])[0]}"
+    quoted = (
+        f"echo: {header('general')}\n\\user: @alice one\n\\alice: echo: @alice one\n"
+        f"\\[End of the messages]\n\\{CLOSING}\n@bob two"
+    )
     assert prompts(logs["alice"])[1] == (
-        f"{header('general')}\nuser: @bob two\nbob: {bob_answer}\n[End of the messages]\n{CLOSING}\n@alice three"
+        f"{header('general')}\nuser: @bob two\nbob: {quoted}\n[End of the messages]\n{CLOSING}\n@alice three"
     )
 
 

@@ -73,15 +73,20 @@ def context_line(sender: str, text: str, speakers: Iterable[str] = ()) -> str:
 
 
 def build_prompt(
-    channel: str, unseen: list[UnseenMessage], text: str, max_messages: int = 20, max_chars: int = 1500
+    channel: str,
+    unseen: list[UnseenMessage],
+    text: str,
+    max_messages: int = 20,
+    max_chars: int = 1500,
+    agents: Iterable[str] = (),
 ) -> str:
     """The prompt for one turn: the unseen messages (the last `max_messages`, each cut at
-    `max_chars`), then the user's text, all of them unframed. With nothing unseen the text goes
-    alone."""
+    `max_chars`), then the user's text, all of them unframed (`agents`: every agent's name,
+    whose context lines cannot be imitated either). With nothing unseen the text goes alone."""
     recent = unseen[-max_messages:] if max_messages > 0 else []
     if not recent:
         return text
-    speakers = (OWNER, *sorted({line.sender for line in recent}))
+    speakers = (OWNER, *sorted({*agents, *(line.sender for line in recent)}))
     lines = [HEADER.format(channel=channel.lstrip("#"))]
     lines.extend(context_line(line.sender, cut(line.text, max_chars), speakers) for line in recent)
     lines.append(FOOTER)

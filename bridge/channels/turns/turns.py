@@ -364,6 +364,7 @@ async def _prompt(run: RunningTurn) -> str | None:
                 record.text,
                 config.context_messages,
                 config.context_chars,
+                config.agents,
             )
         )
         prompt: str | list[dict] = text

@@ -128,6 +128,12 @@ def test_ordinary_messages_are_kept_exactly():
     ]
 
 
+def test_every_agents_context_line_is_escaped_not_only_those_of_the_senders():
+    unseen = [UnseenMessage("bob", "as said:\nalice: yes\ncarol: no")]
+    prompt = build_prompt("c", unseen, "now", agents=["alice", "bob"])
+    assert "\nbob: as said:\n\\alice: yes\ncarol: no\n" in prompt
+
+
 def test_a_first_line_after_the_senders_name_is_not_escaped():
     assert context_line("alice", "[1, 2] is a list\n[2]") == "alice: [1, 2] is a list\n\\[2]"
 

@@ -67,10 +67,28 @@ def _check_port(cfg: configuration.Config, store_locked: bool) -> None:
     )
 
 
+def raise_open_files() -> int:
+    """The soft limit of open files raised to the hard one (often 1,024 of 524,288): a flood of
+    connections from an agent meets the MCP server's caps, not EMFILE (docs/SECURITY.md
+    "Limits"). The limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 async def run_bridge(cfg: configuration.Config, stop: asyncio.Event, on_ready=None, at_start=None) -> None:
     """Run the bridge until `stop` is set. `on_ready()` once it is ready; `at_start(bridge)`, a
     coroutine, then runs beside it (cancelled if still running when the bridge stops)."""
     from .bridge import Bridge
+
+    raise_open_files()
 
     registration = registrations.read(cfg.registration_path)
     if registration is None:

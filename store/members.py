@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .channels import Channels
 from .core import Core, Part, operation
+from .gone import retire
 from .ids import new_id, now_ms
 from .records import Member
 
@@ -39,9 +40,18 @@ class Members(Part):
 
     @operation
     def remove_member(self, channel_id: str, agent: str) -> None:
+        """The agent leaves the channel: its rows go, its sessions there are kept GONE (gone.py)."""
         m = self.core.models
         with self.core.db.atomic():
-            for table in (m.ThreadSession, m.Session, m.Member):
+            S, T, M = m.Session, m.ThreadSession, m.Member
+            recorded = S.select(S.session_id).where((S.channel_id == channel_id) & (S.agent == agent))
+            current = [
+                *T.select(T.session_id).where((T.channel_id == channel_id) & (T.agent == agent)).tuples(),
+                *M.select(M.session_id).where((M.channel_id == channel_id) & (M.agent == agent)).tuples(),
+            ]
+            sessions = {session_id for (session_id,) in [*recorded.tuples(), *current] if session_id}
+            retire(m, channel_id, [(agent, session_id) for session_id in sorted(sessions)])
+            for table in (T, M):
                 table.delete().where((table.channel_id == channel_id) & (table.agent == agent)).execute()
 
     @operation

@@ -14,6 +14,7 @@ from .ids import new_id, now_ms
 from .records import Message
 
 ROLES = ("user", "agent")
+TEXT_PAGE = 100  # messages `recent_texts` reads at a time
 
 
 def to_messages(rows: list[tuple]) -> list[Message]:
@@ -122,6 +123,41 @@ class Messages(Part):
         """The stored message a thread hangs on (None: not stored, or of another channel)."""
         found = self.message_by_event(conversation)
         return found if found is not None and found.channel_id == channel_id else None
+
+    @operation
+    def recent_texts(
+        self, channel_id: str, conversation: str, most: int, each: int, total: int
+    ) -> list[tuple[int, str, str]]:
+        """(time, sender, text) of the newest messages of one conversation (a thread's root
+        first), oldest first, bounded in bytes: at most `most` of them, each text's first `each`
+        characters only (cut by the database), read newest first by pages until `total`
+        characters are read (`history`, docs/SECURITY.md "Limits")."""
+        M = self.core.models.Message
+        found: list[tuple[int, str, str]] = []
+        read, before = 0, None
+        while len(found) < most and read < total:
+            where = (M.channel_id == channel_id) & (M.conversation == conversation)
+            if before is not None:
+                where &= M.id < before
+            page = min(TEXT_PAGE, most - len(found))
+            rows = list(
+                M.select(M.id, M.created, M.sender, pw.fn.SUBSTR(M.text, 1, each))
+                .where(where)
+                .order_by(M.id.desc())
+                .limit(page)
+                .tuples()
+            )
+            for _, created, sender, text in rows:
+                found.append((created, sender, text or ""))
+                read += len(text or "")
+            if len(rows) < page:
+                break
+            before = rows[-1][0]
+        found.reverse()
+        root = self._thread_root(channel_id, conversation) if conversation else None
+        if root is not None:
+            found.insert(0, (root.created, root.sender, root.text[:each]))
+        return found
 
     @operation
     def last_messages(self, channel_id: str, limit: int) -> list[Message]:

@@ -5,12 +5,16 @@ every session it had there — opened, loaded, resumed or forked — with a titl
 last used, so that `!sessions` can list them and `!resume N` go back to one when the agent
 cannot list its sessions itself (ACP session/list). The title is the agent's
 (session_info_update) when it gave one, else the first prompt's first line as the caller
-shortened it. Rows go with the channel, the membership, or a thread the owner deleted.
+shortened it. Rows go with the channel. When the membership goes (the agent left or was
+kicked) or the owner deletes a thread, its sessions are kept as GONE: in no conversation, but
+still known as that channel's, so that no other room lists them as another client's
+(bridge/channels/turns/sessions.py `merged`) — an agent added again gets new ones.
 """
 
 from __future__ import annotations
 
 from .core import Part, operation
+from .gone import GONE, retire
 from .ids import now_ms
 from .records import SessionRecord
 from .schema import select
@@ -75,13 +79,12 @@ class Sessions(Part):
         """Every member's sessions in the channel (in one conversation, if given)."""
         S = self.core.models.Session
         where = S.channel_id == channel_id
-        if conversation is not None:
-            where &= S.conversation == conversation
+        where &= (S.conversation == conversation) if conversation is not None else (S.conversation != GONE)
         return _records(self._select(where).order_by(S.agent, S.used.desc()))
 
     @operation
     def of_agent(self, agent: str) -> list[SessionRecord]:
-        """The agent's recorded sessions in every channel and conversation."""
+        """The agent's recorded sessions in every channel and conversation, those GONE too."""
         S = self.core.models.Session
         return _records(self._select(S.agent == agent).order_by(S.used.desc()))
 
@@ -89,7 +92,7 @@ class Sessions(Part):
     def forget(self, channel_id: str, conversation: str) -> list[SessionRecord]:
         """A thread is gone: its sessions' records and the members' sessions there are forgotten;
         the records as they were."""
-        S, T = self.core.models.Session, self.core.models.ThreadSession
+        T = self.core.models.ThreadSession
         with self.core.db.atomic():
             found = self.of_channel(channel_id, conversation)
             current = (
@@ -103,6 +106,6 @@ class Sessions(Part):
                 for agent, session_id in current
                 if (agent, session_id) not in recorded
             ]
-            S.delete().where((S.channel_id == channel_id) & (S.conversation == conversation)).execute()
+            retire(self.core.models, channel_id, [(r.agent, r.session_id) for r in found])
             T.delete().where((T.channel_id == channel_id) & (T.conversation == conversation)).execute()
             return found

@@ -179,6 +179,7 @@ class Store:
     messages_after = _Call("messages")
     messages_in = _Call("messages")
     last_messages = _Call("messages")
+    recent_texts = _Call("messages")
     message_by_event = _Call("messages")
     delete_message_by_event = _Call("messages")
     last_agent_sender = _Call("messages")

@@ -39,3 +39,22 @@ def plant(repo: Path, marker: Path) -> None:
     (repo.parent / "included").write_text(f'[filter "other"]\n\tprocess = {script("process")}\n')
     run("config", "include.path", str(repo.parent / "included"))
     (repo / "README").write_text("changed\n")  # a modified file: status hashes it (the clean filter)
+
+
+def plant_conditional(repo: Path, marker: Path, condition: str = "gitdir:**/worktrees/**") -> None:
+    """A filter defined only where `condition` holds: `[includeIf "<condition>"] path=evil.inc`
+    in .git/config, evil.inc defining `filter.cond.smudge` (writing `marker`-cond when run), a
+    committed `.gitattributes` naming it. Seen from the checkout's own git folder the condition
+    is false; inside `worktrees/<name>` (gitdir:) or on the new branch (onbranch:) it is true."""
+    script = repo.parent / "evil-cond"
+    script.write_text(f"#!/bin/sh\ntouch {marker}-cond\ncat\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    (repo.parent / "evil.inc").write_text(f'[filter "cond"]\n\tsmudge = {script}\n')
+    (repo / ".gitattributes").write_text("* filter=cond\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    run("add", ".gitattributes")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.hooksPath=/dev/null", "commit", "-qm", "attributes")
+    run("config", f"includeIf.{condition}.path", str(repo.parent / "evil.inc"))

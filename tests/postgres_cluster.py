@@ -1,6 +1,10 @@
 """A throwaway PostgreSQL cluster made with the local server binaries (initdb, pg_ctl), for the
 store tests (tests/unit/store/conftest.py) and the Synapse-with-workers homeserver
 (tests/synapse_workers.py). Missing binaries make the tests fail, not skip: CI must install them.
+
+Every connection, local or over TCP, needs the cluster's password (scram-sha-256, never `trust`):
+a test agent with the network on is no superuser there (docs/SECURITY.md "Limits"). The password
+is in the URL `start` returns and in `dsn`.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -57,6 +62,7 @@ class Cluster:
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.port = 0
+        self.password = secrets.token_urlsafe(18)  # URL-safe: it goes into the URL as it is
         # initdb refuses to run as root: then run the server as 'postgres'.
         self.run_as = self._server_user() if os.geteuid() == 0 else None
 
@@ -86,7 +92,27 @@ class Cluster:
     def start(self) -> str:
         if self.run_as is not None:
             os.chown(self.root, self.run_as.pw_uid, self.run_as.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", PG_USER, "-E", "UTF8", "--no-sync")
+        pwfile = self.root / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        pwfile.chmod(0o600)
+        if self.run_as is not None:
+            os.chown(pwfile, self.run_as.pw_uid, self.run_as.pw_gid)
+        try:  # password auth for local and TCP connections alike
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data),
+                "-A",
+                "scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-U",
+                PG_USER,
+                "-E",
+                "UTF8",
+                "--no-sync",
+            )
+        finally:
+            pwfile.unlink()
         # Durability is pointless for a throwaway cluster: turn it off for speed.
         for attempt in range(3):
             self.port = _free_port()
@@ -100,12 +126,19 @@ class Cluster:
             except RuntimeError:
                 if attempt == 2:  # the port may have been taken meanwhile: retry
                     raise
-        admin = psycopg2.connect(host="127.0.0.1", port=self.port, user=PG_USER, dbname="postgres")
+        admin = self.connect()
         admin.autocommit = True
         with admin.cursor() as cursor:
             cursor.execute(f"CREATE DATABASE {PG_DATABASE}")
         admin.close()
-        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/{PG_DATABASE}"
+        return f"postgresql://{PG_USER}:{self.password}@127.0.0.1:{self.port}/{PG_DATABASE}"
+
+    def dsn(self, dbname: str = "postgres") -> dict:
+        """psycopg2's connection arguments for `dbname`, the password with them."""
+        return {"host": "127.0.0.1", "port": self.port, "user": PG_USER, "password": self.password, "dbname": dbname}
+
+    def connect(self, dbname: str = "postgres"):
+        return psycopg2.connect(**self.dsn(dbname))
 
     def stop(self) -> None:
         try:

@@ -115,7 +115,13 @@ class Processes:
         self.metrics = {name: worker_port() for name in WORKERS} | {"main": main.metrics_port}
         self.procs: dict[str, subprocess.Popen] = {}
         args = main.shared["database"]["args"]
-        self.dsn = {"host": args["host"], "port": args["port"], "user": args["user"], "dbname": args["database"]}
+        self.dsn = {
+            "host": args["host"],
+            "port": args["port"],
+            "user": args["user"],
+            "password": args["password"],
+            "dbname": args["database"],
+        }
         folder.mkdir(parents=True, exist_ok=True)
 
     # -- Redis ---------------------------------------------------------------------------
@@ -376,8 +382,8 @@ class Processes:
         return served
 
 
-def _create_database(port: int) -> None:
-    admin = psycopg2.connect(host="127.0.0.1", port=port, user=PG_USER, dbname="postgres")
+def _create_database(postgres: Cluster) -> None:
+    admin = postgres.connect()
     admin.autocommit = True
     with admin.cursor() as cursor:  # Synapse wants C collation
         cursor.execute("CREATE DATABASE synapse TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C' ENCODING 'UTF8'")
@@ -454,7 +460,7 @@ async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = (), wo
     main: MainProcess | None = None
     try:
         postgres.start()
-        _create_database(postgres.port)
+        _create_database(postgres)
         proxy_port, main_port = worker_port(), worker_port()
         as_port = worker_port()
         hs_port = proxy_port if workers else main_port  # where the bridges and clients go
@@ -470,7 +476,13 @@ async def synapse_with_workers(folder: Path, people: tuple[Person, ...] = (), wo
             "public_baseurl": f"http://127.0.0.1:{proxy_port}/",
             "database": {
                 "name": "psycopg2",
-                "args": {"user": PG_USER, "host": "127.0.0.1", "port": postgres.port, "database": "synapse"}
+                "args": {
+                    "user": PG_USER,
+                    "password": postgres.password,
+                    "host": "127.0.0.1",
+                    "port": postgres.port,
+                    "database": "synapse",
+                }
                 | {"cp_min": 1, "cp_max": 5},
             },
             "enable_metrics": True,

@@ -15,6 +15,11 @@ when the bridge makes a thread's worktree or asks its status. So every call:
 * sets the command keys of every filter, diff and merge driver the checkout's config defines
   (`driver_overrides`, from the names `git config --list --name-only` reads, includes followed)
   to nothing: `.gitattributes` may name those drivers, and with no command git applies none;
+* is refused (`conditional_include`) when the checkout's config holds a conditional include
+  (`includeIf`, whatever its condition): git evaluates `gitdir:`, `onbranch:` and `hasconfig:`
+  again in every process, and a child git (`worktree add` runs `reset --hard` inside
+  `worktrees/<name>`) would read, where its condition holds, driver commands the listing below
+  did not see; a plain `include` is read with `--includes`, the same everywhere;
 * names the git folder and the work tree itself (`--git-dir`, `--work-tree`): a `.git` file
   the agent rewrote is never followed, and a `core.worktree` in its config is overridden;
 * has no pager (`--no-pager`), no terminal prompt, no optional locks (`git status` does not
@@ -74,6 +79,24 @@ LIST_CONFIG = ("config", "-z", "--list", "--name-only", "--includes")  # every k
 def key_names(listed: str) -> list[str]:
     """The key names of `git config -z --list --name-only` (NUL-ended)."""
     return [name for name in listed.split("\0") if name]
+
+
+def conditional_include(names: Iterable[str]) -> str | None:
+    """The first conditional include (`includeif.<condition>.path`, as git lists it: section
+    lowered) among the key names; None if there is none."""
+    for name in names:
+        if name.lower().startswith("includeif."):
+            return name
+    return None
+
+
+def refusal(found: str) -> str:
+    """The one line a checkout with a conditional include gets."""
+    condition = found[len("includeif.") :].rpartition(".")[0]
+    return (
+        f"its git config has a conditional include (includeIf {condition!r}): the bridge runs no git "
+        "there (remove it from .git/config, or the file that includes it)"
+    )
 
 
 def driver_overrides(names: Iterable[str]) -> list[tuple[str, str]]:

@@ -72,12 +72,16 @@ async def run(
     limit: float = GIT_LIMIT,
 ) -> str:
     """The one way the bridge runs git: `git args…` on the git folder `git_dir` (its config's
-    driver commands read first and overridden: safe_git.py), or, to find a checkout, in
-    `folder`; its output, or GitError with git's own words."""
+    driver commands read first and overridden, a conditional include refused: safe_git.py), or,
+    to find a checkout, in `folder`; its output, or GitError with git's own words."""
     overrides: list[tuple[str, str]] = []
     if git_dir is not None:
         listed = await _exec(safe_git.argv(safe_git.LIST_CONFIG, git_dir), safe_git.env(os.environ), limit)
-        overrides = safe_git.driver_overrides(safe_git.key_names(listed))
+        names = safe_git.key_names(listed)
+        conditional = safe_git.conditional_include(names)
+        if conditional is not None:
+            raise GitError(safe_git.refusal(conditional))
+        overrides = safe_git.driver_overrides(names)
     return await _exec(safe_git.argv(args, git_dir, work_tree, folder), safe_git.env(os.environ, overrides), limit)
 
 

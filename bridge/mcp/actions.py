@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ..matrix.identities import Identities
 
 HISTORY_SCAN = 5000  # messages a `history` query looks through at most (the newest)
+HISTORY_READ_CHARS = 4000  # of each message's text, read and searched (the shown part is shorter)
+HISTORY_SCAN_CHARS = 2_000_000  # characters a `history` call reads at most (a page past it not read)
 
 
 class Refused(Exception):
@@ -81,10 +83,14 @@ async def standing(db: OffLoop, scope: Scope) -> str | None:
 
 
 async def history(means: Means, scope: Scope, limit: int, query: str | None) -> str:
+    """The conversation's last messages (`limit`), or the last of them holding `query`; what is
+    read is bounded in bytes: each text's first HISTORY_READ_CHARS, HISTORY_SCAN_CHARS in all."""
     store = means.db.target
     scan = HISTORY_SCAN if query else limit
-    messages = await means.db.run(lambda: store.messages_in(scope.channel_id, scope.conversation, None, scan))
-    found = [(m.created, m.sender, m.text) for m in messages if matches(m.text, query)][-limit:]
+    texts = await means.db.run(
+        lambda: store.recent_texts(scope.channel_id, scope.conversation, scan, HISTORY_READ_CHARS, HISTORY_SCAN_CHARS)
+    )
+    found = [line for line in texts if matches(line[2], query)][-limit:]
     return history_text(found, query)
 
 

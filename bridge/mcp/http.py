@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 Call = Callable[[str, str, dict], Awaitable[tuple[str, bool]]]
 PATH = "/mcp"
+HTTP_CONCURRENCY = 32  # connections and requests the HTTP MCP server takes at once; more get 503
 
 
 def bearer(value: str | None) -> str | None:
@@ -106,7 +107,14 @@ class HttpMcp:
                 def capture_signals(self):  # the bridge's own handlers stop it (and this with it)
                     yield
 
-            config = uvicorn.Config(self._app(), log_level="warning", lifespan="on", access_log=False)
+            config = uvicorn.Config(
+                self._app(),
+                log_level="warning",
+                lifespan="on",
+                access_log=False,
+                limit_concurrency=HTTP_CONCURRENCY,  # more at once: 503 at once (docs/SECURITY.md "Limits")
+                timeout_keep_alive=5,
+            )
             self._server = Quiet(config)
             await self._server.serve(sockets=[sock])
         except asyncio.CancelledError:

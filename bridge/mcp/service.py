@@ -14,7 +14,10 @@ conversation, the `mcpServers` entries a session is opened with, and each call d
   the sessions are loaded again and get new ones.
 - Over HTTP too (http.py: the SDK's streamable HTTP on 127.0.0.1, the secret as a bearer token)
   for agents that announce `mcpCapabilities.http`.
-- Limits: `limits.tool_calls_per_turn` calls per turn of the agent in that conversation.
+- Limits: `limits.tool_calls_per_turn` calls per turn of the agent in that conversation; at most
+  MAX_WAITING connections waiting for their request line (READ_TIMEOUT each; one more is closed
+  at once, unread) and PER_SESSION calls of one session at a time, so that an agent holding
+  connections cannot take the bridge's file descriptors (docs/SECURITY.md "Limits").
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ log = logging.getLogger(__name__)
 
 SOCKET_NAME = "mcp.sock"
 MAX_SOCKET_PATH = 100  # bytes: sun_path holds 108, with its NUL
-READ_TIMEOUT = 30.0  # seconds a connection may take to send its request
+READ_TIMEOUT = 5.0  # seconds a connection may take to send its request (`sidekicks mcp` sends at once)
+MAX_WAITING = 64  # connections that have not sent their request yet, of all sessions: more are closed
+PER_SESSION = 8  # calls of one session at a time: more are refused in one line
 
 
 def _hash(secret: str) -> str:
@@ -76,6 +81,9 @@ class McpService:
         self._secrets: dict[Scope, str] = {}  # scope → its secret
         self._calls: dict[Scope, tuple[Any, int]] = {}  # scope → (the turn counted, calls in it)
         self.calls = 0  # calls answered (for tests and logs)
+        self.closed_unread = 0  # connections closed because MAX_WAITING were waiting (tests, logs)
+        self._waiting = 0  # connections that have not sent their request yet
+        self._running: dict[str, int] = {}  # hash of a secret → its calls being answered
         self._http = None  # http.py's HttpMcp, listening from start, serving from the first use
 
     @property
@@ -203,20 +211,50 @@ class McpService:
     # -- calls -------------------------------------------------------------------------------------
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._waiting >= MAX_WAITING:  # a flood: closed unread, its descriptor freed at once
+            self._closed_unread(writer)
+            return
+        self._waiting += 1
+        request: wire.Request | None = None
         try:
             try:
                 line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
                 request = wire.read_request(line)
             except (TimeoutError, ValueError, asyncio.LimitOverrunError) as exc:
                 text, error = f"bad request: {exc or type(exc).__name__}", True
-            else:
-                text, error = await self.call(request.secret, request.tool, request.arguments)
+            finally:
+                self._waiting -= 1
+            if request is not None:
+                text, error = await self._one_of_a_session(request.secret, request.tool, request.arguments)
             writer.write(wire.reply_line(text, error))
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+            await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
         finally:
             writer.close()
+
+    def _closed_unread(self, writer: asyncio.StreamWriter) -> None:
+        if self.closed_unread % 1000 == 0:  # one line per thousand, never a line per connection
+            log.warning(
+                "the agents' MCP socket: %d connections wait for their request; more are closed unread (%d so far)",
+                MAX_WAITING,
+                self.closed_unread + 1,
+            )
+        self.closed_unread += 1
+        writer.transport.abort()
+
+    async def _one_of_a_session(self, secret: str, tool: str, arguments: dict) -> tuple[str, bool]:
+        """`call`, unless PER_SESSION calls with this secret are being answered already."""
+        key = _hash(secret)
+        if self._running.get(key, 0) >= PER_SESSION:
+            return f"at most {PER_SESSION} tool calls of a session at a time: this one was not made", True
+        self._running[key] = self._running.get(key, 0) + 1
+        try:
+            return await self.call(secret, tool, arguments)
+        finally:
+            self._running[key] -= 1
+            if not self._running[key]:
+                del self._running[key]
 
     async def call(self, secret: str, tool: str, arguments: dict) -> tuple[str, bool]:
         """One tool call: (the result's text, whether it is an error)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 # what the owner's commands and these tools share (pure, channels/schedules/schedule_args.py)
 from ..channels.schedules.schedule_args import MAX_IN_SECONDS, BadArguments, clock, schedule_number  # noqa: F401
+from ..channels.turns.context import context_line
 
 SERVER_NAME = "matrix"
 HISTORY_DEFAULT = 20  # messages `history` returns when no limit is given
@@ -174,7 +175,7 @@ def history_text(lines: list[tuple[int, str, str]], query: str | None, tz: timez
     for ms, sender, text in reversed(lines):
         if len(text) > HISTORY_CHARS:
             text = text[:HISTORY_CHARS] + "… [cut]"
-        line = f"[{clock(ms, tz)}] {sender}: {text}"
+        line = f"[{clock(ms, tz)}] {context_line(sender, text)}"  # no line of it reads as another's
         if total + len(line) > HISTORY_TOTAL and shown:
             break
         shown.append(line)

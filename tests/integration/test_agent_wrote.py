@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nio
 from bridge_harness import agent, wait_until
-from git_traps import plant
+from git_traps import plant, plant_conditional
 from helpers import ALICE, answered, in_thread, received, say
 from matrix_helpers import events_in, sync_until
 from test_channels import group
@@ -137,6 +137,30 @@ async def test_a_threads_worktree_and_worktrees_run_nothing_the_checkout_names(b
     # the test can fail: git asked as usual in that checkout runs them
     git(repo, "status", "--porcelain")
     assert (tmp_path / "ran-fsmonitor").exists()
+
+
+async def test_a_filter_under_a_conditional_include_never_runs_for_a_thread(bridge_factory, tmp_path, owner):
+    """`[includeIf "gitdir:**/worktrees/**"]` naming a smudge filter the committed
+    .gitattributes applies: the thread gets no worktree, its turn says why in one line, the
+    filter never runs (docs/sandbox.md "Git")."""
+    repo, marker, log = make_repo(tmp_path / "app"), tmp_path / "ran", tmp_path / "alice.log"
+    plant_conditional(repo, marker)
+    await bridge_factory({"alice": agent("--log", str(log), title="Alice", cwd=str(repo), worktrees="on")})
+    room_id = await group(owner, ALICE)
+    root = await say(owner, room_id, "@alice Fix the login bug")
+    await answered(owner, room_id, ALICE, 1)
+    await say(owner, room_id, "@alice [[write:one.txt]]", **in_thread(root, root))
+
+    def refused() -> bool:
+        return any(
+            "conditional include" in e["content"].get("body", "")
+            for e in events_in(owner, room_id)
+            if e.get("type") == "m.room.message"
+        )
+
+    await sync_until(owner, refused)
+    assert not marker.with_name("ran-cond").exists()
+    assert not (repo.parent / "app.worktrees").exists() or not any((repo.parent / "app.worktrees").iterdir())
 
 
 async def test_a_cwd_folder_swapped_for_a_link_out_of_the_roots_is_not_where_the_session_opens(

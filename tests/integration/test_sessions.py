@@ -212,3 +212,30 @@ async def test_after_a_restart_a_stored_session_is_resumed_not_loaded(bridge_fac
     assert await answer(owner, room_id, ALICE, "[[session]]") == f"session {session_id}, prompt 2"
     assert [c["sessionId"] for c in calls(log, "session/resume")] == [session_id]
     assert not calls(log, "session/load") and len(calls(log, "session/new")) == 1
+
+
+async def test_a_kicked_agents_sessions_are_not_listed_in_another_room(bridge_factory, tmp_path, owner):
+    """alice is kicked from #general: her session there is not in the list `!sessions` shows in
+    her direct room, not even as another client's (docs/SECURITY.md "Limits")."""
+    running = await bridge_factory(
+        {
+            "alice": agent(
+                "--echo-last-line",
+                *SESSIONS,
+                "--state",
+                str(tmp_path / "alice"),
+                "--log",
+                str(tmp_path / "alice.log"),
+                title="Alice",
+            )
+        }
+    )
+    room_id = await group(owner, ALICE)
+    await answer(owner, room_id, ALICE, "@alice [[title:Secret plans]] [[session]]")
+    channel = running.store.channel_by_room(room_id)
+    await owner.room_kick(room_id, ALICE)
+    await wait_until(lambda: running.store.member(channel.id, "alice") is None, what="alice is no member any more")
+    dm = await open_dm(owner, ALICE)
+    await answer(owner, dm, ALICE, "hello [[session]]")
+    listing = await command(owner, dm, "!sessions")
+    assert "Alice (@alice), sessions here:" in listing and "Secret plans" not in listing, listing

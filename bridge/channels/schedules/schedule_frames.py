@@ -15,6 +15,7 @@ from datetime import timezone
 from html import escape
 from typing import Any
 
+from ..turns.context import unframe
 from .schedule_args import clock
 from .schedule_times import when_text
 
@@ -42,7 +43,8 @@ def run_prompt(
     tz: timezone | None = None,
 ) -> str:
     """What the agent is told when a run of its schedule comes: one line saying it is a
-    scheduled run and whose, then the text it scheduled."""
+    scheduled run and whose, then the text it scheduled (unframed: none of its lines reads as a
+    frame of the bridge, docs/architecture.md "What each agent reads")."""
     if cron:
         how = f"repeating on cron {cron}"
         how += (
@@ -60,7 +62,7 @@ def run_prompt(
         f"The {'line' if lines == 1 else f'{lines} lines'} below {'is' if lines == 1 else 'are'} "
         f"what {agent} asked to be told then, {agent}'s own words:]"
     )
-    return f"{head}\n{text}"
+    return f"{head}\n{unframe(text)}"  # its lines cannot read as a frame (context.py)
 
 
 def shown(prompt: str) -> str:

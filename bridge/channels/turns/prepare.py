@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -49,12 +50,14 @@ def should_prepare(state: str, announced: bool, queued: int, context_messages: i
     return state == "ready" and announced and queued == 0 and context_messages > 0
 
 
-def prepare_text(channel: str, unseen: list[UnseenMessage], max_messages: int, max_chars: int) -> str:
+def prepare_text(
+    channel: str, unseen: list[UnseenMessage], max_messages: int, max_chars: int, agents: Iterable[str] = ()
+) -> str:
     """The start of the prompt a turn would send now, without its question ("" when nothing
     is unseen: the question would go alone)."""
     if not unseen or max_messages <= 0:
         return ""
-    return build_prompt(channel, unseen, "", max_messages, max_chars)
+    return build_prompt(channel, unseen, "", max_messages, max_chars, agents)
 
 
 def soon(portal: Portal, agents: list[str], conversation: str = "") -> None:
@@ -98,7 +101,7 @@ async def prepare(portal: Portal, agent_name: str, conversation: str = "") -> bo
     ):
         return False
     session_id, unseen = await portal.unseen_for(agent_name, agent, conversation)
-    text = prepare_text(portal.channel.name, unseen, config.context_messages, config.context_chars)
+    text = prepare_text(portal.channel.name, unseen, config.context_messages, config.context_chars, config.agents)
     if not text or pool.state(agent_name) != "ready":
         return False
     await agent.extension(METHOD, {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})

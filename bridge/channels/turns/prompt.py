@@ -23,6 +23,7 @@ from urllib.parse import quote
 from ...matrix.media import Attachment, MediaError, OwnerMessage, fetch, read_message
 from ...voice.listen import Listening, hear
 from ...voice.words import transcript_prompt
+from .context import contents_frame, unframe
 
 if TYPE_CHECKING:
     from ...matrix.intent import Intent
@@ -160,7 +161,7 @@ def prompt_content(
                     },
                 },
             ], None
-        return [{"type": "text", "text": f"[Contents of {name}]\n{text}\n[End of {name}]"}], None
+        return [{"type": "text", "text": contents_frame(name, text)}], None
     if capabilities.get("embeddedContext"):
         return [named, {"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": encoded}}], None
     # ACP's baseline: every agent takes a link, even one it cannot open
@@ -195,7 +196,7 @@ async def attachment_prompt(
         if heard.refused is not None:
             return [], heard.refused
         audio, _ = prompt_content(attachment, data, capabilities, title) if capabilities.get("audio") else ([], None)
-        return prompt_blocks(transcript_prompt(heard.text, text), audio), None
+        return prompt_blocks(transcript_prompt(unframe(heard.text), text), audio), None
     content, refused = prompt_content(attachment, data, capabilities, title)
     if refused is not None:
         return [], refused

@@ -33,7 +33,7 @@ from ..rules.approvals import approve_mode, approvers
 from ..rules.logins import agent_method, login_line
 from . import prepare
 from .agent_files import roots_for
-from .context import UnseenMessage, build_prompt
+from .context import UnseenMessage, build_prompt, unframe
 from .endings import END, PAUSE, STOPPED, Ending, Stopped, StoppedWaiting, ending
 from .journal import Journal
 from .prompt import attachment_prompt, heard_first, listening
@@ -390,6 +390,7 @@ async def _prompt(run: RunningTurn) -> str | None:
                 record.text,
                 config.context_messages,
                 config.context_chars,
+                config.agents,
             )
         )
         prompt: str | list[dict] = text
@@ -588,9 +589,10 @@ def _steered(run: RunningTurn, request: str, prompt: str | list[dict], answer: A
     words = "\n\n".join(run.steering)
     run.steering.clear()
     answer.append(("\n\n" if answer.full_text else "") + f"↪ steered: {words}\n\n")
+    told = unframe(words)  # in the prompt none of its lines reads as a frame (context.py)
     if isinstance(prompt, list):
-        return f"{request}\n\n{words}", [*prompt, {"type": "text", "text": words}]
-    return f"{request}\n\n{words}", f"{prompt}\n\n{words}"
+        return f"{request}\n\n{words}", [*prompt, {"type": "text", "text": told}]
+    return f"{request}\n\n{words}", f"{prompt}\n\n{told}"
 
 
 async def _ask(portal: Portal, puppet, conversation: str, requester: str | None, run: RunningTurn, ask, request):

@@ -58,3 +58,11 @@ def test_the_git_folder_and_work_tree_are_named():
         "rev-parse",
         "--show-toplevel",
     ]
+
+
+def test_a_conditional_include_is_found_whatever_its_condition_or_case():
+    assert safe_git.conditional_include(["core.bare", "include.path", "filter.x.smudge"]) is None
+    found = safe_git.conditional_include(["core.bare", "includeif.gitdir:**/worktrees/**.path"])
+    assert found == "includeif.gitdir:**/worktrees/**.path"
+    assert safe_git.conditional_include(["includeIf.onbranch:sidekicks/*.path"]) is not None
+    assert "includeIf 'gitdir:**/worktrees/**'" in safe_git.refusal(found)

@@ -4,7 +4,7 @@ on a new branch from HEAD (or the branch again), clean or dirty, removed only wh
 import os
 
 import pytest
-from git_traps import plant
+from git_traps import plant, plant_conditional
 
 from bridge.coding import worktrees as git
 
@@ -60,6 +60,30 @@ async def test_git_runs_nothing_the_checkout_names(repo, tmp_path):
 
     subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], check=True, capture_output=True)
     assert (tmp_path / "ran-fsmonitor").exists() and (tmp_path / "ran-clean").exists()
+
+
+@pytest.mark.parametrize("condition", ["gitdir:**/worktrees/**", "onbranch:sidekicks/**"])
+async def test_a_filter_defined_under_a_condition_never_runs(repo, tmp_path, condition):
+    """`[includeIf "<condition>"]` naming a smudge filter, false from the checkout's git folder
+    and true for `worktree add`'s own child git: the worktree is refused in one line, and the
+    filter does not run (docs/sandbox.md "Git")."""
+    marker = tmp_path / "ran"
+    plant_conditional(repo, marker, condition)
+    path = str(tmp_path / "app.worktrees" / "t-1")
+    with pytest.raises(git.GitError, match="conditional include"):
+        await git.add(str(repo), path, "sidekicks/t-1")
+    assert not (tmp_path / "ran-cond").exists() and not os.path.exists(path)
+    # without the bridge's care the child git does run it (the test can fail)
+    import subprocess
+
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "-b", "sidekicks/t-2", str(tmp_path / "t-2")],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    assert (tmp_path / "ran-cond").exists()
 
 
 async def test_a_worktrees_rewritten_git_file_is_not_followed(repo, tmp_path):

@@ -23,7 +23,6 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-import psycopg2
 import pytest
 import pytest_asyncio
 from bridge_harness import agent, answers_in, start_bridge, wait_until
@@ -39,13 +38,14 @@ pytestmark = pytest.mark.postgres
 @pytest_asyncio.fixture(scope="module")
 async def shared_homeserver(restartable_postgres, tmp_path_factory):
     """A Synapse whose database is on the bridge's PostgreSQL server."""
-    port = restartable_postgres.cluster.port
-    admin = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres")
+    cluster = restartable_postgres.cluster
+    admin = cluster.connect()
     admin.autocommit = True
     with admin.cursor() as cursor:  # Synapse wants C collation
         cursor.execute("CREATE DATABASE synapse TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C' ENCODING 'UTF8'")
     admin.close()
-    dsn = {"user": "postgres", "host": "127.0.0.1", "port": port, "database": "synapse"}
+    dsn = {"user": "postgres", "password": cluster.password, "host": "127.0.0.1", "port": cluster.port}
+    dsn["database"] = "synapse"
     async with private_homeserver(tmp_path_factory.mktemp("shared-homeserver"), postgres=dsn) as hs:
         yield hs
 

@@ -114,3 +114,22 @@ def test_a_channels_conversations_are_listed_last_written_first_with_their_first
     assert found[0][1] >= found[1][1] > 0
     store.add_message(channel.id, "@me:hs", "user", "later in main", ["$m2"])
     assert store.conversations(channel.id)[0][0] == ""
+
+
+def test_recent_texts_are_bounded_in_characters_each_and_in_all(store, channel, monkeypatch):
+    """`history` reads through `recent_texts` (docs/sandbox.md "Limits"): each text cut by the
+    database, pages read newest first until the total is reached, a thread's root first."""
+    for i in range(12):
+        store.add_message(channel.id, "alice", "agent", f"{i:02d}" + "x" * 5000, [f"$m{i}"])
+    found = store.recent_texts(channel.id, "", 100, 10, 1000)
+    assert [text for _, _, text in found] == [f"{i:02d}xxxxxxxx" for i in range(12)]  # each cut at 10
+    assert all(sender == "alice" and created > 0 for created, sender, _ in found)
+    # a total reached: no page more is read (pages of 4 here)
+    from store import messages
+
+    monkeypatch.setattr(messages, "TEXT_PAGE", 4)
+    assert [t[:2] for _, _, t in store.recent_texts(channel.id, "", 100, 5000, 1)] == ["08", "09", "10", "11"]
+    assert len(store.recent_texts(channel.id, "", 100, 5000, 5000 * 4 + 1)) == 8
+    assert [t[:2] for _, _, t in store.recent_texts(channel.id, "", 3, 5000, 10**9)] == ["09", "10", "11"]
+    store.add_message(channel.id, "@me:hs", "user", "in the thread", ["$t1"], conversation="$m0")
+    assert [t[:5] for _, _, t in store.recent_texts(channel.id, "$m0", 10, 5000, 10**9)] == ["00xxx", "in th"]

@@ -79,6 +79,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "messages_after": (channel_id, None, 5),
         "messages_in": (channel_id, "$root", None, 5),
         "last_messages": (channel_id, 5),
+        "recent_texts": (channel_id, "", 5, 100, 1000),
         "message_by_event": ("$e",),
         "delete_message_by_event": ("$none",),
         "last_agent_sender": (channel_id,),

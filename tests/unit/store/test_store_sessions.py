@@ -2,6 +2,8 @@
 (the agent's over the first prompt's line) and the last use; gone with the thread, the member,
 the channel."""
 
+from store.gone import GONE
+
 
 def ids(records):
     return [r.session_id for r in records]
@@ -51,5 +53,25 @@ def test_sessions_go_with_the_member_and_the_channel(store, channel):
     store.sessions.used(channel.id, "bob", "", "b1")
     store.remove_member(channel.id, "alice")
     assert [(r.agent, r.session_id) for r in store.sessions.of_channel(channel.id)] == [("bob", "b1")]
+    assert store.sessions.listed(channel.id, "alice", "") == []
     store.delete_channel(channel.id)
     assert store.sessions.of_channel(channel.id) == []
+
+
+def test_a_removed_members_sessions_stay_that_channels(store, channel):
+    """Kicked, its sessions (recorded or only current, in a thread too) are still known as this
+    channel's — GONE, in no conversation — so no other room lists them as another client's."""
+    store.add_member(channel.id, "alice")
+    store.sessions.used(channel.id, "alice", "", "s1")
+    store.set_session(channel.id, "alice", "s2", fresh=True)  # current, never recorded
+    store.set_session(channel.id, "alice", "t1", fresh=True, conversation="$root")
+    store.remove_member(channel.id, "alice")
+    assert store.member(channel.id, "alice") is None
+    assert sorted((r.channel_id, r.conversation, r.session_id) for r in store.sessions.of_agent("alice")) == [
+        (channel.id, GONE, "s1"),
+        (channel.id, GONE, "s2"),
+        (channel.id, GONE, "t1"),
+    ]
+    assert store.sessions.of_channel(channel.id) == [] and store.sessions.listed(channel.id, "alice", "") == []
+    store.add_member(channel.id, "alice")  # added again: those are not its sessions here
+    assert store.sessions.listed(channel.id, "alice", "") == []

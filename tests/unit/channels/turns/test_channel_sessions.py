@@ -24,6 +24,7 @@ from bridge.channels.turns.sessions import (
     title_line,
 )
 from store import SessionRecord
+from store.gone import GONE
 from store.offloop import OffLoop
 
 MIN = 60_000
@@ -74,6 +75,14 @@ def test_the_agents_list_leaves_out_sessions_of_other_conversations():
         Listed("s2", "x", 1),
         Listed("s4", "outside", 9, elsewhere=True),
     ]
+
+
+def test_a_kicked_members_sessions_are_not_listed_in_another_room():
+    """Kicked from c1, alice's sessions there are kept GONE (store/gone.py): the agent's own
+    list, asked in c2, shows none of them, not even as another client's."""
+    records = [SessionRecord("c1", "alice", GONE, "s1", "secret plans", 1, 5)]
+    listed = [Listed("s1", "secret plans", 5), Listed("s4", "outside", 9)]
+    assert merged(listed, records, "c2", "") == [Listed("s4", "outside", 9, elsewhere=True)]
 
 
 def test_a_session_made_by_another_client_is_marked_elsewhere():

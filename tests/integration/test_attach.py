@@ -119,6 +119,15 @@ async def test_a_client_lists_loads_and_prompts_one_conversation_with_the_room(b
         await client.close()
 
 
+async def stored_texts(store, channel_id: str, conversation: str, expected: list[str], timeout: float = 60) -> None:
+    """Wait until the conversation's stored texts are `expected`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (found := [m.text for m in store.messages_in(channel_id, conversation, None, 10)]) != expected:
+        assert loop.time() < deadline, found
+        await asyncio.sleep(0.05)
+
+
 async def test_a_new_session_is_a_thread_in_the_agents_direct_chat(bridge_factory, tmp_path, owner):
     running, xdg, _ = await attached_bridge(bridge_factory, tmp_path, "--echo-last-line")
     client = await attach(running, xdg)
@@ -135,10 +144,8 @@ async def test_a_new_session_is_a_thread_in_the_agents_direct_chat(bridge_factor
             "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "in a thread"}]}
         )
         assert answer == {"stopReason": "end_turn"}
-        assert [m.text for m in running.store.messages_in(channel_id, root, None, 10)] == [
-            "in a thread",
-            "echo: in a thread",
-        ]
+        # the answer is stored once the turn's end is written (after the reply the client got)
+        await stored_texts(running.store, channel_id, root, ["in a thread", "echo: in a thread"])
         listed = [s["sessionId"] for s in (await client.call("session/list", {}))["sessions"]]
         assert session in listed
         # the next new session: another thread in the same direct chat

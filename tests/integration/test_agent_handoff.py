@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge_harness import wait_until
+from bridge_harness import answers_in, wait_until
 from helpers import BOB, in_thread, prompts, received, say, thread_of
 from matrix_helpers import caught_up, events_in, notice_events, notices, sync_until, wait_joined
 from test_matrix_mcp import ALICE, answers_of, mcp_agent
@@ -149,7 +149,7 @@ async def test_an_owner_message_during_a_chain_goes_first_and_ends_it(bridge_fac
     second = await say(owner, room, "@alice the owner again")
     await running.handled(second)
     go.touch()
-    await sync_until(owner, lambda: "echo: the owner again" in answers_of(owner, room, ALICE))
+    await sync_until(owner, lambda: "echo: @alice the owner again" in answers_of(owner, room, ALICE))
     await running.idle()
     await caught_up(owner, room)
     assert prompts(logs["bob"]) == [] and handoff_lines(owner, room) == []
@@ -179,7 +179,7 @@ async def test_a_handoff_in_a_thread_is_answered_in_the_thread(bridge_factory, t
     running = await bridge_factory(made)
     room = await two_agents_room(owner, "threads")
     root = await say(owner, room, "@alice the root")
-    await sync_until(owner, lambda: "echo: the root" in answers_of(owner, room, ALICE))
+    await sync_until(owner, lambda: "echo: @alice the root" in answers_of(owner, room, ALICE))
     await say(
         owner,
         room,
@@ -190,7 +190,8 @@ async def test_a_handoff_in_a_thread_is_answered_in_the_thread(bridge_factory, t
     await running.idle()
     await caught_up(owner, room)
     events = events_in(owner, room)
-    answer = next(e for e in events if e.get("sender") == BOB and e["content"].get("body") == "echo: in the thread")
+    (final,) = [a for a in answers_in(events, BOB) if a["body"] == "echo: in the thread"]
+    answer = next(e for e in events if e["event_id"] == final["event_id"])
     line = next(e for e in events if e["content"].get("body", "").startswith("↪ alice → bob"))
     assert thread_of(answer) == root and thread_of(line) == root
     (prompt,) = prompts(logs["bob"])
@@ -215,7 +216,7 @@ async def test_a_pending_handoff_survives_a_restart_and_runs_once(bridge_factory
     await running.stop()
     running = await bridge_factory(made, folder=folder)  # a second start runs nothing again
     await say(owner, room, "@bob still there?")
-    await sync_until(owner, lambda: "echo: still there?" in answers_of(owner, room, BOB))
+    await sync_until(owner, lambda: "echo: @bob still there?" in answers_of(owner, room, BOB))
     await running.idle()
     await caught_up(owner, room)
     assert answers_of(owner, room, BOB).count("echo: after the restart") == 1

@@ -16,8 +16,8 @@ stdio_client + ClientSession: initialize, tools/call) and answers with the tool'
                                         "relay done"); the answer is the tool's result as above
   [[forever]]                           with --forever-to NAME: hand off to NAME, the request
                                         "[[forever]]" (two agents so told hand on forever)
-  [[cost:AMOUNT]]                       first add AMOUNT (USD) to the session's cost and send
-                                        a usage_update with its cumulative cost
+  [[cost:AMOUNT]]                       after the answer, add AMOUNT (USD) to the session's cost
+                                        and send a usage_update with its cumulative cost
   [[then-wait:PATH]]                    after the answer (a tool call's, an echo), wait until
                                         PATH exists (or the turn is cancelled) before it ends
   anything else                         "echo: " + the prompt's last line
@@ -115,18 +115,6 @@ class McpAgent(AgentBase):
             task.add_done_callback(self.later.discard)
             await turn.say(f"waiting for {when.group(1)}")
             return "end_turn"
-        cost = COST.search(last)
-        if cost is not None:
-            costs = self.__dict__.setdefault("costs", {})
-            costs[turn.session_id] = costs.get(turn.session_id, 0.0) + float(cost.group(1))
-            await turn.update(
-                {
-                    "sessionUpdate": "usage_update",
-                    "used": 1000,
-                    "size": 200000,
-                    "cost": {"amount": costs[turn.session_id], "currency": "USD"},
-                }
-            )
         relay = RELAY.search(last)
         if call is None and relay is not None:
             names = relay.group(1).split()
@@ -153,9 +141,21 @@ class McpAgent(AgentBase):
         await turn.say(f"{name}{' error' if error else ''}: {text}")
         return await self._then_wait(turn, last)
 
-    @staticmethod
-    async def _then_wait(turn: Turn, last: str) -> str:
-        """With [[then-wait:PATH]]: the turn goes on until PATH exists or it is cancelled."""
+    async def _then_wait(self, turn: Turn, last: str) -> str:
+        """After the answer: [[cost:AMOUNT]] reported, then with [[then-wait:PATH]] the turn goes
+        on until PATH exists or it is cancelled."""
+        cost = COST.search(last)
+        if cost is not None:
+            costs = self.__dict__.setdefault("costs", {})
+            costs[turn.session_id] = costs.get(turn.session_id, 0.0) + float(cost.group(1))
+            await turn.update(
+                {
+                    "sessionUpdate": "usage_update",
+                    "used": 1000,
+                    "size": 200000,
+                    "cost": {"amount": costs[turn.session_id], "currency": "USD"},
+                }
+            )
         wait = THEN_WAIT.search(last)
         if wait is not None:
             path = Path(wait.group(1))

@@ -160,9 +160,13 @@ async def test_a_budget_reached_mid_chain_stops_it(bridge_factory, tmp_path, own
     made["alice"]["budget"] = {"cost": 1.0, "per": "day"}
     running = await bridge_factory(made)
     room = await two_agents_room(owner, "budget")
-    await say(owner, room, f"@alice [[cost:1.5]] [[then-wait:{tmp_path / 'never'}]]")
+    # alice hands to bob, then her report passes her cap: her turn is cancelled, the chain ends
+    handing = '[[tool:handoff {"agent": "bob", "request": "too late"}]]'
+    await say(owner, room, f"@alice {handing} [[cost:1.5]] [[then-wait:{tmp_path / 'never'}]]")
     await sync_until(owner, lambda: any("reached its budget" in a for a in answers_of(owner, room, ALICE)))
     await running.idle()
+    assert tool_results(logs["alice"])[0]["error"] is False  # the hand-off had been made
+    assert prompts(logs["bob"]) == []
     # bob hands to alice, over her budget: her handed turn gets the budget's one line, unasked
     await say(owner, room, "@bob [[relay:alice bob]]")
     await sync_until(

@@ -19,6 +19,7 @@ from store.ids import now_ms
 from store.schedules import NotYours, TooManySchedules
 
 from ..channels.base.conversations import relation_for
+from ..channels.rules.command_parse import resolve_agent
 from ..channels.schedules.schedule_frames import agent_line
 from ..channels.schedules.schedule_times import first_due, when_text
 from ..channels.turns.agent_files import Refused as FileRefused
@@ -216,7 +217,7 @@ async def handoff(means: Means, scope: Scope, agent: str, request: str) -> str:
     portal = means.channels.portals.get(scope.room_id) if means.channels is not None else None
     if portal is None:
         raise Refused("this channel is not open in the running bridge: nothing was handed on")
-    resolved = portal.parts.aliases.get(agent, agent)  # a title or alias names its agent
+    resolved = resolve_agent(agent, portal.parts.aliases) or agent  # `@bob`, a title, a puppet's id
     try:
         return await hand_over(portal, scope.conversation, scope.agent, resolved, request)
     except HandoffRefused as exc:

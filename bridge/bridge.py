@@ -162,7 +162,7 @@ class Bridge:
         self.recovery = Recovery(db, config, channels, identities, self.run_id)
         self.scheduler = Scheduler(db, channels, identities, self.run_id)  # scheduled work
         # the agents' `matrix` MCP server (bridge/mcp)
-        self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed))
+        self.mcp = McpService(config, db, channels, Means(db, config, identities, self.scheduler.changed, channels))
         self.sessions = SessionCommands()  # !sessions, !resume, !reset, !fork (channels/turns/sessions.py)
         self.roster = Roster(  # agents added and removed while running: !agents add | remove
             config,

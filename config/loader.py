@@ -48,6 +48,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
         "tool_calls_per_turn",
         "history_messages",
         "schedules_per_conversation",
+        "handoffs",
     ),
 }
 KNOWN_KEYS[""] += ("voice", "voice_language", "voice_max_seconds")  # _voice below
@@ -376,6 +377,7 @@ def _limits(c: _Checker, data: dict) -> dict[str, Any]:
     tool_calls = c.integer(limits, "tool_calls_per_turn", "limits.tool_calls_per_turn", 30, 1, 10_000)
     history_messages = c.integer(limits, "history_messages", "limits.history_messages", 100, 1, 10_000)
     schedules = c.integer(limits, "schedules_per_conversation", "limits.schedules_per_conversation", 20, 0, 1_000)
+    handoffs = c.integer(limits, "handoffs", "limits.handoffs", 3, 0, 100)
     if attachment_mib > MAX_ATTACHMENT_MIB:
         c.problem("limits.attachment_mib", f"must be at most {MAX_ATTACHMENT_MIB} (MiB), got {attachment_mib:g}")
     return {
@@ -386,6 +388,7 @@ def _limits(c: _Checker, data: dict) -> dict[str, Any]:
         "tool_calls_per_turn": tool_calls,
         "history_messages": history_messages,
         "schedules_per_conversation": schedules,
+        "handoffs": handoffs,
     }
 
 

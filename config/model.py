@@ -81,6 +81,8 @@ class Config:
     tool_calls_per_turn: int = 30
     history_messages: int = 100
     schedules_per_conversation: int = 20
+    # hand-offs (the `handoff` tool) in a chain started by one owner message (limits.handoffs)
+    handoffs: int = 3
     # end-to-end encryption (`encryption: on | off`): each identity its own device (bridge/e2ee)
     encryption: bool = True
     # the homeserver sends the appservice its users' crypto traffic in transactions (MSC2409

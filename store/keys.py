@@ -30,6 +30,12 @@ def threads(channel_id: str) -> str:
     return f"threads:{channel_id}"
 
 
+def handoffs(channel_id: str) -> str:
+    """ "off" when the agents of channel `channel_id` may not hand work to each other
+    (`!handoffs off`, channels/commands/commands.py); absent (the default) when they may."""
+    return f"handoffs:{channel_id}"
+
+
 def voice(channel_id: str) -> str:
     """ "on" when channel `channel_id` also reads each final answer aloud as a voice note
     (`!voice on`, bridge/voice/spoken.py); absent (the default) when it does not."""

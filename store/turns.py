@@ -185,6 +185,36 @@ class Turns(Part):
         return made
 
     @operation
+    def hand_off(
+        self, channel_id: str, conversation: str, key: str, agent: str, request: str, run: str
+    ) -> TurnRecord | None:
+        """A handed turn (bridge/channels/turns/handoffs.py): `agent` answers `request` next in
+        `conversation`, its prompt key `key` naming the turn that handed it. None when that turn
+        handed on already (a turn hands on once)."""
+        T = self.core.models.Turn
+        with self.core.db.atomic():
+            if T.select(T.id).where(T.prompt_event == key).exists():
+                return None
+            made = self.insert(channel_id, key, None, [(agent, request, False)], run, conversation)
+            return made[0] if made else None
+
+    @operation
+    def drop_handoffs(self, channel_id: str, conversation: str, prefix: str) -> int:
+        """The handed turns of `conversation` not begun never start (an owner message, `!stop`
+        or a budget ended their chain): how many."""
+        T = self.core.models.Turn
+        return (
+            T.update(state=DROPPED, updated=now_ms())
+            .where(
+                (T.channel_id == channel_id)
+                & (T.conversation == conversation)
+                & T.prompt_event.startswith(prefix)
+                & T.state.in_(list(NOT_BEGUN))
+            )
+            .execute()
+        )
+
+    @operation
     def claim(self, turn_id: str, run: str) -> TurnRecord | None:
         """Start the turn in `run`: the record, or None if it must not start (this run claimed
         it already, it has begun in an earlier run, it is over)."""

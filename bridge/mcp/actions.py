@@ -19,10 +19,13 @@ from store.ids import now_ms
 from store.schedules import NotYours, TooManySchedules
 
 from ..channels.base.conversations import relation_for
+from ..channels.rules.command_parse import resolve_agent
 from ..channels.schedules.schedule_frames import agent_line
 from ..channels.schedules.schedule_times import first_due, when_text
 from ..channels.turns.agent_files import Refused as FileRefused
 from ..channels.turns.agent_files import read_agent_file, roots_for
+from ..channels.turns.handing import HandoffRefused
+from ..channels.turns.handing import hand_off as hand_over
 from ..matrix.media import MediaError, OutgoingMedia, mib, post
 from ..matrix.puppet import relating
 from .tools import history_text, matches
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from config import Config
     from store.offloop import OffLoop
 
+    from ..channels.base.registry import Channels
     from ..matrix.identities import Identities
 
 HISTORY_SCAN = 5000  # messages a `history` query looks through at most (the newest)
@@ -61,6 +65,7 @@ class Means:
     config: Config
     identities: Identities
     schedules_changed: Callable[..., None]
+    channels: Channels | None = None  # the open portals: a hand-off queues its turn in one
 
 
 async def run(means: Means, scope: Scope, tool: str, args: dict[str, Any]) -> str:
@@ -213,6 +218,18 @@ async def cancel_schedule(means: Means, scope: Scope, id: int) -> str:
     return f"Cancelled schedule {id}: {record.prompt}"
 
 
+async def handoff(means: Means, scope: Scope, agent: str, request: str) -> str:
+    """The next turn of the caller's conversation to another member (channels/turns/handing.py)."""
+    portal = means.channels.portals.get(scope.room_id) if means.channels is not None else None
+    if portal is None:
+        raise Refused("this channel is not open in the running bridge: nothing was handed on")
+    resolved = resolve_agent(agent, portal.parts.aliases) or agent  # `@bob`, a title, a puppet's id
+    try:
+        return await hand_over(portal, scope.conversation, scope.agent, resolved, request)
+    except HandoffRefused as exc:
+        raise Refused(str(exc)) from None
+
+
 _ACTIONS = {
     "history": history,
     "send_file": send_file,
@@ -220,4 +237,5 @@ _ACTIONS = {
     "schedule": schedule,
     "schedules": schedules,
     "cancel_schedule": cancel_schedule,
+    "handoff": handoff,
 }

@@ -22,6 +22,7 @@ HISTORY_CHARS = 2000  # each message's text is cut here
 HISTORY_TOTAL = 40_000  # characters of one `history` result at most (the oldest lines go first)
 PROMPT_CHARS = 4000  # a scheduled prompt at most
 KEY_CHARS = 64  # a reaction key at most
+AGENT_CHARS = 100  # an agent's name at most
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,24 @@ TOOLS: tuple[Tool, ...] = (
         {"type": "object", "properties": {"id": {"type": ["integer", "string"]}}, "required": ["id"]},
     ),
 )
+TOOLS += (
+    Tool(
+        "handoff",
+        "Hand the next turn of this conversation to another member of the channel: once your "
+        "turn ends, `agent` answers next here, told your request (and what it has not seen). "
+        "Use it when another agent should take over; mentioning an agent in your answer wakes "
+        "no one. One hand-off per turn; a chain started by one owner message has at most "
+        "limits.handoffs of them.",
+        {
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "description": "the member's name, e.g. bob"},
+                "request": {"type": "string", "description": "what you ask of it, in your words"},
+            },
+            "required": ["agent", "request"],
+        },
+    ),
+)
 NAMES = tuple(tool.name for tool in TOOLS)
 
 
@@ -160,6 +179,9 @@ def check(name: str, args: Any, history_most: int) -> dict[str, Any]:
                 raise BadArguments(f"`in_seconds` must be a number from 1 to {MAX_IN_SECONDS}")
             return {"prompt": prompt, "in_seconds": float(seconds)}
         return {"prompt": prompt, when: _text(args, when, True, 200)}
+    if name == "handoff":
+        agent = _text(args, "agent", True, AGENT_CHARS) or ""
+        return {"agent": agent.strip().lstrip("@").lower(), "request": _text(args, "request", True, PROMPT_CHARS)}
     if name == "cancel_schedule":
         return {"id": schedule_number(args.get("id"))}
     return {}

@@ -11,13 +11,23 @@ stdio_client + ClientSession: initialize, tools/call) and answers with the tool'
   [[tool-when:PATH NAME {"json": …}]]   answer "waiting for PATH" at once, and call NAME once the
                                         file PATH exists (a call made on the agent's own, after
                                         the turn: its result only in the log)
+  [[relay:bob alice …]]                 hand off (the `handoff` tool) to the first name, the
+                                        request "[[relay:…]]" with the other names (none left:
+                                        "relay done"); the answer is the tool's result as above
+  [[forever]]                           with --forever-to NAME: hand off to NAME, the request
+                                        "[[forever]]" (two agents so told hand on forever)
+  [[cost:AMOUNT]]                       after the answer, add AMOUNT (USD) to the session's cost
+                                        and send a usage_update with its cumulative cost
+  [[then-wait:PATH]]                    after the answer (a tool call's, an echo), wait until
+                                        PATH exists (or the turn is cancelled) before it ends
   anything else                         "echo: " + the prompt's last line
 
 Options: --log FILE (every JSON-RPC message received, one JSON a line, and each tool result as
 {"tool": NAME, "text": …, "error": …}), --load-session (announce loadSession; a session loaded
 keeps the mcpServers of the load), --http (announce mcpCapabilities.http), --in-session-cwd
 (start the stdio server in the session's working directory, as many agents do), --server-env
-NAME=VALUE (more of the stdio server's environment, e.g. PYTHONPATH; repeatable).
+NAME=VALUE (more of the stdio server's environment, e.g. PYTHONPATH; repeatable), --forever-to
+NAME (see [[forever]]).
 """
 
 from __future__ import annotations
@@ -34,6 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, f
 from acp.agent_kit import AgentBase, Turn, run  # noqa: E402
 
 TOOL = re.compile(r"\[\[tool:([a-z_]+)\s*(\{.*?\})?\]\]", re.DOTALL)
+RELAY = re.compile(r"\[\[relay:([^\]]*)\]\]")
+COST = re.compile(r"\[\[cost:([0-9.]+)\]\]")
+THEN_WAIT = re.compile(r"\[\[then-wait:(\S+?)\]\]")
 TOOL_WHEN = re.compile(r"\[\[tool-when:(\S+)\s+([a-z_]+)\s*(\{.*?\})?\]\]", re.DOTALL)
 
 
@@ -102,19 +115,54 @@ class McpAgent(AgentBase):
             task.add_done_callback(self.later.discard)
             await turn.say(f"waiting for {when.group(1)}")
             return "end_turn"
+        relay = RELAY.search(last)
+        if call is None and relay is not None:
+            names = relay.group(1).split()
+            if not names:
+                await turn.say("relay done")
+                return "end_turn"
+            request = "[[relay:" + " ".join(names[1:]) + "]]" if names[1:] else "relay done"
+            call = TOOL.search("[[tool:handoff " + json.dumps({"agent": names[0], "request": request}) + "]]")
+        if call is None and "[[forever]]" in last and self.opts.forever_to:
+            forever = {"agent": self.opts.forever_to, "request": "[[forever]]"}
+            call = TOOL.search("[[tool:handoff " + json.dumps(forever) + "]]")
         if "[[tools]]" in last:
             names = await self._session(entry, lambda s: s.list_tools()) if entry else None
             await turn.say("tools: " + (", ".join(t.name for t in names.tools) if names else "none"))
             return "end_turn"
         if call is None:
             await turn.say("echo: " + last)
-            return "end_turn"
+            return await self._then_wait(turn, last)
         name, arguments = call.group(1), json.loads(call.group(2) or "{}")
         if entry is None:
             await turn.say(f"{name} error: no matrix MCP server in this session")
             return "end_turn"
         text, error = await self._call(entry, self.cwds.get(turn.session_id), name, arguments)
         await turn.say(f"{name}{' error' if error else ''}: {text}")
+        return await self._then_wait(turn, last)
+
+    async def _then_wait(self, turn: Turn, last: str) -> str:
+        """After the answer: [[cost:AMOUNT]] reported, then with [[then-wait:PATH]] the turn goes
+        on until PATH exists or it is cancelled."""
+        cost = COST.search(last)
+        if cost is not None:
+            costs = self.__dict__.setdefault("costs", {})
+            costs[turn.session_id] = costs.get(turn.session_id, 0.0) + float(cost.group(1))
+            await turn.update(
+                {
+                    "sessionUpdate": "usage_update",
+                    "used": 1000,
+                    "size": 200000,
+                    "cost": {"amount": costs[turn.session_id], "currency": "USD"},
+                }
+            )
+        wait = THEN_WAIT.search(last)
+        if wait is not None:
+            path = Path(wait.group(1))
+            while not path.exists() and not turn.cancelled:
+                await asyncio.sleep(0.05)
+            if turn.cancelled:
+                return "cancelled"
         return "end_turn"
 
     async def _call(self, entry: dict, cwd: str | None, name: str, arguments: dict) -> tuple[str, bool]:
@@ -163,6 +211,7 @@ def main() -> None:
     p.add_argument("--http", action="store_true")
     p.add_argument("--in-session-cwd", action="store_true")
     p.add_argument("--server-env", action="append", default=[])
+    p.add_argument("--forever-to")
     run(McpAgent(p.parse_args()))
 
 

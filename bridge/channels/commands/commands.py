@@ -31,6 +31,7 @@ from ..rules.command_parse import (
     CHANNEL_HELP,
     CONFIRM,
     GREETING,
+    HANDOFFS_OFF,
     HELP,
     THREADS_ON,
     Command,
@@ -38,6 +39,9 @@ from ..rules.command_parse import (
     describe_state,
     find_channels,
     format_commands,
+    handoffs_on,
+    handoffs_state,
+    handoffs_switch,
     opens_threads,
     parse,
     queue_listing,
@@ -47,6 +51,7 @@ from ..rules.command_parse import (
     threads_state,
     threads_switch,
 )
+from ..turns.handing import end_chain
 from ..turns.sessions import close_sessions
 
 if TYPE_CHECKING:
@@ -402,6 +407,8 @@ class BotCommands:
             await self._unschedule(portal, command.args, say)
         elif command.name == "threads":
             await self._threads(portal, command.args, say)
+        elif command.name == "handoffs":
+            await self._handoffs(portal, command.args, say)
         elif command.name == "approve":
             await self._approve(portal, command.args, say)
         elif command.name == "queue":
@@ -440,6 +447,13 @@ class BotCommands:
         key = keys.threads(portal.channel.id)
         kept = partial(_kept_if, THREADS_ON, True)  # off: nothing kept (the default)
         await self._switch(key, args, say, threads_switch, opens_threads, kept, threads_state)
+
+    async def _handoffs(self, portal: Portal, args: tuple[str, ...], say) -> None:
+        """`!handoffs on|off`: whether the channel's agents may hand work to each other (their
+        `handoff` tool; stored per channel, keys.handoffs; on by default); `!handoffs` tells."""
+        key = keys.handoffs(portal.channel.id)
+        kept = partial(_kept_if, HANDOFFS_OFF, False)  # on: nothing kept (the default)
+        await self._switch(key, args, say, handoffs_switch, handoffs_on, kept, handoffs_state)
 
     async def _drop(self, portal: Portal, args: tuple[str, ...], here: Here, say) -> None:
         """`!drop N`: waiting turn N of `!queue` never runs — taken out of the queue at once,
@@ -508,6 +522,8 @@ class BotCommands:
         that thread's, in the main timeline the main timeline's (threads answer on: each has its
         own !stop, and 🛑 on an answer stops that one). None there: said there."""
         run = portal.run_in(here.conversation)
+        # the chain of hand-offs ends too: its handed turns not begun never start (handing.py)
+        await end_chain(portal, here.conversation)
         if run is not None:
             await run.cancel()
             return
@@ -595,6 +611,7 @@ class BotCommands:
                 await run.cancel()
         await self.db.delete_channel(channel.id)  # its schedules too
         await self.db.delete_value(keys.threads(channel.id))
+        await self.db.delete_value(keys.handoffs(channel.id))
         await self.db.delete_value(keys.approve(channel.id))
         await self.db.delete_value(keys.budget(channel.id))  # budgets.py
         self.forget_channel(channel.id)

@@ -27,6 +27,7 @@ from store.turns import DROPPED, INTERRUPTED
 from ...matrix.puppet import relating
 from ..base.conversations import relation_for
 from ..base.stream import message_content
+from ..turns.handoffs import parse_handoff_key
 from ..turns.incoming import Incoming
 from .recovery_plan import Drop, Interrupt, Refinish, Route, Run, plan
 
@@ -107,7 +108,8 @@ class Recovery:
         return done
 
     async def _incoming(self, turn):
-        if parse_run_key(turn.prompt_event) is not None:  # a scheduled run: its prompt is the turn's text
+        if parse_run_key(turn.prompt_event) is not None or parse_handoff_key(turn.prompt_event) is not None:
+            # a scheduled run, a handed turn: its prompt is the turn's text
             return Incoming(None, turn.prompt_event, turn.text, resumed=True)
         message = await self.db.message_by_event(turn.prompt_event)
         if message is None:

@@ -51,6 +51,7 @@ In a channel:
   !reset [AGENT]         start a new session here
   !fork [AGENT]          go on with a copy of the session in a new thread
   !threads [on|off]      on: each message agents answer gets its answers in a thread under it
+  !handoffs [on|off]     off: the agents here cannot hand work to each other (on by default)
   !voice [on|off]        on: the agents' answers here come also as voice notes
   !approve [requester|any-owner]  who answers the agents' permission prompts and questions
   !queue                 the messages waiting for an answer here; !drop N removes one
@@ -73,7 +74,8 @@ CHANNEL_HELP = (
     "commands), !status, !mode, !model, !config (the agents' state and settings), "
     "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
     "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
-    "!threads on|off (answers in a thread under each message), !voice on|off (answers also "
+    "!threads on|off (answers in a thread under each message), !handoffs on|off (agents "
+    "handing work to each other), !voice on|off (answers also "
     "as voice notes), !approve requester|any-owner "
     "(who answers permission prompts), !queue, !drop N, !steer TEXT (what waits, and "
     "redirecting the running answer), !budget (what agents may cost), !delete (delete this "
@@ -151,6 +153,35 @@ def threads_state(on: bool) -> str:
         "Threads are off here: agents answer in the main timeline, or in the thread a message "
         "was written in (!threads on: a thread under each message they answer)."
     )
+
+
+HANDOFFS_OFF = "off"  # the stored value of a channel whose agents cannot hand off (store/keys.py `handoffs`)
+
+
+def handoffs_on(stored: str | None) -> bool:
+    """The channel's stored `!handoffs` setting: on (absent, the default), or off."""
+    return stored != HANDOFFS_OFF
+
+
+def handoffs_switch(args: Iterable[str]) -> bool | None:
+    """`!handoffs` arguments → True (`on`), False (`off`), None (nothing: show the setting).
+    Anything else raises ValueError with the usage line."""
+    words = [w.lower() for w in args]
+    if not words:
+        return None
+    if len(words) == 1 and words[0] in ("on", "off"):
+        return words[0] == "on"
+    raise ValueError("Usage: !handoffs on, !handoffs off, or !handoffs to see the setting.")
+
+
+def handoffs_state(on: bool) -> str:
+    """The `!handoffs` setting in words."""
+    if on:
+        return (
+            "Hand-offs are on here: an agent may hand the next turn to another member with its "
+            "`handoff` tool (!handoffs off: only you choose who answers)."
+        )
+    return "Hand-offs are off here: agents cannot hand work to each other (!handoffs on: they can)."
 
 
 def resolve_agent(token: str, aliases: dict[str, str]) -> str | None:

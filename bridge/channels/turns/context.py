@@ -26,6 +26,26 @@ OWNER = "user"  # the owner's name in context lines
 ESCAPE = "\\"
 FRAME_START = "["  # every bracketed frame line starts so
 SENTENCES = ("the user now writes to you",)  # the frame lines not in brackets, as they start (casefolded)
+# a handed turn's closing line, in place of CLOSING (docs/sessions.md "Agents that hand work to
+# each other"): who handed the conversation on, and whether its chain began with a scheduled run
+HANDED = (
+    "[{agent} handed this conversation to you{origin}; "
+    "{agent}'s request follows (answer directly, without your name in front):]"
+)
+FROM_SCHEDULE = " from a scheduled run, not a message from the owner"
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A handed turn: who handed it on, and whether its chain began with a scheduled run."""
+
+    agent: str
+    scheduled: bool = False
+
+
+def handed_line(handed: Handed) -> str:
+    """The frame line before a handed turn's request: wholly in square brackets."""
+    return HANDED.format(agent=handed.agent, origin=FROM_SCHEDULE if handed.scheduled else "")
 
 
 @dataclass(frozen=True)
@@ -79,18 +99,26 @@ def build_prompt(
     max_messages: int = 20,
     max_chars: int = 1500,
     agents: Iterable[str] = (),
+    handed: Handed | None = None,
 ) -> str:
     """The prompt for one turn: the unseen messages (the last `max_messages`, each cut at
     `max_chars`), then the user's text, all of them unframed (`agents`: every agent's name,
-    whose context lines cannot be imitated either). With nothing unseen the text goes alone."""
+    whose context lines cannot be imitated either). With nothing unseen the text goes alone. A
+    handed turn (`handed`): its frame line (`handed_line`) in place of the closing sentence,
+    then the handing agent's request, unframed — framed even with nothing unseen."""
     recent = unseen[-max_messages:] if max_messages > 0 else []
-    if not recent:
-        return text
     speakers = (OWNER, *sorted({*agents, *(line.sender for line in recent)}))
-    lines = [HEADER.format(channel=channel.lstrip("#"))]
-    lines.extend(context_line(line.sender, cut(line.text, max_chars), speakers) for line in recent)
-    lines.append(FOOTER)
-    lines.append(CLOSING)
+    lines = []
+    if recent:
+        lines.append(HEADER.format(channel=channel.lstrip("#")))
+        lines.extend(context_line(line.sender, cut(line.text, max_chars), speakers) for line in recent)
+        lines.append(FOOTER)
+    if handed is not None:
+        lines.append(handed_line(handed))
+    elif not recent:
+        return text
+    else:
+        lines.append(CLOSING)
     lines.append(unframe(text, speakers))
     return "\n".join(lines)
 

@@ -26,7 +26,9 @@ from store.turns import DROPPED, claimed_in
 from ...matrix.media import restored
 from ..base.conversations import MAIN, relation_for
 from ..rules.command_parse import opens_threads
-from . import prepare
+from . import handing, prepare
+from .handoffs import KEY_PREFIX as HANDOFF_PREFIX
+from .handoffs import parse_handoff_key
 from .incoming import Incoming
 from .mentions import parse
 from .prompt import reread
@@ -282,9 +284,12 @@ class Portal:
             turns_in = conversation
             if turns and conversation == MAIN and opens_threads(store.get_value(keys.threads(channel_id))):
                 turns_in = event_id
-            return decision, store.turns.take(
+            taken = store.turns.take(
                 channel_id, sender, stored, event_id, turns, run, conversation, turns_in, claim_first=turns_in in free
             )
+            if taken is not None:  # a new owner message ends the chain of hand-offs pending here (handing.py)
+                store.turns.drop_handoffs(channel_id, conversation, HANDOFF_PREFIX)
+            return decision, taken
 
         return await self.parts.db.run(work)
 
@@ -406,7 +411,11 @@ class Portal:
         if claimed is None:
             return  # started already (in this run, or begun in an earlier one) or over
         scheduled = parse_run_key(claimed.prompt_event) is not None  # a run of scheduled work
+        hop = parse_handoff_key(claimed.prompt_event)  # a turn another agent handed on
         if claimed.agent in parts.config.agents and claimed.agent not in self.member_names():
+            if hop is not None:  # it left the room since: the chain ends there
+                await parts.db.turns.end(claimed.id, DROPPED)
+                return
             if scheduled:  # its agent left the room: the schedule ends, nobody is invited back
                 await parts.scheduler.agent_gone(claimed)
                 return
@@ -416,6 +425,8 @@ class Portal:
                 return
         if scheduled:  # one line says who scheduled what
             await parts.scheduler.announce(self, claimed)
+        elif hop is not None:  # one line says who handed what to whom
+            await handing.announce(self, claimed, hop)
         elif incoming.resumed and incoming.attachment is None and restored(incoming.body):
             members = self.member_names()  # after a restart: the file and caption again
             reader = await parts.identities.puppet(members[0]) if members else parts.identities.bot

@@ -33,8 +33,10 @@ from ..rules.approvals import approve_mode, approvers
 from ..rules.logins import agent_method, login_line
 from . import prepare
 from .agent_files import roots_for
-from .context import UnseenMessage, build_prompt, unframe
+from .context import Handed, UnseenMessage, build_prompt, unframe
 from .endings import END, PAUSE, STOPPED, Ending, Stopped, StoppedWaiting, ending
+from .handing import end_chain
+from .handoffs import parse_handoff_key
 from .journal import Journal
 from .prompt import attachment_prompt, heard_first, listening
 from .sessions import record_use
@@ -304,6 +306,9 @@ async def _prepare(portal: Portal, record: TurnRecord, incoming: Incoming) -> Ru
     answer.reused = record.attempt > 1
     answer.on_messages = journal.messages
     answer.on_final = journal.finishing
+    hop = parse_handoff_key(record.prompt_event)
+    if hop is not None:  # its status line says who handed it on (docs/sessions.md)
+        answer.set_note("handoff", f"↪ {hop.from_agent} → {record.agent}")
     run = RunningTurn(portal, record.agent, answer)
     run.record, run.incoming, run.puppet, run.title = record, incoming, puppet, agent_config.title
     run.conversation = record.conversation
@@ -381,18 +386,7 @@ async def _prompt(run: RunningTurn) -> str | None:
         if run.cancelled:
             await _ended_early(run, STOPPED)
             return None
-        text = (
-            record.text
-            if record.alone
-            else build_prompt(
-                portal.channel.name,
-                unseen_lines(context, record.agent, incoming.message_id, fresh, config.context_messages),
-                record.text,
-                config.context_messages,
-                config.context_chars,
-                config.agents,
-            )
-        )
+        text = _prompt_text(run, context, fresh)
         prompt: str | list[dict] = text
         if incoming.attachment is not None:  # as the content this agent takes (media.py)
             prompt, refused = await attachment_prompt(
@@ -504,6 +498,27 @@ def _attached(run: RunningTurn, on_permission, on_question):
     return on_update, asker, questioner(channel_id, conversation, on_question)
 
 
+def _prompt_text(run: RunningTurn, context: tuple[list, list] | None, fresh: bool) -> str:
+    """What the agent is asked: the turn's text after what it has not seen (context.py), alone
+    for a command. A handed turn (handoffs.py) is framed with who handed it on, and answers no
+    message: what it has seen is all it was told (`context_reader`'s newest)."""
+    portal, record, config = run.portal, run.record, run.portal.parts.config
+    if record.alone:
+        return record.text
+    hop = parse_handoff_key(record.prompt_event)
+    if hop is not None and context is not None and context[1]:
+        run.seen = (portal.channel.id, record.agent, context[1][-1].id)
+    return build_prompt(
+        portal.channel.name,
+        unseen_lines(context, record.agent, run.incoming.message_id, fresh, config.context_messages),
+        record.text,
+        config.context_messages,
+        config.context_chars,
+        config.agents,
+        handed=Handed(hop.from_agent, hop.scheduled) if hop is not None else None,
+    )
+
+
 async def _ended_early(run: RunningTurn, footer: str) -> None:
     """The turn ends before its agent is asked: its answer says why, its record is ended."""
     await _end(run.answer, footer)
@@ -570,6 +585,11 @@ async def _leave(run: RunningTurn) -> None:
     if not run.journal.closed:
         _close_record(run, run.seen)
     await _leave_queue(channels, parts.pool, run)
+    if run.cancelled:  # stopped (`!stop`, 🛑, a budget): the chain of hand-offs ends with it
+        try:
+            await asyncio.shield(end_chain(portal, conversation))
+        except Exception as exc:
+            log.warning("the hand-offs pending in %s were not dropped: %s", portal.room_id, exc)
     if portal.runs.get(conversation) is run:
         del portal.runs[conversation]
     if channels.active_turns.get(run.agent_name) is portal:

@@ -185,7 +185,8 @@ def test_modes_config_options_models_and_capabilities_are_listed(tmp_path):
         "protocol: ACP v1; prompts: text, image, embedded context",
         "capabilities: promptCapabilities.image, promptCapabilities.embeddedContext",
         "auth methods: none",
-        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
+        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, "
+        "cancel_schedule, handoff",
         'modes: ask "Ask first" (current), code "Write code"',
         "config options:",
         'model "Model" [model]: small "Small model", big "Big model" (current)',
@@ -202,7 +203,8 @@ def test_agent_without_modes_or_options_says_none(tmp_path):
         "protocol: ACP v1; prompts: text",
         "capabilities: none",
         "auth methods: none",
-        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
+        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, "
+        "cancel_schedule, handoff",
         "modes: none",
         "config options: none",
         "models: none",
@@ -243,7 +245,8 @@ def test_session_new_refused_still_reports_what_initialize_said(tmp_path):
         "capabilities: loadSession, promptCapabilities.image, promptCapabilities.audio, "
         "promptCapabilities.embeddedContext",
         "auth methods: scripted-login (Scripted login)",
-        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, cancel_schedule",
+        "tools: MCP server `matrix` over stdio — history, send_file, react, schedule, schedules, "
+        "cancel_schedule, handoff",
     ], result.stdout  # no modes: session/new never answered with any
 
 

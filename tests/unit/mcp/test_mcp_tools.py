@@ -18,7 +18,7 @@ from bridge.mcp.tools import (
 
 
 def test_the_tools_and_their_names_are_fixed():
-    assert NAMES == ("history", "send_file", "react", "schedule", "schedules", "cancel_schedule")
+    assert NAMES == ("history", "send_file", "react", "schedule", "schedules", "cancel_schedule", "handoff")
     assert all(t.schema["type"] == "object" for t in TOOLS)
 
 
@@ -91,3 +91,10 @@ def test_history_cuts_long_messages_and_drops_the_oldest_past_the_total():
 def test_history_says_when_there_is_nothing():
     assert history_text([], None) == "No messages are stored yet."
     assert history_text([], "apple") == "No stored message contains 'apple'."
+
+
+def test_handoff_takes_an_agent_and_a_request():
+    assert check("handoff", {"agent": "@Bob ", "request": "review it"}, 100) == {"agent": "bob", "request": "review it"}
+    for bad in ({"agent": "bob"}, {"request": "x"}, {"agent": "", "request": "x"}, {"agent": "bob", "request": 3}):
+        with pytest.raises(BadArguments):
+            check("handoff", bad, 100)

@@ -191,3 +191,30 @@ def test_a_begun_turn_is_not_dropped(store, channel):
     store.turns.prompting(alice.id, [])
     assert store.turns.drop(alice.id) is False
     assert store.turns.get(alice.id).state == PROMPTING and store.message_by_event("$m1") is not None
+
+
+def test_a_hand_off_is_a_turn_of_its_own_made_once_per_handing_turn(store, channel):
+    key = "handoff:1:o:alice:t1"
+    made = store.turns.hand_off(channel.id, "", key, "bob", "review it", RUN)
+    assert (made.agent, made.text, made.state, made.prompt_event, made.message_id) == (
+        "bob",
+        "review it",
+        TAKEN,
+        key,
+        None,
+    )
+    assert store.turns.hand_off(channel.id, "", key, "carol", "again", RUN) is None  # one hand-off per turn
+    assert [t.id for t in store.turns.unfinished()] == [made.id]  # a restart runs it (recovery)
+
+
+def test_the_hand_offs_not_begun_of_one_conversation_are_dropped(store, channel):
+    _, (owner_turn, _) = take(store, channel)
+    waiting = store.turns.hand_off(channel.id, "", "handoff:1:o:alice:t1", "bob", "x", RUN)
+    begun = store.turns.hand_off(channel.id, "", "handoff:1:o:bob:t2", "alice", "y", RUN)
+    store.turns.claim(begun.id, RUN)
+    store.turns.prompting(begun.id, [])
+    elsewhere = store.turns.hand_off(channel.id, "$thread", "handoff:1:o:alice:t3", "bob", "z", RUN)
+    assert store.turns.drop_handoffs(channel.id, "", "handoff:") == 1
+    states = {t.id: t.state for t in store.turns.in_channel(channel.id)}
+    assert states[waiting.id] == DROPPED
+    assert states[begun.id] == PROMPTING and states[elsewhere.id] == TAKEN and states[owner_turn.id] == TAKEN

@@ -188,3 +188,15 @@ def test_agents_add_and_remove_are_read_and_anything_else_gets_the_usage():
     assert agents_change(("remove", "claude")) == ("remove", "claude", None)
     for args in [("add",), ("remove", "a", "b"), ("drop", "x"), ("add", "x", "--cwd")]:
         assert agents_change(args) == AGENTS_USAGE
+
+
+def test_handoffs_switch_reads_on_off_or_nothing_and_is_on_by_default():
+    from bridge.channels.rules.command_parse import HANDOFFS_OFF, handoffs_on, handoffs_state, handoffs_switch
+
+    assert handoffs_switch(()) is None  # !handoffs alone: the setting is shown
+    assert handoffs_switch(("ON",)) is True and handoffs_switch(("off",)) is False
+    for bad in (("maybe",), ("on", "off")):
+        with pytest.raises(ValueError, match="!handoffs on"):
+            handoffs_switch(bad)
+    assert handoffs_on(None) and not handoffs_on(HANDOFFS_OFF)  # nothing stored: on
+    assert handoffs_state(True).startswith("Hand-offs are on") and handoffs_state(False).startswith("Hand-offs are off")

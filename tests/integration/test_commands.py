@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import sys
 
 import nio
+import pytest
 from bridge_harness import agent, answers_in
 from bridge_harness import wait_until as until
 from helpers import say
@@ -465,3 +467,23 @@ async def test_the_bot_and_each_puppet_get_an_avatar_once(homeserver, bridge_fac
     await settled(running)
     assert running.store.get_value(f"avatar:{puppet}") == stored
     assert await avatar_of(puppet) == stored
+
+
+@pytest.mark.model
+async def test_status_shows_the_local_agents_context_and_what_it_did_not_report(bridge_factory, tmp_path, owner):
+    """docs/commands.md "In a channel": `!status` shows the context the shipped local agent
+    reports, says what it does not report, names no session id unless asked (`!status ids`)."""
+    local = "@sk_local:localhost"
+    sessions = tmp_path / "sessions"
+    command_line = [sys.executable, "-m", "acp.agents.local_model", "--sessions", str(sessions), "--max-tokens", "16"]
+    await bridge_factory({"local": {"command": command_line, "title": "Local"}})
+    room = await room_with(owner, local, direct=True)
+    await say(owner, room, "Say hello.")
+    await wait_answer(owner, room, local, timeout=180)
+    shown = await command(owner, room, "!status", sender=local)
+    assert re.search(r"Local: ready · context \d+/8.2k \(\d+%\) · no model or cost reported by this agent$", shown), (
+        shown
+    )
+    assert "session" not in shown
+    member = await command(owner, room, "!status ids", sender=local)
+    assert re.search(r"· session \S+$", member), member

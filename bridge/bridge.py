@@ -47,7 +47,7 @@ from .coding.settings import SessionSettings
 from .coding.work import Work
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS
 from .coding.workplaces import WorkPlaces
-from .matrix import left_behind
+from .matrix import avatars, left_behind
 from .matrix.appservice import AppserviceServer, Transaction, TransactionOrder
 from .matrix.identities import Identities
 from .matrix.intent import Outgoing
@@ -285,6 +285,8 @@ class Bridge:
         await bot.ensure_registered()
         for name in self.config.agents:
             await self.identities.puppet(name)
+        # their avatars, beside the start: uploaded once, kept in the store (matrix/avatars.py)
+        self.commands.tasks.start(avatars.ensure(self.identities.everyone(), self.db), "avatars")
         if self.e2ee is not None:
             progress("encryption: a device for each agent and the bot")
             renewed = await self.e2ee.start(

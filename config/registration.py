@@ -36,6 +36,9 @@ class Registration:
     hs_token: str
     sender_localpart: str
     puppet_regex: str
+    # the aliases its users may make (`!new` gives a channel `#name:domain` when free), shared
+    # with anyone: Synapse refuses an appservice user an alias outside its namespaces
+    alias_regex: str = ""
 
     def to_yaml(self) -> str:
         body = {
@@ -46,7 +49,7 @@ class Registration:
             "sender_localpart": self.sender_localpart,
             "namespaces": {
                 "users": [{"exclusive": True, "regex": self.puppet_regex}],
-                "aliases": [],
+                "aliases": [{"exclusive": False, "regex": self.alias_regex}] if self.alias_regex else [],
                 "rooms": [],
             },
             "rate_limited": False,
@@ -73,6 +76,7 @@ def build(config: Config, existing: Registration | None = None) -> Registration:
         hs_token=existing.hs_token if existing else secrets.token_urlsafe(32),
         sender_localpart=config.bot,
         puppet_regex=puppet_regex(config),
+        alias_regex=f"#.*:{re.escape(config.domain)}",
     )
 
 
@@ -83,6 +87,7 @@ def read(path: Path) -> Registration | None:
     except FileNotFoundError:
         return None
     users = ((data or {}).get("namespaces") or {}).get("users") or [{}]
+    aliases = ((data or {}).get("namespaces") or {}).get("aliases") or [{}]
     return Registration(
         id=str(data["id"]),
         url=str(data.get("url") or ""),
@@ -90,6 +95,7 @@ def read(path: Path) -> Registration | None:
         hs_token=str(data["hs_token"]),
         sender_localpart=str(data["sender_localpart"]),
         puppet_regex=str(users[0].get("regex", "")),
+        alias_regex=str(aliases[0].get("regex", "")),
     )
 
 

@@ -19,9 +19,20 @@ def bot_dm(owner: str) -> str:
     return f"bot_dm:{owner}"
 
 
+def welcomed(owner: str) -> str:
+    """Set once `owner` was welcomed: the bot's DM and a direct channel with the first agent made
+    at `sidekicks up` (channels/commands/commands.py `welcome`), never again."""
+    return f"welcomed:{owner}"
+
+
 def bot_room(room_id: str) -> str:
     """The owner whose direct chat with the bot `room_id` is (channels/commands/commands.py)."""
     return f"bot_room:{room_id}"
+
+
+def avatar(user_id: str) -> str:
+    """The mxc URI of the avatar uploaded for the bot or a puppet `user_id` (bridge/matrix/avatars.py)."""
+    return f"avatar:{user_id}"
 
 
 def threads(channel_id: str) -> str:

@@ -119,6 +119,18 @@ class Messages(Part):
             found.append((conversation or "", int(last or 0), first.text if first is not None else ""))
         return found
 
+    @operation
+    def lead_up(self, channel_id: str, conversation: str, limit: int) -> list[Message]:
+        """What led to a thread (`conversation`, its root's event id): the last `limit` messages
+        of the main timeline up to and including its root, oldest first; [] when the root is
+        not a stored main-timeline message of this channel."""
+        root = self._thread_root(channel_id, conversation) if conversation else None
+        if limit <= 0 or root is None or root.conversation:
+            return []
+        return to_messages(
+            self.core.queries.conv_upto.rows(channel_id=channel_id, conversation="", upto=root.id, limit=limit)
+        )
+
     def _thread_root(self, channel_id: str, conversation: str) -> Message | None:
         """The stored message a thread hangs on (None: not stored, or of another channel)."""
         found = self.message_by_event(conversation)

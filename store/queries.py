@@ -74,6 +74,16 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
             "after",
             "limit",
         ),
+        conv_upto=Compiled(
+            db,
+            lambda channel_id, conversation, upto, limit: newest_first(
+                (M.channel_id == channel_id) & (M.conversation == conversation) & (M.id <= upto)
+            ).limit(limit),
+            "channel_id",
+            "conversation",
+            "upto",
+            "limit",
+        ),
         conv_last_agent=Compiled(
             db,
             lambda channel_id, conversation, role: (

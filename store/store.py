@@ -178,6 +178,7 @@ class Store:
     add_message = _Call("messages")
     messages_after = _Call("messages")
     messages_in = _Call("messages")
+    lead_up = _Call("messages")
     last_messages = _Call("messages")
     recent_texts = _Call("messages")
     message_by_event = _Call("messages")

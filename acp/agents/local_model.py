@@ -24,6 +24,11 @@ any chat GGUF can be given with --model.
   first prompt evaluates only the owner's text and the template's end.
 * Answers stream token by token as agent_message_chunk updates; generation
   runs in a thread and `session/cancel` stops it within one token.
+* It is told what it is: a default system prompt (`system_prompt`: the model, running offline on
+  this computer, reached through Sidekicks in a Matrix room, answering briefly); `--system TEXT`
+  replaces it, `--system ""` leaves the chat template's own.
+* After each answer it reports the context used (`usage_update`: the prompt's and the answer's
+  tokens, of the context window), which the bridge's `!status` shows.
 * Slash commands, answered without the model: /clear, /model, /help.
 * The prompt is built with the model's own chat template from the session's
   history; old messages are dropped (and an over-long message keeps only its
@@ -115,6 +120,18 @@ def prompt_text(blocks: list[dict[str, Any]]) -> str:
             if isinstance(resource.get("text"), str):
                 parts.append(f"{resource.get('uri', '')}:\n{resource['text']}")
     return "\n".join(parts)
+
+
+def system_prompt(given: str | None, default_model: bool) -> str | None:
+    """The system prompt the agent runs with: `--system`'s text (empty: none, the chat
+    template's own), else the default, which names SmolLM2 only when that is the model."""
+    if given is not None:
+        return given or None
+    model = "SmolLM2, a small language model" if default_model else "a language model"
+    return (
+        f"You are {model} running offline on this computer. The user talks to you through "
+        "Sidekicks, in a Matrix chat room. Answer briefly and plainly; say so when you do not know."
+    )
 
 
 def parse_command(text: str) -> tuple[str, str] | None:
@@ -389,6 +406,8 @@ class LocalModelAgent(AgentBase):
         threading.Thread(target=work, name=f"generate-{turn.session_id}", daemon=True).start()
         parts: list[str] = []
         finish: str | None = None
+        answered = 0  # the answer's tokens: one a piece
+        prompt_tokens = 0
         try:
             while finish is None:
                 items = [await queue.get()]
@@ -400,6 +419,7 @@ class LocalModelAgent(AgentBase):
                         raise item
                     if item.finish_reason:
                         finish = item.finish_reason
+                        prompt_tokens = item.stats.prompt_tokens if item.stats is not None else 0
                         if self.log_turns and item.stats is not None:
                             print(
                                 f"sidekicks-local: turn {turn.session_id}: {item.stats.line()}",
@@ -408,6 +428,7 @@ class LocalModelAgent(AgentBase):
                             )
                         break
                     chunk += item.text
+                    answered += 1
                 if chunk:
                     parts.append(chunk)
                     await turn.say(chunk)
@@ -421,10 +442,18 @@ class LocalModelAgent(AgentBase):
         finally:
             stop.set()
         self._remember(session, user, "".join(parts))
+        self._tell_usage(turn.session_id, prompt_tokens, answered)
         self._prepare_next(session)
         if finish == "cancelled":
             return "cancelled"
         return "max_tokens" if finish == "length" else "end_turn"
+
+    def _tell_usage(self, session_id: str, prompt_tokens: int, answered: int) -> None:
+        """The context the session holds after an answer, of the window (ACP `usage_update`:
+        the client's `!status` shows it); no cost, as nothing is paid for."""
+        if prompt_tokens:
+            used = min(prompt_tokens + answered, self.model.n_ctx)
+            self.send_update(session_id, {"sessionUpdate": "usage_update", "used": used, "size": self.model.n_ctx})
 
     def _remember(self, session: Session, user: dict[str, str], answer: str) -> None:
         session.messages.append(user)
@@ -458,7 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=None, help="CPU threads for llama.cpp (default: 2, at most the cores minus one)"
     )
     parser.add_argument("--temperature", type=float, default=0.3, help="0 = always the likeliest token")
-    parser.add_argument("--system", default=None, help="system prompt (default: the model's own)")
+    parser.add_argument(
+        "--system", default=None, help='system prompt (default: says what the agent is; "" = the model\'s own)'
+    )
     parser.add_argument(
         "--chat-format", default=None, help="llama-cpp-python chat format, for a GGUF without a chat template"
     )
@@ -514,7 +545,8 @@ def main(argv: list[str] | None = None) -> None:
         kv_ram=args.kv_ram << 20,
         kv_disk=args.kv_disk << 20,
     )
-    agent = LocalModelAgent(model, SessionStore(sessions), system_prompt=args.system, log_turns=args.log_turns)
+    told = system_prompt(args.system, args.model is None)
+    agent = LocalModelAgent(model, SessionStore(sessions), system_prompt=told, log_turns=args.log_turns)
     # an agent is started because a turn wants it (never only to prepare, docs/prepare.md): its
     # model is wanted next, so it loads from now on, beside the handshake
     model.start_loading(agent.initialized, agent.loaded)

@@ -378,7 +378,22 @@ class StatusLine:
     session: str | None = None  # its ACP session id: another ACP client resumes it by this
 
 
-def status_text(line: StatusLine) -> str:
+def unreported(line: StatusLine) -> str | None:
+    """What an agent with a session here did not report, in words: "no model or cost reported
+    by this agent" (None: it reported all, or it has no session to report from)."""
+    if not line.session:
+        return None
+    missing = [
+        what for what, value in (("model", line.model), ("context", line.used), ("cost", line.cost)) if value is None
+    ]
+    if not missing:
+        return None
+    words = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " or " + missing[-1]
+    return f"no {words} reported by this agent"
+
+
+def status_text(line: StatusLine, ids: bool = False) -> str:
+    """One member's line of `!status`: its session by title, its id only with `ids`."""
     parts = [line.state]
     if line.mode:
         parts.append(f"mode {line.mode}")
@@ -392,15 +407,18 @@ def status_text(line: StatusLine) -> str:
         parts.append(f"cost {money(line.cost, line.currency)}")
     if line.title:
         parts.append(f"“{line.title}”")
-    if line.session:
+    missing = unreported(line)
+    if missing:
+        parts.append(missing)
+    if ids and line.session:
         parts.append(f"session {line.session}")
     return f"{line.agent}: " + " · ".join(parts)
 
 
-def status(lines: list[StatusLine]) -> Rendered:
+def status(lines: list[StatusLine], ids: bool = False) -> Rendered:
     if not lines:
         return Rendered("No agents in this channel.", sanitise("<p>No agents in this channel.</p>"))
-    texts = [status_text(line) for line in lines]
+    texts = [status_text(line, ids) for line in lines]
     return _done(texts, ["<ul>" + "".join(f"<li>{_e(t)}</li>" for t in texts) + "</ul>"])
 
 

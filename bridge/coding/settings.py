@@ -223,7 +223,7 @@ class SessionSettings:
         `!status`. In a channel with one agent the agent's name may be left out. `here`: where
         it was typed — it acts on the member's session of that conversation, answers there."""
         if name == "status":
-            await self._status(portal, here)
+            await self._status(portal, here, ids=[a.lower() for a in args] == ["ids"])
             return
         members = portal.member_names()
         if not members:
@@ -358,7 +358,9 @@ class SessionSettings:
         )
         await self.notices.send(puppet, portal.room_id, line.body)
 
-    async def _status(self, portal: Portal, here: Here) -> None:
+    async def _status(self, portal: Portal, here: Here, ids: bool = False) -> None:
+        """`!status`: each member's state, mode, model, context used, cost and session title;
+        `!status ids` adds the session ids (docs/commands.md "In a channel")."""
         members = portal.member_names()
         lines = []
         for agent_name in members:
@@ -403,7 +405,7 @@ class SessionSettings:
                     member.session_id if member is not None else None,
                 )
             )
-        shown = render.status(lines)
+        shown = render.status(lines, ids)
         where = " (this thread)" if here.conversation else ""
         await self.notices.send(
             await self._sender(portal, members, here),

@@ -166,7 +166,8 @@ async def up(path: Path, args, stop: asyncio.Event, say) -> int:
             say(f"  homeserver:  {server.url}   (type it in: no client finds it from the user name)")
             say(f"  user:        {cfg.owners[0]}")
             say(f"  password:    in {password_file(cfg)}")
-            say(f"  then start a direct message with @{cfg.puppet_prefix}{agent}:{cfg.domain}")
+            say(f"  then write to @{cfg.puppet_prefix}{agent}:{cfg.domain} in your direct chat with it")
+            say("  (the first start invites you to it, and to the bridge bot's DM with a welcome)")
             say("Ctrl-C stops everything.")
             if (hint := up_hint(cfg.voice)) is not None:  # docs/voice.md
                 say(hint)
@@ -233,12 +234,23 @@ async def join(cfg, registration, stop: asyncio.Event, say) -> int:
 
 def checker(cfg, say):
     """Once the bridge runs: each agent checked as `sidekicks check` does, a failure said in the
-    terminal at once and in the owner's DM with the bot once the owner has a device to read it
-    with (bridge/local/start_check.py)."""
+    terminal at once; once the owner has a device to read with, a new owner welcomed (the bot's
+    DM and a direct chat with the first agent, once: commands.py `welcome`), then the failures
+    said in the owner's DM with the bot (bridge/local/start_check.py)."""
     from .start_check import check_at_start, owners_have_a_device
 
+    welcomed = asyncio.Event()
+
+    async def readable(bridge) -> None:
+        """Once the owners have a device (so they can read the DM): a new owner welcomed, first."""
+        await owners_have_a_device(bridge)
+        if not welcomed.is_set():
+            welcomed.set()
+            await bridge.commands.welcome()  # the bot's DM and a direct chat, once per owner
+
     async def check(bridge) -> None:
-        await check_at_start(cfg, say, bridge.commands.tell_owners, lambda: owners_have_a_device(bridge))
+        await check_at_start(cfg, say, bridge.commands.tell_owners, lambda: readable(bridge))
+        await readable(bridge)
 
     return check
 

@@ -370,6 +370,18 @@ class Intent:
         if status != 200:
             raise MatrixError(f"naming {self.user_id}: {status} {body.get('error', body)}", status)
 
+    async def avatar_url(self) -> str | None:
+        status, body = await self.client.raw("GET", f"/_matrix/client/v3/profile/{_q(self.user_id)}/avatar_url")
+        url = body.get("avatar_url") if status == 200 else None
+        return url if isinstance(url, str) and url else None
+
+    async def set_avatar_url(self, url: str) -> None:
+        status, body = await self.client.raw(
+            "PUT", f"/_matrix/client/v3/profile/{_q(self.user_id)}/avatar_url", {"avatar_url": url}
+        )
+        if status != 200:
+            raise MatrixError(f"setting the avatar of {self.user_id}: {status} {body.get('error', body)}", status)
+
     async def ping(self, appservice_id: str, transaction_id: str) -> tuple[int, dict]:
         """POST /appservice/{id}/ping (Matrix 1.7): the homeserver calls the appservice now."""
         return await self.client.raw(

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SPACE_NAME = "Sidekicks"
+SPACE_NAME = "Sidekicks channels"  # not the bot's name: a client tells them apart
 
 
 def _q(value: str) -> str:

@@ -114,9 +114,14 @@ async def test_an_image_with_and_without_caption_reaches_the_agent_as_an_image_b
     await running.idle()
     first, second = prompts(log)
     encoded = base64.b64encode(image).decode()
-    assert first == [{"type": "image", "mimeType": "image/png", "data": encoded}]  # no file name as text
+    sent = f"[The user sent you an image: dot.png, image/png, {len(image)} bytes]"
+    # alone, the prompt says the owner sent it and that the answer is about it (frame lines)
+    assert first == [
+        {"type": "text", "text": f"{sent}\n[No text came with it: answer about the file itself.]"},
+        {"type": "image", "mimeType": "image/png", "data": encoded},
+    ]
     assert second[0]["type"] == "text" and second[0]["text"].endswith("what colour is this?")
-    assert second[1:] == [{"type": "image", "mimeType": "image/png", "data": encoded}]
+    assert second[1:] == [{"type": "text", "text": sent}, {"type": "image", "mimeType": "image/png", "data": encoded}]
     stored = [
         m.text for m in running.store.last_messages(running.store.channel_by_room(room).id, 10) if m.role == "user"
     ]
@@ -140,13 +145,17 @@ async def test_a_text_file_is_an_embedded_resource_or_its_text(bridge_factory, t
     await wait_messages(owner, bob_room, 1, sender="@sk_bob:localhost")
     await running.idle()
     (alice_prompt,), (bob_prompt,) = prompts(alice_log), prompts(bob_log)
-    assert alice_prompt[0] == {"type": "text", "text": "[file: add.py]"}
-    resource = alice_prompt[1]["resource"]
-    assert alice_prompt[1]["type"] == "resource" and resource["text"] == text
+    size = len(text.encode())
+    sent = f"[The user sent you a file: add.py, text/x-python, {size} bytes]"
+    assert alice_prompt[0] == {"type": "text", "text": f"{sent}\n[No text came with it: answer about the file itself.]"}
+    assert alice_prompt[1] == {"type": "text", "text": "[file: add.py]"}
+    resource = alice_prompt[2]["resource"]
+    assert alice_prompt[2]["type"] == "resource" and resource["text"] == text
     assert resource["mimeType"] == "text/x-python" and resource["uri"].startswith("mxc://localhost/")
-    assert [b["type"] for b in bob_prompt] == ["text", "text"]
+    assert [b["type"] for b in bob_prompt] == ["text", "text", "text"]
     assert bob_prompt[0]["text"].endswith("review this")
-    assert bob_prompt[1]["text"] == f"[Contents of add.py]\n{text}\n[End of add.py]"
+    assert bob_prompt[1]["text"] == sent  # with a caption: no line asking to answer about the file
+    assert bob_prompt[2]["text"] == f"[Contents of add.py]\n{text}\n[End of add.py]"
     assert running.store.message_by_event(event_id).text == "[file: add.py]"
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import sys
 
 import nio
+import pytest
 from bridge_harness import agent, answers_in
 from bridge_harness import wait_until as until
 from helpers import say
-from matrix_helpers import WHOLE_TIMELINE, events_in, notices, sync_until
+from matrix_helpers import WHOLE_TIMELINE, events_in, notice_events, notices, sync_until
 
 BOT, ALICE, BOB = "@sidekicks:localhost", "@sk_alice:localhost", "@sk_bob:localhost"
 LINK = re.compile(r"https://matrix\.to/#/(![^?\s]+)")
@@ -107,7 +110,11 @@ async def test_bot_dm_greets_and_help_teaches_both_ways(homeserver, bridge_facto
     greeting = notices(owner, dm, BOT)[0]
     assert "!help" in greeting and "!new" in greeting
     assert running.store.get_value(f"bot_dm:{homeserver.owner_id}") == dm
-    help_text = await command(owner, dm, "!help")
+    await command(owner, dm, "!help")  # what to do here, in a few lines, as HTML
+    short = notice_events(owner, dm, BOT)[-1]["content"]
+    assert short["format"] == "org.matrix.custom.html" and "<li>" in short["formatted_body"]
+    assert len(short["body"].splitlines()) <= 8 and "!new" in short["body"] and "!help all" in short["body"]
+    help_text = await command(owner, dm, "!help all")
     for part in (
         "!agents",
         "!channels",
@@ -185,7 +192,18 @@ async def test_new_makes_an_unencrypted_channel_in_the_space(bridge_factory, own
     dm = await open_bot_dm(owner)
     reply = await command(owner, dm, '!new "code review" alice @bob')
     room = LINK.search(reply).group(1)
-    assert reply.startswith("Made #code review with alice, bob:")
+    # the room gets the local alias its name gives, and the answer links it by that alias
+    alias = "#code-review:localhost"
+    assert reply.startswith(f"Made {alias} with alice, bob:"), reply
+    made = notice_events(owner, dm, BOT)[-1]["content"]
+    assert f'<a href="https://matrix.to/#/{alias}">{alias}</a>' in made["formatted_body"]
+    found = await owner.room_resolve_alias(alias)
+    assert isinstance(found, nio.RoomResolveAliasResponse) and found.room_id == room
+    # the alias is taken now: the next room of that name has none, and no "#" is written
+    again = await command(owner, dm, '!new "Code Review" alice')
+    assert again.startswith("Made “Code Review” with alice:"), again
+    again_html = notice_events(owner, dm, BOT)[-1]["content"]["formatted_body"]
+    assert f'<a href="https://matrix.to/#/{LINK.search(again).group(1)}' in again_html and "#code" not in again_html
     channel = running.store.channel_by_room(room)
     assert channel is not None and channel.name == "code review" and channel.direct_agent is None
     assert [m.agent for m in running.store.members(channel.id)] == ["alice", "bob"]
@@ -216,7 +234,7 @@ async def test_new_makes_an_unencrypted_channel_in_the_space(bridge_factory, own
     )
     assert "Usage: !new" in await command(owner, dm, "!new lonely")
     assert "No agent called carol" in await command(owner, dm, "!new x carol")
-    assert len(running.store.channels()) == 2
+    assert len(running.store.channels()) == 3  # code review twice, elsewhere
 
 
 async def test_dm_command_opens_a_direct_channel_made_by_the_puppet(homeserver, bridge_factory, owner):
@@ -341,6 +359,21 @@ async def test_commands_lists_announced_and_starts_the_silent(bridge_factory, tm
     assert "There is no !nope here" in await command(owner, room, "!nope", sender=ALICE)
 
 
+async def test_a_channels_help_is_short_html_for_this_room_and_help_all_has_the_rest(bridge_factory, owner):
+    """docs/commands.md "In a channel": `!help` in a channel answers "what can I do here" in a
+    few lines (its agents' names, no bot commands); `!help all` lists every channel command."""
+    await bridge_factory({"alice": agent(title="Alice"), "bob": agent(title="Bob")})
+    room = await room_with(owner, ALICE, BOB, name="test")
+    await command(owner, room, "!help", sender=ALICE)
+    shown = notice_events(owner, room, ALICE)[-1]["content"]
+    assert shown["format"] == "org.matrix.custom.html" and "<code>@alice hello</code>" in shown["formatted_body"]
+    lines = shown["body"].splitlines()
+    assert lines[0] == "What you can do in #test:" and len(lines) <= 12, shown["body"]
+    assert "`" not in shown["body"] and not any(bot in shown["body"] for bot in ("!new", "!dm", "!agents"))
+    every = await command(owner, room, "!help all", sender=ALICE)
+    assert "!sessions [AGENT]" in every and "!budget channel" in every and "!dm AGENT" not in every
+
+
 async def test_strangers_commands_change_nothing(homeserver, bridge_factory, owner, stranger):
     running = await bridge_factory({"alice": agent(title="Alice")})
     # a stranger's invite of the bot is declined
@@ -368,3 +401,89 @@ async def test_strangers_commands_change_nothing(homeserver, bridge_factory, own
     assert len(notices(owner, dm, BOT)) == 2  # the greeting and !channels only
     assert notices(owner, room, ALICE) == []
     assert running.bridge.pool.state("alice") == "ready"
+
+
+async def test_a_new_owner_is_welcomed_once_and_one_who_left_is_not_invited_again(
+    homeserver, bridge_factory, tmp_path, owner
+):
+    """docs/using.md "The first minutes": at `sidekicks up` (its start calls `welcome`) the bot
+    opens its DM with the owner, with a welcome, and a direct channel with the first agent;
+    once: a restart makes none, and rooms the owner left are not made again."""
+    folder = tmp_path / "bridge"
+    agents = {"alice": agent(title="Alice"), "bob": agent(title="Bob")}
+    running = await bridge_factory(agents, folder=folder)
+    await running.bridge.commands.welcome()
+    dm = running.store.get_value(f"bot_dm:{homeserver.owner_id}")
+    [channel] = running.store.channels()
+    assert channel.direct_agent == "alice"  # the first agent's direct channel
+    await join_invited(owner, dm)
+    await join_invited(owner, channel.room_id)
+    await sync_until(owner, lambda: notice_events(owner, dm, BOT))
+    [welcome] = [e["content"] for e in notice_events(owner, dm, BOT)]
+    assert welcome["body"].startswith("Welcome to Sidekicks") and "!help" in welcome["body"]
+    assert f'href="https://matrix.to/#/{channel.room_id}' in welcome["formatted_body"]
+    await running.bridge.commands.welcome()  # again, in the same run: nothing new
+    await running.stop()
+
+    running = await bridge_factory(agents, folder=folder)  # a restart
+    await running.bridge.commands.welcome()
+    assert [c.room_id for c in running.store.channels()] == [channel.room_id]
+    assert running.store.get_value(f"bot_dm:{homeserver.owner_id}") == dm
+    for room_id in (dm, channel.room_id):  # the owner leaves both (done once the server answers)
+        assert isinstance(await owner.room_leave(room_id), nio.RoomLeaveResponse)
+    await running.stop()
+
+    running = await bridge_factory(agents, folder=folder)
+    await running.bridge.commands.welcome()
+    assert [c.room_id for c in running.store.channels()] == [channel.room_id]  # no new direct channel
+    assert running.store.get_value(f"bot_dm:{homeserver.owner_id}") == dm  # no new DM
+    assert len(notice_events(owner, dm, BOT)) == 1
+
+
+async def test_the_bot_and_each_puppet_get_an_avatar_once(homeserver, bridge_factory, tmp_path, owner):
+    """docs/using.md "The first minutes": a generated avatar per puppet and for the bot, uploaded
+    once and kept in the store; a restart uploads nothing and keeps the profile's avatar."""
+    folder = tmp_path / "bridge"
+    name = f"painted{secrets.token_hex(3)}"  # a puppet no earlier bridge on this Synapse made
+    puppet = f"@sk_{name}:localhost"
+    agents = {name: agent(title="Painted")}
+
+    async def avatar_of(user_id: str) -> str | None:
+        found = await owner.get_avatar(user_id)
+        return found.avatar_url if isinstance(found, nio.ProfileGetAvatarResponse) else None
+
+    async def settled(running) -> None:  # the start's avatar task is done
+        await until(lambda: not any(t.get_name() == "avatars" for t in running.bridge.commands.tasks))
+
+    running = await bridge_factory(agents, folder=folder)
+    await settled(running)
+    stored = running.store.get_value(f"avatar:{puppet}")
+    assert stored and stored.startswith("mxc://localhost/")
+    assert await avatar_of(puppet) == stored
+    assert (await avatar_of(BOT) or "").startswith("mxc://")  # the bot has one (this bridge's or an earlier one's)
+    await running.stop()
+
+    running = await bridge_factory(agents, folder=folder)  # a restart: nothing uploaded again
+    await settled(running)
+    assert running.store.get_value(f"avatar:{puppet}") == stored
+    assert await avatar_of(puppet) == stored
+
+
+@pytest.mark.model
+async def test_status_shows_the_local_agents_context_and_what_it_did_not_report(bridge_factory, tmp_path, owner):
+    """docs/commands.md "In a channel": `!status` shows the context the shipped local agent
+    reports, says what it does not report, names no session id unless asked (`!status ids`)."""
+    local = "@sk_local:localhost"
+    sessions = tmp_path / "sessions"
+    command_line = [sys.executable, "-m", "acp.agents.local_model", "--sessions", str(sessions), "--max-tokens", "16"]
+    await bridge_factory({"local": {"command": command_line, "title": "Local"}})
+    room = await room_with(owner, local, direct=True)
+    await say(owner, room, "Say hello.")
+    await wait_answer(owner, room, local, timeout=180)
+    shown = await command(owner, room, "!status", sender=local)
+    assert re.search(r"Local: ready · context \d+/8.2k \(\d+%\) · no model or cost reported by this agent$", shown), (
+        shown
+    )
+    assert "session" not in shown
+    member = await command(owner, room, "!status ids", sender=local)
+    assert re.search(r"· session \S+$", member), member

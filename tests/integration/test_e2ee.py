@@ -530,7 +530,7 @@ async def test_an_owner_device_that_asks_gets_an_earlier_room_key_and_a_stranger
 
 
 BOT = "@sidekicks:localhost"
-HELP_START = "Sidekicks bridge commands"
+HELP_START = "Sidekicks shows the agents"  # the bot DM's short !help
 
 
 def bot_notices(owner, room_id) -> list[str]:

@@ -2,7 +2,7 @@
 scripted agent over stdio as Zed would, in the agent's working directory — is listed by
 `!sessions` in a Matrix room, marked "elsewhere" with the title the agent gave it; `!resume 1`
 carries it on here (session/resume), and the next prompt goes to that very session, its earlier
-exchange included; `!status` names the session id another ACP client resumes it by; `!sessions
+exchange included; `!status ids` names the session id another ACP client resumes it by; `!sessions
 delete N` deletes one (session/delete), never the current one."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ async def test_a_session_made_by_another_client_is_listed_elsewhere_and_carried_
     assert [m["params"]["sessionId"] for m in received(log) if m.get("method") == "session/resume"] == [zed]
     # the same session, with what was said in it elsewhere: this is its second prompt
     assert session_of(await answer(owner, room_id, ALICE, "[[session]]")) == (zed, 2)
-    status = await command(owner, room_id, "!status", starts="Status of")
+    status = await command(owner, room_id, "!status ids", starts="Status of")
     assert f"session {zed}" in status, status
     listing = await command(owner, room_id, "!sessions")
     assert "1. Kumquat plans — just now ← current" in listing, listing

@@ -154,7 +154,7 @@ async def test_a_session_made_in_another_acp_client_is_resumed_in_a_thread_and_r
     number = int(re.match(r"\s*(\d+)\. ", line).group(1))
     resumed = await command(owner, room_id, f"!resume {number}", thread=root)
     assert resumed.startswith(f"OpenCode (SmolLM2, local) goes on in session {number}"), resumed
-    status = await command(owner, room_id, "!status", thread=root)
+    status = await command(owner, room_id, "!status ids", thread=root)
     assert f"session {made}" in status, status  # the thread now works in that very session
 
     # 3. the next prompt in the thread reaches the model with the earlier exchange

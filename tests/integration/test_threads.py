@@ -254,3 +254,34 @@ async def test_stop_in_a_thread_stops_that_threads_answer_only(bridge_factory, t
     )
     await running.idle()
     assert [m["stopReason"] for m in received(log) if m.get("scripted") == "prompt ended"][-1] == "cancelled"
+
+
+async def test_a_thread_on_an_answer_is_told_the_question_that_led_to_it(bridge_factory, tmp_path, owner):
+    """docs/using.md "Threads": a thread's new session is told the main timeline's messages up
+    to and including its root — the owner's question, then the answer the thread hangs on —
+    and nothing of the main timeline after the root."""
+    logs = {"alice": tmp_path / "alice.log", "bob": tmp_path / "bob.log"}
+    running = await bridge_factory(
+        {
+            "alice": agent("--echo-last-line", "--log", str(logs["alice"]), title="Alice"),
+            "bob": agent("--echo-last-line", "--log", str(logs["bob"]), title="Bob"),
+        }
+    )
+    room_id = await group(owner, ALICE, BOB)
+    await say(owner, room_id, "@bob hello")
+    await answered(owner, room_id, BOB, 1)
+    await say(owner, room_id, "@alice what is 2+2?")
+    [answer] = await answered(owner, room_id, ALICE, 1)
+    await say(owner, room_id, "@bob after the root")  # later in the main timeline: not told
+    await answered(owner, room_id, BOB, 2)
+    await running.idle()
+
+    await say(owner, room_id, "and what is 3+3?", **in_thread(answer["event_id"], answer["event_id"]))
+    await answered(owner, room_id, ALICE, 2)
+    await running.idle()
+    main_session, thread_session = sessions(logs["alice"])
+    assert main_session != thread_session
+    assert prompts(logs["alice"])[1] == (
+        f"{header('general')}\nuser: @bob hello\nbob: echo: @bob hello\nuser: @alice what is 2+2?\n"
+        f"alice: echo: @alice what is 2+2?\n[End of the messages]\n{CLOSING}\nand what is 3+3?"
+    )

@@ -38,20 +38,32 @@ class Notices:
         self.identities = identities
 
     async def notice(
-        self, portal: Room, text: str, puppet: Puppet | None = None, relates_to: dict | None = None
+        self,
+        portal: Room,
+        text: str,
+        puppet: Puppet | None = None,
+        relates_to: dict | None = None,
+        html: str | None = None,
     ) -> None:
         """A notice in the channel of `portal` (see `in_channel`)."""
-        await self.in_channel(portal.room_id, portal.member_names(), text, puppet, relates_to)
+        await self.in_channel(portal.room_id, portal.member_names(), text, puppet, relates_to, html)
 
     async def in_channel(
-        self, room_id: str, members: list[str], text: str, puppet: Puppet | None = None, relates_to: dict | None = None
+        self,
+        room_id: str,
+        members: list[str],
+        text: str,
+        puppet: Puppet | None = None,
+        relates_to: dict | None = None,
+        html: str | None = None,
     ) -> None:
         """A notice in a channel of `members`: by `puppet`, else the first member, else the bot;
-        with `relates_to`, into that thread (channels/base/conversations.py)."""
+        with `relates_to`, into that thread (channels/base/conversations.py); `html`: its
+        formatted body."""
         sender = puppet
         if sender is None:
             sender = await self.identities.puppet(members[0]) if members else self.identities.bot
-        await self.send(relating(sender, room_id, relates_to), room_id, text)
+        await self.send(relating(sender, room_id, relates_to), room_id, text, html)
 
     async def send(self, sender: Puppet, room_id: str, text: str, html: str | None = None) -> None:
         """A notice; a long one in several, each fitting an event; then without its HTML."""

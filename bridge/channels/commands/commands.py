@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 import aiohttp
 
@@ -28,11 +29,9 @@ from ..base.conversations import Here
 from ..base.room_names import place_of
 from ..rules.approvals import ANY_OWNER, approve_mode, approve_state, approve_switch
 from ..rules.command_parse import (
-    CHANNEL_HELP,
     CONFIRM,
     GREETING,
     HANDOFFS_OFF,
-    HELP,
     THREADS_ON,
     Command,
     agents_change,
@@ -51,6 +50,8 @@ from ..rules.command_parse import (
     threads_state,
     threads_switch,
 )
+from ..rules.help_text import bot_help, channel_full_help, full_help, room_help, welcome_text
+from ..rules.room_alias import alias_part, made_text
 from ..turns.handing import end_chain
 from ..turns.sessions import close_sessions
 
@@ -161,6 +162,25 @@ class BotCommands:
                 continue
             await self.notices.send(self.identities.bot, room_id, text)
 
+    async def welcome(self) -> None:
+        """At `sidekicks up`: each owner not welcomed yet gets the bot's DM with a welcome and a
+        direct channel with the first agent, once (kept in the store): a restart makes none, and
+        an owner who left them is not invited again (docs/using.md "The first minutes")."""
+        for owner in self.config.owners:
+            if await self.db.get_value(keys.welcomed(owner)):
+                continue
+            try:
+                room_id = await self.bot_dm(owner)
+                agent = next(iter(self.config.agents), None)
+                direct = (await self.direct_channel(agent, owner))[0] if agent is not None else None
+            except (MatrixError, aiohttp.ClientError) as exc:
+                log.warning("could not welcome %s: %s", owner, exc)
+                continue
+            title = self.config.agents[agent].title if agent is not None else ""
+            shown = welcome_text(title, self._link(direct) if direct is not None else None)
+            await self.notices.send(self.identities.bot, room_id, shown.body, shown.html)
+            await self.db.set_value(keys.welcomed(owner), "yes")
+
     async def bot_dm(self, owner: str) -> str:
         db, bot = self.db, self.identities.bot
         room_id = await db.get_value(keys.bot_dm(owner))
@@ -218,7 +238,9 @@ class BotCommands:
         await handler(room_id, sender, command.args)
 
     async def _help(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
-        await self._say(room_id, HELP)
+        """`!help`: what to do here, in a few lines; `!help all`: every command (help_text.py)."""
+        shown = full_help() if [a.lower() for a in args] == ["all"] else bot_help()
+        await self.notices.send(self.identities.bot, room_id, shown.body, shown.html)
 
     async def _agents(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
         if args:
@@ -295,21 +317,19 @@ class BotCommands:
         bot = self.identities.bot
         puppets = [await self.identities.puppet(agent) for agent in agents]
         space = await self.space.ensure()
-        new_room = await create_room(
-            bot,
-            {
-                "name": name,
-                "preset": "private_chat",
-                "invite": [sender] + [p.user_id for p in puppets],
-                "initial_state": [
-                    {
-                        "type": "m.space.parent",
-                        "state_key": space,
-                        "content": {"via": [self.config.domain], "canonical": True},
-                    }
-                ],
-            },
-        )
+        body = {
+            "name": name,
+            "preset": "private_chat",
+            "invite": [sender] + [p.user_id for p in puppets],
+            "initial_state": [
+                {
+                    "type": "m.space.parent",
+                    "state_key": space,
+                    "content": {"via": [self.config.domain], "canonical": True},
+                }
+            ],
+        }
+        new_room, alias = await self._create_with_alias(body, alias_part(name))
         await give_power(bot, new_room, [sender])  # the owner may rename, invite, kick
         await self.db.create_channel(new_room, name)
         portal = await self.channels.portal_for(new_room)
@@ -319,7 +339,24 @@ class BotCommands:
             if await puppet.intent.join(new_room):
                 self.descriptions.member_joined(new_room, agent)
         await self.space.add(new_room)
-        await self._say(room_id, f"Made #{name} with {', '.join(agents)}: {self._link(new_room)}")
+        made = made_text(name, agents, alias, self._link(new_room))
+        await self.notices.send(bot, room_id, made.body, made.html)
+
+    async def _create_with_alias(self, body: dict, part: str | None) -> tuple[str, str | None]:
+        """The room made by the bot, with the local alias `#part:domain` when it is free (else
+        none): (its id, the alias or None)."""
+        bot = self.identities.bot
+        alias = f"#{part}:{self.config.domain}" if part else None
+        if alias is not None:
+            status, _ = await bot.intent.request("GET", f"/_matrix/client/v3/directory/room/{quote(alias, safe='')}")
+            if status == 404:
+                try:
+                    return await create_room(bot, {**body, "room_alias_name": part}), alias
+                except MatrixError as exc:  # taken meanwhile, or refused: the room goes without
+                    log.info("%s not given to the new room: %s", alias, exc)
+                    if exc.transient:
+                        raise
+        return await create_room(bot, body), None
 
     async def _dm(self, room_id: str, sender: str, args: tuple[str, ...]) -> None:
         agent = resolve_agent(args[0], self.aliases) if len(args) == 1 else None
@@ -418,9 +455,19 @@ class BotCommands:
         elif command.name == "steer":
             await self._steer(portal, rest_of(body), here, say)
         elif command.name == "help":
-            await say(CHANNEL_HELP + "\n\n" + HELP)
+            await self._channel_help(portal, command.args, here)
         else:
-            await say(f"There is no !{command.name} here. {CHANNEL_HELP}")
+            await say(f"There is no !{command.name} here. !help says what you can do here.")
+
+    async def _channel_help(self, portal: Portal, args: tuple[str, ...], here: Here) -> None:
+        """`!help` in a channel: this room's commands first, in a few lines; `!help all`: every
+        command of a channel (none of the bot's: they are told in its DM)."""
+        if [a.lower() for a in args] == ["all"]:
+            shown = channel_full_help()
+        else:
+            members = portal.member_names()
+            shown = room_help(place_of(portal.channel), members, portal.channel.direct_agent is not None)
+        await self.notices.notice(portal, shown.body, relates_to=here.relates_to, html=shown.html)
 
     async def _unschedule(self, portal: Portal, args: tuple[str, ...], say) -> None:
         """`!unschedule N`: cancel the channel's schedule N (as `!schedules` numbers them), a

@@ -11,76 +11,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .help_text import channel_full_help, full_help
+
 if TYPE_CHECKING:
     from store import Channel
 
 CONFIRM = "confirm"
 
 GREETING = (
-    "Hi! I am the Sidekicks bridge. Here: !agents, !channels, !new NAME AGENT..., "
-    "!dm AGENT, !delete CHANNEL. In a channel: !stop, !commands, !status, !mode, !model, "
-    "!config, !threads, !delete. "
-    "!help tells more."
+    "Hi! I am the Sidekicks bridge: the AI agents on this computer are Matrix users here. Talk to "
+    "one in a direct chat with it (!dm AGENT), or to several in a channel (!new NAME AGENT...): "
+    "mention one (@name hello) and it answers. !help says what you can do here."
 )
 
-HELP = """Sidekicks bridge commands (they start with "!"; "/" belongs to the agents)
-
-Here, in my DM:
-  !agents                the agents and what each is doing
-  !agents add ID [--cwd DIR]  add an agent from the ACP agent registry (no restart)
-  !agents remove NAME    take an agent out of the config; it leaves its rooms
-  !channels              the channels and their members
-  !new NAME AGENT...     a new channel with these agents (quote a name with spaces: !new "code review" alice bob)
-  !dm AGENT              a direct channel with one agent
-  !delete CHANNEL        delete a channel and its history (asks you to confirm)
-
-In a channel:
-  !stop                  stop the answer being written (in a thread: that thread's)
-  !commands              the slash commands of the channel's agents
-  !status                each agent's state, mode, model, context used, cost and session title
-  !mode [AGENT] [MODE]   see or change an agent's mode (ask, plan, code… as the agent offers)
-  !model [AGENT] [MODEL] see or change an agent's model
-  !config [AGENT] [OPTION VALUE]  see or change the agent's other options
-  !schedules             the work agents scheduled here (their `schedule` tool)
-  !unschedule N          cancel schedule N
-  !cwd [AGENT] [PATH]    see or change where an agent works here (only inside its configured roots)
-  !worktrees             the threads' git worktrees (agents with worktrees: on); !worktrees remove N confirm
-  !sessions [AGENT]      the agents' sessions in this conversation (main timeline or thread);
-                         !sessions [AGENT] delete N deletes one (where the agent can)
-  !resume [AGENT] N      go back to session N of !sessions
-  !reset [AGENT]         start a new session here
-  !fork [AGENT]          go on with a copy of the session in a new thread
-  !threads [on|off]      on: each message agents answer gets its answers in a thread under it
-  !handoffs [on|off]     off: the agents here cannot hand work to each other (on by default)
-  !voice [on|off]        on: the agents' answers here come also as voice notes
-  !approve [requester|any-owner]  who answers the agents' permission prompts and questions
-  !queue                 the messages waiting for an answer here; !drop N removes one
-  !steer TEXT            redirect the answer being written (or reply to it): asked again with TEXT
-  !budget [AGENT] [raise AMOUNT]  an agent's budget and what it spent (raise: for this period)
-  !budget channel [COST per day|month | raise AMOUNT | off]  this channel's budget, for all its agents
-  !delete                delete the channel's history (asks you to confirm)
-  (with one agent in the channel, AGENT may be left out; choices stay across restarts)
-
-Talking to agents in a channel:
-  @alice how are you?    alice answers; several mentions answer one after the other
-  /alice:review main.py  sends "/review main.py" to alice alone
-  @alice /review main.py the same, for clients that swallow unknown slash commands
-  //alice:review main.py the same again (Element asks "Send as message" otherwise)
-With no mention, the agent who spoke last answers. In a thread all of this holds
-inside the thread; a command typed there acts on that thread (its answer, its sessions)."""
-
-CHANNEL_HELP = (
-    "In a channel: !stop (stop the current answer), !commands (the agents' slash "
-    "commands), !status, !mode, !model, !config (the agents' state and settings), "
-    "!schedules, !unschedule N (work the agents scheduled), !sessions, !resume N, !reset, "
-    "!fork (the agents' sessions in this conversation), !cwd, !worktrees (where they work), "
-    "!threads on|off (answers in a thread under each message), !handoffs on|off (agents "
-    "handing work to each other), !voice on|off (answers also "
-    "as voice notes), !approve requester|any-owner "
-    "(who answers permission prompts), !queue, !drop N, !steer TEXT (what waits, and "
-    "redirecting the running answer), !budget (what agents may cost), !delete (delete this "
-    "channel's history). Everything else is in my DM: !help."
-)
+HELP = full_help().body  # `!help all` in the bot's DM (help_text.py)
+CHANNEL_HELP = channel_full_help().body  # `!help all` in a channel
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@
   content the agent announced (`promptCapabilities`): an `image` / `audio` block, an embedded
   `resource` (`embeddedContext`), a text file's text, else a `resource_link`; or the one line
   saying why this agent cannot take it.
-- `attachment_prompt(...)` — the same once the file is fetched (matrix/media.py).
+- `sent_frame(attachment, size, captioned)` (pure) — the frame lines saying the owner sent it.
+- `attachment_prompt(...)` — the same once the file is fetched (matrix/media.py), after those lines.
 - `reread(...)` — an attachment message a previous run left: its event read again for the file.
 Matrix I/O (downloads, what each message kind says) stays in matrix/media.py.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ...matrix.media import Attachment, MediaError, OwnerMessage, fetch, read_message
+from ...matrix.media import Attachment, MediaError, OwnerMessage, fetch, mib, read_message
 from ...voice.listen import Listening, hear
 from ...voice.words import transcript_prompt
 from .context import contents_frame, unframe
@@ -168,6 +169,25 @@ def prompt_content(
     return [{"type": "resource_link", "uri": uri, "name": name, "mimeType": mime, "size": len(data)}], None
 
 
+KINDS = {"image": "an image", "audio": "an audio file", "video": "a video", "sticker": "a sticker"}
+
+
+def _framed(text: str) -> str:
+    """A name the owner chose, as it may stand inside a frame line: one line, no brackets (a
+    file name cannot close the line and forge another)."""
+    return " ".join(text.replace("[", "(").replace("]", ")").split()) or "(no name)"
+
+
+def sent_frame(attachment: Attachment, size: int, captioned: bool) -> str:
+    """The frame lines that say the owner sent a file (docs/using.md "What each message kind does"): what it is
+    (name, type, size), and, with no text, that the answer is about the file itself."""
+    kind = KINDS.get(attachment.label or attachment.kind, "a file")
+    lines = [f"[The user sent you {kind}: {_framed(attachment.name)}, {_framed(attachment.mimetype)}, {mib(size)}]"]
+    if not captioned:
+        lines.append("[No text came with it: answer about the file itself.]")
+    return "\n".join(lines)
+
+
 def prompt_blocks(text: str, content: list[dict]) -> list[dict]:
     """The prompt: its text (the caption, with the channel's context) then the attachment."""
     return ([{"type": "text", "text": text}] if text.strip() else []) + content
@@ -182,9 +202,12 @@ async def attachment_prompt(
     limit: int,
     listening: Listening | None = None,
     data: bytes | None = None,
+    captioned: bool | None = None,
 ) -> tuple[list[dict], str | None]:
     """The prompt for a message with an attachment, for an agent with these capabilities: its
-    blocks, or ([], the one line saying why it cannot be passed on). Audio, with `listening`
+    blocks, or ([], the one line saying why it cannot be passed on). The file comes after the
+    frame lines saying the owner sent it; `captioned`: whether the owner wrote text with it
+    (None: whether `text` has any). Audio, with `listening`
     (transcription on and installed), is transcribed: the transcript is the prompt's text, and
     an agent taking audio gets the audio too (docs/voice.md). `data`: the file, if fetched."""
     try:
@@ -200,7 +223,11 @@ async def attachment_prompt(
     content, refused = prompt_content(attachment, data, capabilities, title)
     if refused is not None:
         return [], refused
-    return prompt_blocks(text, content), None
+    sent = {
+        "type": "text",
+        "text": sent_frame(attachment, len(data), bool(text.strip()) if captioned is None else captioned),
+    }
+    return prompt_blocks(text, [sent, *content]), None
 
 
 async def heard_first(intent: Intent, attachment: Attachment | None, limit: int, hearing: Listening) -> bytes | None:

@@ -30,6 +30,7 @@ from ..base.conversations import relation_for
 from ..base.parts import AskedIn
 from ..base.stream import Answer, AnswerNotFinished, TxnIds
 from ..rules.approvals import approve_mode, approvers
+from ..rules.lead_up import with_lead_up
 from ..rules.logins import agent_method, login_line
 from . import prepare
 from .agent_files import roots_for
@@ -195,13 +196,17 @@ def context_reader(channel_id: str, limit: int, queued: int, conversation: str =
     message, the newest). A thread's start with its root; no main-timeline message after the
     root is in them, nor any thread's in the main timeline's
     (docs/architecture.md "Conversations and threads"). Which one is told depends on whether its
-    session turns out fresh, known only once it is opened: both are read when they differ."""
+    session turns out fresh, known only once it is opened: both are read when they differ. The
+    newest, in a thread, begin with the main timeline's messages up to its root (docs/using.md
+    "Threads")."""
     count = limit + 1 + queued
 
     def read(store, member) -> tuple[list, list]:
         if not limit:
             return [], []
         recent = store.messages_in(channel_id, conversation, None, count)
+        if conversation:  # a fresh session of a thread is told what led to its root too
+            recent = with_lead_up(store.lead_up(channel_id, conversation, count), recent, count)
         if member.last_seen is None or member.fresh:
             return recent, recent
         return store.messages_in(channel_id, conversation, member.last_seen, count), recent
@@ -398,6 +403,7 @@ async def _prompt(run: RunningTurn) -> str | None:
                 config.attachment_bytes,
                 listening(config, portal, answer),
                 heard,
+                captioned=bool(record.text.strip()),
             )
             if refused is not None:  # one line in the answer's place; nothing goes to the agent
                 await _ended_early(run, f"⚠️ {refused}")

@@ -459,6 +459,19 @@ def test_stop_reasons_end_with_one_line():
     assert render.stop_reason("end_turn") is None and render.stop_reason("cancelled") is None
 
 
-def test_status_names_the_session_id_another_acp_client_resumes():
-    line = render.StatusLine("Coder", "ready", title="Fix it", session="ses_42")
-    assert render.status_text(line) == "Coder: ready · “Fix it” · session ses_42"
+def test_status_names_the_session_by_title_and_its_id_only_when_asked():
+    line = render.StatusLine(
+        "Coder", "ready", model="Large", used=10, size=100, cost=0.1, currency="USD", title="Fix it", session="ses_42"
+    )
+    assert render.status_text(line) == "Coder: ready · model Large · context 10/100 (10%) · cost $0.10 · “Fix it”"
+    assert render.status_text(line, ids=True).endswith("“Fix it” · session ses_42")
+
+
+def test_status_says_what_the_agent_did_not_report():
+    local = render.StatusLine("SmolLM2", "ready", used=312, size=8192, session="s1")
+    assert (
+        render.status_text(local) == "SmolLM2: ready · context 312/8.2k (4%) · no model or cost reported by this agent"
+    )
+    silent = render.StatusLine("Echo", "ready", session="s2")
+    assert render.status_text(silent).endswith("no model, context or cost reported by this agent")
+    assert render.status_text(render.StatusLine("Local", "stopped")) == "Local: stopped"  # no session: nothing to say

@@ -238,6 +238,8 @@ def test_registration_is_0600_with_random_tokens_and_exclusive_namespace(tmp_pat
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     data = yaml.safe_load(path.read_text())
     assert data["namespaces"]["users"] == [{"exclusive": True, "regex": "@sk_.*:localhost"}]
+    # `!new`'s alias: any on the server, shared (docs/commands.md "In the bridge bot's DM")
+    assert data["namespaces"]["aliases"] == [{"exclusive": False, "regex": "#.*:localhost"}]
     assert data["rate_limited"] is False and data["receive_ephemeral"] is True
     assert data["sender_localpart"] == "sidekicks" and data["url"] == "http://127.0.0.1:29333"
     assert len(data["as_token"]) >= 40 and data["as_token"] != data["hs_token"]

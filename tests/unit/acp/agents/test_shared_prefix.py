@@ -113,3 +113,41 @@ def test_another_model_file_never_reuses_a_stale_prefix(start_agent, sessions_di
     other = start(start_agent, "--model", str(copy))
     _, turn = ask(other, 1)
     assert turn[5] == "prefix" and int(turn[3]) == 0, turn.group(0)  # made anew, nothing reused
+
+
+def test_the_default_system_prompt_is_in_the_shared_prefix_and_the_first_prompt_reuses_it(
+    start_agent, sessions_dir: Path
+):
+    """The shipped agent says what it is (docs/configuration.md "The shipped local agent"): its system prompt is
+    in the tokens every new session starts from, and a first prompt reuses all of them."""
+    from llama_cpp import Llama
+
+    from acp.agents.local_model import system_prompt
+
+    first = start(start_agent)
+    ask(first, 1)  # the prefix is made and kept
+    agent = start(start_agent)  # a new process: the first prompt starts from the kept prefix
+    reply, updates = agent.prompt(agent.new_session(), QUESTION)
+    turn = turns(agent, 1)[-1]
+    assert first.close() == 0 and agent.close() == 0
+    tokens = prefix_tokens(sessions_dir)
+    model = default_model_path()
+    assert model is not None
+    vocab = Llama(model_path=str(model), vocab_only=True, verbose=False)
+    told = vocab.detokenize(tokens).decode("utf-8", "replace")
+    default = system_prompt(None, default_model=True)
+    assert default is not None and "SmolLM2" in default and "Matrix" in default
+    assert default in told, told  # the default system prompt, in the first prompt's tokens
+    assert turn[5] == "prefix" and int(turn[3]) == len(tokens), turn.group(0)  # reused, every token
+    used = [u["update"] for u in updates if u["update"].get("sessionUpdate") == "usage_update"]
+    assert used and 0 < used[-1]["used"] <= used[-1]["size"], used  # the context it reports
+    assert used[-1]["used"] >= int(turn[2]), used
+
+
+def test_system_overrides_the_default_and_an_empty_one_leaves_the_templates_own():
+    from acp.agents.local_model import system_prompt
+
+    assert system_prompt("You answer in five words.", default_model=True) == "You answer in five words."
+    assert system_prompt("", default_model=True) is None
+    other = system_prompt(None, default_model=False)
+    assert other is not None and "SmolLM2" not in other and "offline" in other

@@ -164,7 +164,7 @@ def test_threads_switch_reads_on_off_or_nothing():
 def test_help_names_threads():
     from bridge.channels.rules.command_parse import CHANNEL_HELP, HELP
 
-    assert "!threads on|off" in CHANNEL_HELP and "!threads [on|off]" in HELP
+    assert "!threads [on|off]" in CHANNEL_HELP and "!threads [on|off]" in HELP
 
 
 def test_help_names_every_channel_command_of_every_part():

@@ -176,7 +176,8 @@ class Bridge:
             aliases,
             self.mcp.forget_channel,
         )
-        self.outage = StoreOutage(db, self.halt, self.ping, identities)  # while the store is away
+        # while the store is away; a room is told by its own agents (the open channels' members)
+        self.outage = StoreOutage(db, self.halt, self.ping, identities, self._members_of)
         self.parts = ChannelParts(  # what a portal and its turns work with (channels/base/parts.py)
             config=config,
             db=db,
@@ -473,6 +474,11 @@ class Bridge:
     def _open_portal(self, channel: Channel, members: list[str]) -> Portal:
         """A channel's portal, made the first time the channel is asked for (registry.py)."""
         return Portal(self.parts, channel, members)
+
+    def _members_of(self, room_id: str) -> list[str]:
+        """The agents of `room_id`'s open channel, in join order (none when it is not open)."""
+        portal = self.channels.portals.get(room_id)
+        return portal.member_names() if portal is not None else []
 
     # for the command line and tests: the parts' state, read through the bridge that owns them
 

@@ -81,6 +81,8 @@ async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_o
         record_figures("PostgreSQL down under the bridge", figures)
         assert figures["lost"] == 0 and figures["answered twice"] == 0, figures
         assert notices == {DOWN_TEXT: 1, BACK_TEXT: 1}, notices
+        # told by the room's own agent (docs/outages.md "Who tells a room")
+        assert Counter(b for b in bodies(owner, room_id, PUPPET) if b in (DOWN_TEXT, BACK_TEXT)) == notices
         assert [m.text for m in stored if m.role == "user"] == sent
         assert running.bridge.outage.outages == 1
     finally:

@@ -54,6 +54,7 @@ from .matrix.intent import Outgoing
 from .matrix.msc4391 import CommandDescriptions
 from .matrix.presence import Presence
 from .matrix.puppet import Puppet
+from .matrix.quiet import Quiet
 from .matrix.reachability import Reachability
 from .mcp.actions import Means
 from .mcp.service import McpService
@@ -111,6 +112,10 @@ class Bridge:
         self._read_back_at: dict[str, float] = {}  # room → when it was last read back for a gap
         self._catching_up: set[asyncio.Task] = set()
         self._watching: asyncio.Future | None = None  # the homeserver asked when idle (reachability.py)
+        # rooms read back while the homeserver is quiet after activity (matrix/quiet.py)
+        self.quiet = Quiet()
+        self._quiet_news = asyncio.Event()  # a transaction came: the quiet watch looks again
+        self._watching_quiet: asyncio.Future | None = None
 
     def _build_agents(self) -> None:
         """The agents: how each starts, in its sandbox (agent_specs.py; the MCP socket added at
@@ -190,7 +195,8 @@ class Bridge:
             self.mcp.forget_channel,
             self.roster,
         )
-        self.outage = StoreOutage(db, self.halt, self.ping, identities)  # while the store is away
+        # while the store is away; a room is told by its own agents (the open channels' members)
+        self.outage = StoreOutage(db, self.halt, self.ping, identities, self._members_of)
         # ACP clients attached to conversations through `sidekicks acp` (bridge/attach)
         self.attach = AttachService(config, db, channels, identities)
         self.attach.direct_channel = self.commands.direct_channel  # a new session's DM, as `!dm` makes it
@@ -245,7 +251,7 @@ class Bridge:
         self.dispatcher = self.inbound.dispatcher
         self.server = AppserviceServer(
             self.registration.hs_token,
-            self.dispatcher.transaction,
+            self._transaction,
             self.handle_user_query,
             db.txn_seen,
             db.mark_txn,
@@ -279,6 +285,7 @@ class Bridge:
         self._watching = asyncio.ensure_future(
             self.reachability.watch(session, self.config.homeserver_url, self.registration.as_token)
         )
+        self._watching_quiet = asyncio.ensure_future(self._watch_quiet())
         await self.server.start(self.config.listen_host, self.config.listen_port)
         progress(f"appservice listening on {self.config.appservice_url}")
         await self._wait_for_homeserver(progress)
@@ -360,6 +367,7 @@ class Bridge:
                 *self._catching_up,
                 *prepare.pending(),
                 *([self._watching] if self._watching else []),
+                *([self._watching_quiet] if self._watching_quiet else []),
             ]  # replies, receipts on their way
             for task in later:
                 task.cancel()
@@ -444,6 +452,49 @@ class Bridge:
         self._read_back_at.update(dict.fromkeys(rooms, now))
         log.info("transaction %s: read back %s channel(s) after a gap in the transactions", transaction.txn_id, read)
 
+    async def _transaction(self, transaction: Transaction) -> None:
+        """A transaction from the homeserver: its rooms are active (matrix/quiet.py), then the
+        dispatcher handles it."""
+        owners = self.config.owners
+        rooms = {
+            e["room_id"]
+            for e in transaction.events
+            if isinstance(e.get("room_id"), str)
+            and (e.get("sender") in owners or e["room_id"] in self.channels.portals)
+        }
+        self.quiet.came(rooms, time.time())
+        self._quiet_news.set()
+        await self.dispatcher.transaction(transaction)
+
+    async def _watch_quiet(self) -> None:
+        """Until cancelled: while the homeserver sends nothing for a while after some activity,
+        the active rooms are read back (matrix/quiet.py): a message its appservice sender left
+        behind when it was killed is answered without waiting for a later event. Idle (no
+        room active): it waits for the next transaction, asking nothing."""
+        while True:
+            wait = self.quiet.next_check(time.time())
+            if wait is None or wait > 0:
+                self._quiet_news.clear()
+                try:
+                    await asyncio.wait_for(self._quiet_news.wait(), wait)
+                except TimeoutError:
+                    pass
+                continue
+            if self.stopping.is_set():
+                return
+            rooms = self.quiet.due(time.time())
+            if not rooms:  # not due after all (a clock step): look again shortly
+                await asyncio.sleep(1)
+                continue
+            try:
+                read = await self.inbound.catch_up_rooms(rooms)
+            except Exception as exc:  # the store or the homeserver: the next quiet period again
+                read = 0
+                log.info("reading back quiet rooms failed: %s", exc)
+            self.quiet.read(rooms, time.time())
+            if read:
+                log.debug("read back %d active channel(s): the homeserver was quiet", read)
+
     def _back(self, since: float) -> None:
         """The homeserver answers again; it failed from `since` (matrix/reachability.py). Its
         channels' messages from shortly before are read back (inbound.catch_up_since)."""
@@ -498,6 +549,11 @@ class Bridge:
     def _open_portal(self, channel: Channel, members: list[str]) -> Portal:
         """A channel's portal, made the first time the channel is asked for (registry.py)."""
         return Portal(self.parts, channel, members)
+
+    def _members_of(self, room_id: str) -> list[str]:
+        """The agents of `room_id`'s open channel, in join order (none when it is not open)."""
+        portal = self.channels.portals.get(room_id)
+        return portal.member_names() if portal is not None else []
 
     # for the command line and tests: the parts' state, read through the bridge that owns them
 

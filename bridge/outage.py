@@ -12,15 +12,19 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
-from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable, keys
+from store import StoreClosed, StoreError, StoreLockLost, StoreUnavailable, StoreUnwritable, keys
+
+from .outage_tellers import BOT, tellers
 
 if TYPE_CHECKING:
     from store.offloop import OffLoop
 
     from .matrix.identities import Identities
+    from .matrix.puppet import Puppet
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +32,10 @@ DOWN_NOTICE_AFTER = 5.0  # seconds of a database outage before the owner is told
 DOWN_TEXT = (
     "⚠️ The bridge cannot reach its database right now. Your messages are not lost: the "
     "homeserver keeps them, and they are answered as soon as the database is back."
+)
+FULL_TEXT = (
+    "⚠️ The bridge cannot write its database: the disk it is on is full. Your messages are not "
+    "lost: the homeserver keeps them, and they are answered as soon as there is room again."
 )
 BACK_TEXT = "✅ The database is back: the messages that waited are being answered now."
 
@@ -52,17 +60,21 @@ class StoreOutage:
         halt: Callable[[str], None] = lambda reason: None,
         ping: Callable[[], Awaitable[None]] | None = None,
         identities: Identities | None = None,
+        members_of: Callable[[str], list[str]] = lambda room_id: [],
     ):
         """`db`: the store's calls (None: no database thread, tests of this class alone);
         `halt`: stops this bridge, with the reason; `ping`: asks the homeserver for what it
-        keeps; `identities`: who says the outage in the rooms."""
+        keeps; `identities`: who says the outage in the rooms; `members_of`: the agents of a
+        room's open channel (none when it is not open)."""
         self.db = db
         self.halt = halt
         self.ping = ping
         self.identities = identities
+        self.members_of = members_of
         self.rooms: list[str] = []  # rooms whose messages wait, in the order they came
         self.outages = 0
         self._task: asyncio.Task | None = None
+        self._disk_full = False  # the last failure was a full disk (SQLite): said so
         # at most a few per turn in flight (no turn starts while the database is down)
         self._writes: deque[tuple[str, Callable[[], object]]] = deque()
 
@@ -119,6 +131,7 @@ class StoreOutage:
             return
         if not isinstance(exc, StoreUnavailable) or isinstance(exc, StoreClosed):
             return
+        self._disk_full = isinstance(exc, StoreUnwritable) and exc.disk_full
         room_id = event.get("room_id")
         if isinstance(room_id, str) and room_id not in self.rooms and len(self.rooms) < 100:
             self.rooms.append(room_id)
@@ -138,7 +151,7 @@ class StoreOutage:
             while not (await self._back() and await self._flushed()):
                 if not told and time.monotonic() - began >= DOWN_NOTICE_AFTER:
                     told = True
-                    await self._say(DOWN_TEXT)
+                    await self._say(FULL_TEXT if self._disk_full else DOWN_TEXT)
                 await asyncio.sleep(max(0.5, min(await self.db.retry_in(), 5.0)))
         except StoreLockLost as exc:
             self.halt(f"another bridge took the database ({exc}): this one stops")
@@ -178,13 +191,62 @@ class StoreOutage:
         return True
 
     async def _say(self, text: str) -> None:
-        """A notice in each waiting room, by the bot or else a puppet the bridge has (the
-        store, which knows who is where, is what is missing)."""
-        senders = self.identities.everyone() if self.identities is not None else []
+        """A notice in each waiting room, by a member of it: its own agent's puppet
+        (outage_tellers.py)."""
         for room_id in self.rooms:
-            for sender in senders:
+            told = False
+            for sender in await self._tellers(room_id):
                 try:
                     await sender.intent.send(room_id, {"msgtype": "m.notice", "body": text})
+                    told = True
                     break
-                except Exception as exc:  # not in that room, or the homeserver: the next one
+                except Exception as exc:  # the homeserver refused it: the next member
                     log.info("could not tell %s as %s: %s", room_id, sender.user_id, exc)
+            if not told:
+                log.info("could not tell %s that the database is away: no member of the bridge's in it", room_id)
+
+    async def _tellers(self, room_id: str) -> list[Puppet]:
+        """The bridge's users in `room_id` who may tell it, best first: the open channel's
+        agents, else those the homeserver says are joined."""
+        identities = self.identities
+        if identities is None:
+            return []
+        config = identities.config
+        puppets = {agent: config.puppet_user_id(agent) for agent in config.agents}
+        names = tellers(self.members_of(room_id), None, puppets, config.bot_user_id)
+        if not names:
+            names = tellers([], await self._joined(room_id), puppets, config.bot_user_id)
+        found = []
+        for name in names:
+            try:
+                found.append(identities.bot if name == BOT else await identities.puppet(name))
+            except Exception as exc:  # the homeserver: not that one
+                log.info("could not tell %s as %s: %s", room_id, name or "the bot", exc)
+        return [p for p in found if p is not None]
+
+    async def _joined(self, room_id: str) -> set[str] | None:
+        """Who is joined to `room_id`, asked as each of the bridge's users until one is in it
+        (None: none of them is, or the homeserver does not say)."""
+        path = f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/joined_members"
+        async for user in self._askers():
+            try:
+                status, body = await user.intent.request("GET", path)
+            except Exception:  # the homeserver: ask as the next one
+                continue
+            joined = body.get("joined") if status == 200 else None
+            if isinstance(joined, dict):
+                return set(joined)
+        return None
+
+    async def _askers(self) -> AsyncIterator[Puppet]:
+        """The bot, then each configured agent's puppet."""
+        identities = self.identities
+        if identities is None:
+            return
+        if identities.bot is not None:
+            yield identities.bot
+        for agent in identities.config.agents:
+            try:
+                yield await identities.puppet(agent)
+            except Exception:  # could not be registered: the next one
+                continue

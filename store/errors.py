@@ -32,4 +32,9 @@ class StoreUnavailable(StoreError):
 
 
 class StoreUnwritable(StoreUnavailable):
-    """The SQLite file cannot be written (disk full, read-only, I/O error); reads still work."""
+    """The SQLite file cannot be written (disk full, read-only, I/O error); reads still work.
+    `disk_full`: because its disk is full (the owner is told so: there is something to do)."""
+
+    def __init__(self, message: str, disk_full: bool = False) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full

@@ -102,7 +102,7 @@ def diagnose(exc: BaseException, db: pw.Database, what: str, path: Path | None =
         name = getattr(error, "sqlite_errorname", "") or ""
         where = str(path) if path is not None else "the SQLite database"
         if name.startswith("SQLITE_FULL"):
-            return StoreUnwritable(f"{what}: cannot write {where}: the disk is full")
+            return StoreUnwritable(f"{what}: cannot write {where}: the disk is full", disk_full=True)
         if name.startswith("SQLITE_READONLY"):
             return StoreUnwritable(f"{what}: cannot write {where}: it is read-only")
         if name.startswith("SQLITE_IOERR"):

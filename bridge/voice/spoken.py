@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from nio.crypto.attachments import encrypt_attachment
 
-from store import keys
+from store import StoreError, keys
 
 from .audio import AudioError
 from .speech import speak, tts_missing
@@ -64,7 +64,13 @@ async def speak_answer(
     """With spoken answers on in the channel: `text` read aloud and posted by `intent` (the
     answering puppet, in its conversation); the voice note's event id. A failure is logged and
     said in one line; the written answer is already there."""
-    if not text.strip() or await db.get_value(keys.voice(channel_id)) != VOICE_ON:
+    if not text.strip():
+        return None
+    try:
+        if await db.get_value(keys.voice(channel_id)) != VOICE_ON:
+            return None
+    except StoreError as exc:  # the database away: the written answer stands, unread
+        log.info("spoken answer in %s not known to be on: %s", room_id, exc)
         return None
     said = speakable(text)
     try:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 PROMPT_RETRY = 0.25  # seconds at least between tries of the prompt's step while the database is away
 PROMPT_RETRY_MAX = 5.0
+FINISHING_WAIT = 2.0  # seconds the final send waits for its record's step when the database hangs
 
 
 class Journal:
@@ -67,9 +68,15 @@ class Journal:
 
     async def finishing(self, final: dict) -> None:
         """Before the final text is sent: awaited, so that a stop after it never marks that
-        finished answer interrupted (the next start sends it again instead)."""
+        finished answer interrupted (the next start sends it again instead). A database that
+        hangs is waited for FINISHING_WAIT at most: the answer is sent, its record is written
+        when the database answers, in order (docs/outages.md "The database away mid-answer")."""
+        writing = asyncio.ensure_future(self._turns.finishing(self.record.id, final, final.get("answer") or []))
         try:
-            await self._turns.finishing(self.record.id, final, final.get("answer") or [])
+            await asyncio.wait_for(asyncio.shield(writing), FINISHING_WAIT)
+        except TimeoutError:  # still on the database thread: written when it answers
+            writing.add_done_callback(_logged_late(self._room))
+            log.warning("turn in %s: the final send goes before its record (the database does not answer)", self._room)
         except StoreError as exc:  # the answer still goes out; a kill now would mark it cut
             log.warning("turn in %s: the final send not recorded (%s)", self._room, exc)
 
@@ -95,3 +102,13 @@ class Journal:
         self.closed = True
         turns, turn_id = self._db.target.turns, self.record.id
         self._soon("release", lambda: turns.release(turn_id))
+
+
+def _logged_late(room: str) -> Callable[[asyncio.Future], None]:
+    """What says how a record's step left waiting on a hanging database ended."""
+
+    def done(future: asyncio.Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("turn in %s: the final send not recorded (%s)", room, future.exception())
+
+    return done

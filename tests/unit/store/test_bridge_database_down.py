@@ -81,6 +81,8 @@ async def test_messages_written_while_postgresql_is_down_wait_and_are_answered_o
         record_figures("PostgreSQL down under the bridge", figures)
         assert figures["lost"] == 0 and figures["answered twice"] == 0, figures
         assert notices == {DOWN_TEXT: 1, BACK_TEXT: 1}, notices
+        # told by the room's own agent (docs/outages.md "Who tells a room")
+        assert Counter(b for b in bodies(owner, room_id, PUPPET) if b in (DOWN_TEXT, BACK_TEXT)) == notices
         assert [m.text for m in stored if m.role == "user"] == sent
         assert running.bridge.outage.outages == 1
     finally:
@@ -168,9 +170,14 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
     owner = await login(homeserver, homeserver.owner_id, homeserver.owner_password)
     store, db = running.store, running.store.core.db
     real_answered = store.turns.answered
+    went_down: list[bool] = []
 
     def go_down_then_store(*args, **kwargs):
-        db.execute_sql("PRAGMA query_only = 1")  # from here on SQLite refuses every write
+        # the first try only: a retry already on the database thread when the test puts the
+        # database back must not make it read-only again (it would stay so for good)
+        if not went_down:
+            went_down.append(True)
+            db.execute_sql("PRAGMA query_only = 1")  # from here on SQLite refuses every write
         return real_answered(*args, **kwargs)
 
     try:
@@ -182,7 +189,10 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
             assert not running.is_idle()  # the answer and its turn's end could not be written
         finally:
             store.turns.answered = real_answered
-            db.execute_sql("PRAGMA query_only = 0")
+            # on the database thread, after every call made before (the one connection is
+            # the store's: no call of the store's runs beside this one)
+            await running.bridge.db.run(lambda: db.execute_sql("PRAGMA query_only = 0"))
+        assert went_down
         await running.idle()  # written when the database is back, without a new message
         channel = store.channel_by_room(room_id)
         asked = [m for m in store.last_messages(channel.id, 50) if m.role == "user"]

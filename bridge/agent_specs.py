@@ -39,7 +39,11 @@ def sandbox_of(cfg: Config, agent: AgentConfig) -> Sandbox | None:
     if cfg.homeserver_config is not None:
         hide.append(str(cfg.homeserver_config))
     return Sandbox(
-        write=tuple(dict.fromkeys(write)), read=agent.sandbox.read, hide=tuple(hide), network=agent.sandbox.network
+        write=tuple(dict.fromkeys(write)),
+        read=agent.sandbox.read,
+        hide=tuple(hide),
+        network=agent.sandbox.network,
+        host_ports=agent.sandbox.host_ports,
     )
 
 
@@ -102,4 +106,6 @@ def sandbox_line(cfg: Config, name: str) -> str:
     if box.read:
         parts.append("reads " + ", ".join(box.read))
     parts.append("network " + ("on" if box.network else "off"))
+    if box.host_ports:
+        parts.append("reaches the host's ports " + ", ".join(map(str, box.host_ports)))
     return "; ".join(parts)

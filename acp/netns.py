@@ -70,18 +70,30 @@ def supervised(bwrap_argv: Sequence[str], grace: float = GRACE, shell: str = "/b
 class Network:
     """What gives one sandbox the internet: its slirp4netns and its host_ports forwarders."""
 
-    def __init__(self, name: str, host_ports: Sequence[int] = ()):
+    def __init__(self, name: str, host_ports: Sequence[int] = (), internet: bool = True):
         self.name = name
         self.host_ports = tuple(host_ports)
+        self.internet = internet  # False: the forwarders only (`network: off`, the bridge's MCP port)
         self.slirp: asyncio.subprocess.Process | None = None
         self._exit_w: int | None = None
         self._servers: list[asyncio.AbstractServer] = []
+        self._drain: asyncio.Task | None = None
 
     async def attach(self, info_r: int, block_w: int) -> None:
         """Read the sandbox's pid from bwrap's info fd, give its namespace the internet, then
         let bwrap run the agent. RuntimeError (one line) when it cannot."""
         pid = await _child_pid(info_r)
         await _loopback_up(pid)
+        if self.internet:
+            await self._slirp(pid)
+        if self.host_ports:
+            from .forward import forward
+
+            self._servers = await forward(pid, self.host_ports)
+        os.write(block_w, b"1")
+
+    async def _slirp(self, pid: int) -> None:
+        """Start slirp4netns against the namespace of `pid`; return once it is configured."""
         slirp = shutil.which("slirp4netns")
         if slirp is None:
             raise RuntimeError("slirp4netns is not installed: no slirp4netns on PATH")
@@ -116,12 +128,14 @@ class Network:
         finally:
             os.close(ready_r)
         if ready != b"1":
-            raise RuntimeError(f"slirp4netns could not give the sandbox a network: {await self._why()}")
-        if self.host_ports:
-            from .forward import forward
+            raise RuntimeError(f"slirp4netns could not give the sandbox its network: {await self._why()}")
+        self._drain = asyncio.create_task(self._drained(), name=f"slirp4netns-{self.name}")
 
-            self._servers = await forward(pid, self.host_ports)
-        os.write(block_w, b"1")
+    async def _drained(self) -> None:
+        """Read what slirp4netns says from now on, so that a full pipe never stops it."""
+        assert self.slirp is not None and self.slirp.stderr is not None
+        while await self.slirp.stderr.read(1 << 16):
+            pass
 
     async def _why(self) -> str:
         assert self.slirp is not None and self.slirp.stderr is not None
@@ -145,6 +159,10 @@ class Network:
             except TimeoutError:
                 self.slirp.kill()
                 await self.slirp.wait()
+        if self._drain is not None:
+            await asyncio.wait({self._drain}, timeout=1)
+            self._drain.cancel()
+            self._drain = None
 
 
 async def _read_some(fd: int) -> bytes:

@@ -12,6 +12,7 @@ names a config file (acp/remote.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import pwd
@@ -60,39 +61,44 @@ def fix_for(problem: str) -> str:
 
 
 async def _probe(bwrap: str, network: bool) -> str | None:
-    """Run `true` in a sandbox as agents get it (with its network when `network`)."""
+    """Run `true` in a sandbox as agents get it (with its network when `network`): None, or
+    bwrap's last line of error (else what failed in the network's set-up)."""
     info_r, info_w = os.pipe() if network else (-1, -1)
     block_r, block_w = os.pipe() if network else (-1, -1)
     fds = (info_w, block_r) if network else None
-    probe = await asyncio.create_subprocess_exec(
-        *sandboxes.probe_argv(network, bwrap, fds),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        pass_fds=fds or (),
-    )
-    link = netns.Network("probe")
-    why = None
+    link, why = netns.Network("probe"), None
     try:
-        if network:
-            os.close(info_w)
-            os.close(block_r)
-            try:
-                await link.attach(info_r, block_w)
-            except RuntimeError as exc:
-                why = str(exc)
-                probe.kill()
-        _, err = await probe.communicate()
+        probe = await asyncio.create_subprocess_exec(
+            *sandboxes.probe_argv(network, bwrap, fds),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            pass_fds=fds or (),
+        )
+        try:
+            if network:
+                os.close(info_w)
+                os.close(block_r)
+                info_w = block_r = -1
+                try:
+                    await link.attach(info_r, block_w)
+                except (RuntimeError, OSError) as exc:
+                    why = str(exc)
+                    with contextlib.suppress(ProcessLookupError):
+                        probe.kill()
+            _, err = await probe.communicate()
+        finally:
+            if probe.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    probe.kill()
+                await probe.wait()
     finally:
-        if probe.returncode is None:
-            probe.kill()
-            await probe.wait()
         await link.close()
-        for fd in (info_r, block_w):
+        for fd in (info_r, info_w, block_r, block_w):
             if fd >= 0:
                 os.close(fd)
     lines = [line.strip() for line in err.decode(errors="replace").splitlines() if line.strip()]
-    if probe.returncode == 0:
+    if probe.returncode == 0 and why is None:
         return None
     return lines[-1] if lines else (why or f"bwrap failed (exit code {probe.returncode})")
 
@@ -205,11 +211,13 @@ class AgentProcess:
         self._link_fds = None
         try:
             await self._network.attach(info_r, block_w)
-        except RuntimeError as exc:
+        except (RuntimeError, OSError) as exc:
             self.kill()
             await self.wait(5)
             await self._network.close()
-            raise AgentStartError(f"{self.name}: sandbox cannot run: {exc}; {netns.FIX}") from None
+            said = [line.strip() for line in (await self.stderr_settled()).splitlines() if line.strip()]
+            why = said[-1] if said else str(exc)  # bwrap's own reason first
+            raise AgentStartError(f"{self.name}: sandbox cannot run: {why}; {fix_for(why)}") from None
         finally:
             os.close(info_r)
             os.close(block_w)
@@ -233,10 +241,11 @@ class AgentProcess:
                     ) from None
         fds: tuple[int, ...] = (netns.lifeline(),)
         link = None
-        if policy.network:
+        if policy.network or policy.host_ports:
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
-            self._link_fds, self._network = (info_r, block_w), netns.Network(self.name, policy.host_ports)
+            network = netns.Network(self.name, policy.host_ports, internet=policy.network)
+            self._link_fds, self._network = (info_r, block_w), network
             link, fds = (info_w, block_r), (*fds, info_w, block_r)
         resolv = _resolv() if policy.network else None
         if resolv is not None:

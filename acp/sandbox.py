@@ -56,6 +56,10 @@ class Sandbox:
         """The same sandbox with `paths` (sockets) reachable too."""
         return replace(self, reach=tuple(dict.fromkeys((*self.reach, *paths))))
 
+    def forwarding(self, *ports: int) -> Sandbox:
+        """The same sandbox with these ports of the host's 127.0.0.1 reachable too."""
+        return replace(self, host_ports=tuple(dict.fromkeys((*self.host_ports, *ports))))
+
     def paths(self) -> tuple[str, ...]:
         """Every path whose kind (folder, file, missing) the command line depends on."""
         return tuple(dict.fromkeys((*self.write, *self.read, *self.hide, *self.reach, *self.keep)))

@@ -180,13 +180,14 @@ async def test_the_internet_answers_with_the_network_on(tmp_path):
         server.close()
 
 
-async def test_a_named_host_port_is_the_agent_s_own_127_0_0_1(tmp_path):
+@pytest.mark.parametrize("network", [True, False], ids=["network-on", "network-off"])
+async def test_a_named_host_port_is_the_agent_s_own_127_0_0_1(tmp_path, network):
+    # (network off: how the bridge's MCP server over HTTP reaches an agent without the internet)
     named, other = free_port(), free_port()
     servers = [await asyncio.start_server(pong, "127.0.0.1", p) for p in (named, other)]
     try:
-        found = await probe(
-            tmp_path, {"named": ["127.0.0.1", named], "other": ["127.0.0.1", other]}, host_ports=(named,)
-        )
+        plan = {"named": ["127.0.0.1", named], "other": ["127.0.0.1", other]}
+        found = await probe(tmp_path, plan, network=network, host_ports=(named,))
         assert found["named"] == "connected, answered: pong ping"
         assert not found["other"].startswith("connected"), found
     finally:

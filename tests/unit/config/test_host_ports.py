@@ -43,3 +43,20 @@ def test_the_homeserver_s_the_appservice_s_and_the_store_s_ports_are_refused(tmp
         f"{path}: agents.alice.sandbox.network.host_ports: 5433 is the store's (PostgreSQL) port: "
         "no agent may reach it — remove it"
     ]
+
+
+def test_the_bridge_s_mcp_server_over_http_is_forwarded_into_every_sandbox(tmp_path):
+    from bridge.agent_specs import reach_socket, specs
+
+    path = tmp_path / "config.yaml"
+    agents = {
+        "on": {"command": ["x"], "sandbox": {"network": {"host_ports": [8080]}}},
+        "off": {"command": ["x"], "sandbox": {"network": "off"}},
+        "open": {"command": ["x"], "sandbox": "off"},
+    }
+    path.write_text(yaml.safe_dump({**BASE, "agents": agents}))
+    found = specs(config.load(path))
+    reach_socket(found, str(tmp_path / "mcp.sock"), "http://127.0.0.1:41234/mcp")
+    assert found["on"].sandbox.host_ports == (8080, 41234)
+    assert found["off"].sandbox.host_ports == (41234,) and found["off"].sandbox.network is False
+    assert found["open"].sandbox is None

@@ -40,7 +40,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
     "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget", "sandbox"),
     "agents.*.sandbox": ("write", "read", "network"),
-    "agents.*.sandbox.network": ("host_ports",),
+    "agents.*.sandbox.network": ("host_ports", "internet"),
     "limits": (
         "agents_in_memory",
         "context_messages",
@@ -544,19 +544,21 @@ def _sandbox(c: _Checker, value: Any, key: str, path: Path) -> SandboxConfig:
 
 
 def _network(c: _Checker, value: Any, key: str) -> tuple[bool, tuple[int, ...]]:
-    """`network:` — on (the default), off, or {host_ports: [N, …]}: on, and these ports of the
-    host's 127.0.0.1 seen as the sandbox's own (docs/sandbox.md "The network")."""
+    """`network:` — on (the default), off, or {host_ports: [N, …], internet: on|off}: these ports
+    of the host's 127.0.0.1 seen as the sandbox's own, and the internet unless `internet: off`
+    (docs/sandbox.md "The network")."""
     if not isinstance(value, dict):
         return _on_off(c, value, key, True), ()
     c.known(value, "agents.*.sandbox.network", key)
+    internet = _on_off(c, value.get("internet", True), f"{key}.internet", True)
     ports = value.get("host_ports") or []
     ports = [ports] if isinstance(ports, int) and not isinstance(ports, bool) else ports
     if not isinstance(ports, list) or not all(
         isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in ports
     ):
         c.problem(f"{key}.host_ports", "must be a list of port numbers, like [8080]")
-        return True, ()
-    return True, tuple(dict.fromkeys(ports))
+        return internet, ()
+    return internet, tuple(dict.fromkeys(ports))
 
 
 def _host_ports(c: _Checker, fields: dict[str, Any]) -> None:

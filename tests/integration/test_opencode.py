@@ -179,10 +179,10 @@ def opencode_entry(binary: Path, server: LlmServer, home: Path) -> dict:
     writes = entry["sandbox"]["write"]
     assert all(path.startswith("~/") for path in writes), writes
     # and its network: the model server's port of the host's 127.0.0.1 (docs/sandbox.md "The network")
-    assert entry["sandbox"]["network"] == {"host_ports": [urlsplit(EXAMPLE_URL).port]}
+    assert entry["sandbox"]["network"] == {"host_ports": [urlsplit(EXAMPLE_URL).port], "internet": False}
     entry["sandbox"] = {
         "write": [str(home / path[2:]) for path in writes],
-        "network": {"host_ports": [urlsplit(server.url).port]},
+        "network": {"host_ports": [urlsplit(server.url).port], "internet": False},
     }
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,14 @@ def test_named_ports_keep_the_network_on(tmp_path):
     assert config.load(write_agent(tmp_path, {"sandbox": {"network": "on"}})).agents["alice"].sandbox.host_ports == ()
 
 
+def test_the_internet_may_be_left_out(tmp_path):
+    cfg = config.load(write_agent(tmp_path, {"sandbox": {"network": {"host_ports": [8000], "internet": "off"}}}))
+    box = cfg.agents["alice"].sandbox
+    assert box.network is False and box.host_ports == (8000,)
+    assert sandbox_of(cfg, cfg.agents["alice"]).host_ports == (8000,)
+    assert "network off; reaches the host's ports 8000" in sandbox_line(cfg, "alice")
+
+
 def test_bad_ports_and_unknown_keys_one_line_each(tmp_path):
     assert agent_problems(tmp_path, {"sandbox": {"network": {"host_ports": ["x", 70000]}}}) == [
         "agents.alice.sandbox.network.host_ports: must be a list of port numbers, like [8080]"

@@ -7,10 +7,12 @@ What the command line gives the agent:
 - the whole system read-only (`--ro-bind / /`), a fresh `/dev` and `/proc`, a private `/tmp`;
 - its own PID namespace (it sees no other process: no one's environ or command line), its own
   session (no terminal to push keys into), no capabilities (root included: nothing can be
-  remounted); no network with `network: off`. Not `--die-with-parent`: an agent must read what
-  the bridge wrote into its stdin before the bridge died (a prompt counted as handed over) and
-  then end on EOF, as it does unsandboxed — killed at once, it lost prompts the bridge had
-  written (test_kill9: "interrupted before it began");
+  remounted); its own network namespace, always: with `network: on` acp/netns.py gives it the
+  internet through slirp4netns once bwrap has written its pid to `--info-fd`, and bwrap waits on
+  `--block-fd` until then. `--die-with-parent`: its parent is the supervisor of acp/netns.py,
+  which outlives the bridge long enough for the agent to read what the bridge wrote into its
+  stdin (a prompt counted as handed over) and end on EOF — killed at once with the bridge, it
+  lost prompts the bridge had written (test_kill9: "interrupted before it began");
 - writable: `write` (its working directory, its roots, the folder its thread worktrees are made
   in, the config's `write:` paths); read-only even under a hidden folder: `read`;
 - hidden: each `hide` folder becomes an empty read-only tmpfs, each `hide` file /dev/null (the bridge's
@@ -56,10 +58,15 @@ class Sandbox:
     reach: tuple[str, ...] = ()
     keep: tuple[str, ...] = ()
     network: bool = True
+    host_ports: tuple[int, ...] = ()  # the host's 127.0.0.1 ports it reaches (acp/forward.py)
 
     def reaching(self, *paths: str) -> Sandbox:
         """The same sandbox with `paths` (sockets) reachable too."""
         return replace(self, reach=tuple(dict.fromkeys((*self.reach, *paths))))
+
+    def forwarding(self, *ports: int) -> Sandbox:
+        """The same sandbox with these ports of the host's 127.0.0.1 reachable too."""
+        return replace(self, host_ports=tuple(dict.fromkeys((*self.host_ports, *ports))))
 
     def paths(self) -> tuple[str, ...]:
         """Every path whose kind (folder, file, missing) the command line depends on."""
@@ -130,12 +137,21 @@ def _covering(before: list[Mount], path: str) -> str | None:
 
 
 def argv(
-    sandbox: Sandbox, command: Sequence[str], cwd: str, kinds: Mapping[str, str], bwrap: str = "bwrap"
+    sandbox: Sandbox,
+    command: Sequence[str],
+    cwd: str,
+    kinds: Mapping[str, str],
+    bwrap: str = "bwrap",
+    fds: tuple[int, int] | None = None,
+    resolv: tuple[int, str] | None = None,
 ) -> list[str]:
-    """The command line that runs `command` in `cwd` inside the sandbox."""
-    line = [bwrap, "--new-session", "--unshare-pid", "--cap-drop", "ALL"]
-    if not sandbox.network:
-        line.append("--unshare-net")
+    """The command line that runs `command` in `cwd` inside the sandbox. `fds`: bwrap's info fd
+    (it writes the sandbox's pid there) and block fd (it waits there before running `command`),
+    for the network's set-up (acp/netns.py). `resolv`: an fd bwrap reads the sandbox's
+    resolv.conf from, and where it goes (`resolver`)."""
+    line = [bwrap, "--new-session", "--unshare-pid", "--unshare-net", "--die-with-parent", "--cap-drop", "ALL"]
+    if fds is not None:
+        line += ["--info-fd", str(fds[0]), "--block-fd", str(fds[1])]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for mount in mounts(sandbox, cwd, kinds):
         if mount.kind == HIDE_DIR and mount.path == "/tmp":
@@ -148,6 +164,8 @@ def argv(
             line += ["--ro-bind", mount.path, mount.path]
         else:  # WRITE, PIN, REACH
             line += ["--bind", mount.path, mount.path]
+    if resolv is not None:  # (fd, the real path of /etc/resolv.conf): its text for the sandbox
+        line += ["--ro-bind-data", str(resolv[0]), resolv[1]]
     return [*line, "--chdir", cwd, "--", *command]
 
 
@@ -157,6 +175,38 @@ def environment(agent_env: Mapping[str, str], bridge_env: Mapping[str, str]) -> 
     return {**kept, **{str(k): str(v) for k, v in agent_env.items()}}
 
 
-def probe_argv(network: bool, bwrap: str = "bwrap") -> list[str]:
+def probe_argv(network: bool, bwrap: str = "bwrap", fds: tuple[int, int] | None = None) -> list[str]:
     """A sandbox as agents get it, running `true`: does bwrap work here?"""
-    return argv(Sandbox(network=network), ["true"], "/", {"/tmp": "dir"}, bwrap)
+    return argv(Sandbox(network=network), ["true"], "/", {"/tmp": "dir"}, bwrap, fds)
+
+
+SLIRP_DNS = "10.0.2.3"  # slirp4netns's own resolver, asking the host's
+
+
+def resolver(resolv_conf: str) -> str | None:
+    """What /etc/resolv.conf must say inside a sandbox with the network on, or None when the
+    host's will do. A nameserver on the host's loopback (systemd-resolved's 127.0.0.53, a local
+    dnsmasq) is not reachable from the sandbox's own loopback: then slirp4netns's resolver, which
+    asks the host's, takes its place (search and options lines kept)."""
+    servers, kept = [], []
+    for line in resolv_conf.splitlines():
+        words = line.split()
+        if words and words[0] == "nameserver" and len(words) > 1:
+            servers.append(words[1])
+        elif words and words[0] in ("search", "domain", "options"):
+            kept.append(" ".join(words))
+    if any(not s.startswith("127.") and s not in ("::1", "0.0.0.0") for s in servers):
+        return None
+    return "\n".join((f"nameserver {SLIRP_DNS}", *kept)) + "\n"
+
+
+def run_folders(resolv_conf: str, folders: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What to empty of the host's sockets and what to bind back, given where /etc/resolv.conf
+    leads (`resolv_conf`, links resolved) and the real folders of /run and /var/run: (those
+    folders, the folder of resolv.conf when it lies in one of them — systemd-resolved's
+    /run/systemd/resolve —). Nothing else of /run: not nscd's socket (glibc then reads
+    /etc/hosts and asks DNS itself), no D-Bus, systemd, PostgreSQL or user socket."""
+    hidden = tuple(dict.fromkeys(f for f in folders if f != "/"))
+    inside = any(under(resolv_conf, folder) for folder in hidden)
+    kept = (str(PurePosixPath(resolv_conf).parent),) if inside else ()
+    return hidden, kept

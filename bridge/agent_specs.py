@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from acp import AgentSpec
 from acp.remote import destination, is_remote
@@ -59,6 +60,7 @@ def sandbox_of(cfg: Config, agent: AgentConfig) -> Sandbox | None:
         read=tuple(dict.fromkeys(read)),
         hide=tuple(dict.fromkeys(hide)),
         network=agent.sandbox.network,
+        host_ports=agent.sandbox.host_ports,
     )
 
 
@@ -126,13 +128,18 @@ def specs(cfg: Config) -> dict[str, AgentSpec]:
     return {name: spec_of(cfg, name) for name in cfg.agents}
 
 
-def reach_socket(found: dict[str, AgentSpec], path: str | os.PathLike | None) -> None:
-    """The MCP server listens at `path`: each sandboxed agent started from now on reaches it."""
+def reach_socket(found: dict[str, AgentSpec], path: str | os.PathLike | None, http_url: str | None = None) -> None:
+    """The MCP server listens at `path` (and over HTTP at `http_url`): each sandboxed agent
+    started from now on reaches it (the HTTP port forwarded into its own network namespace:
+    docs/sandbox.md "The network")."""
     if path is None:
         return
+    port = urlsplit(http_url).port if http_url else None
     for spec in found.values():
         if spec.sandbox is not None:
             spec.sandbox = spec.sandbox.reaching(os.fspath(path))
+            if port is not None:
+                spec.sandbox = spec.sandbox.forwarding(port)
 
 
 def unsandboxed(cfg: Config, name: str) -> str | None:
@@ -162,6 +169,8 @@ def sandbox_line(cfg: Config, name: str) -> str:
     if agent.sandbox.read:
         parts.append("reads " + ", ".join(agent.sandbox.read))
     parts.append("network " + ("on" if box.network else "off"))
+    if box.host_ports:
+        parts.append("reaches the host's ports " + ", ".join(map(str, box.host_ports)))
     return "; ".join(parts)
 
 

@@ -308,7 +308,7 @@ class Bridge:
                     log.exception("could not tell the owners that the devices are new")
         self.presence.start()
         await self.mcp.start()
-        agent_specs.reach_socket(self.specs, self.mcp.path)
+        agent_specs.reach_socket(self.specs, self.mcp.path, self.mcp.http_url)
         if self.history_unavailable:
             await self._say_history_unavailable(progress)
         # the turns earlier runs left: queued before any portal starts, so they go first

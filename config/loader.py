@@ -15,6 +15,7 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -40,6 +41,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
     "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget", "sandbox"),
     "agents.*.sandbox": ("write", "read", "network"),
+    "agents.*.sandbox.network": ("host_ports", "internet"),
     "limits": (
         "agents_in_memory",
         "context_messages",
@@ -216,6 +218,7 @@ def parse(data: dict[str, Any], path: Path, label: str) -> Config:
     }
     _ssh_configs(c, fields["agents"])
     _walls(c, fields, path)
+    _host_ports(c, fields)
     if c.problems:
         raise ConfigError(c.problems)
     return Config(path=path.resolve(), data_dir=data_dir(path), **fields)
@@ -596,8 +599,50 @@ def _sandbox(c: _Checker, value: Any, key: str, path: Path) -> SandboxConfig:
             c.problem(f"{key}.write", "must not be / (that is the whole system: use sandbox: off)")
             paths = [p for p in paths if p != "/"]
         found[part] = tuple(dict.fromkeys(paths))
-    network = _on_off(c, value.get("network", True), f"{key}.network", True)
-    return SandboxConfig(on=True, write=found["write"], read=found["read"], network=network)
+    network, ports = _network(c, value.get("network", True), f"{key}.network")
+    return SandboxConfig(on=True, write=found["write"], read=found["read"], network=network, host_ports=ports)
+
+
+def _network(c: _Checker, value: Any, key: str) -> tuple[bool, tuple[int, ...]]:
+    """`network:` — on (the default), off, or {host_ports: [N, …], internet: on|off}: these ports
+    of the host's 127.0.0.1 seen as the sandbox's own, and the internet unless `internet: off`
+    (docs/sandbox.md "The network")."""
+    if not isinstance(value, dict):
+        return _on_off(c, value, key, True), ()
+    c.known(value, "agents.*.sandbox.network", key)
+    internet = _on_off(c, value.get("internet", True), f"{key}.internet", True)
+    ports = value.get("host_ports") or []
+    ports = [ports] if isinstance(ports, int) and not isinstance(ports, bool) else ports
+    if not isinstance(ports, list) or not all(
+        isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in ports
+    ):
+        c.problem(f"{key}.host_ports", "must be a list of port numbers, like [8080]")
+        return internet, ()
+    return internet, tuple(dict.fromkeys(ports))
+
+
+def _host_ports(c: _Checker, fields: dict[str, Any]) -> None:
+    """No agent reaches the homeserver's, the appservice's or PostgreSQL's port, even named."""
+    url = urlsplit(fields["homeserver_url"])
+    try:
+        url_port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        url_port = None
+    ports = {fields["homeserver_port"]: "the homeserver's", fields["listen_port"]: "the appservice's"}
+    if url_port is not None:
+        ports.setdefault(url_port, "the homeserver's")
+    if fields["database"].startswith("postgres"):
+        try:
+            ports.setdefault(urlsplit(fields["database"]).port or 5432, "the store's (PostgreSQL)")
+        except ValueError:
+            pass
+    for name, agent in fields["agents"].items():
+        for port in agent.sandbox.host_ports:
+            if port in ports:
+                c.problem(
+                    f"agents.{name}.sandbox.network.host_ports",
+                    f"{port} is {ports[port]} port: no agent may reach it — remove it",
+                )
 
 
 def _roots(c: _Checker, value: Any, key: str, path: Path, cwd: str | None) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ class SandboxConfig:
     write: tuple[str, ...] = ()
     read: tuple[str, ...] = ()
     network: bool = True
+    host_ports: tuple[int, ...] = ()  # `network: {host_ports: [N]}`: the host's 127.0.0.1:N reached
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,8 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from acp.process import sandbox_problem
+from acp.process import fix_for, sandbox_problem
 from acp.remote import is_remote
-from acp.sandbox import FIX
 
 from ..agent_specs import sandbox_of, spec_of, unsandboxed
 from .check import announced
@@ -54,6 +53,11 @@ _FIXES: tuple[tuple[re.Pattern, str], ...] = (
         "{error} — check that host, or fix agents.{name}.command in {path}",
     ),
     (
+        re.compile(r"^sandbox cannot run: (?P<what>.+?); install slirp4netns"),
+        "its sandbox's network cannot run ({what}) — install slirp4netns (apt-get install slirp4netns), "
+        "or set agents.{name}.sandbox: {{network: off}} in {path}",
+    ),
+    (
         re.compile(r"^sandbox cannot run: (?P<what>.+?); install bubblewrap"),
         "its sandbox cannot run ({what}) — install bubblewrap (apt-get install bubblewrap), "
         "or set agents.{name}.sandbox: off in {path}",
@@ -81,7 +85,7 @@ async def sandbox_trouble(cfg) -> list[str]:
         box = sandbox_of(cfg, agent)
         problem = await sandbox_problem(box.network) if box is not None else None
         if problem is not None:
-            lines.append(trouble(name, f"sandbox cannot run: {problem}; {FIX}", str(cfg.path)))
+            lines.append(trouble(name, f"sandbox cannot run: {problem}; {fix_for(problem)}", str(cfg.path)))
     return lines
 
 

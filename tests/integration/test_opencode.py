@@ -25,6 +25,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import nio
 import pytest
@@ -177,7 +178,12 @@ def opencode_entry(binary: Path, server: LlmServer, home: Path) -> dict:
     # the example's sandbox: opencode's folders under that HOME writable, nothing else of it
     writes = entry["sandbox"]["write"]
     assert all(path.startswith("~/") for path in writes), writes
-    entry["sandbox"] = {"write": [str(home / path[2:]) for path in writes]}
+    # and its network: the model server's port of the host's 127.0.0.1 (docs/sandbox.md "The network")
+    assert entry["sandbox"]["network"] == {"host_ports": [urlsplit(EXAMPLE_URL).port], "internet": False}
+    entry["sandbox"] = {
+        "write": [str(home / path[2:]) for path in writes],
+        "network": {"host_ports": [urlsplit(server.url).port], "internet": False},
+    }
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
     entry["cwd"] = str(work)

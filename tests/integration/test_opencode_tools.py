@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import pytest_asyncio
@@ -127,7 +128,10 @@ class Stack:
                 "cwd": str(self.work),
                 "timeout": 120,
                 "env": env,
-                "sandbox": {"write": [str(self.home / path[2:]) for path in writes]},
+                "sandbox": {
+                    "write": [str(self.home / path[2:]) for path in writes],
+                    "network": {"host_ports": [urlsplit(model.url).port]},  # the scripted model's
+                },
             }
         }
         self.running = None

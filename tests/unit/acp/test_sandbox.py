@@ -21,6 +21,8 @@ from acp.sandbox import (
     environment,
     mounts,
     probe_argv,
+    resolver,
+    run_folders,
 )
 
 
@@ -35,6 +37,8 @@ def pairs(line: list[str]) -> list[tuple[str, ...]]:
         "--proc": 1,
         "--chdir": 1,
         "--cap-drop": 1,
+        "--info-fd": 1,
+        "--block-fd": 1,
     }
     found, i = [], 1
     while i < len(line) and line[i] != "--":
@@ -47,22 +51,38 @@ def pairs(line: list[str]) -> list[tuple[str, ...]]:
 def test_the_system_is_read_only_with_its_own_processes_tmp_and_no_capabilities():
     line = argv(Sandbox(), ["agent", "--acp"], "/work", {"/work": "dir", "/tmp": "dir"})
     options = pairs(line)
-    assert options[:5] == [
+    assert options[:7] == [
         ("--new-session",),
         ("--unshare-pid",),
+        ("--unshare-net",),  # a network of its own, whatever `network:` says (acp/netns.py)
+        ("--die-with-parent",),  # its parent is the supervisor, which outlives the bridge briefly
         ("--cap-drop", "ALL"),
         ("--ro-bind", "/", "/"),
         ("--dev", "/dev"),
     ]
     assert ("--proc", "/proc") in options and ("--tmpfs", "/tmp") in options
-    assert ("--unshare-net",) not in options  # network on by default: agents call their APIs
     assert line[-4:] == ["/work", "--", "agent", "--acp"] and line[-5] == "--chdir"
     assert ("--bind", "/work", "/work") in options
 
 
-def test_network_off_unshares_the_network():
-    line = argv(Sandbox(network=False), ["a"], "/w", {"/w": "dir"})
-    assert "--unshare-net" in line
+def test_the_network_is_unshared_on_and_off_and_set_up_through_the_info_and_block_fds():
+    assert "--unshare-net" in argv(Sandbox(network=False), ["a"], "/w", {"/w": "dir"})
+    options = pairs(argv(Sandbox(), ["a"], "/w", {"/w": "dir"}, fds=(7, 9)))
+    assert ("--unshare-net",) in options and ("--info-fd", "7") in options and ("--block-fd", "9") in options
+    assert not any(o[0] in ("--info-fd", "--block-fd") for o in pairs(argv(Sandbox(), ["a"], "/w", {"/w": "dir"})))
+
+
+def test_run_is_emptied_with_only_what_name_resolution_needs_bound_back():
+    # systemd-resolved: /etc/resolv.conf leads into /run; its folder comes back, nothing else
+    assert run_folders("/run/systemd/resolve/stub-resolv.conf", ["/run"]) == (("/run",), ("/run/systemd/resolve",))
+    assert run_folders("/etc/resolv.conf", ["/run", "/var/run"]) == (("/run", "/var/run"), ())
+    hidden, kept = run_folders("/run/systemd/resolve/resolv.conf", ["/run"])
+    box = Sandbox(hide=hidden, keep=kept)
+    kinds = {"/run": "dir", "/run/systemd/resolve": "dir", "/w": "dir", "/tmp": "dir"}
+    options = pairs(argv(box, ["a"], "/w", kinds))
+    assert options.index(("--tmpfs", "/run")) < options.index(
+        ("--ro-bind", "/run/systemd/resolve", "/run/systemd/resolve")
+    )
 
 
 def test_hidden_folders_become_empty_and_hidden_files_dev_null():
@@ -185,6 +205,15 @@ def test_the_environment_is_the_config_s_plus_four_of_the_bridge_s():
     assert ENV_KEPT == ("PATH", "HOME", "LANG", "TERM")
 
 
+def test_a_resolver_on_the_host_s_loopback_is_replaced_by_slirp_s():
+    stub = "# systemd-resolved\nnameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n"
+    assert resolver(stub) == "nameserver 10.0.2.3\noptions edns0 trust-ad\nsearch lan\n"
+    assert resolver("nameserver ::1\n") == "nameserver 10.0.2.3\n"
+    assert resolver("nameserver 127.0.0.1\nnameserver 192.0.2.53\n") is None  # one it reaches: kept
+    line = argv(Sandbox(), ["a"], "/w", {"/w": "dir"}, resolv=(5, "/run/systemd/resolve/stub-resolv.conf"))
+    assert line[-7:-4] == ["--ro-bind-data", "5", "/run/systemd/resolve/stub-resolv.conf"]  # after every mount
+
+
 # ---- the same command lines, run by real bubblewrap ------------------------------------------
 
 bwrap = shutil.which("bwrap") or "bwrap"  # ./sidekicks test installs it
@@ -254,8 +283,15 @@ async def test_an_agent_starts_in_its_sandbox(tmp_path):
     agent = await start_agent(spec)
     try:
         assert agent.protocol_version == 1  # initialize answered from inside bwrap
-        with open(f"/proc/{agent.process.pid}/cmdline", "rb") as handle:  # the child is bwrap
-            assert os.path.basename(handle.read().split(b"\0")[0]) == b"bwrap"
+        from acp.process import _descendants
+
+        with open(f"/proc/{agent.process.pid}/cmdline", "rb") as handle:  # the child: the supervisor
+            assert handle.read().split(b"\0")[0] == b"/bin/sh"
+        below = []
+        for pid in _descendants(agent.process.pid):
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                below.append(os.path.basename(handle.read().split(b"\0")[0]))
+        assert b"bwrap" in below  # and bwrap below it
     finally:
         await agent.stop()
 
@@ -279,8 +315,8 @@ async def test_without_bubblewrap_a_sandboxed_agent_does_not_start(tmp_path, mon
 
 
 async def test_stopping_a_sandboxed_agent_that_ignores_eof_and_sigterm_leaves_nothing(tmp_path):
-    """The agent runs in a session of its own below bwrap (no `--die-with-parent`, so that it
-    reads what the bridge wrote before dying): stop() still ends every process of the sandbox."""
+    """The agent runs in a session of its own below bwrap, below the supervisor (acp/netns.py):
+    stop() ends every process of the sandbox."""
     import asyncio
     import sys
 

@@ -110,9 +110,10 @@ async def test_a_second_process_loads_the_session_and_answers(agents, sessions):
     assert "".join(later.texts).strip()
     # the replay (user_message_chunk / agent_message_chunk of the first turn) went nowhere:
     # the second prompt's updates are its own answer only (plus, maybe, the command list the
-    # agent announces after session/load, which may land while the prompt runs)
+    # agent announces after session/load, which may land while the prompt runs, and the
+    # context used after the answer, for `!status`)
     kinds = {u.kind for u in later.updates}
-    assert kinds <= {"text", "commands"}, kinds
+    assert kinds <= {"text", "commands", "usage"}, kinds
 
     # both turns are in the session saved on disk
     saved = "\n".join(p.read_text(encoding="utf-8") for p in sessions.rglob("*.json"))

@@ -10,8 +10,6 @@ leaves a config the bridge refuses.
 from __future__ import annotations
 
 import io
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from .loader import AGENT_NAME, ConfigError, parse
+from .paths import write_private
 
 
 def _yaml() -> YAML:
@@ -96,16 +95,4 @@ def _write(path: Path, yaml: YAML, data: Any) -> None:
         parse(pyyaml.safe_load(text), path, str(path))
     except ConfigError as exc:
         raise ConfigError([f"{path}: not changed: {line}" for line in exc.problems]) from None
-    mode = path.stat().st_mode & 0o777
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_private(path, text, path.stat().st_mode & 0o777)  # atomically, the file's own mode kept

@@ -33,8 +33,9 @@ def data_dir(config_path: str | os.PathLike) -> Path:
     return user_config_root() / "data" / config_hash(config_path)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read (tokens, passwords), atomically.
+def write_private(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write a file only its owner can read (tokens, passwords), atomically; `mode`: another
+    mode, for a file rewritten as it was (a config the bridge edits: config/config_edit.py).
 
     The text goes into a new file in the same folder, created 0600 (O_EXCL, O_NOFOLLOW: never an
     existing file, never through a symlink), flushed to disk, then renamed over `path`. So the
@@ -47,14 +48,14 @@ def write_private(path: Path, text: str) -> None:
     for _ in range(100):
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
             break
         except FileExistsError:
             continue
     else:  # pragma: no cover - 100 random names all taken
         raise FileExistsError(f"cannot create a temporary file beside {path}")
     try:
-        os.fchmod(fd, 0o600)  # whatever the umask did
+        os.fchmod(fd, mode)  # whatever the umask did
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

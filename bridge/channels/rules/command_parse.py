@@ -76,15 +76,20 @@ def opens_threads(stored: str | None) -> bool:
     return stored == THREADS_ON
 
 
-def threads_switch(args: Iterable[str]) -> bool | None:
-    """`!threads` arguments → True (`on`), False (`off`), None (nothing: show the setting).
-    Anything else raises ValueError with the usage line."""
+def on_off(command: str, args: Iterable[str]) -> bool | None:
+    """`!COMMAND on|off` arguments → True (`on`), False (`off`), None (nothing: show the
+    setting). Anything else raises ValueError with the usage line."""
     words = [w.lower() for w in args]
     if not words:
         return None
     if len(words) == 1 and words[0] in ("on", "off"):
         return words[0] == "on"
-    raise ValueError("Usage: !threads on, !threads off, or !threads to see the setting.")
+    raise ValueError(f"Usage: !{command} on, !{command} off, or !{command} to see the setting.")
+
+
+def threads_switch(args: Iterable[str]) -> bool | None:
+    """`!threads` arguments (`on_off`)."""
+    return on_off("threads", args)
 
 
 def threads_state(on: bool) -> str:
@@ -109,14 +114,8 @@ def handoffs_on(stored: str | None) -> bool:
 
 
 def handoffs_switch(args: Iterable[str]) -> bool | None:
-    """`!handoffs` arguments → True (`on`), False (`off`), None (nothing: show the setting).
-    Anything else raises ValueError with the usage line."""
-    words = [w.lower() for w in args]
-    if not words:
-        return None
-    if len(words) == 1 and words[0] in ("on", "off"):
-        return words[0] == "on"
-    raise ValueError("Usage: !handoffs on, !handoffs off, or !handoffs to see the setting.")
+    """`!handoffs` arguments (`on_off`)."""
+    return on_off("handoffs", args)
 
 
 def handoffs_state(on: bool) -> str:

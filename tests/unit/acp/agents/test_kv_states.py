@@ -261,7 +261,9 @@ def test_switching_sessions_evaluates_only_the_new_tokens(start_agent):
     for i in range(3):  # back and forth: each turn follows a turn of the other session
         for session in (one, two):
             line = ask(agent, turns, session, f"And question {i}?")
-            assert line["state"] == "memory", line
+            # from memory; or already in the context, when the agent's own preparation of this
+            # session's next turn ran late, after the other session's turn (a busy machine)
+            assert line["state"] in ("memory", "context"), line
             assert line["reused"] >= previous[session]["prompt"], (line, previous[session])
             assert line["evaluated"] <= NEW_AT_MOST, line
             previous[session] = line

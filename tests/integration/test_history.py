@@ -45,6 +45,14 @@ def context(channel: str, *lines: str, text: str) -> str:
     )
 
 
+def framed_quoted(text: str) -> str:
+    """An agent's answer as another agent's prompt quotes it: its lines after the first that would
+    read as the bridge's frame (a bracket, the closing sentence, `name:`) behind a backslash."""
+    first, *rest = text.split("\n")
+    frame = ("[", "user:", "alice:", "bob:", CLOSING)
+    return "\n".join([first, *("\\" + line if line.startswith(frame) else line for line in rest)])
+
+
 def answers(owner, room_id, puppet_id) -> list[dict]:
     return [a for a in answers_in(events_in(owner, room_id), puppet_id) if a["msgtype"] != "m.notice"]
 
@@ -424,7 +432,7 @@ async def test_evicted_agents_come_back_like_after_a_restart(bridge_factory, tmp
     bob_answer = answers(owner, room_id, BOB)[0]["body"]
     assert prompts(alice_log) == [
         "@alice one",
-        context("general", "user: @bob two", f"bob: {bob_answer}", text="@alice three"),
+        context("general", "user: @bob two", f"bob: {framed_quoted(bob_answer)}", text="@alice three"),
     ]
 
     await say(owner, room_id, "@bob four")
@@ -440,11 +448,11 @@ async def test_evicted_agents_come_back_like_after_a_restart(bridge_factory, tmp
     assert prompts(bob_log)[-1] == context(
         "general",
         "user: @alice one",
-        f"alice: {alice_answers[0]}",
+        f"alice: {framed_quoted(alice_answers[0])}",
         "user: @bob two",
-        f"bob: {bob_answer}",
+        f"bob: {framed_quoted(bob_answer)}",
         "user: @alice three",
-        f"alice: {alice_answers[1]}",
+        f"alice: {framed_quoted(alice_answers[1])}",
         text="@bob four",
     )
     assert restarted_notices(owner, room_id) == []

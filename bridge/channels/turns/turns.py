@@ -198,17 +198,20 @@ def context_reader(channel_id: str, limit: int, queued: int, conversation: str =
     (docs/architecture.md "Conversations and threads"). Which one is told depends on whether its
     session turns out fresh, known only once it is opened: both are read when they differ. The
     newest, in a thread, begin with the main timeline's messages up to its root (docs/using.md
-    "Threads")."""
+    "Threads"); a session that is not fresh there (`!fork`'s copy) already knows them."""
     count = limit + 1 + queued
 
     def read(store, member) -> tuple[list, list]:
         if not limit:
             return [], []
-        recent = store.messages_in(channel_id, conversation, None, count)
+        own = store.messages_in(channel_id, conversation, None, count)
+        recent = own
         if conversation:  # a fresh session of a thread is told what led to its root too
-            recent = with_lead_up(store.lead_up(channel_id, conversation, count), recent, count)
-        if member.last_seen is None or member.fresh:
+            recent = with_lead_up(store.lead_up(channel_id, conversation, count), own, count)
+        if member.fresh:
             return recent, recent
+        if member.last_seen is None:  # a forked session already knows what led to the thread
+            return own, recent
         return store.messages_in(channel_id, conversation, member.last_seen, count), recent
 
     return read

@@ -79,6 +79,8 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "messages_after": (channel_id, None, 5),
         "messages_in": (channel_id, "$root", None, 5),
         "last_messages": (channel_id, 5),
+        "conversations": (channel_id,),
+        "lead_up": (channel_id, "$e", 5),
         "recent_texts": (channel_id, "", 5, 100, 1000),
         "message_by_event": ("$e",),
         "delete_message_by_event": ("$none",),

@@ -94,8 +94,8 @@ class TransactionOrder:
     through. Disarmed is not safe, only cheap: the refusal made Synapse recover again, and the
     end of that recovery can leave one behind in its turn (so can a recovery Synapse runs twice at
     once when pinged mid-way). So once a transaction was let through after a gap (`gap_at`: a gap
-    after a transaction that came within RECOVERY of a start or a refusal, while Synapse may have
-    been recovering), each
+    after a transaction that came within RECOVERY of a start or a refusal — the gap's own refusal
+    too —, while Synapse may have been recovering), each
     one is first handed to `on_gap_passed`, which reads back the rooms of the owners' messages in
     it that it has not read since that gap (bridge.py `_read_back_before`): an earlier message of
     the same room left behind is handled first, and skipped when its own transaction comes
@@ -177,6 +177,7 @@ class TransactionOrder:
             self.last + 1,
         )
         self._refused = txn_id
+        self._armed_at = now  # a refusal like any other: Synapse recovers, and may leave one behind
         return False
 
     def handled(self, txn_id: str) -> None:

@@ -341,3 +341,24 @@ def test_a_gap_long_after_the_last_recovery_is_another_appservices_number_and_re
     clock.now = 220.0
     assert not order.admit("15") and order.admit("15")  # armed again: refused once
     assert order.gap_at == 220.0
+
+
+def test_a_gap_refused_long_after_the_start_counts_as_a_refusal_for_the_one_left_behind():
+    # test_kill9 under load ("out of order": msg 33 answered before msg 32 across a restart, a
+    # transaction refused as out of sequence just before): the start took longer than RECOVERY
+    # (or the bridge had run for long), then a gap was refused. That refusal makes Synapse recover
+    # like any other, and the end of that recovery can leave 6 (msg 32) unsent while 7 (msg 33)
+    # goes out. The gap before 7 must set `gap_at` (a room read back at 101 is read again), else
+    # msg 33 is answered first and msg 32 only when Synapse's next failure sends 6
+    clock = Clock()
+    order = TransactionOrder(clock=clock)
+    for n in (1, 2, 3):
+        order.handled(str(n))
+    clock.now = 100.0  # long after the start: the first gap of this run
+    assert not order.admit("5")
+    clock.now = 101.0
+    assert order.admit("5") and order.gap_at == 101.0  # the refused one again: let through
+    order.handled("5")
+    clock.now = 102.0
+    assert order.admit("7")  # 6 left behind at the end of the recovery the refusal started
+    assert order.gap_at == 102.0

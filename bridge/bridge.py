@@ -48,7 +48,7 @@ from .coding.work import Work
 from .coding.workplaces import COMMANDS as PLACE_COMMANDS
 from .coding.workplaces import WorkPlaces
 from .matrix import avatars, left_behind
-from .matrix.appservice import AppserviceServer, Transaction, TransactionOrder
+from .matrix.appservice import AppserviceServer, Transaction, TransactionOrder, TransactionRefused
 from .matrix.identities import Identities
 from .matrix.intent import Outgoing
 from .matrix.msc4391 import CommandDescriptions
@@ -443,13 +443,19 @@ class Bridge:
         earlier messages, and would come only at its next failure. The rooms of the owners'
         events in `transaction` not read back since are read back first (matrix/left_behind.py):
         such a message is taken before the ones after it — answered in its place — and skipped
-        when its own transaction comes (docs/reliability.md "Restarts")."""
+        when its own transaction comes (docs/reliability.md "Restarts"). A room that could not be
+        read back for now refuses the transaction: Synapse sends it again (after any it left
+        behind), and the room is read back then."""
         now = time.time()
         rooms = left_behind.rooms_to_read(transaction.events, self.config.owners, gap_at, self._read_back_at, now)
         if not rooms:
             return
-        read = await self.inbound.catch_up_rooms(rooms)
-        self._read_back_at.update(dict.fromkeys(rooms, now))
+        read, failed = await self.inbound.catch_up_rooms(rooms)
+        self._read_back_at.update(dict.fromkeys((room for room in rooms if room not in failed), now))
+        if failed:  # its messages would go before one left behind: the homeserver sends it again
+            raise TransactionRefused(
+                f"transaction {transaction.txn_id}: {len(failed)} room(s) not read back after a gap"
+            )
         log.info("transaction %s: read back %s channel(s) after a gap in the transactions", transaction.txn_id, read)
 
     async def _transaction(self, transaction: Transaction) -> None:
@@ -487,7 +493,7 @@ class Bridge:
                 await asyncio.sleep(1)
                 continue
             try:
-                read = await self.inbound.catch_up_rooms(rooms)
+                read, _ = await self.inbound.catch_up_rooms(rooms)  # the next quiet period reads again
             except Exception as exc:  # the store or the homeserver: the next quiet period again
                 read = 0
                 log.info("reading back quiet rooms failed: %s", exc)

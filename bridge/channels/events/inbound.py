@@ -24,7 +24,8 @@ from urllib.parse import quote
 
 from store import StoreClosed
 
-from ...matrix.dispatch import Dispatcher, Encryption
+from ...matrix.client import MatrixError
+from ...matrix.dispatch import Dispatcher, Encryption, transient
 from ...matrix.media import read_message
 from ...matrix.replies import replied_to, without_fallback
 from ..base.conversations import conversation_of, relation_for
@@ -174,9 +175,10 @@ class Inbound:
 
     async def catch_up(
         self, puppet: Puppet, room_id: str, since_event_id: str | None, since_ms: int | None = None
-    ) -> None:
+    ) -> int:
         """Handle the owner's messages sent between the invite and the puppet's join (back to
-        `since_event_id`), or since `since_ms` (origin time; the homeserver was away).
+        `since_event_id`), or since `since_ms` (origin time; the homeserver was away). The
+        homeserver's status: anything but 200 read nothing.
 
         The homeserver only sends an appservice the events of rooms where one of its users has
         joined, so a message typed right after opening a DM would otherwise never arrive. They
@@ -186,7 +188,7 @@ class Inbound:
             "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit={CATCH_UP_LIMIT}"
         )
         if status != 200:
-            return
+            return status
         missed = []
         for event in body.get("chunk") or []:
             if not isinstance(event, dict) or event.get("event_id") == since_event_id:
@@ -200,6 +202,7 @@ class Inbound:
         for event in reversed(missed):
             event.setdefault("room_id", room_id)
             await self.dispatcher.event(event)
+        return status
 
     async def catch_up_since(self, since_ms: int) -> int:
         """The homeserver answers again after failing (matrix/reachability.py): every loaded
@@ -207,31 +210,40 @@ class Inbound:
         lose events before they reach the appservice. How many channels were read."""
         read = 0
         for portal in list(self.channels.portals.values()):
-            read += await self._read_back(portal, since_ms, "after the homeserver was away")
+            read += bool(await self._read_back(portal, since_ms, "after the homeserver was away"))
         return read
 
-    async def catch_up_rooms(self, since_ms: dict[str, int]) -> int:
+    async def catch_up_rooms(self, since_ms: dict[str, int]) -> tuple[int, list[str]]:
         """The messages of these rooms (those that are channels) since their time (origin, ms),
         through the dispatcher: a transaction came after a gap in the homeserver's numbering, and
         one left behind may hold earlier messages of its rooms (matrix/appservice.py
-        `TransactionOrder`). How many channels were read."""
-        read = 0
+        `TransactionOrder`). How many channels were read, and the rooms that could not be read
+        for now (the homeserver or the store away: worth trying again)."""
+        read, failed = 0, []
         for room_id, since in since_ms.items():
             portal = await self.channels.portal_for(room_id)
-            if portal is not None:
-                read += await self._read_back(portal, since, "after a gap in the transactions")
-        return read
+            if portal is None:
+                continue
+            done = await self._read_back(portal, since, "after a gap in the transactions")
+            read += bool(done)
+            if done is False:
+                failed.append(room_id)
+        return read, failed
 
-    async def _read_back(self, portal: Portal, since_ms: int, why: str) -> int:
+    async def _read_back(self, portal: Portal, since_ms: int, why: str) -> bool | None:
+        """True once read back; False when that failed for now (transient: dispatch.py), None
+        when there is no one to read with or the homeserver refuses it for good (a 4xx)."""
         members = portal.member_names()
         if not members:
-            return 0
+            return None
         try:
-            await self.catch_up(await self.identities.puppet(members[0]), portal.room_id, None, since_ms)
-            return 1
+            status = await self.catch_up(await self.identities.puppet(members[0]), portal.room_id, None, since_ms)
+            if status != 200:
+                raise MatrixError(f"the homeserver answered {status}", status)
+            return True
         except Exception as exc:  # the next room still gets its turn
             log.warning("catching up %s %s: %s", portal.room_id, why, exc)
-            return 0
+            return False if transient(exc) else None
 
     async def say_encrypted(self, room_id: str) -> None:
         """Once per room and run: the bridge cannot read end-to-end encrypted rooms."""

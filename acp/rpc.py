@@ -90,7 +90,11 @@ class Peer:
             if on_written is not None:
                 # only once every byte is out of this process (in the pipe or socket to the peer):
                 # a caller that records "written" (bridge/channels/turns/journal.py) then never
-                # has it recorded while a kill of this process could still lose it
+                # has it recorded while a kill of this process could still lose it. A transport
+                # closing by now dropped the write or failed it (the peer's end was closed):
+                # its buffer is empty all the same, and nothing reached the peer
+                if self._writer.transport.is_closing():
+                    raise ConnectionLost(f"{self.label}: cannot write (the connection is closing)")
                 await self._flushed()
                 on_written()
             await self._writer.drain()

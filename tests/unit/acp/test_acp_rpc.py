@@ -188,6 +188,27 @@ async def test_on_written_waits_while_the_request_is_still_in_our_buffer():
         os.close(read_fd)
 
 
+@pytest.mark.parametrize("noticed", [False, True])
+async def test_on_written_never_runs_for_a_request_the_pipe_did_not_take(noticed):
+    # the agent's end of its stdin is closed (the agent died): asyncio drops a write to a pipe
+    # closed by its reader, or fails it, and leaves its buffer empty either way — nothing of the
+    # prompt reached the agent, so it must not be recorded as written ("prompted": a kill before
+    # the crash is shown would then mark the answer interrupted as begun)
+    peer, read_fd, transport = await into_a_pipe()
+    os.close(read_fd)
+    if noticed:  # the transport saw the reader go: later writes are dropped without an error
+        await wait_for_condition(transport.is_closing)
+    written: list[bool] = []
+    try:
+        with pytest.raises(ConnectionLost):
+            await asyncio.wait_for(
+                peer.request("session/prompt", {"prompt": "msg 32"}, on_written=lambda: written.append(True)), 60
+            )
+        assert not written
+    finally:
+        transport.close()
+
+
 async def wait_for_condition(predicate, timeout: float = 60) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():

@@ -68,6 +68,7 @@ SYNC_FILTER = {
 OWN_SESSIONS_KEPT = 200  # room keys of this device given again when an owner's device asks
 DEFAULT_ROTATION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_ROTATION_MSGS = 100
+HOUSEKEEPING_TRIES = 3  # key uploads a send tries before going on without them
 
 
 def _q(value: str) -> str:
@@ -340,13 +341,20 @@ class Device:
 
     # ---- keys -----------------------------------------------------------------------------------
 
-    async def _publish_keys(self) -> None:
-        """Upload the device keys and one-time keys that need it, with backoff."""
-        delay = 0.5
+    async def _publish_keys(self, tries: int | None = None) -> None:
+        """Upload the device keys and one-time keys that need it, with backoff; at most `tries`
+        attempts (None: until it is done). A refusal can last (a kill -9 lost the record of keys
+        the homeserver holds: "already exists"), and sending needs none of them: a send's
+        housekeeping tries a few times and goes on, it is not held by them."""
+        delay, tried = 0.5, 0
         while self.nio.should_upload_keys:
             response = await self.nio.keys_upload()
             if isinstance(response, nio.KeysUploadResponse):
                 break
+            tried += 1
+            if tries is not None and tried >= tries:
+                log.warning("%s: key upload failed (%s); left for later", self.user_id, response)
+                return
             log.warning("%s: key upload failed (%s); trying again in %.1f s", self.user_id, response, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30)
@@ -400,7 +408,7 @@ class Device:
     async def _keys_housekeeping(self) -> None:
         client = self.nio
         if client.should_upload_keys:
-            await self._publish_keys()
+            await self._publish_keys(tries=HOUSEKEEPING_TRIES)
         if client.should_query_keys:
             await self.query_keys()
         if client.should_claim_keys:

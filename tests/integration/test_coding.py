@@ -247,7 +247,8 @@ async def test_a_mode_chosen_by_command_survives_a_restart(bridge_factory, tmp_p
     await first.stop()  # a new agent process starts every loaded session in mode "ask"
     await bridge_factory(agents, folder=tmp_path / "b")
     await say(owner, room_id, "hello again")
-    await sync_until(owner, lambda: len(calls(log, "session/set_mode")) == 2)
+    # the prompt is logged after the mode is set again: wait for both
+    await sync_until(owner, lambda: len(calls(log, "session/set_mode")) == 2 and calls(log, "session/prompt"))
     again = calls(log, "session/set_mode")[1]
     assert again == {"sessionId": session_id, "modeId": "plan"}
     loads = calls(log, "session/load")

@@ -358,8 +358,12 @@ async def test_an_encrypted_channel_with_two_agents_routes_asks_and_stops_as_a_p
         await running.idle()
 
         # !stop ends bob's held answer
+        before = len(answers_in(events_in(owner, room_id), BOB))
         await say(owner, room_id, f"@bob [[chunks:2]] [[hold:{tmp_path / 'never'}]] count slowly")
-        await sync_until(owner, lambda: any("echo" in a["body"] for a in answers_in(events_in(owner, room_id), BOB)))
+        # this answer's first words (bob's earlier answers hold "echo" too)
+        await sync_until(
+            owner, lambda: any("echo" in a["body"] for a in answers_in(events_in(owner, room_id), BOB)[before:])
+        )
         await say(owner, room_id, "!stop")
         await sync_until(owner, lambda: answers_in(events_in(owner, room_id), BOB)[-1]["body"].endswith("⏹ stopped"))
         await running.idle()

@@ -68,7 +68,7 @@ SYNC_FILTER = {
 OWN_SESSIONS_KEPT = 200  # room keys of this device given again when an owner's device asks
 DEFAULT_ROTATION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_ROTATION_MSGS = 100
-HOUSEKEEPING_TRIES = 3  # key uploads a send tries before going on without them
+HOUSEKEEPING_TRIES = 3  # key uploads a sync tries before it goes on without them
 
 
 def _q(value: str) -> str:
@@ -344,8 +344,8 @@ class Device:
     async def _publish_keys(self, tries: int | None = None) -> None:
         """Upload the device keys and one-time keys that need it, with backoff; at most `tries`
         attempts (None: until it is done). A refusal can last (a kill -9 lost the record of keys
-        the homeserver holds: "already exists"), and sending needs none of them: a send's
-        housekeeping tries a few times and goes on, it is not held by them."""
+        the homeserver holds: "already exists"), and sending needs none of them: the sync's
+        housekeeping tries a few times and goes on, so the sync and the sends behind it are not held."""
         delay, tried = 0.5, 0
         while self.nio.should_upload_keys:
             response = await self.nio.keys_upload()

@@ -610,22 +610,25 @@ class Agent:
         the page to open when no browser opens); LOGIN_ASKS at most, each once. The call is bound
         by `wait` seconds, not by the silence limit (the agent waits for a person), then withdrawn
         (`$/cancel_request`) with AgentTimeout. A second call while one runs waits for that one."""
+        joined = self._login is not None
         if self._login is not None:
-            await asyncio.shield(self._login.call)
-            return
-        call = asyncio.ensure_future(self.peer.request("authenticate", {"methodId": method_id}))
-        login = self._login = _Login(call, on_ask)
-        self.process.on_stderr = login.stderr
+            call = self._login.call
+        else:
+            call = asyncio.ensure_future(self.peer.request("authenticate", {"methodId": method_id}))
+            self._login = _Login(call, on_ask)
+            self.process.on_stderr = self._login.stderr
         try:
-            await asyncio.wait_for(asyncio.shield(call), wait)
-        except TimeoutError:
-            raise AgentTimeout(self.name, wait, killed=False) from None
+            await asyncio.wait({call}, timeout=wait)
+            if not call.done() or call.cancelled():
+                raise AgentTimeout(self.name, wait, killed=False)
+            call.result()  # the agent's refusal, if any
         except ConnectionLost:
             raise await self._lost() from None
         finally:
-            self._login, self.process.on_stderr = None, None
-            if not call.done():
-                call.cancel()  # the peer is told (`$/cancel_request`)
+            if not joined:
+                self._login, self.process.on_stderr = None, None
+                if not call.done():
+                    call.cancel()  # the peer is told (`$/cancel_request`)
 
     async def steer(self, session_id: str, text: str) -> str:
         """`_session/steering`: `text` goes into the session's running turn (docs/sessions.md

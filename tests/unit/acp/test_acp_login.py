@@ -66,3 +66,18 @@ async def test_a_form_during_a_login_is_declined_and_a_bad_link_told_as_none():
     url = {"requestId": 1, "mode": "url", "elicitationId": "e", "url": "https://user@evil.example/", "message": "m"}
     assert login.elicitation(url) == {"action": "accept"}
     assert asked == [(None, "m")]
+
+
+async def test_two_logins_at_once_share_one_authenticate(tmp_path):
+    log, done = tmp_path / "agent.jsonl", tmp_path / "done"
+    command = [sys.executable, LOGIN_AGENT, "--log", str(log), "--hold", str(done)]
+    agent = await start_agent(AgentSpec(name="alice", command=command))
+    try:
+        logins = [asyncio.ensure_future(agent.authenticate("browser-login")) for _ in range(2)]
+        await until(lambda: any(m.get("method") == "authenticate" for m in read_log(log)), what="authenticate")
+        done.touch()
+        await asyncio.wait_for(asyncio.gather(*logins), 60)
+        assert len([m for m in read_log(log) if m.get("method") == "authenticate"]) == 1
+        await agent.new_session()  # logged in
+    finally:
+        await agent.stop()

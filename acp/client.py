@@ -33,7 +33,17 @@ from importlib import metadata
 from typing import Any
 
 from . import framing, remote
-from .elicitation import ACCEPT, CANCEL, DECLINE, BadElicitation, ElicitationAnswer, ElicitationRequest, parse_request
+from .elicitation import (
+    ACCEPT,
+    CANCEL,
+    DECLINE,
+    BadElicitation,
+    ElicitationAnswer,
+    ElicitationRequest,
+    links_in,
+    parse_request,
+    safe_link,
+)
 from .errors import (
     AcpError,
     AgentCrashed,
@@ -74,6 +84,8 @@ CODING_CLIENT_CAPABILITIES = {
 CANCEL_GRACE = 3.0  # after a silence timeout: how long a cancelled prompt may take to return
 MAX_QUESTIONS = 16  # permission + elicitation requests open at once in one session
 URL_ELICITATIONS_KEPT = 64  # URL elicitations waiting for elicitation/complete, per agent
+LOGIN_ASKS = 4  # pages an agent may ask the person to open during one login
+LOGIN_WAIT = 1800.0  # seconds one `authenticate` may run (a person is logging in)
 MAX_LISTED = 200  # sessions list_sessions() reads at most (pages of session/list)
 MAX_LIST_PAGES = 10
 MAX_EARLY_STATES = 8  # states kept for session ids not (yet) ours: updates before session/new returns
@@ -135,6 +147,9 @@ OnUpdate = Callable[[Update], Any]
 OnPermission = Callable[[PermissionRequest], Awaitable[str | None]]
 OnElicitation = Callable[[ElicitationRequest], Awaitable[ElicitationAnswer | None]]
 OnCommands = Callable[[str, list[dict[str, Any]]], Any]
+# what an agent asks while it logs in: (the link and its host as safe_link offers them, or None
+# for a link not shown; what it says about it)
+OnLoginAsk = Callable[[tuple[str, str] | None, str], Any]
 # (agent name, session id, the update, the session's state after it)
 OnState = Callable[[str, str, Update, SessionState], Any]
 
@@ -187,6 +202,46 @@ class _Prompt:
     cancelled: bool = False  # session/cancel went out: new permission questions are cancelled
 
 
+class _Login:
+    """An `authenticate` running, and what its agent asks meanwhile (Agent.authenticate)."""
+
+    def __init__(self, call: asyncio.Future, on_ask: OnLoginAsk | None):
+        self.call, self.on_ask = call, on_ask
+        self.asked: list[str] = []
+        self._line = bytearray()  # stderr after its last newline
+
+    def ask(self, url: str, message: str) -> None:
+        if url in self.asked or len(self.asked) >= LOGIN_ASKS or self.on_ask is None:
+            return
+        self.asked.append(url)
+        try:
+            self.on_ask(safe_link(url), message)
+        except Exception:
+            log.exception("on_ask failed")
+
+    def elicitation(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A request-scoped elicitation during the login: a page to open is passed on and
+        accepted; a form is declined (a login's secrets never go through a form: the RFD)."""
+        try:
+            request = parse_request(params)
+        except BadElicitation as exc:
+            raise RpcError(framing.INVALID_PARAMS, f"cannot ask this: {exc}") from None
+        if request.mode != "url":
+            return {"action": DECLINE}
+        self.ask(request.url, request.message)
+        return {"action": ACCEPT}
+
+    def stderr(self, chunk: bytes) -> None:
+        """The agent's stderr, as it comes: each whole line's links, the line beside them."""
+        self._line += chunk
+        *lines, rest = bytes(self._line).split(b"\n")
+        self._line = bytearray(rest[-4096:])
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            for link in links_in(line):
+                self.ask(link, line.replace(link, " ").strip(" :"))
+
+
 class Agent:
     def __init__(
         self,
@@ -222,6 +277,7 @@ class Agent:
         self.refused_questions = 0  # questions refused past MAX_QUESTIONS
         # URL elicitations that may still be completed (elicitation/complete), oldest first
         self._url_elicitations: dict[str, asyncio.Event] = {}
+        self._login: _Login | None = None  # the `authenticate` running, if any
         self._stopping = False
         self.peer = Peer(
             process.stdout,
@@ -546,9 +602,33 @@ class Agent:
         that announced it (docs/prepare.md)."""
         return await self._call(method, params)
 
-    async def authenticate(self, method_id: str) -> None:
-        """`authenticate` with an `agent` method: the agent logs in itself (docs/sessions.md "Logins")."""
-        await self._call("authenticate", {"methodId": method_id})
+    async def authenticate(self, method_id: str, on_ask: OnLoginAsk | None = None, wait: float = LOGIN_WAIT) -> None:
+        """`authenticate` with an `agent` method: the agent logs in itself (docs/sessions.md
+        "Logins"). What it asks the person meanwhile goes to `on_ask`: a URL elicitation scoped to
+        a request (`requestId`, no session: the ACP elicitation RFD's way during a login), answered
+        `accept` once passed on, and the links on the lines of its stderr (where a login prints
+        the page to open when no browser opens); LOGIN_ASKS at most, each once. The call is bound
+        by `wait` seconds, not by the silence limit (the agent waits for a person), then withdrawn
+        (`$/cancel_request`) with AgentTimeout. A second call while one runs waits for that one."""
+        joined = self._login is not None
+        if self._login is not None:
+            call = self._login.call
+        else:
+            call = asyncio.ensure_future(self.peer.request("authenticate", {"methodId": method_id}))
+            self._login = _Login(call, on_ask)
+            self.process.on_stderr = self._login.stderr
+        try:
+            await asyncio.wait({call}, timeout=wait)
+            if not call.done() or call.cancelled():
+                raise AgentTimeout(self.name, wait, killed=False)
+            call.result()  # the agent's refusal, if any
+        except ConnectionLost:
+            raise await self._lost() from None
+        finally:
+            if not joined:
+                self._login, self.process.on_stderr = None, None
+                if not call.done():
+                    call.cancel()  # the peer is told (`$/cancel_request`)
 
     async def steer(self, session_id: str, text: str) -> str:
         """`_session/steering`: `text` goes into the session's running turn (docs/sessions.md
@@ -765,6 +845,8 @@ class Agent:
 
     async def _ask_elicitation(self, params: dict[str, Any]) -> dict[str, Any]:
         session_id = _session_id(params)
+        if session_id is None and self._login is not None and params.get("requestId") is not None:
+            return self._login.elicitation(params)
         running = self._prompts.get(session_id) if session_id is not None else None
         if running is None or running.on_elicitation is None:
             return {"action": CANCEL}  # nobody to ask (not during a turn, or not scoped to one)

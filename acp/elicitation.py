@@ -178,6 +178,24 @@ def url_host(url: str) -> str | None:
     return safe[1] if safe else None
 
 
+_URL_IN_TEXT = re.compile(r"https?://[^\s<>\"'`]+", re.IGNORECASE)
+LINKS_IN_TEXT = 8  # links read from one text, at most
+
+
+def links_in(text: str) -> list[str]:
+    """The http(s) links a line of text shows (an agent's stderr during a login prints the page
+    to open there), each as safe_link offers it, in order, without repeats; a link ends before
+    whitespace, quotes or `<>`, and without the punctuation that closes a sentence around it."""
+    found: list[str] = []
+    for match in _URL_IN_TEXT.finditer(text[:65536]):
+        safe = safe_link(match.group().rstrip(".,;:!?)]}"))
+        if safe is not None and safe[0] not in found:
+            found.append(safe[0])
+            if len(found) == LINKS_IN_TEXT:
+                break
+    return found
+
+
 def _options(schema: dict[str, Any]) -> tuple[Option, ...]:
     if isinstance(schema.get("oneOf"), list) or isinstance(schema.get("anyOf"), list):
         items = schema.get("oneOf") if isinstance(schema.get("oneOf"), list) else schema["anyOf"]

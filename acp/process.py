@@ -19,7 +19,7 @@ import pwd
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import netns, remote
 from . import sandbox as sandboxes
@@ -155,6 +155,7 @@ class AgentProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self._tail = bytearray()
         self._stderr_task: asyncio.Task | None = None
+        self.on_stderr: Callable[[bytes], None] | None = None  # each chunk of stderr as it comes
         self._network: netns.Network | None = None  # slirp4netns and forwarders (network: on)
         self._link_fds: tuple[int, int] | None = None  # bwrap's info fd, block fd: the bridge's ends
 
@@ -291,6 +292,8 @@ class AgentProcess:
         assert self.proc and self.proc.stderr
         while chunk := await self.proc.stderr.read(1 << 16):
             self._tail += chunk
+            if self.on_stderr is not None:  # a login reads what it asks there (acp/client.py)
+                self.on_stderr(chunk)
             if len(self._tail) > 2 * STDERR_TAIL:
                 del self._tail[:-STDERR_TAIL]
 

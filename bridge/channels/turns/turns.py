@@ -31,7 +31,7 @@ from ..base.parts import AskedIn
 from ..base.stream import Answer, AnswerNotFinished, TxnIds
 from ..rules.approvals import approve_mode, approvers
 from ..rules.lead_up import with_lead_up
-from ..rules.logins import agent_method, login_line
+from ..rules.logins import agent_method, asked_line, failed_line, login_line, method_type
 from . import prepare
 from .agent_files import roots_for
 from .context import Handed, UnseenMessage, build_prompt, unframe
@@ -451,23 +451,20 @@ async def _prompt(run: RunningTurn) -> str | None:
 async def _logged_in(run: RunningTurn, agent, open_session):
     """The session opened, once the agent is logged in (docs/sessions.md "Logins"): an agent that
     answers `auth_required` gets the owner one line in the answer (the command to run, or the
-    agent logging in itself through `authenticate`), and the session is tried again every
-    LOGIN_EVERY seconds, so the message is answered once logged in. Stopped, or still not logged
-    in after LOGIN_WAIT: the agent's refusal ends the turn."""
+    agent logging in itself through `authenticate`, what it asks relayed), and the session is
+    tried again every LOGIN_EVERY seconds, so the message is answered once logged in. Stopped, or
+    still not logged in after LOGIN_WAIT: the agent's refusal ends the turn."""
     try:
         return await open_session()
     except AuthRequired as exc:
         refused = exc
     command = run.portal.parts.config.agents[run.agent_name].command
     run.answer.set_status(login_line(run.title, command, refused.methods))
-    method = agent_method(refused.methods)
-    if method is not None:
-        try:
-            await agent.authenticate(method["id"])
-        except AcpError as exc:
-            log.info("%s: authenticate %s: %s", run.agent_name, method["id"], exc)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + LOGIN_WAIT
+    method = agent_method(refused.methods)
+    if method is not None and not any(method_type(m) == "terminal" for m in refused.methods):
+        await _agent_login(run, agent, method, deadline - loop.time())
     while not run.cancelled and loop.time() < deadline:
         try:
             opened = await open_session()
@@ -477,6 +474,31 @@ async def _logged_in(run: RunningTurn, agent, open_session):
         run.answer.set_status(f"⏳ {run.title} is getting ready…")
         return opened
     raise refused
+
+
+async def _agent_login(run: RunningTurn, agent, method: dict[str, Any], wait: float) -> None:
+    """`authenticate` with an `agent` method, for at most `wait` seconds or until `!stop`: each
+    page the agent asks the owner to open replaces the answer's line (its host, then the link:
+    `asked_line`); a login that fails says why in one line, and the message still waits."""
+
+    def asked(safe: tuple[str, str] | None, message: str) -> None:
+        run.answer.set_status(asked_line(run.title, method, safe, message))
+
+    login = asyncio.ensure_future(agent.authenticate(method["id"], asked, wait))
+    try:
+        while not login.done() and not run.cancelled:
+            await asyncio.wait({login}, timeout=LOGIN_EVERY)
+    finally:
+        if not login.done():
+            login.cancel()  # stopped: the agent is told (`$/cancel_request`)
+            await asyncio.gather(login, return_exceptions=True)
+    if login.cancelled() or login.exception() is None:
+        return
+    exc = login.exception()
+    if not isinstance(exc, AcpError):
+        raise exc
+    log.info("%s: authenticate %s: %s", run.agent_name, method["id"], exc)
+    run.answer.set_status(failed_line(run.title, method, str(exc)))
 
 
 async def _heard_first(run: RunningTurn) -> bytes | None:

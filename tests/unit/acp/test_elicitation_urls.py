@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from acp.elicitation import parse_request, safe_link, url_host
+from acp.elicitation import links_in, parse_request, safe_link, url_host
 from bridge.coding import render
 
 
@@ -112,3 +112,14 @@ def test_a_hostile_url_is_never_linked(url):
     assert "evil" not in render.url_consent("Alice", req).html
     link = render.url_link(req)
     assert "href" not in link.html and "evil" not in link.body and "not shown" in link.body
+
+
+def test_the_links_a_line_shows_are_read_as_a_browser_opens_them():
+    line = "Open (https://Auth.Example.com/device?code=AB-12). Or https://b.example/x, or https://b.example/x."
+    assert links_in(line) == ["https://auth.example.com/device?code=AB-12", "https://b.example/x"]
+    assert links_in("go to 'https://a.example/p' then \"http://127.0.0.1:1455/cb\"") == [
+        "https://a.example/p",
+        "http://127.0.0.1:1455/cb",
+    ]
+    assert links_in("https://trusted.example@evil.example/ ftp://x.example/ no link") == []
+    assert len(links_in(" ".join(f"https://h{n}.example/" for n in range(50)))) == 8

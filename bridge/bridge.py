@@ -179,9 +179,21 @@ class Bridge:
             lambda: self.mcp.path,
             self.e2ee.add if self.e2ee is not None else None,
         )
-        self.commands = BotCommands(  # the bot's commands, and the channel commands of the parts above
+        self.commands = self._bot_commands(rooms)
+        # while the store is away; a room is told by its own agents (the open channels' members)
+        self.outage = StoreOutage(db, self.halt, self.ping, identities, self._members_of)
+        # ACP clients attached to conversations through `sidekicks acp` (bridge/attach)
+        self.attach = AttachService(config, db, channels, identities)
+        self.attach.direct_channel = self.commands.direct_channel  # a new session's DM, as `!dm` makes it
+        self.attach_server = AttachServer(config.data_dir, self.attach)
+        self.parts = self._channel_parts()
+
+    def _bot_commands(self, rooms: RoomParts) -> BotCommands:
+        """The bot's commands, and the channel commands of the parts `_build_channels` made."""
+        db, notices = self.db, self.notices
+        return BotCommands(
             rooms,
-            pool,
+            self.pool,
             self.command_descriptions,
             self.scheduler,
             {
@@ -191,23 +203,21 @@ class Bridge:
                 **{name: VoiceCommand(db, notices).command for name in VOICE_COMMANDS},
                 **{name: self.budgets.command for name in BUDGET_COMMANDS},
             },
-            aliases,
+            self.aliases,
             self.mcp.forget_channel,
             self.roster,
         )
-        # while the store is away; a room is told by its own agents (the open channels' members)
-        self.outage = StoreOutage(db, self.halt, self.ping, identities, self._members_of)
-        # ACP clients attached to conversations through `sidekicks acp` (bridge/attach)
-        self.attach = AttachService(config, db, channels, identities)
-        self.attach.direct_channel = self.commands.direct_channel  # a new session's DM, as `!dm` makes it
-        self.attach_server = AttachServer(config.data_dir, self.attach)
-        self.parts = ChannelParts(  # what a portal and its turns work with (channels/base/parts.py)
+
+    def _channel_parts(self) -> ChannelParts:
+        """What a portal and its turns work with (channels/base/parts.py)."""
+        config, db, pool, aliases = self.config, self.db, self.pool, self.aliases
+        return ChannelParts(
             config=config,
             db=db,
             pool=pool,
-            channels=channels,
-            identities=identities,
-            notices=notices,
+            channels=self.channels,
+            identities=self.identities,
+            notices=self.notices,
             presence=self.presence,
             descriptions=self.command_descriptions,
             permissions=self.permissions,

@@ -275,30 +275,8 @@ class Inbound:
         # docs/using.md "What each message kind does")
         read = read_message(event.get("type", "m.room.message"), content, self.config.attachment_bytes)
         body = read.text
-        if read.plain:
-            if not body.strip():
-                return
-            if body.lstrip().startswith("!") and await self.commands.handle(event, room_id, sender, body):
-                return
-            reply_to = replied_to(content)
-            # an ask of this conversation: answered by the owner whose message started its turn
-            if await self.questions.asks.on_words(
-                room_id, body, reply_to, loose=False, sender=sender, conversation=conversation
-            ):
-                return  # a reply to an agent's question (bridge/coding/questions.py)
-            if await self.permissions.asks.on_number(
-                room_id,
-                body,
-                reply_to,
-                sender,
-                conversation,
-                relates_to=relation_for(conversation, event.get("event_id")),
-            ):
-                return
-            if await self.questions.asks.on_words(room_id, body, None, sender=sender, conversation=conversation):
-                return  # the answer to the conversation's open question
-            if reply_to is not None and await self._steer(room_id, reply_to, body):
-                return  # a reply to the answer being written steers it (docs/sessions.md)
+        if read.plain and await self._taken_as_text(event, room_id, sender, body, content, conversation):
+            return  # empty, a command, an answer to an ask, or a steer
         portal = await self.channels.portal_for(room_id)
         if portal is None or read.silent:
             return
@@ -307,9 +285,7 @@ class Inbound:
             await self.notices.notice(portal, read.note, relates_to=relation_for(conversation, event_id))
             return
         formatted = read.formatted
-        mentions = content.get("m.mentions")
-        mentions = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
-        mentions = mentions if isinstance(mentions, list) else []
+        mentions = mentioned(content)
         # MSC4391: `/agent:command args`
         command = await self.descriptions.invoked(portal.member_names(), portal.channel.direct_agent, content)
         stored = read.stored
@@ -332,14 +308,7 @@ class Inbound:
             return True  # already taken (a transaction delivered again)
         message, turns = taken
         if decision.nobody:
-            members = portal.member_names()
-            await self.notices.notice(
-                portal,
-                "Nobody answers this one: mention an agent, like "
-                + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
-                + ", to get an answer.",
-                relates_to=relation_for(conversation, event_id),
-            )
+            await self._nobody_answers(portal, conversation, event_id)
             return True
         incoming = Incoming(message.id, event_id, body, formatted, mentions, attachment=read.attachment, sender=sender)
         for turn in turns:
@@ -347,6 +316,45 @@ class Inbound:
         answering = {turn.agent for turn in turns}  # the others have one more unseen message
         prepare.soon(portal, [m for m in portal.member_names() if m not in answering], conversation)
         return True
+
+    async def _nobody_answers(self, portal, conversation: str, event_id: str) -> None:
+        members = portal.member_names()
+        await self.notices.notice(
+            portal,
+            "Nobody answers this one: mention an agent, like "
+            + ", ".join(f"@{name}" for name in members[:3] or self.config.agents)
+            + ", to get an answer.",
+            relates_to=relation_for(conversation, event_id),
+        )
+
+    async def _taken_as_text(
+        self, event: dict, room_id: str, sender: str, body: str, content: dict, conversation: str
+    ) -> bool:
+        """A plain text message that is not a prompt: empty, a `!command`, the answer to an
+        agent's question or permission ask, or a reply that steers a running answer."""
+        if not body.strip():
+            return True
+        if body.lstrip().startswith("!") and await self.commands.handle(event, room_id, sender, body):
+            return True
+        reply_to = replied_to(content)
+        # an ask of this conversation: answered by the owner whose message started its turn
+        if await self.questions.asks.on_words(
+            room_id, body, reply_to, loose=False, sender=sender, conversation=conversation
+        ):
+            return True  # a reply to an agent's question (bridge/coding/questions.py)
+        if await self.permissions.asks.on_number(
+            room_id,
+            body,
+            reply_to,
+            sender,
+            conversation,
+            relates_to=relation_for(conversation, event.get("event_id")),
+        ):
+            return True
+        if await self.questions.asks.on_words(room_id, body, None, sender=sender, conversation=conversation):
+            return True  # the answer to the conversation's open question
+        # a reply to the answer being written steers it (docs/sessions.md)
+        return reply_to is not None and await self._steer(room_id, reply_to, body)
 
     async def _steer(self, room_id: str, reply_to: str, body: str) -> bool:
         """A reply to an answer still being written: that turn is steered with it (turns.py
@@ -407,3 +415,10 @@ class Inbound:
         if portal is not None and isinstance(name, str) and name.strip():
             await self.db.rename_channel(portal.channel.id, name.strip())
             portal.channel = await self.db.channel(portal.channel.id)
+
+
+def mentioned(content: dict) -> list:
+    """The user ids a message's `m.mentions` names (a list, whatever the sender put there)."""
+    mentions = content.get("m.mentions")
+    ids = (mentions.get("user_ids") if isinstance(mentions, dict) else None) or []
+    return ids if isinstance(ids, list) else []

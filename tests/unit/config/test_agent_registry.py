@@ -149,3 +149,32 @@ def test_an_unknown_binary_agent_gets_no_write_folders():
 )
 def test_age_text(seconds, text):
     assert reg.age_text(seconds) == text
+
+
+def test_an_entrys_icon_is_read_and_a_raster_one_becomes_its_avatar():
+    """docs/configuration.md "Agents from the registry": a PNG/JPEG/GIF/WebP icon is written as
+    `avatar:`; an SVG one (the published registry's) is not, clients do not show it."""
+    base = {
+        "id": "pic",
+        "name": "Pic",
+        "version": "1.0.0",
+        "description": "x",
+        "distribution": {"npx": {"package": "p"}},
+    }
+    data = {"agents": [{**base, "icon": "https://x/pic.PNG?v=2"}, {**base, "id": "vec", "icon": "https://x/vec.svg"}]}
+    data["agents"].append({**base, "id": "odd", "icon": "file:///etc/passwd"})
+    pic, vec, odd = reg.parse_registry(data)
+    assert (pic.icon, vec.icon, odd.icon) == ("https://x/pic.PNG?v=2", "https://x/vec.svg", "")
+    settings = reg.agent_settings(pic, "npx", ["npx"], None, "~")
+    assert list(settings) == ["title", "avatar", "command", "cwd", "sandbox"]
+    assert settings["avatar"] == "https://x/pic.PNG?v=2"
+    assert "avatar" not in reg.agent_settings(vec, "npx", ["npx"], None, "~")
+    assert "avatar" not in reg.agent_settings(odd, "npx", ["npx"], None, "~")
+    assert [reg.raster_icon(u) for u in ("a.jpg", "a.jpeg#x", "a.gif", "a.webp", "a.svg", "a.png.svg")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]

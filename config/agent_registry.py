@@ -3,7 +3,7 @@
 The registry is one JSON file, `{"version": …, "agents": [entry, …]}`; an entry has `id`, `name`,
 `version`, `description` and a `distribution` of one or more kinds: `npx` and `uvx` (`package`,
 `args`, `env`) and `binary` (per platform `linux-x86_64` …: `archive`, `cmd`, `args`, `env`); it
-may have an `icon` URL (the published registry's are SVG files).
+may have an `icon` URL (the published registry's are small one-colour SVG files).
 
 What is decided here, from values: the entries, which ones a search finds, which distribution
 this machine uses, the pinned command it becomes, and the config entry written for it — with the
@@ -23,7 +23,6 @@ REGISTRY_URL = "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.
 KINDS = ("npx", "uvx", "binary")  # the order a distribution is preferred in, its tool at hand
 ID = re.compile(r"^[a-z][a-z0-9-]*$")
 SHOWN_CHARS = 200  # a description, cut
-RASTER_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")  # icons used as the puppet's avatar
 
 # The config name an agent gets, where it is not its id.
 NAMES = {
@@ -187,19 +186,12 @@ def config_name(entry: Entry) -> str:
     return NAMES.get(entry.id, entry.id)
 
 
-def raster_icon(url: str) -> bool:
-    """True when the icon at `url` is a picture Matrix clients show as an avatar (PNG, JPEG, GIF,
-    WebP, by its name); the registry's own icons are SVG, which they do not show."""
-    name = url.split("?", 1)[0].split("#", 1)[0].lower()
-    return name.endswith(RASTER_SUFFIXES)
-
-
 def agent_settings(entry: Entry, kind: str, command: list[str], env: Any, cwd: str) -> dict[str, Any]:
-    """The agent's settings as written into the config, in this order: title, avatar (its icon,
-    when a raster one), command, cwd, env (the registry's), sandbox write: (the launcher's cache,
-    then the agent's state)."""
+    """The agent's settings as written into the config, in this order: title, avatar (its icon),
+    command, cwd, env (the registry's), sandbox write: (the launcher's cache, then the agent's
+    state)."""
     settings: dict[str, Any] = {"title": entry.name}
-    if entry.icon and raster_icon(entry.icon):
+    if entry.icon:
         settings["avatar"] = entry.icon
     settings.update(command=command, cwd=cwd)
     environment = {k: str(v) for k, v in env.items() if isinstance(k, str)} if isinstance(env, dict) else {}

@@ -1,6 +1,7 @@
 """An avatar for the bridge bot and each puppet (docs/using.md "The first minutes"): the agent's
-`avatar:` picture (a URL or a file: PNG, JPEG, GIF or WebP), else a generated one, a symmetric
-5×5 pattern in a colour of its own; uploaded once, its mxc URI and what it was made from kept in
+`avatar:` picture (a URL or a file: PNG, JPEG, GIF or WebP as it is; a registry's SVG icon drawn
+into a PNG in the puppet's colour, svg_icon.py), else a generated one, a symmetric 5×5 pattern in
+a colour of its own; uploaded once, its mxc URI and what it was made from kept in
 the store per user, and set as the profile's avatar. A profile avatar the bridge did not set
 (someone chose it) is kept.
 
@@ -21,6 +22,7 @@ import aiohttp
 
 from store import keys
 
+from . import svg_icon
 from .client import MatrixError
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 CELLS, CELL, MARGIN = 5, 16, 8
 SIZE = CELLS * CELL + 2 * MARGIN  # 96 pixels square
 BACKGROUND = (240, 240, 240)
+ICON_MARGIN = 14  # pixels around a drawn SVG icon
 
 
 def png(width: int, height: int, pixel) -> bytes:
@@ -130,15 +133,16 @@ async def _picture_for(user_id: str, wanted: str) -> tuple[bytes, str, str]:
     """(the picture, its MIME type, what it was made from): `wanted`'s, else a generated one."""
     if wanted:
         try:
-            return *(await read_picture(wanted)), wanted
+            return *(await read_picture(wanted, user_id)), wanted
         except (OSError, ValueError, aiohttp.ClientError, TimeoutError) as exc:
             log.warning("avatar of %s: %s: %s; a generated one instead", user_id, wanted, exc)
     return identicon(user_id), "image/png", ""
 
 
-async def read_picture(source: str) -> tuple[bytes, str]:
-    """The picture at `source` (an http(s) URL or a file) and its MIME type; ValueError when it is
-    too large or not a PNG, JPEG, GIF or WebP (an SVG is not: clients do not show it)."""
+async def read_picture(source: str, seed: str) -> tuple[bytes, str]:
+    """The picture at `source` (an http(s) URL or a file) and its MIME type: a PNG, JPEG, GIF or
+    WebP as it is, an SVG icon drawn in `seed`'s colour (clients do not show SVG avatars);
+    ValueError when it is too large or none of those."""
     if source.startswith(("http://", "https://")):
         timeout = aiohttp.ClientTimeout(total=FETCH_SECONDS)
         async with aiohttp.ClientSession(timeout=timeout) as http, http.get(source) as response:
@@ -151,9 +155,17 @@ async def read_picture(source: str) -> tuple[bytes, str]:
     if len(data) > PICTURE_BYTES:
         raise ValueError(f"larger than {PICTURE_BYTES // 1024} KiB")
     kind = picture_type(data)
-    if kind is None:
-        raise ValueError("not a PNG, JPEG, GIF or WebP picture")
-    return data, kind
+    if kind is not None:
+        return data, kind
+    if b"<svg" not in data[:4096]:
+        raise ValueError("not a PNG, JPEG, GIF, WebP or SVG picture")
+    return icon_png(data, seed), "image/png"
+
+
+def icon_png(svg: bytes, seed: str) -> bytes:
+    """An SVG icon as an avatar: drawn in `seed`'s colour on the generated avatars' background."""
+    colour, _ = pattern(seed)
+    return png(SIZE, SIZE, svg_icon.render(svg, SIZE, ICON_MARGIN, colour, BACKGROUND))
 
 
 def _suffix(kind: str) -> str:

@@ -20,9 +20,12 @@ from test_commands import room_with
 
 import config
 from bridge.agents_registry import add_from_registry
-from bridge.matrix.avatars import identicon, png
+from bridge.matrix.avatars import icon_png, identicon, png
 
-ICON = png(8, 8, lambda x, y: (200, 40 * (x % 4), 30))  # the registry's raster icon
+PICTURE = png(8, 8, lambda x, y: (200, 40 * (x % 4), 30))  # a raster icon
+ICON = b"""<svg width="16" height="16" viewBox="0 0 16 16" fill="none" xmlns="http://www.w3.org/2000/svg">
+<path fill-rule="evenodd" d="M13 14H3V2H13V14ZM10.5 4.4H5.5V11.6H10.5V4.4Z" fill="currentColor"/>
+</svg>"""  # the shape of opencode's icon in the ACP registry
 
 
 async def member_avatar(client: nio.AsyncClient, room_id: str, user_id: str) -> str | None:
@@ -65,7 +68,8 @@ async def legacy_download(homeserver, mxc: str) -> bytes:
 
 @pytest.fixture
 async def icon_registry():
-    """A registry of two npx agents, `pic` with a PNG icon and `vec` with an SVG one, and the icons."""
+    """A registry of two npx agents, `pic` with a PNG icon and `vec` with an SVG one, the icons,
+    and a text that is no picture."""
     app, base = web.Application(), []
 
     async def registry_json(_request):
@@ -81,14 +85,18 @@ async def icon_registry():
         )
 
     async def pic_png(_request):
-        return web.Response(body=ICON, content_type="image/png")
+        return web.Response(body=PICTURE, content_type="image/png")
 
     async def vec_svg(_request):
-        return web.Response(text="<svg/>", content_type="image/svg+xml")
+        return web.Response(body=ICON, content_type="image/svg+xml")
+
+    async def text(_request):
+        return web.Response(text="no picture")
 
     app.router.add_get("/registry.json", registry_json)
     app.router.add_get("/pic.png", pic_png)
     app.router.add_get("/vec.svg", vec_svg)
+    app.router.add_get("/text.txt", text)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -98,28 +106,29 @@ async def icon_registry():
     await runner.cleanup()
 
 
-async def test_an_agent_added_from_the_registry_wears_its_raster_icon(
+async def test_an_agent_added_from_the_registry_wears_its_icon(
     homeserver, bridge_factory, tmp_path, owner, icon_registry
 ):
-    """`agents add` writes a PNG icon as `avatar:` and not an SVG one; the bridge uploads the
-    picture once as the puppet's avatar, and a picture it cannot show gives the generated one."""
+    """`agents add` writes the registry's icon as `avatar:`; the bridge uploads it once as the
+    puppet's avatar — a PNG as it is, an SVG drawn into a PNG — and a URL that gives no picture
+    gives the generated one."""
     added = write_config(homeserver, tmp_path / "added", {})
     for agent_id in ("pic", "vec"):
         await add_from_registry(added, agent_id, "~", f"{icon_registry}/registry.json", tmp_path, tools={"npx"})
     written = config.load(added).agents
-    assert written["pic"].avatar == f"{icon_registry}/pic.png"
-    assert written["vec"].avatar is None
+    assert (written["pic"].avatar, written["vec"].avatar) == (f"{icon_registry}/pic.png", f"{icon_registry}/vec.svg")
 
-    pic, vec = f"pic{secrets.token_hex(3)}", f"vec{secrets.token_hex(3)}"
-    agents = {pic: agent(avatar=written["pic"].avatar), vec: agent(avatar=f"{icon_registry}/vec.svg")}
-    running = await bridge_factory(agents, folder=tmp_path / "bridge")
-    for name in (pic, vec):
-        await until(lambda name=name: running.store.get_value(f"avatar:@sk_{name}:localhost"), what=name)
-    shown = running.store.get_value(f"avatar:@sk_{pic}:localhost")
-    assert running.store.get_value(f"avatar_source:@sk_{pic}:localhost") == f"{icon_registry}/pic.png"
-    assert await legacy_download(homeserver, shown) == ICON
-    fallback = running.store.get_value(f"avatar:@sk_{vec}:localhost")
-    assert running.store.get_value(f"avatar_source:@sk_{vec}:localhost") == ""
-    assert await legacy_download(homeserver, fallback) == identicon(f"@sk_{vec}:localhost")
-    found = await owner.get_avatar(f"@sk_{pic}:localhost")
-    assert isinstance(found, nio.ProfileGetAvatarResponse) and found.avatar_url == shown
+    names = {kind: f"{kind}{secrets.token_hex(3)}" for kind in ("pic", "vec", "text")}
+    users = {kind: f"@sk_{name}:localhost" for kind, name in names.items()}
+    sources = {**{kind: written[kind].avatar for kind in ("pic", "vec")}, "text": f"{icon_registry}/text.txt"}
+    running = await bridge_factory({names[k]: agent(avatar=sources[k]) for k in names}, folder=tmp_path / "bridge")
+    for user in users.values():
+        await until(lambda user=user: running.store.get_value(f"avatar:{user}"), what=user)
+    shown = {kind: running.store.get_value(f"avatar:{user}") for kind, user in users.items()}
+    assert await legacy_download(homeserver, shown["pic"]) == PICTURE
+    assert await legacy_download(homeserver, shown["vec"]) == icon_png(ICON, users["vec"])
+    assert await legacy_download(homeserver, shown["text"]) == identicon(users["text"])
+    made_from = {kind: running.store.get_value(f"avatar_source:{user}") for kind, user in users.items()}
+    assert made_from == {"pic": sources["pic"], "vec": sources["vec"], "text": ""}
+    found = await owner.get_avatar(users["vec"])
+    assert isinstance(found, nio.ProfileGetAvatarResponse) and found.avatar_url == shown["vec"]

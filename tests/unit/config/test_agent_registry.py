@@ -151,9 +151,8 @@ def test_age_text(seconds, text):
     assert reg.age_text(seconds) == text
 
 
-def test_an_entrys_icon_is_read_and_a_raster_one_becomes_its_avatar():
-    """docs/configuration.md "Agents from the registry": a PNG/JPEG/GIF/WebP icon is written as
-    `avatar:`; an SVG one (the published registry's) is not, clients do not show it."""
+def test_an_entrys_icon_becomes_its_avatar():
+    """docs/configuration.md "Agents from the registry": an http(s) `icon` is written as `avatar:`."""
     base = {
         "id": "pic",
         "name": "Pic",
@@ -161,20 +160,12 @@ def test_an_entrys_icon_is_read_and_a_raster_one_becomes_its_avatar():
         "description": "x",
         "distribution": {"npx": {"package": "p"}},
     }
-    data = {"agents": [{**base, "icon": "https://x/pic.PNG?v=2"}, {**base, "id": "vec", "icon": "https://x/vec.svg"}]}
-    data["agents"].append({**base, "id": "odd", "icon": "file:///etc/passwd"})
-    pic, vec, odd = reg.parse_registry(data)
-    assert (pic.icon, vec.icon, odd.icon) == ("https://x/pic.PNG?v=2", "https://x/vec.svg", "")
+    data = {"agents": [{**base, "icon": "https://x/pic.svg"}, {**base, "id": "odd", "icon": "file:///etc/passwd"}]}
+    data["agents"].append({**base, "id": "none"})
+    pic, odd, none = reg.parse_registry(data)
+    assert (pic.icon, odd.icon, none.icon) == ("https://x/pic.svg", "", "")
     settings = reg.agent_settings(pic, "npx", ["npx"], None, "~")
     assert list(settings) == ["title", "avatar", "command", "cwd", "sandbox"]
-    assert settings["avatar"] == "https://x/pic.PNG?v=2"
-    assert "avatar" not in reg.agent_settings(vec, "npx", ["npx"], None, "~")
+    assert settings["avatar"] == "https://x/pic.svg"
     assert "avatar" not in reg.agent_settings(odd, "npx", ["npx"], None, "~")
-    assert [reg.raster_icon(u) for u in ("a.jpg", "a.jpeg#x", "a.gif", "a.webp", "a.svg", "a.png.svg")] == [
-        True,
-        True,
-        True,
-        True,
-        False,
-        False,
-    ]
+    assert "avatar" not in reg.agent_settings(none, "npx", ["npx"], None, "~")

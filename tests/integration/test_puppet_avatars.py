@@ -8,6 +8,7 @@ registry served by a local HTTP server.
 
 from __future__ import annotations
 
+import os
 import secrets
 
 import aiohttp
@@ -16,13 +17,17 @@ import pytest
 from aiohttp import web
 from bridge_harness import agent, write_config
 from bridge_harness import wait_until as until
-from test_commands import room_with
+from helpers import say
+from matrix_helpers import notices, sync_until
+from test_commands import open_bot_dm, room_with
+from test_registry_agents import archive
 
 import config
 from bridge.agents_registry import add_from_registry
 from bridge.matrix.avatars import icon_png, identicon, png
 
 PICTURE = png(8, 8, lambda x, y: (200, 40 * (x % 4), 30))  # a raster icon
+BOT = "@sidekicks:localhost"
 ICON = b"""<svg width="16" height="16" viewBox="0 0 16 16" fill="none" xmlns="http://www.w3.org/2000/svg">
 <path fill-rule="evenodd" d="M13 14H3V2H13V14ZM10.5 4.4H5.5V11.6H10.5V4.4Z" fill="currentColor"/>
 </svg>"""  # the shape of opencode's icon in the ACP registry
@@ -68,18 +73,22 @@ async def legacy_download(homeserver, mxc: str) -> bytes:
 
 @pytest.fixture
 async def icon_registry():
-    """A registry of two npx agents, `pic` with a PNG icon and `vec` with an SVG one, the icons,
-    and a text that is no picture."""
+    """A registry of two npx agents, `pic` with a PNG icon and `vec` with an SVG one, a `binary`
+    agent `tiny-pic` (tests/agents/tiny_agent.py) with the SVG one, the icons, and a text that is
+    no picture."""
     app, base = web.Application(), []
 
     async def registry_json(_request):
         entry = {"version": "1.0.0", "description": "x", "distribution": {"npx": {"package": "p"}}}
+        target = {"archive": f"{base[0]}/tiny.tar.gz", "cmd": "./bin/tiny", "args": ["acp"]}
+        binary = {"binary": {"linux-x86_64" if os.uname().machine == "x86_64" else "linux-aarch64": target}}
         return web.json_response(
             {
                 "version": "1.0.0",
                 "agents": [
                     {**entry, "id": "pic", "name": "Pic", "icon": f"{base[0]}/pic.png"},
                     {**entry, "id": "vec", "name": "Vec", "icon": f"{base[0]}/vec.svg"},
+                    {**entry, "id": "tiny-pic", "name": "Tiny", "icon": f"{base[0]}/vec.svg", "distribution": binary},
                 ],
             }
         )
@@ -96,7 +105,12 @@ async def icon_registry():
     app.router.add_get("/registry.json", registry_json)
     app.router.add_get("/pic.png", pic_png)
     app.router.add_get("/vec.svg", vec_svg)
+
+    async def tiny(_request):
+        return web.Response(body=archive())
+
     app.router.add_get("/text.txt", text)
+    app.router.add_get("/tiny.tar.gz", tiny)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -132,3 +146,21 @@ async def test_an_agent_added_from_the_registry_wears_its_icon(
     assert made_from == {"pic": sources["pic"], "vec": sources["vec"], "text": ""}
     found = await owner.get_avatar(users["vec"])
     assert isinstance(found, nio.ProfileGetAvatarResponse) and found.avatar_url == shown["vec"]
+
+
+async def test_an_agent_added_in_the_bots_dm_gets_its_icon_at_once(
+    bridge_factory, tmp_path, owner, icon_registry, monkeypatch
+):
+    """`!agents add` while the bridge runs: the new puppet wears the registry's icon before the
+    bot says it was added, without a restart."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    running = await bridge_factory({}, registry=f"{icon_registry}/registry.json")
+    dm = await open_bot_dm(owner)
+    before = len(notices(owner, dm, BOT))
+    await say(owner, dm, f"!agents add tiny-pic --cwd {tmp_path}")
+    await sync_until(owner, lambda: any("added tiny-pic" in n for n in notices(owner, dm, BOT)[before:]), timeout=120)
+    user = "@sk_tiny-pic:localhost"
+    assert running.store.get_value(f"avatar_source:{user}") == f"{icon_registry}/vec.svg"
+    found = await owner.get_avatar(user)
+    assert isinstance(found, nio.ProfileGetAvatarResponse)
+    assert found.avatar_url == running.store.get_value(f"avatar:{user}")

@@ -303,7 +303,8 @@ class Bridge:
         for name in self.config.agents:
             await self.identities.puppet(name)
         # their avatars, beside the start: uploaded once, kept in the store (matrix/avatars.py)
-        self.commands.tasks.start(avatars.ensure(self.identities.everyone(), self.db), "avatars")
+        pictures = {name: agent.avatar for name, agent in self.config.agents.items() if agent.avatar}
+        self.commands.tasks.start(avatars.ensure(self.identities.everyone(), self.db, pictures), "avatars")
         if self.e2ee is not None:
             progress("encryption: a device for each agent and the bot")
             renewed = await self.e2ee.start(

@@ -22,6 +22,7 @@ from config import ConfigError, config_edit
 from config.agent_registry import RegistryError
 
 from . import agent_specs, agents_registry
+from .matrix import avatars
 from .matrix.identities import Identities
 
 if TYPE_CHECKING:
@@ -77,7 +78,12 @@ class Roster:
             puppet = await self.identities.puppet(name)
             if self.new_device is not None:
                 await self.new_device(puppet.user_id)
-        return [*added.lines, await self._started(name), f"Open a DM with {puppet.user_id} (or `!dm {name}`)."]
+        # its avatar (the registry's icon) while it starts, as at a bridge's start (matrix/avatars.py)
+        pictures = {name: avatar} if (avatar := self.config.agents[name].avatar) else {}
+        avatar_set = asyncio.ensure_future(avatars.ensure([puppet], self.db, pictures))
+        started = await self._started(name)
+        await avatar_set
+        return [*added.lines, started, f"Open a DM with {puppet.user_id} (or `!dm {name}`)."]
 
     async def _started(self, name: str) -> str:
         """The new agent started once, as `sidekicks check` does: a ✓ or ✗ line."""

@@ -2,7 +2,8 @@
 
 The registry is one JSON file, `{"version": …, "agents": [entry, …]}`; an entry has `id`, `name`,
 `version`, `description` and a `distribution` of one or more kinds: `npx` and `uvx` (`package`,
-`args`, `env`) and `binary` (per platform `linux-x86_64` …: `archive`, `cmd`, `args`, `env`).
+`args`, `env`) and `binary` (per platform `linux-x86_64` …: `archive`, `cmd`, `args`, `env`); it
+may have an `icon` URL (the published registry's are small one-colour SVG files).
 
 What is decided here, from values: the entries, which ones a search finds, which distribution
 this machine uses, the pinned command it becomes, and the config entry written for it — with the
@@ -67,6 +68,7 @@ class Entry:
     version: str
     description: str
     distribution: dict[str, Any] = field(default_factory=dict)
+    icon: str = ""  # its `icon` URL, "" when it has none
 
     def kinds(self) -> list[str]:
         return [kind for kind in KINDS if isinstance(self.distribution.get(kind), dict)]
@@ -94,7 +96,11 @@ def _entry(raw: Any) -> Entry | None:
     distribution = raw.get("distribution")
     if not isinstance(distribution, dict) or not ID.match(raw["id"]):
         return None
-    entry = Entry(raw["id"], raw["name"].strip(), raw["version"].strip(), raw["description"].strip(), distribution)
+    icon = raw.get("icon")
+    icon = icon if isinstance(icon, str) and icon.startswith(("http://", "https://")) else ""
+    entry = Entry(
+        raw["id"], raw["name"].strip(), raw["version"].strip(), raw["description"].strip(), distribution, icon
+    )
     return entry if entry.kinds() else None
 
 
@@ -181,9 +187,13 @@ def config_name(entry: Entry) -> str:
 
 
 def agent_settings(entry: Entry, kind: str, command: list[str], env: Any, cwd: str) -> dict[str, Any]:
-    """The agent's settings as written into the config, in this order: title, command, cwd,
-    env (the registry's), sandbox write: (the launcher's cache, then the agent's state)."""
-    settings: dict[str, Any] = {"title": entry.name, "command": command, "cwd": cwd}
+    """The agent's settings as written into the config, in this order: title, avatar (its icon),
+    command, cwd, env (the registry's), sandbox write: (the launcher's cache, then the agent's
+    state)."""
+    settings: dict[str, Any] = {"title": entry.name}
+    if entry.icon:
+        settings["avatar"] = entry.icon
+    settings.update(command=command, cwd=cwd)
     environment = {k: str(v) for k, v in env.items() if isinstance(k, str)} if isinstance(env, dict) else {}
     if environment:
         settings["env"] = environment

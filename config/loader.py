@@ -39,7 +39,19 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("owner", "homeserver", "appservice", "agents", "limits", "encryption", "database"),
     "homeserver": ("url", "domain", "embedded", "port", "config", "device_traffic"),
     "appservice": ("listen", "puppet_prefix", "bot", "registration", "id", "url", "permission_timeout"),
-    "agents.*": ("title", "command", "cwd", "env", "timeout", "tools", "roots", "worktrees", "budget", "sandbox"),
+    "agents.*": (
+        "title",
+        "command",
+        "cwd",
+        "env",
+        "timeout",
+        "tools",
+        "roots",
+        "worktrees",
+        "budget",
+        "sandbox",
+        "avatar",
+    ),
     "agents.*.sandbox": ("write", "read", "network"),
     "agents.*.sandbox.network": ("host_ports", "internet"),
     "limits": (
@@ -449,6 +461,7 @@ def _agent(c: _Checker, name: Any, spec: Any, path: Path) -> AgentConfig | None:
     worktrees = _agent_worktrees(c, spec, key, cwd)
     budget = _budget(c, spec.get("budget"), f"{key}.budget")
     sandbox = _sandbox(c, spec.get("sandbox", True), f"{key}.sandbox", path)
+    avatar = _agent_avatar(c, spec, key, path)
     if command is None or not isinstance(title, str):
         return None
     return AgentConfig(
@@ -463,7 +476,25 @@ def _agent(c: _Checker, name: Any, spec: Any, path: Path) -> AgentConfig | None:
         worktrees=worktrees,
         budget=budget,
         sandbox=sandbox,
+        avatar=avatar,
     )
+
+
+def _agent_avatar(c: _Checker, spec: dict, key: str, path: Path) -> str | None:
+    """`avatar:` — an http(s) URL, or a picture file (relative to the config file) that exists."""
+    avatar = spec.get("avatar")
+    if avatar is None:
+        return None
+    if not isinstance(avatar, str) or not avatar.strip():
+        c.problem(f"{key}.avatar", "must be an http(s) URL or the path of a picture file")
+        return None
+    if avatar.startswith(("http://", "https://")):
+        return avatar
+    file = (path.parent / os.path.expanduser(avatar)).resolve()
+    if not file.is_file():
+        c.problem(f"{key}.avatar", f"no such file: {file}")
+        return None
+    return str(file)
 
 
 def _agent_command(c: _Checker, spec: dict, key: str, suggested: set[str]) -> list[str] | None:

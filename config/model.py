@@ -39,6 +39,9 @@ class AgentConfig:
     budget: Budget | None = None
     # the bubblewrap sandbox the agent runs in (`sandbox: on | off | {write, read, network}`)
     sandbox: SandboxConfig = SandboxConfig()
+    # the puppet's picture (`avatar:`): an http(s) URL or an absolute file path of a PNG, JPEG,
+    # GIF or WebP; None: a generated one (bridge/matrix/avatars.py)
+    avatar: str | None = None
 
 
 @dataclass(frozen=True)

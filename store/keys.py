@@ -35,6 +35,12 @@ def avatar(user_id: str) -> str:
     return f"avatar:{user_id}"
 
 
+def avatar_source(user_id: str) -> str:
+    """What `avatar(user_id)` was made from: the agent's `avatar:` URL or file, "" for a generated
+    one (absent in stores from before: generated) (bridge/matrix/avatars.py)."""
+    return f"avatar_source:{user_id}"
+
+
 def threads(channel_id: str) -> str:
     """ "on" when channel `channel_id` opens a thread under each top-level message agents answer
     (`!threads on`, channels/commands/commands.py); absent (the default) when it does not."""

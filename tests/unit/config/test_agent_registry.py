@@ -149,3 +149,23 @@ def test_an_unknown_binary_agent_gets_no_write_folders():
 )
 def test_age_text(seconds, text):
     assert reg.age_text(seconds) == text
+
+
+def test_an_entrys_icon_becomes_its_avatar():
+    """docs/configuration.md "Agents from the registry": an http(s) `icon` is written as `avatar:`."""
+    base = {
+        "id": "pic",
+        "name": "Pic",
+        "version": "1.0.0",
+        "description": "x",
+        "distribution": {"npx": {"package": "p"}},
+    }
+    data = {"agents": [{**base, "icon": "https://x/pic.svg"}, {**base, "id": "odd", "icon": "file:///etc/passwd"}]}
+    data["agents"].append({**base, "id": "none"})
+    pic, odd, none = reg.parse_registry(data)
+    assert (pic.icon, odd.icon, none.icon) == ("https://x/pic.svg", "", "")
+    settings = reg.agent_settings(pic, "npx", ["npx"], None, "~")
+    assert list(settings) == ["title", "avatar", "command", "cwd", "sandbox"]
+    assert settings["avatar"] == "https://x/pic.svg"
+    assert "avatar" not in reg.agent_settings(odd, "npx", ["npx"], None, "~")
+    assert "avatar" not in reg.agent_settings(none, "npx", ["npx"], None, "~")

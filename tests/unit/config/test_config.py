@@ -382,3 +382,23 @@ def test_a_bad_tools_value_is_one_line(tmp_path):
     data = {**GOOD, "agents": {"alice": {**GOOD["agents"]["alice"], "tool": "on"}}}
     with pytest.raises(config.ConfigError, match="agents.alice.tool: unknown key — did you mean tools"):
         config.load(write(tmp_path, data))
+
+
+def test_an_avatar_is_a_url_or_a_picture_file_next_to_the_config(tmp_path):
+    """docs/configuration.md "agents": `avatar:`, a URL kept as it is, a file made absolute."""
+    (tmp_path / "pics").mkdir()
+    (tmp_path / "pics" / "bob.png").write_bytes(b"\x89PNG")
+    alice = {**GOOD["agents"]["alice"], "avatar": "https://example.org/alice.png"}
+    data = {
+        **GOOD,
+        "agents": {"alice": alice, "bob": {"command": "b", "avatar": "pics/bob.png"}, "carol": {"command": "c"}},
+    }
+    agents = config.load(write(tmp_path, data)).agents
+    assert agents["alice"].avatar == "https://example.org/alice.png"
+    assert agents["bob"].avatar == str(tmp_path / "pics" / "bob.png")
+    assert agents["carol"].avatar is None
+    for value, problem in (("pics/none.png", "agents.bob.avatar: no such file: "), (7, "agents.bob.avatar: must be")):
+        data = {**GOOD, "agents": {"bob": {"command": "b", "avatar": value}}}
+        with pytest.raises(config.ConfigError) as caught:
+            config.load(write(tmp_path, data))
+        assert any(problem in line for line in caught.value.problems), caught.value.problems

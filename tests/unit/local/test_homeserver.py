@@ -207,6 +207,8 @@ def test_ensure_config_keeps_secrets_and_key(tmp_path):
     assert after["app_service_config_files"] == [str(registration)]
     assert after["rc_login"]["failed_attempts"]["burst_count"] >= 10000
     assert after["bcrypt_rounds"] == 4
+    # media through the legacy endpoints too: nheko 0.11 fetches avatars and files only there
+    assert after["enable_authenticated_media"] is False
     assert "rc_login" not in before
     assert _mode(second.config_path) == 0o600
 

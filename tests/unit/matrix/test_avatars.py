@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from bridge.matrix.avatars import SIZE, identicon, pattern
+from bridge.matrix.avatars import SIZE, identicon, pattern, picture_type, step
 
 
 def decode(data: bytes) -> tuple[int, int, bytes]:
@@ -37,3 +37,25 @@ def test_the_same_user_gets_the_same_avatar_and_others_another():
     colour, cells = pattern("@sk_alice:localhost")
     assert all(row == row[::-1] for row in cells)  # mirrored
     assert pattern("@sk_bob:localhost")[0] != colour
+
+
+def test_picture_types_by_their_first_bytes():
+    assert picture_type(identicon("@x:y")) == "image/png"
+    assert picture_type(b"\xff\xd8\xff\xe0rest") == "image/jpeg"
+    assert picture_type(b"GIF89a...") == "image/gif"
+    assert picture_type(b"RIFF\x00\x00\x00\x00WEBPVP8 ") == "image/webp"
+    assert picture_type(b'<svg xmlns="http://www.w3.org/2000/svg"/>') is None
+    assert picture_type(b"") is None
+
+
+def test_what_is_done_for_each_identity():
+    """Uploaded once per source; a profile avatar the bridge did not set is kept."""
+    assert step(None, None, None, "") == "upload"  # the first start
+    assert step("mxc://a", "mxc://a", "", "") == "keep"  # a restart
+    assert step("mxc://a", "mxc://a", None, "") == "keep"  # a store from before sources were kept
+    assert step(None, "mxc://a", "", "") == "set"  # the profile lost it
+    assert step("mxc://mine", "mxc://a", "", "") == "keep"  # someone chose another
+    assert step("mxc://mine", None, None, "https://x/a.png") == "keep"
+    assert step("mxc://a", "mxc://a", "", "https://x/a.png") == "upload"  # `avatar:` added since
+    assert step("mxc://b", "mxc://b", "https://x/a.png", "https://x/a.png") == "keep"
+    assert step("mxc://b", "mxc://b", "https://x/a.png", "") == "upload"  # `avatar:` taken out

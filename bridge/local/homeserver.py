@@ -75,6 +75,13 @@ _SECRET_KEYS = ("registration_shared_secret", "macaroon_secret_key", "form_secre
 _STOP_GRACE = 15.0  # seconds Synapse gets to finish after SIGTERM before SIGKILL
 _TAIL_LINES = 12  # lines of log shown when the server fails to start
 
+# Media (avatars, files) also through the legacy unauthenticated endpoints, as before Synapse
+# 1.120: nheko 0.11 (Debian's) fetches only those, and got 404 for every avatar and file
+# (docs/using.md "The first minutes"). The cost: a program on this machine that knows a media id
+# fetches it without a token; the server listens on 127.0.0.1 only and federates with no one.
+# Clients that know the authenticated endpoints (Element) still use them.
+AUTHENTICATED_MEDIA_ONLY = False  # Synapse's `enable_authenticated_media`
+
 
 class HomeserverError(Exception):
     """The embedded homeserver cannot be set up, started or used; the text says why."""
@@ -230,13 +237,7 @@ class Homeserver:
             # m.room.create, which its mtxclient 0.9 requires. 10 has both.
             "default_room_version": ROOM_VERSION,
             "url_preview_enabled": False,
-            # Media (avatars, files) also through the legacy unauthenticated endpoints, as before
-            # Synapse 1.120: nheko 0.11 (Debian's) fetches only those, and got 404 for every avatar
-            # and file (docs/using.md "The first minutes"). The cost: a program on this machine that
-            # knows a media id fetches it without a token; the server listens on 127.0.0.1 only
-            # and federates with no one. Clients that know the authenticated endpoints (Element)
-            # still use them. Media uploaded while this was on is served too.
-            "enable_authenticated_media": False,
+            "enable_authenticated_media": AUTHENTICATED_MEDIA_ONLY,  # nheko 0.11: see its comment
             # Element decides "encrypt new rooms?" from the well-known file; Synapse from this.
             "extra_well_known_client_content": {"io.element.e2ee": {"default": self.encryption}},
             "encryption_enabled_by_default_for_room_type": "off",

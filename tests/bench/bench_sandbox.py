@@ -9,7 +9,9 @@ child process — the three sides taking turns, so all see the same machine load
 of each side is left out (the probes, cold caches). Goal: ≤ 50 ms more with the sandbox, with
 and without its network, as the difference of the medians; the median of the rounds' own
 differences (each sandboxed start against the plain start of the same round, seconds apart) is
-given beside it: on a loaded machine it moves less with the load between rounds. The load
+given beside it: on a loaded machine it moves less with the load between rounds. Then the
+sandbox's own start alone: spawn → `date` running in it (the time it prints), the three sides
+taking turns the same way. The load
 (/proc/loadavg) before and after is noted: an agent's start is mostly Python's own, which
 stretches with the load, and so does the noise.
 """
@@ -44,14 +46,14 @@ async def _start(spec: AgentSpec) -> float:
 
 
 async def _bare(spec: AgentSpec) -> float:
-    """The sandbox's own start and end, `true` run in it: spawn → exit, no Python to wait for."""
-    began = time.perf_counter()
-    process = AgentProcess(spec.name, ["true"], spec.cwd, sandbox=spec.sandbox)
+    """The sandbox's own start: spawn → `date` running in it (it prints the time it started,
+    the same clock as the bridge's), no Python start to hide it."""
+    began = time.time()
+    process = AgentProcess(spec.name, ["date", "+%s.%N"], spec.cwd, sandbox=spec.sandbox)
     await process.start()
-    await process.wait()
-    took = time.perf_counter() - began
+    started = float(await process.stdout.readline())
     await process.stop()
-    return took
+    return started - began
 
 
 async def _turns(measure, specs: dict[str, AgentSpec], rounds: int) -> dict[str, list[float]]:
@@ -121,7 +123,7 @@ def rows(r: dict) -> list[tuple]:
     found.append(
         (
             "Sandbox",
-            f"the sandbox's own start, `true` in it, spawn → exit, p50 ({2 * r['rounds']} each, in turns): "
+            f"the sandbox's own start, spawn → `date` running in it, p50 ({2 * r['rounds']} each, in turns): "
             "network off / on vs plain",
             f"{bare['sandbox']:.0f} / {bare['network']:.0f} ms",
             f"{bare['plain']:.0f} ms",

@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Sequence
 
 GRACE = 5.0  # seconds an agent has to end on EOF once the bridge died
@@ -74,10 +75,10 @@ class Network:
         self.name = name
         self.host_ports = tuple(host_ports)
         self.internet = internet  # False: the forwarders only (`network: off`, the bridge's MCP port)
-        self.slirp: asyncio.subprocess.Process | None = None
+        self.slirp: subprocess.Popen[bytes] | None = None
         self._exit_w: int | None = None
         self._servers: list[asyncio.AbstractServer] = []
-        self._drain: asyncio.Task | None = None
+        self._draining = False
 
     async def attach(self, info_r: int, block_w: int) -> None:
         """Read the sandbox's pid from bwrap's info fd, give its namespace the internet, then
@@ -93,34 +94,31 @@ class Network:
         os.write(block_w, b"1")
 
     async def _slirp(self, pid: int) -> None:
-        """Start slirp4netns against the namespace of `pid`; return once it is configured."""
+        """Start slirp4netns against the namespace of `pid`; return once it is configured.
+        Spawned with subprocess (vfork), not asyncio's subprocess machinery: this is on the
+        agent's start path, and asyncio's spawn (its child watcher, its pipe transports) took
+        a few ms more, more under load (docs/performance.md "The sandbox's start")."""
         slirp = shutil.which("slirp4netns")
         if slirp is None:
             raise RuntimeError("slirp4netns is not installed: no slirp4netns on PATH")
         ready_r, ready_w = os.pipe()
         exit_r, self._exit_w = os.pipe()
         userns = [] if _same_userns(pid) else ["--userns-path", f"/proc/{pid}/ns/user"]
+        line = [slirp, "--configure", "--mtu=65520", "--disable-host-loopback"]
+        line += ["--ready-fd", str(ready_w), "--exit-fd", str(exit_r), *userns, str(pid), "tap0"]
         try:
-            self.slirp = await asyncio.create_subprocess_exec(
-                slirp,
-                "--configure",
-                "--mtu=65520",
-                "--disable-host-loopback",
-                "--ready-fd",
-                str(ready_w),
-                "--exit-fd",
-                str(exit_r),
-                *userns,
-                str(pid),
-                "tap0",
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
+            self.slirp = subprocess.Popen(
+                line,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 pass_fds=(ready_w, exit_r),
             )
         finally:
             os.close(ready_w)
             os.close(exit_r)
+        assert self.slirp.stderr is not None
+        os.set_blocking(self.slirp.stderr.fileno(), False)
         try:
             ready = await asyncio.wait_for(_read_some(ready_r), READY_LIMIT)
         except TimeoutError:
@@ -129,19 +127,33 @@ class Network:
             os.close(ready_r)
         if ready != b"1":
             raise RuntimeError(f"slirp4netns could not give the sandbox its network: {await self._why()}")
-        self._drain = asyncio.create_task(self._drained(), name=f"slirp4netns-{self.name}")
+        self._drain()
 
-    async def _drained(self) -> None:
+    def _drain(self) -> None:
         """Read what slirp4netns says from now on, so that a full pipe never stops it."""
         assert self.slirp is not None and self.slirp.stderr is not None
-        while await self.slirp.stderr.read(1 << 16):
-            pass
+        fd = self.slirp.stderr.fileno()
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            try:
+                more = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                more = b""
+            if not more:
+                loop.remove_reader(fd)
+                self._draining = False
+
+        loop.add_reader(fd, readable)
+        self._draining = True
 
     async def _why(self) -> str:
         assert self.slirp is not None and self.slirp.stderr is not None
         try:
-            err = await asyncio.wait_for(self.slirp.stderr.read(4096), 2)
-        except TimeoutError:
+            err = await asyncio.wait_for(_read_some(self.slirp.stderr.fileno()), 2)
+        except (TimeoutError, OSError):
             err = b""
         lines = [line.strip() for line in err.decode(errors="replace").splitlines() if line.strip()]
         return lines[-1] if lines else "it did not start"
@@ -153,20 +165,21 @@ class Network:
         if self._exit_w is not None:
             os.close(self._exit_w)  # slirp4netns ends on its exit fd
             self._exit_w = None
-        if self.slirp is not None and self.slirp.returncode is None:
-            try:
-                await asyncio.wait_for(self.slirp.wait(), 2)
-            except TimeoutError:
-                self.slirp.kill()
-                await self.slirp.wait()
-        if self._drain is not None:
-            await asyncio.wait({self._drain}, timeout=1)
-            self._drain.cancel()
-            self._drain = None
+        slirp, self.slirp = self.slirp, None
+        if slirp is None:
+            return
+        if not await _ended(slirp, 2):
+            slirp.kill()
+            await _ended(slirp, 5)
+        assert slirp.stderr is not None
+        if self._draining:
+            asyncio.get_running_loop().remove_reader(slirp.stderr.fileno())
+            self._draining = False
+        slirp.stderr.close()
 
 
-async def _read_some(fd: int) -> bytes:
-    """Up to 4 KiB from `fd` once readable (b"" at EOF), without blocking the loop."""
+async def _readable(fd: int) -> None:
+    """Return once `fd` is readable (or at EOF), without blocking the loop."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 
@@ -179,6 +192,35 @@ async def _read_some(fd: int) -> bytes:
         await done
     finally:
         loop.remove_reader(fd)
+
+
+async def _ended(process: subprocess.Popen[bytes], limit: float) -> bool:
+    """Whether `process` ended (and was reaped) within `limit` seconds: its pidfd becomes
+    readable when it ends (a short poll where the kernel has no pidfd_open)."""
+    if process.poll() is not None:
+        return True
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except OSError:
+        pidfd = -1
+    try:
+        if pidfd >= 0:
+            await asyncio.wait_for(_readable(pidfd), limit)
+        else:
+            deadline = asyncio.get_running_loop().time() + limit
+            while process.poll() is None and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        pass
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    return process.poll() is not None
+
+
+async def _read_some(fd: int) -> bytes:
+    """Up to 4 KiB from `fd` once readable (b"" at EOF), without blocking the loop."""
+    await _readable(fd)
     return os.read(fd, 4096)
 
 

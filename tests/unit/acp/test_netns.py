@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+from pathlib import Path
 
-from acp.netns import SUPERVISOR, lifeline, supervised
+import pytest
+
+from acp.netns import SUPERVISOR, Network, _ended, lifeline, supervised
 
 
 def supervise(life_r: int, grace: str, *command: str) -> subprocess.Popen:
@@ -43,3 +47,29 @@ def test_once_the_lifeline_closes_the_supervisor_waits_the_grace_then_kills_itse
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(shell.pid, signal.SIGKILL)  # its `sleep` (bwrap would have died with it)
+
+
+async def test_a_process_s_end_is_seen_and_a_running_one_is_waited_for_no_longer_than_asked():
+    quick = subprocess.Popen(["true"])
+    assert await _ended(quick, 60)
+    assert quick.returncode == 0  # reaped
+    slow = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not await _ended(slow, 0.05)
+        assert slow.returncode is None
+    finally:
+        slow.kill()
+        slow.wait()
+
+
+@pytest.mark.skipif(shutil.which("slirp4netns") is None, reason="slirp4netns is not installed")
+async def test_slirp4netns_that_cannot_start_says_its_own_reason_and_is_gone_after_close():
+    nowhere = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
+    network = Network("test")
+    with pytest.raises(RuntimeError, match="^slirp4netns could not give the sandbox its network: ") as failed:
+        await network._slirp(nowhere)
+    assert "it did not start" not in str(failed.value)  # its stderr was read: its own last line
+    slirp = network.slirp
+    assert slirp is not None
+    await network.close()
+    assert slirp.returncode is not None and network.slirp is None

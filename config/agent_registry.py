@@ -40,7 +40,8 @@ NAMES = {
 # Claude Code: ~/.claude (settings, sessions, credentials) and ~/.claude.json (its global state);
 # Codex: CODEX_HOME, ~/.codex by default; Gemini CLI: ~/.gemini; OpenCode: its XDG data, state,
 # config and cache folders; goose: ~/.config/goose (config.yaml, secrets), its XDG data (sessions)
-# and state (logs) folders.
+# and state (logs) folders; Qwen Code: ~/.qwen (settings, installation id, skills, sessions: it
+# exits at start when it cannot write there).
 _CLAUDE = ("~/.claude", "~/.claude.json")
 _GOOSE = ("~/.config/goose", "~/.local/share/goose", "~/.local/state/goose")
 WRITES: dict[str, tuple[str, ...]] = {
@@ -52,6 +53,7 @@ WRITES: dict[str, tuple[str, ...]] = {
     "gemini": ("~/.gemini",),
     "opencode": ("~/.local/share/opencode", "~/.local/state/opencode", "~/.config/opencode", "~/.cache/opencode"),
     "goose": _GOOSE,
+    "qwen-code": ("~/.qwen",),
 }
 # What the launcher itself writes: npx its package cache, uvx its cache and tools.
 KIND_WRITES = {"npx": ("~/.npm",), "uvx": ("~/.cache/uv", "~/.local/share/uv"), "binary": ()}

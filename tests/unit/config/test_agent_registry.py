@@ -137,6 +137,15 @@ def test_the_settings_written_for_a_known_agent():
     assert reg.config_name(claude) == "claude"
 
 
+def test_qwen_code_gets_its_state_folder():
+    # docs/configuration.md "Agents from the registry": Qwen Code exits at start without ~/.qwen
+    qwen = reg.Entry("qwen-code", "Qwen Code", "0.8.2", "x", {"npx": {"package": "@qwen-code/qwen-code@0.8.2"}})
+    command = reg.package_command("npx", qwen.distribution["npx"], qwen.version)
+    settings = reg.agent_settings(qwen, "npx", command, None, "/work")
+    assert settings["sandbox"] == {"write": ["~/.npm", "~/.qwen"]}
+    assert reg.config_name(qwen) == "qwen-code"
+
+
 def test_an_unknown_binary_agent_gets_no_write_folders():
     unknown = reg.Entry("tiny", "Tiny", "1.0.0", "x", {"binary": {}})
     settings = reg.agent_settings(unknown, "binary", ["/c/tiny"], None, "/work")

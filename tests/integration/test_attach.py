@@ -59,6 +59,12 @@ def notices_quoting(owner, room_id: str, text: str) -> list[dict]:
     ]
 
 
+def quoted_first(owner, room_id: str, text: str) -> bool:
+    """The room shows the client's prompt (its quote) before any message of its answer."""
+    bodies = [a["body"] for a in answers_in(events_in(owner, room_id), ALICE)]
+    return bodies.index(f"💻 from Zed: {text}") < bodies.index(f"echo: {text}")
+
+
 def final_answers(owner, room_id: str) -> list[str]:
     return [
         a["body"] for a in answers_in(events_in(owner, room_id), ALICE) if a["msgtype"] != "m.notice" and is_final(a)
@@ -102,6 +108,8 @@ async def test_a_client_lists_loads_and_prompts_one_conversation_with_the_room(b
             ),
         )
         await running.idle()
+        # taken while its quote is sent, it is still quoted before its answer
+        assert quoted_first(owner, room, "from the desk")
         assert final_answers(owner, room).count("echo: from the desk") == 1
         assert len(notices_quoting(owner, room, "from the desk")) == 1
         assert sum(1 for p in prompts(log) if p.endswith("from the desk")) == 1
@@ -296,6 +304,40 @@ async def test_the_bridge_restarted_loses_nothing_of_a_clients_prompts(bridge_fa
     assert running.store.get_value(PENDING) == "{}"
     assert sum(1 for p in prompts(log) if p.endswith("written down")) == 1
     assert len(notices_quoting(owner, room, "written down")) == 1
+
+
+async def test_a_prompt_taken_before_its_quote_was_posted_is_quoted_first_after_a_restart(
+    bridge_factory, tmp_path, owner
+):
+    running, xdg, log = await attached_bridge(bridge_factory, tmp_path, "--echo-last-line")
+    room = await open_dm(owner)
+    await say(owner, room, "before")
+    await sync_until(owner, lambda: "echo: before" in final_answers(owner, room))
+    await running.idle()
+    channel = running.store.channel_by_room(room)
+    # as a kill leaves it: taken under its key, its turn not begun, its quote never posted
+    key = "sk-acp-test-2"
+    pending = {"channel": channel.id, "conversation": "", "text": "taken early", "client": "Zed", "key": key}
+    running.store.set_value(PENDING, json.dumps({key: pending}))
+    turns = [("alice", "taken early", False)]
+    running.store.turns.take(channel.id, owner.user_id, "taken early", key, turns, "an earlier run")
+    await running.stop()
+    running = await bridge_factory(
+        {"alice": agent("--log", str(log), "--echo-last-line", title="Alice")},
+        folder=tmp_path / "bridge0",
+        data_dir=running.config.data_dir,
+    )
+    await sync_until(owner, lambda: "echo: taken early" in final_answers(owner, room))
+    await running.idle()
+    assert quoted_first(owner, room, "taken early")
+    assert len(notices_quoting(owner, room, "taken early")) == 1
+    assert final_answers(owner, room).count("echo: taken early") == 1
+    assert sum(1 for p in prompts(log) if p.endswith("taken early")) == 1
+    assert running.store.get_value(PENDING) == "{}"
+    # the stored prompt is found by its quote's event too (a thread opened on it, a redaction)
+    quote = notices_quoting(owner, room, "taken early")[0]["event_id"]
+    found = running.store.message_by_event(quote)
+    assert found is not None and found.text == "taken early"
 
 
 async def test_an_agent_in_its_sandbox_cannot_reach_the_socket(bridge_factory, tmp_path, owner):

@@ -11,9 +11,11 @@
 - `session/load`: the conversation's stored messages as `user_message_chunk` /
   `agent_message_chunk`, then live; `session/resume`: nothing replayed, then live.
 - `session/prompt`: a message in the room, quoted by a notice ("💻 from Zed: …"), routed, stored
-  and queued as the owner's own (`Portal.take`, `Portal.submit`); it is written down before the
-  notice is posted and taken again at the next start if the bridge stopped in between (exactly
-  once). The answer is the stop reason of the turns it started.
+  and queued as the owner's own (`Portal.take`, `Portal.submit`). It is written down first, then
+  taken under its transaction id at once while the notice is posted beside its turn, whose own
+  events wait for the notice's send (the room shows the prompt first); a stop before it is
+  forgotten posts the notice again (the same event) and takes it again (once). The answer is
+  the stop reason of the turns it started.
 - `session/cancel`: the conversation's running turn is stopped as `!stop` does;
   `session/close`: the client detaches, the conversation is untouched.
 """
@@ -199,33 +201,44 @@ class AttachService:
         text = wire.prompt_text(params.get("prompt"))
         if not text.strip():
             raise _bad("an empty prompt")
+        if not portal.member_names():
+            raise _bad("no agent is in this conversation any more")
         client.sessions.add((channel_id, conversation))
         txn = f"sk-acp-{new_id()}"
         pending = {"channel": channel_id, "conversation": conversation, "text": text, "client": client.name}
-        # written down before it can be taken or posted (exactly once)
-        pending = await self._write_down(txn, pending)
         wait = PromptWait(client)
-        if pending.get("key") == txn:
-            stop_reason = await self._take_keyed(portal, txn, pending, wait)
+        self.hub.prompts[txn] = wait  # before its turns can begin (Hub.began)
+        # written down before it can be posted (exactly once), and taken in the same call
+        try:
+            pending, took = await self._write_down(portal, txn, pending)
+        except BaseException:
+            self.hub.prompts.pop(txn, None)
+            raise
+        if took is not None:
+            stop_reason = await self._keyed(portal, txn, pending, wait, took)
         else:
+            self.hub.prompts.pop(txn, None)
             stop_reason = await self._post_and_take(portal, txn, pending, wait)
         await client.flushed()  # ACP: a prompt's updates come before its answer
         return {"stopReason": stop_reason}
 
-    async def _write_down(self, txn: str, pending: dict) -> dict:
-        """The prompt written down (`_pending`), with the key it is taken under: its transaction
-        id — taken at once while its quote is sent — unless its answer opens a thread under the
-        quote (`!threads on`, the main timeline), whose event id names that thread: then the
-        quote's event, once posted (`_post_and_take`)."""
+    async def _write_down(self, portal, txn: str, pending: dict) -> tuple[dict, Any]:
+        """The prompt written down (`_pending`) with the key it is taken under, and taken: one
+        call on the database thread, the agent asked without waiting for the homeserver
+        (`_keyed`). Its key is its transaction id, unless its answer opens a thread under the
+        quote (`!threads on`, the main timeline), whose event id names that thread: then it
+        is not taken yet (None) but once its quote is posted (`_post_and_take`)."""
         store, threads = self.db.target, keys.threads(pending["channel"])
+        owner, text = self.config.owners[0], pending["text"]
+        take = portal.taker(owner, text, txn, text, None, [], pending["conversation"])
 
-        def change() -> dict:
+        def change() -> tuple[dict, Any]:
             threaded = pending["conversation"] == MAIN and opens_threads(store.get_value(threads))
             written = pending if threaded else {**pending, "key": txn}
             found = json.loads(store.get_value(PENDING) or "{}")
             found[txn] = written
             store.set_value(PENDING, json.dumps(found))
-            return written
+            return written, None if threaded else take()
 
         return await self.db.run(change)
 
@@ -242,39 +255,38 @@ class AttachService:
             content["m.relates_to"] = relation
         return await quoting.intent.send(portal.room_id, content, txn_id=txn)
 
-    async def _take_keyed(self, portal, txn: str, pending: dict, wait: PromptWait | None) -> str:
-        """A prompt taken under its key (its transaction id) while its quote is sent: the agent is
-        asked without waiting for the homeserver, and every event of its turns waits for the
-        quote's (`Incoming.shown`: the room shows the prompt first). Once the quote is posted
-        and the prompt taken, the message is found by the quote's event too and the prompt is
-        forgotten (`_shown`); a stop before that posts it again and takes it again, once."""
-        if not portal.member_names():
-            raise _bad("no agent is in this conversation any more")
+    async def _keyed(self, portal, txn: str, pending: dict, wait: PromptWait | None, took) -> str:
+        """A prompt taken under its key (its transaction id) before its quote is posted: its
+        turns are queued at once and the quote is sent beside them; every event of its turns
+        waits for the quote's (`Incoming.shown`: the room shows the prompt first). Once the
+        quote is posted, the message is found by its event too and the prompt is forgotten
+        (`_shown`); a stop before that posts it again and takes it again, once."""
         event_id = pending.get("event")
         sent: asyncio.Future = asyncio.ensure_future(
             _ready(event_id) if isinstance(event_id, str) else self._send_quote(portal, txn, pending)
         )
-        try:
-            turns = await self._take(portal, txn, pending, wait, sent)
-        except BaseException:
-            sent.add_done_callback(_quietly)  # still posted; the next start takes it
-            raise
+        turns = self._queue(portal, txn, pending, wait, took, sent)
         self._later(self._shown(txn, pending["channel"], sent))
         return await self._answered(portal, txn, pending["conversation"], turns, wait)
 
-    async def _take(self, portal, key: str, pending: dict, wait: PromptWait | None, shown=None) -> list:
+    async def _take(self, portal, key: str, pending: dict, wait: PromptWait | None) -> list:
         """The prompt taken as the owner's message under `key` (taking a key twice takes it
         once: store/turns.py) and its turns queued; the turns (none when taken already)."""
         conversation, text = pending["conversation"], pending["text"]
         if wait is not None:
             self.hub.prompts[key] = wait
-        owner = self.config.owners[0]
-        decision, taken = await portal.take(owner, text, key, text, None, [], conversation)
+        took = await portal.take(self.config.owners[0], text, key, text, None, [], conversation)
+        return self._queue(portal, key, pending, wait, took)
+
+    def _queue(self, portal, key: str, pending: dict, wait: PromptWait | None, took, shown=None) -> list:
+        """The turns of a prompt just taken (`Portal.take`'s answer) queued; the turns."""
+        decision, taken = took
         turns = taken[1] if taken is not None and not decision.nobody else []
         if wait is not None:
             wait.turns = {turn.id for turn in turns}
         if taken is not None and turns:
-            incoming = Incoming(taken[0].id, key, text, None, [], sender=owner, shown=shown)
+            owner = self.config.owners[0]
+            incoming = Incoming(taken[0].id, key, pending["text"], None, [], sender=owner, shown=shown)
             for turn in turns:
                 portal.submit(turn, incoming)
         return turns
@@ -383,8 +395,11 @@ class AttachService:
         async for txn, pending, portal in self._pending_portals():
             count += 1
             try:
-                if pending.get("key") == txn:
-                    await self._take_keyed(portal, txn, pending, None)
+                if pending.get("key") == txn:  # taken again under its key (once), its quote posted
+                    took = await portal.take(
+                        self.config.owners[0], pending["text"], txn, pending["text"], None, [], pending["conversation"]
+                    )
+                    await self._keyed(portal, txn, pending, None, took)
                 else:
                     await self._post_and_take(portal, txn, pending, None)
             except Exception:
@@ -394,11 +409,6 @@ class AttachService:
 
 async def _ready(event_id: str) -> str:
     return event_id
-
-
-def _quietly(done: asyncio.Future) -> None:
-    if not done.cancelled():
-        done.exception()
 
 
 async def _no_direct_channel(agent: str, owner: str) -> tuple[str, bool]:

@@ -13,6 +13,7 @@ and not taken is answered once); and the socket out of an agent sandbox's reach.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -59,6 +60,20 @@ def notices_quoting(owner, room_id: str, text: str) -> list[dict]:
     ]
 
 
+async def hold_quotes(running) -> asyncio.Event:
+    """The bridge's quotes of client prompts are sent once the returned event is set (a
+    homeserver slow to take them)."""
+    service, released = running.bridge.attach, asyncio.Event()
+    send_quote = service._send_quote
+
+    async def held(*args):
+        await released.wait()
+        return await send_quote(*args)
+
+    service._send_quote = held
+    return released
+
+
 def quoted_first(owner, room_id: str, text: str) -> bool:
     """The room shows the client's prompt (its quote) before any message of its answer."""
     bodies = [a["body"] for a in answers_in(events_in(owner, room_id), ALICE)]
@@ -94,11 +109,18 @@ async def test_a_client_lists_loads_and_prompts_one_conversation_with_the_room(b
         ]
         assert replayed == stored == [("user", "hello from the phone"), ("agent", "echo: hello from the phone")]
 
-        # a prompt from the client: answered in the client and in the room, once
-        answer = await client.call(
-            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "from the desk"}]}
+        # a prompt from the client: answered in the client and in the room, once — and quoted
+        # there first, however slow the homeserver is to take the quote: held here until the
+        # agent has answered the client and its answer had its chance to reach the room
+        released = await hold_quotes(running)
+        prompting = asyncio.ensure_future(
+            client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "from the desk"}]})
         )
-        assert answer == {"stopReason": "end_turn"}
+        await client.wait_for(lambda: client.text(session).endswith("echo: from the desk"), "the client's answer")
+        with contextlib.suppress(AssertionError):  # it must not come: the answer waits for the quote
+            await sync_until(owner, lambda: "echo: from the desk" in final_answers(owner, room), timeout=5)
+        released.set()
+        assert await prompting == {"stopReason": "end_turn"}
         assert client.text(session).endswith("echo: from the desk")
         await sync_until(
             owner,

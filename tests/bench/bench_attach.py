@@ -122,7 +122,7 @@ async def rounds_of(owner, room: str, puppet: str, clients: dict, rounds: int) -
 
 async def run_agent(bench, owner, folder: Path, name: str) -> dict:
     _, full, quick = AGENTS[name]
-    rounds = quick if bench.quick else full
+    rounds = int(os.environ.get("SIDEKICKS_BENCH_ATTACH_ROUNDS") or (quick if bench.quick else full))
     xdg, config_folder = folder / "xdg", folder / f"bridge-{name}"
     data = xdg / "sidekicks" / "data" / configuration.config_hash(config_folder / "config.yaml")
     entry = {"command": command_of(name, folder, "attached"), "title": name.title()}
@@ -148,16 +148,26 @@ async def run_agent(bench, owner, folder: Path, name: str) -> dict:
 
 
 async def run(bench, owner, folder: Path) -> dict:
-    return {name: await run_agent(bench, owner, folder, name) for name in AGENTS}
+    """Each agent (`SIDEKICKS_BENCH_ATTACH_AGENTS=local` for one: a longer run of it alone,
+    `SIDEKICKS_BENCH_ATTACH_ROUNDS=N` rounds)."""
+    chosen = os.environ.get("SIDEKICKS_BENCH_ATTACH_AGENTS", ",".join(AGENTS)).split(",")
+    return {name: await run_agent(bench, owner, folder, name) for name in AGENTS if name in chosen}
 
 
 def _ms(values: list[float]) -> str:
     return f"{median(values) * 1e3:.1f} / {p99(values) * 1e3:.1f} ms"
 
 
+def paired(times: dict) -> float:
+    """The median of each round's attached / direct: the two sides of a round saw the same load."""
+    return median([a / d for a, d in zip(times["attached"], times["direct"], strict=True)])
+
+
 def rows(r: dict) -> list[tuple]:
     made = []
     for name, what in (("echo", "scripted echo agent"), ("local", "local agent, warm")):
+        if name not in r:
+            continue
         found = r[name]
         times = found["times"]
         attached, direct = median(times["attached"]), median(times["direct"])
@@ -167,7 +177,7 @@ def rows(r: dict) -> list[tuple]:
                 f"ACP client prompt → first agent text, {what}, p50 / p99 ({found['rounds']} each, alternating)",
                 _ms(times["attached"]),
                 _ms(times["direct"]),
-                f"{attached / direct:.2f}×",
+                f"{attached / direct:.2f}× (paired {paired(times):.2f}×)",
                 f"≤ {GOAL:.2f}×" if name == "local" else "(info)",
                 attached / direct <= GOAL if name == "local" else None,
             )

@@ -269,6 +269,19 @@ async def test_cancel_stops_the_turn_and_two_clients_see_everything(bridge_facto
         assert await slow == {"stopReason": "cancelled"}
         await running.idle()
         await sync_until(owner, lambda: any("⏹ stopped" in b for b in _final_bodies(owner, room)))
+        # the owner redacts the quote of a client's prompt being answered: it stops as a redacted
+        # message does, and the store forgets it
+        before = len(first.updates(session))
+        text = "[[slow]] redact me"
+        redacted = first.send_soon("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+        await first.wait_for(lambda: len(first.updates(session)) > before, "the slow answer's first chunk")
+        await sync_until(owner, lambda: bool(notices_quoting(owner, room, text)))
+        quote = notices_quoting(owner, room, text)[0]["event_id"]
+        assert running.store.message_by_event(quote) is not None
+        await owner.room_redact(room, quote)
+        assert await redacted == {"stopReason": "cancelled"}
+        await running.idle()
+        assert running.store.message_by_event(quote) is None
     finally:
         await first.close()
         await second.close()

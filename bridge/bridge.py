@@ -322,6 +322,8 @@ class Bridge:
         agent_specs.reach_socket(self.specs, self.mcp.path, self.mcp.http_url)
         if self.history_unavailable:
             await self._say_history_unavailable(progress)
+        # the quotes of client prompts an earlier run took and may not have shown: before their answers
+        await self.attach.post_pending()
         # the turns earlier runs left: queued before any portal starts, so they go first
         recovered = await self.recovery.start()
         self.recovered.set()

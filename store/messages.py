@@ -72,6 +72,21 @@ class Messages(Part):
         return message
 
     @operation
+    def add_event(self, channel_id: str, message_id: str, event_id: str) -> None:
+        """One more Matrix event that carries a stored message (a prompt stored under its key
+        before the event that shows it was sent: bridge/attach/service.py)."""
+        m = self.core.models
+        with self.core.db.atomic():
+            row = m.Message.get_or_none((m.Message.channel_id == channel_id) & (m.Message.id == message_id))
+            if row is None or event_id in json.loads(row.event_ids):
+                return
+            events = json.dumps([*json.loads(row.event_ids), event_id])
+            m.Message.update(event_ids=events).where(
+                (m.Message.channel_id == channel_id) & (m.Message.id == message_id)
+            ).execute()
+            self.core.queries.insert_event.run(event_id=event_id, channel_id=channel_id, message_id=message_id)
+
+    @operation
     def messages_after(self, channel_id: str, after_id: str | None, limit: int) -> list[Message]:
         if limit <= 0:
             return []

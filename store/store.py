@@ -176,6 +176,7 @@ class Store:
 
     # --- messages (messages.py) ----------------------------------------------------------------
     add_message = _Call("messages")
+    add_event = _Call("messages")
     messages_after = _Call("messages")
     messages_in = _Call("messages")
     lead_up = _Call("messages")

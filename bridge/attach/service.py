@@ -11,15 +11,18 @@
 - `session/load`: the conversation's stored messages as `user_message_chunk` /
   `agent_message_chunk`, then live; `session/resume`: nothing replayed, then live.
 - `session/prompt`: a message in the room, quoted by a notice ("💻 from Zed: …"), routed, stored
-  and queued as the owner's own (`Portal.take`, `Portal.submit`); it is written down before the
-  notice is posted and taken again at the next start if the bridge stopped in between (exactly
-  once). The answer is the stop reason of the turns it started.
+  and queued as the owner's own (`Portal.take`, `Portal.submit`). It is written down first, then
+  taken under its transaction id at once while the notice is posted beside its turn, whose own
+  events wait for the notice's send (the room shows the prompt first); a stop before it is
+  forgotten posts the notice again (the same event) and takes it again (once). The answer is
+  the stop reason of the turns it started.
 - `session/cancel`: the conversation's running turn is stopped as `!stop` does;
   `session/close`: the client detaches, the conversation is untouched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -28,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from acp import framing
 from acp.errors import RpcError
-from store import new_id
+from store import keys, new_id
 
-from ..channels.base.conversations import relation_for
+from ..channels.base.conversations import MAIN, relation_for
+from ..channels.rules.command_parse import opens_threads
 from ..channels.turns import prepare
 from ..channels.turns.incoming import Incoming
 from . import wire
@@ -58,6 +62,7 @@ class AttachService:
     def __init__(self, config: Config, db: OffLoop, channels: Channels, identities: Identities) -> None:
         self.config, self.db, self.channels, self.identities = config, db, channels, identities
         self.hub = Hub()
+        self._tasks: set[asyncio.Task] = set()  # quotes being posted beside their turns (`_shown`)
         # the owner's direct channel with an agent, found or made (commands.py `direct_channel`)
         self.direct_channel: Callable[[str, str], Awaitable[tuple[str, bool]]] = _no_direct_channel
 
@@ -196,49 +201,100 @@ class AttachService:
         text = wire.prompt_text(params.get("prompt"))
         if not text.strip():
             raise _bad("an empty prompt")
+        if not portal.member_names():
+            raise _bad("no agent is in this conversation any more")
         client.sessions.add((channel_id, conversation))
         txn = f"sk-acp-{new_id()}"
         pending = {"channel": channel_id, "conversation": conversation, "text": text, "client": client.name}
-        await self._pending(txn, pending)  # written down before it can be posted (exactly once)
         wait = PromptWait(client)
-        stop_reason = await self._post_and_take(portal, txn, pending, wait)
+        self.hub.prompts[txn] = wait  # before its turns can begin (Hub.began)
+        # written down before it can be posted (exactly once), and taken in the same call
+        try:
+            pending, took = await self._write_down(portal, txn, pending)
+        except BaseException:
+            self.hub.prompts.pop(txn, None)
+            raise
+        if took is not None:
+            stop_reason = await self._keyed(portal, txn, pending, wait, took)
+        else:
+            self.hub.prompts.pop(txn, None)
+            stop_reason = await self._post_and_take(portal, txn, pending, wait)
         await client.flushed()  # ACP: a prompt's updates come before its answer
         return {"stopReason": stop_reason}
 
-    async def _post_and_take(self, portal, txn: str, pending: dict, wait: PromptWait | None) -> str:
-        """The prompt quoted in the room, its event written down, then taken as the owner's
-        message (taking an event twice takes it once: store/turns.py); its turns' stop reason
-        once they are over. Posted again after a stop before its event was written down, its
-        transaction id makes it the same event."""
-        conversation, text = pending["conversation"], pending["text"]
+    async def _write_down(self, portal, txn: str, pending: dict) -> tuple[dict, Any]:
+        """The prompt written down (`_pending`) with the key it is taken under, and taken: one
+        call on the database thread, the agent asked without waiting for the homeserver
+        (`_keyed`). Its key is its transaction id, unless its answer opens a thread under the
+        quote (`!threads on`, the main timeline), whose event id names that thread: then it
+        is not taken yet (None) but once its quote is posted (`_post_and_take`)."""
+        store, threads = self.db.target, keys.threads(pending["channel"])
+        owner, text = self.config.owners[0], pending["text"]
+        take = portal.taker(owner, text, txn, text, None, [], pending["conversation"])
+
+        def change() -> tuple[dict, Any]:
+            threaded = pending["conversation"] == MAIN and opens_threads(store.get_value(threads))
+            written = pending if threaded else {**pending, "key": txn}
+            found = json.loads(store.get_value(PENDING) or "{}")
+            found[txn] = written
+            store.set_value(PENDING, json.dumps(found))
+            return written, None if threaded else take()
+
+        return await self.db.run(change)
+
+    async def _send_quote(self, portal, txn: str, pending: dict) -> str:
+        """The prompt quoted in the room by the conversation's first agent; posted again (after a
+        stop) with the same transaction id, the same event."""
         members = portal.member_names()
         if not members:
             raise _bad("no agent is in this conversation any more")
         quoting = await self.identities.puppet(members[0])  # the notices' sender (notices.py)
-        content: dict[str, Any] = {"msgtype": "m.notice", "body": wire.quoted(pending["client"], text)}
-        relation = relation_for(conversation)
+        content: dict[str, Any] = {"msgtype": "m.notice", "body": wire.quoted(pending["client"], pending["text"])}
+        relation = relation_for(pending["conversation"])
         if relation is not None:
             content["m.relates_to"] = relation
+        return await quoting.intent.send(portal.room_id, content, txn_id=txn)
+
+    async def _keyed(self, portal, txn: str, pending: dict, wait: PromptWait | None, took) -> str:
+        """A prompt taken under its key (its transaction id) before its quote is posted: its
+        turns are queued at once and the quote is sent beside them; every event of its turns
+        waits for the quote's (`Incoming.shown`: the room shows the prompt first). Once the
+        quote is posted, the message is found by its event too and the prompt is forgotten
+        (`_shown`); a stop before that posts it again and takes it again, once."""
         event_id = pending.get("event")
-        if not isinstance(event_id, str):  # posted, and its event written down, once
-            event_id = await quoting.intent.send(portal.room_id, content, txn_id=txn)
-            await self._pending(txn, {**pending, "event": event_id})
+        sent: asyncio.Future = asyncio.ensure_future(
+            _ready(event_id) if isinstance(event_id, str) else self._send_quote(portal, txn, pending)
+        )
+        turns = self._queue(portal, txn, pending, wait, took, sent)
+        self._later(self._shown(txn, pending["channel"], sent))
+        return await self._answered(portal, txn, pending["conversation"], turns, wait)
+
+    async def _take(self, portal, key: str, pending: dict, wait: PromptWait | None) -> list:
+        """The prompt taken as the owner's message under `key` (taking a key twice takes it
+        once: store/turns.py) and its turns queued; the turns (none when taken already)."""
+        conversation, text = pending["conversation"], pending["text"]
         if wait is not None:
-            self.hub.prompts[event_id] = wait
-        owner = self.config.owners[0]
-        decision, taken = await portal.take(owner, text, event_id, text, None, [], conversation)
+            self.hub.prompts[key] = wait
+        took = await portal.take(self.config.owners[0], text, key, text, None, [], conversation)
+        return self._queue(portal, key, pending, wait, took)
+
+    def _queue(self, portal, key: str, pending: dict, wait: PromptWait | None, took, shown=None) -> list:
+        """The turns of a prompt just taken (`Portal.take`'s answer) queued; the turns."""
+        decision, taken = took
         turns = taken[1] if taken is not None and not decision.nobody else []
         if wait is not None:
             wait.turns = {turn.id for turn in turns}
         if taken is not None and turns:
-            incoming = Incoming(taken[0].id, event_id, text, None, [], sender=owner)
+            owner = self.config.owners[0]
+            incoming = Incoming(taken[0].id, key, pending["text"], None, [], sender=owner, shown=shown)
             for turn in turns:
                 portal.submit(turn, incoming)
-        # taken (or taken already: an earlier run's, whose turns recovery runs): forgotten, once
-        # the turns are queued — this write keeps no prompt waiting
-        await self._pending(txn, None)
+        return turns
+
+    async def _answered(self, portal, key: str, conversation: str, turns: list, wait: PromptWait | None) -> str:
+        """The stop reason of the prompt's turns, once they are over ("end_turn": none)."""
         if not turns:
-            self.hub.prompts.pop(event_id, None)
+            self.hub.prompts.pop(key, None)
             return "end_turn"
         answering = {turn.agent for turn in turns}
         prepare.soon(portal, [m for m in portal.member_names() if m not in answering], conversation)
@@ -246,6 +302,52 @@ class AttachService:
             return "end_turn"
         await wait.done.wait()
         return wait.stop_reason
+
+    async def _shown(self, txn: str, channel_id: str, sent: asyncio.Future, taken: bool = True) -> str | None:
+        """The quote posted: its event carries the stored message too (a thread opened on it, a
+        redaction of it find the prompt) and the prompt is forgotten — or, not yet taken (at
+        start, before recovery), its event written down with it. None: not posted (kept for the
+        next start)."""
+        try:
+            event_id = await sent
+        except Exception:
+            log.exception("the quote of a prompt from an ACP client could not be posted")
+            return None
+        store = self.db.target
+
+        def change() -> None:
+            message = store.message_by_event(txn)
+            if message is not None:
+                store.add_event(channel_id, message.id, event_id)
+            found = json.loads(store.get_value(PENDING) or "{}")
+            if taken:
+                found.pop(txn, None)
+            elif txn in found:
+                found[txn] = {**found[txn], "event": event_id}
+            store.set_value(PENDING, json.dumps(found))
+
+        await self.db.run(change)
+        return event_id
+
+    def _later(self, work: Awaitable) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post_and_take(self, portal, txn: str, pending: dict, wait: PromptWait | None) -> str:
+        """The prompt quoted in the room, its event written down, then taken as the owner's
+        message under that event id (its answer opens a thread under the quote). Posted again
+        after a stop before its event was written down, its transaction id makes it the same
+        event."""
+        event_id = pending.get("event")
+        if not isinstance(event_id, str):  # posted, and its event written down, once
+            event_id = await self._send_quote(portal, txn, pending)
+            await self._pending(txn, {**pending, "event": event_id})
+        turns = await self._take(portal, event_id, pending, wait)
+        # taken (or taken already: an earlier run's, whose turns recovery runs): forgotten, once
+        # the turns are queued — this write keeps no prompt waiting
+        await self._pending(txn, None)
+        return await self._answered(portal, event_id, pending["conversation"], turns, wait)
 
     async def _pending(self, txn: str, pending: dict | None) -> None:
         """Write down (or forget, None) a client's prompt not yet taken."""
@@ -261,9 +363,9 @@ class AttachService:
 
         await self.db.run(change)
 
-    async def take_pending(self) -> int:
-        """At start: the client prompts an earlier run wrote down and may not have taken are
-        posted again (the same event, by their transaction id) and taken (once)."""
+    async def _pending_portals(self):
+        """(txn, what was written down, its portal) of each prompt an earlier run left; one
+        whose channel is gone is forgotten."""
         found = json.loads(await self.db.get_value(PENDING) or "{}")
         for txn, pending in found.items():
             channel = await self.db.channel(pending.get("channel", ""))
@@ -271,11 +373,42 @@ class AttachService:
             if portal is None:
                 await self._pending(txn, None)
                 continue
+            yield txn, pending, portal
+
+    async def post_pending(self) -> None:
+        """At start, before recovery runs the turns an earlier run left: the quotes of the
+        prompts taken under their key and perhaps not yet shown are posted (the same event, by
+        their transaction id), so that the room shows each before its answer."""
+        async for txn, pending, portal in self._pending_portals():
+            if pending.get("key") != txn or isinstance(pending.get("event"), str):
+                continue
             try:
-                await self._post_and_take(portal, txn, pending, None)
+                sent = asyncio.ensure_future(self._send_quote(portal, txn, pending))
+                await self._shown(txn, pending["channel"], sent, taken=False)
+            except Exception:
+                log.exception("the quote of a prompt from an ACP client could not be posted again")
+
+    async def take_pending(self) -> int:
+        """At start, after recovery: the client prompts an earlier run wrote down and may not have
+        taken are posted (the same event, by their transaction id) and taken (once)."""
+        count = 0
+        async for txn, pending, portal in self._pending_portals():
+            count += 1
+            try:
+                if pending.get("key") == txn:  # taken again under its key (once), its quote posted
+                    took = await portal.take(
+                        self.config.owners[0], pending["text"], txn, pending["text"], None, [], pending["conversation"]
+                    )
+                    await self._keyed(portal, txn, pending, None, took)
+                else:
+                    await self._post_and_take(portal, txn, pending, None)
             except Exception:
                 log.exception("a prompt from an ACP client could not be taken again")
-        return len(found)
+        return count
+
+
+async def _ready(event_id: str) -> str:
+    return event_id
 
 
 async def _no_direct_channel(agent: str, owner: str) -> tuple[str, bool]:

@@ -433,3 +433,26 @@ class InRelation:
         if room_id == self.room_id and event_type in RELATED_TYPES and "m.relates_to" not in content:
             content = {**content, "m.relates_to": dict(self.relates_to)}
         return await self.intent.send(room_id, content, event_type=event_type, txn_id=txn_id)
+
+
+class AfterSent:
+    """An Intent whose new events in one room wait until `first` — another send, already under
+    way — is done (sent or failed): made for one turn whose prompt the room shows by an event
+    still being sent (a prompt from an attached ACP client, quoted by a notice:
+    bridge/attach/service.py), so that nothing of its answer comes before that event, while the
+    agent is asked at once. Every other call is the Intent's."""
+
+    def __init__(self, intent: Any, room_id: str, first: asyncio.Future):
+        self.intent = intent
+        self.room_id = room_id
+        self.first = first
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.intent, name)
+
+    async def send(
+        self, room_id: str, content: dict, *, event_type: str = "m.room.message", txn_id: str | None = None
+    ) -> str:
+        if room_id == self.room_id and not self.first.done():
+            await asyncio.wait({self.first})
+        return await self.intent.send(room_id, content, event_type=event_type, txn_id=txn_id)

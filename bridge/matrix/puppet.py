@@ -14,7 +14,7 @@ import logging
 import aiohttp
 
 from .client import AppserviceClient
-from .intent import InRelation, Intent, Outgoing
+from .intent import AfterSent, InRelation, Intent, Outgoing
 
 log = logging.getLogger(__name__)
 
@@ -57,4 +57,14 @@ def relating(puppet: Puppet, room_id: str, relates_to: dict | None) -> Puppet:
         return puppet
     view = copy.copy(puppet)
     view.intent = InRelation(puppet.intent, room_id, relates_to)  # type: ignore[assignment]
+    return view
+
+
+def after_sent(puppet: Puppet, room_id: str, first: asyncio.Future | None) -> Puppet:
+    """`puppet`, its new events in `room_id` sent once `first` is done (AfterSent); the puppet
+    itself when there is nothing to wait for."""
+    if first is None:
+        return puppet
+    view = copy.copy(puppet)
+    view.intent = AfterSent(puppet.intent, room_id, first)  # type: ignore[assignment]
     return view

@@ -13,6 +13,7 @@ and not taken is answered once); and the socket out of an agent sandbox's reach.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -59,6 +60,26 @@ def notices_quoting(owner, room_id: str, text: str) -> list[dict]:
     ]
 
 
+async def hold_quotes(running) -> asyncio.Event:
+    """The bridge's quotes of client prompts are sent once the returned event is set (a
+    homeserver slow to take them)."""
+    service, released = running.bridge.attach, asyncio.Event()
+    send_quote = service._send_quote
+
+    async def held(*args):
+        await released.wait()
+        return await send_quote(*args)
+
+    service._send_quote = held
+    return released
+
+
+def quoted_first(owner, room_id: str, text: str) -> bool:
+    """The room shows the client's prompt (its quote) before any message of its answer."""
+    bodies = [a["body"] for a in answers_in(events_in(owner, room_id), ALICE)]
+    return bodies.index(f"💻 from Zed: {text}") < bodies.index(f"echo: {text}")
+
+
 def final_answers(owner, room_id: str) -> list[str]:
     return [
         a["body"] for a in answers_in(events_in(owner, room_id), ALICE) if a["msgtype"] != "m.notice" and is_final(a)
@@ -88,11 +109,18 @@ async def test_a_client_lists_loads_and_prompts_one_conversation_with_the_room(b
         ]
         assert replayed == stored == [("user", "hello from the phone"), ("agent", "echo: hello from the phone")]
 
-        # a prompt from the client: answered in the client and in the room, once
-        answer = await client.call(
-            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "from the desk"}]}
+        # a prompt from the client: answered in the client and in the room, once — and quoted
+        # there first, however slow the homeserver is to take the quote: held here until the
+        # agent has answered the client and its answer had its chance to reach the room
+        released = await hold_quotes(running)
+        prompting = asyncio.ensure_future(
+            client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "from the desk"}]})
         )
-        assert answer == {"stopReason": "end_turn"}
+        await client.wait_for(lambda: client.text(session).endswith("echo: from the desk"), "the client's answer")
+        with contextlib.suppress(AssertionError):  # it must not come: the answer waits for the quote
+            await sync_until(owner, lambda: "echo: from the desk" in final_answers(owner, room), timeout=5)
+        released.set()
+        assert await prompting == {"stopReason": "end_turn"}
         assert client.text(session).endswith("echo: from the desk")
         await sync_until(
             owner,
@@ -102,6 +130,8 @@ async def test_a_client_lists_loads_and_prompts_one_conversation_with_the_room(b
             ),
         )
         await running.idle()
+        # taken while its quote is sent, it is still quoted before its answer
+        assert quoted_first(owner, room, "from the desk")
         assert final_answers(owner, room).count("echo: from the desk") == 1
         assert len(notices_quoting(owner, room, "from the desk")) == 1
         assert sum(1 for p in prompts(log) if p.endswith("from the desk")) == 1
@@ -239,6 +269,19 @@ async def test_cancel_stops_the_turn_and_two_clients_see_everything(bridge_facto
         assert await slow == {"stopReason": "cancelled"}
         await running.idle()
         await sync_until(owner, lambda: any("⏹ stopped" in b for b in _final_bodies(owner, room)))
+        # the owner redacts the quote of a client's prompt being answered: it stops as a redacted
+        # message does, and the store forgets it
+        before = len(first.updates(session))
+        text = "[[slow]] redact me"
+        redacted = first.send_soon("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+        await first.wait_for(lambda: len(first.updates(session)) > before, "the slow answer's first chunk")
+        await sync_until(owner, lambda: bool(notices_quoting(owner, room, text)))
+        quote = notices_quoting(owner, room, text)[0]["event_id"]
+        assert running.store.message_by_event(quote) is not None
+        await owner.room_redact(room, quote)
+        assert await redacted == {"stopReason": "cancelled"}
+        await running.idle()
+        assert running.store.message_by_event(quote) is None
     finally:
         await first.close()
         await second.close()
@@ -296,6 +339,40 @@ async def test_the_bridge_restarted_loses_nothing_of_a_clients_prompts(bridge_fa
     assert running.store.get_value(PENDING) == "{}"
     assert sum(1 for p in prompts(log) if p.endswith("written down")) == 1
     assert len(notices_quoting(owner, room, "written down")) == 1
+
+
+async def test_a_prompt_taken_before_its_quote_was_posted_is_quoted_first_after_a_restart(
+    bridge_factory, tmp_path, owner
+):
+    running, xdg, log = await attached_bridge(bridge_factory, tmp_path, "--echo-last-line")
+    room = await open_dm(owner)
+    await say(owner, room, "before")
+    await sync_until(owner, lambda: "echo: before" in final_answers(owner, room))
+    await running.idle()
+    channel = running.store.channel_by_room(room)
+    # as a kill leaves it: taken under its key, its turn not begun, its quote never posted
+    key = "sk-acp-test-2"
+    pending = {"channel": channel.id, "conversation": "", "text": "taken early", "client": "Zed", "key": key}
+    running.store.set_value(PENDING, json.dumps({key: pending}))
+    turns = [("alice", "taken early", False)]
+    running.store.turns.take(channel.id, owner.user_id, "taken early", key, turns, "an earlier run")
+    await running.stop()
+    running = await bridge_factory(
+        {"alice": agent("--log", str(log), "--echo-last-line", title="Alice")},
+        folder=tmp_path / "bridge0",
+        data_dir=running.config.data_dir,
+    )
+    await sync_until(owner, lambda: "echo: taken early" in final_answers(owner, room))
+    await running.idle()
+    assert quoted_first(owner, room, "taken early")
+    assert len(notices_quoting(owner, room, "taken early")) == 1
+    assert final_answers(owner, room).count("echo: taken early") == 1
+    assert sum(1 for p in prompts(log) if p.endswith("taken early")) == 1
+    assert running.store.get_value(PENDING) == "{}"
+    # the stored prompt is found by its quote's event too (a thread opened on it, a redaction)
+    quote = notices_quoting(owner, room, "taken early")[0]["event_id"]
+    found = running.store.message_by_event(quote)
+    assert found is not None and found.text == "taken early"
 
 
 async def test_an_agent_in_its_sandbox_cannot_reach_the_socket(bridge_factory, tmp_path, owner):

@@ -379,6 +379,17 @@ class Inbound:
                     log.info("🛑 on the answer in %s: cancelling", room_id)
                     await run.cancel()
 
+    async def _prompt_key(self, event_id: str) -> str:
+        """The key the message `event_id` carries was taken under: its first event's — a prompt
+        from an attached ACP client is taken under its quote's transaction id before the quote
+        is posted (bridge/attach/service.py) — else the event itself."""
+        try:
+            message = await self.db.message_by_event(event_id)
+        except StoreClosed:
+            return event_id
+        first = message.event_ids[0] if message is not None and message.event_ids else event_id
+        return first if message is not None and message.role == "user" else event_id
+
     async def redaction(self, event: dict, room_id: str, sender: str, content: dict) -> None:
         """The owner redacted a message. A prompt being answered: the answer is cancelled
         (docs/architecture.md "Streaming, permissions and cancel"); one still queued is never
@@ -388,17 +399,18 @@ class Inbound:
         redacts = content.get("redacts") or event.get("redacts")  # room v11 / older versions
         if not isinstance(redacts, str):
             return
+        prompt = await self._prompt_key(redacts)
         portal: Portal | None = self.channels.portals.get(room_id)  # a message queued or answered has its portal loaded
         if portal is not None:
             runs = list(portal.runs.values())
-            if portal.withdraw(redacts):
+            if portal.withdraw(prompt):
                 log.info("a message in %s was redacted before its answers were done", room_id)
             for run in runs:
-                if run.prompt_event_id == redacts:
+                if run.prompt_event_id == prompt:
                     log.info("the prompt answered in %s was redacted: cancelling", room_id)
                     await run.cancel()
         try:
-            await self.db.turns.drop_prompt(redacts)  # its turns not begun never start, also after a restart
+            await self.db.turns.drop_prompt(prompt)  # its turns not begun never start, also after a restart
             if await self.db.delete_message_by_event(redacts):
                 log.info("a redacted message in %s is forgotten", room_id)
             await self.commands.thread_gone(room_id, redacts)  # a thread's root: its sessions close

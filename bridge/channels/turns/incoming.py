@@ -19,3 +19,6 @@ class Incoming:
     resumed: bool = False  # taken by an earlier run, read back from the store
     attachment: Any = None  # a media.Attachment the owner sent (its caption is `body`)
     sender: str | None = None  # the owner who sent it (who answers its asks); None: a scheduled run
+    # the send of the event that shows it in the room, still under way (a prompt from an attached
+    # ACP client, taken under its key while its quote is sent): the turn's own events wait for it
+    shown: Any = None

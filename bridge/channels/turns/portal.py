@@ -16,6 +16,7 @@ import asyncio
 import heapq
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -272,6 +273,21 @@ class Portal:
         None for the message when it was taken already (the homeserver sent it again). In a
         channel that opens threads (`!threads on`) the turns of a main-timeline message someone
         answers go into a thread under it: their conversation is the message's event id."""
+        work = self.taker(sender, stored, event_id, body, formatted_body, mention_ids, conversation)
+        return await self.parts.db.run(work)
+
+    def taker(
+        self,
+        sender: str,
+        stored: str,
+        event_id: str,
+        body: str,
+        formatted_body: str | None,
+        mention_ids: list[str],
+        conversation: str = "",
+    ) -> Callable[[], tuple[Route, tuple | None]]:
+        """`take`'s work, to run on the database thread (a caller's write before it, in the
+        same call: bridge/attach/service.py)."""
         store, router = self.parts.db.target, self._router(body, formatted_body, mention_ids)
         channel_id, run = self.channel.id, self.parts.run_id
         # a conversation with nothing queued or running starts the first turn at once: it is
@@ -291,7 +307,7 @@ class Portal:
                 store.turns.drop_handoffs(channel_id, conversation, HANDOFF_PREFIX)
             return decision, taken
 
-        return await self.parts.db.run(work)
+        return work
 
     def _free(self, conversation: str) -> bool:
         """Nothing queued or running in `conversation`, and the bridge neither recovering nor stopping."""

@@ -24,7 +24,7 @@ from store import TurnRecord, keys
 from store.turns import DROPPED, ENDED, INTERRUPTED
 
 from ...matrix.markdown import escape_html
-from ...matrix.puppet import relating
+from ...matrix.puppet import after_sent, relating
 from ...voice.spoken import speak_answer
 from ..base.conversations import relation_for
 from ..base.parts import AskedIn
@@ -308,6 +308,8 @@ async def _prepare(portal: Portal, record: TurnRecord, incoming: Incoming) -> Ru
         journal.ended(DROPPED, [], None)
         return None
     puppet = relating(await parts.identities.puppet(record.agent), portal.room_id, relation)
+    # the room shows the prompt before anything of its answer (a client's quote still being sent)
+    puppet = after_sent(puppet, portal.room_id, incoming.shown)
     answer = Answer(puppet.intent, portal.room_id, agent_config.title, TxnIds(f"sk-{record.id}", record.attempt))
     # an earlier attempt may have posted the placeholder: it is found again by its transaction
     # id and edited, never taken for the final message
@@ -411,7 +413,8 @@ async def _prompt(run: RunningTurn) -> str | None:
             if refused is not None:  # one line in the answer's place; nothing goes to the agent
                 await _ended_early(run, f"⚠️ {refused}")
                 return None
-        if incoming.message_id is not None:  # a scheduled run answers no message of the room
+        # a scheduled run answers no message of the room; a key that is no event has no receipt
+        if incoming.message_id is not None and incoming.event_id.startswith("$"):
             channels.courtesy(_after(posting, run.puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
         # its asks go into its conversation, answered by the owner who sent the message
         # (or any owner: `!approve any-owner`), whom they mention (approvals.py)

@@ -389,3 +389,28 @@ def test_a_puppet_in_the_main_timeline_is_itself():
     view = relating(puppet, ROOM, {"rel_type": "m.thread", "event_id": "$root"})
     assert view is not puppet and view.user_id == ALICE and isinstance(view.intent, InRelation)
     assert puppet.intent == "the intent"
+
+
+# ---- a client's prompt still being quoted: the turn's events wait for the quote ----------------
+
+
+async def test_after_sent_holds_new_events_in_its_room_until_the_first_send_is_done(homeserver):
+    import asyncio
+
+    from bridge.matrix.intent import AfterSent
+
+    first: asyncio.Future = asyncio.get_running_loop().create_future()
+    intent = AfterSent(intent_for(homeserver), ROOM, first)
+    held = asyncio.ensure_future(intent.send(ROOM, {"msgtype": "m.text", "body": "the answer"}))
+    await intent.send("!other:localhost", {"msgtype": "m.text", "body": "elsewhere"})  # another room: at once
+    await intent.typing(ROOM, True)  # not an event: at once
+
+    def bodies() -> list[str]:
+        return [r["body"]["body"] for r in homeserver.requests if "/send/" in r["path"]]
+
+    assert not held.done() and bodies() == ["elsewhere"]
+    first.set_exception(RuntimeError("the quote was refused"))  # done, even failed: the turn goes on
+    await held
+    await intent.send(ROOM, {"msgtype": "m.text", "body": "then"})
+    assert bodies() == ["elsewhere", "the answer", "then"]
+    assert any("/typing/" in r["path"] for r in homeserver.requests)

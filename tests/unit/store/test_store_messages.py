@@ -183,3 +183,15 @@ def test_a_message_is_deleted_by_any_of_its_event_ids(store):
     assert store.last_messages(channel.id, 10) == [kept]
     assert store.delete_message_by_event("$a1") is False
     assert store.delete_message_by_event("$never") is False
+
+
+def test_add_event_makes_a_message_found_by_its_later_event(store, channel):
+    message = store.add_message(channel.id, "@me:hs", "user", "from an editor", ["sk-acp-1"])
+    store.add_event(channel.id, message.id, "$quoted")
+    store.add_event(channel.id, message.id, "$quoted")  # once
+    found = store.message_by_event("$quoted")
+    assert found is not None and found.id == message.id
+    assert found.event_ids == ("sk-acp-1", "$quoted")
+    assert store.message_by_event("sk-acp-1") == found
+    store.add_event(channel.id, "no-such-message", "$other")
+    assert store.message_by_event("$other") is None

@@ -353,9 +353,9 @@ async def _prompt(run: RunningTurn) -> str | None:
     """The placeholder posted, the agent's turn waited for, its session and what it has not seen
     read, the prompt built and sent (again when steered): the agent's stop reason, or None when
     the turn ended before the agent was asked (over budget, stopped, an attachment refused)."""
-    portal, record, incoming, answer, showing = run.portal, run.record, run.incoming, run.answer, run.showing
+    portal, record, incoming, answer = run.portal, run.record, run.incoming, run.answer
     parts = portal.parts
-    config, channels = parts.config, parts.channels
+    channels = parts.channels
     # the prompt does not wait for the placeholder; a running agent (idle, or busy in another
     # channel for a moment more) gets a moment to answer first, so a quick answer is one
     # message with its text from the start. A start is slow: it shows at once.
@@ -375,79 +375,103 @@ async def _prompt(run: RunningTurn) -> str | None:
         run.agent = agent
         if run.note:  # it was waiting: the channel now shows its turn has come
             answer.set_status(f"⏳ {run.title} is getting ready…")
-        showing.typing_after(posting)  # typing while the agent works
-        # the member and what the agent has not seen: read together, in one database call
-        session_id, fresh, context = await _logged_in(
-            run,
-            agent,
-            lambda: portal.session_with(
-                record.agent,
-                agent,
-                context_reader(
-                    portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
-                ),
-                conversation=record.conversation,
-            ),
-        )
-        run.session_id = session_id
-        # its files are posted from where this session works (a thread's worktree, `!cwd`),
-        # read now: a later `!cwd` moves the next session, not this one
-        run.session_dir = portal.session_dir(record.agent, record.conversation)
+        run.showing.typing_after(posting)  # typing while the agent works
+        session_id, fresh, context = await _session_of(run, agent)
         if run.cancelled:
             await _ended_early(run, STOPPED)
             return None
-        text = _prompt_text(run, context, fresh)
-        prompt: str | list[dict] = text
-        if incoming.attachment is not None:  # as the content this agent takes (media.py)
-            prompt, refused = await attachment_prompt(
-                run.puppet.intent,
-                incoming.attachment,
-                text,
-                agent.prompt_capabilities,
-                run.title,
-                config.attachment_bytes,
-                listening(config, portal, answer),
-                heard,
-                captioned=bool(record.text.strip()),
-            )
-            if refused is not None:  # one line in the answer's place; nothing goes to the agent
-                await _ended_early(run, f"⚠️ {refused}")
-                return None
+        prompt = await _prompt_content(run, agent, _prompt_text(run, context, fresh), heard)
+        if prompt is None:
+            return None
         # a scheduled run answers no message of the room; a key that is no event has no receipt
         if incoming.message_id is not None and incoming.event_id.startswith("$"):
             channels.courtesy(_after(posting, run.puppet.intent.read_up_to(portal.room_id, incoming.event_id)))
-        # its asks go into its conversation, answered by the owner who sent the message
-        # (or any owner: `!approve any-owner`), whom they mention (approvals.py)
-        asked = partial(_ask, portal, run.puppet, record.conversation, incoming.sender, run)
-        on_permission, on_question = partial(asked, parts.permissions.ask), partial(asked, parts.questions.ask)
-        # and to the ACP clients attached there
-        on_update, on_permission, on_question = _attached(run, on_permission, on_question)
-        request = record.text  # what it was asked: a steer asks it again with more
-        if run.steering:  # steered before its prompt was written: in that prompt
-            request, prompt = _steered(run, request, prompt, answer)
-        try:
-            showing.prompting(lambda: agent.asking)
-            # its record says "prompting" before the agent can have it (at most once), and the
-            # prompt is written the moment that is done; "prompted" once all of it is in the
-            # agent's stdin (a kill before that: not known whether it arrived, and said so)
-            stop_reason: str = await agent.prompt(
-                session_id,
-                prompt,
-                on_update,
-                on_permission,
-                on_question,
-                before_send=lambda: _prompting(run),
-                on_written=lambda: _prompted(run, record.text),
-            )
-            # steered meanwhile: the same turn asks again (one record, one answer)
-            while run.steering:
-                request, prompt = _steered(run, request, request, answer)
-                run.cancelled = False
-                stop_reason = await agent.prompt(session_id, prompt, on_update, on_permission, on_question)
-            run.steerable = False
-        finally:
-            run.steerable = False
-            showing.prompted()
+        return await _asked(run, agent, session_id, prompt)
+
+
+async def _session_of(run: RunningTurn, agent) -> tuple[str, bool, Any]:
+    """The turn's session (opened once the agent is logged in) and what the agent has not seen,
+    read together in one database call; where the session works, read now: a later `!cwd`
+    moves the next session, not this one (its files are posted from there)."""
+    portal, record = run.portal, run.record
+    config = portal.parts.config
+    session_id, fresh, context = await _logged_in(
+        run,
+        agent,
+        lambda: portal.session_with(
+            record.agent,
+            agent,
+            context_reader(
+                portal.channel.id, config.context_messages, portal.pending(record.conversation), record.conversation
+            ),
+            conversation=record.conversation,
+        ),
+    )
+    run.session_id = session_id
+    run.session_dir = portal.session_dir(record.agent, record.conversation)
+    return session_id, fresh, context
+
+
+async def _prompt_content(run: RunningTurn, agent, text: str, heard: bytes | None) -> str | list[dict] | None:
+    """The prompt: `text`, with the message's attachment as the content this agent takes
+    (media.py); None when the attachment is refused (one line in the answer's place)."""
+    attachment = run.incoming.attachment
+    if attachment is None:
+        return text
+    config = run.portal.parts.config
+    prompt, refused = await attachment_prompt(
+        run.puppet.intent,
+        attachment,
+        text,
+        agent.prompt_capabilities,
+        run.title,
+        config.attachment_bytes,
+        listening(config, run.portal, run.answer),
+        heard,
+        captioned=bool(run.record.text.strip()),
+    )
+    if refused is not None:  # nothing goes to the agent
+        await _ended_early(run, f"⚠️ {refused}")
+        return None
+    return prompt
+
+
+async def _asked(run: RunningTurn, agent, session_id: str, prompt: str | list[dict]) -> str:
+    """The prompt sent (again when steered meanwhile: one record, one answer): the stop reason."""
+    portal, record, showing, answer = run.portal, run.record, run.showing, run.answer
+    parts = portal.parts
+    # its asks go into its conversation, answered by the owner who sent the message
+    # (or any owner: `!approve any-owner`), whom they mention (approvals.py)
+    asked = partial(_ask, portal, run.puppet, record.conversation, run.incoming.sender, run)
+    on_permission, on_question = partial(asked, parts.permissions.ask), partial(asked, parts.questions.ask)
+    # and to the ACP clients attached there
+    on_update, on_permission, on_question = _attached(run, on_permission, on_question)
+    request = record.text  # what it was asked: a steer asks it again with more
+    if run.steering:  # steered before its prompt was written: in that prompt
+        request, prompt = _steered(run, request, prompt, answer)
+    try:
+        showing.prompting(lambda: agent.asking)
+        # its record says "prompting" before the agent can have it (at most once), and the
+        # prompt is written the moment that is done; "prompted" once all of it is in the
+        # agent's stdin (a kill before that: not known whether it arrived, and said so)
+        stop_reason: str = await agent.prompt(
+            session_id,
+            prompt,
+            on_update,
+            on_permission,
+            on_question,
+            before_send=lambda: _prompting(run),
+            on_written=lambda: _prompted(run, record.text),
+        )
+        # steered meanwhile: the same turn asks again (one record, one answer)
+        while run.steering:
+            request, prompt = _steered(run, request, request, answer)
+            run.cancelled = False
+            stop_reason = await agent.prompt(session_id, prompt, on_update, on_permission, on_question)
+        run.steerable = False
+    finally:
+        run.steerable = False
+        showing.prompted()
     return stop_reason
 
 

@@ -6,6 +6,10 @@ Each round is the owner's Enter (room_send) → the first m.room.message of the 
 in the owner's own `/sync`. Three sides take turns in blocks (three blocks each): the floor, the
 floor declaring its mentions, the bridge with an echo agent.
 
+`run_restart` (`--method restart`, the second method of the owner's side): a fresh bridge process
+per block (started before it, stopped after), WARMUP rounds not counted then RESTART_BLOCK
+measured, blocks of the declaring floor and of the bridge alternating; the same owner process.
+
 `run` (the second table): the bench's own process holds the bridge and the owner's raw client.
 
 One bridge (in process, probes installed) with two scripted agents: `echo` answers at once,
@@ -23,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
+from pathlib import Path
 
 import aiohttp
 import probes
@@ -41,6 +47,10 @@ BLOCK = 20  # rounds of one side before the other takes its turn
 PAUSE = float(os.environ.get("SIDEKICKS_BENCH_PAUSE", "0.4"))
 
 OWNER_BLOCKS = 3  # blocks per side in the owner's-side measurement
+# the second method (run_restart): blocks per side, rounds not counted, rounds measured per block
+RESTART_BLOCKS = int(os.environ.get("SIDEKICKS_BENCH_BLOCKS", "6"))
+WARMUP, RESTART_BLOCK = 3, 20
+TRACE = os.environ.get("SIDEKICKS_BENCH_TRACE") == "1"  # each round's /sync responses, in the result
 
 
 async def run_owner_side(bench: Bench, owner: Owner) -> dict:
@@ -98,6 +108,109 @@ async def run_owner_side(bench: Bench, owner: Owner) -> dict:
         await procs.end(bridge)
         await floor.stop()
     return out
+
+
+async def _ask_owner(client, room: str, text: str, sender: str) -> dict:
+    """One round of the owner's process: its answer line ({"s": …}, with TRACE its "syncs")."""
+    ask = {"room": room, "text": text, "from": sender, "trace": TRACE}
+    client.stdin.write((json.dumps(ask) + "\n").encode())
+    await client.stdin.drain()
+    line = await asyncio.wait_for(client.stdout.readline(), 60)
+    answer = json.loads(line) if line else {"error": "owner_proc ended"}
+    if "error" in answer:
+        raise RuntimeError(f"owner's side, {room}: {answer['error']}")
+    return answer
+
+
+async def _restart_block(client, room: str, sender: str, tag: str) -> tuple[list[float], list]:
+    """WARMUP rounds, then RESTART_BLOCK measured: (seconds each, the traces of all)."""
+    values, traces = [], []
+    for i in range(WARMUP + RESTART_BLOCK):
+        at = time.time()
+        answer = await _ask_owner(client, room, f"owner-{tag}-{i}", sender)
+        if i >= WARMUP:
+            values.append(answer["s"])
+        traces.append({"i": i, "at": at, "s": answer["s"], "syncs": answer.get("syncs")})
+        await asyncio.sleep(PAUSE)
+    return values, traces
+
+
+async def run_restart(bench: Bench, owner: Owner) -> dict:
+    """The second method: the bridge restarted before each of its blocks (see the docstring)."""
+    blocks = 2 if bench.quick else RESTART_BLOCKS
+    folder = bench.folder / "latency-restart"
+    floor = EchoFloor(bench.url, bench.floor_registration, bench.floor_port)
+    await floor.start()
+    config_path = write_config(bench, folder / "cfg", {"echo": agent(title="Echo")})
+    client = None
+    out: dict = {"blocks": blocks, "block": RESTART_BLOCK, "warmup": WARMUP, "sides": {}, "loadavg": []}
+    out["traces"] = {"declaring": [], "bridge": []}
+    try:
+        room = await owner.create_room(invite=[floor.bot])
+        await floor.join(room)
+        await owner.wait_joined(room, floor.bot)
+        floor.declaring.add(room)
+        bridge, _ = await procs.start_bridge(config_path, folder / "data", timeout=120)
+        try:
+            dm = await _dm(owner, ECHO)
+        finally:
+            await procs.end(bridge)
+        rooms, senders = {"declaring": room, "bridge": dm}, {"declaring": floor.bot, "bridge": ECHO}
+        client, _ = await procs.start_owner(bench, timeout=120)
+        await owner.stop_sync()
+        try:
+            times: dict[str, list[list[float]]] = {"declaring": [], "bridge": []}
+            for b in range(2 * blocks):
+                # floor, bridge, bridge, floor, …: each side goes first in half the pairs
+                side = ("declaring", "bridge")[(b + b // 2) % 2]
+                out["loadavg"].append(Path("/proc/loadavg").read_text().split()[0])
+                bridge = None
+                if side == "bridge":
+                    bridge, _ = await procs.start_bridge(config_path, folder / "data", timeout=120)
+                try:
+                    values, traces = await _restart_block(client, rooms[side], senders[side], f"{side[0]}{b}")
+                finally:
+                    await procs.end(bridge)
+                times[side].append(values)
+                out["traces"][side].append(traces)
+            out["sides"] = times
+        finally:
+            owner.start_sync()
+    finally:
+        await procs.end(client)
+        await floor.stop()
+    return out
+
+
+def restart_rows(r: dict) -> list[tuple]:
+    ms = 1000
+    bridge, declaring = _all(r["sides"]["bridge"]), _all(r["sides"]["declaring"])
+    b50, b99, f50, f99 = p50(bridge) * ms, p99(bridge) * ms, p50(declaring) * ms, p99(declaring) * ms
+    what = f"Enter → first answer in the owner's /sync, bridge restarted per block, p50 / p99 (n={len(bridge)})"
+    return [
+        (
+            "Owner's side, restarts",
+            what + ", vs the floor declaring its mentions",
+            f"{b50:.1f} / {b99:.1f} ms",
+            f"{f50:.1f} / {f99:.1f} ms",
+            f"{b50 / f50:.2f}× / {b99 / f99:.2f}×",
+            "≤ 1.10× p50",
+            b50 / f50 <= 1.10,
+        )
+    ]
+
+
+def restart_notes(r: dict) -> list[str]:
+    sides = r["sides"]
+    per_block = [f"{p50(b) / p50(d):.2f}×" for b, d in zip(sides["bridge"], sides["declaring"])]
+    b50 = [f"{p50(b) * 1000:.0f}" for b in sides["bridge"]]
+    f50 = [f"{p50(d) * 1000:.0f}" for d in sides["declaring"]]
+    return [
+        f"owner's side, restarts: {r['blocks']} blocks a side of {r['warmup']} rounds not counted + "
+        f"{r['block']} measured, a fresh bridge process per block; bridge / declaring floor p50 per "
+        f"block pair: {', '.join(per_block)} (bridge {', '.join(b50)} ms; floor {', '.join(f50)} ms); "
+        f"load average at each block: {', '.join(r['loadavg'])}"
+    ]
 
 
 def _all(blocks: list[list[float]]) -> list[float]:
@@ -524,3 +637,11 @@ def rows(r: dict) -> list[tuple]:
             s["client_final_after_stop"] <= 1,
         ),
     ]
+
+
+def dump(r: dict) -> None:
+    """The restart method's whole result (per-round /sync traces with SIDEKICKS_BENCH_TRACE=1) in
+    the JSON file SIDEKICKS_BENCH_DUMP names, if it is set."""
+    path = os.environ.get("SIDEKICKS_BENCH_DUMP")
+    if path:
+        Path(path).write_text(json.dumps(r, indent=1), encoding="utf-8")

@@ -9,6 +9,9 @@ floor declaring its mentions, the bridge with an echo agent.
 `run_restart` (`--method restart`, the second method of the owner's side): a fresh bridge process
 per block (started before it, stopped after), WARMUP rounds not counted then RESTART_BLOCK
 measured, blocks of the declaring floor and of the bridge alternating; the same owner process.
+SIDEKICKS_BENCH_BLOCKS sets the blocks a side (6); SIDEKICKS_BENCH_TRACE=1 records what each of
+the owner's /sync responses held and each round's steps (the floor's stamps, the bridge's
+probes); SIDEKICKS_BENCH_DUMP=FILE writes the whole result there as JSON.
 
 `run` (the second table): the bench's own process holds the bridge and the owner's raw client.
 
@@ -50,7 +53,8 @@ OWNER_BLOCKS = 3  # blocks per side in the owner's-side measurement
 # the second method (run_restart): blocks per side, rounds not counted, rounds measured per block
 RESTART_BLOCKS = int(os.environ.get("SIDEKICKS_BENCH_BLOCKS", "6"))
 WARMUP, RESTART_BLOCK = 3, 20
-TRACE = os.environ.get("SIDEKICKS_BENCH_TRACE") == "1"  # each round's /sync responses, in the result
+TRACE = os.environ.get("SIDEKICKS_BENCH_TRACE") == "1"  # each round's /sync responses and steps, in the result
+PROBED = {"SIDEKICKS_BENCH_PROBES": "1"} if TRACE else None
 
 
 async def run_owner_side(bench: Bench, owner: Owner) -> dict:
@@ -122,17 +126,67 @@ async def _ask_owner(client, room: str, text: str, sender: str) -> dict:
     return answer
 
 
-async def _restart_block(client, room: str, sender: str, tag: str) -> tuple[list[float], list]:
-    """WARMUP rounds, then RESTART_BLOCK measured: (seconds each, the traces of all)."""
-    values, traces = [], []
+def _cpu_s(pid: int | None) -> float:
+    """CPU time (user + system) of process `pid` so far, seconds; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _restart_block(client, room: str, sender: str, tag: str, pids: dict) -> tuple[list[float], list, dict]:
+    """WARMUP rounds, then RESTART_BLOCK measured: (seconds each, the traces of all, the CPU
+    seconds per measured round of each process in `pids`, name → pid)."""
+    values, traces, cpu = [], [], {}
     for i in range(WARMUP + RESTART_BLOCK):
+        if i == WARMUP:
+            cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
         at = time.time()
-        answer = await _ask_owner(client, room, f"owner-{tag}-{i}", sender)
+        answer = await _ask_owner(client, room, f"bench-{tag}-{i}", sender)
         if i >= WARMUP:
             values.append(answer["s"])
-        traces.append({"i": i, "at": at, "s": answer["s"], "syncs": answer.get("syncs")})
+        traces.append(
+            {"tag": tag, "i": i, "at": at, "s": answer["s"], "t0": answer.get("t0"), "syncs": answer.get("syncs")}
+        )
         await asyncio.sleep(PAUSE)
-    return values, traces
+    per_round = {name: (_cpu_s(pid) - cpu[name]) / RESTART_BLOCK for name, pid in pids.items()}
+    return values, traces, per_round
+
+
+async def _one_block(client, room: str, sender: str, tag: str, pids: dict, bridge_files) -> tuple:
+    """One block (_restart_block); with `bridge_files` (config, data folder) a fresh bridge
+    process runs it, started before and stopped after (with TRACE, its probes under "probes")."""
+    bridge = None
+    if bridge_files is not None:
+        bridge, _ = await procs.start_bridge(*bridge_files, env=PROBED, timeout=120)
+    try:
+        values, traces, cpu = await _restart_block(
+            client, room, sender, tag, {**pids, "bridge": bridge.pid if bridge else None}
+        )
+        if TRACE and bridge is not None:
+            cpu["probes"] = await procs.ask(bridge, "probes")
+    finally:
+        await procs.end(bridge)
+    return values, traces, cpu
+
+
+def _stamp(traces: list[dict], floor_stamps: dict, bridge: dict | None) -> None:
+    """Each traced round's steps (ms after the owner's Enter): "in" the transaction came, "prompt"
+    written (the bridge), "send" started and "sent" answered; from the floor's stamps or the
+    bridge's probes (its answers in the order of the rounds, one each)."""
+    for n, trace in enumerate(traces):
+        token, t0 = f"bench-{trace.get('tag')}-{trace['i']}", trace.get("t0")
+        if t0 is None:
+            continue
+        if bridge is None:
+            stamps = floor_stamps.get(token)
+            steps = {"in": stamps[0], "send": stamps[1], "sent": stamps[2]} if stamps else {}
+        else:
+            steps = {"in": bridge["txn_entry"].get(token), "prompt": bridge["prompt_written"].get(token)}
+            answer = bridge["answers"][n] if n < len(bridge["answers"]) else None
+            if answer and answer["sends"]:
+                steps.update(part=answer["first_part"], send=answer["sends"][0][0], sent=answer["sends"][0][1])
+        trace["steps"] = {k: round((v - t0) * 1000, 1) for k, v in steps.items() if v is not None}
 
 
 async def run_restart(bench: Bench, owner: Owner) -> dict:
@@ -145,6 +199,8 @@ async def run_restart(bench: Bench, owner: Owner) -> dict:
     client = None
     out: dict = {"blocks": blocks, "block": RESTART_BLOCK, "warmup": WARMUP, "sides": {}, "loadavg": []}
     out["traces"] = {"declaring": [], "bridge": []}
+    out["cpu"] = {"declaring": [], "bridge": []}  # CPU seconds per measured round, per process
+    synapse = bench.server._proc.pid if bench.server._proc is not None else None
     try:
         room = await owner.create_room(invite=[floor.bot])
         await floor.join(room)
@@ -164,15 +220,14 @@ async def run_restart(bench: Bench, owner: Owner) -> dict:
                 # floor, bridge, bridge, floor, …: each side goes first in half the pairs
                 side = ("declaring", "bridge")[(b + b // 2) % 2]
                 out["loadavg"].append(Path("/proc/loadavg").read_text().split()[0])
-                bridge = None
-                if side == "bridge":
-                    bridge, _ = await procs.start_bridge(config_path, folder / "data", timeout=120)
-                try:
-                    values, traces = await _restart_block(client, rooms[side], senders[side], f"{side[0]}{b}")
-                finally:
-                    await procs.end(bridge)
+                pids = {"synapse": synapse, "owner": client.pid}
+                start = (config_path, folder / "data") if side == "bridge" else None
+                values, traces, cpu = await _one_block(client, rooms[side], senders[side], f"{side[0]}{b}", pids, start)
+                if TRACE:
+                    _stamp(traces, floor.stamps, cpu.pop("probes", None))
                 times[side].append(values)
                 out["traces"][side].append(traces)
+                out["cpu"][side].append(cpu)
             out["sides"] = times
         finally:
             owner.start_sync()
@@ -209,8 +264,36 @@ def restart_notes(r: dict) -> list[str]:
         f"owner's side, restarts: {r['blocks']} blocks a side of {r['warmup']} rounds not counted + "
         f"{r['block']} measured, a fresh bridge process per block; bridge / declaring floor p50 per "
         f"block pair: {', '.join(per_block)} (bridge {', '.join(b50)} ms; floor {', '.join(f50)} ms); "
-        f"load average at each block: {', '.join(r['loadavg'])}"
-    ]
+        f"load average at each block: {', '.join(r['loadavg'])}",
+        "owner's side, restarts: CPU ms per measured round (median of the blocks), declaring floor / "
+        "bridge blocks: "
+        + "; ".join(
+            f"{name} {p50([c[name] for c in r['cpu']['declaring']]) * 1000:.1f} / "
+            f"{p50([c[name] for c in r['cpu']['bridge']]) * 1000:.1f}"
+            for name in ("synapse", "owner", "bridge")
+        ),
+    ] + _step_notes(r)
+
+
+def _step_notes(r: dict) -> list[str]:
+    """With SIDEKICKS_BENCH_TRACE=1: p50 of each step of a measured round, ms, per side (each
+    step from the one before it; "seen": the answer's /sync after it was sent)."""
+    lines = []
+    for side, blocks in r["traces"].items():
+        steps: dict[str, list[float]] = {}
+        for trace in (t for block in blocks for t in block[r["warmup"] :]):
+            before = 0.0
+            for name, at in (trace.get("steps") or {}).items():
+                steps.setdefault(name, []).append(at - before)
+                before = at
+            if trace.get("steps"):
+                steps.setdefault("seen", []).append(trace["s"] * 1000 - before)
+        if steps:
+            lines.append(
+                f"owner's side, restarts, {side}: p50 per step (ms): "
+                + "; ".join(f"{name} {p50(v):.1f}" for name, v in steps.items())
+            )
+    return lines
 
 
 def _all(blocks: list[list[float]]) -> list[float]:

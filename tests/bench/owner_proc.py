@@ -147,6 +147,7 @@ async def traced_round(client: AsyncClient, timelines: Timelines, ask: dict) -> 
     answer = await one_round(client, timelines, ask["room"], ask["text"], ask["from"], ask.get("until") == "text")
     if timelines.tracing and "s" in answer:
         t0 = answer.pop("_t0")
+        answer["t0"] = t0
         answer["syncs"] = [[round(seen - t0, 4), summary] for seen, summary in timelines.syncs if seen >= t0]
     answer.pop("_t0", None)
     timelines.tracing = False

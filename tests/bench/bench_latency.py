@@ -6,6 +6,13 @@ Each round is the owner's Enter (room_send) → the first m.room.message of the 
 in the owner's own `/sync`. Three sides take turns in blocks (three blocks each): the floor, the
 floor declaring its mentions, the bridge with an echo agent.
 
+`run_restart` (`--method restart`, the second method of the owner's side): a fresh bridge process
+per block (started before it, stopped after), WARMUP rounds not counted then RESTART_BLOCK
+measured, blocks of the declaring floor and of the bridge alternating; the same owner process.
+SIDEKICKS_BENCH_BLOCKS sets the blocks a side (6); SIDEKICKS_BENCH_TRACE=1 records what each of
+the owner's /sync responses held and each round's steps (the floor's stamps, the bridge's
+probes); SIDEKICKS_BENCH_DUMP=FILE writes the whole result there as JSON.
+
 `run` (the second table): the bench's own process holds the bridge and the owner's raw client.
 
 One bridge (in process, probes installed) with two scripted agents: `echo` answers at once,
@@ -23,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
+from pathlib import Path
 
 import aiohttp
 import probes
@@ -41,6 +50,11 @@ BLOCK = 20  # rounds of one side before the other takes its turn
 PAUSE = float(os.environ.get("SIDEKICKS_BENCH_PAUSE", "0.4"))
 
 OWNER_BLOCKS = 3  # blocks per side in the owner's-side measurement
+# the second method (run_restart): blocks per side, rounds not counted, rounds measured per block
+RESTART_BLOCKS = int(os.environ.get("SIDEKICKS_BENCH_BLOCKS", "6"))
+WARMUP, RESTART_BLOCK = 3, 20
+TRACE = os.environ.get("SIDEKICKS_BENCH_TRACE") == "1"  # each round's /sync responses and steps, in the result
+PROBED = {"SIDEKICKS_BENCH_PROBES": "1"} if TRACE else None
 
 
 async def run_owner_side(bench: Bench, owner: Owner) -> dict:
@@ -98,6 +112,188 @@ async def run_owner_side(bench: Bench, owner: Owner) -> dict:
         await procs.end(bridge)
         await floor.stop()
     return out
+
+
+async def _ask_owner(client, room: str, text: str, sender: str) -> dict:
+    """One round of the owner's process: its answer line ({"s": …}, with TRACE its "syncs")."""
+    ask = {"room": room, "text": text, "from": sender, "trace": TRACE}
+    client.stdin.write((json.dumps(ask) + "\n").encode())
+    await client.stdin.drain()
+    line = await asyncio.wait_for(client.stdout.readline(), 60)
+    answer = json.loads(line) if line else {"error": "owner_proc ended"}
+    if "error" in answer:
+        raise RuntimeError(f"owner's side, {room}: {answer['error']}")
+    return answer
+
+
+def _cpu_s(pid: int | None) -> float:
+    """CPU time (user + system) of process `pid` so far, seconds; 0 without one."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _restart_block(client, room: str, sender: str, tag: str, pids: dict) -> tuple[list[float], list, dict]:
+    """WARMUP rounds, then RESTART_BLOCK measured: (seconds each, the traces of all, the CPU
+    seconds per measured round of each process in `pids`, name → pid)."""
+    values, traces, cpu = [], [], {}
+    for i in range(WARMUP + RESTART_BLOCK):
+        if i == WARMUP:
+            cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
+        at = time.time()
+        answer = await _ask_owner(client, room, f"bench-{tag}-{i}", sender)
+        if i >= WARMUP:
+            values.append(answer["s"])
+        traces.append(
+            {"tag": tag, "i": i, "at": at, "s": answer["s"], "t0": answer.get("t0"), "syncs": answer.get("syncs")}
+        )
+        await asyncio.sleep(PAUSE)
+    per_round = {name: (_cpu_s(pid) - cpu[name]) / RESTART_BLOCK for name, pid in pids.items()}
+    return values, traces, per_round
+
+
+async def _one_block(client, room: str, sender: str, tag: str, pids: dict, bridge_files) -> tuple:
+    """One block (_restart_block); with `bridge_files` (config, data folder) a fresh bridge
+    process runs it, started before and stopped after (with TRACE, its probes under "probes")."""
+    bridge = None
+    if bridge_files is not None:
+        bridge, _ = await procs.start_bridge(*bridge_files, env=PROBED, timeout=120)
+    try:
+        values, traces, cpu = await _restart_block(
+            client, room, sender, tag, {**pids, "bridge": bridge.pid if bridge else None}
+        )
+        if TRACE and bridge is not None:
+            cpu["probes"] = await procs.ask(bridge, "probes")
+    finally:
+        await procs.end(bridge)
+    return values, traces, cpu
+
+
+def _stamp(traces: list[dict], floor_stamps: dict, bridge: dict | None) -> None:
+    """Each traced round's steps (ms after the owner's Enter): "in" the transaction came, "prompt"
+    written (the bridge), "send" started and "sent" answered; from the floor's stamps or the
+    bridge's probes (its answers in the order of the rounds, one each)."""
+    for n, trace in enumerate(traces):
+        token, t0 = f"bench-{trace.get('tag')}-{trace['i']}", trace.get("t0")
+        if t0 is None:
+            continue
+        if bridge is None:
+            stamps = floor_stamps.get(token)
+            steps = {"in": stamps[0], "send": stamps[1], "sent": stamps[2]} if stamps else {}
+        else:
+            steps = {"in": bridge["txn_entry"].get(token), "prompt": bridge["prompt_written"].get(token)}
+            answer = bridge["answers"][n] if n < len(bridge["answers"]) else None
+            if answer and answer["sends"]:
+                steps.update(part=answer["first_part"], send=answer["sends"][0][0], sent=answer["sends"][0][1])
+        trace["steps"] = {k: round((v - t0) * 1000, 1) for k, v in steps.items() if v is not None}
+
+
+async def run_restart(bench: Bench, owner: Owner) -> dict:
+    """The second method: the bridge restarted before each of its blocks (see the docstring)."""
+    blocks = 2 if bench.quick else RESTART_BLOCKS
+    folder = bench.folder / "latency-restart"
+    floor = EchoFloor(bench.url, bench.floor_registration, bench.floor_port)
+    await floor.start()
+    config_path = write_config(bench, folder / "cfg", {"echo": agent(title="Echo")})
+    client = None
+    out: dict = {"blocks": blocks, "block": RESTART_BLOCK, "warmup": WARMUP, "sides": {}, "loadavg": []}
+    out["traces"] = {"declaring": [], "bridge": []}
+    out["cpu"] = {"declaring": [], "bridge": []}  # CPU seconds per measured round, per process
+    synapse = bench.server._proc.pid if bench.server._proc is not None else None
+    try:
+        room = await owner.create_room(invite=[floor.bot])
+        await floor.join(room)
+        await owner.wait_joined(room, floor.bot)
+        floor.declaring.add(room)
+        bridge, _ = await procs.start_bridge(config_path, folder / "data", timeout=120)
+        try:
+            dm = await _dm(owner, ECHO)
+        finally:
+            await procs.end(bridge)
+        rooms, senders = {"declaring": room, "bridge": dm}, {"declaring": floor.bot, "bridge": ECHO}
+        client, _ = await procs.start_owner(bench, timeout=120)
+        await owner.stop_sync()
+        try:
+            times: dict[str, list[list[float]]] = {"declaring": [], "bridge": []}
+            for b in range(2 * blocks):
+                # floor, bridge, bridge, floor, …: each side goes first in half the pairs
+                side = ("declaring", "bridge")[(b + b // 2) % 2]
+                out["loadavg"].append(Path("/proc/loadavg").read_text().split()[0])
+                pids = {"synapse": synapse, "owner": client.pid}
+                start = (config_path, folder / "data") if side == "bridge" else None
+                values, traces, cpu = await _one_block(client, rooms[side], senders[side], f"{side[0]}{b}", pids, start)
+                if TRACE:
+                    _stamp(traces, floor.stamps, cpu.pop("probes", None))
+                times[side].append(values)
+                out["traces"][side].append(traces)
+                out["cpu"][side].append(cpu)
+            out["sides"] = times
+        finally:
+            owner.start_sync()
+    finally:
+        await procs.end(client)
+        await floor.stop()
+    return out
+
+
+def restart_rows(r: dict) -> list[tuple]:
+    ms = 1000
+    bridge, declaring = _all(r["sides"]["bridge"]), _all(r["sides"]["declaring"])
+    b50, b99, f50, f99 = p50(bridge) * ms, p99(bridge) * ms, p50(declaring) * ms, p99(declaring) * ms
+    what = f"Enter → first answer in the owner's /sync, bridge restarted per block, p50 / p99 (n={len(bridge)})"
+    return [
+        (
+            "Owner's side, restarts",
+            what + ", vs the floor declaring its mentions",
+            f"{b50:.1f} / {b99:.1f} ms",
+            f"{f50:.1f} / {f99:.1f} ms",
+            f"{b50 / f50:.2f}× / {b99 / f99:.2f}×",
+            "≤ 1.10× p50",
+            b50 / f50 <= 1.10,
+        )
+    ]
+
+
+def restart_notes(r: dict) -> list[str]:
+    sides = r["sides"]
+    per_block = [f"{p50(b) / p50(d):.2f}×" for b, d in zip(sides["bridge"], sides["declaring"])]
+    b50 = [f"{p50(b) * 1000:.0f}" for b in sides["bridge"]]
+    f50 = [f"{p50(d) * 1000:.0f}" for d in sides["declaring"]]
+    return [
+        f"owner's side, restarts: {r['blocks']} blocks a side of {r['warmup']} rounds not counted + "
+        f"{r['block']} measured, a fresh bridge process per block; bridge / declaring floor p50 per "
+        f"block pair: {', '.join(per_block)} (bridge {', '.join(b50)} ms; floor {', '.join(f50)} ms); "
+        f"load average at each block: {', '.join(r['loadavg'])}",
+        "owner's side, restarts: CPU ms per measured round (median of the blocks), declaring floor / "
+        "bridge blocks: "
+        + "; ".join(
+            f"{name} {p50([c[name] for c in r['cpu']['declaring']]) * 1000:.1f} / "
+            f"{p50([c[name] for c in r['cpu']['bridge']]) * 1000:.1f}"
+            for name in ("synapse", "owner", "bridge")
+        ),
+    ] + _step_notes(r)
+
+
+def _step_notes(r: dict) -> list[str]:
+    """With SIDEKICKS_BENCH_TRACE=1: p50 of each step of a measured round, ms, per side (each
+    step from the one before it; "seen": the answer's /sync after it was sent)."""
+    lines = []
+    for side, blocks in r["traces"].items():
+        steps: dict[str, list[float]] = {}
+        for trace in (t for block in blocks for t in block[r["warmup"] :]):
+            before = 0.0
+            for name, at in (trace.get("steps") or {}).items():
+                steps.setdefault(name, []).append(at - before)
+                before = at
+            if trace.get("steps"):
+                steps.setdefault("seen", []).append(trace["s"] * 1000 - before)
+        if steps:
+            lines.append(
+                f"owner's side, restarts, {side}: p50 per step (ms): "
+                + "; ".join(f"{name} {p50(v):.1f}" for name, v in steps.items())
+            )
+    return lines
 
 
 def _all(blocks: list[list[float]]) -> list[float]:
@@ -524,3 +720,11 @@ def rows(r: dict) -> list[tuple]:
             s["client_final_after_stop"] <= 1,
         ),
     ]
+
+
+def dump(r: dict) -> None:
+    """The restart method's whole result (per-round /sync traces with SIDEKICKS_BENCH_TRACE=1) in
+    the JSON file SIDEKICKS_BENCH_DUMP names, if it is set."""
+    path = os.environ.get("SIDEKICKS_BENCH_DUMP")
+    if path:
+        Path(path).write_text(json.dumps(r, indent=1), encoding="utf-8")

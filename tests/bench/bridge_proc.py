@@ -5,7 +5,8 @@ Prints one JSON line once ready ({"start_s": open_store + Bridge() + start(), "i
 then answers each "rss" line on stdin with {"rss_kb": VmRSS of this process only (agents, its
 children, are not counted)}; stdin closing stops the bridge. With SIDEKICKS_BENCH_PROBES=1 in its
 environment, probes.py's stamps are installed, a "probes" line is answered with them and a
-"reset" line clears them.
+"reset" line clears them. SIDEKICKS_BENCH_LOG=WARNING (or INFO) shows the bridge's log on stderr
+(ERROR only without it).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ async def stdin_lines() -> AsyncIterator[str]:
 
 
 async def main(config_path: str, data_dir: str) -> None:
-    logging.basicConfig(level=logging.ERROR)
+    logging.basicConfig(level=os.environ.get("SIDEKICKS_BENCH_LOG", "ERROR"))
     probes = None
     if os.environ.get("SIDEKICKS_BENCH_PROBES") == "1":
         import probes

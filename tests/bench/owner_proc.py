@@ -10,6 +10,11 @@ the room's timeline (edits of earlier messages do not count), or {"error": "..."
 edit of one, after the sent event) whose body shows answer text, not only a status line, and
 adds "text_s" (that one), "t0" and "sent" (time.perf_counter() before room_send and when it
 returned: CLOCK_MONOTONIC, comparable with the other processes' stamps). stdin closing ends it.
+With "trace": true in the request the answer adds "syncs": each `/sync` response that came
+between room_send and the answer, as [seconds after t0, what it held] (the events of each room
+by type and sender, "edit" for an m.replace, the number of ephemeral, presence and to-device
+events). SIDEKICKS_BENCH_OWNER_FILTER=all syncs without the filter below (every event type:
+typing, receipts, presence…), to see what wakes the long-poll; it is not the measured filter.
 Used by bench_latency.py and bench_first_token.py; the same client code times every side.
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -32,7 +38,35 @@ SYNC_FILTER = {
         "timeline": {"types": ["m.room.message"], "limit": 500},
     },
 }
+if os.environ.get("SIDEKICKS_BENCH_OWNER_FILTER") == "all":  # diagnostics only (see above)
+    SYNC_FILTER = {"room": {"timeline": {"limit": 500}}}
 ANSWER_TIMEOUT = 30.0
+
+
+def sync_summary(response: SyncResponse) -> dict:
+    """What one /sync response held: events per room (type, sender, edit), ephemeral, presence,
+    to-device counts."""
+    rooms: dict[str, list[str]] = {}
+    ephemeral = 0
+    for room_id, info in response.rooms.join.items():
+        for event in info.timeline.events:
+            source = getattr(event, "source", None) or {}
+            content = source.get("content") or {}
+            edit = (content.get("m.relates_to") or {}).get("rel_type") == "m.replace"
+            body = (content.get("m.new_content") or content).get("body", "")
+            rooms.setdefault(room_id, []).append(
+                f"{source.get('type')} {source.get('sender')}{' edit' if edit else ''} {str(body)[:24]!r}"
+            )
+        for event in info.ephemeral:
+            ephemeral += 1
+            rooms.setdefault(room_id, []).append(f"ephemeral {type(event).__name__}")
+    return {
+        "rooms": rooms,
+        "ephemeral": ephemeral,
+        "presence": len(response.presence_events),
+        "to_device": len(response.to_device_events),
+        "device_lists": len(response.device_list.changed) + len(response.device_list.left),
+    }
 
 
 class Timelines:
@@ -42,8 +76,12 @@ class Timelines:
     def __init__(self) -> None:
         self.rooms: dict[str, list[tuple[float, str, str, bool, str]]] = {}
         self.changed = asyncio.Condition()
+        self.syncs: list[tuple[float, dict]] = []  # (seen, sync_summary), while `tracing`
+        self.tracing = False
 
     def add(self, seen: float, response: SyncResponse) -> None:
+        if self.tracing:
+            self.syncs.append((seen, sync_summary(response)))
         for room_id, info in response.rooms.join.items():
             record = self.rooms.setdefault(room_id, [])
             for event in info.timeline.events:
@@ -102,6 +140,20 @@ async def sync_loop(client: AsyncClient, timelines: Timelines) -> None:
             timelines.changed.notify_all()
 
 
+async def traced_round(client: AsyncClient, timelines: Timelines, ask: dict) -> dict:
+    """One round; with "trace", the /sync responses seen between room_send and the answer."""
+    timelines.syncs.clear()
+    timelines.tracing = bool(ask.get("trace"))
+    answer = await one_round(client, timelines, ask["room"], ask["text"], ask["from"], ask.get("until") == "text")
+    if timelines.tracing and "s" in answer:
+        t0 = answer.pop("_t0")
+        answer["t0"] = t0
+        answer["syncs"] = [[round(seen - t0, 4), summary] for seen, summary in timelines.syncs if seen >= t0]
+    answer.pop("_t0", None)
+    timelines.tracing = False
+    return answer
+
+
 async def one_round(
     client: AsyncClient, timelines: Timelines, room: str, text: str, sender: str, until_text: bool = False
 ) -> dict:
@@ -117,8 +169,8 @@ async def one_round(
             shown = timelines.answer_after(room, sent.event_id, sender, text=True) if until_text else seen
             if seen is not None and shown is not None:
                 if not until_text:
-                    return {"s": seen - t0}
-                return {"s": seen - t0, "text_s": shown - t0, "t0": t0, "sent": answered}
+                    return {"s": seen - t0, "_t0": t0}
+                return {"s": seen - t0, "text_s": shown - t0, "t0": t0, "sent": answered, "_t0": t0}
             left = deadline - time.perf_counter()
             if left <= 0:
                 return {"error": f"no answer from {sender} in {ANSWER_TIMEOUT:.0f} s"}
@@ -152,9 +204,7 @@ async def main(hs_url: str, user: str, password: str) -> None:
                 while ask["room"] not in client.rooms:  # a room joined after the first sync
                     async with timelines.changed:
                         await timelines.changed.wait()
-                answer = await one_round(
-                    client, timelines, ask["room"], ask["text"], ask["from"], ask.get("until") == "text"
-                )
+                answer = await traced_round(client, timelines, ask)
                 print(json.dumps(answer), flush=True)
         finally:
             syncing.cancel()

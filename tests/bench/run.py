@@ -80,6 +80,28 @@ def table(rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
+async def latency(bench, http, owner, method: str, rows: list, notes: list) -> None:
+    """The latency bench: from the owner's side by `method` ("blocks", then the in-process table;
+    or "restart": docs/performance.md "Latency as the owner sees it")."""
+    import bench_latency
+
+    if method == "restart":
+        print("• declaring floor vs bridge restarted per block, owner's side …", flush=True)
+        result = await bench_latency.run_restart(bench, owner)
+        rows += bench_latency.restart_rows(result)
+        notes += bench_latency.restart_notes(result)
+        bench_latency.dump(result)
+        return
+    print("• echo floor vs bridge, from the owner's side …", flush=True)
+    result = await bench_latency.run_owner_side(bench, owner)
+    rows += bench_latency.owner_rows(result)
+    notes += bench_latency.owner_notes(result)
+    print("• echo floor in process, in-bridge latency, streaming …", flush=True)
+    result = await bench_latency.run(bench, http, owner)
+    rows += bench_latency.rows(result)
+    notes += bench_latency.notes(result)
+
+
 async def main(args) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("bridge").setLevel(logging.ERROR)
@@ -132,16 +154,7 @@ async def main(args) -> int:
                     owner.start_sync()
                     try:
                         if "latency" in only:
-                            import bench_latency
-
-                            print("• echo floor vs bridge, from the owner's side …", flush=True)
-                            result = await bench_latency.run_owner_side(bench, owner)
-                            rows += bench_latency.owner_rows(result)
-                            notes += bench_latency.owner_notes(result)
-                            print("• echo floor in process, in-bridge latency, streaming …", flush=True)
-                            result = await bench_latency.run(bench, http, owner)
-                            rows += bench_latency.rows(result)
-                            notes += bench_latency.notes(result)
+                            await latency(bench, http, owner, args.method, rows, notes)
                         if "firsttoken" in only:
                             import bench_first_token
 
@@ -202,6 +215,13 @@ def cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter runs (< 3 min)")
     parser.add_argument("--only", nargs="*", choices=ALL, help="run only these benchmarks")
+    parser.add_argument(
+        "--method",
+        choices=("blocks", "restart"),
+        default="blocks",
+        help="latency from the owner's side: one bridge, three sides in blocks (with the in-process "
+        "table after it); or restart: a fresh bridge per block, declaring floor and bridge alternating",
+    )
     os.chdir(ROOT)
     return asyncio.run(main(parser.parse_args()))
 

@@ -429,12 +429,17 @@ class Bridge:
     async def ping(self) -> None:
         await self._ping()
 
-    def _retry_soon(self) -> None:
+    def _retry_soon(self, transaction: Transaction | None = None) -> None:
         """A transaction was refused for a gap (appservice.TransactionOrder): once the homeserver
         has its answer, ping it, so it sends what is unsent now instead of after its backoff —
         again and again (GAP_RETRY_AFTER) until a transaction comes: a ping made before the
         homeserver started its recovery finds nothing to hurry, and Synapse 1.163 was seen, after
-        its own restart, never running the retry it had scheduled (a test waited 60 s for it)."""
+        its own restart, never running the retry it had scheduled (a test waited 60 s for it).
+        Its rooms are active for the quiet watch (matrix/quiet.py): should the homeserver not send
+        it again, they are read back once it has been quiet for QUIET seconds."""
+        if transaction is not None:
+            self.quiet.came(self._rooms_of(transaction), time.time())
+            self._quiet_news.set()
         if any(not task.done() for task in self._gap_pings):
             return  # the pings of an earlier refusal go on
 
@@ -474,16 +479,20 @@ class Bridge:
     async def _transaction(self, transaction: Transaction) -> None:
         """A transaction from the homeserver: its rooms are active (matrix/quiet.py), then the
         dispatcher handles it."""
+        self.quiet.came(self._rooms_of(transaction), time.time())
+        self._quiet_news.set()
+        await self.dispatcher.transaction(transaction)
+
+    def _rooms_of(self, transaction: Transaction) -> set[str]:
+        """The rooms of a transaction's events that the quiet watch cares for: an owner's, or an
+        open channel's."""
         owners = self.config.owners
-        rooms = {
+        return {
             e["room_id"]
             for e in transaction.events
             if isinstance(e.get("room_id"), str)
             and (e.get("sender") in owners or e["room_id"] in self.channels.portals)
         }
-        self.quiet.came(rooms, time.time())
-        self._quiet_news.set()
-        await self.dispatcher.transaction(transaction)
 
     async def _watch_quiet(self) -> None:
         """Until cancelled: while the homeserver sends nothing for a while after some activity,

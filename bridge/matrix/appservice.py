@@ -323,7 +323,7 @@ class AppserviceServer:
         mark_txn: Callable[[str], Awaitable[None]],
         on_refused: Callable[[Transaction, BaseException], None] | None = None,
         order: TransactionOrder | None = None,
-        on_gap: Callable[[], None] | None = None,
+        on_gap: Callable[[Transaction], None] | None = None,
         on_sender_gone: Callable[[float], None] | None = None,
         on_gap_passed: Callable[[Transaction, float], Awaitable[None]] | None = None,
     ):
@@ -408,7 +408,7 @@ class AppserviceServer:
                     return web.json_response({})
                 if not self._order.admit(txn_id):
                     if self._on_gap is not None:
-                        self._on_gap()
+                        self._on_gap(transaction)
                     return _refused(f"transaction {txn_id} came after a gap: send any earlier one first")
                 if self._order.gap_at is not None and self._on_gap_passed is not None:
                     await self._on_gap_passed(transaction, self._order.gap_at)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from bridge import bridge as bridge_module
 from bridge.bridge import Bridge
+from bridge.matrix.quiet import QUIET, Quiet
 
 
 def pinging(monkeypatch):
@@ -41,3 +42,26 @@ async def test_the_pings_stop_after_the_last_delay(monkeypatch):
     bridge._retry_soon()
     await asyncio.gather(*bridge._gap_pings)
     assert pings == ["ping"] * 6
+
+
+async def test_a_refused_transactions_rooms_are_read_back_if_it_never_comes_again(monkeypatch):
+    # seen in the latency bench after a restart: the refused transaction was not sent again
+    # for longer than the bench waited; its rooms are active, so the quiet watch reads them back
+    bridge, _pings = pinging(monkeypatch)
+    bridge._ping = lambda: asyncio.sleep(0)
+    bridge.quiet = Quiet()
+    bridge._quiet_news = asyncio.Event()
+    bridge.config = SimpleNamespace(owners={"@owner:localhost"})
+    bridge.channels = SimpleNamespace(portals={})
+    refused = SimpleNamespace(
+        events=[
+            {"room_id": "!dm:localhost", "sender": "@owner:localhost", "type": "m.room.message"},
+            {"room_id": "!elsewhere:localhost", "sender": "@someone:localhost", "type": "m.room.message"},
+        ]
+    )
+    bridge._retry_soon(refused)
+    await asyncio.gather(*bridge._gap_pings)
+    assert set(bridge.quiet.active) == {"!dm:localhost"} and bridge._quiet_news.is_set()
+    now = bridge.quiet.last_transaction
+    assert bridge.quiet.next_check(now) == QUIET  # read back once the homeserver is quiet
+    assert set(bridge.quiet.due(now + QUIET)) == {"!dm:localhost"}

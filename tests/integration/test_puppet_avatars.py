@@ -20,7 +20,7 @@ from bridge_harness import wait_until as until
 from helpers import say
 from matrix_helpers import notices, sync_until
 from test_commands import open_bot_dm, room_with
-from test_registry_agents import archive
+from test_registry_agents import archive, served
 
 import config
 from bridge.agents_registry import add_from_registry
@@ -111,13 +111,8 @@ async def icon_registry():
 
     app.router.add_get("/text.txt", text)
     app.router.add_get("/tiny.tar.gz", tiny)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
-    yield base[0]
-    await runner.cleanup()
+    async with served(app, base) as url:
+        yield url
 
 
 async def test_an_agent_added_from_the_registry_wears_its_icon(

@@ -7,6 +7,7 @@ its rooms and leaves them.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import tarfile
@@ -53,13 +54,23 @@ async def registry_url():
 
     app.router.add_get("/registry.json", registry_json)
     app.router.add_get("/tiny.tar.gz", tiny)
+    async with served(app, base) as url:
+        yield f"{url}/registry.json"
+
+
+@contextlib.asynccontextmanager
+async def served(app: web.Application, base: list[str]):
+    """`app` served on 127.0.0.1 (a free port): its address, also appended to `base` for the
+    handlers that write it into what they answer."""
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     base.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
-    yield f"{base[0]}/registry.json"
-    await runner.cleanup()
+    try:
+        yield base[0]
+    finally:
+        await runner.cleanup()
 
 
 async def bot_line(owner, room_id: str, starting: str, timeout: float = 120) -> str:

@@ -64,9 +64,8 @@ def pytest_configure(config):
         os.environ["SIDEKICKS_TEST_POSTGRES"] = urlunsplit(parts._replace(path=f"/{own}"))
 
 
-# In parallel, the longest work starts first: one begun last (test_kill9, minutes alone) would keep
-# the run going after every other worker is done; the `scale` tests (one work unit of ~4 minutes)
-# before them. Without workers the order stays as collected.
+# In parallel, the longest modules start first: one begun last (test_kill9, minutes alone) would
+# keep the run going after every other worker is done. Without workers the order stays as collected.
 # (by their --durations in a run of three workers)
 SLOW_FIRST = (
     "test_kill9.py",
@@ -87,29 +86,7 @@ SLOW_FIRST = (
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         rank = {name: n for n, name in enumerate(SLOW_FIRST)}
-        items.sort(key=lambda item: (not is_scale(item), rank.get(item.path.name, len(SLOW_FIRST))))
-
-
-def is_scale(item) -> bool:
-    return item.get_closest_marker("scale") is not None
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, but every `scale` test in one work unit: they share one Synapse with
-    workers (their session's `homeserver`, half a minute to start) and kill its parts, so they run
-    on one worker while the others run the rest of the suite."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class FilesAndScale(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "scale" if nodeid.startswith(SCALE_FOLDER) else super()._split_scope(nodeid)
-
-    return FilesAndScale(config, log)
-
-
-SCALE_FOLDER = "tests/integration/scale/"
+        items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest as collected
 
 
 # ---- figures: suites that measure (kill -9, strangers) print them at the end of the run ----------

@@ -76,6 +76,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "mark_seen": (channel_id, "alice", "m1"),
         "members_of_agent": ("alice",),
         "add_message": (channel_id, "alice", "agent", "hi", ["$e"]),
+        "add_event": (channel_id, "m1", "$e2"),
         "messages_after": (channel_id, None, 5),
         "messages_in": (channel_id, "$root", None, 5),
         "last_messages": (channel_id, 5),

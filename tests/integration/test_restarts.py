@@ -74,7 +74,8 @@ async def terminate(bridge: BridgeProcess, timeout: float = 120) -> None:
     bridge.proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while bridge.proc.poll() is None:
-        assert time.monotonic() < deadline, "the bridge did not stop after SIGTERM"
+        # (the log's tail says which step of the clean stop (bridge.py `stop`) it was in)
+        assert time.monotonic() < deadline, "the bridge did not stop after SIGTERM:\n" + bridge.log.read_text()[-4000:]
         await asyncio.sleep(0.05)
 
 

@@ -285,11 +285,9 @@ class Homeserver:
 
     # -- process -------------------------------------------------------------------------
 
-    async def start(self, progress: Callable[[str], None] | None = None, timeout: float = 60) -> None:
-        """Start Synapse and return once it answers the client API."""
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        say = progress or (lambda _text: None)
+    def _ready_to_start(self) -> None:
+        """Its config written, or a HomeserverError saying why it cannot start: another server
+        on this folder, its port taken, a registration file missing."""
         # Before ensure_config: that would overwrite the port the other server is using.
         other = self._pid_elsewhere()
         if other is not None:
@@ -303,10 +301,16 @@ class Homeserver:
                 f"cannot start the homeserver: port {self.port} on 127.0.0.1 is already in use "
                 f"by another program; stop it or choose another homeserver port"
             )
-
         for path in self.appservice_files:
             if not path.is_file():
                 raise HomeserverError(f"appservice registration file not found: {path}")
+
+    async def start(self, progress: Callable[[str], None] | None = None, timeout: float = 60) -> None:
+        """Start Synapse and return once it answers the client API."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        say = progress or (lambda _text: None)
+        self._ready_to_start()
         say(f"Starting the homeserver (Synapse) on {self.url}")
         started = time.monotonic()
         log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0

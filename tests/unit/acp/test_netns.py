@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -62,7 +61,6 @@ async def test_a_process_s_end_is_seen_and_a_running_one_is_waited_for_no_longer
         slow.wait()
 
 
-@pytest.mark.skipif(shutil.which("slirp4netns") is None, reason="slirp4netns is not installed")
 async def test_slirp4netns_that_cannot_start_says_its_own_reason_and_is_gone_after_close():
     nowhere = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
     network = Network("test")

@@ -146,12 +146,14 @@ class StoreOutage:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _watch(self) -> None:
-        began, told = time.monotonic(), False
+        began, told = time.monotonic(), []
         try:
             while not (await self._back() and await self._flushed()):
-                if not told and time.monotonic() - began >= DOWN_NOTICE_AFTER:
-                    told = True
-                    await self._say(FULL_TEXT if self._disk_full else DOWN_TEXT)
+                if time.monotonic() - began >= DOWN_NOTICE_AFTER:
+                    # each waiting room once, also one whose message came after the others'
+                    fresh = [room_id for room_id in self.rooms if room_id not in told]
+                    told += fresh
+                    await self._say(FULL_TEXT if self._disk_full else DOWN_TEXT, fresh)
                 await asyncio.sleep(max(0.5, min(await self.db.retry_in(), 5.0)))
         except StoreLockLost as exc:
             self.halt(f"another bridge took the database ({exc}): this one stops")
@@ -162,8 +164,7 @@ class StoreOutage:
             log.exception("watching the database failed")
             return
         log.info("the database is back after %.1f s: asking the homeserver for what waits", time.monotonic() - began)
-        if told:
-            await self._say(BACK_TEXT)
+        await self._say(BACK_TEXT, told)
         self.rooms = []
         if self.ping is not None:
             await self.ping()
@@ -190,10 +191,10 @@ class StoreOutage:
             return False
         return True
 
-    async def _say(self, text: str) -> None:
-        """A notice in each waiting room, by a member of it: its own agent's puppet
+    async def _say(self, text: str, rooms: list[str]) -> None:
+        """A notice in each of `rooms`, by a member of it: its own agent's puppet
         (outage_tellers.py)."""
-        for room_id in self.rooms:
+        for room_id in rooms:
             told = False
             for sender in await self._tellers(room_id):
                 try:

@@ -243,6 +243,16 @@ def ask(agent, turns: Turns, session: str, text: str) -> dict:
     return line
 
 
+def prepared_ahead(agent, session: str, timeout: float = 60.0) -> None:
+    """Wait for the agent's own preparation of `session`'s next turn to end (its --log-turns
+    line), so that it cannot run late, after another session's turn."""
+    mark = f"{session}: next turn, prepare "
+    deadline = time.monotonic() + timeout
+    while not any(mark in line for line in agent.stderr_lines):
+        assert time.monotonic() < deadline, f"no preparation line: {agent.stderr_lines[-5:]}"
+        time.sleep(0.05)
+
+
 def start(start_agent, *extra: str):
     agent = start_agent("--max-tokens", str(MAX_ANSWER), "--log-turns", *extra)
     agent.initialize()
@@ -274,7 +284,9 @@ def test_without_saved_states_a_switch_evaluates_the_whole_conversation(start_ag
     agent, turns = start(start_agent, "--kv-ram", "0", "--kv-disk", "0")
     one, two = agent.new_session(), agent.new_session()
     ask(agent, turns, one, PRIMER + "Which flowers need sun?")
+    prepared_ahead(agent, one)  # else, on a busy machine, it may put `one` back in the context
     ask(agent, turns, two, "Something else entirely: " + PRIMER + "When is pruning?")
+    prepared_ahead(agent, two)
     line = ask(agent, turns, one, "And then?")
     assert line["state"] == "none" and line["evaluated"] > 400, line
     # the same session twice in a row still reuses the context

@@ -17,7 +17,10 @@ Waiting for what a test names, never for a while:
   it: every bridge of the run shares one Synapse and one registration, and a bridge a test
   stopped leaves Synapse backing off (2 s … 512 s) on that appservice. The bridge's start-up
   ping makes Synapse retry at once; the probe verifies it did, and that the transactions left
-  from earlier tests (older than the probe) are delivered, before the test begins.
+  from earlier tests (older than the probe) are delivered, before the test begins. Then it waits
+  until Synapse has marked the appservice up again: an event written while the recovery that
+  delivered the probe ends is stored unsent, and Synapse sends it only after its next failure
+  (`appservice_up`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sqlite3
 import sys
 import time
 import uuid
@@ -200,6 +204,7 @@ async def start_bridge(
     if probe:
         try:
             await probe_delivery(hs.url, registration.as_token, running)
+            await appservice_up(hs, registration.id)
         except BaseException:
             await running.stop()
             raise
@@ -207,6 +212,33 @@ async def start_bridge(
 
 
 _probe_rooms: dict[tuple[str, str], str] = {}
+
+
+async def appservice_up(hs, as_id: str, timeout: float = 60) -> None:
+    """Wait until the SQLite Synapse of `hs` no longer marks appservice `as_id` down.
+
+    Synapse's recovery sends the transactions it kept, then marks the appservice up; an event
+    written in between is stored as a transaction while it is still down, and no one sends it
+    until the appservice's next failure (a test's first invite would wait forever). Synapse
+    on PostgreSQL (the workers' tests): not looked at."""
+    server = getattr(hs, "server", None)
+    path = getattr(server, "folder", None)
+    path = path / "homeserver.db" if isinstance(path, Path) else None
+    if path is None or not path.exists():
+        return
+
+    def state() -> str | None:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            row = db.execute("SELECT state FROM application_services_state WHERE as_id = ?", (as_id,)).fetchone()
+        finally:
+            db.close()
+        return row[0] if row else None
+
+    deadline = time.monotonic() + timeout
+    while await asyncio.to_thread(state) == "down":
+        assert time.monotonic() < deadline, f"Synapse still marks the appservice down after {timeout:g} s"
+        await asyncio.sleep(0.05)
 
 
 REPROBE = 20.0  # seconds before another probe is sent (one may be left unsent, see below)

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import logging
 import time
+from collections.abc import Awaitable
 
 import aiohttp
 
@@ -66,6 +67,7 @@ from .voice.spoken import VoiceCommand
 log = logging.getLogger(__name__)
 
 STORE_CLOSE_WAIT = 10  # seconds a stop waits for the database's last writes
+STOP_STEP_WAIT = 30  # seconds each other step of a clean stop may take before the stop goes on
 # seconds after refusing a transaction for a gap before each ping, until a transaction comes
 # (the first as soon as the homeserver has its answer; later ones in case it had not started its
 # recovery yet, or its own retry never fires — seen with Synapse 1.163 after a restart)
@@ -82,6 +84,16 @@ def freeze_startup_objects() -> None:
     each time one runs (tests/unit/bridge/test_fuzz_hostile.py measures the loop)."""
     gc.collect()
     gc.freeze()
+
+
+async def stop_step(what: str, step: Awaitable[object]) -> None:
+    """One step of the clean stop, given STOP_STEP_WAIT seconds: a step that hangs (a homeserver
+    that does not answer, an agent that does not end) is left, said in the log, and the stop goes
+    on."""
+    try:
+        await asyncio.wait_for(step, STOP_STEP_WAIT)
+    except TimeoutError:
+        log.warning("stopping: %s took more than %d s; going on without them", what, STOP_STEP_WAIT)
 
 
 class Bridge:
@@ -357,22 +369,27 @@ class Bridge:
             log.exception("could not tell the owners that history is unavailable")
 
     async def stop(self) -> None:
+        """The clean stop: each step bounded (STOP_STEP_WAIT, the one that overran logged), the
+        store closed last, after every write queued before it."""
         self.stopping.set()
-        await self.attach_server.stop()  # the attached clients see their agent end
+        await stop_step("the attached clients", self.attach_server.stop())  # they see their agent end
         workers = [w for p in self.channels.portals.values() for w in p.workers()]
         for worker in workers:
             worker.cancel()
         try:
-            await self.scheduler.stop()
+            await stop_step("the scheduler", self.scheduler.stop())
             if workers:  # each cut answer is edited to say so and stays unstored (turns.py)
-                await asyncio.gather(*workers, return_exceptions=True)
-            await self.outage.close()
-            await self.command_descriptions.close()
-            await self.settings.close()
-            await self.budgets.tasks.close()
-            await self.questions.close()  # URL questions waiting to be completed
-            await self.places.close()
-            await self.presence.stop()
+                await stop_step("the cut answers", asyncio.gather(*workers, return_exceptions=True))
+            for what, closing in (
+                ("the outage watch", self.outage.close),
+                ("the command descriptions", self.command_descriptions.close),
+                ("the session settings", self.settings.close),
+                ("the budgets", self.budgets.tasks.close),
+                ("the URL questions", self.questions.close),
+                ("the work places", self.places.close),
+                ("the presence", self.presence.stop),
+            ):
+                await stop_step(what, closing())
             later = [
                 *self.commands.tasks,
                 *self.channels.courtesy_tasks(),
@@ -384,24 +401,27 @@ class Bridge:
             ]  # replies, receipts on their way
             for task in later:
                 task.cancel()
-            await asyncio.gather(*later, return_exceptions=True)
-            await self.pool.close()
-            await self.mcp.stop()
-            await self.server.stop()
+            await stop_step("the replies on their way", asyncio.gather(*later, return_exceptions=True))
+            await stop_step("the agents", self.pool.close())
+            await stop_step("the MCP server", self.mcp.stop())
+            await stop_step("the appservice listener", self.server.stop())
             if self.e2ee is not None:
-                await self.e2ee.stop()
+                await stop_step("the encryption", self.e2ee.stop())
             if self.session is not None:
-                await self.session.close()
+                await stop_step("the HTTP session", self.session.close())
         finally:
-            # after every write queued before it (the turns' last ones); a database that hangs
-            # does not hold the stop (the thread is a daemon)
-            try:
-                await asyncio.wait_for(self.db.run(self.store.close), STORE_CLOSE_WAIT)
-            except TimeoutError:
-                log.warning("the database did not answer within %d s: stopping without closing it", STORE_CLOSE_WAIT)
-            except Exception:
-                log.exception("closing the store failed")
-            self.db.thread.close()  # from now on every store call raises StoreClosed
+            await self._close_store()
+
+    async def _close_store(self) -> None:
+        # after every write queued before it (the turns' last ones); a database that hangs
+        # does not hold the stop (the thread is a daemon)
+        try:
+            await asyncio.wait_for(self.db.run(self.store.close), STORE_CLOSE_WAIT)
+        except TimeoutError:
+            log.warning("the database did not answer within %d s: stopping without closing it", STORE_CLOSE_WAIT)
+        except Exception:
+            log.exception("closing the store failed")
+        self.db.thread.close()  # from now on every store call raises StoreClosed
 
     async def _wait_for_homeserver(self, progress) -> None:
         delay, said = 0.5, False

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from bridge_harness import agent, answers_in, start_bridge
+from bridge_harness import agent, answers_in, start_bridge, wait_until
 from matrix_helpers import events_in, login, open_dm, record_figures, sync_until
 
 from bridge.outage import BACK_TEXT, DOWN_TEXT
@@ -186,6 +186,8 @@ async def test_a_turn_that_ends_while_the_database_is_down_is_written_down_when_
         try:
             await owner.room_send(room_id, "m.room.message", {"msgtype": "m.text", "body": "just before"})
             await sync_until(owner, answered(owner, room_id, ["just before"]))
+            # the answer's last edit can reach the owner before the turn's end is written
+            await wait_until(lambda: bool(went_down), 60, "the turn's end written")
             assert not running.is_idle()  # the answer and its turn's end could not be written
         finally:
             store.turns.answered = real_answered

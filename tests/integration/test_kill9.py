@@ -6,7 +6,9 @@ every owner message has exactly one finished answer, no finished answer is store
 missing from the store, and nothing else was answered. The figures are printed.
 
 The suite kills 30 times (`SIDEKICKS_KILLS`); the soak of the same scene, 1,000 kills, is
-`python -m tests.bench.bench_kills` (docs/reliability.md "Restarts").
+`python -m tests.bench.bench_kills` (docs/reliability.md "Restarts"), which runs it in batches,
+each with a seed of its own (`SIDEKICKS_KILLS_SEED`), and reads each batch's figures from the file
+`SIDEKICKS_KILLS_FIGURES` names.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from bridge.channels.recovery.recovery import UNSURE_TEXT as UNSURE
 from store.turns import LIVE
 
 KILLS = int(os.environ.get("SIDEKICKS_KILLS", "30"))
+SEED = int(os.environ.get("SIDEKICKS_KILLS_SEED", "20261202"))
 STATUS = ("⏳", "💭", "✍️", "🔧")
 
 
@@ -145,7 +148,7 @@ def timeline(history: list[dict], puppet_id: str, echoes: Counter, focus: str | 
 
 
 async def test_kills_at_random_moments_lose_nothing_and_answer_nothing_twice(private_hs, tmp_path):
-    hs, rng = private_hs, random.Random(20261202)
+    hs, rng = private_hs, random.Random(SEED)
     folder = tmp_path / "bridge"
     agent_log = tmp_path / "alice.log"  # every JSON-RPC message the agent read
     # the agent echoes the owner's message only (the prompt's last line), so that every answer is
@@ -295,6 +298,8 @@ async def test_kills_at_random_moments_lose_nothing_and_answer_nothing_twice(pri
         "seconds": round(time.monotonic() - started),
     }
     record_figures("kill -9", figures)
+    if os.environ.get("SIDEKICKS_KILLS_FIGURES"):  # the soak's batch (tests/bench/bench_kills.py)
+        Path(os.environ["SIDEKICKS_KILLS_FIGURES"]).write_text(json.dumps(figures))
     if figures["lost"] or figures["answered twice"] or out_of_order:
         raise AssertionError(f"{figures}\n{timeline(history, puppet_id, echoes, misplaced)}")
     assert figures["user messages stored twice"] == 0 and len(stored_users) == len(sent), figures

@@ -146,13 +146,13 @@ class StoreOutage:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _watch(self) -> None:
-        began, told = time.monotonic(), []
+        began, told = time.monotonic(), 0  # the first `told` of self.rooms (kept in order) were told
         try:
             while not (await self._back() and await self._flushed()):
-                if time.monotonic() - began >= DOWN_NOTICE_AFTER:
+                if time.monotonic() - began >= DOWN_NOTICE_AFTER and told < len(self.rooms):
                     # each waiting room once, also one whose message came after the others'
-                    fresh = [room_id for room_id in self.rooms if room_id not in told]
-                    told += fresh
+                    fresh = self.rooms[told:]
+                    told += len(fresh)
                     await self._say(FULL_TEXT if self._disk_full else DOWN_TEXT, fresh)
                 await asyncio.sleep(max(0.5, min(await self.db.retry_in(), 5.0)))
         except StoreLockLost as exc:
@@ -164,7 +164,7 @@ class StoreOutage:
             log.exception("watching the database failed")
             return
         log.info("the database is back after %.1f s: asking the homeserver for what waits", time.monotonic() - began)
-        await self._say(BACK_TEXT, told)
+        await self._say(BACK_TEXT, self.rooms[:told])
         self.rooms = []
         if self.ping is not None:
             await self.ping()

@@ -38,13 +38,13 @@ class Channels(Part):
 
     @operation
     def channel_by_room(self, room_id: str) -> Channel | None:
-        found = self._select(self.core.models.Channel.room_id == room_id)
-        return found[0] if found else None
+        found = self.core.queries.channel_by_room.rows(room_id=room_id)
+        return Channel(*found[0]) if found else None
 
     @operation
     def channel(self, channel_id: str) -> Channel | None:
-        found = self._select(self.core.models.Channel.id == channel_id)
-        return found[0] if found else None
+        found = self.core.queries.channel.rows(id=channel_id)
+        return Channel(*found[0]) if found else None
 
     @operation
     def channels(self) -> list[Channel]:

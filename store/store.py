@@ -8,9 +8,10 @@ shared by all threads) and returns frozen records, never database rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints
 
 from .channels import Channels
 from .core import Core
@@ -25,6 +26,8 @@ from .spend import Spending
 from .turns import Turns
 from .txns import Transactions
 from .values import Values
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,16 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def together(self, fn: Callable[[], T]) -> T:
+        """`fn()`, whose store calls make one operation in one transaction: written all or
+        none, with one commit (a hot path's several writes: bridge/attach/service.py)."""
+
+        def whole() -> T:
+            with self.core.db.atomic():
+                return fn()
+
+        return self.core.run(whole)
 
     # --- the database going away and coming back (core.py) -------------------------------------
     # Every call raises StoreUnavailable while the database cannot be used (nothing written),

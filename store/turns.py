@@ -158,7 +158,7 @@ class Turns(Part):
     ) -> list[TurnRecord]:
         """New turns of one prompt ((agent, text, alone), an agent once), taken for `run`; with
         `claim_first`, the first one claimed (`take`). Inside a transaction of the caller's."""
-        T, now = self.core.models.Turn, now_ms()
+        now = now_ms()
         made: list[TurnRecord] = []
         agents: set[str] = set()
         for agent, text, alone in turns:
@@ -180,9 +180,22 @@ class Turns(Part):
                 run=run,
                 attempt=1 if claimed else 0,
             )
-            T.insert(**row, answer="[]", updated=now).execute()  # a new id: never there already
+            self._new_row(row, now)  # a new id: never there already
             made.append(TurnRecord(**row, answer=(), final=None))  # as read back, without reading it
         return made
+
+    def _new_row(self, row: dict[str, Any], updated: int) -> None:
+        """A new turn's row written: its SQL is written once (compiled.py), one per value of
+        `alone` (a boolean is no text to stand in for) — every owner message's way."""
+        T, alone = self.core.models.Turn, row["alone"]
+        names = [name for name in row if name != "alone"]
+        insert = self.core.compiled(
+            ("new turn", alone, tuple(names)),
+            lambda **values: T.insert(**values, alone=alone, answer="[]"),
+            *names,
+            "updated",
+        )
+        insert.run(**{name: row[name] for name in names}, updated=updated)
 
     @operation
     def hand_off(
@@ -203,16 +216,21 @@ class Turns(Part):
         """The handed turns of `conversation` not begun never start (an owner message, `!stop`
         or a budget ended their chain): how many."""
         T = self.core.models.Turn
-        return (
-            T.update(state=DROPPED, updated=now_ms())
-            .where(
+        # its SQL written once per prefix (compiled.py): every owner message runs it
+        drop = self.core.compiled(
+            ("drop handoffs", prefix),
+            lambda channel_id, conversation, updated: T.update(state=DROPPED, updated=updated).where(
                 (T.channel_id == channel_id)
                 & (T.conversation == conversation)
                 & T.prompt_event.startswith(prefix)
                 & T.state.in_(list(NOT_BEGUN))
-            )
-            .execute()
+            ),
+            "channel_id",
+            "conversation",
+            "updated",
         )
+        cursor = drop.run(channel_id=channel_id, conversation=conversation, updated=now_ms())
+        return cursor.rowcount
 
     @operation
     def claim(self, turn_id: str, run: str) -> TurnRecord | None:

@@ -24,8 +24,7 @@ class Values(Part):
 
     @operation
     def set_value(self, key: str, value: str) -> None:
-        V = self.core.models.Value
-        V.insert(key=key, value=value).on_conflict(conflict_target=[V.key], preserve=[V.value]).execute()
+        self.core.queries.set_value.run(key=key, value=value)
 
     @operation
     def get_value(self, key: str) -> str | None:

@@ -224,10 +224,11 @@ class AttachService:
 
     async def _write_down(self, portal, txn: str, pending: dict) -> tuple[dict, Any]:
         """The prompt written down (`_pending`) with the key it is taken under, and taken: one
-        call on the database thread, the agent asked without waiting for the homeserver
-        (`_keyed`). Its key is its transaction id, unless its answer opens a thread under the
-        quote (`!threads on`, the main timeline), whose event id names that thread: then it
-        is not taken yet (None) but once its quote is posted (`_post_and_take`)."""
+        call on the database thread, one transaction (`Store.together`), the agent asked
+        without waiting for the homeserver (`_keyed`). Its key is its transaction id, unless
+        its answer opens a thread under the quote (`!threads on`, the main timeline), whose
+        event id names that thread: then it is not taken yet (None) but once its quote is
+        posted (`_post_and_take`)."""
         store, threads = self.db.target, keys.threads(pending["channel"])
         owner, text = self.config.owners[0], pending["text"]
         take = portal.taker(owner, text, txn, text, None, [], pending["conversation"])
@@ -240,7 +241,7 @@ class AttachService:
             store.set_value(PENDING, json.dumps(found))
             return written, None if threaded else take()
 
-        return await self.db.run(change)
+        return await self.db.run(lambda: store.together(change))
 
     async def _send_quote(self, portal, txn: str, pending: dict) -> str:
         """The prompt quoted in the room by the conversation's first agent; posted again (after a

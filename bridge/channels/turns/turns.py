@@ -549,8 +549,8 @@ def _attached(run: RunningTurn, on_permission, on_question):
         hub.began(channel_id, conversation, run.incoming.event_id, run.incoming.body)
 
     def on_update(update: Update) -> None:
+        hub.update(channel_id, conversation, update.raw)  # forwarded as it came, before the room's work
         showing.on_update(update)
-        hub.update(channel_id, conversation, update.raw)
 
     asker, questioner = hub.asker(channel_id, conversation, on_permission), hub.questioner
     return on_update, asker, questioner(channel_id, conversation, on_question)

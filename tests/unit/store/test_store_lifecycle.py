@@ -92,6 +92,7 @@ def exercise_every_method(store: Store, channel_id: str) -> dict:
         "set_value": ("k", "v"),
         "get_value": ("k",),
         "delete_value": ("k",),
+        "together": (lambda: None,),
         "move_channel": (channel_id, "!moved:hs"),
         "remove_member": (channel_id, "alice"),
         "delete_channel": (channel_id,),

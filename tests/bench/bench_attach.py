@@ -13,14 +13,19 @@ round, so both see the same machine load:
   tokens), warm: what an editor attached to a real agent sees. The goal is judged on it.
 
 Beside them: the room's side of each attached round — the prompt's quote and the answer's first
-text as the owner's `/sync` shows them — and a bare round trip through `sidekicks acp` and the
-socket (`authenticate`, answered at once): the two process hops every attached prompt pays.
-The first round of each side is left out (the agent's start, cold caches). Goal: ≤ 1.10× the
-direct side.
+text as the owner's `/sync` shows them — against the same prompt typed by the owner in a second
+DM with the agent, once a round (the way it went before a client could attach; no later is the
+goal; a DM of its own keeps the attached session as long as the direct side's), and a bare round
+trip through `sidekicks acp` and the socket (`authenticate`, answered at once): the two process
+hops every attached prompt pays. Each prompt waits until the agents have used no CPU for 0.2 s
+(the local agent prepares its next turn after an answer: that work would fall on whichever side
+came next). The first round of each side is left out (the agent's start, cold caches). Goal:
+≤ 1.10× the direct side.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -43,6 +48,7 @@ AGENTS = {
     "echo": ([str(SCRIPTED), "--echo-last-line"], 40, 10),
     "local": (["-m", "acp.agents.local_model", "--temperature", "0", "--max-tokens", str(MAX_TOKENS)], 16, 6),
 }
+MARKERS = {"echo": SCRIPTED.name.encode(), "local": b"acp.agents.local_model"}  # in both sides' command lines
 
 
 async def first_text(client: AcpClient, session: str, text: str) -> tuple[float, float]:
@@ -80,6 +86,63 @@ async def in_room(owner, room: str, puppet: str, text: str, began: float) -> tup
     return await owner.wait_for(found, timeout=120)
 
 
+async def typed(running, owner, room: str, puppet: str, text: str) -> float:
+    """A message typed in the room, as before any client was attached: seconds from its send to
+    its answer's first text in the owner's sync (what the attached prompt's room side is held
+    to); returns once its turn is over."""
+    began = time.perf_counter()
+    event_id = await owner.send_text(room, text)
+
+    def found():
+        events = owner.events.get(room, [])
+        at = next((i for i, (_, e) in enumerate(events) if e.get("event_id") == event_id), None)
+        if at is None:
+            return None
+        for seen, event in events[at + 1 :]:
+            body, content = body_of(event), event.get("content") or {}
+            kind = (content.get("m.new_content") or content).get("msgtype")
+            if event.get("sender") == puppet and kind != "m.notice" and body and not body.startswith(STATUS_PREFIXES):
+                return seen - began
+        return None
+
+    shown = await owner.wait_for(found, timeout=120)
+    await running.idle(timeout=120)
+    return shown
+
+
+def cpu_ticks(marker: bytes) -> int:
+    """CPU time (clock ticks) used so far by the processes whose command line holds `marker`."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if marker not in f.read():
+                    continue
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+async def quiet(marker: bytes, still: float = 0.2, timeout: float = 30) -> None:
+    """Until the agents (both sides') have used no CPU for `still` seconds: a prompt meets an
+    agent at rest, as one typed a while after the last answer does — not the agent's own work
+    after its last turn (the local agent's preparation of the next), which would fall on
+    whichever side came next."""
+    deadline = time.monotonic() + timeout
+    last = cpu_ticks(marker)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(still)
+        now_ticks = cpu_ticks(marker)
+        if now_ticks == last:
+            return
+        last = now_ticks
+
+
 async def hop(client: AcpClient) -> float:
     """One request through `sidekicks acp` and the socket, answered at once."""
     began = time.perf_counter()
@@ -101,16 +164,23 @@ async def sides(folder: Path, name: str, attached: AcpClient, session: str):
     return direct, {"attached": (attached, session), "direct": (direct, own)}
 
 
-async def rounds_of(owner, room: str, puppet: str, clients: dict, rounds: int) -> dict:
-    times: dict[str, list] = {"attached": [], "direct": [], "quote": [], "room": [], "hop": []}
+async def rounds_of(running, owner, rooms: dict, clients: dict, rounds: int, marker: bytes) -> dict:
+    times: dict[str, list] = {"attached": [], "direct": [], "quote": [], "room": [], "hop": [], "typed": []}
     for i in range(rounds + 1):
+        # the typed message first: what its turn leaves running (the room's last edits, the
+        # agent's own work after a turn) meets each side as often as the other
+        await quiet(marker)
+        typed_shown = await typed(running, owner, *rooms["typed"], f"Say hello to round {i}.")
+        if i:
+            times["typed"].append(typed_shown)
         order = ("attached", "direct") if i % 2 == 0 else ("direct", "attached")
         for side in order:
             client, where = clients[side]
             text = f"Say hello to round {i}."
+            await quiet(marker)
             took, began = await first_text(client, where, text)
             if side == "attached":
-                quote, shown = await in_room(owner, room, puppet, text, began)
+                quote, shown = await in_room(owner, *rooms["attached"], text, began)
                 if i:
                     times["quote"].append(quote)
                     times["room"].append(shown)
@@ -126,7 +196,11 @@ async def run_agent(bench, owner, folder: Path, name: str) -> dict:
     xdg, config_folder = folder / "xdg", folder / f"bridge-{name}"
     data = xdg / "sidekicks" / "data" / configuration.config_hash(config_folder / "config.yaml")
     entry = {"command": command_of(name, folder, "attached"), "title": name.title()}
-    running = await start_bridge(bench, config_folder, {name: entry}, data_dir=data)
+    # the typed side's twin: the same agent in a process of its own, so that the attached
+    # agent holds one session, as the direct side does (a second one makes the local agent
+    # switch states between them)
+    twin = {"command": command_of(name, folder, "typed"), "title": f"{name.title()} typed"}
+    running = await start_bridge(bench, config_folder, {name: entry, f"{name}-typed": twin}, data_dir=data)
     puppet = f"@sk_{name}:localhost"
     attached = direct = None
     try:
@@ -137,8 +211,15 @@ async def run_agent(bench, owner, folder: Path, name: str) -> dict:
         attached = await AcpClient.start(running.config.path, xdg, agent=name)
         await attached.initialize()
         await attached.call("session/resume", {"sessionId": session, "cwd": "/", "mcpServers": []})
+        # the typed messages in a DM of their own: the attached session stays as long as the
+        # direct side's (a longer conversation alone makes the local agent slower)
+        typed_puppet = f"@sk_{name}-typed:localhost"
+        typed_room = await owner.create_room(invite=[typed_puppet], direct=True)
+        await owner.wait_joined(typed_room, typed_puppet)
+        await wait_until(lambda: running.store.channel_by_room(typed_room) is not None, what="the DM is a channel")
         direct, clients = await sides(folder, name, attached, session)
-        times = await rounds_of(owner, room, puppet, clients, rounds)
+        rooms = {"attached": (room, puppet), "typed": (typed_room, typed_puppet)}
+        times = await rounds_of(running, owner, rooms, clients, rounds, MARKERS[name])
         return {"rounds": rounds, "times": times, "load": os.getloadavg()[0]}
     finally:
         for client in (attached, direct):
@@ -182,17 +263,25 @@ def rows(r: dict) -> list[tuple]:
                 attached / direct <= GOAL if name == "local" else None,
             )
         )
+        room, typed_room = median(times["room"]), median(times["typed"])
         made.append(
-            ("Attach", f"room: prompt → quote / → first answer text, {what}, p50", *_room(times), "(info)", None)
+            (
+                "Attach",
+                f"room: prompt → quote / → first answer text, {what}, p50 (baseline: a message typed there)",
+                *_room(times),
+                "no later",
+                room <= typed_room if name == "local" else None,
+            )
         )
     return made
 
 
 def _room(times: dict) -> tuple[str, str, str]:
+    room, typed_room = median(times["room"]), median(times["typed"])
     return (
-        f"{median(times['quote']) * 1e3:.0f} / {median(times['room']) * 1e3:.0f} ms",
-        f"round trip through `sidekicks acp`: {median(times['hop']) * 1e3:.1f} ms",
-        "",
+        f"{median(times['quote']) * 1e3:.0f} / {room * 1e3:.0f} ms",
+        f"typed: {typed_room * 1e3:.0f} ms; round trip through `sidekicks acp`: {median(times['hop']) * 1e3:.1f} ms",
+        f"{room / typed_room:.2f}×",
     )
 
 

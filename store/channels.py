@@ -38,12 +38,24 @@ class Channels(Part):
 
     @operation
     def channel_by_room(self, room_id: str) -> Channel | None:
-        found = self.core.queries.channel_by_room.rows(room_id=room_id)
-        return Channel(*found[0]) if found else None
+        return self._one("room_id", room_id)
 
     @operation
     def channel(self, channel_id: str) -> Channel | None:
-        found = self.core.queries.channel.rows(id=channel_id)
+        return self._one("id", channel_id)
+
+    def _one(self, column: str, value: str) -> Channel | None:
+        """The channel whose `column` is `value`: its SQL written once (compiled.py) — an ACP
+        client's every request finds its conversation so."""
+        C = self.core.models.Channel
+        query = self.core.compiled(
+            ("channel by", column),
+            lambda value: C.select(C.id, C.room_id, C.name, C.direct_agent, C.created).where(
+                getattr(C, column) == value
+            ),
+            "value",
+        )
+        found = query.rows(value=value)
         return Channel(*found[0]) if found else None
 
     @operation

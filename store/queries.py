@@ -144,21 +144,6 @@ def hot_queries(db: pw.Database, m: SimpleNamespace) -> SimpleNamespace:
             "last_seen",
         ),
         get_value=Compiled(db, lambda key: V.select(V.value).where(V.key == key), "key"),
-        set_value=Compiled(
-            db,
-            lambda key, value: V.insert(key=key, value=value).on_conflict(conflict_target=[V.key], preserve=[V.value]),
-            "key",
-            "value",
-        ),
-        # a channel by its id, by its room: an ACP client's every request finds its conversation so
-        channel=Compiled(
-            db, lambda id: C.select(C.id, C.room_id, C.name, C.direct_agent, C.created).where(C.id == id), "id"
-        ),
-        channel_by_room=Compiled(
-            db,
-            lambda room_id: C.select(C.id, C.room_id, C.name, C.direct_agent, C.created).where(C.room_id == room_id),
-            "room_id",
-        ),
         # a turn by its id, and the conversation's newest live turn's agent (routing's last
         # speaker): read for every owner message before its prompt
         turn=Compiled(db, lambda id: select(U, TURN_COLUMNS).where(U.id == id), "id"),

@@ -24,7 +24,15 @@ class Values(Part):
 
     @operation
     def set_value(self, key: str, value: str) -> None:
-        self.core.queries.set_value.run(key=key, value=value)
+        V = self.core.models.Value
+        # its SQL written once (compiled.py): a pending prompt of an ACP client is written so
+        upsert = self.core.compiled(
+            "set value",
+            lambda key, value: V.insert(key=key, value=value).on_conflict(conflict_target=[V.key], preserve=[V.value]),
+            "key",
+            "value",
+        )
+        upsert.run(key=key, value=value)
 
     @operation
     def get_value(self, key: str) -> str | None:

@@ -7,7 +7,8 @@ an idle 2-core machine, ~35 s at load 10). The suite runs the same test with 30 
 Each batch is the test once, with a seed of its own (a fresh homeserver and bridge): its figures
 (lost, answered twice, out of order, interrupted before it began, …) are added to the totals,
 which are printed after each batch with the load, so a soak stopped early still says what it
-saw. Stops at the first batch whose invariants broke (its pytest output shown); exit code 1 then.
+saw. Stops at the first batch whose invariants broke (its pytest output shown, its folders kept
+under the temporary folder's `sidekicks-kills/seed-N`); exit code 1 then.
 Figures: docs/reliability.md "Restarts".
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_SEED = 20261202
+KEPT = Path(tempfile.gettempdir()) / "sidekicks-kills"  # each batch's pytest folders
 SHOWN = ("kills", "messages", "lost", "answered twice", "out of order", "interrupted before it began")
 
 
@@ -39,7 +41,9 @@ def batch(kills: int, seed: int) -> tuple[int, dict, str]:
             "SIDEKICKS_KILLS_FIGURES": str(figures_file),
         }
         command = [sys.executable, "-m", "pytest", "tests/integration/test_kill9.py", "-q", "-n", "0"]
-        command += ["-p", "no:cacheprovider", "-m", "not scale"]
+        # the batch's folders (the bridge's log among them) kept where a failed batch says
+        command += ["-p", "no:cacheprovider", "-m", "not scale", "--basetemp", str(KEPT / f"seed-{seed}")]
+        KEPT.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(command, cwd=ROOT, env=env, check=False, capture_output=True, text=True)
         figures = json.loads(figures_file.read_text()) if figures_file.exists() else {}
     return done.returncode, figures, done.stdout + done.stderr
@@ -63,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seed {seed}: {shown}; {time.monotonic() - began:.0f} s, load {load:.1f}", flush=True)
         if code != 0:
             print(output[-6000:], flush=True)
+            print(f"the batch's folders, its bridge.log among them: {KEPT / f'seed-{seed}'}", flush=True)
             return 1
     print("totals: " + json.dumps(dict(totals)), flush=True)
     return 0

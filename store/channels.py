@@ -11,7 +11,7 @@ from .records import Channel
 class Channels(Part):
     def _select(self, where=None) -> list[Channel]:
         C = self.core.models.Channel
-        query = C.select(C.id, C.room_id, C.name, C.direct_agent, C.created)
+        query = C.select(*_columns(C))
         if where is not None:
             query = query.where(where)
         return [Channel(*row) for row in query.order_by(C.id).tuples()]
@@ -50,9 +50,7 @@ class Channels(Part):
         C = self.core.models.Channel
         query = self.core.compiled(
             ("channel by", column),
-            lambda value: C.select(C.id, C.room_id, C.name, C.direct_agent, C.created).where(
-                getattr(C, column) == value
-            ),
+            lambda value: C.select(*_columns(C)).where(getattr(C, column) == value),
             "value",
         )
         found = query.rows(value=value)
@@ -110,3 +108,8 @@ class Channels(Part):
         for table in tables:
             key = table.id if table is self.core.models.Channel else table.channel_id
             table.delete().where(key == channel_id).execute()
+
+
+def _columns(C) -> tuple:
+    """A channel's columns, in the order `Channel` takes them."""
+    return (C.id, C.room_id, C.name, C.direct_agent, C.created)

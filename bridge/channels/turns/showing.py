@@ -63,6 +63,7 @@ class Showing:
         self.notices, self.attachment_bytes, self.media_roots = notices, attachment_bytes, media_roots
         self.courtesy, self.note_tool_call = courtesy, note_tool_call
         self._think: asyncio.TimerHandle | None = None
+        self._asking: Callable[[], bool] = lambda: False
         self._quiet: SilenceWatch | None = None
         self._typing: asyncio.Task | None = None
         self._typed = False  # typing was switched on
@@ -80,7 +81,8 @@ class Showing:
     def prompting(self, asking: Callable[[], bool]) -> None:
         """The prompt goes to the agent: "thinking" when the agent is slow to start (not at once:
         an edit in flight would hold back its first part), and the silence watch, quiet while
-        `asking()` (a person is asked)."""
+        `asking()` (a person is asked: its wait is the status then, not "thinking")."""
+        self._asking = asking
         self._think = asyncio.get_running_loop().call_later(THINKING_AFTER, self._thinking)
         self._quiet = SilenceWatch(self.answer, asking)  # "nothing received for 30 s"
         self._quiet.start()
@@ -168,7 +170,7 @@ class Showing:
     # ---- inside ---------------------------------------------------------------------------------
 
     def _thinking(self) -> None:
-        if not self.answer.text:
+        if not self.answer.text and not self._asking():
             self.answer.set_status(STATUS_THINKING)
 
     async def _keep_typing(self, posting: asyncio.Task) -> None:

@@ -149,6 +149,22 @@ async def test_thinking_shows_when_the_agent_is_slow_and_not_after_its_first_par
     assert quick.answer.status == STATUS_WRITING
 
 
+async def test_thinking_never_covers_a_question_to_the_owner(monkeypatch):
+    # the agent asks the owner before its first part: the answer's status says it waits for
+    # the owner (asks.py), and a slow start's "thinking" coming after must not replace it
+    monkeypatch.setattr(showing, "THINKING_AFTER", 0.01)
+    asked, control = scene(), scene()
+    asked.showing.prompting(lambda: True)
+    asked.answer.set_status("🔧 waiting for your permission: Write notes.txt")
+    control.showing.prompting(lambda: False)  # its timer is due after the asked one's
+    try:
+        await until(lambda: control.answer.status == STATUS_THINKING)
+        assert asked.answer.status == "🔧 waiting for your permission: Write notes.txt"
+    finally:
+        asked.showing.prompted()
+        control.showing.prompted()
+
+
 async def test_typing_goes_on_once_the_first_message_is_out_and_off_at_the_end(monkeypatch):
     monkeypatch.setattr(showing, "TYPING_AFTER", 0)
     s = scene()

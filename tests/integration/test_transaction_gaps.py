@@ -8,13 +8,18 @@ disarmed — but that refusal made Synapse recover, and the end of that recovery
 behind in turn. That is test_kill9's "out of order": msg 33 answered before msg 32 across a
 restart, a transaction refused as out of sequence just before. Here the homeserver's side is
 forced: the transaction carrying msg 32 is acknowledged to Synapse without reaching the bridge
-(left behind), msg 33 comes after the gap, and msg 32's transaction is handed over later.
+(left behind), msg 33 comes after the gap, and msg 32's transaction is handed over later. In a
+busy room (under load, test_kill9 fills a page of 50 events in seconds with answers and their
+edits) msg 32 lies pages back when msg 33 comes: the read-back goes on page after page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import quote
 
+import aiohttp
+import pytest
 from aiohttp import web
 from bridge_harness import agent, answers_in, probe_delivery
 from helpers import ALICE, is_final, open_dm, prompts, say
@@ -31,8 +36,19 @@ def body(event: dict) -> str:
     return (event.get("content") or {}).get("body", "")
 
 
+async def puppet_events(hs_url: str, as_token: str, room_id: str, count: int) -> None:
+    """`count` events of the puppet's in the room (no owner's: none reads the room back), as a
+    busy room's answers and edits would fill it."""
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {as_token}"}) as http:
+        for n in range(count):
+            url = f"{hs_url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/org.sidekicks.test.filler/f{n}"
+            async with http.put(url, params={"user_id": ALICE}, json={"n": n}) as response:
+                assert response.status == 200, await response.text()
+
+
+@pytest.mark.parametrize("between", [0, 120], ids=["next", "pages-back"])
 async def test_a_message_left_behind_after_a_gap_is_answered_before_the_next_one(
-    homeserver, bridge_factory, owner, tmp_path
+    homeserver, bridge_factory, owner, tmp_path, between
 ):
     log = tmp_path / "alice.log"
     running = await bridge_factory({"alice": agent("--log", str(log), "--echo-last-line")})
@@ -68,6 +84,7 @@ async def test_a_message_left_behind_after_a_gap_is_answered_before_the_next_one
         # the first one after the gap holds nothing of the owner's (there, say, a receipt); the
         # next, msg 33, comes in order after it
         await probe_delivery(homeserver.url, token, running)
+        await puppet_events(homeserver.url, token, room_id, between)
         await say(owner, room_id, "msg 33")
 
         def answered() -> bool:

@@ -46,7 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CATCH_UP_LIMIT = 50  # events read back when a puppet joins
+CATCH_UP_LIMIT = 50  # events a page read back holds (one page when a puppet joins)
+# pages read back at most for a time (`since_ms`): a busy room's answers and their edits fill a
+# page in seconds, and a message older than the first page is a message lost (or answered late)
+CATCH_UP_PAGES = 40
 
 
 def _q(value: str) -> str:
@@ -65,6 +68,21 @@ def invite_state(event: dict, kind: str) -> dict | None:
 def _room_name(event: dict) -> str | None:
     name = (invite_state(event, "m.room.name") or {}).get("name")
     return name.strip() if isinstance(name, str) and name.strip() else None
+
+
+def missed_in(chunk: list[dict], since_event_id: str | None, since_ms: int | None, missed: list[dict]) -> bool:
+    """Add to `missed` the messages of `chunk` (a page of a room's events, newest first) after
+    `since_event_id` or from `since_ms` (origin time) on; True once the page reached that point."""
+    for event in chunk:
+        if event.get("event_id") == since_event_id:
+            return True
+        if since_ms is not None and not (
+            isinstance(event.get("origin_server_ts"), int) and event["origin_server_ts"] >= since_ms
+        ):
+            return True
+        if event.get("type") in ("m.room.message", "m.room.encrypted"):
+            missed.append(event)
+    return False
 
 
 class OpenQuestions(Protocol):
@@ -177,28 +195,28 @@ class Inbound:
         self, puppet: Puppet, room_id: str, since_event_id: str | None, since_ms: int | None = None
     ) -> int:
         """Handle the owner's messages sent between the invite and the puppet's join (back to
-        `since_event_id`), or since `since_ms` (origin time; the homeserver was away). The
+        `since_event_id`, one page), or since `since_ms` (origin time; page after page, up to
+        CATCH_UP_PAGES: a read-back after a gap or an outage must reach that far back). The
         homeserver's status: anything but 200 read nothing.
 
         The homeserver only sends an appservice the events of rooms where one of its users has
         joined, so a message typed right after opening a DM would otherwise never arrive. They
         go through the dispatcher like any other event (one it handled already is passed over).
         """
-        status, body = await puppet.intent.request(
-            "GET", f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit={CATCH_UP_LIMIT}"
-        )
-        if status != 200:
-            return status
-        missed = []
-        for event in body.get("chunk") or []:
-            if not isinstance(event, dict) or event.get("event_id") == since_event_id:
+        path = f"/_matrix/client/v3/rooms/{_q(room_id)}/messages?dir=b&limit={CATCH_UP_LIMIT}"
+        missed: list[dict] = []
+        page_from: str | None = None
+        for _page in range(CATCH_UP_PAGES if since_ms is not None else 1):
+            status, body = await puppet.intent.request("GET", path + (f"&from={_q(page_from)}" if page_from else ""))
+            if status != 200:
+                return status
+            chunk = [event for event in body.get("chunk") or [] if isinstance(event, dict)]
+            page_from = body.get("end") if isinstance(body.get("end"), str) else None
+            if missed_in(chunk, since_event_id, since_ms, missed) or not chunk or page_from is None:
                 break
-            if since_ms is not None and not (
-                isinstance(event.get("origin_server_ts"), int) and event["origin_server_ts"] >= since_ms
-            ):
-                break
-            if event.get("type") in ("m.room.message", "m.room.encrypted"):
-                missed.append(event)
+        else:
+            if since_ms is not None:
+                log.warning("reading %s back: %d pages did not reach back far enough", room_id, CATCH_UP_PAGES)
         for event in reversed(missed):
             event.setdefault("room_id", room_id)
             await self.dispatcher.event(event)

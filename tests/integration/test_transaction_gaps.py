@@ -68,9 +68,7 @@ async def test_a_message_left_behind_after_a_gap_is_answered_before_the_next_one
     try:
         # as in test_kill9 after a start: a transaction whose number the bridge never saw (there:
         # lost to the kill), then one after the gap, refused once and let through when it comes again
-        leave_behind[0] = lambda transaction: carries(
-            transaction, lambda e: e.get("type") == "org.sidekicks.test.probe"
-        )
+        leave_behind[0] = lambda txn: carries(txn, lambda e: e.get("type") == "org.sidekicks.test.probe")
         await probe_delivery(homeserver.url, token, running)
         leave_behind[0] = lambda transaction: False
         await probe_delivery(homeserver.url, token, running)

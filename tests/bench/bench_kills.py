@@ -39,6 +39,9 @@ def batch(kills: int, seed: int) -> tuple[int, dict, str]:
             "SIDEKICKS_KILLS": str(kills),
             "SIDEKICKS_KILLS_SEED": str(seed),
             "SIDEKICKS_KILLS_FIGURES": str(figures_file),
+            # ports from a block of its own (matrix_helpers.worker_port): beside suites run with
+            # workers, the block of worker 0 is theirs, and a restarted bridge found its port taken
+            "PYTEST_XDIST_WORKER": "gw12",
         }
         command = [sys.executable, "-m", "pytest", "tests/integration/test_kill9.py", "-q", "-n", "0"]
         # the batch's folders (the bridge's log among them) kept where a failed batch says

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from acp_client import AcpClient
-from bridge_harness import agent, answers_in
+from bridge_harness import agent, answers_in, wait_until
 from helpers import ALICE, is_final, open_dm, prompts, say, stored_channel
 from matrix_helpers import events_in, sync_until
 
@@ -277,7 +277,9 @@ async def test_cancel_stops_the_turn_and_two_clients_see_everything(bridge_facto
         await first.wait_for(lambda: len(first.updates(session)) > before, "the slow answer's first chunk")
         await sync_until(owner, lambda: bool(notices_quoting(owner, room, text)))
         quote = notices_quoting(owner, room, text)[0]["event_id"]
-        assert running.store.message_by_event(quote) is not None
+        # the quote is in the room as soon as the homeserver has it; the store has its event id
+        # once the send has come back (a busy machine: later than the owner's client sees it)
+        await wait_until(lambda: running.store.message_by_event(quote) is not None, what="the quote stored")
         await owner.room_redact(room, quote)
         assert await redacted == {"stopReason": "cancelled"}
         await running.idle()
